@@ -1,0 +1,184 @@
+// Preparing, arming and disarming probe sites; out-of-line copies; reading code through
+// our own patches.
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "arch/x86_64/near_alloc.h"
+#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/site.h"
+#include "arch/x86_64/text_patch.h"
+
+namespace probefs::arch {
+
+using namespace x86_64;
+
+namespace {
+
+// Longest function prefix decoded to prove a boundary; beyond it a probe is refused.
+constexpr size_t kMaxFunctionScan = 1 << 20;
+
+struct SlotKey {
+  uintptr_t addr;
+  uint8_t len;
+  uint8_t bytes[kMaxInsnLen];
+  bool operator<(const SlotKey& o) const {
+    if (addr != o.addr) return addr < o.addr;
+    if (len != o.len) return len < o.len;
+    return std::memcmp(bytes, o.bytes, len) < 0;
+  }
+};
+
+struct Slots {
+  uint8_t* boost = nullptr;
+  uint8_t* step = nullptr;
+};
+
+std::mutex g_mu;
+std::map<uintptr_t, uint8_t> g_saved;  // armed int3 address -> original byte (g_mu)
+std::map<SlotKey, Slots> g_slots;      // out-of-line copies, interned forever (g_mu)
+bool g_boost_enabled = true;           // g_mu
+
+// Builds (or finds) the out-of-line copies of `insn`. The bytes of a copy depend on where
+// it lives, so the address is chosen first and the code built for it.
+int intern_slots(const Insn& insn, Slots* out) {
+  SlotKey key{};
+  key.addr = insn.addr;
+  key.len = insn.len;
+  std::memcpy(key.bytes, insn.bytes, insn.len);
+  if (auto it = g_slots.find(key); it != g_slots.end()) {
+    *out = it->second;
+    return 0;
+  }
+  Slots s;
+  uint8_t code[kMaxRelocatedLen + kJmpAbsLen];
+  if (void* at = alloc_near(insn.addr, sizeof code)) {
+    const uintptr_t pc = reinterpret_cast<uintptr_t>(at);
+    int n = relocate(insn, pc, code, sizeof code);
+    if (n > 0) {
+      size_t len = static_cast<size_t>(n);
+      if (!insn.ends_flow()) len += emit_jmp(code + len, pc + len, insn.next());
+      if (text_poke(pc, code, len) == 0) s.boost = static_cast<uint8_t*>(at);
+    }
+  }
+  if (void* at = alloc_near(insn.addr, kMaxInsnLen)) {
+    const uintptr_t pc = reinterpret_cast<uintptr_t>(at);
+    if (copy_for_singlestep(insn, pc, code) > 0 && text_poke(pc, code, insn.len) == 0)
+      s.step = static_cast<uint8_t*>(at);
+  }
+  g_slots.emplace(key, s);
+  *out = s;
+  return 0;
+}
+
+bool is_emulated(const Insn& insn) {
+  switch (insn.kind) {
+    case InsnKind::kJmpRel: case InsnKind::kJccRel: case InsnKind::kCallRel:
+    case InsnKind::kLoopRel: case InsnKind::kRet:
+      return true;
+    default:
+      return insn.is_nop;
+  }
+}
+
+int read_text_locked(uintptr_t addr, void* buf, size_t n) {
+  if (int rc = read_memory(addr, buf, n); rc) return rc;
+  auto* b = static_cast<uint8_t*>(buf);
+  for (auto it = g_saved.lower_bound(addr); it != g_saved.end() && it->first < addr + n; ++it)
+    b[it->first - addr] = it->second;
+  return 0;
+}
+
+}  // namespace
+
+int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out) {
+  *out = nullptr;
+  if (func_start > addr || addr >= func_end) return -EILSEQ;
+  if (func_end - func_start > kMaxFunctionScan) {
+    // Too long to prove from its start: accept only its first instruction.
+    if (addr != func_start) return -EILSEQ;
+    func_end = func_start + kMaxInsnLen;
+  }
+  std::lock_guard lock(g_mu);
+  // Decode up to one instruction past addr so that its bytes are complete.
+  const size_t span = func_end - func_start;
+  std::vector<uint8_t> code(span + kMaxInsnLen, 0);
+  if (read_text_locked(func_start, code.data(), span) != 0) return -EFAULT;
+  read_text_locked(func_end, code.data() + span, kMaxInsnLen);  // may run off the mapping
+  if (int rc = check_boundary(code.data(), func_start, func_end, addr); rc) return rc;
+
+  auto site = std::make_unique<Site>();
+  site->addr = addr;
+  if (decode(code.data() + (addr - func_start), span - (addr - func_start) + kMaxInsnLen, addr,
+             &site->insn) != 0)
+    return -EILSEQ;
+  switch (site->insn.kind) {
+    case InsnKind::kTrap: case InsnKind::kPrivileged: case InsnKind::kUnsupported:
+      return -EINVAL;
+    default:
+      break;
+  }
+  if (is_emulated(site->insn)) {
+    site->mode = RunMode::kEmulate;
+  } else {
+    Slots s;
+    if (int rc = intern_slots(site->insn, &s); rc) return rc;
+    site->boost_slot = s.boost;
+    site->step_slot = s.step;
+    if (s.boost && g_boost_enabled) site->mode = RunMode::kBoost;
+    else if (s.step) site->mode = RunMode::kSingleStep;
+    else return -EINVAL;  // a rip-relative operand out of reach of any copy
+  }
+  *out = site.release();
+  return 0;
+}
+
+void release(Site* site) { delete site; }
+
+int arm(Site* site) {
+  std::lock_guard lock(g_mu);
+  if (site->gone) return -ENOENT;
+  if (site->armed) return 0;
+  const uint8_t int3 = kInt3;
+  if (int rc = text_poke(site->addr, &int3, 1); rc) return rc;
+  g_saved[site->addr] = site->insn.bytes[0];
+  site->armed = true;
+  text_sync();
+  return 0;
+}
+
+int disarm(Site* site) {
+  std::lock_guard lock(g_mu);
+  if (!site->armed) return 0;
+  site->armed = false;
+  g_saved.erase(site->addr);
+  if (site->gone) return 0;
+  int rc = text_poke(site->addr, site->insn.bytes, 1);
+  text_sync();
+  return rc;
+}
+
+void mark_gone(Site* site) {
+  std::lock_guard lock(g_mu);
+  site->gone = true;
+  if (site->armed) g_saved.erase(site->addr);
+  site->armed = false;
+}
+
+uintptr_t site_address(const Site* site) { return site->addr; }
+bool site_can_boost(const Site* site) { return site->mode != RunMode::kSingleStep; }
+
+int read_text(uintptr_t addr, void* buf, size_t n) {
+  std::lock_guard lock(g_mu);
+  return read_text_locked(addr, buf, n);
+}
+
+void set_boost_enabled(bool on) {
+  std::lock_guard lock(g_mu);
+  g_boost_enabled = on;
+}
+
+}  // namespace probefs::arch

@@ -1,0 +1,74 @@
+#include "arch/x86_64/text_patch.h"
+
+#include <fcntl.h>
+#include <linux/membarrier.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace probefs::arch::x86_64 {
+namespace {
+
+int membarrier(int cmd) { return static_cast<int>(syscall(__NR_membarrier, cmd, 0, 0)); }
+
+// Opened per write: a descriptor kept across fork() would still name the parent's memory.
+int poke_proc_mem(uintptr_t addr, const void* src, size_t n) {
+  int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t w = pwrite(fd, src, n, static_cast<off_t>(addr));
+  int err = w < 0 ? errno : 0;
+  close(fd);
+  if (w == static_cast<ssize_t>(n)) return 0;
+  return w < 0 ? -err : -EFAULT;
+}
+
+int poke_mprotect(uintptr_t addr, const void* src, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = addr & ~(page - 1), hi = (addr + n + page - 1) & ~(page - 1);
+  void* p = reinterpret_cast<void*>(lo);
+  if (mprotect(p, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
+  std::memcpy(reinterpret_cast<void*>(addr), src, n);
+  // Text we patch is mapped read+exec: that is what it goes back to.
+  mprotect(p, hi - lo, PROT_READ | PROT_EXEC);
+  return 0;
+}
+
+}  // namespace
+
+int text_poke(uintptr_t addr, const void* src, size_t n) {
+  if (n == 0) return 0;
+  int rc = poke_proc_mem(addr, src, n);
+  if (rc == -EACCES || rc == -EPERM || rc == -ENOENT) rc = poke_mprotect(addr, src, n);
+  if (rc == -ENOMEM) rc = -EFAULT;
+  return rc;
+}
+
+void text_sync() {
+  static std::atomic<int> registered{0};  // 1: SYNC_CORE available, -1: not available
+  int state = registered.load(std::memory_order_acquire);
+  if (state == 0) {
+    state = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0 ? 1 : -1;
+    registered.store(state, std::memory_order_release);
+  }
+  if (state == 1 && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) == 0) return;
+  // Without SYNC_CORE, a plain expedited barrier still makes every running thread take an
+  // interrupt, and returning from it serializes the core on x86.
+  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+  }
+}
+
+int read_memory(uintptr_t addr, void* dst, size_t n) {
+  iovec local{dst, n};
+  iovec remote{reinterpret_cast<void*>(addr), n};
+  ssize_t r = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  return r == static_cast<ssize_t>(n) ? 0 : -EFAULT;
+}
+
+}  // namespace probefs::arch::x86_64

@@ -1,0 +1,256 @@
+// The int3 trap entry: a SIGTRAP handler that runs probecore's handlers and then makes the
+// probed instruction run — emulated, from its boosted out-of-line copy, or single-stepped
+// with the trap flag. Everything here runs on the hit path inside the probed process: no
+// allocation, no locks, no libc calls (DESIGN.md §3). Per-thread state is initial-exec TLS,
+// reached through %fs with no call.
+#include <signal.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/site.h"
+
+extern "C" void probefs_kretprobe_trampoline();
+extern "C" __attribute__((visibility("hidden"))) uintptr_t probefs_arch_function_return(
+    probefs::PtRegs* regs);
+
+namespace probefs::arch {
+
+using namespace x86_64;
+
+namespace {
+
+constexpr uint64_t kTrapFlag = 1u << 8;
+constexpr unsigned kMaxNestedSteps = 8;
+
+// One single-step in flight. A signal handler that interrupts a step may start another on
+// the same thread, hence a small stack. Values, not a Site pointer, so that finishing a
+// step never reads a Site.
+struct StepFrame {
+  uintptr_t slot;  // where the copy runs
+  uintptr_t addr;  // the probed instruction
+  uint8_t len;
+  bool fix_return_address;  // call r/m pushed slot+len instead of addr+len
+  bool fix_pushed_flags;    // pushf pushed our trap flag
+  bool trap_flag_was_set;   // the program itself was single-stepping (a debugger)
+  void* cookie;
+};
+
+struct ThreadTrapState {
+  StepFrame steps[kMaxNestedSteps];
+  unsigned depth;
+};
+
+thread_local ThreadTrapState t_trap __attribute__((tls_model("initial-exec")));
+
+Callbacks g_callbacks{};
+struct sigaction g_previous{};  // the program's SIGTRAP action, for traps that are not ours
+std::atomic<bool> g_installed{false};
+
+void load_regs(const mcontext_t& m, PtRegs* r) {
+  const greg_t* g = m.gregs;
+  r->r15 = g[REG_R15]; r->r14 = g[REG_R14]; r->r13 = g[REG_R13]; r->r12 = g[REG_R12];
+  r->bp = g[REG_RBP]; r->bx = g[REG_RBX]; r->r11 = g[REG_R11]; r->r10 = g[REG_R10];
+  r->r9 = g[REG_R9]; r->r8 = g[REG_R8]; r->ax = g[REG_RAX]; r->cx = g[REG_RCX];
+  r->dx = g[REG_RDX]; r->si = g[REG_RSI]; r->di = g[REG_RDI];
+  r->orig_ax = ~0ull;
+  r->ip = g[REG_RIP]; r->flags = g[REG_EFL]; r->sp = g[REG_RSP];
+  r->cs = static_cast<uint64_t>(g[REG_CSGSFS]) & 0xffff;
+  r->ss = 0x2b;  // the user data segment selector of x86-64 Linux
+}
+
+void store_regs(const PtRegs& r, mcontext_t* m) {
+  greg_t* g = m->gregs;
+  g[REG_R15] = r.r15; g[REG_R14] = r.r14; g[REG_R13] = r.r13; g[REG_R12] = r.r12;
+  g[REG_RBP] = r.bp; g[REG_RBX] = r.bx; g[REG_R11] = r.r11; g[REG_R10] = r.r10;
+  g[REG_R9] = r.r9; g[REG_R8] = r.r8; g[REG_RAX] = r.ax; g[REG_RCX] = r.cx;
+  g[REG_RDX] = r.dx; g[REG_RSI] = r.si; g[REG_RDI] = r.di;
+  g[REG_RIP] = r.ip; g[REG_EFL] = r.flags; g[REG_RSP] = r.sp;
+}
+
+inline long raw_syscall4(long nr, long a, long b, long c, long d) {
+  long ret;
+  register long r10 asm("r10") = d;
+  asm volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+// A trap that is none of ours: hand it to the program's own handler, or, where the program
+// has none, take the default action (the process dies as it would have without probefs).
+void chain(int sig, siginfo_t* info, void* uc) {
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) return g_previous.sa_sigaction(sig, info, uc);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    return g_previous.sa_handler(sig);
+  }
+  struct {
+    void* handler;
+    unsigned long flags;
+    void* restorer;
+    uint64_t mask;
+  } dfl{};  // SIG_DFL, as the kernel's struct sigaction
+  raw_syscall4(__NR_rt_sigaction, SIGTRAP, reinterpret_cast<long>(&dfl), 0, 8);
+  long pid = raw_syscall4(__NR_getpid, 0, 0, 0, 0);
+  long tid = raw_syscall4(__NR_gettid, 0, 0, 0, 0);
+  raw_syscall4(__NR_tgkill, pid, tid, SIGTRAP, 0);
+}
+
+void emulate(const Insn& in, PtRegs* r) {
+  switch (in.kind) {
+    case InsnKind::kJmpRel:
+      r->ip = in.target;
+      return;
+    case InsnKind::kJccRel:
+      r->ip = condition_holds(in.cond, r->flags) ? in.target : in.next();
+      return;
+    case InsnKind::kCallRel:
+      r->sp -= 8;
+      *reinterpret_cast<uint64_t*>(r->sp) = in.next();
+      r->ip = in.target;
+      return;
+    case InsnKind::kLoopRel: {
+      bool taken;
+      const bool zf = r->flags & (1u << 6);
+      switch (in.loop) {
+        case LoopOp::kJrcxz: taken = r->cx == 0; break;
+        case LoopOp::kJecxz: taken = static_cast<uint32_t>(r->cx) == 0; break;
+        default:
+          r->cx -= 1;
+          taken = r->cx != 0 && (in.loop == LoopOp::kLoop || (in.loop == LoopOp::kLoope) == zf);
+          break;
+      }
+      r->ip = taken ? in.target : in.next();
+      return;
+    }
+    case InsnKind::kRet:
+      r->ip = *reinterpret_cast<const uint64_t*>(r->sp);
+      r->sp += 8 + in.ret_imm;
+      return;
+    default:  // nop, endbr64
+      r->ip = in.next();
+      return;
+  }
+}
+
+bool finish_step(PtRegs* r) {
+  ThreadTrapState& ts = t_trap;
+  if (ts.depth == 0) return false;
+  StepFrame& f = ts.steps[ts.depth - 1];
+  if (r->ip == f.slot + f.len) {
+    r->ip = f.addr + f.len;
+  } else if (f.fix_return_address) {
+    *reinterpret_cast<uint64_t*>(r->sp) = f.addr + f.len;
+  }
+  if (f.fix_pushed_flags) *reinterpret_cast<uint64_t*>(r->sp) &= ~kTrapFlag;
+  if (!f.trap_flag_was_set) r->flags &= ~kTrapFlag;
+  void* cookie = f.cookie;
+  --ts.depth;
+  g_callbacks.singlestep_done(cookie, r);
+  return true;
+}
+
+void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  PtRegs regs;
+  load_regs(uc->uc_mcontext, &regs);
+
+  if ((regs.flags & kTrapFlag) && t_trap.depth > 0 && info->si_code != SI_KERNEL) {
+    if (finish_step(&regs)) store_regs(regs, &uc->uc_mcontext);
+    return;
+  }
+  if (info->si_code != SI_KERNEL) return chain(sig, info, ucv);  // not an int3
+
+  if (g_callbacks.breakpoint(&regs)) {
+    store_regs(regs, &uc->uc_mcontext);
+    return;
+  }
+  // No probe here. If the int3 is gone too, a probe was removed between the trap and this
+  // lookup: run the original instruction, which is back in place.
+  const uintptr_t addr = regs.ip - 1;
+  if (*reinterpret_cast<const volatile uint8_t*>(addr) != kInt3) {
+    uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(addr);
+    return;
+  }
+  chain(sig, info, ucv);
+}
+
+}  // namespace
+
+Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool step) {
+  if (site->mode == RunMode::kEmulate) {
+    emulate(site->insn, regs);
+    return Resume::kEmulated;
+  }
+  if (!step && site->mode == RunMode::kBoost) {
+    regs->ip = reinterpret_cast<uintptr_t>(site->boost_slot);
+    return Resume::kOutOfLine;
+  }
+  ThreadTrapState& ts = t_trap;
+  if (site->boost_slot && (!site->step_slot || ts.depth == kMaxNestedSteps)) {
+    // Cannot step here: run the copy without the post handler rather than not at all.
+    regs->ip = reinterpret_cast<uintptr_t>(site->boost_slot);
+    return Resume::kOutOfLine;
+  }
+  // With every frame in use (signal handlers nested kMaxNestedSteps deep, each interrupting
+  // a step) and no copy to boost, the innermost frame is reused: the step it tracked loses
+  // its fix-ups, which is the least harm available.
+  if (ts.depth == kMaxNestedSteps) --ts.depth;
+  StepFrame& f = ts.steps[ts.depth++];
+  f.slot = reinterpret_cast<uintptr_t>(site->step_slot);
+  f.addr = site->addr;
+  f.len = site->insn.len;
+  f.fix_return_address = site->insn.kind == InsnKind::kCallIndirect;
+  f.fix_pushed_flags = site->insn.bytes[site->insn.opcode_offset] == 0x9c;  // pushf
+  f.trap_flag_was_set = regs->flags & kTrapFlag;
+  f.cookie = cookie;
+  regs->ip = f.slot;
+  regs->flags |= kTrapFlag;
+  return Resume::kStepping;
+}
+
+int install(const Callbacks& callbacks) {
+  if (g_installed.load(std::memory_order_acquire)) return 0;
+  g_callbacks = callbacks;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_sigtrap;
+  // SA_NODEFER: a handler that hits another probe traps again instead of being killed by
+  // a blocked synchronous signal; probecore counts such a hit as missed.
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGTRAP, &sa, &g_previous) != 0) return -errno;
+  g_installed.store(true, std::memory_order_release);
+  return 0;
+}
+
+uintptr_t kretprobe_trampoline() {
+  return reinterpret_cast<uintptr_t>(&probefs_kretprobe_trampoline);
+}
+
+size_t blacklist(TextRange* out, size_t max) {
+  size_t n = 0;
+  // The signal return path: the restorer the kernel jumps to when our handler returns.
+  struct {
+    void* handler;
+    unsigned long flags;
+    void* restorer;
+    uint64_t mask;
+  } k{};
+  if (syscall(__NR_rt_sigaction, SIGTRAP, nullptr, &k, 8) == 0 && k.restorer && n < max) {
+    const auto r = reinterpret_cast<uintptr_t>(k.restorer);
+    out[n++] = {r, r + 16};
+  }
+  return n;
+}
+
+}  // namespace probefs::arch
+
+// Called by the return trampoline (kretprobe_trampoline.S) with the saved registers.
+extern "C" uintptr_t probefs_arch_function_return(probefs::PtRegs* regs) {
+  return probefs::arch::g_callbacks.function_return(regs);
+}

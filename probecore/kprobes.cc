@@ -1,0 +1,802 @@
+// The kprobes engine: registry, aggregation, dispatch, kretprobe instances, blacklist,
+// global arming, and the `kprobes/list` text.
+//
+// Data structures and who touches them:
+//   g_mu            serializes every control operation (any thread, never a handler)
+//   g_aggrs         every aggregate, gone ones included, for listing       (g_mu)
+//   g_table         sorted address -> aggregate, RCU-published; read on every hit
+//   Aggregate::children  the probes on one address, RCU-published; read on every hit
+//   t_current       this thread's running probe (recursion guard)           (owner thread)
+//   t_ri_head       this thread's kretprobe instances in flight, newest first (owner thread)
+// Anything unpublished is retired and freed only after synchronize_rcu().
+#include "probecore/kprobes.h"
+
+#include <link.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "arch/arch.h"
+#include "probecore/rcu.h"
+
+namespace probefs::probecore {
+namespace detail {
+
+// The probes on one address, enabled or not. Immutable once published.
+struct Children {
+  std::vector<Kprobe*> probes;
+  bool any_post = false;  // an enabled probe has a post_handler
+};
+
+struct Aggregate {
+  uintptr_t addr = 0;
+  arch::Site* site = nullptr;
+  std::atomic<const Children*> children{nullptr};
+  bool armed = false;
+  bool gone = false;
+  // For `kprobes/list`.
+  std::string symbol;
+  uintptr_t symbol_offset = 0;
+  std::string module;
+  // The object the address belongs to, to notice when it is unloaded. Empty name: the
+  // executable, which never goes away.
+  uintptr_t object_base = 0;
+  std::string object_name;
+};
+
+struct Table {
+  std::vector<std::pair<uintptr_t, Aggregate*>> entries;  // sorted by address
+};
+
+struct InstancePool {
+  std::atomic<Kretprobe*> rp{nullptr};  // nullptr once unregistered
+  size_t stride = 0;
+  uint32_t count = 0;
+  std::unique_ptr<unsigned char[]> storage;
+  std::unique_ptr<uint32_t[]> next_free;  // free-list links, 1-based (0 ends the list)
+  std::atomic<uint64_t> head{0};          // (ABA tag << 32) | first free index, 1-based
+  std::atomic<int64_t> outstanding{0};    // instances taken and not yet returned
+
+  KretprobeInstance* at(uint32_t i) {
+    return reinterpret_cast<KretprobeInstance*>(storage.get() + size_t{i} * stride);
+  }
+  uint32_t index_of(const KretprobeInstance* ri) const {
+    return static_cast<uint32_t>((reinterpret_cast<const unsigned char*>(ri) - storage.get()) /
+                                 stride);
+  }
+};
+
+}  // namespace detail
+
+using detail::Aggregate;
+using detail::Children;
+using detail::InstancePool;
+using detail::Table;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// State
+
+std::mutex g_mu;
+std::vector<Aggregate*> g_aggrs;                 // g_mu
+std::atomic<const Table*> g_table{nullptr};
+bool g_all_disarmed = false;                     // g_mu
+SymbolResolver* g_resolver = nullptr;            // g_mu
+bool g_initialized = false;                      // g_mu
+
+// Unpublished and waiting for a grace period.                                  (g_mu)
+std::vector<const Table*> g_retired_tables;
+std::vector<const Children*> g_retired_children;
+std::vector<Aggregate*> g_retired_aggrs;
+std::vector<InstancePool*> g_retired_pools;      // freed once no instance is out
+
+thread_local const void* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local KretprobeInstance* t_ri_head __attribute__((tls_model("initial-exec"))) = nullptr;
+
+// Handed to arch for a single-step taken on behalf of a missed (recursive) hit.
+char g_missed_cookie;
+
+inline bool probe_enabled(const Kprobe* p) {
+  return !(__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE));
+}
+
+// ---------------------------------------------------------------------------------------
+// Hit path: no allocation, no locks, no libc (DESIGN.md §3).
+
+Aggregate* table_lookup(uintptr_t addr) {
+  const Table* t = g_table.load(std::memory_order_acquire);
+  if (!t) return nullptr;
+  const auto* e = t->entries.data();
+  size_t lo = 0, hi = t->entries.size();
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (e[mid].first < addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < t->entries.size() && e[lo].first == addr ? e[lo].second : nullptr;
+}
+
+void count_missed(const Aggregate* ag) {
+  const Children* ch = ag->children.load(std::memory_order_acquire);
+  for (Kprobe* p : ch->probes)
+    if (probe_enabled(p)) p->nmissed.fetch_add(1, std::memory_order_relaxed);
+}
+
+void run_post_handlers(const Aggregate* ag, PtRegs* regs) {
+  const Children* ch = ag->children.load(std::memory_order_acquire);
+  for (Kprobe* p : ch->probes)
+    if (p->post_handler && probe_enabled(p)) p->post_handler(p, regs, 0);
+}
+
+bool on_breakpoint(PtRegs* regs) {
+  const uintptr_t addr = regs->ip - 1;
+  rcu_read_lock();
+  Aggregate* ag = table_lookup(addr);
+  if (!ag) {
+    rcu_read_unlock();
+    return false;
+  }
+  if (t_current) {  // a handler hit a probe: run the instruction, count the miss
+    count_missed(ag);
+    if (arch::resume_out_of_line(ag->site, regs, &g_missed_cookie, false) !=
+        arch::Resume::kStepping)
+      rcu_read_unlock();
+    return true;
+  }
+  t_current = ag;
+  const Children* ch = ag->children.load(std::memory_order_acquire);
+  for (Kprobe* p : ch->probes) {
+    if (p->pre_handler && probe_enabled(p) && p->pre_handler(p, regs)) {
+      // The handler moved ip: the probed instruction is skipped.
+      t_current = nullptr;
+      rcu_read_unlock();
+      return true;
+    }
+  }
+  switch (arch::resume_out_of_line(ag->site, regs, ag, ch->any_post)) {
+    case arch::Resume::kStepping:
+      return true;  // singlestep_done() finishes
+    case arch::Resume::kEmulated:
+      if (ch->any_post) run_post_handlers(ag, regs);
+      break;
+    case arch::Resume::kOutOfLine:
+      break;
+  }
+  t_current = nullptr;
+  rcu_read_unlock();
+  return true;
+}
+
+void on_singlestep_done(void* cookie, PtRegs* regs) {
+  if (cookie != &g_missed_cookie) {
+    run_post_handlers(static_cast<Aggregate*>(cookie), regs);
+    t_current = nullptr;
+  }
+  rcu_read_unlock();
+}
+
+// Lock-free instance pool: a tagged Treiber stack of indices.
+KretprobeInstance* pool_get(InstancePool* pool) {
+  uint64_t h = pool->head.load(std::memory_order_acquire);
+  for (;;) {
+    const uint32_t i = static_cast<uint32_t>(h);
+    if (i == 0) return nullptr;
+    const uint32_t next = __atomic_load_n(&pool->next_free[i - 1], __ATOMIC_RELAXED);
+    const uint64_t nh = (((h >> 32) + 1) << 32) | next;
+    if (pool->head.compare_exchange_weak(h, nh, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+      pool->outstanding.fetch_add(1, std::memory_order_relaxed);
+      return pool->at(i - 1);
+    }
+  }
+}
+
+void pool_put(InstancePool* pool, KretprobeInstance* ri) {
+  const uint32_t i = pool->index_of(ri);
+  uint64_t h = pool->head.load(std::memory_order_relaxed);
+  uint64_t nh;
+  do {
+    __atomic_store_n(&pool->next_free[i], static_cast<uint32_t>(h), __ATOMIC_RELAXED);
+    nh = (((h >> 32) + 1) << 32) | (i + 1);
+  } while (!pool->head.compare_exchange_weak(h, nh, std::memory_order_release,
+                                             std::memory_order_relaxed));
+  pool->outstanding.fetch_sub(1, std::memory_order_release);
+}
+
+// The pre_handler of every kretprobe's entry probe: hijacks the return address.
+int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
+  auto* rp = reinterpret_cast<Kretprobe*>(p);  // kp is Kretprobe's first member
+  InstancePool* pool = rp->pool_;
+  KretprobeInstance* ri = pool_get(pool);
+  if (!ri) {
+    rp->nmissed.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  ri->pool = pool;
+  ri->ret_slot = reinterpret_cast<uintptr_t*>(regs->sp);
+  ri->ret_addr = *ri->ret_slot;
+  if (rp->entry_handler && rp->entry_handler(ri, regs)) {
+    pool_put(pool, ri);
+    return 0;
+  }
+  *ri->ret_slot = arch::kretprobe_trampoline();
+  ri->next = t_ri_head;
+  t_ri_head = ri;
+  return 0;
+}
+
+[[noreturn]] void die_lost_return() {
+  // A return through the trampoline that no instance accounts for: there is no address
+  // to go back to. Stop the process the way an assertion would.
+  long pid, tid, ret;
+  asm volatile("syscall" : "=a"(pid) : "a"(39L) : "rcx", "r11", "memory");    // getpid
+  asm volatile("syscall" : "=a"(tid) : "a"(186L) : "rcx", "r11", "memory");   // gettid
+  asm volatile("syscall" : "=a"(ret) : "a"(234L), "D"(pid), "S"(tid), "d"(6L)  // tgkill SIGABRT
+               : "rcx", "r11", "memory");
+  for (;;) __builtin_trap();
+}
+
+uintptr_t on_function_return(PtRegs* regs) {
+  auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);
+  rcu_read_lock();
+  KretprobeInstance* ri = t_ri_head;
+  // Instances whose frames were skipped (longjmp, exceptions) sit above ours: drop them.
+  while (ri && ri->ret_slot < slot) {
+    t_ri_head = ri->next;
+    pool_put(ri->pool, ri);
+    ri = t_ri_head;
+  }
+  if (!ri || ri->ret_slot != slot) die_lost_return();
+  t_ri_head = ri->next;
+  const uintptr_t ret = ri->ret_addr;
+  regs->ip = ret;
+  Kretprobe* rp = ri->pool->rp.load(std::memory_order_acquire);
+  if (rp && rp->handler && !t_current) {
+    t_current = rp;
+    rp->handler(ri, regs);
+    t_current = nullptr;
+  }
+  pool_put(ri->pool, ri);
+  rcu_read_unlock();
+  return ret;
+}
+
+// ---------------------------------------------------------------------------------------
+// Control plane (g_mu held)
+
+void publish_table(std::vector<std::pair<uintptr_t, Aggregate*>> entries) {
+  std::sort(entries.begin(), entries.end());
+  auto* t = new Table{std::move(entries)};
+  const Table* old = g_table.exchange(t, std::memory_order_acq_rel);
+  if (old) g_retired_tables.push_back(old);
+}
+
+void table_insert(Aggregate* ag) {
+  const Table* t = g_table.load(std::memory_order_relaxed);
+  auto entries = t ? t->entries : decltype(Table::entries){};
+  entries.emplace_back(ag->addr, ag);
+  publish_table(std::move(entries));
+}
+
+void table_remove(Aggregate* ag) {
+  const Table* t = g_table.load(std::memory_order_relaxed);
+  if (!t) return;
+  auto entries = t->entries;
+  std::erase_if(entries, [&](const auto& e) { return e.second == ag; });
+  publish_table(std::move(entries));
+}
+
+Aggregate* table_find_locked(uintptr_t addr) { return table_lookup(addr); }
+
+void publish_children(Aggregate* ag, std::vector<Kprobe*> probes) {
+  auto* ch = new Children{std::move(probes), false};
+  for (Kprobe* p : ch->probes)
+    if (p->post_handler && probe_enabled(p)) ch->any_post = true;
+  const Children* old = ag->children.exchange(ch, std::memory_order_acq_rel);
+  if (old) g_retired_children.push_back(old);
+}
+
+const std::vector<Kprobe*>& children_of(const Aggregate* ag) {
+  return ag->children.load(std::memory_order_relaxed)->probes;
+}
+
+bool any_enabled(const Aggregate* ag) {
+  for (Kprobe* p : children_of(ag))
+    if (probe_enabled(p)) return true;
+  return false;
+}
+
+// Arms or disarms the aggregate to match its children and the global switch.
+int sync_armed(Aggregate* ag) {
+  if (ag->gone) return 0;
+  const bool want = !g_all_disarmed && any_enabled(ag);
+  if (want == ag->armed) return 0;
+  int rc = want ? arch::arm(ag->site) : arch::disarm(ag->site);
+  if (rc == 0) ag->armed = want;
+  return rc;
+}
+
+// Frees what was unpublished, once no thread can still see it.
+void reclaim() {
+  std::vector<InstancePool*> idle_pools;
+  std::erase_if(g_retired_pools, [&](InstancePool* p) {
+    if (p->outstanding.load(std::memory_order_acquire) != 0) return false;
+    idle_pools.push_back(p);
+    return true;
+  });
+  if (g_retired_tables.empty() && g_retired_children.empty() && g_retired_aggrs.empty() &&
+      idle_pools.empty())
+    return;
+  synchronize_rcu();
+  for (const Table* t : g_retired_tables) delete t;
+  for (const Children* c : g_retired_children) delete c;
+  for (Aggregate* ag : g_retired_aggrs) {
+    arch::release(ag->site);
+    delete ag->children.load(std::memory_order_relaxed);
+    delete ag;
+  }
+  for (InstancePool* p : idle_pools) delete p;
+  g_retired_tables.clear();
+  g_retired_children.clear();
+  g_retired_aggrs.clear();
+}
+
+// ---- the objects code lives in, for [GONE] ----
+
+struct ObjectQuery {
+  uintptr_t addr;
+  uintptr_t base;
+  std::string name;
+  bool found;
+};
+
+int find_object_cb(dl_phdr_info* info, size_t, void* data) {
+  auto* q = static_cast<ObjectQuery*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    if (q->addr >= lo && q->addr < hi) {
+      q->base = info->dlpi_addr;
+      q->name = info->dlpi_name ? info->dlpi_name : "";
+      q->found = true;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+ObjectQuery object_containing(uintptr_t addr) {
+  ObjectQuery q{addr, 0, {}, false};
+  dl_iterate_phdr(find_object_cb, &q);
+  return q;
+}
+
+// Marks probes whose library was unloaded: their bytes are never touched again.
+void refresh_gone() {
+  for (Aggregate* ag : g_aggrs) {
+    if (ag->gone || ag->object_name.empty()) continue;
+    ObjectQuery q = object_containing(ag->addr);
+    if (q.found && q.base == ag->object_base && q.name == ag->object_name) continue;
+    ag->gone = true;
+    ag->armed = false;
+    arch::mark_gone(ag->site);
+    for (Kprobe* p : children_of(ag)) __atomic_or_fetch(&p->flags, KPROBE_FLAG_GONE, __ATOMIC_RELAXED);
+    table_remove(ag);
+  }
+}
+
+// ---- blacklist ----
+
+struct EngineText {
+  std::vector<arch::TextRange> ranges;
+};
+
+int engine_text_cb(dl_phdr_info* info, size_t, void* data) {
+  auto* out = static_cast<EngineText*>(data);
+  const auto self = reinterpret_cast<uintptr_t>(&register_kprobe);
+  bool ours = false;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && self >= lo && self < lo + ph.p_memsz) ours = true;
+  }
+  if (!ours) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+      const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+      out->ranges.push_back({lo, lo + ph.p_memsz});
+    }
+  }
+  return 1;
+}
+
+std::vector<arch::TextRange> g_blacklist;  // g_mu; built by init()
+
+void build_blacklist() {
+  EngineText text;
+  dl_iterate_phdr(engine_text_cb, &text);
+  g_blacklist = std::move(text.ranges);
+  arch::TextRange extra[8];
+  const size_t n = arch::blacklist(extra, 8);
+  g_blacklist.insert(g_blacklist.end(), extra, extra + n);
+}
+
+bool blacklisted_locked(uintptr_t addr) {
+  for (const auto& r : g_blacklist)
+    if (addr >= r.start && addr < r.end) return true;
+  return false;
+}
+
+// ---- init, fork ----
+
+void atfork_prepare() { g_mu.lock(); }
+void atfork_parent() { g_mu.unlock(); }
+void atfork_child() {
+  rcu_after_fork_child();
+  g_mu.unlock();
+}
+
+int init_locked() {
+  if (g_initialized) return 0;
+  const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return};
+  if (int rc = arch::install(cb); rc) return rc;
+  build_blacklist();
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  g_initialized = true;
+  return 0;
+}
+
+// ---- registration ----
+
+int resolve_location(Kprobe* p, uintptr_t* addr, FunctionBounds* bounds, SymbolLocation* where) {
+  if ((p->symbol_name && p->addr) || (!p->symbol_name && !p->addr)) return -EINVAL;
+  *bounds = p->bounds;
+  if (p->symbol_name) {
+    if (!g_resolver) return -ENOENT;
+    SymbolLocation loc;
+    if (int rc = g_resolver->resolve(p->symbol_name, &loc); rc) return rc;
+    *addr = loc.addr + p->offset;
+    if (!bounds->known()) *bounds = loc.bounds;
+    *where = loc;
+    where->addr = loc.addr;
+    return 0;
+  }
+  *addr = p->addr;
+  SymbolLocation loc;
+  if (g_resolver && g_resolver->describe(p->addr, &loc) == 0) {
+    if (!bounds->known()) *bounds = loc.bounds;
+    *where = loc;
+  } else if (bounds->known()) {
+    where->addr = bounds->start;
+  }
+  return 0;
+}
+
+int register_locked(Kprobe* p) {
+  if (int rc = init_locked(); rc) return rc;
+  if (p->aggr_) return -EINVAL;  // already registered
+  uintptr_t addr = 0;
+  FunctionBounds bounds;
+  SymbolLocation where;
+  if (int rc = resolve_location(p, &addr, &bounds, &where); rc) return rc;
+  if (blacklisted_locked(addr)) return -EINVAL;
+  if (!bounds.known()) return -EILSEQ;  // cannot prove an instruction boundary
+  if (p->is_kretprobe_ && addr != bounds.start) return -EINVAL;  // entries only
+
+  p->flags &= KPROBE_FLAG_DISABLED;  // keep only what the caller may ask for
+  p->nmissed.store(0, std::memory_order_relaxed);
+
+  Aggregate* ag = table_find_locked(addr);
+  if (ag) {
+    std::vector<Kprobe*> probes = children_of(ag);
+    probes.push_back(p);
+    publish_children(ag, std::move(probes));
+    if (int rc = sync_armed(ag); rc) {
+      std::vector<Kprobe*> back = children_of(ag);
+      std::erase(back, p);
+      publish_children(ag, std::move(back));
+      return rc;
+    }
+  } else {
+    arch::Site* site = nullptr;
+    if (int rc = arch::prepare(addr, bounds.start, bounds.end, &site); rc) return rc;
+    auto owned = std::make_unique<Aggregate>();
+    ag = owned.get();
+    ag->addr = addr;
+    ag->site = site;
+    if (!where.name.empty()) {
+      ag->symbol = where.name;
+      ag->symbol_offset = addr - where.addr;
+      ag->module = where.module;
+    }
+    ObjectQuery q = object_containing(addr);
+    if (q.found) {
+      ag->object_base = q.base;
+      ag->object_name = q.name;
+    }
+    publish_children(ag, {p});
+    if (int rc = sync_armed(ag); rc) {
+      arch::release(site);
+      delete ag->children.load();
+      return rc;
+    }
+    owned.release();
+    g_aggrs.push_back(ag);
+    table_insert(ag);
+  }
+  p->addr = addr;
+  p->aggr_ = ag;
+  return 0;
+}
+
+int unregister_locked(Kprobe* p) {
+  Aggregate* ag = p->aggr_;
+  if (!ag) return -EINVAL;
+  std::vector<Kprobe*> probes = children_of(ag);
+  std::erase(probes, p);
+  if (probes.empty()) {
+    table_remove(ag);
+    if (ag->armed && !ag->gone) arch::disarm(ag->site);
+    ag->armed = false;
+    std::erase(g_aggrs, ag);
+    g_retired_aggrs.push_back(ag);
+  } else {
+    publish_children(ag, std::move(probes));
+    sync_armed(ag);
+  }
+  p->aggr_ = nullptr;
+  return 0;
+}
+
+int set_disabled_locked(Kprobe* p, bool disabled) {
+  Aggregate* ag = p->aggr_;
+  if (!ag) return -EINVAL;
+  if (ag->gone) return disabled ? 0 : -EINVAL;
+  if (disabled) __atomic_or_fetch(&p->flags, KPROBE_FLAG_DISABLED, __ATOMIC_RELAXED);
+  else __atomic_and_fetch(&p->flags, ~uint32_t{KPROBE_FLAG_DISABLED}, __ATOMIC_RELAXED);
+  publish_children(ag, children_of(ag));  // recompute any_post
+  return sync_armed(ag);
+}
+
+// ---- kretprobes ----
+
+int make_pool(Kretprobe* rp) {
+  int n = rp->maxactive;
+  if (n <= 0) {
+    const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    n = static_cast<int>(std::max<long>(10, 2 * (cpus > 0 ? cpus : 1)));
+  }
+  if (n > (1 << 20)) return -E2BIG;
+  auto pool = std::make_unique<InstancePool>();
+  pool->stride = (sizeof(KretprobeInstance) + rp->data_size + 15) & ~size_t{15};
+  pool->count = static_cast<uint32_t>(n);
+  pool->storage.reset(new (std::align_val_t{16}) unsigned char[pool->stride * n]());
+  pool->next_free.reset(new uint32_t[n]);
+  for (int i = 0; i < n; ++i) pool->next_free[i] = i + 1 < n ? static_cast<uint32_t>(i + 2) : 0;
+  pool->head.store(1);
+  pool->rp.store(rp);
+  rp->pool_ = pool.release();
+  return 0;
+}
+
+void retire_pool(Kretprobe* rp) {
+  rp->pool_->rp.store(nullptr, std::memory_order_release);
+  g_retired_pools.push_back(rp->pool_);
+  rp->pool_ = nullptr;
+}
+
+int register_kretprobe_locked(Kretprobe* rp) {
+  if (rp->kp.aggr_) return -EINVAL;
+  if (!rp->handler && !rp->entry_handler) return -EINVAL;
+  if (int rc = make_pool(rp); rc) return rc;
+  rp->kp.pre_handler = pre_handler_kretprobe;
+  rp->kp.post_handler = nullptr;
+  rp->kp.is_kretprobe_ = true;
+  rp->nmissed.store(0, std::memory_order_relaxed);
+  if (int rc = register_locked(&rp->kp); rc) {
+    delete rp->pool_;
+    rp->pool_ = nullptr;
+    return rc;
+  }
+  return 0;
+}
+
+int unregister_kretprobe_locked(Kretprobe* rp) {
+  if (int rc = unregister_locked(&rp->kp); rc) return rc;
+  retire_pool(rp);
+  return 0;
+}
+
+void append_line(std::string* out, const Aggregate* ag, const Kprobe* p) {
+  char buf[512];
+  const char type = p->is_kretprobe_ ? 'r' : 'k';
+  int n;
+  if (!ag->symbol.empty()) {
+    n = std::snprintf(buf, sizeof buf, "%016" PRIxPTR "  %c  %s+0x%" PRIxPTR "  %s ", ag->addr,
+                      type, ag->symbol.c_str(), ag->symbol_offset,
+                      ag->module.empty() ? " " : ag->module.c_str());
+  } else {
+    n = std::snprintf(buf, sizeof buf, "%016" PRIxPTR "  %c  0x%" PRIxPTR " ", ag->addr, type,
+                      ag->addr);
+  }
+  out->append(buf, n > 0 ? std::min<size_t>(n, sizeof buf - 1) : 0);
+  const uint32_t f = __atomic_load_n(&p->flags, __ATOMIC_RELAXED);
+  if (f & KPROBE_FLAG_GONE) out->append("[GONE]");
+  else if (f & KPROBE_FLAG_DISABLED) out->append("[DISABLED]");
+  if (f & KPROBE_FLAG_OPTIMIZED) out->append("[OPTIMIZED]");
+  out->push_back('\n');
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Public API
+
+Kretprobe* get_kretprobe(KretprobeInstance* ri) {
+  return ri->pool->rp.load(std::memory_order_acquire);
+}
+
+int register_kprobe(Kprobe* p) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  p->is_kretprobe_ = false;
+  int rc = register_locked(p);
+  reclaim();
+  return rc;
+}
+
+int unregister_kprobe(Kprobe* p) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  int rc = unregister_locked(p);
+  reclaim();
+  return rc;
+}
+
+int register_kprobes(Kprobe** ps, int num) {
+  if (num <= 0) return -EINVAL;
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  for (int i = 0; i < num; ++i) {
+    ps[i]->is_kretprobe_ = false;
+    if (int rc = register_locked(ps[i]); rc) {
+      while (--i >= 0) unregister_locked(ps[i]);
+      reclaim();
+      return rc;
+    }
+  }
+  reclaim();
+  return 0;
+}
+
+void unregister_kprobes(Kprobe** ps, int num) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  for (int i = 0; i < num; ++i) unregister_locked(ps[i]);
+  reclaim();
+}
+
+int enable_kprobe(Kprobe* p) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  int rc = set_disabled_locked(p, false);
+  reclaim();
+  return rc;
+}
+
+int disable_kprobe(Kprobe* p) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  int rc = set_disabled_locked(p, true);
+  reclaim();
+  return rc;
+}
+
+int register_kretprobe(Kretprobe* rp) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  int rc = register_kretprobe_locked(rp);
+  reclaim();
+  return rc;
+}
+
+int unregister_kretprobe(Kretprobe* rp) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  int rc = unregister_kretprobe_locked(rp);
+  reclaim();
+  return rc;
+}
+
+int register_kretprobes(Kretprobe** rps, int num) {
+  if (num <= 0) return -EINVAL;
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  for (int i = 0; i < num; ++i) {
+    if (int rc = register_kretprobe_locked(rps[i]); rc) {
+      while (--i >= 0) unregister_kretprobe_locked(rps[i]);
+      reclaim();
+      return rc;
+    }
+  }
+  reclaim();
+  return 0;
+}
+
+void unregister_kretprobes(Kretprobe** rps, int num) {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  for (int i = 0; i < num; ++i) unregister_kretprobe_locked(rps[i]);
+  reclaim();
+}
+
+int enable_kretprobe(Kretprobe* rp) { return enable_kprobe(&rp->kp); }
+int disable_kretprobe(Kretprobe* rp) { return disable_kprobe(&rp->kp); }
+
+int arm_all_kprobes() {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  g_all_disarmed = false;
+  int first_error = 0;
+  for (Aggregate* ag : g_aggrs)
+    if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
+  return first_error;
+}
+
+int disarm_all_kprobes() {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  g_all_disarmed = true;
+  int first_error = 0;
+  for (Aggregate* ag : g_aggrs)
+    if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
+  return first_error;
+}
+
+bool kprobes_all_disarmed() {
+  std::lock_guard lock(g_mu);
+  return g_all_disarmed;
+}
+
+std::string kprobes_list() {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  std::vector<Aggregate*> sorted = g_aggrs;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Aggregate* a, const Aggregate* b) { return a->addr < b->addr; });
+  std::string out;
+  for (const Aggregate* ag : sorted)
+    for (const Kprobe* p : children_of(ag)) append_line(&out, ag, p);
+  reclaim();
+  return out;
+}
+
+void set_symbol_resolver(SymbolResolver* resolver) {
+  std::lock_guard lock(g_mu);
+  g_resolver = resolver;
+}
+
+bool within_kprobe_blacklist(uintptr_t addr) {
+  std::lock_guard lock(g_mu);
+  if (init_locked() != 0) return false;
+  return blacklisted_locked(addr);
+}
+
+void set_kprobes_boost(bool on) {
+  std::lock_guard lock(g_mu);
+  arch::set_boost_enabled(on);
+}
+
+}  // namespace probefs::probecore

@@ -1,0 +1,131 @@
+// probecore: the kprobes engine for the process it runs in. The API follows the kernel's
+// (Documentation/trace/kprobes.rst) so that a reader can map one onto the other:
+// register/unregister/enable/disable for kprobes and kretprobes, batch forms that roll back,
+// pre/post handlers, aggregation of many probes on one address, kretprobe maxactive,
+// nmissed, entry_handler and per-instance data, a blacklist, a global arm switch, and the
+// `kprobes/list` text.
+//
+// Errors are the kernel's: functions return 0 or a negative errno.
+//
+// Threads: the control functions may be called from any thread and serialize on one lock;
+// they must not be called from a handler. Handlers run on the thread that hit the probe,
+// inside a signal handler (int3 path) or a detour: they may not take locks that the
+// interrupted code could hold. A probe that a handler hits does not recurse; its nmissed
+// grows instead.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "arch/regs.h"
+#include "probecore/symbol_resolver.h"
+
+namespace probefs::probecore {
+
+struct Kprobe;
+struct Kretprobe;
+struct KretprobeInstance;
+
+// Returns nonzero after changing regs->ip to resume there instead (execution path change);
+// the probed instruction is then skipped. regs->ip is the probe address + 1 on entry, as the
+// kernel shows it on x86.
+using kprobe_pre_handler_t = int (*)(Kprobe*, PtRegs*);
+// Runs after the probed instruction; regs->ip is past it.
+using kprobe_post_handler_t = void (*)(Kprobe*, PtRegs*, unsigned long flags);
+using kretprobe_handler_t = int (*)(KretprobeInstance*, PtRegs*);
+
+enum KprobeFlags : uint32_t {
+  KPROBE_FLAG_GONE = 1u << 0,       // the code under the probe was unloaded
+  KPROBE_FLAG_DISABLED = 1u << 1,   // registered but not firing
+  KPROBE_FLAG_OPTIMIZED = 1u << 2,  // reached through a jump detour (no trap)
+};
+
+namespace detail {
+struct Aggregate;
+struct InstancePool;
+}  // namespace detail
+
+struct Kprobe {
+  // Where: symbol_name (+ offset) or addr; giving both or neither is -EINVAL.
+  const char* symbol_name = nullptr;  // "SYM" or "MOD:SYM"
+  uintptr_t offset = 0;
+  uintptr_t addr = 0;                 // filled in when resolved from symbol_name
+  // The function around addr, for the instruction-boundary check. Optional where a symbol
+  // resolver is installed; required otherwise (as in a traced process, where the daemon
+  // supplies it).
+  FunctionBounds bounds;
+
+  kprobe_pre_handler_t pre_handler = nullptr;
+  kprobe_post_handler_t post_handler = nullptr;
+
+  // KPROBE_FLAG_DISABLED before registration registers the probe disabled.
+  uint32_t flags = 0;
+  // Hits not handled because the thread was already inside a handler.
+  std::atomic<unsigned long> nmissed{0};
+
+  // ---- private to probecore ----
+  detail::Aggregate* aggr_ = nullptr;
+  bool is_kretprobe_ = false;
+};
+
+struct Kretprobe {
+  Kprobe kp;  // where: a function's entry (offset 0)
+  kretprobe_handler_t handler = nullptr;        // at return
+  kretprobe_handler_t entry_handler = nullptr;  // at entry; nonzero skips this instance
+  int maxactive = 0;     // instances in flight at once; 0: max(10, 2 x CPUs)
+  size_t data_size = 0;  // bytes of per-instance data (KretprobeInstance::data)
+  // Returns missed because every instance was in use.
+  std::atomic<unsigned long> nmissed{0};
+
+  // ---- private to probecore ----
+  detail::InstancePool* pool_ = nullptr;
+};
+
+// One call of the probed function in flight.
+struct KretprobeInstance {
+  detail::InstancePool* pool;
+  uintptr_t ret_addr;    // the real return address
+  uintptr_t* ret_slot;   // where it was on the stack
+  KretprobeInstance* next;
+  alignas(16) unsigned char data[];
+};
+
+// The kretprobe an instance belongs to; nullptr once it is unregistered.
+Kretprobe* get_kretprobe(KretprobeInstance* ri);
+
+int register_kprobe(Kprobe* p);
+int unregister_kprobe(Kprobe* p);  // -EINVAL when p is not registered
+int register_kprobes(Kprobe** ps, int num);  // all or nothing
+void unregister_kprobes(Kprobe** ps, int num);
+int enable_kprobe(Kprobe* p);
+int disable_kprobe(Kprobe* p);
+
+int register_kretprobe(Kretprobe* rp);
+int unregister_kretprobe(Kretprobe* rp);
+int register_kretprobes(Kretprobe** rps, int num);
+void unregister_kretprobes(Kretprobe** rps, int num);
+int enable_kretprobe(Kretprobe* rp);
+int disable_kretprobe(Kretprobe* rp);
+
+// The global switch (the kernel's debugfs kprobes/enabled): disarming leaves every probe
+// registered with its own enabled state, and arming restores them.
+int arm_all_kprobes();
+int disarm_all_kprobes();
+bool kprobes_all_disarmed();
+
+// The kernel's `kprobes/list`: one line per probe, "ADDR  k|r  SYM+0xOFF  MOD [FLAGS]".
+std::string kprobes_list();
+
+// Where symbol_name is resolved and function bounds come from. Not owned. nullptr removes.
+void set_symbol_resolver(SymbolResolver* resolver);
+
+// Is addr inside probefs's own code or another place that must never be probed?
+bool within_kprobe_blacklist(uintptr_t addr);
+
+// Boosting (running the probed instruction out of line without a trap flag) for probes
+// registered from now on. On by default; off makes every non-emulated hit single-step.
+void set_kprobes_boost(bool on);
+
+}  // namespace probefs::probecore

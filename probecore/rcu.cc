@@ -1,0 +1,118 @@
+#include "probecore/rcu.h"
+
+#include <linux/membarrier.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace probefs::probecore {
+namespace detail {
+
+thread_local RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec"))) = nullptr;
+RcuReader g_rcu_overflow;
+
+namespace {
+constexpr int kMaxReaders = 4096;
+RcuReader g_readers[kMaxReaders];
+std::atomic<bool> g_expedited{false};  // membarrier PRIVATE_EXPEDITED registered
+
+long raw_gettid() {
+  long ret;
+  asm volatile("syscall" : "=a"(ret) : "a"(__NR_gettid) : "rcx", "r11", "memory");
+  return ret;
+}
+}  // namespace
+
+// Hit path (a thread's first probe hit): a bounded scan with no call into libc. When all
+// records are taken (thousands of live threads), the thread uses the shared overflow
+// record for good.
+RcuReader* rcu_claim_reader() {
+  const int32_t tid = static_cast<int32_t>(raw_gettid());
+  for (int i = 0; i < kMaxReaders; ++i) {
+    int32_t expected = 0;
+    if (g_readers[i].tid.load(std::memory_order_relaxed) == 0 &&
+        g_readers[i].tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
+      g_readers[i].nesting = 0;
+      t_rcu_reader = &g_readers[i];
+      return t_rcu_reader;
+    }
+  }
+  t_rcu_reader = &g_rcu_overflow;
+  return t_rcu_reader;
+}
+
+}  // namespace detail
+
+namespace {
+
+int membarrier(int cmd) { return static_cast<int>(syscall(__NR_membarrier, cmd, 0, 0)); }
+
+// Orders every running thread's memory accesses against ours.
+void barrier_all_threads() {
+  using detail::g_expedited;
+  if (!g_expedited.load(std::memory_order_acquire)) {
+    if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
+      g_expedited.store(true, std::memory_order_release);
+  }
+  if (g_expedited.load(std::memory_order_acquire) &&
+      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+    return;
+  membarrier(MEMBARRIER_CMD_GLOBAL);
+}
+
+bool thread_alive(int32_t tid) {
+  return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH;
+}
+
+void pause_briefly() {
+  timespec ts{0, 50 * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+void synchronize_rcu() {
+  using detail::g_readers;
+  using detail::kMaxReaders;
+  barrier_all_threads();
+  for (int i = 0; i < kMaxReaders; ++i) {
+    RcuReader& r = g_readers[i];
+    const int32_t tid = r.tid.load(std::memory_order_acquire);
+    if (tid == 0) continue;
+    const uint64_t seen = r.ctr.load(std::memory_order_acquire);
+    if ((seen & 1) == 0) continue;
+    // Inside a section that may predate our unpublish: wait for it to end, unless its
+    // thread is gone (then the record is recycled).
+    for (unsigned spins = 0; r.ctr.load(std::memory_order_acquire) == seen; ++spins) {
+      if (tid != gettid() && !thread_alive(tid)) break;
+      if (spins < 64) sched_yield();
+      else pause_briefly();
+    }
+  }
+  for (unsigned spins = 0; detail::g_rcu_overflow.ctr.load(std::memory_order_acquire) != 0;
+       ++spins) {
+    if (spins < 64) sched_yield();
+    else pause_briefly();
+  }
+  // Recycle the records of threads that have exited.
+  for (int i = 0; i < kMaxReaders; ++i) {
+    const int32_t tid = g_readers[i].tid.load(std::memory_order_relaxed);
+    if (tid != 0 && !thread_alive(tid)) {
+      g_readers[i].ctr.store(0, std::memory_order_relaxed);
+      g_readers[i].tid.store(0, std::memory_order_release);
+    }
+  }
+  barrier_all_threads();
+}
+
+void rcu_after_fork_child() {
+  RcuReader* r = detail::t_rcu_reader;
+  if (r && r != &detail::g_rcu_overflow)
+    r->tid.store(static_cast<int32_t>(gettid()), std::memory_order_release);
+}
+
+}  // namespace probefs::probecore

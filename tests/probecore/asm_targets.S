@@ -1,0 +1,108 @@
+/*
+ * Functions written instruction by instruction so that tests can put probes on exact kinds
+ * of instruction. Each probe point has a global label; each function ends with a *_end
+ * label that gives its bounds.
+ *
+ * long pf_mix(long x): returns x * 3 + 7 + pf_mix_bias (+100 when x >= 10), through a push,
+ * a rip-relative load, a relative call, a conditional jump, a pop and a ret.
+ */
+        .text
+        .globl pf_mix, pf_mix_end, pf_mix_push, pf_mix_riprel, pf_mix_call, pf_mix_jcc
+        .globl pf_mix_pop, pf_mix_ret, pf_mix_bias
+        .type pf_mix, @function
+        .p2align 4
+pf_mix:
+pf_mix_push:
+        push    %rbx
+        mov     %rdi, %rbx
+pf_mix_riprel:
+        mov     pf_mix_bias(%rip), %rax
+        mov     %rbx, %rdi
+        add     %rax, %rdi
+pf_mix_call:
+        call    pf_times3_plus7
+        cmp     $10, %rbx
+pf_mix_jcc:
+        jl      1f
+        add     $100, %rax
+1:
+pf_mix_pop:
+        pop     %rbx
+pf_mix_ret:
+        ret
+pf_mix_end:
+        .size pf_mix, .-pf_mix
+
+        .type pf_times3_plus7, @function
+        .p2align 4
+pf_times3_plus7:
+        lea     (%rdi,%rdi,2), %rax
+        add     $7, %rax
+        ret
+        .size pf_times3_plus7, .-pf_times3_plus7
+
+/*
+ * long pf_loop_sum(long n): 1 + 2 + ... + n with the `loop` instruction; also a jmp rel8
+ * and an indirect call through a register.
+ */
+        .globl pf_loop_sum, pf_loop_sum_end, pf_loop_sum_loop, pf_loop_sum_jmp, pf_loop_sum_icall
+        .type pf_loop_sum, @function
+        .p2align 4
+pf_loop_sum:
+        xor     %eax, %eax
+        mov     %rdi, %rcx
+        test    %rcx, %rcx
+        jz      2f
+1:      add     %rcx, %rax
+pf_loop_sum_loop:
+        loop    1b
+2:
+pf_loop_sum_jmp:
+        jmp     3f
+        ud2
+3:      lea     pf_identity(%rip), %rdx
+        mov     %rax, %rdi
+        sub     $8, %rsp
+pf_loop_sum_icall:
+        call    *%rdx
+        add     $8, %rsp
+        ret
+pf_loop_sum_end:
+        .size pf_loop_sum, .-pf_loop_sum
+
+        .type pf_identity, @function
+pf_identity:
+        mov     %rdi, %rax
+        ret
+        .size pf_identity, .-pf_identity
+
+/*
+ * long pf_leaf_redzone(long x): a leaf that keeps a value in its red zone across a probe
+ * point; returns x + 1 when the red zone survived.
+ */
+        .globl pf_leaf_redzone, pf_leaf_redzone_end, pf_leaf_redzone_mid
+        .type pf_leaf_redzone, @function
+        .p2align 4
+pf_leaf_redzone:
+        mov     %rdi, -8(%rsp)
+        mov     %rdi, -64(%rsp)
+        mov     %rdi, -120(%rsp)
+pf_leaf_redzone_mid:
+        nop
+        mov     -8(%rsp), %rax
+        cmp     -64(%rsp), %rax
+        jne     1f
+        cmp     -120(%rsp), %rax
+        jne     1f
+        add     $1, %rax
+        ret
+1:      xor     %eax, %eax
+        ret
+pf_leaf_redzone_end:
+        .size pf_leaf_redzone, .-pf_leaf_redzone
+
+        .data
+        .p2align 3
+pf_mix_bias:
+        .quad   5
+        .section .note.GNU-stack,"",@progbits
