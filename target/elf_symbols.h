@@ -15,32 +15,61 @@ namespace probefs::target {
 struct FunctionRange {
   uintptr_t start = 0;  // run-time addresses, [start, end)
   uintptr_t end = 0;
+  bool known() const { return start < end; }
+  bool contains(uintptr_t a) const { return start <= a && a < end; }
 };
 
 struct ResolvedSymbol {
-  std::string name;        // without module prefix
+  std::string name;        // without module prefix; empty when only an FDE names the code
   std::string module;      // basename of the object ("libc.so.6"); empty for the executable
   std::string path;        // path of the object as mapped
-  uintptr_t addr = 0;      // run-time address
+  uintptr_t addr = 0;      // run-time address of the symbol (describe: the function start)
   FunctionRange function;  // enclosing function; end == start when unknown
 };
 
-// One process's mapped ELF objects, the executable first, then libraries in load order.
+// One ELF object as this resolver sees it, for introspection and tests.
+struct MappedObject {
+  std::string path;        // as in /proc/PID/maps
+  std::string module;      // basename
+  bool executable = false; // the process's main program
+  uintptr_t load_bias = 0; // run-time address minus ELF virtual address (0 for non-PIE)
+  uintptr_t start = 0;     // run-time span of the object's mappings, [start, end)
+  uintptr_t end = 0;
+};
+
+// One process's mapped ELF objects, the executable first, then libraries in load order
+// (the dynamic linker's link map where it can be read, else the order of the mappings).
+//
+// Any thread may call any method; one internal mutex serialises them, because symbol
+// tables load lazily and libdw's CFI caches are not thread-safe.
 class ProcessSymbols {
  public:
   // Loads the objects mapped in `pid` (getpid() for this process). Returns nullptr and
-  // sets *err to a negative errno on failure.
+  // sets *err to a negative errno on failure (-ESRCH: no such process).
   static std::unique_ptr<ProcessSymbols> load(pid_t pid, int* err);
   ~ProcessSymbols();
+  ProcessSymbols(const ProcessSymbols&) = delete;
+  ProcessSymbols& operator=(const ProcessSymbols&) = delete;
+
+  pid_t pid() const;
+
+  // Re-reads the process's mappings (libraries loaded or unloaded since). Objects still
+  // mapped at the same place keep their parsed tables. 0 or a negative errno.
+  int reload();
 
   // `SYM` or `MOD:SYM`; MOD is an object basename with or without its version suffix
   // ("libc:malloc", "libc.so.6:malloc"). .symtab where present, else .dynsym; the
-  // executable is searched first, then libraries in load order. 0 or -ENOENT.
+  // executable is searched first, then libraries in load order. Functions only (FUNC and
+  // GNU_IFUNC symbols). 0, -ENOENT (no such symbol or module) or -EINVAL (malformed name:
+  // "", ":", "libc:", ":sym", a name with blanks).
   int resolve(std::string_view name, ResolvedSymbol* out) const;
 
   // The function containing `addr`: from the symbol table (symbol size), or, where the code
   // has no symbol (stripped objects), from the .eh_frame FDE that covers it. 0 or -ENOENT.
   int describe(uintptr_t addr, ResolvedSymbol* out) const;
+
+  // The objects in search order.
+  std::vector<MappedObject> objects() const;
 
  private:
   struct Impl;

@@ -1,0 +1,399 @@
+#include "target/elf_symbols.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/target/dl_helpers.h"
+#include "tests/target/test_functions.h"
+
+extern char** environ;
+
+namespace probefs::target {
+namespace {
+
+using test_support::dynsym_size;
+using test_support::fn_addr;
+
+std::unique_ptr<ProcessSymbols> load_self() {
+  int err = 1;
+  auto syms = ProcessSymbols::load(getpid(), &err);
+  EXPECT_EQ(err, 0);
+  return syms;
+}
+
+uintptr_t addr_of(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// libc's own definition of a symbol (dlsym on libc's handle: never a PLT stub, and for an
+// IFUNC the implementation the resolver chose).
+uintptr_t libc_symbol(const char* name) {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (libc == nullptr) return 0;
+  uintptr_t a = addr_of(dlsym(libc, name));
+  dlclose(libc);
+  return a;
+}
+
+std::string basename_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+TEST(ProcessSymbols, ResolvesFunctionsOfTheExecutable) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve("probefs_test_fn_a", &r), 0);
+  const uintptr_t a = fn_addr(&probefs_test_fn_a);
+  EXPECT_EQ(r.addr, a);
+  EXPECT_EQ(r.name, "probefs_test_fn_a");
+  EXPECT_EQ(r.module, "");  // the executable
+  const uint64_t size = dynsym_size(a);
+  ASSERT_GT(size, 0u);
+  EXPECT_EQ(r.function.start, a);
+  EXPECT_EQ(r.function.end, a + size);
+
+  // The executable also answers to its basename as MOD.
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  exe[n] = '\0';
+  const std::string qualified = basename_of(exe) + ":probefs_test_fn_b";
+  ASSERT_EQ(syms->resolve(qualified, &r), 0);
+  EXPECT_EQ(r.addr, fn_addr(&probefs_test_fn_b));
+  EXPECT_EQ(r.name, "probefs_test_fn_b");
+}
+
+TEST(ProcessSymbols, ResolvesMangledNames) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  // probefs::target::ProcessSymbols::load(int, int*)
+  ASSERT_EQ(syms->resolve("_ZN7probefs6target14ProcessSymbols4loadEiPi", &r), 0);
+  EXPECT_EQ(r.addr, fn_addr(&ProcessSymbols::load));
+  EXPECT_TRUE(r.function.contains(r.addr));
+}
+
+TEST(ProcessSymbols, ResolvesLibcWithAndWithoutModule) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  const uintptr_t getpid_addr = libc_symbol("getpid");
+  ASSERT_NE(getpid_addr, 0u);
+  const uint64_t size = dynsym_size(getpid_addr);
+  ASSERT_GT(size, 0u);
+  for (const char* name : {"getpid", "libc:getpid", "libc.so:getpid", "libc.so.6:getpid"}) {
+    SCOPED_TRACE(name);
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->resolve(name, &r), 0);
+    EXPECT_EQ(r.addr, getpid_addr);
+    EXPECT_EQ(r.name, "getpid");
+    EXPECT_EQ(r.module, "libc.so.6");
+    EXPECT_EQ(r.function.start, getpid_addr);
+    EXPECT_EQ(r.function.end, getpid_addr + size);
+  }
+}
+
+TEST(ProcessSymbols, AgreesWithTheDynamicLinkerOnLibcFunctions) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  // Plain FUNC symbols of libc (IFUNCs differ from dlsym by design, see below).
+  for (const char* fn : {"getpid", "write", "read", "close", "qsort", "fopen", "printf",
+                         "abort", "pthread_create", "dlopen", "exit", "setenv"}) {
+    SCOPED_TRACE(fn);
+    const uintptr_t expected = libc_symbol(fn);
+    ASSERT_NE(expected, 0u);
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->resolve(std::string("libc:") + fn, &r), 0);
+    EXPECT_EQ(r.addr, expected);
+    EXPECT_EQ(r.function.start, expected);
+    EXPECT_EQ(r.function.end, expected + dynsym_size(expected));
+    ResolvedSymbol d;
+    ASSERT_EQ(syms->describe(expected + (r.function.end - r.function.start) / 2, &d), 0);
+    EXPECT_EQ(d.function.start, r.function.start);
+    EXPECT_EQ(d.function.end, r.function.end);
+  }
+}
+
+TEST(ProcessSymbols, IfuncResolvesToTheResolver) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve("probefs_test_ifunc", &r), 0);
+  EXPECT_EQ(r.addr, fn_addr(&probefs_test_ifunc_resolver));
+  EXPECT_EQ(probefs_test_ifunc(), 42);
+
+  // libc's strlen is a GNU_IFUNC: its symbol is the resolver, not the implementation that
+  // dlsym hands out.
+  ASSERT_EQ(syms->resolve("libc:strlen", &r), 0);
+  EXPECT_EQ(r.module, "libc.so.6");
+  EXPECT_NE(r.addr, libc_symbol("strlen"));
+  Dl_info in_libc, at_getpid;
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(r.addr), &in_libc), 0);
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(libc_symbol("getpid")), &at_getpid), 0);
+  EXPECT_EQ(in_libc.dli_fbase, at_getpid.dli_fbase);
+}
+
+TEST(ProcessSymbols, DescribeGivesTheEnclosingFunction) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  const uintptr_t a = fn_addr(&probefs_test_fn_a);
+  const uint64_t size = dynsym_size(a);
+  ASSERT_GT(size, 2u);
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->describe(a + size / 2, &r), 0);
+  EXPECT_EQ(r.name, "probefs_test_fn_a");
+  EXPECT_EQ(r.addr, a);
+  EXPECT_EQ(r.function.start, a);
+  EXPECT_EQ(r.function.end, a + size);
+  EXPECT_EQ(r.module, "");
+
+  const uintptr_t g = libc_symbol("getpid");
+  const uint64_t gsize = dynsym_size(g);
+  ASSERT_GT(gsize, 1u);
+  ASSERT_EQ(syms->describe(g + gsize - 1, &r), 0);
+  EXPECT_EQ(r.function.start, g);
+  EXPECT_EQ(r.function.end, g + gsize);
+  EXPECT_EQ(r.module, "libc.so.6");
+
+  // Not code of any object.
+  int on_stack = 0;
+  EXPECT_EQ(syms->describe(addr_of(&on_stack), &r), -ENOENT);
+}
+
+TEST(ProcessSymbols, UnknownSymbolsAreENOENT) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  EXPECT_EQ(syms->resolve("probefs_no_such_function", &r), -ENOENT);
+  EXPECT_EQ(syms->resolve("probefs_no_such_object:getpid", &r), -ENOENT);
+  EXPECT_EQ(syms->resolve("libc:probefs_test_fn_a", &r), -ENOENT);
+  EXPECT_EQ(syms->resolve("lib:getpid", &r), -ENOENT);  // a prefix is not a module name
+  EXPECT_EQ(syms->resolve("environ", &r), -ENOENT);     // data, not a function
+}
+
+TEST(ProcessSymbols, MalformedNamesAreEINVAL) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  for (const char* name : {"", ":", "libc:", ":getpid", "libc:get pid", "a:b:c", " getpid"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(syms->resolve(name, &r), -EINVAL);
+  }
+}
+
+TEST(ProcessSymbols, ExecutableFirstThenLinkMapOrder) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  std::vector<MappedObject> objects = syms->objects();
+  ASSERT_FALSE(objects.empty());
+  EXPECT_TRUE(objects[0].executable);
+  for (size_t i = 1; i < objects.size(); ++i) EXPECT_FALSE(objects[i].executable);
+
+  // The dynamic linker's list, in load order, without the vDSO (which we skip).
+  std::vector<uintptr_t> dl_biases;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        if (std::strstr(info->dlpi_name, "linux-vdso") == nullptr) {
+          static_cast<std::vector<uintptr_t>*>(data)->push_back(info->dlpi_addr);
+        }
+        return 0;
+      },
+      &dl_biases);
+  ASSERT_GE(objects.size(), dl_biases.size());
+  for (size_t i = 0; i < dl_biases.size(); ++i) {
+    SCOPED_TRACE(objects[i].path);
+    EXPECT_EQ(objects[i].load_bias, dl_biases[i]) << "position " << i;
+  }
+}
+
+TEST(ProcessSymbols, FirstLoadedDefinitionWins) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ASSERT_EQ(probefs_dup_a_id() + probefs_dup_b_id(), 2);
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve("probefs_dup_fn", &r), 0);
+  EXPECT_EQ(r.addr, addr_of(dlsym(RTLD_DEFAULT, "probefs_dup_fn")));
+  EXPECT_EQ(r.module, "libprobefs_target_dup_a.so");
+
+  Dl_info b;
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&probefs_dup_b_id), &b), 0);
+  void* handle = dlopen(b.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr);
+  const uintptr_t in_b = addr_of(dlsym(handle, "probefs_dup_fn"));
+  dlclose(handle);
+  ASSERT_EQ(syms->resolve("libprobefs_target_dup_b:probefs_dup_fn", &r), 0);
+  EXPECT_EQ(r.addr, in_b);
+  EXPECT_EQ(r.module, "libprobefs_target_dup_b.so");
+  EXPECT_NE(r.addr, addr_of(dlsym(RTLD_DEFAULT, "probefs_dup_fn")));
+}
+
+// dlclose on scope exit.
+struct Library {
+  explicit Library(const char* path) : handle(dlopen(path, RTLD_NOW | RTLD_LOCAL)) {}
+  ~Library() {
+    if (handle != nullptr) dlclose(handle);
+  }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  void* handle;
+};
+
+TEST(ProcessSymbols, StrippedLibraryBoundsComeFromEhFrame) {
+  ASSERT_EQ(dlopen(PROBEFS_STRIPPED_LIB, RTLD_NOW | RTLD_NOLOAD), nullptr)
+      << "the stripped library must be loaded by this test only";
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  const std::string module = basename_of(PROBEFS_STRIPPED_LIB);
+  const std::string exported = module + ":probefs_stripped_exported";
+  ResolvedSymbol r;
+  EXPECT_EQ(syms->resolve(exported, &r), -ENOENT);
+
+  Library lib(PROBEFS_STRIPPED_LIB);
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  // Loading alone does not change what an existing ProcessSymbols knows.
+  EXPECT_EQ(syms->resolve(exported, &r), -ENOENT);
+  ASSERT_EQ(syms->reload(), 0);
+
+  // .dynsym survives strip --strip-all.
+  const uintptr_t exp = addr_of(dlsym(lib.handle, "probefs_stripped_exported"));
+  ASSERT_NE(exp, 0u);
+  ASSERT_EQ(syms->resolve(exported, &r), 0);
+  EXPECT_EQ(r.addr, exp);
+  EXPECT_EQ(r.module, module);
+  EXPECT_EQ(r.function.end, exp + dynsym_size(exp));
+
+  using RangesFn = void (*)(uintptr_t*);
+  auto ranges_fn = reinterpret_cast<RangesFn>(dlsym(lib.handle, "probefs_stripped_hidden_ranges"));
+  ASSERT_NE(ranges_fn, nullptr);
+  uintptr_t ranges[4];
+  ranges_fn(ranges);
+  const FunctionRange a{ranges[0], ranges[1]};
+  const FunctionRange b{ranges[2], ranges[3]};
+  ASSERT_TRUE(a.known());
+  ASSERT_TRUE(b.known());
+
+  // Every byte of each hidden function maps to exactly that function: the FDE, not the
+  // CFA row around the address, and not the neighbour that starts where it ends.
+  for (const FunctionRange& f : {a, b}) {
+    for (uintptr_t p = f.start; p < f.end; ++p) {
+      SCOPED_TRACE(p - f.start);
+      ASSERT_EQ(syms->describe(p, &r), 0);
+      EXPECT_EQ(r.function.start, f.start);
+      EXPECT_EQ(r.function.end, f.end);
+      EXPECT_EQ(r.addr, f.start);
+      EXPECT_EQ(r.name, "");  // no symbol names it: the library really is stripped
+      EXPECT_EQ(r.module, module);
+    }
+  }
+}
+
+// Reads one line from fd without stdio buffering.
+std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+// Kills and reaps the child on early test exit; closing its stdin lets it exit by itself.
+struct Child {
+  ~Child() {
+    if (to_child >= 0) close(to_child);
+    if (from_child >= 0) close(from_child);
+    if (pid > 0) {
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+      }
+    }
+  }
+  pid_t pid = -1;
+  int to_child = -1;
+  int from_child = -1;
+};
+
+TEST(ProcessSymbols, AnotherProcessWithANonPieExecutable) {
+  // The premise: the child is ET_EXEC.
+  int exe_fd = open(PROBEFS_NOPIE_CHILD, O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(exe_fd, 0);
+  ElfW(Ehdr) eh;
+  ASSERT_EQ(pread(exe_fd, &eh, sizeof eh, 0), static_cast<ssize_t>(sizeof eh));
+  close(exe_fd);
+  ASSERT_EQ(eh.e_type, ET_EXEC);
+
+  Child child;
+  int in_pipe[2], out_pipe[2];
+  ASSERT_EQ(pipe2(in_pipe, O_CLOEXEC), 0);
+  child.to_child = in_pipe[1];
+  ASSERT_EQ(pipe2(out_pipe, O_CLOEXEC), 0);
+  child.from_child = out_pipe[0];
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  char* argv[] = {const_cast<char*>(PROBEFS_NOPIE_CHILD), nullptr};
+  int spawned = posix_spawn(&child.pid, PROBEFS_NOPIE_CHILD, &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  ASSERT_EQ(spawned, 0);
+
+  unsigned long child_fn = 0, child_getpid = 0;
+  const std::string line = read_line(child.from_child);
+  ASSERT_EQ(std::sscanf(line.c_str(), "%lx %lx", &child_fn, &child_getpid), 2) << line;
+  ASSERT_NE(child_getpid, 0u);
+
+  int err = 1;
+  auto syms = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(syms, nullptr);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(syms->pid(), child.pid);
+  std::vector<MappedObject> objects = syms->objects();
+  ASSERT_FALSE(objects.empty());
+  EXPECT_TRUE(objects[0].executable);
+  EXPECT_EQ(objects[0].load_bias, 0u);
+  EXPECT_EQ(objects[0].module, basename_of(PROBEFS_NOPIE_CHILD));
+
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve("probefs_child_fn", &r), 0);
+  EXPECT_EQ(r.addr, child_fn);
+  EXPECT_TRUE(r.function.known());
+  ASSERT_EQ(syms->describe(child_fn + 1, &r), 0);
+  EXPECT_EQ(r.name, "probefs_child_fn");
+  EXPECT_EQ(r.function.start, child_fn);
+
+  ASSERT_EQ(syms->resolve("getpid", &r), 0);
+  EXPECT_EQ(r.addr, child_getpid);
+  EXPECT_EQ(r.module, "libc.so.6");
+
+  close(child.to_child);
+  child.to_child = -1;
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
+  child.pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(ProcessSymbols, LoadOfAMissingProcessFails) {
+  int err = 0;
+  // Above any pid_max the kernel allows.
+  EXPECT_EQ(ProcessSymbols::load(INT_MAX, &err), nullptr);
+  EXPECT_EQ(err, -ESRCH);
+  err = 0;
+  EXPECT_EQ(ProcessSymbols::load(0, &err), nullptr);
+  EXPECT_EQ(err, -ESRCH);
+}
+
+}  // namespace
+}  // namespace probefs::target

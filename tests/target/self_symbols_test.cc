@@ -1,0 +1,127 @@
+#include "target/self_symbols.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cerrno>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/target/dl_helpers.h"
+#include "tests/target/test_functions.h"
+
+namespace probefs::target {
+namespace {
+
+using test_support::dynsym_size;
+using test_support::fn_addr;
+
+// p_vaddr of the first PT_LOAD of the loaded object whose load bias is `bias`.
+uintptr_t first_load_vaddr(uintptr_t bias) {
+  struct Query {
+    uintptr_t bias;
+    uintptr_t vaddr = 0;
+  } q{bias};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* q = static_cast<Query*>(data);
+        if (info->dlpi_addr != q->bias) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+            q->vaddr = info->dlpi_phdr[i].p_vaddr;
+            return 1;
+          }
+        }
+        return 1;
+      },
+      &q);
+  return q.vaddr;
+}
+
+TEST(SelfSymbolResolver, IsOneProcessWideInstance) {
+  probecore::SymbolResolver* a = &self_symbol_resolver();
+  probecore::SymbolResolver* b = &self_symbol_resolver();
+  EXPECT_EQ(a, b);
+}
+
+TEST(SelfSymbolResolver, ResolvesAndDescribes) {
+  probecore::SymbolResolver& resolver = self_symbol_resolver();
+  const uintptr_t a = fn_addr(&probefs_test_fn_a);
+  const uint64_t size = dynsym_size(a);
+  ASSERT_GT(size, 2u);
+
+  probecore::SymbolLocation loc;
+  ASSERT_EQ(resolver.resolve("probefs_test_fn_a", &loc), 0);
+  EXPECT_EQ(loc.addr, a);
+  EXPECT_EQ(loc.name, "probefs_test_fn_a");
+  EXPECT_EQ(loc.module, "");
+  EXPECT_EQ(loc.bounds.start, a);
+  EXPECT_EQ(loc.bounds.end, a + size);
+
+  probecore::SymbolLocation mid;
+  ASSERT_EQ(resolver.describe(a + size / 2, &mid), 0);
+  EXPECT_EQ(mid.name, "probefs_test_fn_a");
+  EXPECT_EQ(mid.addr, a);
+  EXPECT_TRUE(mid.bounds.known());
+  EXPECT_EQ(mid.bounds.start, a);
+  EXPECT_EQ(mid.bounds.end, a + size);
+
+  ASSERT_EQ(resolver.resolve("libc:getpid", &loc), 0);
+  EXPECT_EQ(loc.module, "libc.so.6");
+  EXPECT_TRUE(loc.bounds.contains(loc.addr));
+}
+
+TEST(SelfSymbolResolver, ErrorsAreNegativeErrno) {
+  probecore::SymbolResolver& resolver = self_symbol_resolver();
+  probecore::SymbolLocation loc;
+  EXPECT_EQ(resolver.resolve("probefs_no_such_function", &loc), -ENOENT);
+  EXPECT_EQ(resolver.resolve("", &loc), -EINVAL);
+  EXPECT_EQ(resolver.resolve(":", &loc), -EINVAL);
+  EXPECT_EQ(resolver.resolve("libc:", &loc), -EINVAL);
+  int on_stack = 0;
+  EXPECT_EQ(resolver.describe(reinterpret_cast<uintptr_t>(&on_stack), &loc), -ENOENT);
+}
+
+TEST(SelfSymbolResolver, FindsALibraryLoadedAfterFirstUse) {
+  ASSERT_EQ(dlopen(PROBEFS_LATE_LIB, RTLD_NOW | RTLD_NOLOAD), nullptr)
+      << "the late library must be loaded by this test only";
+  SelfSymbolResolver& resolver = self_symbol_resolver();
+  probecore::SymbolLocation loc;
+  ASSERT_EQ(resolver.resolve("getpid", &loc), 0);  // in use before the dlopen
+  EXPECT_EQ(resolver.resolve("probefs_late_fn", &loc), -ENOENT);
+
+  void* lib = dlopen(PROBEFS_LATE_LIB, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  const uintptr_t late = reinterpret_cast<uintptr_t>(dlsym(lib, "probefs_late_fn"));
+  ASSERT_NE(late, 0u);
+  const uint64_t size = dynsym_size(late);
+
+  // The premise of the bias check: the library's first PT_LOAD has a nonzero p_vaddr.
+  link_map* map = nullptr;
+  ASSERT_EQ(dlinfo(lib, RTLD_DI_LINKMAP, &map), 0);
+  EXPECT_NE(first_load_vaddr(map->l_addr), 0u);
+
+  int resolved = resolver.resolve("probefs_late_fn", &loc);
+  int described = -1;
+  probecore::SymbolLocation mid;
+  if (resolved == 0) described = resolver.describe(late + size / 2, &mid);
+  dlclose(lib);
+
+  ASSERT_EQ(resolved, 0);
+  EXPECT_EQ(loc.addr, late);
+  EXPECT_EQ(loc.module, "libprobefs_target_late.so");
+  EXPECT_EQ(loc.bounds.start, late);
+  EXPECT_EQ(loc.bounds.end, late + size);
+  ASSERT_EQ(described, 0);
+  EXPECT_EQ(mid.name, "probefs_late_fn");
+  EXPECT_EQ(mid.bounds.start, late);
+
+  // Once the library is really gone, its symbols are too.
+  if (dlopen(PROBEFS_LATE_LIB, RTLD_NOW | RTLD_NOLOAD) == nullptr) {
+    EXPECT_EQ(resolver.resolve("probefs_late_fn", &loc), -ENOENT);
+  }
+}
+
+}  // namespace
+}  // namespace probefs::target
