@@ -275,7 +275,7 @@ TEST(ProcessSymbols, StrippedLibraryBoundsComeFromEhFrame) {
   using RangesFn = void (*)(uintptr_t*);
   auto ranges_fn = reinterpret_cast<RangesFn>(dlsym(lib.handle, "probefs_stripped_hidden_ranges"));
   ASSERT_NE(ranges_fn, nullptr);
-  uintptr_t ranges[4];
+  uintptr_t ranges[6];
   ranges_fn(ranges);
   const FunctionRange a{ranges[0], ranges[1]};
   const FunctionRange b{ranges[2], ranges[3]};
@@ -295,6 +295,20 @@ TEST(ProcessSymbols, StrippedLibraryBoundsComeFromEhFrame) {
       EXPECT_EQ(r.module, module);
     }
   }
+
+  // A symbol of size 0 names the code, the FDE bounds it.
+  const FunctionRange unsized{ranges[4], ranges[5]};
+  ASSERT_TRUE(unsized.known());
+  ASSERT_EQ(dynsym_size(unsized.start), 0u);
+  ASSERT_EQ(syms->resolve(module + ":probefs_stripped_unsized", &r), 0);
+  EXPECT_EQ(r.addr, unsized.start);
+  EXPECT_EQ(r.function.start, unsized.start);
+  EXPECT_EQ(r.function.end, unsized.end);
+  ASSERT_EQ(syms->describe(unsized.end - 1, &r), 0);
+  EXPECT_EQ(r.name, "probefs_stripped_unsized");
+  EXPECT_EQ(r.addr, unsized.start);
+  EXPECT_EQ(r.function.start, unsized.start);
+  EXPECT_EQ(r.function.end, unsized.end);
 }
 
 // Reads one line from fd without stdio buffering.

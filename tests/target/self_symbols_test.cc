@@ -3,8 +3,11 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cerrno>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +84,25 @@ TEST(SelfSymbolResolver, ErrorsAreNegativeErrno) {
   EXPECT_EQ(resolver.resolve("libc:", &loc), -EINVAL);
   int on_stack = 0;
   EXPECT_EQ(resolver.describe(reinterpret_cast<uintptr_t>(&on_stack), &loc), -ENOENT);
+}
+
+TEST(SelfSymbolResolver, ServesSeveralThreadsAtOnce) {
+  SelfSymbolResolver& resolver = self_symbol_resolver();
+  const uintptr_t a = fn_addr(&probefs_test_fn_a);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&resolver, &wrong, a, t] {
+      for (int i = 0; i < 50; ++i) {
+        probecore::SymbolLocation loc;
+        if (resolver.resolve("probefs_test_fn_a", &loc) != 0 || loc.addr != a) ++wrong;
+        if (resolver.describe(a + 1, &loc) != 0 || loc.bounds.start != a) ++wrong;
+        if (t == 0 && i % 10 == 0 && resolver.reload() != 0) ++wrong;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(SelfSymbolResolver, FindsALibraryLoadedAfterFirstUse) {

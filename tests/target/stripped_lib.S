@@ -38,8 +38,26 @@ probefs_hidden_b:
 probefs_hidden_b_end:
         .size probefs_hidden_b, .-probefs_hidden_b
 
-        // void probefs_stripped_hidden_ranges(uintptr_t out[4]):
-        // out = {a start, a end, b start, b end}.
+        // Exported but without .size: its .dynsym entry has size 0, so its bounds too must
+        // come from the FDE, while the symbol still names it.
+        .globl probefs_stripped_unsized
+        .type probefs_stripped_unsized, @function
+probefs_stripped_unsized:
+probefs_stripped_unsized_local:  // a local alias: PC-relative, no GOT entry needed
+        .cfi_startproc
+        pushq %r12
+        .cfi_def_cfa_offset 16
+        .cfi_offset %r12, -16
+        movl %edi, %eax
+        nop; nop; nop; nop
+        popq %r12
+        .cfi_def_cfa_offset 8
+        ret
+        .cfi_endproc
+probefs_stripped_unsized_end:
+
+        // void probefs_stripped_hidden_ranges(uintptr_t out[6]):
+        // out = {a start, a end, b start, b end, unsized start, unsized end}.
         .globl probefs_stripped_hidden_ranges
         .type probefs_stripped_hidden_ranges, @function
 probefs_stripped_hidden_ranges:
@@ -52,6 +70,10 @@ probefs_stripped_hidden_ranges:
         movq %rax, 16(%rdi)
         leaq probefs_hidden_b_end(%rip), %rax
         movq %rax, 24(%rdi)
+        leaq probefs_stripped_unsized_local(%rip), %rax
+        movq %rax, 32(%rdi)
+        leaq probefs_stripped_unsized_end(%rip), %rax
+        movq %rax, 40(%rdi)
         ret
         .cfi_endproc
         .size probefs_stripped_hidden_ranges, .-probefs_stripped_hidden_ranges
