@@ -527,14 +527,17 @@ int register_locked(Kprobe* p) {
       ag->object_name = q.name;
     }
     publish_children(ag, {p});
-    if (int rc = sync_armed(ag); rc) {
-      arch::release(site);
-      delete ag->children.load();
-      return rc;
-    }
+    // Published before the int3 is written, so that no thread ever traps on an int3 that
+    // the table does not explain.
     owned.release();
     g_aggrs.push_back(ag);
     table_insert(ag);
+    if (int rc = sync_armed(ag); rc) {
+      table_remove(ag);
+      std::erase(g_aggrs, ag);
+      g_retired_aggrs.push_back(ag);
+      return rc;
+    }
   }
   p->addr = addr;
   p->aggr_ = ag;
@@ -547,9 +550,11 @@ int unregister_locked(Kprobe* p) {
   std::vector<Kprobe*> probes = children_of(ag);
   std::erase(probes, p);
   if (probes.empty()) {
-    table_remove(ag);
+    // The int3 goes before the table entry: a thread that trapped on it and then finds no
+    // entry sees the original byte back and simply runs it.
     if (ag->armed && !ag->gone) arch::disarm(ag->site);
     ag->armed = false;
+    table_remove(ag);
     std::erase(g_aggrs, ag);
     g_retired_aggrs.push_back(ag);
   } else {

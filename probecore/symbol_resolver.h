@@ -27,7 +27,7 @@ struct SymbolLocation {
 class SymbolResolver {
  public:
   virtual ~SymbolResolver() = default;
-  // `SYM` or `MOD:SYM`. Returns 0 or -ENOENT.
+  // `SYM` or `MOD:SYM`. Returns 0, -ENOENT, or -EINVAL for a malformed name.
   virtual int resolve(std::string_view name, SymbolLocation* out) = 0;
   // The function containing addr, for bounds and for naming it in `kprobes/list`.
   // Returns 0 or -ENOENT.

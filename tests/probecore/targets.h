@@ -1,0 +1,25 @@
+// Functions the probecore tests probe (targets.inc, asm_targets.S).
+#pragma once
+
+#include <cstdint>
+
+#define PF_DECLARE(sfx)                                           \
+  long add_##sfx(long a, long b);                                 \
+  long mul_##sfx(long a, long b);                                 \
+  long depth_##sfx(long n);                                       \
+  int classify_##sfx(int x);                                      \
+  unsigned long count_char_##sfx(const char* s, char c);
+
+extern "C" {
+PF_DECLARE(o2)
+PF_DECLARE(o0)
+
+long pf_mix(long x);
+extern char pf_mix_end[], pf_mix_push[], pf_mix_riprel[], pf_mix_call[], pf_mix_jcc[],
+    pf_mix_pop[], pf_mix_ret[];
+extern long pf_mix_bias;
+long pf_loop_sum(long n);
+extern char pf_loop_sum_end[], pf_loop_sum_loop[], pf_loop_sum_jmp[], pf_loop_sum_icall[];
+long pf_leaf_redzone(long x);
+extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
+}
