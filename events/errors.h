@@ -1,0 +1,129 @@
+// The one catalogue of user-facing errors of the dynamic-events language: every message a
+// user can see in error_log or in a filter file, with the errno the failing write returns.
+// Messages and errno values are facts taken from the kernel's observable behaviour (see the
+// reference captures); positions are byte offsets into the command as error_log prints it.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace probefs::events {
+
+// X(code, message, errno). kNone carries an errno but writes nothing to error_log: the
+// kernel rejects some inputs (unknown probe type, a place without ':', ...) silently.
+#define PROBEFS_EVENTS_ERRORS(X)                                                          \
+  X(kNone, "", EINVAL)                                                                    \
+  X(kFileNotFound, "Failed to find the given file", ENOENT)                               \
+  X(kNoRegularFile, "Not a regular file", EINVAL)                                         \
+  X(kBadRefcnt, "Invalid reference counter offset", EINVAL)                              \
+  X(kRefcntOpenBrace, "Reference counter brace is not closed", EINVAL)                   \
+  X(kBadRefcntSuffix, "Reference counter has wrong suffix", EINVAL)                      \
+  X(kBadUprobeOffs, "Invalid uprobe offset", EINVAL)                                     \
+  X(kBadMaxactType, "Maxactive is only for function exit", EINVAL)                       \
+  X(kBadMaxact, "Invalid maxactive number", EINVAL)                                      \
+  X(kMaxactTooBig, "Maxactive is too big", EINVAL)                                       \
+  X(kBadProbeAddr, "Invalid probed address or symbol", EINVAL)                           \
+  X(kNonUniqSymbol, "The symbol is not unique", EINVAL)                                  \
+  X(kBadRetprobe, "Retprobe address must be an function entry", EINVAL)                  \
+  X(kBadAddrSuffix, "Invalid probed address suffix", EINVAL)                             \
+  X(kNoGroupName, "Group name is not specified", EINVAL)                                 \
+  X(kGroupTooLong, "Group name is too long", EINVAL)                                     \
+  X(kBadGroupName, "Group name must follow the same rules as C identifiers", EINVAL)     \
+  X(kNoEventName, "Event name is not specified", EINVAL)                                 \
+  X(kEventTooLong, "Event name is too long", EINVAL)                                     \
+  X(kBadEventName, "Event name must follow the same rules as C identifiers", EINVAL)     \
+  X(kEventExist, "Given group/event name is already used by another event", EEXIST)      \
+  X(kRetvalOnProbe, "$retval is not available on probe", EINVAL)                         \
+  X(kBadStackNum, "Invalid stack number", EINVAL)                                        \
+  X(kBadArgNum, "Invalid argument number", EINVAL)                                       \
+  X(kBadVar, "Invalid $-variable specified", EINVAL)                                     \
+  X(kBadRegName, "Invalid register name", EINVAL)                                        \
+  X(kBadMemAddr, "Invalid memory address", EINVAL)                                       \
+  X(kBadImm, "Invalid immediate value", EINVAL)                                          \
+  X(kImmstrNoClose, "String is not closed with '\"'", EINVAL)                            \
+  X(kFileOnKprobe, "File offset is not available with kprobe", EINVAL)                   \
+  X(kBadFileOffs, "Invalid file offset value", EINVAL)                                   \
+  X(kSymOnUprobe, "Symbol is not available with uprobe", EINVAL)                         \
+  X(kTooManyOps, "Dereference is too much nested", EINVAL)                               \
+  X(kDerefNeedBrace, "Dereference needs a brace", EINVAL)                                \
+  X(kBadDerefOffs, "Invalid dereference offset", EINVAL)                                 \
+  X(kDerefOpenBrace, "Dereference brace is not closed", EINVAL)                          \
+  X(kCommCantDeref, "$comm can not be dereferenced", EINVAL)                             \
+  X(kBadFetchArg, "Invalid fetch argument", EINVAL)                                      \
+  X(kArrayNoClose, "Array is not closed", EINVAL)                                        \
+  X(kBadArraySuffix, "Array has wrong suffix", EINVAL)                                   \
+  X(kBadArrayNum, "Invalid array size", EINVAL)                                          \
+  X(kArrayTooBig, "Array number is too big", EINVAL)                                     \
+  X(kBadType, "Unknown type is specified", EINVAL)                                       \
+  X(kBadString, "String accepts only memory argument", EINVAL)                           \
+  X(kBadSymstring, "Symbol String doesn't accept data/userdata", EINVAL)                 \
+  X(kBadBitfield, "Invalid bitfield", EINVAL)                                            \
+  X(kArgNameTooLong, "Argument name is too long", EINVAL)                                \
+  X(kNoArgName, "Argument name is not specified", EINVAL)                                \
+  X(kBadArgName, "Argument name must follow the same rules as C identifiers", EINVAL)    \
+  X(kUsedArgName, "This argument name is already used", EINVAL)                          \
+  X(kArgTooLong, "Argument expression is too long", E2BIG)                               \
+  X(kNoArgBody, "No argument expression", EINVAL)                                        \
+  X(kBadInsnBndry, "Probe point is not an instruction boundary", EILSEQ)                 \
+  X(kFailRegProbe, "Failed to register probe event", EINVAL)                             \
+  X(kDiffProbeType, "Probe type is different from existing probe", EEXIST)               \
+  X(kDiffArgType, "Argument type or name is different from existing probe", EEXIST)      \
+  X(kSameProbe, "There is already the exact same probe event", EEXIST)                   \
+  X(kNosupBtfarg, "BTF is not available or not supported", EINVAL)                       \
+  X(kNofentryArgs, "$arg* can be used only on function entry or exit", EINVAL)           \
+  X(kNeedStringType, "$comm and immediate-string only accepts string type", EINVAL)      \
+  X(kTooManyArgs, "Too many arguments are specified", E2BIG)                             \
+  /* filter language */                                                                  \
+  X(kFiltInvalidOp, "Invalid operator", EINVAL)                                          \
+  X(kFiltTooManyOpen, "Too many '('", ENOENT)                                            \
+  X(kFiltTooManyClose, "Too few '('", EINVAL)                                            \
+  X(kFiltMissingQuote, "Missing matching quote", EINVAL)                                 \
+  X(kFiltOperandTooLong, "Operand too long", EINVAL)                                     \
+  X(kFiltExpectString, "Expecting string field", EINVAL)                                 \
+  X(kFiltExpectDigit, "Expecting numeric field", EINVAL)                                 \
+  X(kFiltIllegalFieldOp, "Illegal operation for field type", EINVAL)                     \
+  X(kFiltFieldNotFound, "Field not found", EINVAL)                                       \
+  X(kFiltIllegalIntval, "Illegal integer value", EINVAL)                                 \
+  X(kFiltBadSubsysFilter, "Couldn't find or set field in one of a subsystem's events",   \
+    EINVAL)                                                                              \
+  X(kFiltTooManyPreds, "Too many terms in predicate expression", EINVAL)                 \
+  X(kFiltInvalidValue, "Invalid value (did you forget quotes)?", EINVAL)                 \
+  X(kFiltErrno, "Error", EINVAL)
+
+enum class ErrorCode : uint8_t {
+#define PROBEFS_EVENTS_ERROR_ENUM(code, msg, err) code,
+  PROBEFS_EVENTS_ERRORS(PROBEFS_EVENTS_ERROR_ENUM)
+#undef PROBEFS_EVENTS_ERROR_ENUM
+};
+
+// The catalogue's message ("" for kNone) and default errno (positive) for a code.
+std::string_view error_message(ErrorCode code);
+int error_errno(ErrorCode code);
+
+// Where an error_log entry says it comes from.
+inline constexpr std::string_view kLogUprobe = "trace_uprobe";
+inline constexpr std::string_view kLogKprobe = "trace_kprobe";
+inline constexpr std::string_view kLogFilter = "event filter parse error";
+
+// A positioned error: what went wrong, the errno the write returns, and where error_log's
+// caret points (a byte offset into `command`). `logged()` is false for the silent kind.
+struct Diagnostic {
+  ErrorCode code = ErrorCode::kNone;
+  int err = 0;            // positive errno; 0 means "no error"
+  int pos = 0;            // caret column inside `command`
+  std::string command;    // the command as error_log shows it
+  std::string_view subsystem = kLogUprobe;
+
+  bool ok() const { return err == 0; }
+  bool logged() const { return err != 0 && code != ErrorCode::kNone; }
+  std::string_view message() const { return error_message(code); }
+};
+
+// One error_log entry, exactly as the kernel prints it:
+//   "[%5llu.%06u] <subsystem>: error: <message>\n  Command: <command>\n<11+pos spaces>^\n"
+// `timestamp_ns` is the writer's clock (CLOCK_MONOTONIC in the daemon).
+std::string format_error_log_entry(uint64_t timestamp_ns, const Diagnostic& d);
+
+}  // namespace probefs::events
