@@ -1,0 +1,49 @@
+// Text output of the trace files: event lines as `trace` and `trace_pipe` show them, the
+// `trace` header and the `[LOST N EVENTS]` line. Records come from shared memory written
+// by traced processes, so every offset inside one is checked before it is followed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "events/compile.h"
+
+namespace probefs::events {
+
+// Names addresses for kprobe-style lines and the symbol/symstr types (daemon side).
+struct SymbolInfo {
+  std::string_view name;
+  uint64_t offset = 0;   // addr - symbol start
+  uint64_t size = 0;     // symbol size
+  std::string_view module;  // printed as " [module]" when not empty
+};
+
+class Symbolizer {
+ public:
+  virtual ~Symbolizer() = default;
+  virtual bool lookup(uint64_t addr, SymbolInfo* out) = 0;
+};
+
+struct LineContext {
+  std::string_view comm;  // "<...>" when the thread's name is not known
+  int32_t pid = 0;
+  uint32_t cpu = 0;
+  uint64_t ts_ns = 0;
+};
+
+// Appends one line (with its newline):
+//   "%16s-%-7d [%03d] %5s %5lu.%06lu: %s: <body>\n"
+// The body is `(0xADDR)` / `(0xRET <- 0xFUNC)` for uprobe-style events and
+// `(sym+off/size)` / `(caller+off/size <- func)` for kprobe-style ones, then ` name=value`
+// for each argument. Returns false (and appends nothing) if `len` is too short.
+bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineContext& ctx,
+                       const uint8_t* rec, uint32_t len, Symbolizer* sym = nullptr);
+
+// The 12-line header of the `trace` file.
+std::string trace_header(uint64_t entries, uint64_t written, int cpus);
+
+// "CPU:%d [LOST %lu EVENTS]\n"
+void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost);
+
+}  // namespace probefs::events
