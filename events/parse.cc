@@ -8,14 +8,13 @@
 #include <limits>
 
 #include "arch/regs.h"
+#include "events/kstrto.h"
 
 namespace probefs::events {
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Number and name rules. These follow the kernel's kstrto*() family exactly because the
-// accepted spellings are user-visible: "0X1370", "0x01370" and "4976" are one offset, a
-// leading "0" means octal, one trailing newline is tolerated, nothing else is.
+// Character classes and names (numbers: kstrto.h).
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
@@ -23,66 +22,6 @@ bool is_space(char c) {
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool is_alnum(char c) { return is_alpha(c) || is_digit(c); }
-bool is_xdigit(char c) {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-int digit_value(char c) {
-  if (is_digit(c)) return c - '0';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'Z') return c - 'A' + 10;
-  return 99;
-}
-
-// Base 0: "0x" + hex digit -> 16, leading "0" -> 8, else 10. Returns the digits' start.
-size_t fixup_radix(std::string_view s, unsigned* base) {
-  if (*base == 0) {
-    if (s.size() >= 1 && s[0] == '0') {
-      if (s.size() >= 3 && (s[1] | 0x20) == 'x' && is_xdigit(s[2])) {
-        *base = 16;
-        return 2;
-      }
-      *base = 8;
-      return 0;
-    }
-    *base = 10;
-    return 0;
-  }
-  if (*base == 16 && s.size() >= 2 && s[0] == '0' && (s[1] | 0x20) == 'x') return 2;
-  return 0;
-}
-
-bool kstrtoull(std::string_view s, unsigned base, uint64_t* out) {
-  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
-  size_t i = fixup_radix(s, &base);
-  uint64_t v = 0;
-  size_t start = i;
-  for (; i < s.size(); ++i) {
-    int d = digit_value(s[i]);
-    if (d >= static_cast<int>(base)) break;
-    if (v > (std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(d)) / base)
-      return false;  // ERANGE
-    v = v * base + static_cast<uint64_t>(d);
-  }
-  if (i == start) return false;
-  if (i < s.size() && s[i] == '\n') ++i;
-  if (i != s.size()) return false;
-  *out = v;
-  return true;
-}
-
-bool kstrtoll(std::string_view s, unsigned base, int64_t* out) {
-  uint64_t v;
-  if (!s.empty() && s[0] == '-') {
-    if (!kstrtoull(s.substr(1), base, &v)) return false;
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) + 1) return false;
-    *out = static_cast<int64_t>(0 - v);
-    return true;
-  }
-  if (!kstrtoull(s, base, &v)) return false;
-  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-  *out = static_cast<int64_t>(v);
-  return true;
-}
 
 // The lenient kind: as many digits as there are, no overflow check; *end after them.
 uint64_t simple_strtoul(std::string_view s, size_t* end) {
