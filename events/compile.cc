@@ -119,6 +119,17 @@ bool compile(const ProbeDefinition& def, const DataSymbolResolver& resolve, Comp
     ev.fields.push_back(std::move(f));
   }
   prog.fixed_size = off;
+  bool all_regs = !prog.insns.empty();
+  for (size_t i = 0; all_regs && i < prog.insns.size(); i += 3) {
+    all_regs = i + 2 < prog.insns.size() && prog.insns[i].op == FetchOp::kReg &&
+               prog.insns[i + 1].op == FetchOp::kStRaw && prog.insns[i + 2].op == FetchOp::kEnd &&
+               prog.insns[i + 1].param <= 0xffff;
+  }
+  if (all_regs) {
+    for (size_t i = 0; i < prog.insns.size(); i += 3)
+      prog.fast_regs.push_back(prog.insns[i].param | (uint32_t{prog.insns[i + 1].size} << 8) |
+                               (prog.insns[i + 1].param << 16));
+  }
   ev.print_fmt = print_fmt_of(def);
   *out = std::move(ev);
   return true;

@@ -34,6 +34,10 @@ struct FieldLayout {
 struct FetchProgram {
   std::vector<FetchInsn> insns;   // every argument's stages, each ending with kEnd
   std::string strings;            // immediate strings, NUL-terminated, by kData's param
+  // When every argument is a register stored as it is (the most common definition), this
+  // packs each as reg byte offset | size << 8 | field offset << 16, and the interpreter
+  // takes a straight path. Empty otherwise.
+  std::vector<uint32_t> fast_regs;
   uint32_t header_size = 16;      // common header + ip fields
   uint32_t fixed_size = 16;       // header + every argument's fixed part
   uint32_t nargs = 0;

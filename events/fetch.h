@@ -29,6 +29,7 @@ struct HitContext {
 // The program as the interpreter sees it: pointers into memory the caller keeps alive.
 struct ProgramView {
   const FetchInsn* insns = nullptr;
+  const uint32_t* fast_regs = nullptr;  // see FetchProgram::fast_regs; null when absent
   const char* strings = nullptr;
   uint32_t header_size = 16;
   uint32_t fixed_size = 16;
@@ -41,6 +42,7 @@ struct ProgramView {
 inline ProgramView view_of(const FetchProgram& p) {
   ProgramView v;
   v.insns = p.insns.data();
+  v.fast_regs = p.fast_regs.empty() ? nullptr : p.fast_regs.data();
   v.strings = p.strings.data();
   v.header_size = p.header_size;
   v.fixed_size = p.fixed_size;
@@ -118,9 +120,15 @@ enum class Source : uint8_t { kMemory, kComm, kData };
 
 // One argument: runs its stages and returns the instruction after its kEnd.
 template <class Reader>
-inline const FetchInsn* run_arg(const FetchInsn* pc, const ProgramView& p, const HitContext& hc,
-                                Reader& rd, uint8_t* rec, uint32_t cap, uint32_t* dyn) {
+__attribute__((always_inline)) inline const FetchInsn* run_arg(
+    const FetchInsn* pc, const ProgramView& p, const HitContext& hc, Reader& rd, uint8_t* rec,
+    uint32_t cap, uint32_t* dyn) {
   const PtRegs& regs = *hc.regs;
+  // The common case, a register stored as it is, skips the staged machinery.
+  if (pc->op == FetchOp::kReg && pc[1].op == FetchOp::kStRaw && pc[2].op == FetchOp::kEnd) {
+    store_le(rec + pc[1].param, reg_at(regs, pc->param), pc[1].size);
+    return pc + 3;
+  }
   uint64_t val = 0;
   Source src = Source::kMemory;
   bool fault = false;
@@ -254,6 +262,16 @@ inline uint32_t write_record(const ProgramView& p, const HitContext& hc, Reader&
     detail::store_le(rec + 16, hc.ret_ip, 8);
   } else {
     detail::store_le(rec + 8, hc.ip, 8);
+  }
+  if (p.fast_regs) {
+    const uint8_t* r = reinterpret_cast<const uint8_t*>(hc.regs);
+    for (uint32_t a = 0; a < p.nargs; ++a) {
+      uint32_t f = p.fast_regs[a];
+      uint64_t v;
+      __builtin_memcpy(&v, r + (f & 0xff), 8);
+      detail::store_le(rec + (f >> 16), v, (f >> 8) & 0xff);
+    }
+    return p.fixed_size;
   }
   uint32_t dyn = p.fixed_size;
   const FetchInsn* pc = p.insns;

@@ -304,20 +304,27 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Hit-path helpers: no library calls.
-bool bytes_equal(const char* a, const char* b, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i)
+// Hit-path helpers: no library calls. The empty asm keeps the compiler from turning the
+// loops into memcmp/strnlen calls.
+__attribute__((always_inline)) inline bool bytes_equal(const char* a, const char* b,
+                                                       uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    asm("" : "+r"(i));
     if (a[i] != b[i]) return false;
+  }
   return true;
 }
 
-uint32_t cstr_len(const char* s, uint32_t max) {
+__attribute__((always_inline)) inline uint32_t cstr_len(const char* s, uint32_t max) {
   uint32_t n = 0;
-  while (n < max && s[n]) ++n;
+  while (n < max && s[n]) {
+    asm("" : "+r"(n));
+    ++n;
+  }
   return n;
 }
 
-bool class_match(const char* pat, uint32_t pat_len, uint32_t* pi, char c) {
+__attribute__((always_inline)) inline bool class_match(const char* pat, uint32_t pat_len, uint32_t* pi, char c) {
   // pat[*pi] is '['. On success *pi is past the closing ']'.
   uint32_t p = *pi + 1;
   bool negate = false;
