@@ -697,9 +697,12 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
       std::snprintf(buf, sizeof buf, "%c_0x%lx", def.is_return ? 'r' : 'p',
                     static_cast<unsigned long>(def.address));
     }
+    // The kernel turns ':' and '.' into '_', which is enough for its own symbol and module
+    // names; user-space objects also have '-' and '+' (ld-linux-x86-64.so.2, libstdc++),
+    // so every character that cannot be in an identifier becomes '_'.
     std::string name = truncate_name(buf);
     for (size_t i = 1; i < name.size(); ++i)
-      if (name[i] == ':' || name[i] == '.') name[i] = '_';
+      if (!is_alnum(name[i]) && name[i] != '_') name[i] = '_';
     def.event = name;
   }
   if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {

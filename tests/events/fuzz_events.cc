@@ -1,0 +1,91 @@
+// libFuzzer target for the definition parser, the compiler and the filter compiler.
+// Input: one byte choosing the file (kprobe_events, uprobe_events, dynamic_events), a
+// definition line, '\n', then a filter. Whatever parses must read back to text that parses
+// to the same read-back; whatever compiles must run, format and filter without a crash.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "events/compile.h"
+#include "events/fetch.h"
+#include "events/filter.h"
+#include "events/memory_reader.h"
+#include "events/output.h"
+#include "events/parse.h"
+
+using namespace probefs;
+using namespace probefs::events;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  int mode = data[0] % 3;
+  std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
+  size_t nl = rest.find('\n');
+  std::string_view line = rest.substr(0, nl);
+  std::string_view filter = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+
+  bool too_long;
+  split_write(rest, &too_long);
+  ParseResult r = mode == 0   ? parse_kprobe_command(line)
+                  : mode == 1 ? parse_uprobe_command(line)
+                              : parse_dynamic_command(line);
+  if (r.status == ParseStatus::kError && r.error.logged()) {
+    if (r.error.pos < 0 || r.error.pos > static_cast<int>(r.error.command.size()) + 1) abort();
+    format_error_log_entry(1, r.error);
+  }
+  if (r.status != ParseStatus::kDefine) return 0;
+
+  // Default names are made from the place as the kernel makes them and need not be
+  // identifiers ("p_a+b_0x10"); only a definition with an identifier name can be
+  // written back as it reads.
+  bool ident = !r.def.event.empty();
+  for (size_t i = 0; i < r.def.event.size(); ++i) {
+    char c = r.def.event[i];
+    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) ident = false;
+  }
+  std::string text = read_back(r.def);
+  if (ident) {
+    ParseResult again = parse_dynamic_command(text);
+    if (again.status != ParseStatus::kDefine || read_back(again.def) != text) abort();
+  }
+
+  CompiledEvent ev;
+  Diagnostic err;
+  auto resolve = [](std::string_view, uint64_t* a) {
+    *a = 0x1000;
+    return true;
+  };
+  if (!compile(r.def, resolve, &ev, &err)) return 0;
+  format_file(ev, 1);
+
+  PtRegs regs{};
+  regs.di = 0x1000;
+  regs.si = 0x1008;
+  regs.sp = 0x1010;
+  FakeMemoryReader mem;
+  char bytes[64];
+  for (int i = 0; i < 64; ++i) bytes[i] = static_cast<char>(i * 7 % 23 + 0x20);
+  bytes[40] = 0;
+  mem.map(0x1000, bytes, sizeof bytes);
+  HitContext hc;
+  hc.regs = &regs;
+  hc.comm = "fuzz";
+  uint64_t entry[kMaxStackParam] = {};
+  hc.entry_args = entry;
+  static uint8_t rec[1 << 16];
+  uint32_t cap = ev.program.max_record_size();
+  if (cap > sizeof rec) cap = sizeof rec;
+  uint32_t n = write_record(view_of(ev.program), hc, mem, rec, cap);
+  std::string out;
+  format_trace_line(out, ev, LineContext{"fuzz", 1, 0, 0}, rec, n);
+
+  CompiledFilter f;
+  if (compile_filter(filter, ev, &f, &err)) {
+    filter_match(f, rec, n, FilterContext{0, "fuzz"});
+  } else {
+    filter_error_text(err);
+  }
+  return 0;
+}
