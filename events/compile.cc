@@ -79,6 +79,7 @@ bool compile(const ProbeDefinition& def, const DataSymbolResolver& resolve, Comp
   prog.is_return = def.is_return;
   prog.header_size = def.is_return ? 24 : 16;
   prog.entry_args = def.entry_args;
+  if (def.syntax == ProbeSyntax::kUprobe) prog.probe_offset = def.offset;
   prog.imm_string_faults = def.syntax == ProbeSyntax::kUprobe;
   prog.nargs = static_cast<uint32_t>(def.args.size());
   uint32_t off = prog.header_size;

@@ -43,6 +43,7 @@ struct FetchProgram {
   uint32_t nargs = 0;
   uint32_t string_slots = 0;      // dynamic strings per record (array elements counted)
   uint32_t entry_args = 0;        // $argN saved at function entry for a return probe
+  uint64_t probe_offset = 0;      // uprobe: file offset of the probed address (@+FOFFS)
   bool is_return = false;
   // Kernel uprobe events record an immediate string \"..." as a fault; uprobe-syntax
   // events keep that observable behaviour, kprobe-syntax events record the string.

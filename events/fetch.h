@@ -19,7 +19,6 @@ struct HitContext {
   const PtRegs* regs = nullptr;
   uint64_t ip = 0;            // entry probe: the probed address; return probe: the function
   uint64_t ret_ip = 0;        // return probe: where the function returns to
-  uint64_t probe_offset = 0;  // uprobe: the file offset of the probed address (@+FOFFS)
   const char* comm = nullptr; // the thread's name, at most 15 bytes + NUL
   const uint64_t* entry_args = nullptr;  // return probe: $argN saved at entry
   int32_t pid = 0;            // thread id
@@ -35,6 +34,7 @@ struct ProgramView {
   uint32_t fixed_size = 16;
   uint32_t nargs = 0;
   uint32_t entry_args = 0;
+  uint64_t probe_offset = 0;
   bool is_return = false;
   bool imm_string_faults = false;
 };
@@ -48,6 +48,7 @@ inline ProgramView view_of(const FetchProgram& p) {
   v.fixed_size = p.fixed_size;
   v.nargs = p.nargs;
   v.entry_args = p.entry_args;
+  v.probe_offset = p.probe_offset;
   v.is_return = p.is_return;
   v.imm_string_faults = p.imm_string_faults;
   return v;
@@ -148,7 +149,7 @@ __attribute__((always_inline)) inline const FetchInsn* run_arg(
       src = Source::kData;
       val = pc->param;
       break;
-    case FetchOp::kFileOffset: val = hc.ip - hc.probe_offset + pc->imm; break;
+    case FetchOp::kFileOffset: val = hc.ip - p.probe_offset + pc->imm; break;
     default: break;
   }
   ++pc;

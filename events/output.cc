@@ -222,6 +222,18 @@ std::string trace_header(uint64_t entries, uint64_t written, int cpus) {
   return s;
 }
 
+void format_profile_line(std::string& out, std::string_view path, std::string_view event,
+                         uint64_t hits) {
+  out += "  ";
+  out += path;
+  out.push_back(' ');
+  out += event;
+  if (event.size() < 44) out.append(44 - event.size(), ' ');
+  out.push_back(' ');
+  put_padded(out, hits, 15, ' ');
+  out.push_back('\n');
+}
+
 void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost) {
   out += "CPU:";
   put_u64(out, cpu);

@@ -43,6 +43,10 @@ bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineCont
 // The 12-line header of the `trace` file.
 std::string trace_header(uint64_t entries, uint64_t written, int cpus);
 
+// One line of uprobe_profile: "  %s %-44s %15lu\n" (path as defined, event, hits).
+void format_profile_line(std::string& out, std::string_view path, std::string_view event,
+                         uint64_t hits);
+
 // "CPU:%d [LOST %lu EVENTS]\n"
 void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost);
 

@@ -205,7 +205,6 @@ TEST(TraceLine, RefMix) {
   Hit h;
   const uint64_t base = 0x55ded62ae000;  // load address: probe ip - probe file offset
   h.ctx.ip = base + 0x1380;
-  h.ctx.probe_offset = 0x1380;
   h.regs.di = 101;
   h.regs.si = 0x10000;
   h.regs.dx = 0x20000;
@@ -306,7 +305,6 @@ TEST(TraceLine, FaultsAndFileOffsets) {
   Hit o;
   o.ctx.pid = 9230;
   o.ctx.ip = 0x56121200d370;
-  o.ctx.probe_offset = 0x1370;
   int32_t v = 4660, garbage = 990059265;
   o.mem.map(0x56121200c000 + 0x4038, &v, 4);
   o.mem.map(0x56121200c000 + 0x3038, &garbage, 4);
@@ -435,6 +433,15 @@ TEST(TraceLine, HeaderAndLost) {
   std::string s;
   format_lost_events(s, 0, 531);
   EXPECT_EQ(s, "CPU:0 [LOST 531 EVENTS]\n");
+  // 03-uprobe-profile.txt
+  s.clear();
+  format_profile_line(s, "/tmp/ex/t", "work", 1400000);
+  format_profile_line(s, "/srv/reference/kernel-tracefs-caps/prog/probetest",
+                      "a_very_long_event_name_that_is_longer_than_44_characters_x", 0);
+  EXPECT_EQ(s,
+            "  /tmp/ex/t work                                                 1400000\n"
+            "  /srv/reference/kernel-tracefs-caps/prog/probetest "
+            "a_very_long_event_name_that_is_longer_than_44_characters_x               0\n");
 }
 
 TEST(TraceLine, UnknownCommAndTruncatedRecords) {

@@ -178,6 +178,27 @@ TEST(CaptureErrors, LineTooLong) {
   EXPECT_TRUE(too_long);
 }
 
+// Place errors the capture does not show, with the kernel's rules.
+TEST(UprobeErrors, MorePlaces) {
+  const CaretRow rows[] = {
+      {"p:uprobes/u1 /bin/prog:^0x13zz", "Invalid uprobe offset", EINVAL},
+      {"p:uprobes/u2 /bin/prog:1^%return%return", "Invalid probed address suffix", EINVAL},
+      {"p:uprobes/u3 /bin/prog:0x1380(^)", "Invalid reference counter offset", EINVAL},
+      {"p:uprobes/u4 /bin/prog:0x10 a=^$stack", "", 0},
+      {"p:uprobes/u5 /bin/prog:0x10 ^a=+0($comm)", "", 0},
+  };
+  for (const CaretRow& row : rows) {
+    std::string cmd = take_caret(row.command).first;
+    ParseResult r = parse_uprobe_command(cmd);
+    if (!row.err) {
+      // Accepted, or refused for another reason than the place.
+      EXPECT_NE(r.status, ParseStatus::kNotMine) << cmd;
+      continue;
+    }
+    expect_row(row, outcome_of(r.error));
+  }
+}
+
 TEST(CaptureErrors, OddButAccepted) {
   std::string p = kProg;
   for (std::string line : {
