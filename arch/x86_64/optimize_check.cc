@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -225,9 +226,11 @@ bool has_direct_target(const Insn& i) {
          i.kind == InsnKind::kCallRel || i.kind == InsnKind::kLoopRel;
 }
 
+constexpr size_t kFromElsewhere = SIZE_MAX;
+
 struct Edge {
   uintptr_t target;
-  size_t from;  // index of the transfer in Function::insns
+  size_t from;  // index of the transfer in Function::insns, or kFromElsewhere
   bool operator<(const Edge& o) const { return target < o.target; }
 };
 
@@ -245,9 +248,11 @@ struct Predecessor {
 
 class Function {
  public:
-  // Linear sweep of [start, end). false when some bytes do not decode, or a direct
-  // transfer lands inside an instruction (the sweep is then not what executes).
-  bool decode(const uint8_t* code, uintptr_t start, uintptr_t end) {
+  // Linear sweep of [start, end), and of the related code for its branches into it.
+  // false when some bytes do not decode, or a direct transfer lands inside an
+  // instruction (the sweep is then not what executes).
+  bool decode(const uint8_t* code, uintptr_t start, uintptr_t end, const RelatedCode* related,
+              size_t n_related) {
     start_ = start;
     end_ = end;
     insns_.reserve((end - start) / 4 + 1);
@@ -259,6 +264,18 @@ class Function {
       }
       insns_.push_back(insn);
       pc += insn.len;
+    }
+    for (size_t r = 0; r < n_related; ++r) {
+      const RelatedCode& rc = related[r];
+      if (!rc.code || rc.end < rc.start) return false;
+      for (uintptr_t pc = rc.start; pc < rc.end;) {
+        Insn insn;
+        if (x86_64::decode(rc.code + (pc - rc.start), rc.end - pc, pc, &insn) != 0) return false;
+        if (has_direct_target(insn) && contains(insn.target)) {
+          edges_.push_back({insn.target, kFromElsewhere});
+        }
+        pc += insn.len;
+      }
     }
     std::sort(edges_.begin(), edges_.end());
     for (const Edge& e : edges_) {
@@ -296,7 +313,7 @@ class Function {
       }
       return false;
     }
-    if (branches != 1) return false;
+    if (branches != 1 || lo->from == kFromElsewhere) return false;
     *out = {lo->from, Arrival::kTaken};
     return true;
   }
@@ -598,12 +615,21 @@ const char* refusal_text(OptimizeRefusal r) {
 OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
                                   uintptr_t addr, ReadMemory read, void* ctx,
                                   OptimizeRegion* out) {
+  return check_optimizable(code, func_start, func_end, addr, read, ctx, nullptr, 0, out);
+}
+
+OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
+                                  uintptr_t addr, ReadMemory read, void* ctx,
+                                  const RelatedCode* related, size_t n_related,
+                                  OptimizeRegion* out) {
   *out = OptimizeRegion{};
   if (!code || func_start >= func_end || addr < func_start || addr >= func_end) {
     return OptimizeRefusal::kOutsideFunction;
   }
   Function f;
-  if (!f.decode(code, func_start, func_end)) return OptimizeRefusal::kDecodeFailed;
+  if (!f.decode(code, func_start, func_end, related, n_related)) {
+    return OptimizeRefusal::kDecodeFailed;
+  }
   const long first = f.index_of(addr);
   if (first < 0) return OptimizeRefusal::kNotBoundary;
 
@@ -628,7 +654,8 @@ OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uin
     }
   }
 
-  // Direct transfers anywhere in the function, the region's own included.
+  // Direct transfers anywhere in the function (the region's own included) and in the
+  // related code.
   for (const Edge& e : f.edges()) {
     if (strictly_inside(e.target)) return OptimizeRefusal::kJumpIntoRegion;
   }

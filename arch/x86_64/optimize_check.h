@@ -16,8 +16,9 @@
 // refuses. A return address is never inside the region because the region holds no call.
 //
 // What these checks cannot see is the caller's business: another probe inside the region,
-// and entries that do not appear in the code (exception landing pads, setjmp targets past
-// a call, code reached from other functions' computed jumps).
+// branches from code outside the function unless it is passed as RelatedCode (GCC splits
+// unlikely blocks into `foo.cold`, which jumps back into foo), and entries that do not
+// appear as branches (exception landing pads, computed jumps in other functions).
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,14 @@ struct OptimizeRegion {
 // function's bytes). Returns false when the memory is not readable.
 using ReadMemory = bool (*)(void* ctx, uintptr_t addr, void* buf, size_t n);
 
+// Code outside the function that may branch into it: the parts the compiler split off
+// (`foo.cold`, `foo.part.0`). Its direct branches into the function count like the
+// function's own; it must decode too. Its indirect jumps are not looked at.
+struct RelatedCode {
+  const uint8_t* code = nullptr;  // the bytes of [start, end), no probe armed
+  uintptr_t start = 0, end = 0;
+};
+
 // Decides whether the probe at `addr` in the function [func_start, func_end) may be
 // jump-optimized. `code` holds the function's bytes as they are with no probe armed (see
 // through int3s and earlier jumps: arch::read_text). `read` serves memory outside them.
@@ -71,6 +80,12 @@ using ReadMemory = bool (*)(void* ctx, uintptr_t addr, void* buf, size_t n);
 // functions, safe to call from any thread.
 OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
                                   uintptr_t addr, ReadMemory read, void* ctx,
+                                  OptimizeRegion* out);
+
+// The same, also looking at the related code's branches into the function.
+OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
+                                  uintptr_t addr, ReadMemory read, void* ctx,
+                                  const RelatedCode* related, size_t n_related,
                                   OptimizeRegion* out);
 
 }  // namespace probefs::arch::x86_64

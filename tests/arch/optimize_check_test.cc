@@ -296,6 +296,38 @@ TEST(OptimizeCheck, CallsAndLoopsIntoTheRegionRefuse) {
   EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion, check_at(loop, kFunc));
 }
 
+// A part of the function the compiler split off (`foo.cold`) branches back into it.
+TEST(OptimizeCheck, BranchesFromRelatedCodeCount) {
+  Asm a;
+  a.raw({0x48, 0x85, 0xff});        // 0: test %rdi,%rdi
+  a.bind(1).raw({0x48, 0x89, 0xf8})  // 3: mov %rdi,%rax   <- the cold part returns here
+      .raw({0x48, 0x01, 0xf0, 0xc3});  // add %rsi,%rax ; ret
+  const std::vector<uint8_t> code = a.finish();
+  Asm cold(kFunc + 0x1000);
+  cold.raw({0x48, 0x31, 0xff}).raw({0xe9});  // xor %rdi,%rdi ; jmp back to 3
+  std::vector<uint8_t> cold_code = cold.finish();
+  const int32_t back = static_cast<int32_t>((kFunc + 3) - (cold.end() + 4));
+  const auto* b = reinterpret_cast<const uint8_t*>(&back);
+  cold_code.insert(cold_code.end(), b, b + 4);
+  const RelatedCode related{cold_code.data(), kFunc + 0x1000, kFunc + 0x1000 + cold_code.size()};
+  FakeMemory none;
+  OptimizeRegion r;
+  EXPECT_EQ(OptimizeRefusal::kNone,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &none, &r));
+  EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &none,
+                              &related, 1, &r));
+  // At the join point itself the branch lands on the region's first byte.
+  EXPECT_EQ(OptimizeRefusal::kNone,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
+                              &related, 1, &r));
+  const uint8_t junk[] = {0x48, 0x89, 0xe5, 0x06};  // mov %rsp,%rbp ; (invalid)
+  const RelatedCode bad{junk, kFunc + 0x2000, kFunc + 0x2000 + sizeof junk};
+  EXPECT_EQ(OptimizeRefusal::kDecodeFailed,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
+                              &bad, 1, &r));
+}
+
 // ---- indirect jumps ---------------------------------------------------------------------------
 
 TEST(OptimizeCheck, RegisterIndirectJumpAnywhereRefuses) {
@@ -444,6 +476,43 @@ TEST(OptimizeCheck, JumpTableRefusedWhenAnotherPathEntersItsSetup) {
   FakeMemory self;
   self.rel32_table(kTable, {b.at(kCase0), b.at(kLea) + 7, b.at(kCase2), b.at(kCase3)});
   EXPECT_EQ(OptimizeRefusal::kIndirectJump, check_at(b, kFunc, &self));
+}
+
+TEST(OptimizeCheck, RelatedCodeEnteringATableSetupRefuses) {
+  Asm a = gcc_switch();
+  FakeMemory mem;
+  gcc_table(mem, a);
+  const std::vector<uint8_t> code = a.finish();
+  // Elsewhere: jmp load (a second way into the dispatch, with an unchecked index).
+  std::vector<uint8_t> cold = {0xe9, 0, 0, 0, 0};
+  const uintptr_t cold_at = kFunc + 0x1000;
+  const int32_t rel = static_cast<int32_t>(a.at(kLoad) - (cold_at + 5));
+  std::memcpy(cold.data() + 1, &rel, 4);
+  const RelatedCode related{cold.data(), cold_at, cold_at + cold.size()};
+  OptimizeRegion r;
+  EXPECT_EQ(OptimizeRefusal::kNone,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &mem,
+                              nullptr, 0, &r));
+  EXPECT_EQ(OptimizeRefusal::kIndirectJump,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &mem,
+                              &related, 1, &r));
+
+  // A dispatch block reached only from elsewhere (after a ret): its bound is not ours to see.
+  Asm d;
+  d.raw({0x48, 0x89, 0xf8, 0x48, 0x01, 0xf0, 0xc3});  // mov %rdi,%rax ; add %rsi,%rax ; ret
+  d.bind(kLea).rip32({0x48, 0x8d, 0x0d}, kTable);
+  d.raw({0x48, 0x63, 0x04, 0xb9, 0x48, 0x01, 0xc8, 0xff, 0xe0});
+  emit_cases(d);
+  FakeMemory dmem;
+  gcc_table(dmem, d);
+  const std::vector<uint8_t> dcode = d.finish();
+  std::vector<uint8_t> dcold = {0x83, 0xff, 0x03, 0x0f, 0x86, 0, 0, 0, 0};  // cmp $3 ; jbe lea
+  const int32_t to_lea = static_cast<int32_t>(d.at(kLea) - (cold_at + dcold.size()));
+  std::memcpy(dcold.data() + 5, &to_lea, 4);
+  const RelatedCode drelated{dcold.data(), cold_at, cold_at + dcold.size()};
+  EXPECT_EQ(OptimizeRefusal::kIndirectJump,
+            check_optimizable(dcode.data(), kFunc, d.end(), kFunc, &FakeMemory::read, &dmem,
+                              &drelated, 1, &r));
 }
 
 TEST(OptimizeCheck, JumpTableWithoutABoundRefuses) {
