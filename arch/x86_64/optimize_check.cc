@@ -249,10 +249,10 @@ struct Predecessor {
 class Function {
  public:
   // Linear sweep of [start, end), and of the related code for its branches into it.
-  // false when some bytes do not decode, or a direct transfer lands inside an
-  // instruction (the sweep is then not what executes).
-  bool decode(const uint8_t* code, uintptr_t start, uintptr_t end, const RelatedCode* related,
-              size_t n_related) {
+  // false when some bytes do not decode, or a way in lands inside an instruction (the
+  // sweep is then not what executes).
+  bool decode(const uint8_t* code, uintptr_t start, uintptr_t end,
+              const OutsideEntries& outside) {
     start_ = start;
     end_ = end;
     insns_.reserve((end - start) / 4 + 1);
@@ -265,8 +265,8 @@ class Function {
       insns_.push_back(insn);
       pc += insn.len;
     }
-    for (size_t r = 0; r < n_related; ++r) {
-      const RelatedCode& rc = related[r];
+    for (size_t r = 0; r < outside.n_related; ++r) {
+      const RelatedCode& rc = outside.related[r];
       if (!rc.code || rc.end < rc.start) return false;
       for (uintptr_t pc = rc.start; pc < rc.end;) {
         Insn insn;
@@ -276,6 +276,9 @@ class Function {
         }
         pc += insn.len;
       }
+    }
+    for (size_t i = 0; i < outside.n_addrs; ++i) {
+      if (contains(outside.addrs[i])) edges_.push_back({outside.addrs[i], kFromElsewhere});
     }
     std::sort(edges_.begin(), edges_.end());
     for (const Edge& e : edges_) {
@@ -615,19 +618,18 @@ const char* refusal_text(OptimizeRefusal r) {
 OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
                                   uintptr_t addr, ReadMemory read, void* ctx,
                                   OptimizeRegion* out) {
-  return check_optimizable(code, func_start, func_end, addr, read, ctx, nullptr, 0, out);
+  return check_optimizable(code, func_start, func_end, addr, read, ctx, OutsideEntries{}, out);
 }
 
 OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
                                   uintptr_t addr, ReadMemory read, void* ctx,
-                                  const RelatedCode* related, size_t n_related,
-                                  OptimizeRegion* out) {
+                                  const OutsideEntries& outside, OptimizeRegion* out) {
   *out = OptimizeRegion{};
   if (!code || func_start >= func_end || addr < func_start || addr >= func_end) {
     return OptimizeRefusal::kOutsideFunction;
   }
   Function f;
-  if (!f.decode(code, func_start, func_end, related, n_related)) {
+  if (!f.decode(code, func_start, func_end, outside)) {
     return OptimizeRefusal::kDecodeFailed;
   }
   const long first = f.index_of(addr);
@@ -654,8 +656,8 @@ OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uin
     }
   }
 
-  // Direct transfers anywhere in the function (the region's own included) and in the
-  // related code.
+  // Direct transfers anywhere in the function (the region's own included), in the
+  // related code, and the other ways in.
   for (const Edge& e : f.edges()) {
     if (strictly_inside(e.target)) return OptimizeRefusal::kJumpIntoRegion;
   }

@@ -15,10 +15,11 @@
 // tables by their decoded entries; an indirect jump whose destinations cannot be bounded
 // refuses. A return address is never inside the region because the region holds no call.
 //
-// What these checks cannot see is the caller's business: another probe inside the region,
-// branches from code outside the function unless it is passed as RelatedCode (GCC splits
-// unlikely blocks into `foo.cold`, which jumps back into foo), and entries that do not
-// appear as branches (exception landing pads, computed jumps in other functions).
+// What these checks cannot see unless the caller tells them (OutsideEntries) are ways in
+// from outside the function's bytes: GCC splits unlikely blocks into `foo.cold`, which
+// jumps back into foo, and the unwinder lands on exception landing pads. Another probe
+// inside the region is the caller's business too, as are computed jumps in other
+// functions.
 #pragma once
 
 #include <cstddef>
@@ -69,6 +70,17 @@ struct RelatedCode {
   uintptr_t start = 0, end = 0;
 };
 
+// Ways into the function that its own code does not show.
+struct OutsideEntries {
+  const RelatedCode* related = nullptr;
+  size_t n_related = 0;
+  // Addresses control arrives at without a branch: exception landing pads (from the
+  // LSDA in .gcc_except_table), longjmp-style resumption points. Each one inside the
+  // function must be an instruction boundary.
+  const uintptr_t* addrs = nullptr;
+  size_t n_addrs = 0;
+};
+
 // Decides whether the probe at `addr` in the function [func_start, func_end) may be
 // jump-optimized. `code` holds the function's bytes as they are with no probe armed (see
 // through int3s and earlier jumps: arch::read_text). `read` serves memory outside them.
@@ -82,10 +94,9 @@ OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uin
                                   uintptr_t addr, ReadMemory read, void* ctx,
                                   OptimizeRegion* out);
 
-// The same, also looking at the related code's branches into the function.
+// The same, with the ways in from outside counted like the function's own branches.
 OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uintptr_t func_end,
                                   uintptr_t addr, ReadMemory read, void* ctx,
-                                  const RelatedCode* related, size_t n_related,
-                                  OptimizeRegion* out);
+                                  const OutsideEntries& outside, OptimizeRegion* out);
 
 }  // namespace probefs::arch::x86_64

@@ -316,16 +316,16 @@ TEST(OptimizeCheck, BranchesFromRelatedCodeCount) {
             check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &none, &r));
   EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion,
             check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &none,
-                              &related, 1, &r));
+                              OutsideEntries{&related, 1}, &r));
   // At the join point itself the branch lands on the region's first byte.
   EXPECT_EQ(OptimizeRefusal::kNone,
             check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
-                              &related, 1, &r));
+                              OutsideEntries{&related, 1}, &r));
   const uint8_t junk[] = {0x48, 0x89, 0xe5, 0x06};  // mov %rsp,%rbp ; (invalid)
   const RelatedCode bad{junk, kFunc + 0x2000, kFunc + 0x2000 + sizeof junk};
   EXPECT_EQ(OptimizeRefusal::kDecodeFailed,
             check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
-                              &bad, 1, &r));
+                              OutsideEntries{&bad, 1}, &r));
 }
 
 // ---- indirect jumps ---------------------------------------------------------------------------
@@ -478,6 +478,28 @@ TEST(OptimizeCheck, JumpTableRefusedWhenAnotherPathEntersItsSetup) {
   EXPECT_EQ(OptimizeRefusal::kIndirectJump, check_at(b, kFunc, &self));
 }
 
+TEST(OptimizeCheck, LandingPadsAreWaysIn) {
+  Asm a;
+  a.raw({0x48, 0x89, 0xf8})            // 0: mov %rdi,%rax
+      .raw({0x48, 0x01, 0xf0, 0xc3})   // 3: add %rsi,%rax ; ret
+      .raw({0x48, 0x89, 0xc7, 0xc3});  // 7: mov %rax,%rdi ; ret   (a landing pad)
+  const std::vector<uint8_t> code = a.finish();
+  FakeMemory none;
+  OptimizeRegion r;
+  // From the add: add, ret, and the pad's mov; the unwinder would land in the jmp.
+  const uintptr_t pad[] = {kFunc + 7};
+  EXPECT_EQ(OptimizeRefusal::kNone,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
+                              &r));
+  EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
+                              OutsideEntries{nullptr, 0, pad, 1}, &r));
+  const uintptr_t inside_an_insn[] = {kFunc + 8};
+  EXPECT_EQ(OptimizeRefusal::kDecodeFailed,
+            check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &none,
+                              OutsideEntries{nullptr, 0, inside_an_insn, 1}, &r));
+}
+
 TEST(OptimizeCheck, RelatedCodeEnteringATableSetupRefuses) {
   Asm a = gcc_switch();
   FakeMemory mem;
@@ -492,10 +514,10 @@ TEST(OptimizeCheck, RelatedCodeEnteringATableSetupRefuses) {
   OptimizeRegion r;
   EXPECT_EQ(OptimizeRefusal::kNone,
             check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &mem,
-                              nullptr, 0, &r));
+                              OutsideEntries{}, &r));
   EXPECT_EQ(OptimizeRefusal::kIndirectJump,
             check_optimizable(code.data(), kFunc, a.end(), kFunc, &FakeMemory::read, &mem,
-                              &related, 1, &r));
+                              OutsideEntries{&related, 1}, &r));
 
   // A dispatch block reached only from elsewhere (after a ret): its bound is not ours to see.
   Asm d;
@@ -512,7 +534,7 @@ TEST(OptimizeCheck, RelatedCodeEnteringATableSetupRefuses) {
   const RelatedCode drelated{dcold.data(), cold_at, cold_at + dcold.size()};
   EXPECT_EQ(OptimizeRefusal::kIndirectJump,
             check_optimizable(dcode.data(), kFunc, d.end(), kFunc, &FakeMemory::read, &dmem,
-                              &drelated, 1, &r));
+                              OutsideEntries{&drelated, 1}, &r));
 }
 
 TEST(OptimizeCheck, JumpTableWithoutABoundRefuses) {
