@@ -70,8 +70,8 @@ using DataSymbolResolver = std::function<bool(std::string_view symbol, uint64_t*
 
 // Compiles `def`. Fails only when a data symbol does not resolve (ENOENT, logged like the
 // kernel's registration failure). `resolve` may be empty when no argument names a symbol.
-bool compile(const ProbeDefinition& def, const DataSymbolResolver& resolve, CompiledEvent* out,
-             Diagnostic* err);
+[[nodiscard]] bool compile(const ProbeDefinition& def, const DataSymbolResolver& resolve,
+                           CompiledEvent* out, Diagnostic* err);
 
 // The event's `format` file, byte for byte as the kernel lays it out.
 std::string format_file(const CompiledEvent& ev, int id);

@@ -324,7 +324,8 @@ __attribute__((always_inline)) inline uint32_t cstr_len(const char* s, uint32_t 
   return n;
 }
 
-__attribute__((always_inline)) inline bool class_match(const char* pat, uint32_t pat_len, uint32_t* pi, char c) {
+__attribute__((always_inline)) inline bool class_match(const char* pat, uint32_t pat_len,
+                                                       uint32_t* pi, char c) {
   // pat[*pi] is '['. On success *pi is past the closing ']'.
   uint32_t p = *pi + 1;
   bool negate = false;

@@ -54,8 +54,8 @@ struct FilterContext {
 // Compiles `text` against `ev`'s fields. On failure `err` holds the message, errno and
 // position (subsystem kLogFilter, command = the trimmed text); err->code == kFiltErrno
 // is the kernel's unpositioned "Error: (0)" case.
-bool compile_filter(std::string_view text, const CompiledEvent& ev, CompiledFilter* out,
-                    Diagnostic* err);
+[[nodiscard]] bool compile_filter(std::string_view text, const CompiledEvent& ev,
+                                  CompiledFilter* out, Diagnostic* err);
 
 // Runs on the hit path: no allocation, no library calls.
 bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,

@@ -388,7 +388,8 @@ int parse_probe_arg(std::string arg, Code& code, int* ci, ArgContext& ctx) {
         return ctx.log->err(ctx.offset, ErrorCode::kNosupBtfarg);
       break;
   }
-  if (!ret && code[*ci].op == FetchOp::kNop) ret = ctx.log->err(ctx.offset, ErrorCode::kBadFetchArg);
+  if (!ret && code[*ci].op == FetchOp::kNop)
+    ret = ctx.log->err(ctx.offset, ErrorCode::kBadFetchArg);
   return ret;
 }
 

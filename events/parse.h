@@ -38,16 +38,19 @@ struct ParseOptions {
 //   p[:[GRP/][EVENT]] [MOD:]SYM[+0]%return [FETCHARGS]
 //   -:[GRP/][EVENT] [place [args...]]
 // A line of another type's syntax is an error (EINVAL, nothing logged) here.
-ParseResult parse_kprobe_command(std::string_view line, const ParseOptions& opts = {});
+[[nodiscard]] ParseResult parse_kprobe_command(std::string_view line,
+                                           const ParseOptions& opts = {});
 
 // uprobe_events:
 //   p|r[:[GRP/][EVENT]] PATH:OFFSET[%return][(REF_CTR_OFFSET)] [FETCHARGS]
 //   -:[GRP/][EVENT] [PATH:0x%016lx[(0x%lx)] [args...]]
-ParseResult parse_uprobe_command(std::string_view line, const ParseOptions& opts = {});
+[[nodiscard]] ParseResult parse_uprobe_command(std::string_view line,
+                                           const ParseOptions& opts = {});
 
 // dynamic_events: `-:`/`!` lines are removals of any type; any other line is offered to
 // the kprobe type, then the uprobe type; a line neither claims is EINVAL, unlogged.
-ParseResult parse_dynamic_command(std::string_view line, const ParseOptions& opts = {});
+[[nodiscard]] ParseResult parse_dynamic_command(std::string_view line,
+                                           const ParseOptions& opts = {});
 
 // FETCHARGS, one argument:
 //   [NAME=]FETCHARG[:TYPE]
@@ -69,6 +72,7 @@ Diagnostic make_diagnostic(const ProbeDefinition& def, ErrorCode code, int index
 // Adding `incoming` to an event that already holds `existing` (same group and name):
 // probe kind, then argument names and types, then an identical place and arguments.
 // Returns an ok() diagnostic when the probe may join the event.
-Diagnostic check_append(const ProbeDefinition& existing, const ProbeDefinition& incoming);
+[[nodiscard]] Diagnostic check_append(const ProbeDefinition& existing,
+                                      const ProbeDefinition& incoming);
 
 }  // namespace probefs::events

@@ -363,7 +363,8 @@ TEST(TraceLine, KprobeStyle) {
   CompiledEvent lib = compile_line("p:kprobes/m libc:malloc");
   h.ctx.ip = 0x7f0000001000;
   EXPECT_EQ(line_for(lib, h, 3000000000, &syms),
-            "       probetest-5455    [001] .....     3.000000: m: (malloc+0x0/0x200 [libc.so.6])\n");
+            "       probetest-5455    [001] .....     3.000000: m: "
+            "(malloc+0x0/0x200 [libc.so.6])\n");
   // Unknown addresses print as hexadecimal.
   h.ctx.ip = 0x1234;
   EXPECT_EQ(line_for(lib, h, 3000000000, &syms),

@@ -26,15 +26,20 @@ struct Gen {
     uint64_t v = rng() % 0x10000;
     switch (pick(3)) {
       case 0: return std::to_string(v);
-      case 1: return "0x" + [&] { char b[32]; snprintf(b, sizeof b, "%lx", (unsigned long)v); return std::string(b); }();
+      case 1: {
+        char b[32];
+        snprintf(b, sizeof b, "0x%lx", static_cast<unsigned long>(v));
+        return b;
+      }
       default: return "0";
     }
   }
 
   std::string fetch(bool kprobe, bool ret, bool entry, int depth) {
-    std::vector<std::string> loads = {"%di", "%si", "%dx", "%cx", "%ax", "%r8", "%r15",
-                                      "%sp", "%ip", "%flags", "$stack", "$stack" + std::to_string(pick(8)),
-                                      "@" + number(), "\\" + number(), "\\-" + std::to_string(pick(100))};
+    std::vector<std::string> loads = {"%di", "%si", "%dx", "%cx", "%ax", "%r8", "%r15", "%sp",
+                                      "%ip", "%flags", "$stack",
+                                      "$stack" + std::to_string(pick(8)), "@" + number(),
+                                      "\\" + number(), "\\-" + std::to_string(pick(100))};
     if (ret) loads.push_back("$retval");
     if (kprobe && (ret || entry)) loads.push_back("$arg" + std::to_string(1 + pick(8)));
     if (kprobe) loads.push_back("@g_sym+" + std::to_string(pick(64)));
@@ -89,7 +94,9 @@ struct Gen {
     }
     std::string line = head + " " + place;
     int n = static_cast<int>(pick(6));
-    for (int i = 0; i < n; ++i) line += " " + arg(kprobe, ret || place.find("%return") != std::string::npos, entry && place.find('+') == std::string::npos && place.rfind("0x", 0) != 0, i);
+    bool is_ret = ret || place.find("%return") != std::string::npos;
+    bool at_entry = entry && place.find('+') == std::string::npos && place.rfind("0x", 0) != 0;
+    for (int i = 0; i < n; ++i) line += " " + arg(kprobe, is_ret, at_entry, i);
     return line;
   }
 };
