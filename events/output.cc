@@ -5,28 +5,43 @@
 namespace probefs::events {
 namespace {
 
-// Number formatting by hand: lines are formatted millions of times a second and printf's
-// format parsing would dominate.
-void put_u64(std::string& out, uint64_t v) {
+// Lines are formatted millions of times a second: the writer puts bytes through a raw
+// pointer into room reserved up front (bounded from the record), and numbers are
+// converted by hand; printf's format parsing and per-character capacity checks would
+// dominate otherwise.
+struct Out {
+  char* p;
+  void put(char c) { *p++ = c; }
+  void put(std::string_view s) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  }
+  void fill(char c, size_t n) {
+    std::memset(p, c, n);
+    p += n;
+  }
+};
+
+void put_u64(Out& o, uint64_t v) {
   char buf[24];
   int n = 0;
   do {
     buf[n++] = static_cast<char>('0' + v % 10);
     v /= 10;
   } while (v);
-  while (n) out.push_back(buf[--n]);
+  while (n) o.put(buf[--n]);
 }
 
-void put_s64(std::string& out, int64_t v) {
+void put_s64(Out& o, int64_t v) {
   if (v < 0) {
-    out.push_back('-');
-    put_u64(out, 0 - static_cast<uint64_t>(v));
+    o.put('-');
+    put_u64(o, 0 - static_cast<uint64_t>(v));
   } else {
-    put_u64(out, static_cast<uint64_t>(v));
+    put_u64(o, static_cast<uint64_t>(v));
   }
 }
 
-void put_hex(std::string& out, uint64_t v) {
+void put_hex(Out& o, uint64_t v) {
   static const char kDigits[] = "0123456789abcdef";
   char buf[20];
   int n = 0;
@@ -34,20 +49,21 @@ void put_hex(std::string& out, uint64_t v) {
     buf[n++] = kDigits[v & 15];
     v >>= 4;
   } while (v);
-  out += "0x";
-  while (n) out.push_back(buf[--n]);
+  o.put('0');
+  o.put('x');
+  while (n) o.put(buf[--n]);
 }
 
-// Decimal, zero- or space-padded to `width`.
-void put_padded(std::string& out, uint64_t v, int width, char pad) {
+// Decimal, padded with `pad` to `width`.
+void put_padded(Out& o, uint64_t v, int width, char pad) {
   char buf[24];
   int n = 0;
   do {
     buf[n++] = static_cast<char>('0' + v % 10);
     v /= 10;
   } while (v);
-  for (int i = n; i < width; ++i) out.push_back(pad);
-  while (n) out.push_back(buf[--n]);
+  for (int i = n; i < width; ++i) o.put(pad);
+  while (n) o.put(buf[--n]);
 }
 
 uint64_t load(const uint8_t* p, unsigned size) {
@@ -68,66 +84,86 @@ int64_t sign_extend(uint64_t v, unsigned size) {
   }
 }
 
+// Room a symbol name may take: names are cut to this many bytes.
+constexpr size_t kMaxSymText = 512;
+
+void put_clipped(Out& o, std::string_view s) { o.put(s.substr(0, kMaxSymText)); }
+
 // The kernel's "%pS"-style name: sym+0xoff/0xsize [mod], or the bare address.
-void put_sym(std::string& out, uint64_t addr, bool with_offset, Symbolizer* sym) {
+void put_sym(Out& o, uint64_t addr, bool with_offset, Symbolizer* sym) {
   SymbolInfo si;
   if (sym && sym->lookup(addr, &si)) {
-    out += si.name;
+    put_clipped(o, si.name);
     if (with_offset) {
-      out.push_back('+');
-      put_hex(out, si.offset);
-      out.push_back('/');
-      put_hex(out, si.size);
+      o.put('+');
+      put_hex(o, si.offset);
+      o.put('/');
+      put_hex(o, si.size);
     }
     if (!si.module.empty()) {
-      out += " [";
-      out += si.module;
-      out.push_back(']');
+      o.put(" [");
+      put_clipped(o, si.module);
+      o.put(']');
     }
     return;
   }
-  put_hex(out, addr);
+  put_hex(o, addr);
 }
 
-void put_ip_sym(std::string& out, uint64_t ip, bool with_offset, Symbolizer* sym) {
+void put_ip_sym(Out& o, uint64_t ip, bool with_offset, Symbolizer* sym) {
   if (!ip) {
-    out.push_back('0');
+    o.put('0');
     return;
   }
-  put_sym(out, ip, with_offset, sym);
+  put_sym(o, ip, with_offset, sym);
 }
 
-void put_value(std::string& out, const FetchType* t, const uint8_t* p, const uint8_t* rec,
-               uint32_t len, Symbolizer* sym) {
+constexpr size_t kSymBound = 2 * kMaxSymText + 64;
+
+void put_value(Out& o, const FetchType* t, const uint8_t* p, const uint8_t* rec, uint32_t len,
+               Symbolizer* sym) {
   switch (t->print) {
-    case PrintKind::kUnsigned: put_u64(out, load(p, t->size)); break;
-    case PrintKind::kSigned: put_s64(out, sign_extend(load(p, t->size), t->size)); break;
-    case PrintKind::kHex: put_hex(out, load(p, t->size)); break;
+    case PrintKind::kUnsigned: put_u64(o, load(p, t->size)); break;
+    case PrintKind::kSigned: put_s64(o, sign_extend(load(p, t->size), t->size)); break;
+    case PrintKind::kHex: put_hex(o, load(p, t->size)); break;
     case PrintKind::kChar:
-      out.push_back('\'');
-      out.push_back(static_cast<char>(*p));
-      out.push_back('\'');
+      o.put('\'');
+      o.put(static_cast<char>(*p));
+      o.put('\'');
       break;
-    case PrintKind::kSymbol: put_sym(out, load(p, 8), true, sym); break;
+    case PrintKind::kSymbol: put_sym(o, load(p, 8), true, sym); break;
     case PrintKind::kString: {
       uint32_t loc = static_cast<uint32_t>(load(p, 4));
       uint32_t slen = loc >> 16, off = loc & 0xffff;
       if (slen == 0 || off >= len || slen > len - off) {
-        out += "(fault)";
+        o.put("(fault)");
         break;
       }
-      out.push_back('"');
-      if (std::strcmp(t->name, "symstr") == 0 && slen == 8) {
-        put_sym(out, load(rec + off, 8), true, sym);
+      o.put('"');
+      if (t->name[0] == 's' && t->name[1] == 'y' && slen == 8) {  // symstr
+        put_sym(o, load(rec + off, 8), true, sym);
       } else {
         const char* s = reinterpret_cast<const char*>(rec + off);
-        size_t n = strnlen(s, slen);
-        out.append(s, n);
+        o.put(std::string_view(s, strnlen(s, slen)));
       }
-      out.push_back('"');
+      o.put('"');
       break;
     }
   }
+}
+
+// An upper bound of the text one record can produce. It is kept tight because the room
+// is cleared when reserved: string contents are bounded by the record's length.
+size_t line_bound(const CompiledEvent& ev, const LineContext& ctx, uint32_t len) {
+  size_t n = 96 + ctx.comm.size() + ev.event.size() + len;
+  n += ev.syntax == ProbeSyntax::kKprobe ? 2 * kSymBound : 48;
+  for (const FieldLayout& f : ev.fields) {
+    size_t per = 24;
+    if (f.type->print == PrintKind::kSymbol || std::strcmp(f.type->name, "symstr") == 0)
+      per = kSymBound + 8;
+    n += f.name.size() + 4 + per * (f.count ? f.count : 1);
+  }
+  return n;
 }
 
 }  // namespace
@@ -135,80 +171,102 @@ void put_value(std::string& out, const FetchType* t, const uint8_t* p, const uin
 bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineContext& ctx,
                        const uint8_t* rec, uint32_t len, Symbolizer* sym) {
   if (len < ev.program.fixed_size) return false;
+  size_t old = out.size();
+  out.resize(old + line_bound(ev, ctx, len));
+  Out o{out.data() + old};
   // "%16s-%-7d [%03d] "
-  if (ctx.comm.size() < 16) out.append(16 - ctx.comm.size(), ' ');
-  out += ctx.comm;
-  out.push_back('-');
-  size_t before = out.size();
-  put_s64(out, ctx.pid);
-  size_t w = out.size() - before;
-  if (w < 7) out.append(7 - w, ' ');
-  out += " [";
-  put_padded(out, ctx.cpu, 3, '0');
-  out += "] ";
+  if (ctx.comm.size() < 16) o.fill(' ', 16 - ctx.comm.size());
+  o.put(ctx.comm);
+  o.put('-');
+  char* pid_start = o.p;
+  put_s64(o, ctx.pid);
+  size_t w = static_cast<size_t>(o.p - pid_start);
+  if (w < 7) o.fill(' ', 7 - w);
+  o.put(" [");
+  put_padded(o, ctx.cpu, 3, '0');
+  o.put("] ");
   // The five flag characters, by the kernel's legend. A user thread never has interrupts
   // off, a pending reschedule or an irq context, so these read '.' unless a record says
   // otherwise.
   uint8_t flags = rec[2], pc = rec[3];
-  out.push_back(flags & 0x01 ? 'd' : '.');
-  out.push_back(flags & 0x04 ? 'N' : '.');
-  out.push_back(flags & 0x08 ? 'h' : (flags & 0x10 ? 's' : '.'));
-  out.push_back(pc & 0x0f ? "0123456789abcdef"[pc & 0x0f] : '.');
-  out.push_back(pc & 0xf0 ? "0123456789abcdef"[pc >> 4] : '.');
-  out.push_back(' ');
+  o.put(flags & 0x01 ? 'd' : '.');
+  o.put(flags & 0x04 ? 'N' : '.');
+  o.put(flags & 0x08 ? 'h' : (flags & 0x10 ? 's' : '.'));
+  o.put(pc & 0x0f ? "0123456789abcdef"[pc & 0x0f] : '.');
+  o.put(pc & 0xf0 ? "0123456789abcdef"[pc >> 4] : '.');
+  o.put(' ');
   // "%5lu.%06lu" of the timestamp rounded to microseconds.
   uint64_t usecs = (ctx.ts_ns + 500) / 1000;
-  put_padded(out, usecs / 1000000, 5, ' ');
-  out.push_back('.');
-  put_padded(out, usecs % 1000000, 6, '0');
-  out += ": ";
-  out += ev.event;
-  out += ": (";
+  put_padded(o, usecs / 1000000, 5, ' ');
+  o.put('.');
+  put_padded(o, usecs % 1000000, 6, '0');
+  o.put(": ");
+  o.put(ev.event);
+  o.put(": (");
   uint64_t ip = load(rec + 8, 8);
   if (ev.syntax == ProbeSyntax::kKprobe) {
     if (ev.is_return) {
-      put_ip_sym(out, load(rec + 16, 8), true, sym);
-      out += " <- ";
-      put_ip_sym(out, ip, false, sym);
+      put_ip_sym(o, load(rec + 16, 8), true, sym);
+      o.put(" <- ");
+      put_ip_sym(o, ip, false, sym);
     } else {
-      put_ip_sym(out, ip, true, sym);
+      put_ip_sym(o, ip, true, sym);
     }
   } else if (ev.is_return) {
-    put_hex(out, load(rec + 16, 8));
-    out += " <- ";
-    put_hex(out, ip);
+    put_hex(o, load(rec + 16, 8));
+    o.put(" <- ");
+    put_hex(o, ip);
   } else {
-    put_hex(out, ip);
+    put_hex(o, ip);
   }
-  out.push_back(')');
+  o.put(')');
   for (const FieldLayout& f : ev.fields) {
-    out.push_back(' ');
-    out += f.name;
-    out.push_back('=');
+    o.put(' ');
+    o.put(f.name);
+    o.put('=');
     const uint8_t* p = rec + f.offset;
     if (f.count) {
-      out.push_back('{');
+      o.put('{');
       uint32_t es = f.type->size;
       for (uint32_t i = 0; i < f.count; ++i) {
-        if (i) out.push_back(',');
-        put_value(out, f.type, p + i * es, rec, len, sym);
+        if (i) o.put(',');
+        put_value(o, f.type, p + i * es, rec, len, sym);
       }
-      out.push_back('}');
+      o.put('}');
     } else {
-      put_value(out, f.type, p, rec, len, sym);
+      put_value(o, f.type, p, rec, len, sym);
     }
   }
-  out.push_back('\n');
+  o.put('\n');
+  out.resize(static_cast<size_t>(o.p - out.data()));
   return true;
 }
 
+namespace {
+
+void append_u64(std::string& s, uint64_t v) {
+  char buf[24];
+  Out o{buf};
+  put_u64(o, v);
+  s.append(buf, static_cast<size_t>(o.p - buf));
+}
+
+void append_padded(std::string& s, uint64_t v, int width) {
+  char buf[48];
+  Out o{buf};
+  put_padded(o, v, width < 40 ? width : 40, ' ');
+  s.append(buf, static_cast<size_t>(o.p - buf));
+}
+
+}  // namespace
+
 std::string trace_header(uint64_t entries, uint64_t written, int cpus) {
   std::string s = "# tracer: nop\n#\n# entries-in-buffer/entries-written: ";
-  put_u64(s, entries);
+  append_u64(s, entries);
   s.push_back('/');
-  put_u64(s, written);
+  append_u64(s, written);
   s += "   #P:";
-  put_u64(s, static_cast<uint64_t>(cpus));
+  append_u64(s, static_cast<uint64_t>(cpus));
   s +=
       "\n#\n"
       "#                                _-----=> irqs-off/BH-disabled\n"
@@ -230,15 +288,15 @@ void format_profile_line(std::string& out, std::string_view path, std::string_vi
   out += event;
   if (event.size() < 44) out.append(44 - event.size(), ' ');
   out.push_back(' ');
-  put_padded(out, hits, 15, ' ');
+  append_padded(out, hits, 15);
   out.push_back('\n');
 }
 
 void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost) {
   out += "CPU:";
-  put_u64(out, cpu);
+  append_u64(out, cpu);
   out += " [LOST ";
-  put_u64(out, lost);
+  append_u64(out, lost);
   out += " EVENTS]\n";
 }
 

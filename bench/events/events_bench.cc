@@ -213,7 +213,7 @@ int main() {
         keep(out.data());
       },
       kLines);
-  char buf[512];
+  char buf[1024];
   double snprintf_ns = measure(
       [&](uint64_t i) {
         uint64_t us = (426361158000ull + i * 1000 + 500) / 1000;
@@ -228,6 +228,58 @@ int main() {
       },
       kLines);
 
+  // 4. A long line: the captured ref_mix event (strings, arrays, chars; ~350 bytes).
+  CompiledEvent mix = compile_or_die(
+      "p:uprobes/ref_mix /bin/true:0x1380 x=%di:s64 str=+0(%si):string name=+4(%dx):string "
+      "ustr=+0(%si):ustring bytes=+16(%dx):u8[4] xb=+16(%dx):x8[4] sb=+16(%dx):s8[4] "
+      "flags=+0(%dx):x32 bf=+0(%dx):b4@2/32 bf8=+0(%dx):b4@4/8 big=+24(%dx):s64 st=$stack "
+      "st0=$stack0 st1=$stack1 comm=$comm cnt=@+0x4038:s32 cntx=@+0x4038:x32 ch=+4(%dx):char "
+      "chs=+4(%dx):char[3] gmsg=+0(@+0x4040):string");
+  static uint8_t st[40] = {0xc3, 0xa5, 0, 0, 'r', 'e', 'c', 'n', 'a', 'm', 'e', 0,
+                           0,    0,    0, 0, 1,   2,   254, 255};
+  int64_t big = -1234567890123;
+  std::memcpy(st + 24, &big, 8);
+  static const char kHello[] = "hello-1";
+  static const char kGmsg[] = "global-msg";
+  static uint64_t stack[2] = {0x55ded62af17b, 0};
+  static struct {
+    int32_t counter = 4661;
+    int32_t pad = 0;
+    const char* msg = kGmsg;
+  } globals;
+  regs.di = 101;
+  regs.si = reinterpret_cast<uint64_t>(kHello);
+  regs.dx = reinterpret_cast<uint64_t>(st);
+  regs.sp = reinterpret_cast<uint64_t>(stack);
+  ctx.ip = reinterpret_cast<uint64_t>(&globals) - 0x4038 + 0x1380;
+  uint8_t mix_rec[1024];
+  uint32_t mix_len = write_record(view_of(mix.program), ctx, direct, mix_rec, sizeof mix_rec);
+  double mix_ns = measure(
+      [&](uint64_t i) {
+        if (out.size() > (1 << 19)) out.clear();
+        LineContext lc{"probetest", 5455, 1, 426361180000ull + i * 1000};
+        format_trace_line(out, mix, lc, mix_rec, mix_len);
+        keep(out.data());
+      },
+      kLines);
+  double mix_snprintf = measure(
+      [&](uint64_t i) {
+        uint64_t us = (426361180000ull + i * 1000 + 500) / 1000;
+        int n = std::snprintf(
+            buf, sizeof buf,
+            "%16s-%-7d [%03d] %5s %5lu.%06lu: %s: (0x%lx) x=%lld str=\"%s\" name=\"%s\" "
+            "ustr=\"%s\" bytes={%u,%u,%u,%u} xb={0x%x,0x%x,0x%x,0x%x} sb={%d,%d,%d,%d} "
+            "flags=0x%x bf=%u bf8=%u big=%lld st=0x%llx st0=0x%llx st1=0x%llx comm=\"%s\" "
+            "cnt=%d cntx=0x%x ch='%c' chs={'%c','%c','%c'} gmsg=\"%s\"\n",
+            "probetest", 5455, 1, ".....", static_cast<unsigned long>(us / 1000000),
+            static_cast<unsigned long>(us % 1000000), "ref_mix", 0x55ded62af380ul, 101ll,
+            "hello-1", "recname", "hello-1", 1u, 2u, 254u, 255u, 1u, 2u, 0xfeu, 0xffu, 1, 2, -2,
+            -1, 0xa5c3u, 0u, 12u, -1234567890123ll, 0x7ffe9dda2b18ull, 0x55ded62af17bull, 0ull,
+            "probetest", 4661, 0x1235u, 'r', 'r', 'e', 'c', "global-msg");
+        keep(buf + n);
+      },
+      kLines);
+
   std::printf("events benchmark (best of 7 runs; ratio = value / baseline)\n\n");
   Row rows[] = {
       {"fetch: 2 register args (ns/record)", fetch2, fetch2_base, "ns", "<= 5 ns"},
@@ -236,9 +288,17 @@ int main() {
        "(baseline: one process_vm_readv)"},
       {"format: ref_add3 trace line (ns/line)", fmt_ns, snprintf_ns, "ns",
        ">= 5 M lines/s (<= 200 ns)"},
+      {"format: ref_mix trace line, 350 B (ns/line)", mix_ns, mix_snprintf, "ns",
+       "(long line; baseline snprintf)"},
   };
-  print_table(rows, 4);
-  std::printf("\nformat throughput: %.2f M lines/s (snprintf baseline %.2f M lines/s)\n",
-              1000.0 / fmt_ns, 1000.0 / snprintf_ns);
+  print_table(rows, 5);
+  std::printf("\nformat throughput: ref_add3 %.2f M lines/s (snprintf %.2f), "
+              "ref_mix %.2f M lines/s (snprintf %.2f)\n",
+              1000.0 / fmt_ns, 1000.0 / snprintf_ns, 1000.0 / mix_ns, 1000.0 / mix_snprintf);
+  // A check that the benchmark formats what the captures show.
+  std::string check;
+  format_trace_line(check, mix, LineContext{"probetest", 5455, 1, 426361180000ull}, mix_rec,
+                    mix_len);
+  std::printf("sample: %s", check.c_str());
   return 0;
 }
