@@ -78,7 +78,7 @@ namespace probefs::events {
   /* filter language */                                                                  \
   X(kFiltInvalidOp, "Invalid operator", EINVAL)                                          \
   X(kFiltTooManyOpen, "Too many '('", ENOENT)                                            \
-  X(kFiltTooManyClose, "Too few '('", EINVAL)                                            \
+  X(kFiltTooManyClose, "Too few '('", EPERM)                                             \
   X(kFiltMissingQuote, "Missing matching quote", EINVAL)                                 \
   X(kFiltOperandTooLong, "Operand too long", EINVAL)                                     \
   X(kFiltExpectString, "Expecting string field", EINVAL)                                 \

@@ -137,7 +137,7 @@ struct Parser {
 
   bool parse_unary() {
     skip();
-    if (at(i) == '!' && at(i + 1) != '=') {
+    if (at(i) == '!' && at(i + 1) != '=' && at(i + 1) != '~') {  // "!=" and "!~" are not NOTs
       ++i;
       if (!parse_unary()) return false;
       FilterInsn op;
@@ -163,7 +163,7 @@ struct Parser {
     char c = at(i);
     if (c == '\0' || c == ')') return true;
     if ((c == '&' || c == '|') && at(i + 1) == c) return true;
-    return fail(ErrorCode::kFiltTooManyPreds, static_cast<int>(i));
+    return fail(ErrorCode::kFiltTooManyPreds, static_cast<int>(i), EPERM);
   }
 
   // Positions inside a predicate are the kernel's: one past the predicate's start, plus
@@ -257,7 +257,8 @@ struct Parser {
 };
 
 // Quotes and parentheses are checked over the whole text first, as the kernel does, so
-// these errors win over anything inside.
+// these errors win over anything inside. Their errno values are the kernel's: it returns
+// its internal codes -1, -2, -3 as they are (EPERM, ENOENT, ESRCH).
 bool check_balance(std::string_view s, Diagnostic* err) {
   char quote = 0;
   size_t last_quote = 0;
@@ -276,7 +277,7 @@ bool check_balance(std::string_view s, Diagnostic* err) {
     } else if (c == ')') {
       if (opens.empty()) {
         err->code = ErrorCode::kFiltTooManyClose;
-        err->err = error_errno(err->code);
+        err->err = EPERM;
         err->pos = static_cast<int>(i);
         return false;
       }
@@ -285,14 +286,14 @@ bool check_balance(std::string_view s, Diagnostic* err) {
   }
   if (quote) {
     err->code = ErrorCode::kFiltMissingQuote;
-    err->err = error_errno(err->code);
+    err->err = ESRCH;
     err->pos = static_cast<int>(last_quote);
     return false;
   }
   if (!opens.empty()) {
     err->code = ErrorCode::kFiltTooManyOpen;
     err->err = error_errno(err->code);
-    err->pos = static_cast<int>(opens.front());
+    err->pos = static_cast<int>(opens.back());  // the rightmost '(' left open
     return false;
   }
   return true;
@@ -412,7 +413,8 @@ bool compile_filter(std::string_view text, const CompiledEvent& ev, CompiledFilt
   Parser p{text, ev, &f, err};
   if (!p.parse_or()) return false;
   p.skip();
-  if (p.i != text.size()) return p.fail(ErrorCode::kFiltTooManyPreds, static_cast<int>(p.i));
+  if (p.i != text.size())
+    return p.fail(ErrorCode::kFiltTooManyPreds, static_cast<int>(p.i), EPERM);
   if (f.max_depth > kMaxFilterDepth) return p.fail(ErrorCode::kFiltTooManyPreds, 0);
   *out = std::move(f);
   *err = Diagnostic{};

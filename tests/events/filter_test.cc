@@ -150,8 +150,17 @@ TEST(Filter, InvalidFromCapture) {
   // Messages the capture does not show, with the kernel's texts.
   EXPECT_FALSE(compile_filter("a == 1 )", a, &f, &err));
   EXPECT_EQ(err.message(), "Too few '('");
+  EXPECT_EQ(err.err, EPERM);
+  EXPECT_EQ(err.pos, 7);
   EXPECT_FALSE(compile_filter("str == \"abc", m, &f, &err));
   EXPECT_EQ(err.message(), "Missing matching quote");
+  EXPECT_EQ(err.err, ESRCH);
+  EXPECT_EQ(err.pos, 7);
+  EXPECT_FALSE(compile_filter("(a == 1 && (b == 2", a, &f, &err));
+  EXPECT_EQ(err.message(), "Too many '('");
+  EXPECT_EQ(err.pos, 11);
+  EXPECT_FALSE(compile_filter("a !~ \"x\"", a, &f, &err));
+  EXPECT_EQ(err.message(), "Invalid operator");
   EXPECT_FALSE(compile_filter("a =! 1", a, &f, &err));
   EXPECT_EQ(err.message(), "Invalid operator");
   EXPECT_FALSE(compile_filter("b == -1", a, &f, &err));
@@ -162,6 +171,8 @@ TEST(Filter, InvalidFromCapture) {
   EXPECT_EQ(err.message(), "Illegal operation for field type");
   EXPECT_FALSE(compile_filter("a == 1 b == 2", a, &f, &err));
   EXPECT_EQ(err.message(), "Too many terms in predicate expression");
+  EXPECT_EQ(err.err, EPERM);
+  EXPECT_EQ(err.pos, 7);
 }
 
 TEST(Filter, SubsystemError) {
