@@ -209,17 +209,13 @@ struct Parser {
       if (pred.op != FilterOp::kEq && pred.op != FilterOp::kNe && pred.op != FilterOp::kGlob)
         return fail(ErrorCode::kFiltIllegalFieldOp, vpos);
       if (!field.is_string()) return fail(ErrorCode::kFiltExpectDigit, vpos);
+      // The operand ends at the next quote of its kind: there is no escaping.
       size_t m = v + 1;
-      for (; m < s.size(); ++m) {
-        if (s[m] == '\\' && m + 1 < s.size()) {
-          ++m;
-          continue;
-        }
-        if (s[m] == c) break;
-      }
-      if (m >= s.size()) return fail(ErrorCode::kFiltMissingQuote, vpos);
+      while (m < s.size() && s[m] != c) ++m;
+      int mpos = base + static_cast<int>(m - start);
+      if (m >= s.size()) return fail(ErrorCode::kFiltMissingQuote, mpos);
       std::string_view pat = s.substr(v + 1, m - v - 1);
-      if (pat.size() >= kMaxFilterStrVal) return fail(ErrorCode::kFiltOperandTooLong, vpos + 1);
+      if (pat.size() >= kMaxFilterStrVal) return fail(ErrorCode::kFiltOperandTooLong, mpos);
       pred.negate = pred.op == FilterOp::kNe;
       if (pred.op == FilterOp::kGlob && !pat.empty() && pat[0] == '!') {
         pred.negate = !pred.negate;
@@ -236,7 +232,8 @@ struct Parser {
       if (at(m) == '-') ++m;
       while (m < s.size() && is_alnum(s[m])) ++m;
       std::string_view num = s.substr(v, m - v);
-      if (num.size() >= kNumBufSize) return fail(ErrorCode::kFiltOperandTooLong, vpos);
+      if (num.size() >= kNumBufSize)
+        return fail(ErrorCode::kFiltOperandTooLong, base + static_cast<int>(m - start));
       bool ok;
       if (field.is_signed) {
         int64_t x = 0;
@@ -479,25 +476,27 @@ bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
       } else {
         sized = false;
       }
-      if (sized) {
-        int64_t sv = static_cast<int64_t>(v), sval = static_cast<int64_t>(in.value);
-        if (in.is_signed && in.source != FilterInsn::kCpu) {
-          unsigned shift = 64 - in.size * 8u;
-          sv = static_cast<int64_t>(v << shift) >> shift;
-        }
-        if (in.source == FilterInsn::kCpu) sv = static_cast<int64_t>(v);
+      if (!sized) {
+        // The kernel has no comparison for this size: the predicate is false, even for
+        // "!=".
+        stack[sp++] = false;
+        continue;
+      }
+      {
+        // Both sides in the field's own type, as the kernel compares them: the operand
+        // is cut to the field's width, and signed fields compare signed.
+        unsigned shift = 64 - in.size * 8u;
+        uint64_t uv = (v << shift) >> shift, uval = (in.value << shift) >> shift;
+        int64_t sv = static_cast<int64_t>(v << shift) >> shift;
+        int64_t sval = static_cast<int64_t>(in.value << shift) >> shift;
         switch (in.op) {
           case FilterOp::kEq:
-          case FilterOp::kNe: {
-            uint64_t mask = in.size >= 8 ? ~0ull : ((1ull << (in.size * 8u)) - 1);
-            r = (v & mask) == (in.value & mask);
-            break;
-          }
-          case FilterOp::kBand: r = (v & in.value) != 0; break;
-          case FilterOp::kLt: r = in.is_signed ? sv < sval : v < in.value; break;
-          case FilterOp::kLe: r = in.is_signed ? sv <= sval : v <= in.value; break;
-          case FilterOp::kGt: r = in.is_signed ? sv > sval : v > in.value; break;
-          case FilterOp::kGe: r = in.is_signed ? sv >= sval : v >= in.value; break;
+          case FilterOp::kNe: r = uv == uval; break;
+          case FilterOp::kBand: r = in.source != FilterInsn::kCpu && (uv & uval) != 0; break;
+          case FilterOp::kLt: r = in.is_signed ? sv < sval : uv < uval; break;
+          case FilterOp::kLe: r = in.is_signed ? sv <= sval : uv <= uval; break;
+          case FilterOp::kGt: r = in.is_signed ? sv > sval : uv > uval; break;
+          case FilterOp::kGe: r = in.is_signed ? sv >= sval : uv >= uval; break;
           case FilterOp::kGlob: r = false; break;
         }
       }

@@ -29,7 +29,7 @@ struct FilterInsn {
   FilterOp op = FilterOp::kEq;
   bool negate = false;       // != and "!pattern"
   bool is_signed = false;
-  uint8_t size = 0;          // numeric field size; other sizes never match (as the kernel)
+  uint8_t size = 0;          // numeric field size: 1, 2, 4, 8; other sizes never match
   uint32_t offset = 0;       // field offset in the record
   uint64_t value = 0;        // numeric operand
   uint32_t pattern = 0;      // string operand: offset into `patterns` ...

@@ -93,6 +93,13 @@ TEST(Filter, AcceptedFromCapture) {
   EXPECT_EQ(passing(a, "cpu == 1 && a <= 1"), (std::vector<int>{0, 1}));
   EXPECT_EQ(passing(m, "str != \"hello-2\" && str ~ \"!*-0\""), (std::vector<int>{1, 3, 4}));
   EXPECT_EQ(passing(m, "str ~ 'hello-?'"), (std::vector<int>{0, 1, 2, 3, 4}));
+  // The operand is cut to the field's width: for s32 c, 4294967291 is -5.
+  EXPECT_EQ(passing(a, "c == 4294967291"), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(passing(a, "c < 4294967292"), (std::vector<int>{0, 1, 2, 3, 4}));
+  // A 3-byte array has no comparison in the kernel: never true, not even with "!=".
+  CompiledEvent three =
+      compile_line("p:uprobes/t " + kProg + ":0x1370 a=%di chs=+0(%di):char[3]");
+  EXPECT_EQ(passing(three, "chs != 1"), (std::vector<int>{}));
 }
 
 struct BadFilter {
