@@ -327,7 +327,7 @@ __attribute__((always_inline)) inline bool class_match(const char* pat, uint32_t
   // pat[*pi] is '['. On success *pi is past the closing ']'.
   uint32_t p = *pi + 1;
   bool negate = false;
-  if (p < pat_len && (pat[p] == '!' || pat[p] == '^')) {
+  if (p < pat_len && pat[p] == '!') {
     negate = true;
     ++p;
   }
@@ -345,7 +345,11 @@ __attribute__((always_inline)) inline bool class_match(const char* pat, uint32_t
       ++p;
     }
   }
-  if (p >= pat_len) return false;  // unterminated class: no match
+  if (p >= pat_len) {  // a '[' without its ']' is an ordinary character
+    if (c != '[') return false;
+    *pi += 1;
+    return true;
+  }
   *pi = p + 1;
   return match != negate;
 }

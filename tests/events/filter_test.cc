@@ -203,6 +203,9 @@ TEST(Filter, Glob) {
   EXPECT_TRUE(g("h*o*", "hello-4"));
   EXPECT_TRUE(g("[a-c]x", "bx"));
   EXPECT_TRUE(g("[!a-c]x", "dx"));
+  EXPECT_TRUE(g("[]a]", "]"));
+  EXPECT_TRUE(g("a[b", "a[b"));  // an unclosed '[' is an ordinary character
+  EXPECT_FALSE(g("a[b", "ab"));
   EXPECT_TRUE(g("a\\*", "a*"));
   EXPECT_FALSE(g("a\\*", "ab"));
   EXPECT_TRUE(g("*", ""));
