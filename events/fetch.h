@@ -20,7 +20,9 @@ struct HitContext {
   uint64_t ip = 0;            // entry probe: the probed address; return probe: the function
   uint64_t ret_ip = 0;        // return probe: where the function returns to
   const char* comm = nullptr; // the thread's name, at most 15 bytes + NUL
-  const uint64_t* entry_args = nullptr;  // return probe: $argN saved at entry
+  // Return probe: the arguments save_entry_args() stored at entry, at least
+  // ProgramView::entry_args of them.
+  const uint64_t* entry_args = nullptr;
   int32_t pid = 0;            // thread id
   uint16_t event_id = 0;
 };

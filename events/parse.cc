@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <initializer_list>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 
 #include "arch/regs.h"
@@ -90,7 +90,7 @@ int caret_position(const std::vector<std::string>& argv, int index, int offset) 
   return pos + offset;
 }
 
-// Collects the one error of a parse, positioned against argv[index_].
+// Collects the one error of a parse, positioned against argv[index].
 struct Log {
   const std::vector<std::string>* argv;
   std::string_view subsystem;
@@ -679,6 +679,15 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
     if (off == 0 && !def.is_return) fentry = true;
     if (off != 0 && def.is_return)
       return fail(log, 0, ErrorCode::kBadRetprobe);
+    // "0x401000%return" or "0x401000+4": no symbol is a number, so this is an address
+    // (the kernel would look the number up as a symbol and fail).
+    uint64_t numeric;
+    if (def.module.empty() && kstrtoull(def.symbol, 0, &numeric)) {
+      def.address = numeric + def.offset;
+      def.symbol.clear();
+      def.offset = 0;
+      fentry = false;
+    }
   }
 
   log.index = 0;

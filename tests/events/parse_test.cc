@@ -454,6 +454,8 @@ const ReadBackRow kKprobeReadBack[] = {
     {"p libc:malloc", "p:kprobes/p_libc_malloc_0 libc:malloc"},
     {"p:g/at 0x401000 a=%ax", "p:g/at 0x0000000000401000 a=%ax"},
     {"p 0x401000", "p:kprobes/p_0x401000 0x0000000000401000"},
+    {"r 0x401000%return", "r:kprobes/r_0x401000 0x0000000000401000"},
+    {"p 0x401000+4", "p:kprobes/p_0x401004 0x0000000000401004"},
     {"pfoo:g/e main", "p:g/e main"},  // unlike uprobes, the kprobe form finds the ':'
     {"r:g/e main a=$arg2 s=+0($arg1):string", "r:g/e main a=$arg2 s=+0($arg1):string"},
     {"p:g/e main x=@g_counter:s32 y=@g_table+8 z=+0(@g_table-8):symstr",
