@@ -1,5 +1,6 @@
-// Event filters: the kernel's filter language over an event's fields, compiled to a flat
-// postfix program that the agent evaluates on a record before it commits it.
+// Event filters: the kernel's filter language over an event's fields, compiled (daemon,
+// control thread) to a flat postfix program that the agent evaluates, from any thread at
+// once, on a record before it commits it.
 //
 //   FILTER := OR
 //   OR     := AND ( "||" AND )*

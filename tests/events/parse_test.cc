@@ -485,6 +485,31 @@ TEST(ReadBack, KprobeSyntax) {
   EXPECT_EQ(ret.def.entry_args, 3u);
 }
 
+// The append rules through kprobe syntax: kind first, then argument names and types, then
+// an identical place and arguments.
+TEST(Append, KprobeRules) {
+  auto def = [](const char* line) {
+    ParseResult r = parse_kprobe_command(line);
+    EXPECT_EQ(r.status, ParseStatus::kDefine) << line;
+    return r.def;
+  };
+  ProbeDefinition base = def("p:g/e main a=%di:u32");
+  Diagnostic d = check_append(base, def("r:g/e main a=%di:u32"));
+  EXPECT_EQ(d.message(), "Probe type is different from existing probe");
+  EXPECT_EQ(d.pos, 0);
+  EXPECT_EQ(d.subsystem, kLogKprobe);
+  d = check_append(base, def("p:g/e main a=%di:s32"));
+  EXPECT_EQ(d.message(), "Argument type or name is different from existing probe");
+  EXPECT_EQ(d.pos, 11);  // at the argument
+  EXPECT_EQ(check_append(base, def("p:g/e main a=%di:u32")).message(),
+            "There is already the exact same probe event");
+  EXPECT_TRUE(check_append(base, def("p:g/e main+4 a=%di:u32")).ok());
+  // A bitfield of a u32 container is a u32: the types match.
+  EXPECT_TRUE(check_append(base, def("p:g/e other a=+0(%di):b4@2/32")).ok());
+  EXPECT_EQ(check_append(base, def("p:g/e other a=%di:u32 b=%si")).message(),
+            "Argument type or name is different from existing probe");
+}
+
 TEST(Removal, CaptureForms) {
   std::string p = kProg;
   Registry reg;
