@@ -1,10 +1,10 @@
 // The fetch interpreter and record writer. Reentrant: any thread of a traced process runs
 // it at the same time as others, sharing only the read-only program. It runs on the hit
-// path inside that process (DESIGN.md §3): no allocation, no locks, no exceptions and no call into libc or
-// any other library. Memory is read only through the Reader (memory_reader.h), so a bad
-// pointer gives the kernel's fault values: 0 for numbers, a zero-length string ("(fault)")
-// for strings. Byte copies use fixed-size builtins or loops the compiler cannot turn
-// into library calls.
+// path inside that process (DESIGN.md §3): no allocation, no locks, no exceptions and no
+// call into libc or any other library. Memory is read only through the Reader
+// (memory_reader.h), so a bad pointer gives the kernel's fault values: 0 for numbers, a
+// zero-length string ("(fault)") for strings. Byte copies use fixed-size builtins or
+// loops the compiler cannot turn into library calls.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// Text output of the trace files (daemon; pure functions, any thread): event lines as `trace` and `trace_pipe` show them, the
-// `trace` header and the `[LOST N EVENTS]` line. Records come from shared memory written
-// by traced processes, so every offset inside one is checked before it is followed.
+// Text output of the trace files (daemon side; pure functions, any thread): event lines as
+// `trace` and `trace_pipe` show them, the `trace` header and the `[LOST N EVENTS]` line.
+// Records come from shared memory written by traced processes, so every offset inside
+// one is checked before it is followed.
 #pragma once
 
 #include <cstdint>

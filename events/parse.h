@@ -1,9 +1,10 @@
 // Parsing lines written to kprobe_events, uprobe_events and dynamic_events.
 //
 // Each entry point takes one line (no newline). It removes a `#` comment, splits on
-// whitespace, and answers one of (pure functions: any thread may call them): an empty line, "not mine" (another event type's
+// whitespace, and answers one of: an empty line, "not mine" (another event type's
 // syntax), a definition, a removal, or an error positioned for error_log. The result keeps
-// the place unresolved; the daemon resolves it in each target and then compiles.
+// the place unresolved; the daemon resolves it in each target and then compiles. These
+// are pure functions: any thread may call them.
 #pragma once
 
 #include <functional>
