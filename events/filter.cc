@@ -65,9 +65,10 @@ bool find_field(const CompiledEvent& ev, std::string_view name, FieldRef* f) {
       if (fl.type->is_string && !fl.count) {
         *f = {FilterInsn::kRecordString, fl.offset, 4, false};
       } else {
-        // Arrays compare as one number of the array's whole size, as the kernel does.
-        *f = {FilterInsn::kRecordNumber, fl.offset, static_cast<uint8_t>(fl.size),
-              fl.type->is_signed};
+        // Arrays compare as one number of the array's whole size, as the kernel does; a
+        // size above 8 has no comparison and is kept as 0 so that it never matches.
+        uint8_t size = fl.size <= 8 ? static_cast<uint8_t>(fl.size) : 0;
+        *f = {FilterInsn::kRecordNumber, fl.offset, size, fl.type->is_signed};
       }
       return true;
     }
@@ -489,7 +490,8 @@ bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
       {
         // Both sides in the field's own type, as the kernel compares them: the operand
         // is cut to the field's width, and signed fields compare signed.
-        unsigned shift = 64 - in.size * 8u;
+        unsigned size = in.source == FilterInsn::kCpu ? 4u : in.size;  // sized: 1, 2, 4, 8
+        unsigned shift = 64 - size * 8u;
         uint64_t uv = (v << shift) >> shift, uval = (in.value << shift) >> shift;
         int64_t sv = static_cast<int64_t>(v << shift) >> shift;
         int64_t sval = static_cast<int64_t>(in.value << shift) >> shift;

@@ -2,6 +2,8 @@
 // Input: one byte choosing the file (kprobe_events, uprobe_events, dynamic_events), a
 // definition line, '\n', then a filter. Whatever parses must read back to text that parses
 // to the same read-back; whatever compiles must run, format and filter without a crash.
+// Two more choices feed the rest to the program and filter decoders of the agent link:
+// what decodes must run inside its record.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -13,13 +15,34 @@
 #include "events/memory_reader.h"
 #include "events/output.h"
 #include "events/parse.h"
+#include "events/wire.h"
 
 using namespace probefs;
 using namespace probefs::events;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  int mode = data[0] % 3;
+  if (data[0] % 5 >= 3) {
+    PtRegs regs{};
+    FakeMemoryReader mem;
+    HitContext hc;
+    hc.regs = &regs;
+    static uint8_t rec[1 << 16];
+    if (data[0] % 5 == 3) {
+      FetchProgram p;
+      if (!decode_program(data + 1, size - 1, &p)) return 0;
+      uint64_t entry[kMaxStackParam] = {};
+      hc.entry_args = entry;
+      uint32_t cap = p.max_record_size() < sizeof rec ? p.max_record_size() : sizeof rec;
+      write_record(view_of(p), hc, mem, rec, cap);
+    } else {
+      CompiledFilter f;
+      if (!decode_filter(data + 1, size - 1, &f)) return 0;
+      filter_match(f, rec, 64, FilterContext{0, "fuzz"});
+    }
+    return 0;
+  }
+  int mode = data[0] % 5;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   size_t nl = rest.find('\n');
   std::string_view line = rest.substr(0, nl);
@@ -59,6 +82,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   if (!compile(r.def, resolve, &ev, &err)) return 0;
   format_file(ev, 1);
+  // What the daemon compiles, the agent link carries unchanged.
+  std::vector<uint8_t> blob = encode_program(ev.program);
+  FetchProgram back;
+  if (!decode_program(blob.data(), blob.size(), &back)) abort();
 
   PtRegs regs{};
   regs.di = 0x1000;
@@ -84,6 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CompiledFilter f;
   if (compile_filter(filter, ev, &f, &err)) {
     filter_match(f, rec, n, FilterContext{0, "fuzz"});
+    std::vector<uint8_t> fblob = encode_filter(f);
+    CompiledFilter fback;
+    if (!decode_filter(fblob.data(), fblob.size(), &fback)) abort();
   } else {
     filter_error_text(err);
   }
