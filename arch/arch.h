@@ -59,6 +59,10 @@ struct Callbacks {
   // A function whose return address resume was hijacked returned to the trampoline.
   // Returns the real return address.
   uintptr_t (*function_return)(PtRegs* regs);
+  // A jump-optimized probe fired. *ctx is what set_optimized_context() stored (load it
+  // only inside the caller's read-side section; nullptr: the probe is going away).
+  // regs->ip is the probe address + 1, as on the int3 path; changes to ip are ignored.
+  void (*optimized_hit)(void* const volatile* ctx, PtRegs* regs);
 };
 
 // Installs the SIGTRAP handler (chaining to the program's handler for traps that are not
@@ -78,5 +82,31 @@ Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool ste
 
 // Where a hijacked return address points.
 uintptr_t kretprobe_trampoline();
+
+// ---- jump optimization (control plane; the caller serializes) ----
+
+// Runs the optimizer's safety checks on the function around the site and builds the
+// detour. 0, or -EINVAL with *why set to the reason it cannot be optimized.
+int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, const char** why);
+
+// The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
+// prepare_optimized() succeeded; site_address + 1 before.
+uintptr_t site_region_end(const Site* site);
+
+// What the detour hands to Callbacks::optimized_hit. nullptr silences it.
+void set_optimized_context(Site* site, void* ctx);
+
+// Replaces the int3 of each armed, prepared site by a jmp to its detour:
+//   int3 hits resume in the detour's copy; wait_for_handlers() (every int3 handler that
+//   started before has finished); threads parked on the region are moved to the copy;
+//   the jmp's tail is written; barrier; its first byte; barrier.
+// A site where some thread could not be moved stays an int3 probe. Returns how many sites
+// are optimized now.
+size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)());
+
+// Puts the int3 back: int3 on the first byte, barrier, the original tail, barrier.
+void unoptimize(Site* const* sites, size_t n);
+
+bool site_optimized(const Site* site);
 
 }  // namespace probefs::arch

@@ -8,6 +8,7 @@
 //   Aggregate::children  the probes on one address, RCU-published; read on every hit
 //   t_current       this thread's running probe (recursion guard)           (owner thread)
 //   t_ri_head       this thread's kretprobe instances in flight, newest first (owner thread)
+//   g_opt_queue     aggregates waiting for the optimizer thread             (g_mu)
 // Anything unpublished is retired and freed only after synchronize_rcu().
 #include "probecore/kprobes.h"
 
@@ -22,6 +23,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <chrono>
+#include <condition_variable>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,12 @@ struct Aggregate {
   // executable, which never goes away.
   uintptr_t object_base = 0;
   std::string object_name;
+  // Jump optimization.
+  FunctionBounds bounds;     // the function around addr
+  bool opt_checked = false;  // arch::prepare_optimized() has run
+  bool opt_capable = false;  // and succeeded
+  std::string opt_reason;    // why it is not optimized (empty when it is)
+  bool opt_queued = false;
 };
 
 struct Table {
@@ -99,6 +109,16 @@ std::vector<const Table*> g_retired_tables;
 std::vector<const Children*> g_retired_children;
 std::vector<Aggregate*> g_retired_aggrs;
 std::vector<InstancePool*> g_retired_pools;      // freed once no instance is out
+
+bool g_optimization = true;                      // g_mu: debug.kprobes_optimization
+std::vector<Aggregate*> g_opt_queue;             // g_mu
+// The optimizer thread: wakes on g_opt_cv, waits kOptimizeDelay to batch, optimizes.
+constexpr auto kOptimizeDelay = std::chrono::milliseconds(5);
+// With g_mu. Never destroyed (the optimizer thread may wait on it during exit), and
+// replaced in a fork child: a condition variable that had waiters is unusable there.
+std::condition_variable* g_opt_cv = new std::condition_variable;
+bool g_optimizer_running = false;                // g_mu: the thread exists (reset in fork)
+uint64_t g_opt_passes = 0;                       // g_mu: completed optimizer passes
 
 thread_local const void* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local KretprobeInstance* t_ri_head __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -181,6 +201,25 @@ void on_singlestep_done(void* cookie, PtRegs* regs) {
   if (cookie != &g_missed_cookie) {
     run_post_handlers(static_cast<Aggregate*>(cookie), regs);
     t_current = nullptr;
+  }
+  rcu_read_unlock();
+}
+
+// A jump-optimized probe fired (from the detour thunk). Pre handlers' return values are
+// ignored: the relocated instructions always run next, as in kprobes.
+void on_optimized_hit(void* const volatile* ctx, PtRegs* regs) {
+  rcu_read_lock();
+  const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
+  if (ag) {
+    if (t_current) {
+      count_missed(ag);
+    } else {
+      t_current = ag;
+      const Children* ch = ag->children.load(std::memory_order_acquire);
+      for (Kprobe* p : ch->probes)
+        if (p->pre_handler && probe_enabled(p)) p->pre_handler(p, regs);
+      t_current = nullptr;
+    }
   }
   rcu_read_unlock();
 }
@@ -382,6 +421,8 @@ ObjectQuery object_containing(uintptr_t addr) {
   return q;
 }
 
+void set_optimized_flag(const Aggregate* ag, bool on);
+
 // Marks probes whose library was unloaded: their bytes are never touched again.
 void refresh_gone() {
   for (Aggregate* ag : g_aggrs) {
@@ -391,8 +432,132 @@ void refresh_gone() {
     ag->gone = true;
     ag->armed = false;
     arch::mark_gone(ag->site);
+    arch::set_optimized_context(ag->site, nullptr);
+    std::erase(g_opt_queue, ag);
+    set_optimized_flag(ag, false);
     for (Kprobe* p : children_of(ag)) __atomic_or_fetch(&p->flags, KPROBE_FLAG_GONE, __ATOMIC_RELAXED);
     table_remove(ag);
+  }
+}
+
+// ---- jump optimization ----
+
+bool any_post_handler(const Aggregate* ag) {
+  for (const Kprobe* p : children_of(ag))
+    if (p->post_handler) return true;
+  return false;
+}
+
+// Why ag cannot be jump-optimized now; empty when it can.
+std::string optimization_obstacle(Aggregate* ag) {
+  if (!g_optimization) return "optimization is switched off";
+  if (ag->gone) return "the code is gone";
+  if (!ag->armed) return "not armed";
+  if (any_post_handler(ag)) return "a probe here has a post_handler";
+  if (!ag->opt_checked) {
+    const char* why = "";
+    ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end, &why) == 0;
+    ag->opt_checked = true;
+    if (!ag->opt_capable) ag->opt_reason = why;
+  }
+  if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;
+  const uintptr_t end = arch::site_region_end(ag->site);
+  for (const Aggregate* other : g_aggrs)
+    if (other != ag && !other->gone && other->addr > ag->addr && other->addr < end)
+      return "another probe lies in the replaced instructions";
+  return {};
+}
+
+void set_optimized_flag(const Aggregate* ag, bool on) {
+  for (Kprobe* p : children_of(ag)) {
+    if (on) __atomic_or_fetch(&p->flags, KPROBE_FLAG_OPTIMIZED, __ATOMIC_RELAXED);
+    else __atomic_and_fetch(&p->flags, ~uint32_t{KPROBE_FLAG_OPTIMIZED}, __ATOMIC_RELAXED);
+  }
+}
+
+void unoptimize_aggregate(Aggregate* ag) {
+  if (!arch::site_optimized(ag->site)) return;
+  arch::unoptimize(&ag->site, 1);
+  set_optimized_flag(ag, false);
+}
+
+// Before an int3 goes inside the jmp of an optimized probe, that probe goes back to int3.
+void unoptimize_covering(uintptr_t addr) {
+  for (Aggregate* ag : g_aggrs)
+    if (!ag->gone && ag->addr < addr && addr < arch::site_region_end(ag->site))
+      unoptimize_aggregate(ag);
+}
+
+void optimizer_main();
+
+void kick_optimizer() {
+  if (g_opt_queue.empty()) return;
+  if (!g_optimizer_running) {
+    g_optimizer_running = true;
+    std::thread(optimizer_main).detach();
+  }
+  g_opt_cv->notify_all();
+}
+
+// Brings every aggregate's form in line with what it may be: unoptimizes at once what must
+// not stay optimized, queues for the optimizer what may become optimized.
+void update_optimizations() {
+  for (Aggregate* ag : g_aggrs) {
+    std::string why = optimization_obstacle(ag);
+    const bool optimized = !ag->gone && arch::site_optimized(ag->site);
+    if (!why.empty()) {
+      if (optimized) unoptimize_aggregate(ag);
+      set_optimized_flag(ag, false);  // also when disarming took the jmp away
+      ag->opt_reason = why;
+      continue;
+    }
+    if (optimized) {
+      set_optimized_flag(ag, true);  // children added since
+      ag->opt_reason.clear();
+    } else if (!ag->opt_queued) {
+      ag->opt_queued = true;
+      ag->opt_reason = "waiting for the optimizer";
+      g_opt_queue.push_back(ag);
+    }
+  }
+  kick_optimizer();
+}
+
+// One batch: everything queued that may still be optimized. g_mu held.
+void run_optimizer_pass() {
+  std::vector<Aggregate*> batch;
+  std::vector<arch::Site*> sites;
+  for (Aggregate* ag : g_opt_queue) {
+    ag->opt_queued = false;
+    if (optimization_obstacle(ag).empty() && !arch::site_optimized(ag->site)) {
+      arch::set_optimized_context(ag->site, ag);
+      batch.push_back(ag);
+      sites.push_back(ag->site);
+    }
+  }
+  g_opt_queue.clear();
+  if (!sites.empty()) arch::optimize(sites.data(), sites.size(), synchronize_rcu);
+  for (Aggregate* ag : batch) {
+    if (arch::site_optimized(ag->site)) {
+      set_optimized_flag(ag, true);
+      ag->opt_reason.clear();
+    } else {  // a thread sat on the region: try again on a later pass
+      ag->opt_reason = "a thread is inside the replaced instructions; retrying";
+      ag->opt_queued = true;
+      g_opt_queue.push_back(ag);
+    }
+  }
+  ++g_opt_passes;
+}
+
+void optimizer_main() {
+  std::unique_lock lock(g_mu);
+  for (;;) {
+    g_opt_cv->wait(lock, [] { return !g_opt_queue.empty() || !g_optimizer_running; });
+    if (!g_optimizer_running) return;
+    // Let a burst of registrations arrive, then patch them in one batch.
+    g_opt_cv->wait_for(lock, kOptimizeDelay);
+    run_optimizer_pass();
   }
 }
 
@@ -445,12 +610,15 @@ void atfork_prepare() { g_mu.lock(); }
 void atfork_parent() { g_mu.unlock(); }
 void atfork_child() {
   rcu_after_fork_child();
+  g_optimizer_running = false;  // threads do not survive fork; restarted on demand
+  g_opt_cv = new std::condition_variable;
   g_mu.unlock();
 }
 
 int init_locked() {
   if (g_initialized) return 0;
-  const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return};
+  const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return,
+                          on_optimized_hit};
   if (int rc = arch::install(cb); rc) return rc;
   build_blacklist();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -500,6 +668,7 @@ int register_locked(Kprobe* p) {
 
   Aggregate* ag = table_find_locked(addr);
   if (ag) {
+    if (p->post_handler) unoptimize_aggregate(ag);  // detours run no post handlers
     std::vector<Kprobe*> probes = children_of(ag);
     probes.push_back(p);
     publish_children(ag, std::move(probes));
@@ -510,12 +679,14 @@ int register_locked(Kprobe* p) {
       return rc;
     }
   } else {
+    unoptimize_covering(addr);  // never an int3 inside a written jmp
     arch::Site* site = nullptr;
     if (int rc = arch::prepare(addr, bounds.start, bounds.end, &site); rc) return rc;
     auto owned = std::make_unique<Aggregate>();
     ag = owned.get();
     ag->addr = addr;
     ag->site = site;
+    ag->bounds = bounds;
     if (!where.name.empty()) {
       ag->symbol = where.name;
       ag->symbol_offset = addr - where.addr;
@@ -552,8 +723,11 @@ int unregister_locked(Kprobe* p) {
   if (probes.empty()) {
     // The int3 goes before the table entry: a thread that trapped on it and then finds no
     // entry sees the original byte back and simply runs it.
-    if (ag->armed && !ag->gone) arch::disarm(ag->site);
+    if (ag->armed && !ag->gone) arch::disarm(ag->site);  // unoptimizes first
     ag->armed = false;
+    arch::set_optimized_context(ag->site, nullptr);
+    set_optimized_flag(ag, false);
+    std::erase(g_opt_queue, ag);
     table_remove(ag);
     std::erase(g_aggrs, ag);
     g_retired_aggrs.push_back(ag);
@@ -644,6 +818,13 @@ void append_line(std::string* out, const Aggregate* ag, const Kprobe* p) {
   out->push_back('\n');
 }
 
+// The end of every control operation: optimize or unoptimize what changed, then free
+// what was unpublished.
+void finish_control_op() {
+  update_optimizations();
+  reclaim();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -658,7 +839,7 @@ int register_kprobe(Kprobe* p) {
   refresh_gone();
   p->is_kretprobe_ = false;
   int rc = register_locked(p);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -666,7 +847,7 @@ int unregister_kprobe(Kprobe* p) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   int rc = unregister_locked(p);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -678,11 +859,11 @@ int register_kprobes(Kprobe** ps, int num) {
     ps[i]->is_kretprobe_ = false;
     if (int rc = register_locked(ps[i]); rc) {
       while (--i >= 0) unregister_locked(ps[i]);
-      reclaim();
+      finish_control_op();
       return rc;
     }
   }
-  reclaim();
+  finish_control_op();
   return 0;
 }
 
@@ -690,14 +871,14 @@ void unregister_kprobes(Kprobe** ps, int num) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   for (int i = 0; i < num; ++i) unregister_locked(ps[i]);
-  reclaim();
+  finish_control_op();
 }
 
 int enable_kprobe(Kprobe* p) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   int rc = set_disabled_locked(p, false);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -705,7 +886,7 @@ int disable_kprobe(Kprobe* p) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   int rc = set_disabled_locked(p, true);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -713,7 +894,7 @@ int register_kretprobe(Kretprobe* rp) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   int rc = register_kretprobe_locked(rp);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -721,7 +902,7 @@ int unregister_kretprobe(Kretprobe* rp) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   int rc = unregister_kretprobe_locked(rp);
-  reclaim();
+  finish_control_op();
   return rc;
 }
 
@@ -732,11 +913,11 @@ int register_kretprobes(Kretprobe** rps, int num) {
   for (int i = 0; i < num; ++i) {
     if (int rc = register_kretprobe_locked(rps[i]); rc) {
       while (--i >= 0) unregister_kretprobe_locked(rps[i]);
-      reclaim();
+      finish_control_op();
       return rc;
     }
   }
-  reclaim();
+  finish_control_op();
   return 0;
 }
 
@@ -744,7 +925,7 @@ void unregister_kretprobes(Kretprobe** rps, int num) {
   std::lock_guard lock(g_mu);
   refresh_gone();
   for (int i = 0; i < num; ++i) unregister_kretprobe_locked(rps[i]);
-  reclaim();
+  finish_control_op();
 }
 
 int enable_kretprobe(Kretprobe* rp) { return enable_kprobe(&rp->kp); }
@@ -757,6 +938,7 @@ int arm_all_kprobes() {
   int first_error = 0;
   for (Aggregate* ag : g_aggrs)
     if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
+  finish_control_op();
   return first_error;
 }
 
@@ -767,6 +949,7 @@ int disarm_all_kprobes() {
   int first_error = 0;
   for (Aggregate* ag : g_aggrs)
     if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
+  finish_control_op();
   return first_error;
 }
 
@@ -784,7 +967,7 @@ std::string kprobes_list() {
   std::string out;
   for (const Aggregate* ag : sorted)
     for (const Kprobe* p : children_of(ag)) append_line(&out, ag, p);
-  reclaim();
+  finish_control_op();
   return out;
 }
 
@@ -797,6 +980,32 @@ bool within_kprobe_blacklist(uintptr_t addr) {
   std::lock_guard lock(g_mu);
   if (init_locked() != 0) return false;
   return blacklisted_locked(addr);
+}
+
+void set_kprobes_optimization(bool on) {
+  std::lock_guard lock(g_mu);
+  g_optimization = on;
+  finish_control_op();
+}
+
+bool kprobes_optimization_enabled() {
+  std::lock_guard lock(g_mu);
+  return g_optimization;
+}
+
+void wait_for_kprobe_optimizer() {
+  std::lock_guard lock(g_mu);
+  refresh_gone();
+  update_optimizations();
+  if (!g_opt_queue.empty()) run_optimizer_pass();
+  reclaim();
+}
+
+std::string kprobe_optimization_status(const Kprobe* p) {
+  std::lock_guard lock(g_mu);
+  const Aggregate* ag = p->aggr_;
+  if (!ag) return "not registered";
+  return ag->opt_reason;
 }
 
 void set_kprobes_boost(bool on) {

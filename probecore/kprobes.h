@@ -124,6 +124,21 @@ void set_symbol_resolver(SymbolResolver* resolver);
 // Is addr inside probefs's own code or another place that must never be probed?
 bool within_kprobe_blacklist(uintptr_t addr);
 
+// Jump optimization (the kernel's debug.kprobes_optimization): an armed probe that passes
+// the safety checks is rewritten by a background optimizer from int3 to a 5-byte jmp into
+// a detour, a few milliseconds after it was armed, in batches. Off unoptimizes every probe;
+// on lets the optimizer take them again. On by default. A pre_handler's change of ip is
+// ignored on optimized probes, as in kprobes; a probe with a post_handler is never
+// optimized.
+void set_kprobes_optimization(bool on);
+bool kprobes_optimization_enabled();
+// Runs the optimizer now on everything waiting for it (the kernel's
+// wait_for_kprobe_optimizer()).
+void wait_for_kprobe_optimizer();
+// Why p is not jump-optimized: empty when it is, else the reason (a refused safety check,
+// "waiting for the optimizer", ...).
+std::string kprobe_optimization_status(const Kprobe* p);
+
 // Boosting (running the probed instruction out of line without a trap flag) for probes
 // registered from now on. On by default; off makes every non-emulated hit single-step.
 void set_kprobes_boost(bool on);

@@ -247,7 +247,9 @@ std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   for (const Mapping& m : g.maps) o->ranges.emplace_back(m.start, m.end);
   o->fd = open_mapped_file(pid, first);
   if (o->fd < 0) return nullptr;
-  o->elf = elf_begin(o->fd, ELF_C_READ_MMAP, nullptr);
+  // Read, not mapped: a mapping of the object file would show in /proc/PID/maps beside
+  // the object's own and confuse the next scan of this very process.
+  o->elf = elf_begin(o->fd, ELF_C_READ, nullptr);
   if (o->elf == nullptr || elf_kind(o->elf) != ELF_K_ELF) return nullptr;
   GElf_Ehdr eh;
   if (gelf_getehdr(o->elf, &eh) == nullptr) return nullptr;

@@ -16,6 +16,9 @@ namespace probefs::arch {
 
 using namespace x86_64;
 
+std::mutex g_text_mu;
+std::map<uintptr_t, uint8_t> g_saved;
+
 namespace {
 
 // Longest function prefix decoded to prove a boundary; beyond it a probe is refused.
@@ -37,10 +40,8 @@ struct Slots {
   uint8_t* step = nullptr;
 };
 
-std::mutex g_mu;
-std::map<uintptr_t, uint8_t> g_saved;  // armed int3 address -> original byte (g_mu)
-std::map<SlotKey, Slots> g_slots;      // out-of-line copies, interned forever (g_mu)
-bool g_boost_enabled = true;           // g_mu
+std::map<SlotKey, Slots> g_slots;  // out-of-line copies, interned forever (g_text_mu)
+bool g_boost_enabled = true;       // g_text_mu
 
 // Builds (or finds) the out-of-line copies of `insn`. The bytes of a copy depend on where
 // it lives, so the address is chosen first and the code built for it.
@@ -102,7 +103,7 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
     if (addr != func_start) return -EILSEQ;
     func_end = func_start + kMaxInsnLen;
   }
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   // Decode up to one instruction past addr so that its bytes are complete.
   const size_t span = func_end - func_start;
   std::vector<uint8_t> code(span + kMaxInsnLen, 0);
@@ -139,7 +140,7 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
 void release(Site* site) { delete site; }
 
 int arm(Site* site) {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   if (site->gone) return -ENOENT;
   if (site->armed) return 0;
   const uint8_t int3 = kInt3;
@@ -150,9 +151,12 @@ int arm(Site* site) {
   return 0;
 }
 
+void unoptimize_locked(Site* site);  // optimize.cc
+
 int disarm(Site* site) {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   if (!site->armed) return 0;
+  if (site->optimized) unoptimize_locked(site);
   site->armed = false;
   g_saved.erase(site->addr);
   if (site->gone) return 0;
@@ -162,22 +166,25 @@ int disarm(Site* site) {
 }
 
 void mark_gone(Site* site) {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   site->gone = true;
   if (site->armed) g_saved.erase(site->addr);
+  if (site->optimized)
+    for (unsigned i = 1; i < kJmpRel32Len; ++i) g_saved.erase(site->addr + i);
   site->armed = false;
+  site->optimized = false;
 }
 
 uintptr_t site_address(const Site* site) { return site->addr; }
 bool site_can_boost(const Site* site) { return site->mode != RunMode::kSingleStep; }
 
 int read_text(uintptr_t addr, void* buf, size_t n) {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   return read_text_locked(addr, buf, n);
 }
 
 void set_boost_enabled(bool on) {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_text_mu);
   g_boost_enabled = on;
 }
 

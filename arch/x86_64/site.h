@@ -1,7 +1,10 @@
 // The arch-private Site and the state shared by the x86-64 backend's files.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "arch/arch.h"
 #include "arch/x86_64/insn.h"
@@ -15,6 +18,8 @@ enum class RunMode : uint8_t {
   kSingleStep,  // same-length copy, trap flag set
 };
 
+struct Detour;  // optimize.cc
+
 struct Site {
   uintptr_t addr = 0;
   x86_64::Insn insn;
@@ -23,6 +28,23 @@ struct Site {
   uint8_t* step_slot = nullptr;   // same-length copy for single-stepping
   bool armed = false;
   bool gone = false;
+  // Jump optimization (optimize.cc).
+  Detour* detour = nullptr;         // built by prepare_optimized()
+  uint8_t region_len = 0;           // bytes the jmp replaces
+  bool optimized = false;           // the jmp is written
+  // While set, int3 hits resume in the detour's copy of the whole region rather than in
+  // the boosted copy of one instruction (which would return into the region's middle).
+  std::atomic<uintptr_t> detour_resume{0};
 };
+
+// Shared by the backend's files.
+extern Callbacks g_callbacks;         // set once by install()
+
+// Is the calling thread (interrupted at interrupted_ip) inside the SIGTRAP handler or on
+// its way back from it? Such a thread may still resume where it decided to before.
+bool thread_in_trap_path(uintptr_t interrupted_ip);
+extern std::mutex g_text_mu;  // guards g_saved and the text of every site
+// Original bytes of every byte we changed in code: int3 first bytes, jmp tails.
+extern std::map<uintptr_t, uint8_t> g_saved;
 
 }  // namespace probefs::arch

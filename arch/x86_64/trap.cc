@@ -23,6 +23,8 @@ namespace probefs::arch {
 
 using namespace x86_64;
 
+Callbacks g_callbacks{};
+
 namespace {
 
 constexpr uint64_t kTrapFlag = 1u << 8;
@@ -44,12 +46,13 @@ struct StepFrame {
 struct ThreadTrapState {
   StepFrame steps[kMaxNestedSteps];
   unsigned depth;
+  unsigned in_handler;  // nesting of on_sigtrap on this thread
 };
 
 thread_local ThreadTrapState t_trap __attribute__((tls_model("initial-exec")));
 
-Callbacks g_callbacks{};
 struct sigaction g_previous{};  // the program's SIGTRAP action, for traps that are not ours
+std::atomic<uintptr_t> g_restorer{0};  // where our handler returns to: the sigreturn stub
 std::atomic<bool> g_installed{false};
 
 void load_regs(const mcontext_t& m, PtRegs* r) {
@@ -155,7 +158,19 @@ bool finish_step(PtRegs* r) {
   return true;
 }
 
+void handle_sigtrap(int sig, siginfo_t* info, void* ucv);
+
+// The whole handler counts as "in the trap path" for thread_in_trap_path(): a thread in it
+// may be about to resume at an address it chose before an optimization began.
 void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
+  ++t_trap.in_handler;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  handle_sigtrap(sig, info, ucv);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --t_trap.in_handler;
+}
+
+void handle_sigtrap(int sig, siginfo_t* info, void* ucv) {
   auto* uc = static_cast<ucontext_t*>(ucv);
   PtRegs regs;
   load_regs(uc->uc_mcontext, &regs);
@@ -183,6 +198,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
 }  // namespace
 
 Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool step) {
+  // Being optimized, or optimized and hit by a thread that trapped just before the jmp was
+  // written: run the detour's copy of the whole region.
+  if (const uintptr_t d = site->detour_resume.load(std::memory_order_acquire)) {
+    regs->ip = d;
+    return Resume::kOutOfLine;
+  }
   if (site->mode == RunMode::kEmulate) {
     emulate(site->insn, regs);
     return Resume::kEmulated;
@@ -224,8 +245,16 @@ int install(const Callbacks& callbacks) {
   sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGTRAP, &sa, &g_previous) != 0) return -errno;
+  TextRange r[1];
+  if (blacklist(r, 1) == 1) g_restorer.store(r[0].start, std::memory_order_release);
   g_installed.store(true, std::memory_order_release);
   return 0;
+}
+
+bool thread_in_trap_path(uintptr_t interrupted_ip) {
+  const uintptr_t restorer = g_restorer.load(std::memory_order_acquire);
+  return t_trap.in_handler != 0 ||
+         (restorer && interrupted_ip >= restorer && interrupted_ip < restorer + 16);
 }
 
 uintptr_t kretprobe_trampoline() {

@@ -7,6 +7,9 @@
 //   r   kretprobe, entry single-stepped
 //   rb  kretprobe, entry boosted
 //   kr  kprobe + kretprobe on the same function, boosted
+//   o   kprobe, jump-optimized (no trap)
+//   ro  kretprobe, entry jump-optimized, return through the trampoline
+//   okr kprobe + kretprobe on the same function, both optimized
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -90,11 +93,24 @@ int main(int argc, char** argv) {
     rp.kp.bounds = bounds;
     rp.handler = count_ret;
   };
+  // Trap modes run with the optimizer off; optimized modes wait for it and check it worked.
   auto with_boost = [&](bool boost, std::function<bool()> f) {
     return [=] {
+      set_kprobes_optimization(false);
       set_kprobes_boost(boost);
       reset();
       return f();
+    };
+  };
+  auto optimized = [&](std::function<bool()> f) {
+    return [=, &kp, &rp] {
+      set_kprobes_optimization(true);
+      set_kprobes_boost(true);
+      reset();
+      if (!f()) return false;
+      wait_for_kprobe_optimizer();
+      const Kprobe& probe = kp.aggr_ ? kp : rp.kp;
+      return (probe.flags & KPROBE_FLAG_OPTIMIZED) != 0;
     };
   };
   auto reg_k = [&] { return register_kprobe(&kp) == 0; };
@@ -112,6 +128,10 @@ int main(int argc, char** argv) {
       {"rb", "kretprobe, entry boosted", fast, with_boost(true, reg_r), unreg_all, 1},
       {"kr", "kprobe + kretprobe, boosted", fast,
        with_boost(true, [&] { return reg_k() && reg_r(); }), unreg_all, 2},
+      {"o", "kprobe, optimized", fast * 100, optimized(reg_k), unreg_all, 1},
+      {"ro", "kretprobe, optimized entry", fast * 100, optimized(reg_r), unreg_all, 1},
+      {"okr", "kprobe + kretprobe, optimized", fast * 100,
+       optimized([&] { return reg_k() && reg_r(); }), unreg_all, 2},
   };
 
   const double base = time_calls(static_cast<long>(10000000 * scale), reps);
@@ -121,7 +141,8 @@ int main(int argc, char** argv) {
   int status = 0;
   for (const Mode& m : modes) {
     if (!m.setup()) {
-      std::printf("%-5s %-34s %12s\n", m.name, m.what, "register failed");
+      std::printf("%-5s %-34s %12s\n", m.name, m.what, "register/optimize failed");
+      m.teardown();
       status = 1;
       continue;
     }
@@ -135,5 +156,6 @@ int main(int argc, char** argv) {
     if (!exact) status = 1;
   }
   set_kprobes_boost(true);
+  set_kprobes_optimization(true);
   return status;
 }

@@ -101,6 +101,69 @@ pf_leaf_redzone_mid:
 pf_leaf_redzone_end:
         .size pf_leaf_redzone, .-pf_leaf_redzone
 
+
+/*
+ * long pf_jump_into(long x): max(x + 1, 10), through a loop whose head is the second
+ * instruction: a jump into the first five bytes, so the entry cannot be jump-optimized.
+ */
+        .text
+        .globl pf_jump_into, pf_jump_into_end
+        .type pf_jump_into, @function
+        .p2align 4
+pf_jump_into:
+        mov     %rdi, %rax              /* 3 bytes */
+1:      add     $1, %rax                /* 4 bytes: bytes 3..6, inside the jmp's 5 */
+        cmp     $10, %rax
+        jl      1b
+        ret
+pf_jump_into_end:
+        .size pf_jump_into, .-pf_jump_into
+
+/*
+ * long pf_jtab(long x): 2 for x in {0, 1}, else x + 1. A jump table whose entry 0 is the
+ * second instruction, inside the first five bytes.
+ */
+        .globl pf_jtab, pf_jtab_end
+        .type pf_jtab, @function
+        .p2align 4
+pf_jtab:
+        mov     %rdi, %rax              /* 3 bytes */
+.Ljtab_case0:
+        add     $1, %rax                /* 4 bytes */
+        cmp     $1, %rdi
+        ja      .Ljtab_done
+        lea     .Ljtab_table(%rip), %rdx
+        movslq  (%rdx,%rdi,4), %rcx
+        add     %rdx, %rcx
+        mov     $2, %rdi
+        jmp     *%rcx
+.Ljtab_done:
+        ret
+pf_jtab_end:
+        .size pf_jtab, .-pf_jtab
+        .section .rodata
+        .p2align 2
+.Ljtab_table:
+        .long   .Ljtab_case0 - .Ljtab_table
+        .long   .Ljtab_done - .Ljtab_table
+        .text
+
+/*
+ * long pf_two_step(long x): x * 2 + 3 through a 3-byte and a 4-byte instruction, for the
+ * test that parks a thread between them.
+ */
+        .globl pf_two_step, pf_two_step_end, pf_two_step_second
+        .type pf_two_step, @function
+        .p2align 4
+pf_two_step:
+        lea     (%rdi,%rdi), %rax       /* 4 bytes */
+pf_two_step_second:
+        add     $3, %rax                /* 4 bytes */
+        nop
+        ret
+pf_two_step_end:
+        .size pf_two_step, .-pf_two_step
+
         .data
         .p2align 3
 pf_mix_bias:

@@ -15,8 +15,10 @@ namespace probefs::probecore {
 namespace {
 
 std::atomic<long> g_hits{0};
-int count(Kprobe*, PtRegs*) {
-  g_hits.fetch_add(1);
+// Only the calls made by the tests count: the resolver itself parses numbers with libc.
+std::atomic<uint64_t> g_marker{0};
+int count(Kprobe*, PtRegs* regs) {
+  if (g_marker == 0 || regs->di == g_marker) g_hits.fetch_add(1);
   return 0;
 }
 
@@ -40,7 +42,10 @@ TEST_F(SelfSymbols, ProbesBySymbolInTheExecutableAndInLibc) {
     test_util::KprobeGuard g{&k};
     ASSERT_EQ(register_kprobe(&k), 0) << name;
     EXPECT_EQ(k.addr, reinterpret_cast<uintptr_t>(&strtol)) << name;
-    EXPECT_EQ(v_strtol("77", nullptr, 10), 77);
+    static const char text[] = "77";
+    g_marker = reinterpret_cast<uintptr_t>(text);
+    EXPECT_EQ(v_strtol(text, nullptr, 10), 77);
+    g_marker = 0;
   }
   EXPECT_EQ(g_hits, 3);
   Kprobe k;

@@ -20,6 +20,12 @@ extern char pf_mix_end[], pf_mix_push[], pf_mix_riprel[], pf_mix_call[], pf_mix_
 extern long pf_mix_bias;
 long pf_loop_sum(long n);
 extern char pf_loop_sum_end[], pf_loop_sum_loop[], pf_loop_sum_jmp[], pf_loop_sum_icall[];
+long pf_jump_into(long x);
+extern char pf_jump_into_end[];
+long pf_jtab(long x);
+extern char pf_jtab_end[];
+long pf_two_step(long x);
+extern char pf_two_step_end[], pf_two_step_second[];
 long pf_leaf_redzone(long x);
 extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
 }

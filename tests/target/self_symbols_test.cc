@@ -86,6 +86,20 @@ TEST(SelfSymbolResolver, ErrorsAreNegativeErrno) {
   EXPECT_EQ(resolver.describe(reinterpret_cast<uintptr_t>(&on_stack), &loc), -ENOENT);
 }
 
+// A miss re-reads the mappings; the object files the resolver itself has open must not
+// show up there as more mappings of the same objects (they did when libelf mapped them).
+TEST(SelfSymbolResolver, DescribesLibcAfterAMissMadeItReload) {
+  const auto addr = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "getpid"));
+  ASSERT_NE(addr, 0u);
+  probecore::SymbolLocation before, after;
+  ASSERT_EQ(self_symbol_resolver().describe(addr, &before), 0);
+  EXPECT_EQ(self_symbol_resolver().resolve("libc:no_such_function_here", &after), -ENOENT);
+  ASSERT_EQ(self_symbol_resolver().describe(addr, &after), 0);
+  EXPECT_EQ(after.bounds.start, before.bounds.start);
+  EXPECT_EQ(after.bounds.end, before.bounds.end);
+  EXPECT_EQ(after.module, before.module);
+}
+
 TEST(SelfSymbolResolver, ServesSeveralThreadsAtOnce) {
   SelfSymbolResolver& resolver = self_symbol_resolver();
   const uintptr_t a = fn_addr(&probefs_test_fn_a);

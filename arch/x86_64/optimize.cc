@@ -1,0 +1,345 @@
+// Jump optimization: a probe's int3 becomes a 5-byte jmp to a detour that saves the
+// registers, runs the handlers through the shared thunk (optprobe_thunk.S), runs a
+// relocated copy of the replaced instructions and jumps back. No trap on the hit path.
+//
+// Detour layout (see optprobe_thunk.S for the frame):
+//   +0  ctx cell   +8 thunk   +16 addr   +24 lea -128(%rsp),%rsp ; call *+8(%rip)
+//   +35 lea 128(%rsp),%rsp   +43 relocated region ; jmp addr+len
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "arch/x86_64/near_alloc.h"
+#include "arch/x86_64/optimize_check.h"
+#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/site.h"
+#include "arch/x86_64/text_patch.h"
+#include "arch/x86_64/thread_fixup.h"
+
+extern "C" void probefs_optprobe_thunk();
+
+namespace probefs::arch {
+
+using namespace x86_64;
+
+// The detour's header lives in read+exec memory like its code; what changes at run time,
+// the context, lives in a cell of ordinary memory that the header points to.
+struct Detour {
+  void* volatile* ctx_cell;
+  uint64_t thunk;
+  uint64_t addr;
+  uint8_t code[];
+};
+static_assert(offsetof(Detour, code) == 24);
+
+namespace {
+
+constexpr size_t kStubLen = 19;           // lea ; call *(rip) ; lea
+constexpr size_t kRegionCopyOffset = 43;  // from the start of the detour
+
+struct DetourInfo {
+  Detour* detour;
+  uint8_t region_len;
+  uint8_t count;
+  uint8_t orig_off[kJmpRel32Len + 1];   // instruction k at addr + orig_off[k]
+  uint8_t copy_off[kJmpRel32Len + 1];   // and at detour + kRegionCopyOffset + copy_off[k]
+};
+
+struct DetourKey {
+  uintptr_t addr;
+  size_t len;
+  uint8_t bytes[kMaxInsnLen * kJmpRel32Len];
+  bool operator<(const DetourKey& o) const {
+    if (addr != o.addr) return addr < o.addr;
+    if (len != o.len) return len < o.len;
+    return std::memcmp(bytes, o.bytes, len) < 0;
+  }
+};
+
+// Detours, interned like out-of-line copies: never freed, so a thread still inside one
+// always finds it intact. (g_text_mu)
+std::map<DetourKey, DetourInfo> g_detours;
+std::map<const Site*, DetourInfo> g_site_detours;  // (g_text_mu)
+
+// Direct branch targets of a whole executable mapping, for branches into a region from
+// other functions (glibc's __mempcpy_* jumps into the middle of __memmove_*, past its first
+// instruction). The function-local check cannot see those; a linear sweep of the mapping
+// can. Built once per mapping. (g_text_mu)
+struct MappingBranches {
+  uintptr_t start = 0, end = 0;
+  unsigned long inode = 0;
+  std::vector<uintptr_t> targets;  // sorted
+};
+std::vector<MappingBranches> g_mapping_branches;
+
+bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off, inode;
+    char perms[8];
+    unsigned dev_major, dev_minor;
+    if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &dev_major,
+                    &dev_minor, &inode) != 7)
+      continue;
+    if (addr >= lo && addr < hi && perms[2] == 'x') {
+      out->start = lo;
+      out->end = hi;
+      out->inode = inode;
+      found = true;
+      break;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
+
+const MappingBranches* branches_of_mapping(uintptr_t addr) {
+  MappingBranches m;
+  if (!find_exec_mapping(addr, &m)) return nullptr;
+  for (const MappingBranches& b : g_mapping_branches)
+    if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
+  std::vector<uint8_t> code(m.end - m.start);
+  if (read_memory(m.start, code.data(), code.size()) != 0) return nullptr;
+  for (auto it = g_saved.lower_bound(m.start); it != g_saved.end() && it->first < m.end; ++it)
+    code[it->first - m.start] = it->second;
+  // Linear sweep; bytes that do not decode are stepped over one at a time (padding, data,
+  // instructions Capstone does not know) and the sweep finds its footing again.
+  for (uintptr_t pc = m.start; pc < m.end;) {
+    Insn insn;
+    if (decode(code.data() + (pc - m.start), m.end - pc, pc, &insn) != 0) {
+      ++pc;
+      continue;
+    }
+    switch (insn.kind) {
+      case InsnKind::kJmpRel: case InsnKind::kJccRel: case InsnKind::kCallRel:
+      case InsnKind::kLoopRel:
+        m.targets.push_back(insn.target);
+        break;
+      default:
+        break;
+    }
+    pc += insn.len;
+  }
+  std::sort(m.targets.begin(), m.targets.end());
+  g_mapping_branches.push_back(std::move(m));
+  return &g_mapping_branches.back();
+}
+
+// Does any direct branch of the mapping land strictly inside (addr, addr + len)?
+bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
+  const MappingBranches* b = branches_of_mapping(addr);
+  if (!b) return true;  // unknown: assume the worst
+  auto it = std::upper_bound(b->targets.begin(), b->targets.end(), addr);
+  return it != b->targets.end() && *it < addr + len;
+}
+
+bool read_for_check(void*, uintptr_t addr, void* buf, size_t n) {
+  return read_memory(addr, buf, n) == 0;
+}
+
+int build_detour(const OptimizeRegion& region, DetourInfo* out) {
+  DetourKey key{};
+  key.addr = region.addr;
+  for (unsigned k = 0; k < region.count; ++k) {
+    std::memcpy(key.bytes + key.len, region.insns[k].bytes, region.insns[k].len);
+    key.len += region.insns[k].len;
+  }
+  if (auto it = g_detours.find(key); it != g_detours.end()) {
+    *out = it->second;
+    return 0;
+  }
+
+  const size_t cap = kRegionCopyOffset + region.count * kMaxRelocatedLen + kJmpAbsLen;
+  void* mem = alloc_near(region.addr, cap);
+  if (!mem) return -ENOMEM;
+  const auto base = reinterpret_cast<uintptr_t>(mem);
+  std::vector<uint8_t> code(cap, 0xcc);
+  const uint64_t thunk = reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk);
+  // Never freed, like the detour: a thread inside may still read it.
+  auto* cell = new void* volatile(nullptr);
+  std::memcpy(code.data(), &cell, 8);
+  std::memcpy(code.data() + 8, &thunk, 8);
+  std::memcpy(code.data() + 16, &region.addr, 8);
+  static const uint8_t stub[kStubLen] = {
+      0x48, 0x8d, 0x64, 0x24, 0x80,                    // lea -0x80(%rsp),%rsp
+      0xff, 0x15, 0xe5, 0xff, 0xff, 0xff,              // call *-27(%rip)  -> +8
+      0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,  // lea 0x80(%rsp),%rsp
+  };
+  std::memcpy(code.data() + 24, stub, kStubLen);
+
+  DetourInfo info{};
+  info.detour = static_cast<Detour*>(mem);
+  info.region_len = region.len;
+  info.count = region.count;
+  size_t at = kRegionCopyOffset;
+  uint8_t orig = 0;
+  for (unsigned k = 0; k < region.count; ++k) {
+    const Insn& insn = region.insns[k];
+    info.orig_off[k] = orig;
+    info.copy_off[k] = static_cast<uint8_t>(at - kRegionCopyOffset);
+    int n = relocate(insn, base + at, code.data() + at, cap - at);
+    if (n < 0) return n;
+    at += static_cast<size_t>(n);
+    orig = static_cast<uint8_t>(orig + insn.len);
+  }
+  info.orig_off[region.count] = orig;
+  info.copy_off[region.count] = static_cast<uint8_t>(at - kRegionCopyOffset);
+  at += emit_jmp(code.data() + at, base + at, region.addr + region.len);
+  if (int rc = text_poke(base, code.data(), at); rc) return rc;
+  g_detours.emplace(key, info);
+  *out = info;
+  return 0;
+}
+
+void write_jmp(Site* site) {
+  const DetourInfo& d = g_site_detours.at(site);
+  uint8_t jmp[kJmpRel32Len];
+  emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(d.detour->code));
+  // The tail, under the int3 that guards the first byte. No other probe lies in the
+  // region (probecore checks), so these bytes are the original code.
+  uint8_t original[kJmpRel32Len];
+  read_memory(site->addr, original, kJmpRel32Len);
+  for (unsigned i = 1; i < kJmpRel32Len; ++i) g_saved[site->addr + i] = original[i];
+  text_poke(site->addr + 1, jmp + 1, kJmpRel32Len - 1);
+}
+
+}  // namespace
+
+int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, const char** why) {
+  std::lock_guard lock(g_text_mu);
+  *why = "";
+  if (site->detour) return 0;
+  if (site->gone) {
+    *why = "the code is gone";
+    return -EINVAL;
+  }
+  if (func_end <= func_start || func_end - func_start > (1u << 20)) {
+    *why = "function bounds unknown";
+    return -EINVAL;
+  }
+  std::vector<uint8_t> code(func_end - func_start);
+  if (read_memory(func_start, code.data(), code.size()) != 0) {
+    *why = "function not readable";
+    return -EINVAL;
+  }
+  for (auto it = g_saved.lower_bound(func_start); it != g_saved.end() && it->first < func_end; ++it)
+    code[it->first - func_start] = it->second;
+  OptimizeRegion region{};
+  const OptimizeRefusal r = check_optimizable(code.data(), func_start, func_end, site->addr,
+                                              read_for_check, nullptr, &region);
+  if (r != OptimizeRefusal::kNone) {
+    *why = refusal_text(r);
+    return -EINVAL;
+  }
+  if (branch_into_region_from_anywhere(region.addr, region.len)) {
+    *why = "a jump from other code lands in the replaced instructions";
+    return -EINVAL;
+  }
+  DetourInfo info;
+  if (int rc = build_detour(region, &info); rc) {
+    *why = "no memory for a detour within reach";
+    return rc;
+  }
+  g_site_detours[site] = info;
+  site->detour = info.detour;
+  site->region_len = region.len;
+  return 0;
+}
+
+uintptr_t site_region_end(const Site* site) {
+  return site->addr + (site->region_len ? site->region_len : 1);
+}
+
+void set_optimized_context(Site* site, void* ctx) {
+  if (site->detour) __atomic_store_n(site->detour->ctx_cell, ctx, __ATOMIC_RELEASE);
+}
+
+bool site_optimized(const Site* site) { return site->optimized; }
+
+size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
+  std::unique_lock lock(g_text_mu);
+  std::vector<Site*> batch;
+  for (size_t i = 0; i < n; ++i) {
+    Site* s = sites[i];
+    if (s->detour && s->armed && !s->gone && !s->optimized) batch.push_back(s);
+  }
+  if (batch.empty()) return 0;
+
+  // 1. Every new int3 hit resumes in a detour's copy of the whole region.
+  for (Site* s : batch) {
+    s->detour_resume.store(reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset,
+                           std::memory_order_release);
+  }
+  // 2. Handlers that started before that may still resume into the region itself.
+  lock.unlock();
+  wait_for_handlers();
+  lock.lock();
+
+  // 3. Threads on the region, or in a boosted copy that returns into it, move to the copy.
+  std::vector<Site*> movable;
+  for (Site* s : batch) {
+    const DetourInfo& d = g_site_detours.at(s);
+    const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset;
+    std::vector<IpMove> moves;
+    for (unsigned k = 1; k < d.count; ++k) moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
+    if (s->boost_slot) {
+      const auto slot = reinterpret_cast<uintptr_t>(s->boost_slot);
+      moves.push_back({slot, copy});
+      if (d.count > 1) {
+        // The boosted copy's jmp back follows the relocated first instruction.
+        uint8_t tmp[kMaxRelocatedLen];
+        const int len0 = relocate(s->insn, slot, tmp, sizeof tmp);
+        if (len0 > 0) moves.push_back({slot + static_cast<unsigned>(len0), copy + d.copy_off[1]});
+      }
+    }
+    if (move_threads(moves.data(), moves.size()) == 0) movable.push_back(s);
+    else s->detour_resume.store(0, std::memory_order_release);  // try again later
+  }
+
+  // 4. The jmp: tail, barrier, first byte, barrier.
+  for (Site* s : movable) write_jmp(s);
+  text_sync();
+  for (Site* s : movable) {
+    const uint8_t e9 = 0xe9;
+    text_poke(s->addr, &e9, 1);
+    s->optimized = true;
+  }
+  text_sync();
+  return movable.size();
+}
+
+void unoptimize_locked(Site* site) {
+  if (!site->optimized) return;
+  const uint8_t int3 = kInt3;
+  text_poke(site->addr, &int3, 1);
+  text_sync();
+  uint8_t tail[kJmpRel32Len];
+  for (unsigned i = 1; i < kJmpRel32Len; ++i) {
+    tail[i] = g_saved[site->addr + i];
+    g_saved.erase(site->addr + i);
+  }
+  text_poke(site->addr + 1, tail + 1, kJmpRel32Len - 1);
+  text_sync();
+  site->optimized = false;
+  site->detour_resume.store(0, std::memory_order_release);
+}
+
+void unoptimize(Site* const* sites, size_t n) {
+  std::lock_guard lock(g_text_mu);
+  for (size_t i = 0; i < n; ++i) unoptimize_locked(sites[i]);
+}
+
+}  // namespace probefs::arch
+
+// Called by the thunk with the detour and the saved registers.
+extern "C" __attribute__((visibility("hidden"))) void probefs_arch_optimized_hit(
+    probefs::arch::Detour* d, probefs::PtRegs* regs) {
+  regs->ip = d->addr + 1;
+  probefs::arch::g_callbacks.optimized_hit(d->ctx_cell, regs);
+}

@@ -1,0 +1,82 @@
+/*
+ * The shared thunk of jump-optimized probes. A probe's detour (optimize.cc) starts with
+ *
+ *   D+0   .quad ctx_cell       -> probecore's aggregate (0 while being removed)
+ *   D+8   .quad thunk          the address of this code
+ *   D+16  .quad addr           the probe address
+ *   D+24  lea -128(%rsp),%rsp  step over the red zone of the interrupted code
+ *   D+29  call *D+8(%rip)
+ *   D+35  lea 128(%rsp),%rsp   <- R, the return address the call pushes
+ *   D+43  the relocated instructions of the region, then jmp addr+len
+ *
+ * Frame built here, with S the stack pointer at the probe:
+ *
+ *   S-128..S       red zone of the interrupted code (untouched)
+ *   S-136          R
+ *   S-312..S-136   struct PtRegs (r15 lowest), 168 bytes + 8 of padding
+ *
+ * Registers are saved into the same PtRegs as the trap path fills, handlers run through
+ * probefs_arch_optimized_hit(D, regs), and everything but ip and sp is reloaded from the
+ * frame (a handler's change of ip is ignored for optimized probes, as in kprobes).
+ */
+        .text
+        .globl  probefs_optprobe_thunk
+        .type   probefs_optprobe_thunk, @function
+        .p2align 4
+probefs_optprobe_thunk:
+        .cfi_startproc
+        .cfi_undefined rip
+        lea     -176(%rsp), %rsp
+        mov     %r15, 0(%rsp)
+        mov     %r14, 8(%rsp)
+        mov     %r13, 16(%rsp)
+        mov     %r12, 24(%rsp)
+        mov     %rbp, 32(%rsp)
+        mov     %rbx, 40(%rsp)
+        mov     %r11, 48(%rsp)
+        mov     %r10, 56(%rsp)
+        mov     %r9, 64(%rsp)
+        mov     %r8, 72(%rsp)
+        mov     %rax, 80(%rsp)
+        mov     %rcx, 88(%rsp)
+        mov     %rdx, 96(%rsp)
+        mov     %rsi, 104(%rsp)
+        mov     %rdi, 112(%rsp)
+        pushfq
+        popq    144(%rsp)               /* flags (address taken after the pop) */
+        movq    $-1, 120(%rsp)          /* orig_ax */
+        movq    $0x33, 136(%rsp)        /* cs */
+        lea     312(%rsp), %rax
+        mov     %rax, 152(%rsp)         /* sp = S */
+        movq    $0x2b, 160(%rsp)        /* ss */
+
+        mov     176(%rsp), %rdi         /* R */
+        sub     $35, %rdi               /* D */
+        mov     %rsp, %rsi
+        mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
+        and     $-16, %rsp
+        call    probefs_arch_optimized_hit
+        mov     %rbx, %rsp
+
+        pushq   144(%rsp)               /* flags (address taken before the push) */
+        popfq
+        mov     0(%rsp), %r15
+        mov     8(%rsp), %r14
+        mov     16(%rsp), %r13
+        mov     24(%rsp), %r12
+        mov     32(%rsp), %rbp
+        mov     40(%rsp), %rbx
+        mov     48(%rsp), %r11
+        mov     56(%rsp), %r10
+        mov     64(%rsp), %r9
+        mov     72(%rsp), %r8
+        mov     80(%rsp), %rax
+        mov     88(%rsp), %rcx
+        mov     96(%rsp), %rdx
+        mov     104(%rsp), %rsi
+        mov     112(%rsp), %rdi
+        lea     176(%rsp), %rsp
+        ret
+        .cfi_endproc
+        .size   probefs_optprobe_thunk, .-probefs_optprobe_thunk
+        .section .note.GNU-stack,"",@progbits

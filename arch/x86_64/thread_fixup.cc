@@ -1,0 +1,190 @@
+#include "arch/x86_64/thread_fixup.h"
+
+#include "arch/x86_64/site.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace probefs::arch::x86_64 {
+namespace {
+
+// One move batch at a time (the caller serializes). The handler reads these. The moves are
+// copied into storage that is never freed, so a handler that runs late reads valid memory.
+constexpr size_t kMaxMoves = 4096;
+IpMove g_move_storage[kMaxMoves];
+std::atomic<const IpMove*> g_moves{nullptr};
+std::atomic<size_t> g_nmoves{0};
+std::atomic<int> g_generation{0};
+std::atomic<int> g_acks{0};
+std::atomic<int> g_busy{0};  // threads that were in the trap path: the batch must wait
+
+void on_fixup_signal(int, siginfo_t* info, void* ucv) {
+  // A signal of an older batch that was blocked until now: the batch is over.
+  if (info->si_code != SI_QUEUE || info->si_value.sival_int != g_generation.load()) return;
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  const auto ip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  if (arch::thread_in_trap_path(ip)) {
+    // Its resume address is in a frame below us, out of reach: try the batch again later.
+    g_busy.fetch_add(1, std::memory_order_acq_rel);
+    g_acks.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  const IpMove* moves = g_moves.load(std::memory_order_acquire);
+  const size_t n = g_nmoves.load(std::memory_order_acquire);
+  for (size_t i = 0; moves && i < n; ++i) {
+    if (moves[i].from == ip) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(moves[i].to);
+      break;
+    }
+  }
+  g_acks.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool install_handler() {
+  static std::atomic<int> state{0};  // 1 installed, -1 failed
+  if (state.load() == 0) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_fixup_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    state = sigaction(thread_fixup_signal(), &sa, nullptr) == 0 ? 1 : -1;
+  }
+  return state.load() == 1;
+}
+
+// Parsers of our own: the libc ones may be the very functions being probed.
+long parse_decimal(const char* s) {
+  long v = 0;
+  for (; *s >= '0' && *s <= '9'; ++s) v = v * 10 + (*s - '0');
+  return v;
+}
+
+uintptr_t parse_hex(const char* s) {
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s += 2;
+  uintptr_t v = 0;
+  for (;; ++s) {
+    const char c = *s;
+    if (c >= '0' && c <= '9') v = v * 16 + (c - '0');
+    else if (c >= 'a' && c <= 'f') v = v * 16 + (c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v = v * 16 + (c - 'A' + 10);
+    else return v;
+  }
+}
+
+std::string read_small_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[512];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+// The state letter of /proc/self/task/TID/stat (after the command's closing paren).
+char thread_state(long tid) {
+  const std::string s = read_small_file("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const size_t paren = s.rfind(')');
+  return paren != std::string::npos && paren + 2 < s.size() ? s[paren + 2] : '?';
+}
+
+// Where a thread that is not running will resume in user space; 0 when it is running or
+// unknown. /proc/self/task/TID/syscall ends with "... SP PC".
+uintptr_t resume_pc(long tid) {
+  const std::string s = read_small_file("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  if (s.empty() || s.rfind("running", 0) == 0) return 0;
+  const size_t sp = s.find_last_of(' ', s.find_last_not_of(" \n"));
+  if (sp == std::string::npos) return 0;
+  return parse_hex(s.c_str() + sp + 1);
+}
+
+bool listed(const IpMove* moves, size_t n, uintptr_t pc) {
+  for (size_t i = 0; i < n; ++i)
+    if (moves[i].from == pc) return true;
+  return false;
+}
+
+int queue_signal(long tid, int generation) {
+  siginfo_t info{};
+  info.si_signo = thread_fixup_signal();
+  info.si_code = SI_QUEUE;
+  info.si_pid = getpid();
+  info.si_uid = getuid();
+  info.si_value.sival_int = generation;
+  return static_cast<int>(
+      syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, thread_fixup_signal(), &info));
+}
+
+}  // namespace
+
+int thread_fixup_signal() { return SIGRTMAX - 1; }
+
+int move_threads(const IpMove* caller_moves, size_t n) {
+  if (n == 0) return 0;
+  if (n > kMaxMoves) return -E2BIG;
+  if (!install_handler()) return -EAGAIN;
+  g_moves.store(nullptr, std::memory_order_release);
+  std::memcpy(g_move_storage, caller_moves, n * sizeof(IpMove));
+  const IpMove* moves = g_move_storage;
+  const long self = syscall(SYS_gettid);
+  const int generation = g_generation.fetch_add(1) + 1;
+  g_acks.store(0);
+  g_busy.store(0);
+  g_nmoves.store(n, std::memory_order_release);
+  g_moves.store(moves, std::memory_order_release);
+
+  int rc = 0, sent = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      const long tid = parse_decimal(e->d_name);
+      if (tid <= 0 || tid == self) continue;
+      const char state = thread_state(tid);
+      if (state != 'R') {
+        const uintptr_t pc = resume_pc(tid);
+        if (pc == 0 && state != 'Z' && state != 'X') {
+          // Running after all (it woke up): reach it by signal.
+        } else {
+          if (listed(moves, n, pc)) rc = -EAGAIN;  // asleep or stopped on the region
+          continue;
+        }
+      }
+      if (queue_signal(tid, generation) == 0) ++sent;
+      else if (errno != ESRCH) rc = -EAGAIN;
+    }
+    closedir(d);
+  } else {
+    rc = -EAGAIN;
+  }
+
+  // Every signalled thread runs the handler as soon as it is scheduled, unless it blocks
+  // the signal: give up after a while rather than wait forever.
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (g_acks.load(std::memory_order_acquire) < sent) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 1) {
+      rc = -EAGAIN;
+      break;
+    }
+    sched_yield();
+  }
+  if (g_busy.load(std::memory_order_acquire) != 0) rc = -EAGAIN;
+  g_moves.store(nullptr, std::memory_order_release);
+  g_generation.fetch_add(1);  // late handlers of this batch now ignore it
+  return rc;
+}
+
+}  // namespace probefs::arch::x86_64
