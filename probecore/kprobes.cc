@@ -74,7 +74,7 @@ struct InstancePool {
   std::unique_ptr<unsigned char[]> storage;
   std::unique_ptr<uint32_t[]> next_free;  // free-list links, 1-based (0 ends the list)
   std::atomic<uint64_t> head{0};          // (ABA tag << 32) | first free index, 1-based
-  std::atomic<int64_t> outstanding{0};    // instances taken and not yet returned
+  bool grace_passed = false;              // retired, and a grace period has passed since
 
   KretprobeInstance* at(uint32_t i) {
     return reinterpret_cast<KretprobeInstance*>(storage.get() + size_t{i} * stride);
@@ -233,10 +233,8 @@ KretprobeInstance* pool_get(InstancePool* pool) {
     const uint32_t next = __atomic_load_n(&pool->next_free[i - 1], __ATOMIC_RELAXED);
     const uint64_t nh = (((h >> 32) + 1) << 32) | next;
     if (pool->head.compare_exchange_weak(h, nh, std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-      pool->outstanding.fetch_add(1, std::memory_order_relaxed);
+                                         std::memory_order_acquire))
       return pool->at(i - 1);
-    }
   }
 }
 
@@ -249,7 +247,18 @@ void pool_put(InstancePool* pool, KretprobeInstance* ri) {
     nh = (((h >> 32) + 1) << 32) | (i + 1);
   } while (!pool->head.compare_exchange_weak(h, nh, std::memory_order_release,
                                              std::memory_order_relaxed));
-  pool->outstanding.fetch_sub(1, std::memory_order_release);
+}
+
+// Control plane, on a retired pool (no instance can be taken any more: its entry probe is
+// unregistered and a grace period has passed, so the free list only grows): are all its
+// instances back? Walking from a snapshot of the head is stable, since nothing is popped.
+bool pool_all_returned(InstancePool* pool) {
+  uint32_t n = 0;
+  for (uint32_t i = static_cast<uint32_t>(pool->head.load(std::memory_order_acquire)); i != 0;
+       i = __atomic_load_n(&pool->next_free[i - 1], __ATOMIC_ACQUIRE)) {
+    if (++n > pool->count) return false;  // cannot happen; never loop
+  }
+  return n == pool->count;
 }
 
 // The pre_handler of every kretprobe's entry probe: hijacks the return address.
@@ -368,15 +377,20 @@ int sync_armed(Aggregate* ag) {
 // Frees what was unpublished, once no thread can still see it.
 void reclaim() {
   std::vector<InstancePool*> idle_pools;
+  // A pool retired since the last grace period may still see an entry handler take an
+  // instance; it waits for the next reclaim (retire_pool() runs before synchronize_rcu()).
   std::erase_if(g_retired_pools, [&](InstancePool* p) {
-    if (p->outstanding.load(std::memory_order_acquire) != 0) return false;
+    if (!p->grace_passed || !pool_all_returned(p)) return false;
     idle_pools.push_back(p);
     return true;
   });
+  const bool fresh_pools = std::any_of(g_retired_pools.begin(), g_retired_pools.end(),
+                                       [](const InstancePool* p) { return !p->grace_passed; });
   if (g_retired_tables.empty() && g_retired_children.empty() && g_retired_aggrs.empty() &&
-      idle_pools.empty())
+      idle_pools.empty() && !fresh_pools)
     return;
   synchronize_rcu();
+  for (InstancePool* p : g_retired_pools) p->grace_passed = true;
   for (const Table* t : g_retired_tables) delete t;
   for (const Children* c : g_retired_children) delete c;
   for (Aggregate* ag : g_retired_aggrs) {

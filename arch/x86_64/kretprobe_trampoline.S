@@ -5,14 +5,13 @@
  * Frame, built below the caller's 128-byte red zone:
  *
  *   S            caller's stack (untouched)
- *   S-8          the real return address, written just before the final `ret`
- *   S-128..S     red zone of the caller (left alone, but for S-8 at the very end)
+ *   S-128..S     red zone of the caller (left alone)
  *   R+168..R+176 padding
  *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)      R = S - 304
  *
  * probefs_arch_function_return(regs) runs the return handlers and returns the real return
- * address; registers are then reloaded from the frame (a handler may change them, e.g. the
- * return value in ax) and `ret` goes back to the caller with rsp = S.
+ * address; registers but the flags are then reloaded from the frame (a handler may change
+ * them, e.g. the return value in ax), and a jmp goes back to the caller with rsp = S.
  */
         .text
         .globl  probefs_kretprobe_trampoline
@@ -52,10 +51,9 @@ probefs_kretprobe_trampoline:
         call    probefs_arch_function_return
         mov     %rbx, %rsp
         mov     %rax, 128(%rsp)
-        mov     %rax, 296(%rsp)         /* the real return address at S-8 */
 
-        pushq   144(%rsp)               /* flags (address taken before the push) */
-        popfq
+        /* Flags are not restored: at a function's return they are dead (the System V ABI
+           keeps none across a call, and DF is clear), and popfq is slow. */
         mov     0(%rsp), %r15
         mov     8(%rsp), %r14
         mov     16(%rsp), %r13
@@ -71,8 +69,12 @@ probefs_kretprobe_trampoline:
         mov     96(%rsp), %rdx
         mov     104(%rsp), %rsi
         mov     112(%rsp), %rdi
-        lea     296(%rsp), %rsp         /* S-8, where the real return address is */
-        ret
+        /* r11 is dead at a return (scratch in the ABI, carries no return value). A jmp
+           rather than a ret keeps the return-stack predictor in step with the calls: the
+           probed function's ret already consumed its entry. */
+        mov     128(%rsp), %r11
+        lea     304(%rsp), %rsp         /* S */
+        jmp     *%r11
         .cfi_endproc
         .size   probefs_kretprobe_trampoline, .-probefs_kretprobe_trampoline
         .section .note.GNU-stack,"",@progbits

@@ -44,6 +44,7 @@ probefs_optprobe_thunk:
         mov     %rdi, 112(%rsp)
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
+        cld                             /* handlers are C: the ABI wants DF clear */
         movq    $-1, 120(%rsp)          /* orig_ax */
         movq    $0x33, 136(%rsp)        /* cs */
         lea     312(%rsp), %rax
@@ -58,8 +59,18 @@ probefs_optprobe_thunk:
         call    probefs_arch_optimized_hit
         mov     %rbx, %rsp
 
-        pushq   144(%rsp)               /* flags (address taken before the push) */
-        popfq
+        /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
+           exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
+           are reloaded after, by movs that leave the flags alone. */
+        mov     144(%rsp), %rax
+        test    $0x400, %eax
+        jz      1f
+        std
+1:      bt      $11, %eax
+        setc    %cl
+        add     $0x7f, %cl
+        mov     %al, %ah
+        sahf
         mov     0(%rsp), %r15
         mov     8(%rsp), %r14
         mov     16(%rsp), %r13

@@ -164,6 +164,28 @@ pf_two_step_second:
 pf_two_step_end:
         .size pf_two_step, .-pf_two_step
 
+/*
+ * unsigned long pf_flags_keep(unsigned long flags): loads `flags` into rflags, passes a
+ * probe point, and returns the flags it then sees (CF PF AF ZF SF DF OF), so a test can
+ * check that a probe hit gave back every flag the program had, DF and OF included.
+ */
+        .globl pf_flags_keep, pf_flags_keep_end, pf_flags_keep_probe
+        .type pf_flags_keep, @function
+        .p2align 4
+pf_flags_keep:
+        push    %rdi
+        popfq
+pf_flags_keep_probe:
+        lea     0(%rax), %rax           /* 4 bytes */
+        nop                             /* 1 byte: the region is 5 bytes */
+        pushfq
+        pop     %rax
+        cld
+        and     $0xcd5, %rax
+        ret
+pf_flags_keep_end:
+        .size pf_flags_keep, .-pf_flags_keep
+
         .data
         .p2align 3
 pf_mix_bias:

@@ -215,6 +215,23 @@ TEST_F(Optimize, RedZoneOfALeafSurvivesAMidFunctionOptimizedHit) {
   EXPECT_EQ(k.hits, 4);
 }
 
+TEST_F(Optimize, EveryFlagSurvivesAnOptimizedHitAndATrap) {
+  unsigned long (*volatile flags_keep)(unsigned long) = pf_flags_keep;
+  // CF PF AF ZF SF DF OF, alone and together; bit 1 is always set in rflags.
+  const unsigned long patterns[] = {0x0, 0x1, 0x4, 0x10, 0x40, 0x80, 0x400, 0x800, 0xcd5, 0x8c1};
+  for (bool optimize : {true, false}) {
+    set_kprobes_optimization(optimize);
+    Counter k;
+    KprobeGuard g{counter_at(&k, addr_of(pf_flags_keep_probe),
+                             {addr_of(pf_flags_keep), addr_of(pf_flags_keep_end)})};
+    ASSERT_EQ(register_kprobe(&k), 0);
+    wait_for_kprobe_optimizer();
+    ASSERT_EQ(optimized(k), optimize) << kprobe_optimization_status(&k);
+    for (unsigned long f : patterns) EXPECT_EQ(flags_keep(f | 0x2), f) << std::hex << f;
+    EXPECT_EQ(k.hits, static_cast<long>(std::size(patterns)));
+  }
+}
+
 struct RetCounter : Kretprobe {
   std::atomic<long> returns{0};
   std::atomic<long> last{0};
