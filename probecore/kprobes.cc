@@ -98,20 +98,22 @@ namespace {
 // State
 
 std::mutex g_mu;
-std::vector<Aggregate*> g_aggrs;                 // g_mu
+// Containers are never destroyed: the optimizer thread may still use them while static
+// destructors run at exit.
+std::vector<Aggregate*>& g_aggrs = *new std::vector<Aggregate*>;  // g_mu
 std::atomic<const Table*> g_table{nullptr};
 bool g_all_disarmed = false;                     // g_mu
 SymbolResolver* g_resolver = nullptr;            // g_mu
 bool g_initialized = false;                      // g_mu
 
 // Unpublished and waiting for a grace period.                                  (g_mu)
-std::vector<const Table*> g_retired_tables;
-std::vector<const Children*> g_retired_children;
-std::vector<Aggregate*> g_retired_aggrs;
-std::vector<InstancePool*> g_retired_pools;      // freed once no instance is out
+std::vector<const Table*>& g_retired_tables = *new std::vector<const Table*>;
+std::vector<const Children*>& g_retired_children = *new std::vector<const Children*>;
+std::vector<Aggregate*>& g_retired_aggrs = *new std::vector<Aggregate*>;
+std::vector<InstancePool*>& g_retired_pools = *new std::vector<InstancePool*>;  // freed once all are back
 
 bool g_optimization = true;                      // g_mu: debug.kprobes_optimization
-std::vector<Aggregate*> g_opt_queue;             // g_mu
+std::vector<Aggregate*>& g_opt_queue = *new std::vector<Aggregate*>;  // g_mu
 // The optimizer thread: wakes on g_opt_cv, waits kOptimizeDelay to batch, optimizes.
 constexpr auto kOptimizeDelay = std::chrono::milliseconds(5);
 // With g_mu. Never destroyed (the optimizer thread may wait on it during exit), and
@@ -601,7 +603,7 @@ int engine_text_cb(dl_phdr_info* info, size_t, void* data) {
   return 1;
 }
 
-std::vector<arch::TextRange> g_blacklist;  // g_mu; built by init()
+std::vector<arch::TextRange>& g_blacklist = *new std::vector<arch::TextRange>;  // g_mu; init()
 
 void build_blacklist() {
   EngineText text;

@@ -6,8 +6,9 @@
  *
  *   S            caller's stack (untouched)
  *   S-128..S     red zone of the caller (left alone)
+ *   R+176..R+208 xmm0, xmm1: the floating-point return value, which C handlers may clobber
  *   R+168..R+176 padding
- *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)      R = S - 304
+ *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)      R = S - 336
  *
  * probefs_arch_function_return(regs) runs the return handlers and returns the real return
  * address; registers but the flags are then reloaded from the frame (a handler may change
@@ -20,7 +21,9 @@
 probefs_kretprobe_trampoline:
         .cfi_startproc
         .cfi_undefined rip
-        lea     -304(%rsp), %rsp
+        lea     -336(%rsp), %rsp
+        movups  %xmm0, 176(%rsp)
+        movups  %xmm1, 192(%rsp)
         mov     %r15, 0(%rsp)
         mov     %r14, 8(%rsp)
         mov     %r13, 16(%rsp)
@@ -41,7 +44,7 @@ probefs_kretprobe_trampoline:
         movq    $0x33, 136(%rsp)        /* cs */
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
-        lea     304(%rsp), %rax
+        lea     336(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
         movq    $0x2b, 160(%rsp)        /* ss */
 
@@ -54,6 +57,8 @@ probefs_kretprobe_trampoline:
 
         /* Flags are not restored: at a function's return they are dead (the System V ABI
            keeps none across a call, and DF is clear), and popfq is slow. */
+        movups  176(%rsp), %xmm0
+        movups  192(%rsp), %xmm1
         mov     0(%rsp), %r15
         mov     8(%rsp), %r14
         mov     16(%rsp), %r13
@@ -73,7 +78,7 @@ probefs_kretprobe_trampoline:
            rather than a ret keeps the return-stack predictor in step with the calls: the
            probed function's ret already consumed its entry. */
         mov     128(%rsp), %r11
-        lea     304(%rsp), %rsp         /* S */
+        lea     336(%rsp), %rsp         /* S */
         jmp     *%r11
         .cfi_endproc
         .size   probefs_kretprobe_trampoline, .-probefs_kretprobe_trampoline

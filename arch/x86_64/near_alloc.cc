@@ -16,7 +16,7 @@ struct Chunk {
 };
 
 std::mutex g_mu;
-std::vector<Chunk> g_chunks;  // guarded by g_mu
+std::vector<Chunk>& g_chunks = *new std::vector<Chunk>;  // guarded by g_mu; never destroyed
 
 bool within(uintptr_t a, uintptr_t b, size_t size) {
   const uintptr_t lo = a < b ? a : b, hi = a < b ? b + size : a;

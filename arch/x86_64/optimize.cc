@@ -61,8 +61,8 @@ struct DetourKey {
 
 // Detours, interned like out-of-line copies: never freed, so a thread still inside one
 // always finds it intact. (g_text_mu)
-std::map<DetourKey, DetourInfo> g_detours;
-std::map<const Site*, DetourInfo> g_site_detours;  // (g_text_mu)
+std::map<DetourKey, DetourInfo>& g_detours = *new std::map<DetourKey, DetourInfo>;
+std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, DetourInfo>;
 
 // Direct branch targets of a whole executable mapping, for branches into a region from
 // other functions (glibc's __mempcpy_* jumps into the middle of __memmove_*, past its first
@@ -73,7 +73,7 @@ struct MappingBranches {
   unsigned long inode = 0;
   std::vector<uintptr_t> targets;  // sorted
 };
-std::vector<MappingBranches> g_mapping_branches;
+std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
 
 bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   FILE* f = std::fopen("/proc/self/maps", "re");

@@ -13,7 +13,8 @@
  *
  *   S-128..S       red zone of the interrupted code (untouched)
  *   S-136          R
- *   S-312..S-136   struct PtRegs (r15 lowest), 168 bytes + 8 of padding
+ *   S-392..S-136   xmm0..xmm15 (handlers are C: every xmm register is theirs to clobber)
+ *   S-568..S-392   struct PtRegs (r15 lowest), 168 bytes + 8 of padding
  *
  * Registers are saved into the same PtRegs as the trap path fills, handlers run through
  * probefs_arch_optimized_hit(D, regs), and everything but ip and sp is reloaded from the
@@ -26,7 +27,7 @@
 probefs_optprobe_thunk:
         .cfi_startproc
         .cfi_undefined rip
-        lea     -176(%rsp), %rsp
+        lea     -432(%rsp), %rsp
         mov     %r15, 0(%rsp)
         mov     %r14, 8(%rsp)
         mov     %r13, 16(%rsp)
@@ -42,22 +43,55 @@ probefs_optprobe_thunk:
         mov     %rdx, 96(%rsp)
         mov     %rsi, 104(%rsp)
         mov     %rdi, 112(%rsp)
+        movups  %xmm0, 176(%rsp)
+        movups  %xmm1, 192(%rsp)
+        movups  %xmm2, 208(%rsp)
+        movups  %xmm3, 224(%rsp)
+        movups  %xmm4, 240(%rsp)
+        movups  %xmm5, 256(%rsp)
+        movups  %xmm6, 272(%rsp)
+        movups  %xmm7, 288(%rsp)
+        movups  %xmm8, 304(%rsp)
+        movups  %xmm9, 320(%rsp)
+        movups  %xmm10, 336(%rsp)
+        movups  %xmm11, 352(%rsp)
+        movups  %xmm12, 368(%rsp)
+        movups  %xmm13, 384(%rsp)
+        movups  %xmm14, 400(%rsp)
+        movups  %xmm15, 416(%rsp)
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         cld                             /* handlers are C: the ABI wants DF clear */
         movq    $-1, 120(%rsp)          /* orig_ax */
         movq    $0x33, 136(%rsp)        /* cs */
-        lea     312(%rsp), %rax
+        lea     568(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
         movq    $0x2b, 160(%rsp)        /* ss */
 
-        mov     176(%rsp), %rdi         /* R */
+        mov     432(%rsp), %rdi         /* R */
         sub     $35, %rdi               /* D */
         mov     %rsp, %rsi
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
         call    probefs_arch_optimized_hit
         mov     %rbx, %rsp
+
+        movups  176(%rsp), %xmm0
+        movups  192(%rsp), %xmm1
+        movups  208(%rsp), %xmm2
+        movups  224(%rsp), %xmm3
+        movups  240(%rsp), %xmm4
+        movups  256(%rsp), %xmm5
+        movups  272(%rsp), %xmm6
+        movups  288(%rsp), %xmm7
+        movups  304(%rsp), %xmm8
+        movups  320(%rsp), %xmm9
+        movups  336(%rsp), %xmm10
+        movups  352(%rsp), %xmm11
+        movups  368(%rsp), %xmm12
+        movups  384(%rsp), %xmm13
+        movups  400(%rsp), %xmm14
+        movups  416(%rsp), %xmm15
 
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
@@ -86,7 +120,7 @@ probefs_optprobe_thunk:
         mov     96(%rsp), %rdx
         mov     104(%rsp), %rsi
         mov     112(%rsp), %rdi
-        lea     176(%rsp), %rsp
+        lea     432(%rsp), %rsp
         ret
         .cfi_endproc
         .size   probefs_optprobe_thunk, .-probefs_optprobe_thunk

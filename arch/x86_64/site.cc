@@ -17,7 +17,8 @@ namespace probefs::arch {
 using namespace x86_64;
 
 std::mutex g_text_mu;
-std::map<uintptr_t, uint8_t> g_saved;
+// Never destroyed: the optimizer thread may still patch while static destructors run.
+std::map<uintptr_t, uint8_t>& g_saved = *new std::map<uintptr_t, uint8_t>;
 
 namespace {
 
@@ -40,7 +41,7 @@ struct Slots {
   uint8_t* step = nullptr;
 };
 
-std::map<SlotKey, Slots> g_slots;  // out-of-line copies, interned forever (g_text_mu)
+std::map<SlotKey, Slots>& g_slots = *new std::map<SlotKey, Slots>;  // interned forever
 bool g_boost_enabled = true;       // g_text_mu
 
 // Builds (or finds) the out-of-line copies of `insn`. The bytes of a copy depend on where

@@ -45,6 +45,6 @@ extern Callbacks g_callbacks;         // set once by install()
 bool thread_in_trap_path(uintptr_t interrupted_ip);
 extern std::mutex g_text_mu;  // guards g_saved and the text of every site
 // Original bytes of every byte we changed in code: int3 first bytes, jmp tails.
-extern std::map<uintptr_t, uint8_t> g_saved;
+extern std::map<uintptr_t, uint8_t>& g_saved;
 
 }  // namespace probefs::arch

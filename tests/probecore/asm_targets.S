@@ -186,6 +186,31 @@ pf_flags_keep_probe:
 pf_flags_keep_end:
         .size pf_flags_keep, .-pf_flags_keep
 
+/*
+ * double pf_xmm_keep(double a): 2a, kept in xmm7 and xmm15 across a probe point (and in
+ * xmm0 for the return), so a test can check that a hit gives back the vector registers.
+ */
+        .globl pf_xmm_keep, pf_xmm_keep_end, pf_xmm_keep_probe
+        .type pf_xmm_keep, @function
+        .p2align 4
+pf_xmm_keep:
+        movapd  %xmm0, %xmm7
+        addsd   %xmm0, %xmm7
+        movapd  %xmm7, %xmm15
+pf_xmm_keep_probe:
+        lea     0(%rax), %rax           /* 4 bytes */
+        nop                             /* 1 byte */
+        subsd   %xmm15, %xmm7           /* 0 when xmm7 and xmm15 both survived */
+        addsd   %xmm15, %xmm7
+        movapd  %xmm7, %xmm0
+        ret
+pf_xmm_keep_end:
+        .size pf_xmm_keep, .-pf_xmm_keep
+
+        /* Keeps the last *_end label off the first function of the next object: lookups by
+           address (dladdr) would find the label instead of the function. */
+        int3
+
         .data
         .p2align 3
 pf_mix_bias:

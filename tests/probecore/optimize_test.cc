@@ -232,6 +232,55 @@ TEST_F(Optimize, EveryFlagSurvivesAnOptimizedHitAndATrap) {
   }
 }
 
+struct RetCounterBase : Kretprobe {
+  std::atomic<long> returns{0};
+};
+
+// Handlers are ordinary C++: nothing stops them using vector registers.
+int clobber_vector_registers(Kprobe* p, PtRegs*) {
+  static_cast<Counter*>(p)->hits.fetch_add(1);
+  asm volatile(
+      "pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm1, %%xmm1\n\tpcmpeqd %%xmm7, %%xmm7\n\t"
+      "pcmpeqd %%xmm15, %%xmm15" ::: "xmm0", "xmm1", "xmm7", "xmm15");
+  return 0;
+}
+
+TEST_F(Optimize, VectorRegistersSurviveAHandlerThatUsesThem) {
+  double (*volatile xmm_keep)(double) = pf_xmm_keep;
+  for (bool optimize : {true, false}) {
+    set_kprobes_optimization(optimize);
+    Counter k;
+    counter_at(&k, addr_of(pf_xmm_keep_probe), {addr_of(pf_xmm_keep), addr_of(pf_xmm_keep_end)});
+    k.pre_handler = clobber_vector_registers;
+    KprobeGuard g{&k};
+    ASSERT_EQ(register_kprobe(&k), 0);
+    wait_for_kprobe_optimizer();
+    ASSERT_EQ(optimized(k), optimize) << kprobe_optimization_status(&k);
+    EXPECT_EQ(xmm_keep(1.5), 3.0);
+    EXPECT_EQ(xmm_keep(-4.25), -8.5);
+    EXPECT_EQ(k.hits, 2);
+  }
+}
+
+int clobber_on_return(KretprobeInstance* ri, PtRegs*) {
+  static_cast<RetCounterBase*>(get_kretprobe(ri))->returns.fetch_add(1);
+  asm volatile("pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm1, %%xmm1" ::: "xmm0", "xmm1");
+  return 0;
+}
+
+TEST_F(Optimize, FloatingPointReturnValueSurvivesTheReturnHandler) {
+  double (*volatile xmm_keep)(double) = pf_xmm_keep;
+  RetCounterBase rp;
+  rp.kp.addr = addr_of(pf_xmm_keep);
+  rp.kp.bounds = {addr_of(pf_xmm_keep), addr_of(pf_xmm_keep_end)};
+  rp.handler = clobber_on_return;
+  KretprobeGuard g{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_EQ(xmm_keep(2.5), 5.0);
+  EXPECT_EQ(rp.returns, 1);
+}
+
 struct RetCounter : Kretprobe {
   std::atomic<long> returns{0};
   std::atomic<long> last{0};

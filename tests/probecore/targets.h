@@ -28,6 +28,8 @@ long pf_two_step(long x);
 extern char pf_two_step_end[], pf_two_step_second[];
 unsigned long pf_flags_keep(unsigned long flags);
 extern char pf_flags_keep_end[], pf_flags_keep_probe[];
+double pf_xmm_keep(double a);
+extern char pf_xmm_keep_end[], pf_xmm_keep_probe[];
 long pf_leaf_redzone(long x);
 extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
 }
