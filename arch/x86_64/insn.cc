@@ -3,7 +3,7 @@
 // themselves, so the classification does not hinge on a disassembler's naming.
 #include "arch/x86_64/insn.h"
 
-#include <capstone/capstone.h>
+#include "arch/x86_64/capstone_handle.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -11,39 +11,6 @@
 
 namespace probefs::arch::x86_64 {
 namespace {
-
-// One Capstone handle per thread: decoding happens on control paths that may run on any
-// thread, and a csh is not safe to share.
-class Disassembler {
- public:
-  Disassembler() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) return;
-    cs_option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
-    insn_ = cs_malloc(handle_);
-  }
-  ~Disassembler() {
-    if (insn_) cs_free(insn_, 1);
-    if (handle_) cs_close(&handle_);
-  }
-  // The decoded instruction, or nullptr.
-  const cs_insn* one(const uint8_t* code, size_t avail, uintptr_t pc) {
-    if (!insn_) return nullptr;
-    const uint8_t* p = code;
-    size_t n = avail;
-    uint64_t a = pc;
-    return cs_disasm_iter(handle_, &p, &n, &a, insn_) ? insn_ : nullptr;
-  }
-  csh handle() const { return handle_; }
-
- private:
-  csh handle_ = 0;
-  cs_insn* insn_ = nullptr;
-};
-
-Disassembler& disassembler() {
-  thread_local Disassembler d;
-  return d;
-}
 
 bool is_legacy_prefix(uint8_t b) {
   switch (b) {

@@ -14,6 +14,8 @@
  * address; registers but the flags are then reloaded from the frame (a handler may change
  * them, e.g. the return value in ax), and a jmp goes back to the caller with rsp = S.
  */
+#include "arch/x86_64/ptregs_frame.inc"
+
         .text
         .globl  probefs_kretprobe_trampoline
         .type   probefs_kretprobe_trampoline, @function
@@ -24,29 +26,12 @@ probefs_kretprobe_trampoline:
         lea     -336(%rsp), %rsp
         movups  %xmm0, 176(%rsp)
         movups  %xmm1, 192(%rsp)
-        mov     %r15, 0(%rsp)
-        mov     %r14, 8(%rsp)
-        mov     %r13, 16(%rsp)
-        mov     %r12, 24(%rsp)
-        mov     %rbp, 32(%rsp)
-        mov     %rbx, 40(%rsp)
-        mov     %r11, 48(%rsp)
-        mov     %r10, 56(%rsp)
-        mov     %r9, 64(%rsp)
-        mov     %r8, 72(%rsp)
-        mov     %rax, 80(%rsp)
-        mov     %rcx, 88(%rsp)
-        mov     %rdx, 96(%rsp)
-        mov     %rsi, 104(%rsp)
-        mov     %rdi, 112(%rsp)
-        movq    $-1, 120(%rsp)          /* orig_ax */
+        PTREGS_SAVE_GPRS
         movq    $0, 128(%rsp)           /* ip: the handler learns it */
-        movq    $0x33, 136(%rsp)        /* cs */
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         lea     336(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
-        movq    $0x2b, 160(%rsp)        /* ss */
 
         mov     %rsp, %rbx              /* rbx is callee-saved: the frame survives the call */
         and     $-16, %rsp
@@ -59,21 +44,7 @@ probefs_kretprobe_trampoline:
            keeps none across a call, and DF is clear), and popfq is slow. */
         movups  176(%rsp), %xmm0
         movups  192(%rsp), %xmm1
-        mov     0(%rsp), %r15
-        mov     8(%rsp), %r14
-        mov     16(%rsp), %r13
-        mov     24(%rsp), %r12
-        mov     32(%rsp), %rbp
-        mov     40(%rsp), %rbx
-        mov     48(%rsp), %r11
-        mov     56(%rsp), %r10
-        mov     64(%rsp), %r9
-        mov     72(%rsp), %r8
-        mov     80(%rsp), %rax
-        mov     88(%rsp), %rcx
-        mov     96(%rsp), %rdx
-        mov     104(%rsp), %rsi
-        mov     112(%rsp), %rdi
+        PTREGS_RESTORE_GPRS
         /* r11 is dead at a return (scratch in the ABI, carries no return value). A jmp
            rather than a ret keeps the return-stack predictor in step with the calls: the
            probed function's ret already consumed its entry. */

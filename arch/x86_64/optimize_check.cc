@@ -21,6 +21,8 @@
 // indirect jump refuses optimization.
 #include "arch/x86_64/optimize_check.h"
 
+#include "arch/x86_64/capstone_handle.h"
+
 #include <capstone/capstone.h>
 
 #include <algorithm>
@@ -50,38 +52,11 @@ constexpr uint8_t kCondBelowOrEqual = 0x6;  // jbe / jna:       CF | ZF
 
 // ---- operands, through Capstone -------------------------------------------------------
 
-// One Capstone handle per thread (a csh is not safe to share); insn.cc keeps its own.
-class OperandReader {
- public:
-  OperandReader() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) return;
-    cs_option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
-    insn_ = cs_malloc(handle_);
-  }
-  ~OperandReader() {
-    if (insn_) cs_free(insn_, 1);
-    if (handle_) cs_close(&handle_);
-  }
-  OperandReader(const OperandReader&) = delete;
-  OperandReader& operator=(const OperandReader&) = delete;
-
-  const cs_insn* one(const uint8_t* code, size_t len, uintptr_t pc) {
-    if (!insn_) return nullptr;
-    const uint8_t* p = code;
-    size_t n = len;
-    uint64_t a = pc;
-    return cs_disasm_iter(handle_, &p, &n, &a, insn_) ? insn_ : nullptr;
-  }
-  csh handle() const { return handle_; }
-
- private:
-  csh handle_ = 0;
-  cs_insn* insn_ = nullptr;
-};
-
-OperandReader& operand_reader() {
-  thread_local OperandReader r;
-  return r;
+// Its own handle, apart from decode()'s: an instruction read here stays valid while
+// decode() runs.
+Disassembler& operand_reader() {
+  thread_local Disassembler d;
+  return d;
 }
 
 // The general-purpose register family (0 = rax .. 15 = r15) of any of its names, or -1.

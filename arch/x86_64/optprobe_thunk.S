@@ -20,6 +20,8 @@
  * probefs_arch_optimized_hit(D, regs), and everything but ip and sp is reloaded from the
  * frame (a handler's change of ip is ignored for optimized probes, as in kprobes).
  */
+#include "arch/x86_64/ptregs_frame.inc"
+
         .text
         .globl  probefs_optprobe_thunk
         .type   probefs_optprobe_thunk, @function
@@ -28,21 +30,7 @@ probefs_optprobe_thunk:
         .cfi_startproc
         .cfi_undefined rip
         lea     -432(%rsp), %rsp
-        mov     %r15, 0(%rsp)
-        mov     %r14, 8(%rsp)
-        mov     %r13, 16(%rsp)
-        mov     %r12, 24(%rsp)
-        mov     %rbp, 32(%rsp)
-        mov     %rbx, 40(%rsp)
-        mov     %r11, 48(%rsp)
-        mov     %r10, 56(%rsp)
-        mov     %r9, 64(%rsp)
-        mov     %r8, 72(%rsp)
-        mov     %rax, 80(%rsp)
-        mov     %rcx, 88(%rsp)
-        mov     %rdx, 96(%rsp)
-        mov     %rsi, 104(%rsp)
-        mov     %rdi, 112(%rsp)
+        PTREGS_SAVE_GPRS
         movups  %xmm0, 176(%rsp)
         movups  %xmm1, 192(%rsp)
         movups  %xmm2, 208(%rsp)
@@ -62,11 +50,8 @@ probefs_optprobe_thunk:
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         cld                             /* handlers are C: the ABI wants DF clear */
-        movq    $-1, 120(%rsp)          /* orig_ax */
-        movq    $0x33, 136(%rsp)        /* cs */
         lea     568(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
-        movq    $0x2b, 160(%rsp)        /* ss */
 
         mov     432(%rsp), %rdi         /* R */
         sub     $35, %rdi               /* D */
@@ -105,21 +90,7 @@ probefs_optprobe_thunk:
         add     $0x7f, %cl
         mov     %al, %ah
         sahf
-        mov     0(%rsp), %r15
-        mov     8(%rsp), %r14
-        mov     16(%rsp), %r13
-        mov     24(%rsp), %r12
-        mov     32(%rsp), %rbp
-        mov     40(%rsp), %rbx
-        mov     48(%rsp), %r11
-        mov     56(%rsp), %r10
-        mov     64(%rsp), %r9
-        mov     72(%rsp), %r8
-        mov     80(%rsp), %rax
-        mov     88(%rsp), %rcx
-        mov     96(%rsp), %rdx
-        mov     104(%rsp), %rsi
-        mov     112(%rsp), %rdi
+        PTREGS_RESTORE_GPRS
         lea     432(%rsp), %rsp
         ret
         .cfi_endproc
