@@ -86,8 +86,12 @@ uintptr_t kretprobe_trampoline();
 // ---- jump optimization (control plane; the caller serializes) ----
 
 // Runs the optimizer's safety checks on the function around the site and builds the
-// detour. 0, or -EINVAL with *why set to the reason it cannot be optimized.
-int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, const char** why);
+// detour. `save_vector`: the detour saves and restores the vector registers around the
+// handlers (needed unless every handler touches general-purpose registers only). 0, or
+// -EINVAL with *why set to the reason it cannot be optimized; -EBUSY when the site is
+// optimized with the other kind of detour (unoptimize it first).
+int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
+                      const char** why);
 
 // The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
 // prepare_optimized() succeeded; site_address + 1 before.

@@ -59,6 +59,7 @@ struct Aggregate {
   FunctionBounds bounds;     // the function around addr
   bool opt_checked = false;  // arch::prepare_optimized() has run
   bool opt_capable = false;  // and succeeded
+  bool opt_save_vector = true;  // the kind of detour it prepared
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
 };
@@ -464,16 +465,29 @@ bool any_post_handler(const Aggregate* ag) {
   return false;
 }
 
+void unoptimize_aggregate(Aggregate* ag);
+
 // Why ag cannot be jump-optimized now; empty when it can.
 std::string optimization_obstacle(Aggregate* ag) {
   if (!g_optimization) return "optimization is switched off";
   if (ag->gone) return "the code is gone";
   if (!ag->armed) return "not armed";
   if (any_post_handler(ag)) return "a probe here has a post_handler";
+  // The detour saves the vector registers unless every handler here promises not to use
+  // them; a change of that promise needs the other kind of detour.
+  bool save_vector = false;
+  for (const Kprobe* p : children_of(ag))
+    if (!(p->flags & KPROBE_FLAG_GPR_ONLY)) save_vector = true;
+  if (ag->opt_checked && ag->opt_capable && ag->opt_save_vector != save_vector) {
+    unoptimize_aggregate(ag);
+    ag->opt_checked = false;
+  }
   if (!ag->opt_checked) {
     const char* why = "";
-    ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end, &why) == 0;
+    ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end,
+                                              save_vector, &why) == 0;
     ag->opt_checked = true;
+    ag->opt_save_vector = save_vector;
     if (!ag->opt_capable) ag->opt_reason = why;
   }
   if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;
@@ -679,7 +693,7 @@ int register_locked(Kprobe* p) {
   if (!bounds.known()) return -EILSEQ;  // cannot prove an instruction boundary
   if (p->is_kretprobe_ && addr != bounds.start) return -EINVAL;  // entries only
 
-  p->flags &= KPROBE_FLAG_DISABLED;  // keep only what the caller may ask for
+  p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY;  // what the caller may ask for
   p->nmissed.store(0, std::memory_order_relaxed);
 
   Aggregate* ag = table_find_locked(addr);

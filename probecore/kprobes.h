@@ -40,6 +40,9 @@ enum KprobeFlags : uint32_t {
   KPROBE_FLAG_GONE = 1u << 0,       // the code under the probe was unloaded
   KPROBE_FLAG_DISABLED = 1u << 1,   // registered but not firing
   KPROBE_FLAG_OPTIMIZED = 1u << 2,  // reached through a jump detour (no trap)
+  // The handlers touch general-purpose registers only (built with -mgeneral-regs-only):
+  // an optimized hit need not save the vector registers. Set before registration.
+  KPROBE_FLAG_GPR_ONLY = 1u << 3,
 };
 
 namespace detail {

@@ -10,7 +10,7 @@
  *   R+168..R+176 padding
  *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)      R = S - 336
  *
- * probefs_arch_function_return(regs) runs the return handlers and returns the real return
+ * probecore's function_return callback (regs) runs the return handlers and returns the real return
  * address; registers but the flags are then reloaded from the frame (a handler may change
  * them, e.g. the return value in ax), and a jmp goes back to the caller with rsp = S.
  */
@@ -36,7 +36,7 @@ probefs_kretprobe_trampoline:
         mov     %rsp, %rbx              /* rbx is callee-saved: the frame survives the call */
         and     $-16, %rsp
         mov     %rbx, %rdi
-        call    probefs_arch_function_return
+        call    *probefs_arch_function_return_cb(%rip)
         mov     %rbx, %rsp
         mov     %rax, 128(%rsp)
 

@@ -20,6 +20,7 @@
 #include "arch/x86_64/thread_fixup.h"
 
 extern "C" void probefs_optprobe_thunk();
+extern "C" void probefs_optprobe_thunk_gpr();
 
 namespace probefs::arch {
 
@@ -50,10 +51,12 @@ struct DetourInfo {
 
 struct DetourKey {
   uintptr_t addr;
+  bool save_vector;
   size_t len;
   uint8_t bytes[kMaxInsnLen * kJmpRel32Len];
   bool operator<(const DetourKey& o) const {
     if (addr != o.addr) return addr < o.addr;
+    if (save_vector != o.save_vector) return save_vector < o.save_vector;
     if (len != o.len) return len < o.len;
     return std::memcmp(bytes, o.bytes, len) < 0;
   }
@@ -143,9 +146,10 @@ bool read_for_check(void*, uintptr_t addr, void* buf, size_t n) {
   return read_memory(addr, buf, n) == 0;
 }
 
-int build_detour(const OptimizeRegion& region, DetourInfo* out) {
+int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out) {
   DetourKey key{};
   key.addr = region.addr;
+  key.save_vector = save_vector;
   for (unsigned k = 0; k < region.count; ++k) {
     std::memcpy(key.bytes + key.len, region.insns[k].bytes, region.insns[k].len);
     key.len += region.insns[k].len;
@@ -160,7 +164,8 @@ int build_detour(const OptimizeRegion& region, DetourInfo* out) {
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
   std::vector<uint8_t> code(cap, 0xcc);
-  const uint64_t thunk = reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk);
+  const uint64_t thunk = save_vector ? reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk)
+                                     : reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk_gpr);
   // Never freed, like the detour: a thread inside may still read it.
   auto* cell = new void* volatile(nullptr);
   std::memcpy(code.data(), &cell, 8);
@@ -211,10 +216,12 @@ void write_jmp(Site* site) {
 
 }  // namespace
 
-int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, const char** why) {
+int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
+                      const char** why) {
   std::lock_guard lock(g_text_mu);
   *why = "";
-  if (site->detour) return 0;
+  if (site->detour && site->detour_saves_vector == save_vector) return 0;
+  if (site->optimized) return -EBUSY;
   if (site->gone) {
     *why = "the code is gone";
     return -EINVAL;
@@ -242,12 +249,13 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, cons
     return -EINVAL;
   }
   DetourInfo info;
-  if (int rc = build_detour(region, &info); rc) {
+  if (int rc = build_detour(region, save_vector, &info); rc) {
     *why = "no memory for a detour within reach";
     return rc;
   }
   g_site_detours[site] = info;
   site->detour = info.detour;
+  site->detour_saves_vector = save_vector;
   site->region_len = region.len;
   return 0;
 }
@@ -337,9 +345,3 @@ void unoptimize(Site* const* sites, size_t n) {
 
 }  // namespace probefs::arch
 
-// Called by the thunk with the detour and the saved registers.
-extern "C" __attribute__((visibility("hidden"))) void probefs_arch_optimized_hit(
-    probefs::arch::Detour* d, probefs::PtRegs* regs) {
-  regs->ip = d->addr + 1;
-  probefs::arch::g_callbacks.optimized_hit(d->ctx_cell, regs);
-}

@@ -1,8 +1,8 @@
 /*
- * The shared thunk of jump-optimized probes. A probe's detour (optimize.cc) starts with
+ * The shared thunks of jump-optimized probes. A probe's detour (optimize.cc) starts with
  *
  *   D+0   .quad ctx_cell       -> probecore's aggregate (0 while being removed)
- *   D+8   .quad thunk          the address of this code
+ *   D+8   .quad thunk          the address of one of the two thunks below
  *   D+16  .quad addr           the probe address
  *   D+24  lea -128(%rsp),%rsp  step over the red zone of the interrupted code
  *   D+29  call *D+8(%rip)
@@ -16,21 +16,29 @@
  *   S-392..S-136   xmm0..xmm15 (handlers are C: every xmm register is theirs to clobber)
  *   S-568..S-392   struct PtRegs (r15 lowest), 168 bytes + 8 of padding
  *
+ * probefs_optprobe_thunk_gpr leaves the vector registers out (its frame is PtRegs alone,
+ * from S-312): it serves probes whose handlers all promise to touch general-purpose
+ * registers only (KPROBE_FLAG_GPR_ONLY, handlers built with -mgeneral-regs-only).
+ *
  * Registers are saved into the same PtRegs as the trap path fills, handlers run through
- * probefs_arch_optimized_hit(D, regs), and everything but ip and sp is reloaded from the
- * frame (a handler's change of ip is ignored for optimized probes, as in kprobes).
+ * probecore's optimized_hit callback (D->ctx_cell, regs), and everything but ip and sp is
+ * reloaded from the frame (a handler's change of ip is ignored for optimized probes, as
+ * in kprobes).
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
+        /* name, frame size below R, save the vector registers? */
+        .macro  OPTPROBE_THUNK name, frame, vector
         .text
-        .globl  probefs_optprobe_thunk
-        .type   probefs_optprobe_thunk, @function
+        .globl  \name
+        .type   \name, @function
         .p2align 4
-probefs_optprobe_thunk:
+\name:
         .cfi_startproc
         .cfi_undefined rip
-        lea     -432(%rsp), %rsp
+        lea     -\frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
+        .if \vector
         movups  %xmm0, 176(%rsp)
         movups  %xmm1, 192(%rsp)
         movups  %xmm2, 208(%rsp)
@@ -47,20 +55,25 @@ probefs_optprobe_thunk:
         movups  %xmm13, 384(%rsp)
         movups  %xmm14, 400(%rsp)
         movups  %xmm15, 416(%rsp)
+        .endif
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         cld                             /* handlers are C: the ABI wants DF clear */
-        lea     568(%rsp), %rax
+        lea     (\frame + 136)(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
 
-        mov     432(%rsp), %rdi         /* R */
-        sub     $35, %rdi               /* D */
+        mov     \frame(%rsp), %rdi      /* R */
+        mov     -19(%rdi), %rax         /* D->addr (D = R - 35) */
+        inc     %rax
+        mov     %rax, 128(%rsp)         /* ip: the probe address + 1, as on the int3 path */
+        mov     -35(%rdi), %rdi         /* D->ctx_cell */
         mov     %rsp, %rsi
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
-        call    probefs_arch_optimized_hit
+        call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
 
+        .if \vector
         movups  176(%rsp), %xmm0
         movups  192(%rsp), %xmm1
         movups  208(%rsp), %xmm2
@@ -77,7 +90,7 @@ probefs_optprobe_thunk:
         movups  384(%rsp), %xmm13
         movups  400(%rsp), %xmm14
         movups  416(%rsp), %xmm15
-
+        .endif
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
            are reloaded after, by movs that leave the flags alone. */
@@ -91,8 +104,13 @@ probefs_optprobe_thunk:
         mov     %al, %ah
         sahf
         PTREGS_RESTORE_GPRS
-        lea     432(%rsp), %rsp
+        lea     \frame(%rsp), %rsp
         ret
         .cfi_endproc
-        .size   probefs_optprobe_thunk, .-probefs_optprobe_thunk
+        .size   \name, .-\name
+        .endm
+
+        OPTPROBE_THUNK probefs_optprobe_thunk, 432, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 176, 0
+
         .section .note.GNU-stack,"",@progbits

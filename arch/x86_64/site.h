@@ -30,6 +30,7 @@ struct Site {
   bool gone = false;
   // Jump optimization (optimize.cc).
   Detour* detour = nullptr;         // built by prepare_optimized()
+  bool detour_saves_vector = false; // which of the two thunks the detour calls
   uint8_t region_len = 0;           // bytes the jmp replaces
   bool optimized = false;           // the jmp is written
   // While set, int3 hits resume in the detour's copy of the whole region rather than in

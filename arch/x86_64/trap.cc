@@ -16,8 +16,13 @@
 #include "arch/x86_64/site.h"
 
 extern "C" void probefs_kretprobe_trampoline();
-extern "C" __attribute__((visibility("hidden"))) uintptr_t probefs_arch_function_return(
-    probefs::PtRegs* regs);
+// The callbacks the assembly entry paths call directly (no C glue in between).
+extern "C" {
+__attribute__((visibility("hidden"))) uintptr_t (*probefs_arch_function_return_cb)(
+    probefs::PtRegs*) = nullptr;
+__attribute__((visibility("hidden"))) void (*probefs_arch_optimized_hit_cb)(
+    void* const volatile*, probefs::PtRegs*) = nullptr;
+}
 
 namespace probefs::arch {
 
@@ -238,6 +243,8 @@ Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool ste
 int install(const Callbacks& callbacks) {
   if (g_installed.load(std::memory_order_acquire)) return 0;
   g_callbacks = callbacks;
+  probefs_arch_function_return_cb = callbacks.function_return;
+  probefs_arch_optimized_hit_cb = callbacks.optimized_hit;
   struct sigaction sa {};
   sa.sa_sigaction = on_sigtrap;
   // SA_NODEFER: a handler that hits another probe traps again instead of being killed by
@@ -279,7 +286,3 @@ size_t blacklist(TextRange* out, size_t max) {
 
 }  // namespace probefs::arch
 
-// Called by the return trampoline (kretprobe_trampoline.S) with the saved registers.
-extern "C" uintptr_t probefs_arch_function_return(probefs::PtRegs* regs) {
-  return probefs::arch::g_callbacks.function_return(regs);
-}

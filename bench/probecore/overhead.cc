@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/probecore/counting_handlers.h"
 #include "probecore/kprobes.h"
 
 extern "C" long bench_target(long);
@@ -30,19 +31,9 @@ using namespace probefs;
 using namespace probefs::probecore;
 
 long (*volatile g_target)(long) = bench_target;
-// One thread calls: a plain load and store count every hit, as a counting handler in the
-// kernel's measurements does, without a locked instruction.
-std::atomic<long> g_hits{0};
-
-void count_hit() { g_hits.store(g_hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
-int count_pre(Kprobe*, PtRegs*) {
-  count_hit();
-  return 0;
-}
-int count_ret(KretprobeInstance*, PtRegs*) {
-  count_hit();
-  return 0;
-}
+using bench::count_pre;
+using bench::count_ret;
+using bench::g_hits;
 
 double now_ns() {
   timespec ts;
@@ -90,11 +81,13 @@ int main(int argc, char** argv) {
     kp.addr = fn;
     kp.bounds = bounds;
     kp.pre_handler = count_pre;
+    kp.flags = KPROBE_FLAG_GPR_ONLY;  // the handlers are built -mgeneral-regs-only
     rp.~Kretprobe();
     new (&rp) Kretprobe;
     rp.kp.addr = fn;
     rp.kp.bounds = bounds;
     rp.handler = count_ret;
+    rp.kp.flags = KPROBE_FLAG_GPR_ONLY;
   };
   // Trap modes run with the optimizer off; optimized modes wait for it and check it worked.
   auto with_boost = [&](bool boost, std::function<bool()> f) {

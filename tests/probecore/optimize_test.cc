@@ -15,6 +15,7 @@
 
 #include "probecore/kprobes.h"
 #include "target/self_symbols.h"
+#include "tests/probecore/gpr_only_handlers.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 
@@ -260,6 +261,47 @@ TEST_F(Optimize, VectorRegistersSurviveAHandlerThatUsesThem) {
     EXPECT_EQ(xmm_keep(-4.25), -8.5);
     EXPECT_EQ(k.hits, 2);
   }
+}
+
+TEST_F(Optimize, GprOnlyProbesTakeTheLeanDetourAndSwitchBackWhenJoined) {
+  double (*volatile xmm_keep)(double) = pf_xmm_keep;
+  unsigned long (*volatile flags_keep)(unsigned long) = pf_flags_keep;
+  const FunctionBounds xb{addr_of(pf_xmm_keep), addr_of(pf_xmm_keep_end)};
+  Kprobe lean;
+  lean.addr = addr_of(pf_xmm_keep_probe);
+  lean.bounds = xb;
+  lean.pre_handler = test_util::gpr_only_count;
+  lean.flags = KPROBE_FLAG_GPR_ONLY;
+  Kprobe flags_probe = {};
+  flags_probe.addr = addr_of(pf_flags_keep_probe);
+  flags_probe.bounds = {addr_of(pf_flags_keep), addr_of(pf_flags_keep_end)};
+  flags_probe.pre_handler = test_util::gpr_only_count;
+  flags_probe.flags = KPROBE_FLAG_GPR_ONLY;
+  KprobeGuard g1{&lean}, g2{&flags_probe};
+  ASSERT_EQ(register_kprobe(&lean), 0);
+  ASSERT_EQ(register_kprobe(&flags_probe), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(lean)) << kprobe_optimization_status(&lean);
+  ASSERT_TRUE(optimized(flags_probe)) << kprobe_optimization_status(&flags_probe);
+  const long before = test_util::g_gpr_only_hits;
+  EXPECT_EQ(xmm_keep(1.25), 2.5);
+  for (unsigned long f : {0x0ul, 0xcd5ul, 0x801ul}) EXPECT_EQ(flags_keep(f | 0x2), f);
+  EXPECT_EQ(test_util::g_gpr_only_hits - before, 4);
+
+  // A handler that uses vector registers joins: the detour becomes the saving kind.
+  Counter full;
+  counter_at(&full, addr_of(pf_xmm_keep_probe), xb);
+  full.pre_handler = clobber_vector_registers;
+  KprobeGuard g3{&full};
+  ASSERT_EQ(register_kprobe(&full), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(full)) << kprobe_optimization_status(&full);
+  EXPECT_EQ(xmm_keep(3.0), 6.0);
+  EXPECT_EQ(full.hits, 1);
+  ASSERT_EQ(unregister_kprobe(&full), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_TRUE(optimized(lean));
+  EXPECT_EQ(xmm_keep(-1.0), -2.0);
 }
 
 int clobber_on_return(KretprobeInstance* ri, PtRegs*) {
