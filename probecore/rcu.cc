@@ -12,7 +12,7 @@
 namespace probefs::probecore {
 namespace detail {
 
-thread_local RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec"))) = nullptr;
 RcuReader g_rcu_overflow;
 
 namespace {

@@ -23,7 +23,7 @@ struct alignas(64) RcuReader {
 };
 
 namespace detail {
-extern thread_local RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec")));
+extern thread_local constinit RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec")));
 // Threads that found every record taken share this one; its ctr counts them instead.
 extern RcuReader g_rcu_overflow;
 RcuReader* rcu_claim_reader();
