@@ -80,10 +80,7 @@ struct InstancePool {
   KretprobeInstance* at(uint32_t i) {
     return reinterpret_cast<KretprobeInstance*>(storage.get() + size_t{i} * stride);
   }
-  uint32_t index_of(const KretprobeInstance* ri) const {
-    return static_cast<uint32_t>((reinterpret_cast<const unsigned char*>(ri) - storage.get()) /
-                                 stride);
-  }
+
 };
 
 }  // namespace detail
@@ -242,7 +239,7 @@ KretprobeInstance* pool_get(InstancePool* pool) {
 }
 
 void pool_put(InstancePool* pool, KretprobeInstance* ri) {
-  const uint32_t i = pool->index_of(ri);
+  const uint32_t i = ri->index;
   uint64_t h = pool->head.load(std::memory_order_relaxed);
   uint64_t nh;
   do {
@@ -793,7 +790,11 @@ int make_pool(Kretprobe* rp) {
   pool->count = static_cast<uint32_t>(n);
   pool->storage.reset(new (std::align_val_t{16}) unsigned char[pool->stride * n]());
   pool->next_free.reset(new uint32_t[n]);
-  for (int i = 0; i < n; ++i) pool->next_free[i] = i + 1 < n ? static_cast<uint32_t>(i + 2) : 0;
+  for (int i = 0; i < n; ++i) {
+    pool->next_free[i] = i + 1 < n ? static_cast<uint32_t>(i + 2) : 0;
+    pool->at(static_cast<uint32_t>(i))->index = static_cast<uint32_t>(i);
+    pool->at(static_cast<uint32_t>(i))->pool = pool.get();
+  }
   pool->head.store(1);
   pool->rp.store(rp);
   rp->pool_ = pool.release();

@@ -92,6 +92,7 @@ struct KretprobeInstance {
   uintptr_t ret_addr;    // the real return address
   uintptr_t* ret_slot;   // where it was on the stack
   KretprobeInstance* next;
+  uint32_t index;        // in its pool (no division on the hit path)
   alignas(16) unsigned char data[];
 };
 
