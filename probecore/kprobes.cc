@@ -865,124 +865,104 @@ Kretprobe* get_kretprobe(KretprobeInstance* ri) {
   return ri->pool->rp.load(std::memory_order_acquire);
 }
 
-int register_kprobe(Kprobe* p) {
+namespace {
+
+// Every control operation: under the lock, with the view of unloaded code refreshed first
+// and the optimizer and reclamation brought up to date after.
+template <typename F>
+int control_op(F&& op) {
   std::lock_guard lock(g_mu);
   refresh_gone();
-  p->is_kretprobe_ = false;
-  int rc = register_locked(p);
+  const int rc = op();
   finish_control_op();
   return rc;
+}
+
+// Registers each of ps[0..num) with reg, or none: a failure undoes the earlier ones.
+template <typename T, typename Reg, typename Unreg>
+int register_all(T** ps, int num, Reg reg, Unreg unreg) {
+  if (num <= 0) return -EINVAL;
+  return control_op([&] {
+    for (int i = 0; i < num; ++i) {
+      if (int rc = reg(ps[i]); rc) {
+        while (--i >= 0) unreg(ps[i]);
+        return rc;
+      }
+    }
+    return 0;
+  });
+}
+
+int register_kprobe_plain(Kprobe* p) {
+  p->is_kretprobe_ = false;
+  return register_locked(p);
+}
+
+}  // namespace
+
+int register_kprobe(Kprobe* p) {
+  return control_op([&] { return register_kprobe_plain(p); });
 }
 
 int unregister_kprobe(Kprobe* p) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  int rc = unregister_locked(p);
-  finish_control_op();
-  return rc;
+  return control_op([&] { return unregister_locked(p); });
 }
 
 int register_kprobes(Kprobe** ps, int num) {
-  if (num <= 0) return -EINVAL;
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  for (int i = 0; i < num; ++i) {
-    ps[i]->is_kretprobe_ = false;
-    if (int rc = register_locked(ps[i]); rc) {
-      while (--i >= 0) unregister_locked(ps[i]);
-      finish_control_op();
-      return rc;
-    }
-  }
-  finish_control_op();
-  return 0;
+  return register_all(ps, num, register_kprobe_plain, unregister_locked);
 }
 
 void unregister_kprobes(Kprobe** ps, int num) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  for (int i = 0; i < num; ++i) unregister_locked(ps[i]);
-  finish_control_op();
+  control_op([&] {
+    for (int i = 0; i < num; ++i) unregister_locked(ps[i]);
+    return 0;
+  });
 }
 
 int enable_kprobe(Kprobe* p) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  int rc = set_disabled_locked(p, false);
-  finish_control_op();
-  return rc;
+  return control_op([&] { return set_disabled_locked(p, false); });
 }
 
 int disable_kprobe(Kprobe* p) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  int rc = set_disabled_locked(p, true);
-  finish_control_op();
-  return rc;
+  return control_op([&] { return set_disabled_locked(p, true); });
 }
 
 int register_kretprobe(Kretprobe* rp) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  int rc = register_kretprobe_locked(rp);
-  finish_control_op();
-  return rc;
+  return control_op([&] { return register_kretprobe_locked(rp); });
 }
 
 int unregister_kretprobe(Kretprobe* rp) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  int rc = unregister_kretprobe_locked(rp);
-  finish_control_op();
-  return rc;
+  return control_op([&] { return unregister_kretprobe_locked(rp); });
 }
 
 int register_kretprobes(Kretprobe** rps, int num) {
-  if (num <= 0) return -EINVAL;
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  for (int i = 0; i < num; ++i) {
-    if (int rc = register_kretprobe_locked(rps[i]); rc) {
-      while (--i >= 0) unregister_kretprobe_locked(rps[i]);
-      finish_control_op();
-      return rc;
-    }
-  }
-  finish_control_op();
-  return 0;
+  return register_all(rps, num, register_kretprobe_locked, unregister_kretprobe_locked);
 }
 
 void unregister_kretprobes(Kretprobe** rps, int num) {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  for (int i = 0; i < num; ++i) unregister_kretprobe_locked(rps[i]);
-  finish_control_op();
+  control_op([&] {
+    for (int i = 0; i < num; ++i) unregister_kretprobe_locked(rps[i]);
+    return 0;
+  });
 }
 
 int enable_kretprobe(Kretprobe* rp) { return enable_kprobe(&rp->kp); }
 int disable_kretprobe(Kretprobe* rp) { return disable_kprobe(&rp->kp); }
 
-int arm_all_kprobes() {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  g_all_disarmed = false;
-  int first_error = 0;
-  for (Aggregate* ag : g_aggrs)
-    if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
-  finish_control_op();
-  return first_error;
+namespace {
+int set_all_disarmed(bool disarmed) {
+  return control_op([&] {
+    g_all_disarmed = disarmed;
+    int first_error = 0;
+    for (Aggregate* ag : g_aggrs)
+      if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
+    return first_error;
+  });
 }
+}  // namespace
 
-int disarm_all_kprobes() {
-  std::lock_guard lock(g_mu);
-  refresh_gone();
-  g_all_disarmed = true;
-  int first_error = 0;
-  for (Aggregate* ag : g_aggrs)
-    if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
-  finish_control_op();
-  return first_error;
-}
+int arm_all_kprobes() { return set_all_disarmed(false); }
+int disarm_all_kprobes() { return set_all_disarmed(true); }
 
 bool kprobes_all_disarmed() {
   std::lock_guard lock(g_mu);
