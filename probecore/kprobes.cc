@@ -297,14 +297,17 @@ int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
 uintptr_t on_function_return(PtRegs* regs) {
   auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);
   rcu_read_lock();
+  // Ours is normally the newest instance. Instances above it belong to frames that were
+  // skipped (longjmp, also out of a signal handler on another stack): drop them. Matching
+  // the stack slot, not comparing addresses, keeps this right whichever way stacks lie.
   KretprobeInstance* ri = t_ri_head;
-  // Instances whose frames were skipped (longjmp, exceptions) sit above ours: drop them.
-  while (ri && ri->ret_slot < slot) {
-    t_ri_head = ri->next;
-    pool_put(ri->pool, ri);
-    ri = t_ri_head;
+  while (ri && ri->ret_slot != slot) ri = ri->next;
+  if (!ri) die_lost_return();
+  while (t_ri_head != ri) {
+    KretprobeInstance* stale = t_ri_head;
+    t_ri_head = stale->next;
+    pool_put(stale->pool, stale);
   }
-  if (!ri || ri->ret_slot != slot) die_lost_return();
   t_ri_head = ri->next;
   const uintptr_t ret = ri->ret_addr;
   regs->ip = ret;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csetjmp>
 #include <cerrno>
 #include <cstdlib>
 #include <regex>
@@ -409,6 +410,42 @@ TEST_F(Probecore, AProbeHitInsideAHandlerIsMissedNotRecursed) {
   EXPECT_EQ(inner.hits, 3);
   EXPECT_EQ(inner.nmissed, 5u);
   EXPECT_EQ(outer.nmissed, 0u);
+}
+
+// ---- frames skipped by longjmp ----
+
+}  // namespace
+}  // namespace probefs::probecore
+
+extern "C" {
+std::jmp_buf pf_skip_env;
+__attribute__((noinline)) void pf_jumps_out(long x) {
+  if (x >= 0) std::longjmp(pf_skip_env, 1);
+}
+// Calls pf_jumps_out, which never returns normally, and then returns itself.
+__attribute__((noinline)) long pf_skips_a_frame(long x) {
+  void (*volatile jump)(long) = pf_jumps_out;
+  if (setjmp(pf_skip_env) == 0) jump(x);
+  return x + 1;
+}
+}
+
+namespace probefs::probecore {
+namespace {
+
+TEST_F(Probecore, InstancesOfFramesSkippedByLongjmpAreRecycled) {
+  long (*volatile skips)(long) = pf_skips_a_frame;
+  RetRecorder inner, outer;
+  ret_at(&inner, addr_of(pf_jumps_out), bounds_of(reinterpret_cast<void*>(pf_jumps_out)));
+  ret_at(&outer, addr_of(pf_skips_a_frame), bounds_of(reinterpret_cast<void*>(pf_skips_a_frame)));
+  inner.maxactive = 2;
+  KretprobeGuard g1{&inner}, g2{&outer};
+  ASSERT_EQ(register_kretprobe(&inner), 0);
+  ASSERT_EQ(register_kretprobe(&outer), 0);
+  for (long i = 0; i < 10; ++i) EXPECT_EQ(skips(i), i + 1);
+  EXPECT_EQ(outer.returns, 10);
+  EXPECT_EQ(inner.returns, 0);    // never returned
+  EXPECT_EQ(inner.nmissed, 0u);   // yet its instances came back each time
 }
 
 // ---- registration errors ----
