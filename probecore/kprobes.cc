@@ -62,6 +62,7 @@ struct Aggregate {
   bool opt_save_vector = true;  // the kind of detour it prepared
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
+  unsigned opt_retries = 0;  // passes that could not patch it (a thread sat on it)
 };
 
 struct Table {
@@ -114,6 +115,7 @@ bool g_optimization = true;                      // g_mu: debug.kprobes_optimiza
 std::vector<Aggregate*>& g_opt_queue = *new std::vector<Aggregate*>;  // g_mu
 // The optimizer thread: wakes on g_opt_cv, waits kOptimizeDelay to batch, optimizes.
 constexpr auto kOptimizeDelay = std::chrono::milliseconds(5);
+constexpr auto kRetryDelay = std::chrono::milliseconds(100);
 // With g_mu. Never destroyed (the optimizer thread may wait on it during exit), and
 // replaced in a fork child: a condition variable that had waiters is unusable there.
 std::condition_variable* g_opt_cv = new std::condition_variable;
@@ -264,7 +266,10 @@ bool pool_all_returned(InstancePool* pool) {
 // The pre_handler of every kretprobe's entry probe: hijacks the return address.
 int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
   auto* rp = reinterpret_cast<Kretprobe*>(p);  // kp is Kretprobe's first member
-  InstancePool* pool = rp->pool_;
+  // Unregistration clears pool_ before its grace period: a hit that read the children
+  // list earlier may still get here, and then takes nothing.
+  InstancePool* pool = __atomic_load_n(&rp->pool_, __ATOMIC_ACQUIRE);
+  if (!pool) return 0;
   KretprobeInstance* ri = pool_get(pool);
   if (!ri) {
     rp->nmissed.fetch_add(1, std::memory_order_relaxed);
@@ -555,6 +560,7 @@ void update_optimizations() {
 
 // One batch: everything queued that may still be optimized. g_mu held.
 void run_optimizer_pass() {
+  refresh_gone();  // never write a jmp into code that was unloaded since it was queued
   std::vector<Aggregate*> batch;
   std::vector<arch::Site*> sites;
   for (Aggregate* ag : g_opt_queue) {
@@ -571,7 +577,9 @@ void run_optimizer_pass() {
     if (arch::site_optimized(ag->site)) {
       set_optimized_flag(ag, true);
       ag->opt_reason.clear();
+      ag->opt_retries = 0;
     } else {  // a thread sat on the region: try again on a later pass
+      ++ag->opt_retries;
       ag->opt_reason = "a thread is inside the replaced instructions; retrying";
       ag->opt_queued = true;
       g_opt_queue.push_back(ag);
@@ -585,8 +593,11 @@ void optimizer_main() {
   for (;;) {
     g_opt_cv->wait(lock, [] { return !g_opt_queue.empty() || !g_optimizer_running; });
     if (!g_optimizer_running) return;
-    // Let a burst of registrations arrive, then patch them in one batch.
-    g_opt_cv->wait_for(lock, kOptimizeDelay);
+    // Let a burst of registrations arrive, then patch them in one batch. Probes that could
+    // not be patched last time (a thread sat on them) are retried less eagerly.
+    const bool only_retries = std::all_of(g_opt_queue.begin(), g_opt_queue.end(),
+                                          [](const Aggregate* ag) { return ag->opt_retries > 0; });
+    g_opt_cv->wait_for(lock, only_retries ? kRetryDelay : kOptimizeDelay);
     run_optimizer_pass();
   }
 }
@@ -791,7 +802,9 @@ int make_pool(Kretprobe* rp) {
   auto pool = std::make_unique<InstancePool>();
   pool->stride = (sizeof(KretprobeInstance) + rp->data_size + 15) & ~size_t{15};
   pool->count = static_cast<uint32_t>(n);
-  pool->storage.reset(new (std::align_val_t{16}) unsigned char[pool->stride * n]());
+  // operator new[] aligns to __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16 on x86-64), which is
+  // what the instances' data needs; delete[] matches it.
+  pool->storage.reset(new unsigned char[pool->stride * n]());
   pool->next_free.reset(new uint32_t[n]);
   for (int i = 0; i < n; ++i) {
     pool->next_free[i] = i + 1 < n ? static_cast<uint32_t>(i + 2) : 0;
@@ -805,9 +818,10 @@ int make_pool(Kretprobe* rp) {
 }
 
 void retire_pool(Kretprobe* rp) {
-  rp->pool_->rp.store(nullptr, std::memory_order_release);
-  g_retired_pools.push_back(rp->pool_);
-  rp->pool_ = nullptr;
+  InstancePool* pool = rp->pool_;
+  pool->rp.store(nullptr, std::memory_order_release);
+  __atomic_store_n(&rp->pool_, nullptr, __ATOMIC_RELEASE);
+  g_retired_pools.push_back(pool);
 }
 
 int register_kretprobe_locked(Kretprobe* rp) {

@@ -254,6 +254,10 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     return rc;
   }
   g_site_detours[site] = info;
+  // The detour of the other kind is left behind: a thread still on its way through it must
+  // find no context rather than one that may be freed later.
+  if (site->detour && site->detour != info.detour)
+    __atomic_store_n(site->detour->ctx_cell, nullptr, __ATOMIC_RELEASE);
   site->detour = info.detour;
   site->detour_saves_vector = save_vector;
   site->region_len = region.len;

@@ -96,8 +96,9 @@ int relocate(const Insn& insn, uintptr_t new_pc, uint8_t* out, size_t cap) {
         return 6;
       } else {
         out[0] = static_cast<uint8_t>(0x70 | (insn.cond ^ 1));  // skip the jump if !cond
-        out[1] = static_cast<uint8_t>(kJmpAbsLen);
-        return 2 + static_cast<int>(emit_jmp(out + 2, new_pc + 2, insn.target));
+        const size_t jmp_len = emit_jmp(out + 2, new_pc + 2, insn.target);
+        out[1] = static_cast<uint8_t>(jmp_len);
+        return 2 + static_cast<int>(jmp_len);
       }
     case InsnKind::kLoopRel: {
       // Keep the prefixes (0x67 selects jecxz) and the opcode; aim rel8 past a short jmp.

@@ -66,6 +66,13 @@ int intern_slots(const Insn& insn, Slots* out) {
       if (text_poke(pc, code, len) == 0) s.boost = static_cast<uint8_t*>(at);
     }
   }
+  // No single-step copy for syscall: the instruction masks the trap flag, so the trap
+  // would come one instruction later, past the end of the copy. It is always boosted.
+  if (insn.kind == InsnKind::kSyscall) {
+    g_slots.emplace(key, s);
+    *out = s;
+    return 0;
+  }
   if (void* at = alloc_near(insn.addr, kMaxInsnLen)) {
     const uintptr_t pc = reinterpret_cast<uintptr_t>(at);
     if (copy_for_singlestep(insn, pc, code) > 0 && text_poke(pc, code, insn.len) == 0)
@@ -130,7 +137,7 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
     if (int rc = intern_slots(site->insn, &s); rc) return rc;
     site->boost_slot = s.boost;
     site->step_slot = s.step;
-    if (s.boost && g_boost_enabled) site->mode = RunMode::kBoost;
+    if (s.boost && (g_boost_enabled || !s.step)) site->mode = RunMode::kBoost;
     else if (s.step) site->mode = RunMode::kSingleStep;
     else return -EINVAL;  // a rip-relative operand out of reach of any copy
   }

@@ -44,6 +44,10 @@ extern Callbacks g_callbacks;         // set once by install()
 // Is the calling thread (interrupted at interrupted_ip) inside the SIGTRAP handler or on
 // its way back from it? Such a thread may still resume where it decided to before.
 bool thread_in_trap_path(uintptr_t interrupted_ip);
+
+// Where signal handlers installed through libc return to (0 before install()): the first
+// word of every signal frame, which is how thread_fixup finds frames on a stack.
+uintptr_t signal_restorer();
 extern std::mutex g_text_mu;  // guards g_saved and the text of every site
 // Original bytes of every byte we changed in code: int3 first bytes, jmp tails.
 extern std::map<uintptr_t, uint8_t>& g_saved;

@@ -31,13 +31,60 @@ std::atomic<int> g_generation{0};
 std::atomic<int> g_acks{0};
 std::atomic<int> g_busy{0};  // threads that were in the trap path: the batch must wait
 
+// Reads this process's memory without faulting (a raw process_vm_readv: this also runs
+// inside the fixup signal handler). Returns the bytes read.
+size_t safe_read(uintptr_t addr, void* buf, size_t n) {
+  long pid;
+  asm volatile("syscall" : "=a"(pid) : "a"(static_cast<long>(SYS_getpid)) : "rcx", "r11", "memory");
+  iovec local{buf, n}, remote{reinterpret_cast<void*>(addr), n};
+  long ret;
+  register long r10 asm("r10") = reinterpret_cast<long>(&remote);
+  register long r8 asm("r8") = 1;
+  register long r9 asm("r9") = 0;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(static_cast<long>(SYS_process_vm_readv)), "D"(pid), "S"(&local), "d"(1L),
+                 "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
+  return ret > 0 ? static_cast<size_t>(ret) : 0;
+}
+
+bool listed(const IpMove* moves, size_t n, uintptr_t pc);
+
+// Does a signal frame on the stack above `sp` hold a context that will resume on one of
+// the listed addresses? A thread interrupted on the region and parked in a signal handler
+// (its own, or one it blocks in) resumes there when the handler returns, so the region
+// must not change under it. Frames are found by their first word, the restorer; a stray
+// word of that value can only make us wait, never move anything.
+bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n) {
+  const uintptr_t restorer = arch::signal_restorer();
+  if (!restorer) return false;
+  constexpr size_t kScan = 64 * 1024, kChunk = 64;
+  constexpr size_t kRipOffset = 8 + offsetof(ucontext_t, uc_mcontext.gregs) + REG_RIP * 8;
+  uintptr_t words[kChunk];
+  for (uintptr_t at = sp & ~uintptr_t{7}; at < sp + kScan; at += sizeof words) {
+    const size_t got = safe_read(at, words, sizeof words) / 8;
+    for (size_t i = 0; i < got; ++i) {
+      if (words[i] != restorer) continue;
+      uintptr_t rip = 0;
+      if (safe_read(at + i * 8 + kRipOffset, &rip, 8) == 8 && listed(moves, n, rip)) return true;
+    }
+    if (got < kChunk) return false;  // the end of the stack's mapping
+  }
+  return false;
+}
+
 void on_fixup_signal(int, siginfo_t* info, void* ucv) {
   // A signal of an older batch that was blocked until now: the batch is over.
   if (info->si_code != SI_QUEUE || info->si_value.sival_int != g_generation.load()) return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   const auto ip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-  if (arch::thread_in_trap_path(ip)) {
-    // Its resume address is in a frame below us, out of reach: try the batch again later.
+  const IpMove* active = g_moves.load(std::memory_order_acquire);
+  const size_t active_n = g_nmoves.load(std::memory_order_acquire);
+  if (arch::thread_in_trap_path(ip) ||
+      (active && frames_resume_on(static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]),
+                                  active, active_n))) {
+    // A resume address in a frame below us, out of reach: try the batch again later.
     g_busy.fetch_add(1, std::memory_order_acq_rel);
     g_acks.fetch_add(1, std::memory_order_acq_rel);
     return;
@@ -100,14 +147,27 @@ char thread_state(long tid) {
   return paren != std::string::npos && paren + 2 < s.size() ? s[paren + 2] : '?';
 }
 
-// Where a thread that is not running will resume in user space; 0 when it is running or
-// unknown. /proc/self/task/TID/syscall ends with "... SP PC".
-uintptr_t resume_pc(long tid) {
+// Where a thread that is not running will resume in user space, and its stack pointer;
+// false when it is running or unknown. /proc/self/task/TID/syscall ends with "... SP PC".
+bool resume_point(long tid, uintptr_t* sp, uintptr_t* pc) {
   const std::string s = read_small_file("/proc/self/task/" + std::to_string(tid) + "/syscall");
-  if (s.empty() || s.rfind("running", 0) == 0) return 0;
-  const size_t sp = s.find_last_of(' ', s.find_last_not_of(" \n"));
-  if (sp == std::string::npos) return 0;
-  return parse_hex(s.c_str() + sp + 1);
+  if (s.empty() || s.rfind("running", 0) == 0) return false;
+  const size_t pc_at = s.find_last_of(' ', s.find_last_not_of(" \n"));
+  if (pc_at == std::string::npos || pc_at == 0) return false;
+  const size_t sp_at = s.find_last_of(' ', pc_at - 1);
+  if (sp_at == std::string::npos) return false;
+  *pc = parse_hex(s.c_str() + pc_at + 1);
+  *sp = parse_hex(s.c_str() + sp_at + 1);
+  return true;
+}
+
+// Does the thread block the fixup signal? (/proc/self/task/TID/status, "SigBlk:")
+bool blocks_fixup_signal(long tid) {
+  const std::string s = read_small_file("/proc/self/task/" + std::to_string(tid) + "/status");
+  const size_t at = s.find("SigBlk:");
+  if (at == std::string::npos) return false;
+  const uintptr_t mask = parse_hex(s.c_str() + s.find_first_not_of(" \t", at + 7));
+  return mask & (uintptr_t{1} << (thread_fixup_signal() - 1));
 }
 
 bool listed(const IpMove* moves, size_t n, uintptr_t pc) {
@@ -151,14 +211,17 @@ int move_threads(const IpMove* caller_moves, size_t n) {
       const long tid = parse_decimal(e->d_name);
       if (tid <= 0 || tid == self) continue;
       const char state = thread_state(tid);
-      if (state != 'R') {
-        const uintptr_t pc = resume_pc(tid);
-        if (pc == 0 && state != 'Z' && state != 'X') {
-          // Running after all (it woke up): reach it by signal.
-        } else {
-          if (listed(moves, n, pc)) rc = -EAGAIN;  // asleep or stopped on the region
-          continue;
-        }
+      if (state == 'Z' || state == 'X') continue;
+      uintptr_t sp = 0, pc = 0;
+      if (state != 'R' && resume_point(tid, &sp, &pc)) {
+        // Asleep or stopped: not disturbed. On the region, or above a signal frame that
+        // resumes on it: this batch must wait.
+        if (listed(moves, n, pc) || frames_resume_on(sp, moves, n)) rc = -EAGAIN;
+        continue;
+      }
+      if (blocks_fixup_signal(tid)) {
+        rc = -EAGAIN;  // running where we cannot look; and a signal would only pile up
+        continue;
       }
       if (queue_signal(tid, generation) == 0) ++sent;
       else if (errno != ESRCH) rc = -EAGAIN;

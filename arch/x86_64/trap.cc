@@ -258,6 +258,8 @@ int install(const Callbacks& callbacks) {
   return 0;
 }
 
+uintptr_t signal_restorer() { return g_restorer.load(std::memory_order_acquire); }
+
 bool thread_in_trap_path(uintptr_t interrupted_ip) {
   const uintptr_t restorer = g_restorer.load(std::memory_order_acquire);
   return t_trap.in_handler != 0 ||

@@ -207,6 +207,21 @@ pf_xmm_keep_probe:
 pf_xmm_keep_end:
         .size pf_xmm_keep, .-pf_xmm_keep
 
+/*
+ * long pf_load_second(const long* p): *p, through a 2-byte and a 3-byte instruction; the
+ * load is the second, inside the first five bytes, where a test makes it fault.
+ */
+        .globl pf_load_second, pf_load_second_end, pf_load_second_load
+        .type pf_load_second, @function
+        .p2align 4
+pf_load_second:
+        xor     %eax, %eax              /* 2 bytes */
+pf_load_second_load:
+        mov     (%rdi), %rax            /* 3 bytes */
+        ret
+pf_load_second_end:
+        .size pf_load_second, .-pf_load_second
+
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */
         int3

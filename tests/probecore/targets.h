@@ -30,6 +30,8 @@ unsigned long pf_flags_keep(unsigned long flags);
 extern char pf_flags_keep_end[], pf_flags_keep_probe[];
 double pf_xmm_keep(double a);
 extern char pf_xmm_keep_end[], pf_xmm_keep_probe[];
+long pf_load_second(const long* p);
+extern char pf_load_second_end[], pf_load_second_load[];
 long pf_leaf_redzone(long x);
 extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
 }
