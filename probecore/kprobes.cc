@@ -302,18 +302,24 @@ int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
 uintptr_t on_function_return(PtRegs* regs) {
   auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);
   rcu_read_lock();
-  // Ours is normally the newest instance. Instances above it belong to frames that were
-  // skipped (longjmp, also out of a signal handler on another stack): drop them. Matching
-  // the stack slot, not comparing addresses, keeps this right whichever way stacks lie.
+  // Ours is normally the newest instance, found by its stack slot. Newer ones lying below
+  // it on the stack belong to frames that were skipped (longjmp, exceptions caught above
+  // them): they are recycled. Newer ones above it are on another stack (a coroutine, a
+  // signal stack) and stay.
   KretprobeInstance* ri = t_ri_head;
   while (ri && ri->ret_slot != slot) ri = ri->next;
   if (!ri) die_lost_return();
-  while (t_ri_head != ri) {
-    KretprobeInstance* stale = t_ri_head;
-    t_ri_head = stale->next;
-    pool_put(stale->pool, stale);
+  KretprobeInstance** link = &t_ri_head;
+  while (*link != ri) {
+    KretprobeInstance* newer = *link;
+    if (newer->ret_slot < slot) {
+      *link = newer->next;
+      pool_put(newer->pool, newer);
+    } else {
+      link = &newer->next;
+    }
   }
-  t_ri_head = ri->next;
+  *link = ri->next;
   const uintptr_t ret = ri->ret_addr;
   regs->ip = ret;
   Kretprobe* rp = ri->pool->rp.load(std::memory_order_acquire);
