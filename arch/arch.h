@@ -34,7 +34,6 @@ int disarm(Site* site);  // puts the original byte back
 void mark_gone(Site* site);
 
 uintptr_t site_address(const Site* site);
-bool site_can_boost(const Site* site);
 
 // Reads code as it would be with no probe armed. 0 or -EFAULT.
 int read_text(uintptr_t addr, void* buf, size_t n);

@@ -358,8 +358,6 @@ void table_remove(Aggregate* ag) {
   publish_table(std::move(entries));
 }
 
-Aggregate* table_find_locked(uintptr_t addr) { return table_lookup(addr); }
-
 void publish_children(Aggregate* ag, std::vector<Kprobe*> probes) {
   auto* ch = new Children{std::move(probes), false};
   for (Kprobe* p : ch->probes)
@@ -713,7 +711,7 @@ int register_locked(Kprobe* p) {
   p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY;  // what the caller may ask for
   p->nmissed.store(0, std::memory_order_relaxed);
 
-  Aggregate* ag = table_find_locked(addr);
+  Aggregate* ag = table_lookup(addr);
   if (ag) {
     if (p->post_handler) unoptimize_aggregate(ag);  // detours run no post handlers
     std::vector<Kprobe*> probes = children_of(ag);

@@ -184,7 +184,6 @@ void mark_gone(Site* site) {
 }
 
 uintptr_t site_address(const Site* site) { return site->addr; }
-bool site_can_boost(const Site* site) { return site->mode != RunMode::kSingleStep; }
 
 int read_text(uintptr_t addr, void* buf, size_t n) {
   std::lock_guard lock(g_text_mu);
