@@ -86,11 +86,16 @@ uintptr_t kretprobe_trampoline();
 
 // Runs the optimizer's safety checks on the function around the site and builds the
 // detour. `save_vector`: the detour saves and restores the vector registers around the
-// handlers (needed unless every handler touches general-purpose registers only). 0, or
-// -EINVAL with *why set to the reason it cannot be optimized; -EBUSY when the site is
-// optimized with the other kind of detour (unoptimize it first).
+// handlers (needed unless every handler touches general-purpose registers only).
+// `call_mode`: the site is a function entry with a return probe; when a handler hijacked
+// the return address (stored kretprobe_trampoline() in it), the detour runs the function
+// as a call of its own, so that the function's ret is predicted, and the return reaches
+// Callbacks::function_return all the same. A hit that hijacked nothing takes the plain
+// path (correct either way, only slower). 0, or -EINVAL with *why set to the reason it
+// cannot be optimized; -EBUSY when the site is optimized with another kind of detour or
+// entry (unoptimize it first).
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      const char** why);
+                      bool call_mode, const char** why);
 
 // The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
 // prepare_optimized() succeeded; site_address + 1 before.

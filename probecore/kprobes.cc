@@ -60,6 +60,7 @@ struct Aggregate {
   bool opt_checked = false;  // arch::prepare_optimized() has run
   bool opt_capable = false;  // and succeeded
   bool opt_save_vector = true;  // the kind of detour it prepared
+  bool opt_call_mode = false;   // and its entry
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
   unsigned opt_retries = 0;  // passes that could not patch it (a thread sat on it)
@@ -484,19 +485,25 @@ std::string optimization_obstacle(Aggregate* ag) {
   if (any_post_handler(ag)) return "a probe here has a post_handler";
   // The detour saves the vector registers unless every handler here promises not to use
   // them; a change of that promise needs the other kind of detour.
-  bool save_vector = false;
-  for (const Kprobe* p : children_of(ag))
+  // An enabled kretprobe here makes the detour enter the function in call mode, which
+  // keeps its return predicted (see arch::prepare_optimized).
+  bool save_vector = false, call_mode = false;
+  for (const Kprobe* p : children_of(ag)) {
     if (!(p->flags & KPROBE_FLAG_GPR_ONLY)) save_vector = true;
-  if (ag->opt_checked && ag->opt_capable && ag->opt_save_vector != save_vector) {
+    if (p->is_kretprobe_ && probe_enabled(p)) call_mode = true;
+  }
+  if (ag->opt_checked && ag->opt_capable &&
+      (ag->opt_save_vector != save_vector || ag->opt_call_mode != call_mode)) {
     unoptimize_aggregate(ag);
     ag->opt_checked = false;
   }
   if (!ag->opt_checked) {
     const char* why = "";
     ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end,
-                                              save_vector, &why) == 0;
+                                              save_vector, call_mode, &why) == 0;
     ag->opt_checked = true;
     ag->opt_save_vector = save_vector;
+    ag->opt_call_mode = call_mode;
     if (!ag->opt_capable) ag->opt_reason = why;
   }
   if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;

@@ -13,14 +13,19 @@
  * probecore's function_return callback (regs) runs the return handlers and returns the real return
  * address; registers but the flags are then reloaded from the frame (a handler may change
  * them, e.g. the return value in ax), and a jmp goes back to the caller with rsp = S.
+ *
+ * probefs_kretprobe_trampoline_call is the same for returns that arrive through a
+ * detour's call-mode block (optimize.cc): it goes back to the caller with a ret.
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
+        /* name, leave by ret (call mode) rather than jmp */
+        .macro  KRETPROBE_TRAMPOLINE name, by_ret
         .text
-        .globl  probefs_kretprobe_trampoline
-        .type   probefs_kretprobe_trampoline, @function
+        .globl  \name
+        .type   \name, @function
         .p2align 4
-probefs_kretprobe_trampoline:
+\name:
         .cfi_startproc
         .cfi_undefined rip
         lea     -336(%rsp), %rsp
@@ -38,19 +43,34 @@ probefs_kretprobe_trampoline:
         mov     %rbx, %rdi
         call    *probefs_arch_function_return_cb(%rip)
         mov     %rbx, %rsp
+        .if \by_ret
+        mov     %rax, 328(%rsp)         /* S-8: dead below the caller's sp since its call */
+        .else
         mov     %rax, 128(%rsp)
+        .endif
 
         /* Flags are not restored: at a function's return they are dead (the System V ABI
            keeps none across a call, and DF is clear), and popfq is slow. */
         movups  176(%rsp), %xmm0
         movups  192(%rsp), %xmm1
         PTREGS_RESTORE_GPRS
+        .if \by_ret
+        /* Call mode: the detour's own call consumed its return-stack entry, so the
+           caller's entry is on top, and a ret to the caller is predicted. */
+        lea     328(%rsp), %rsp
+        ret
+        .else
         /* r11 is dead at a return (scratch in the ABI, carries no return value). A jmp
            rather than a ret keeps the return-stack predictor in step with the calls: the
            probed function's ret already consumed its entry. */
         mov     128(%rsp), %r11
         lea     336(%rsp), %rsp         /* S */
         jmp     *%r11
+        .endif
         .cfi_endproc
-        .size   probefs_kretprobe_trampoline, .-probefs_kretprobe_trampoline
+        .size   \name, .-\name
+        .endm
+
+        KRETPROBE_TRAMPOLINE probefs_kretprobe_trampoline, 0
+        KRETPROBE_TRAMPOLINE probefs_kretprobe_trampoline_call, 1
         .section .note.GNU-stack,"",@progbits

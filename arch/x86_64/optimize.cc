@@ -2,9 +2,20 @@
 // registers, runs the handlers through the shared thunk (optprobe_thunk.S), runs a
 // relocated copy of the replaced instructions and jumps back. No trap on the hit path.
 //
-// Detour layout (see optprobe_thunk.S for the frame):
-//   +0  ctx cell   +8 thunk   +16 addr   +24 lea -128(%rsp),%rsp ; call *+8(%rip)
-//   +35 lea 128(%rsp),%rsp   +43 relocated region ; jmp addr+len
+// A detour holds two blocks that share the copy. Each starts with a 40-byte header the
+// thunk reads through the return address its call pushed (R, at +51):
+//   +0 ctx cell  +8 thunk  +16 addr  +24 miss_back  +32 call-mode trampoline
+//   +40 lea -128(%rsp),%rsp ; call *+8(%rip)
+//
+// Block P, at the start (plain):
+//   +51 lea 128(%rsp),%rsp
+//   +59 relocated region ; jmp addr+len
+// Block C, after it (call mode), the entry of a function with a return probe:
+//   +51 lea 136(%rsp),%rsp      the return address is in a kretprobe instance: drop it
+//   +59 call P+59               run the function as a call of ours, so its ret is predicted
+//   +64 jmp *+32(%rip)          and lands in the call-mode trampoline
+// When no handler hijacked the return address on a hit (the instance pool was empty, an
+// entry handler declined), the thunk returns to block P instead: miss_back = C - P.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -21,6 +32,7 @@
 
 extern "C" void probefs_optprobe_thunk();
 extern "C" void probefs_optprobe_thunk_gpr();
+extern "C" void probefs_kretprobe_trampoline_call();
 
 namespace probefs::arch {
 
@@ -32,17 +44,25 @@ struct Detour {
   void* volatile* ctx_cell;
   uint64_t thunk;
   uint64_t addr;
+  uint64_t miss_back;
+  uint64_t call_trampoline;
   uint8_t code[];
 };
-static_assert(offsetof(Detour, code) == 24);
+static_assert(offsetof(Detour, code) == 40);
 
 namespace {
 
-constexpr size_t kStubLen = 19;           // lea ; call *(rip) ; lea
-constexpr size_t kRegionCopyOffset = 43;  // from the start of the detour
+constexpr size_t kHeaderLen = sizeof(Detour);
+constexpr size_t kRegionCopyOffset = 59;  // from the start of the detour
+constexpr size_t kCallBlockLen = 70;
+
+// lea -0x80(%rsp),%rsp ; call *-43(%rip) (the header's thunk)
+constexpr uint8_t kCallThunk[] = {0x48, 0x8d, 0x64, 0x24, 0x80, 0xff, 0x15, 0xd5, 0xff, 0xff, 0xff};
+static_assert(kHeaderLen + sizeof kCallThunk == 51);
 
 struct DetourInfo {
-  Detour* detour;
+  Detour* detour;       // block P
+  Detour* call_block;   // block C
   uint8_t region_len;
   uint8_t count;
   uint8_t orig_off[kJmpRel32Len + 1];   // instruction k at addr + orig_off[k]
@@ -159,7 +179,8 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
     return 0;
   }
 
-  const size_t cap = kRegionCopyOffset + region.count * kMaxRelocatedLen + kJmpAbsLen;
+  const size_t copy_cap = region.count * kMaxRelocatedLen + kJmpAbsLen;
+  const size_t cap = kRegionCopyOffset + copy_cap + 8 + kCallBlockLen;
   void* mem = alloc_near(region.addr, cap);
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
@@ -168,16 +189,17 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
                                      : reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk_gpr);
   // Never freed, like the detour: a thread inside may still read it.
   auto* cell = new void* volatile(nullptr);
-  std::memcpy(code.data(), &cell, 8);
-  std::memcpy(code.data() + 8, &thunk, 8);
-  std::memcpy(code.data() + 16, &region.addr, 8);
-  static const uint8_t stub[kStubLen] = {
-      0x48, 0x8d, 0x64, 0x24, 0x80,                    // lea -0x80(%rsp),%rsp
-      0xff, 0x15, 0xe5, 0xff, 0xff, 0xff,              // call *-27(%rip)  -> +8
-      0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,  // lea 0x80(%rsp),%rsp
+  auto put_block = [&](size_t at, uint64_t miss_back) {
+    const Detour header{cell, thunk, region.addr, miss_back,
+                        reinterpret_cast<uintptr_t>(&probefs_kretprobe_trampoline_call)};
+    std::memcpy(code.data() + at, &header, kHeaderLen);
+    std::memcpy(code.data() + at + kHeaderLen, kCallThunk, sizeof kCallThunk);
   };
-  std::memcpy(code.data() + 24, stub, kStubLen);
 
+  // Block P.
+  put_block(0, 0);
+  static const uint8_t lea_up[] = {0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};  // lea 0x80(%rsp),%rsp
+  std::memcpy(code.data() + 51, lea_up, sizeof lea_up);
   DetourInfo info{};
   info.detour = static_cast<Detour*>(mem);
   info.region_len = region.len;
@@ -188,7 +210,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
     const Insn& insn = region.insns[k];
     info.orig_off[k] = orig;
     info.copy_off[k] = static_cast<uint8_t>(at - kRegionCopyOffset);
-    int n = relocate(insn, base + at, code.data() + at, cap - at);
+    int n = relocate(insn, base + at, code.data() + at, kRegionCopyOffset + copy_cap - at);
     if (n < 0) return n;
     at += static_cast<size_t>(n);
     orig = static_cast<uint8_t>(orig + insn.len);
@@ -196,6 +218,20 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   info.orig_off[region.count] = orig;
   info.copy_off[region.count] = static_cast<uint8_t>(at - kRegionCopyOffset);
   at += emit_jmp(code.data() + at, base + at, region.addr + region.len);
+
+  // Block C, 8-aligned after the copy.
+  const size_t c = (at + 7) & ~size_t{7};
+  put_block(c, c);
+  uint8_t* tail = code.data() + c + 51;
+  static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
+  std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);
+  tail[8] = 0xe8;  // call rel32 -> the copy
+  const int32_t rel = static_cast<int32_t>(kRegionCopyOffset - (c + 64));
+  std::memcpy(tail + 9, &rel, 4);
+  static const uint8_t jmp_tramp[] = {0xff, 0x25, 0xda, 0xff, 0xff, 0xff};  // jmp *-38(%rip) -> +32
+  std::memcpy(tail + 13, jmp_tramp, sizeof jmp_tramp);
+  at = c + kCallBlockLen;
+  info.call_block = reinterpret_cast<Detour*>(base + c);
   if (int rc = text_poke(base, code.data(), at); rc) return rc;
   g_detours.emplace(key, info);
   *out = info;
@@ -204,8 +240,9 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
 
 void write_jmp(Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
+  const Detour* entry = site->detour_calls ? d.call_block : d.detour;
   uint8_t jmp[kJmpRel32Len];
-  emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(d.detour->code));
+  emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(entry->code));
   // The tail, under the int3 that guards the first byte. No other probe lies in the
   // region (probecore checks), so these bytes are the original code.
   uint8_t original[kJmpRel32Len];
@@ -217,11 +254,17 @@ void write_jmp(Site* site) {
 }  // namespace
 
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      const char** why) {
+                      bool call_mode, const char** why) {
   std::lock_guard lock(g_text_mu);
   *why = "";
-  if (site->detour && site->detour_saves_vector == save_vector) return 0;
+  if (site->detour && site->detour_saves_vector == save_vector &&
+      site->detour_calls == call_mode)
+    return 0;
   if (site->optimized) return -EBUSY;
+  if (site->detour && site->detour_saves_vector == save_vector) {  // same detour, other entry
+    site->detour_calls = call_mode;
+    return 0;
+  }
   if (site->gone) {
     *why = "the code is gone";
     return -EINVAL;
@@ -260,6 +303,7 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     __atomic_store_n(site->detour->ctx_cell, nullptr, __ATOMIC_RELEASE);
   site->detour = info.detour;
   site->detour_saves_vector = save_vector;
+  site->detour_calls = call_mode;
   site->region_len = region.len;
   return 0;
 }

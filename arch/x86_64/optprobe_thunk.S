@@ -1,13 +1,15 @@
 /*
- * The shared thunks of jump-optimized probes. A probe's detour (optimize.cc) starts with
+ * The shared thunks of jump-optimized probes. A probe's detour (optimize.cc) has blocks
+ * that start with
  *
  *   D+0   .quad ctx_cell       -> probecore's aggregate (0 while being removed)
  *   D+8   .quad thunk          the address of one of the two thunks below
  *   D+16  .quad addr           the probe address
- *   D+24  lea -128(%rsp),%rsp  step over the red zone of the interrupted code
- *   D+29  call *D+8(%rip)
- *   D+35  lea 128(%rsp),%rsp   <- R, the return address the call pushes
- *   D+43  the relocated instructions of the region, then jmp addr+len
+ *   D+24  .quad miss_back      0, or how far back the plain block's R lies (call mode)
+ *   D+32  .quad trampoline     the call-mode return trampoline
+ *   D+40  lea -128(%rsp),%rsp  step over the red zone of the interrupted code
+ *   D+45  call *D+8(%rip)
+ *   D+51  <- R, the return address the call pushes
  *
  * Frame built here, with S the stack pointer at the probe:
  *
@@ -24,6 +26,10 @@
  * probecore's optimized_hit callback (D->ctx_cell, regs), and everything but ip and sp is
  * reloaded from the frame (a handler's change of ip is ignored for optimized probes, as
  * in kprobes).
+ *
+ * A call-mode block (miss_back != 0) runs the function as a call of its own, which is
+ * right only when a handler put the return trampoline into the return address at S. When
+ * none did, the thunk returns to the plain block instead: R - miss_back.
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
@@ -63,15 +69,25 @@
         mov     %rax, 152(%rsp)         /* sp = S */
 
         mov     \frame(%rsp), %rdi      /* R */
-        mov     -19(%rdi), %rax         /* D->addr (D = R - 35) */
+        mov     -35(%rdi), %rax         /* D->addr (D = R - 51) */
         inc     %rax
         mov     %rax, 128(%rsp)         /* ip: the probe address + 1, as on the int3 path */
-        mov     -35(%rdi), %rdi         /* D->ctx_cell */
+        mov     -51(%rdi), %rdi         /* D->ctx_cell */
         mov     %rsp, %rsi
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
         call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
+
+        mov     \frame(%rsp), %rcx      /* R */
+        mov     -27(%rcx), %rdx         /* D->miss_back */
+        test    %rdx, %rdx
+        jz      2f
+        lea     probefs_kretprobe_trampoline(%rip), %rax
+        cmp     %rax, (\frame + 136)(%rsp)
+        je      2f
+        sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
+2:
 
         .if \vector
         movups  176(%rsp), %xmm0

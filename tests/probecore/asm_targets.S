@@ -222,6 +222,29 @@ pf_load_second_load:
 pf_load_second_end:
         .size pf_load_second, .-pf_load_second
 
+/*
+ * long pf_tail_outer(long x) = x + 3: adds 2, then tail-calls pf_tail_inner (x + 1) with a
+ * jmp, so pf_tail_inner starts with the caller's return address still in place, hijacked
+ * if pf_tail_outer has a return probe.
+ */
+        .globl pf_tail_outer, pf_tail_outer_end, pf_tail_inner, pf_tail_inner_end
+        .type pf_tail_outer, @function
+        .p2align 4
+pf_tail_outer:
+        lea     2(%rdi), %rdi           /* 4 bytes */
+        jmp     pf_tail_inner           /* 5 bytes */
+pf_tail_outer_end:
+        .size pf_tail_outer, .-pf_tail_outer
+
+        .type pf_tail_inner, @function
+        .p2align 4
+pf_tail_inner:
+        mov     %rdi, %rax              /* 3 bytes */
+        add     $1, %rax                /* 4 bytes */
+        ret
+pf_tail_inner_end:
+        .size pf_tail_inner, .-pf_tail_inner
+
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */
         int3

@@ -351,6 +351,145 @@ TEST_F(Optimize, ReturnProbeEntryIsOptimizedAndReturnsNeedNoTrap) {
       << kprobes_list();
 }
 
+// The rest of the return probes' tests run the detour's call mode: a hit that hijacked the
+// return address runs the function as a call of the detour's; one that hijacked nothing
+// goes the plain way. Either way the function computes what it computes unprobed.
+
+TEST_F(Optimize, ReturnProbeHitsWithoutAnInstanceTakeThePlainPath) {
+  RetCounter rp;
+  rp.kp.addr = addr_of(depth_o0);
+  rp.kp.bounds = bounds_at(rp.kp.addr);
+  rp.handler = count_return;
+  rp.maxactive = 2;
+  KretprobeGuard g{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(rp.kp)) << kprobe_optimization_status(&rp.kp);
+  // Six calls in flight, two instances: the two outermost returns are seen.
+  EXPECT_EQ(v_depth_o0(5), 5);
+  EXPECT_EQ(rp.returns, 2);
+  EXPECT_EQ(rp.last, 5);
+  EXPECT_EQ(rp.nmissed, 4u);
+  EXPECT_EQ(v_depth_o0(1), 1);
+  EXPECT_EQ(rp.returns, 4);
+  EXPECT_EQ(rp.nmissed, 4u);
+}
+
+int decline_odd(KretprobeInstance*, PtRegs* regs) { return regs->si & 1; }
+
+TEST_F(Optimize, ReturnProbeHitsAnEntryHandlerDeclinesTakeThePlainPath) {
+  RetCounter rp;
+  rp.kp.addr = addr_of(mul_o2);
+  rp.kp.bounds = bounds_at(rp.kp.addr);
+  rp.handler = count_return;
+  rp.entry_handler = decline_odd;
+  KretprobeGuard g{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(rp.kp)) << kprobe_optimization_status(&rp.kp);
+  for (long i = 0; i < 100; ++i) EXPECT_EQ(v_mul_o2(7, i), 7 * i);
+  EXPECT_EQ(rp.returns, 50);
+  EXPECT_EQ(rp.last, 7 * 98);
+  EXPECT_EQ(rp.nmissed, 0u);
+}
+
+int set_return_value(KretprobeInstance* ri, PtRegs* regs) {
+  static_cast<RetCounter*>(get_kretprobe(ri))->returns.fetch_add(1);
+  regs->ax = 1234;
+  return 0;
+}
+
+TEST_F(Optimize, ReturnHandlerChangesTheReturnValue) {
+  RetCounter rp;
+  rp.kp.addr = addr_of(add_o2);
+  rp.kp.bounds = bounds_at(rp.kp.addr);
+  rp.handler = set_return_value;
+  KretprobeGuard g{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(rp.kp)) << kprobe_optimization_status(&rp.kp);
+  EXPECT_EQ(v_add_o2(1, 2), 1234);
+  ASSERT_EQ(unregister_kretprobe(&rp), 0);
+  EXPECT_EQ(v_add_o2(1, 2), 3);
+  EXPECT_EQ(rp.returns, 1);
+}
+
+TEST_F(Optimize, KprobeAndReturnProbeShareTheDetourWhileTheReturnProbeComesAndGoes) {
+  Counter k;
+  KprobeGuard gk{counter_at(&k, addr_of(mul_o2), bounds_at(addr_of(mul_o2)))};
+  RetCounter rp;
+  rp.kp.addr = addr_of(mul_o2);
+  rp.kp.bounds = bounds_at(rp.kp.addr);
+  rp.handler = count_return;
+  KretprobeGuard gr{&rp};
+  ASSERT_EQ(register_kprobe(&k), 0);
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(k)) << kprobe_optimization_status(&k);
+  auto calls = [](long n) {
+    bool right = true;
+    for (long i = 0; i < n; ++i) right = right && v_mul_o2(i, 5) == i * 5;
+    return right;
+  };
+  EXPECT_TRUE(calls(10));
+  EXPECT_EQ(k.hits, 10);
+  EXPECT_EQ(rp.returns, 10);
+
+  ASSERT_EQ(disable_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_TRUE(optimized(k)) << kprobe_optimization_status(&k);
+  EXPECT_TRUE(calls(10));
+  EXPECT_EQ(k.hits, 20);
+  EXPECT_EQ(rp.returns, 10);
+
+  ASSERT_EQ(enable_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_TRUE(optimized(k)) << kprobe_optimization_status(&k);
+  EXPECT_TRUE(calls(10));
+  EXPECT_EQ(k.hits, 30);
+  EXPECT_EQ(rp.returns, 20);
+  EXPECT_EQ(rp.last, 9 * 5);
+}
+
+int decline_all(KretprobeInstance*, PtRegs*) { return 1; }
+
+// pf_tail_outer jumps to pf_tail_inner, whose return address is then the one the outer
+// return probe hijacked: the inner entry sees the trampoline there whether or not it
+// hijacked anything itself.
+TEST_F(Optimize, TailCallIntoAReturnProbedFunctionKeepsEveryReturn) {
+  long (*volatile tail)(long) = pf_tail_outer;
+  RetCounter outer, inner, declining;
+  outer.kp.addr = addr_of(pf_tail_outer);
+  outer.kp.bounds = {addr_of(pf_tail_outer), addr_of(pf_tail_outer_end)};
+  outer.handler = count_return;
+  for (RetCounter* rp : {&inner, &declining}) {
+    rp->kp.addr = addr_of(pf_tail_inner);
+    rp->kp.bounds = {addr_of(pf_tail_inner), addr_of(pf_tail_inner_end)};
+    rp->handler = count_return;
+  }
+  declining.entry_handler = decline_all;
+  KretprobeGuard go{&outer}, gi{&inner}, gd{&declining};
+  ASSERT_EQ(register_kretprobe(&outer), 0);
+  ASSERT_EQ(register_kretprobe(&inner), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(inner.kp)) << kprobe_optimization_status(&inner.kp);
+  EXPECT_EQ(tail(4), 7);
+  EXPECT_EQ(outer.returns, 1);
+  EXPECT_EQ(inner.returns, 1);
+  EXPECT_EQ(outer.last, 7);
+  EXPECT_EQ(inner.last, 7);
+
+  ASSERT_EQ(unregister_kretprobe(&inner), 0);
+  ASSERT_EQ(register_kretprobe(&declining), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(declining.kp)) << kprobe_optimization_status(&declining.kp);
+  EXPECT_EQ(tail(10), 13);
+  EXPECT_EQ(outer.returns, 2);
+  EXPECT_EQ(outer.last, 13);
+  EXPECT_EQ(declining.returns, 0);
+  EXPECT_EQ(v_mul_o2(3, 3), 9);  // and the stack is as it was
+}
+
 int redirect_attempt(Kprobe* p, PtRegs* r) {
   static_cast<Counter*>(p)->hits.fetch_add(1);
   r->ip = 0;  // ignored on an optimized probe

@@ -34,4 +34,8 @@ long pf_load_second(const long* p);
 extern char pf_load_second_end[], pf_load_second_load[];
 long pf_leaf_redzone(long x);
 extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
+long pf_tail_outer(long x);
+extern char pf_tail_outer_end[];
+long pf_tail_inner(long x);
+extern char pf_tail_inner_end[];
 }
