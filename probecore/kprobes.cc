@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "arch/arch.h"
+#include "arch/percpu.h"
 #include "probecore/rcu.h"
 
 namespace probefs::probecore {
@@ -70,6 +71,11 @@ struct Table {
   std::vector<std::pair<uintptr_t, Aggregate*>> entries;  // sorted by address
 };
 
+// A kretprobe's maxactive instances. A free instance sits either in the stack of some
+// CPU (taken and given back without a locked instruction, see arch/percpu.h) or in the
+// shared free list (a tagged Treiber stack). An entry takes from its CPU's stack, then
+// from the shared list, then steals from other CPUs' stacks: it misses only when every
+// instance is in flight, as maxactive promises.
 struct InstancePool {
   std::atomic<Kretprobe*> rp{nullptr};  // nullptr once unregistered
   size_t stride = 0;
@@ -77,6 +83,8 @@ struct InstancePool {
   std::unique_ptr<unsigned char[]> storage;
   std::unique_ptr<uint32_t[]> next_free;  // free-list links, 1-based (0 ends the list)
   std::atomic<uint64_t> head{0};          // (ABA tag << 32) | first free index, 1-based
+  std::unique_ptr<arch::PercpuStack[]> cpus;  // nullptr without per-CPU operation
+  uint32_t ncpus = 0;
   bool grace_passed = false;              // retired, and a grace period has passed since
 
   KretprobeInstance* at(uint32_t i) {
@@ -104,6 +112,8 @@ std::vector<Aggregate*>& g_aggrs = *new std::vector<Aggregate*>;  // g_mu
 std::atomic<const Table*> g_table{nullptr};
 bool g_all_disarmed = false;                     // g_mu
 SymbolResolver* g_resolver = nullptr;            // g_mu
+bool g_percpu = false;                           // g_mu: kretprobe pools keep per-CPU stacks
+uintptr_t g_trampoline = 0;                      // arch::kretprobe_trampoline(), set at init
 bool g_initialized = false;                      // g_mu
 
 // Unpublished and waiting for a grace period.                                  (g_mu)
@@ -213,8 +223,8 @@ void on_singlestep_done(void* cookie, PtRegs* regs) {
 void on_optimized_hit(void* const volatile* ctx, PtRegs* regs) {
   rcu_read_lock();
   const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
-  if (ag) {
-    if (t_current) {
+  if (__builtin_expect(ag != nullptr, 1)) {
+    if (__builtin_expect(t_current != nullptr, 0)) {
       count_missed(ag);
     } else {
       t_current = ag;
@@ -227,8 +237,8 @@ void on_optimized_hit(void* const volatile* ctx, PtRegs* regs) {
   rcu_read_unlock();
 }
 
-// Lock-free instance pool: a tagged Treiber stack of indices.
-KretprobeInstance* pool_get(InstancePool* pool) {
+// The shared free list: a tagged Treiber stack of indices.
+KretprobeInstance* shared_get(InstancePool* pool) {
   uint64_t h = pool->head.load(std::memory_order_acquire);
   for (;;) {
     const uint32_t i = static_cast<uint32_t>(h);
@@ -241,8 +251,7 @@ KretprobeInstance* pool_get(InstancePool* pool) {
   }
 }
 
-void pool_put(InstancePool* pool, KretprobeInstance* ri) {
-  const uint32_t i = ri->index;
+void shared_put(InstancePool* pool, uint32_t i) {
   uint64_t h = pool->head.load(std::memory_order_relaxed);
   uint64_t nh;
   do {
@@ -252,11 +261,39 @@ void pool_put(InstancePool* pool, KretprobeInstance* ri) {
                                              std::memory_order_relaxed));
 }
 
+__attribute__((noinline)) KretprobeInstance* pool_get_slow(InstancePool* pool) {
+  if (KretprobeInstance* ri = shared_get(pool)) return ri;
+  if (!pool->cpus) return nullptr;
+  for (uint32_t c = 0; c < pool->ncpus; ++c) {
+    uint32_t i;
+    if (arch::percpu_steal(pool->cpus.get(), c, &i)) return pool->at(i);
+  }
+  return nullptr;
+}
+
+inline KretprobeInstance* pool_get(InstancePool* pool) {
+  uint32_t i;
+  if (pool->cpus && arch::percpu_pop_inline(pool->cpus.get(), pool->ncpus, &i)) return pool->at(i);
+  return pool_get_slow(pool);
+}
+
+// A retired pool takes its instances back on the shared list only, where reclaim counts
+// them (a put that saw it live ends within the grace period that follows retirement).
+inline void pool_put(InstancePool* pool, KretprobeInstance* ri) {
+  if (pool->cpus && pool->rp.load(std::memory_order_relaxed) &&
+      arch::percpu_push_inline(pool->cpus.get(), pool->ncpus, ri->index))
+    return;
+  shared_put(pool, ri->index);
+}
+
 // Control plane, on a retired pool (no instance can be taken any more: its entry probe is
-// unregistered and a grace period has passed, so the free list only grows): are all its
-// instances back? Walking from a snapshot of the head is stable, since nothing is popped.
+// unregistered and a grace period has passed, so the free list only grows and the CPUs'
+// stacks are still): are all its instances back? Walking from a snapshot of the head is
+// stable, since nothing is popped.
 bool pool_all_returned(InstancePool* pool) {
   uint32_t n = 0;
+  for (uint32_t c = 0; pool->cpus && c < pool->ncpus; ++c)
+    n += __atomic_load_n(&pool->cpus[c].count, __ATOMIC_ACQUIRE);
   for (uint32_t i = static_cast<uint32_t>(pool->head.load(std::memory_order_acquire)); i != 0;
        i = __atomic_load_n(&pool->next_free[i - 1], __ATOMIC_ACQUIRE)) {
     if (++n > pool->count) return false;  // cannot happen; never loop
@@ -283,7 +320,7 @@ int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
     pool_put(pool, ri);
     return 0;
   }
-  *ri->ret_slot = arch::kretprobe_trampoline();
+  *ri->ret_slot = g_trampoline;
   ri->next = t_ri_head;
   t_ri_head = ri;
   return 0;
@@ -300,13 +337,11 @@ int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
   for (;;) __builtin_trap();
 }
 
-uintptr_t on_function_return(PtRegs* regs) {
-  auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);
-  rcu_read_lock();
-  // Ours is normally the newest instance, found by its stack slot. Newer ones lying below
-  // it on the stack belong to frames that were skipped (longjmp, exceptions caught above
-  // them): they are recycled. Newer ones above it are on another stack (a coroutine, a
-  // signal stack) and stay.
+// The instance whose return address lay in `slot`, unlinked from the thread's list, when
+// it is not the newest. Newer ones lying below it on the stack belong to frames that were
+// skipped (longjmp, exceptions caught above them): they are recycled. Newer ones above it
+// are on another stack (a coroutine, a signal stack) and stay.
+__attribute__((noinline)) KretprobeInstance* unlink_older_instance(uintptr_t* slot) {
   KretprobeInstance* ri = t_ri_head;
   while (ri && ri->ret_slot != slot) ri = ri->next;
   if (!ri) die_lost_return();
@@ -321,6 +356,16 @@ uintptr_t on_function_return(PtRegs* regs) {
     }
   }
   *link = ri->next;
+  return ri;
+}
+
+uintptr_t on_function_return(PtRegs* regs) {
+  auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);
+  rcu_read_lock();
+  // Ours is normally the newest instance.
+  KretprobeInstance* ri = t_ri_head;
+  if (__builtin_expect(ri && ri->ret_slot == slot, 1)) t_ri_head = ri->next;
+  else ri = unlink_older_instance(slot);
   const uintptr_t ret = ri->ret_addr;
   regs->ip = ret;
   Kretprobe* rp = ri->pool->rp.load(std::memory_order_acquire);
@@ -662,6 +707,15 @@ void atfork_prepare() { g_mu.lock(); }
 void atfork_parent() { g_mu.unlock(); }
 void atfork_child() {
   rcu_after_fork_child();
+  // The child is one thread: a thief that held a CPU's stack in the parent is gone.
+  g_percpu = arch::percpu_init();
+  auto unlock_stacks = [](InstancePool* pool) {
+    for (uint32_t c = 0; pool && pool->cpus && c < pool->ncpus; ++c) pool->cpus[c].lock = 0;
+  };
+  for (Aggregate* ag : g_aggrs)
+    for (Kprobe* p : children_of(ag))
+      if (p->is_kretprobe_) unlock_stacks(reinterpret_cast<Kretprobe*>(p)->pool_);
+  for (InstancePool* pool : g_retired_pools) unlock_stacks(pool);
   g_optimizer_running = false;  // threads do not survive fork; restarted on demand
   g_opt_cv = new std::condition_variable;
   g_mu.unlock();
@@ -672,6 +726,8 @@ int init_locked() {
   const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return,
                           on_optimized_hit};
   if (int rc = arch::install(cb); rc) return rc;
+  g_percpu = arch::percpu_init();
+  g_trampoline = arch::kretprobe_trampoline();
   build_blacklist();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   g_initialized = true;
@@ -823,6 +879,10 @@ int make_pool(Kretprobe* rp) {
     pool->at(static_cast<uint32_t>(i))->pool = pool.get();
   }
   pool->head.store(1);
+  if (g_percpu) {
+    pool->ncpus = arch::percpu_count();
+    pool->cpus.reset(new arch::PercpuStack[pool->ncpus]());
+  }
   pool->rp.store(rp);
   rp->pool_ = pool.release();
   return 0;
@@ -838,6 +898,7 @@ void retire_pool(Kretprobe* rp) {
 int register_kretprobe_locked(Kretprobe* rp) {
   if (rp->kp.aggr_) return -EINVAL;
   if (!rp->handler && !rp->entry_handler) return -EINVAL;
+  if (int rc = init_locked(); rc) return rc;  // the pool's layout depends on it
   if (int rc = make_pool(rp); rc) return rc;
   rp->kp.pre_handler = pre_handler_kretprobe;
   rp->kp.post_handler = nullptr;

@@ -36,7 +36,7 @@ inline void rcu_read_lock() {
     r->ctr.fetch_add(1, std::memory_order_seq_cst);
     return;
   }
-  if (r->nesting++ == 0) {
+  if (__builtin_expect(r->nesting++ == 0, 1)) {
     r->ctr.store(r->ctr.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
@@ -48,7 +48,7 @@ inline void rcu_read_unlock() {
     r->ctr.fetch_sub(1, std::memory_order_release);
     return;
   }
-  if (--r->nesting == 0) {
+  if (__builtin_expect(--r->nesting == 0, 1)) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     r->ctr.store(r->ctr.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }

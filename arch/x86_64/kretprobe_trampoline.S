@@ -10,9 +10,12 @@
  *   R+168..R+176 padding
  *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)      R = S - 336
  *
- * probecore's function_return callback (regs) runs the return handlers and returns the real return
- * address; registers but the flags are then reloaded from the frame (a handler may change
- * them, e.g. the return value in ax), and a jmp goes back to the caller with rsp = S.
+ * Only what a return leaves live is saved and reloaded: the return value (ax, dx, xmm0,
+ * xmm1) and the callee-saved registers; the fields of the dead ones (cx, si, di, r8-r11)
+ * stay unfilled. probecore's function_return callback (regs) runs the return handlers and
+ * returns the real return address; the live registers are reloaded from the frame (a
+ * handler may change them, e.g. the return value in ax), and a jmp goes back to the
+ * caller with rsp = S.
  *
  * probefs_kretprobe_trampoline_call is the same for returns that arrive through a
  * detour's call-mode block (optimize.cc): it goes back to the caller with a ret.
@@ -31,7 +34,7 @@
         lea     -336(%rsp), %rsp
         movups  %xmm0, 176(%rsp)
         movups  %xmm1, 192(%rsp)
-        PTREGS_SAVE_GPRS
+        PTREGS_SAVE_RETURN_GPRS
         movq    $0, 128(%rsp)           /* ip: the handler learns it */
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
@@ -53,7 +56,7 @@
            keeps none across a call, and DF is clear), and popfq is slow. */
         movups  176(%rsp), %xmm0
         movups  192(%rsp), %xmm1
-        PTREGS_RESTORE_GPRS
+        PTREGS_RESTORE_RETURN_GPRS
         .if \by_ret
         /* Call mode: the detour's own call consumed its return-stack entry, so the
            caller's entry is on top, and a ret to the caller is predicted. */

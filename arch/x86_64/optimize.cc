@@ -5,6 +5,7 @@
 // A detour holds two blocks that share the copy. Each starts with a 40-byte header the
 // thunk reads through the return address its call pushed (R, at +51):
 //   +0 ctx cell  +8 thunk  +16 addr  +24 miss_back  +32 call-mode trampoline
+// (the thunk of block C is an _entry one, see optprobe_thunk.S)
 //   +40 lea -128(%rsp),%rsp ; call *+8(%rip)
 //
 // Block P, at the start (plain):
@@ -32,6 +33,8 @@
 
 extern "C" void probefs_optprobe_thunk();
 extern "C" void probefs_optprobe_thunk_gpr();
+extern "C" void probefs_optprobe_thunk_entry();
+extern "C" void probefs_optprobe_thunk_gpr_entry();
 extern "C" void probefs_kretprobe_trampoline_call();
 
 namespace probefs::arch {
@@ -185,11 +188,13 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
   std::vector<uint8_t> code(cap, 0xcc);
-  const uint64_t thunk = save_vector ? reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk)
-                                     : reinterpret_cast<uintptr_t>(&probefs_optprobe_thunk_gpr);
+  auto address = [](void (*f)()) { return reinterpret_cast<uintptr_t>(f); };
+  const uint64_t thunk = address(save_vector ? probefs_optprobe_thunk : probefs_optprobe_thunk_gpr);
+  const uint64_t entry_thunk =
+      address(save_vector ? probefs_optprobe_thunk_entry : probefs_optprobe_thunk_gpr_entry);
   // Never freed, like the detour: a thread inside may still read it.
   auto* cell = new void* volatile(nullptr);
-  auto put_block = [&](size_t at, uint64_t miss_back) {
+  auto put_block = [&](size_t at, uint64_t thunk, uint64_t miss_back) {
     const Detour header{cell, thunk, region.addr, miss_back,
                         reinterpret_cast<uintptr_t>(&probefs_kretprobe_trampoline_call)};
     std::memcpy(code.data() + at, &header, kHeaderLen);
@@ -197,7 +202,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   };
 
   // Block P.
-  put_block(0, 0);
+  put_block(0, thunk, 0);
   static const uint8_t lea_up[] = {0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};  // lea 0x80(%rsp),%rsp
   std::memcpy(code.data() + 51, lea_up, sizeof lea_up);
   DetourInfo info{};
@@ -221,7 +226,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
 
   // Block C, 8-aligned after the copy.
   const size_t c = (at + 7) & ~size_t{7};
-  put_block(c, c);
+  put_block(c, entry_thunk, c);
   uint8_t* tail = code.data() + c + 51;
   static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
   std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);

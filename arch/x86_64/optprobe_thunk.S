@@ -27,14 +27,17 @@
  * reloaded from the frame (a handler's change of ip is ignored for optimized probes, as
  * in kprobes).
  *
- * A call-mode block (miss_back != 0) runs the function as a call of its own, which is
- * right only when a handler put the return trampoline into the return address at S. When
- * none did, the thunk returns to the plain block instead: R - miss_back.
+ * The _entry thunks serve call-mode blocks, which sit at function entries: a block that
+ * runs the function as a call of its own, which is right only when a handler put the
+ * return trampoline into the return address at S. When none did, the thunk returns to
+ * the plain block instead: R - miss_back. At a function entry the ABI makes the flags
+ * and xmm8-15 dead and DF clear: these thunks do not restore the flags, leave xmm8-15
+ * alone, and need no cld.
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
-        /* name, frame size below R, save the vector registers? */
-        .macro  OPTPROBE_THUNK name, frame, vector
+        /* name, frame size below R, save the vector registers?, call-mode entry? */
+        .macro  OPTPROBE_THUNK name, frame, vector, entry
         .text
         .globl  \name
         .type   \name, @function
@@ -53,6 +56,7 @@
         movups  %xmm5, 256(%rsp)
         movups  %xmm6, 272(%rsp)
         movups  %xmm7, 288(%rsp)
+        .if !\entry             /* at a function entry only xmm0-7 carry values */
         movups  %xmm8, 304(%rsp)
         movups  %xmm9, 320(%rsp)
         movups  %xmm10, 336(%rsp)
@@ -62,9 +66,12 @@
         movups  %xmm14, 400(%rsp)
         movups  %xmm15, 416(%rsp)
         .endif
+        .endif
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
+        .if !\entry                     /* (at a function entry the ABI has DF clear) */
         cld                             /* handlers are C: the ABI wants DF clear */
+        .endif
         lea     (\frame + 136)(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
 
@@ -79,15 +86,15 @@
         call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
 
-        mov     \frame(%rsp), %rcx      /* R */
-        mov     -27(%rcx), %rdx         /* D->miss_back */
-        test    %rdx, %rdx
-        jz      2f
+        .if \entry
         lea     probefs_kretprobe_trampoline(%rip), %rax
         cmp     %rax, (\frame + 136)(%rsp)
         je      2f
+        mov     \frame(%rsp), %rcx      /* R */
+        mov     -27(%rcx), %rdx         /* D->miss_back */
         sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
 2:
+        .endif
 
         .if \vector
         movups  176(%rsp), %xmm0
@@ -98,6 +105,7 @@
         movups  256(%rsp), %xmm5
         movups  272(%rsp), %xmm6
         movups  288(%rsp), %xmm7
+        .if !\entry             /* at a function entry only xmm0-7 carry values */
         movups  304(%rsp), %xmm8
         movups  320(%rsp), %xmm9
         movups  336(%rsp), %xmm10
@@ -107,9 +115,12 @@
         movups  400(%rsp), %xmm14
         movups  416(%rsp), %xmm15
         .endif
+        .endif
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
-           are reloaded after, by movs that leave the flags alone. */
+           are reloaded after, by movs that leave the flags alone. At a function entry
+           they are dead (the ABI keeps none across a call). */
+        .if !\entry
         mov     144(%rsp), %rax
         test    $0x400, %eax
         jz      1f
@@ -119,6 +130,7 @@
         add     $0x7f, %cl
         mov     %al, %ah
         sahf
+        .endif
         PTREGS_RESTORE_GPRS
         lea     \frame(%rsp), %rsp
         ret
@@ -126,7 +138,9 @@
         .size   \name, .-\name
         .endm
 
-        OPTPROBE_THUNK probefs_optprobe_thunk, 432, 1
-        OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 176, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk, 432, 1, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 176, 0, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_entry, 432, 1, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_gpr_entry, 176, 0, 1
 
         .section .note.GNU-stack,"",@progbits

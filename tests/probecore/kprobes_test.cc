@@ -3,6 +3,8 @@
 #include "probecore/kprobes.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -385,6 +387,36 @@ TEST_F(Probecore, MaxactiveExhaustionCountsExactlyTheMissedReturns) {
   EXPECT_EQ(v_depth_o0(2), 2);  // every instance came back
   EXPECT_EQ(rp.returns, 7);
   EXPECT_EQ(rp.nmissed, 6u);
+}
+
+// A returned instance stays on the stack of the CPU that returned it, where the next entry
+// on that CPU takes it without a locked instruction. An entry on another CPU that finds
+// nothing anywhere else steals it: no return is missed while an instance is free.
+TEST_F(Probecore, AnInstanceFreedOnOneCpuServesAnEntryOnAnother) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  RetRecorder rp;
+  ret_at(&rp, addr_of(mul_o2), bounds_of(reinterpret_cast<void*>(mul_o2)));
+  rp.maxactive = 1;
+  KretprobeGuard g{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  auto call_on = [](int cpu, long x) {
+    long result = 0;
+    std::thread([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0) result = v_mul_o2(x, 2);
+    }).join();
+    return result;
+  };
+  for (long i = 1; i <= 6; ++i) EXPECT_EQ(call_on(cpus[i % 2], i), 2 * i);
+  EXPECT_EQ(rp.returns, 6);
+  EXPECT_EQ(rp.nmissed, 0u);
 }
 
 int call_mul_from_handler(Kprobe*, PtRegs*) {
