@@ -61,7 +61,25 @@ struct Callbacks {
   // A jump-optimized probe fired. *ctx is what set_optimized_context() stored (load it
   // only inside the caller's read-side section; nullptr: the probe is going away).
   // regs->ip is the probe address + 1, as on the int3 path; changes to ip are ignored.
-  void (*optimized_hit)(void* const volatile* ctx, PtRegs* regs);
+  // `saved` (kSaved* bits) tells what the detour saved: a handler that needs more must
+  // not run on this hit (it joined while the hit was on its way).
+  void (*optimized_hit)(void* const volatile* ctx, PtRegs* regs, unsigned saved);
+};
+
+// What an optimized hit's detour saved before calling the handlers.
+enum : unsigned {
+  kSavedVector = 1u << 0,   // the vector registers: handlers may use them
+  kSavedAllRegs = 1u << 1,  // every general-purpose register is in PtRegs (otherwise only
+                            // sp and the registers a C call clobbers)
+};
+
+// How a detour's jmp enters it (see prepare_optimized).
+enum class DetourEntry : uint8_t {
+  kPlain,     // the handlers run, then the relocated instructions
+  kCall,      // a function entry with a return probe: call mode
+  kCallLean,  // call mode for handlers that need neither all registers nor the vector
+              // ones (a return probe's own entry handler): the detour saves only sp and
+              // what a C call clobbers
 };
 
 // Installs the SIGTRAP handler (chaining to the program's handler for traps that are not
@@ -87,15 +105,15 @@ uintptr_t kretprobe_trampoline();
 // Runs the optimizer's safety checks on the function around the site and builds the
 // detour. `save_vector`: the detour saves and restores the vector registers around the
 // handlers (needed unless every handler touches general-purpose registers only).
-// `call_mode`: the site is a function entry with a return probe; when a handler hijacked
-// the return address (stored kretprobe_trampoline() in it), the detour runs the function
-// as a call of its own, so that the function's ret is predicted, and the return reaches
-// Callbacks::function_return all the same. A hit that hijacked nothing takes the plain
-// path (correct either way, only slower). 0, or -EINVAL with *why set to the reason it
-// cannot be optimized; -EBUSY when the site is optimized with another kind of detour or
-// entry (unoptimize it first).
+// `entry`: kCall and kCallLean are for function entries with a return probe; when a
+// handler hijacked the return address (stored kretprobe_trampoline() in it), the detour
+// runs the function as a call of its own, so that the function's ret is predicted, and
+// the return reaches Callbacks::function_return all the same. A hit that hijacked nothing
+// takes the plain path (correct either way, only slower). 0, or -EINVAL with *why set to
+// the reason it cannot be optimized; -EBUSY when the site is optimized with another kind
+// of detour or entry (unoptimize it first).
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      bool call_mode, const char** why);
+                      DetourEntry entry, const char** why);
 
 // The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
 // prepare_optimized() succeeded; site_address + 1 before.

@@ -9,7 +9,8 @@
 //
 // percpu_pop/percpu_push fail, and the caller falls back to its own shared list, when
 // per-CPU operation is not available (libc did not register rseq for the thread, or the
-// kernel lacks membarrier's rseq command), the CPU's stack is empty, full or locked.
+// kernel lacks membarrier's rseq command), the CPU's stack is empty, full or locked, or
+// the sequence was interrupted (preempted, migrated, signalled, single-stepped).
 #pragma once
 
 #include <cstdint>

@@ -61,7 +61,7 @@ struct Aggregate {
   bool opt_checked = false;  // arch::prepare_optimized() has run
   bool opt_capable = false;  // and succeeded
   bool opt_save_vector = true;  // the kind of detour it prepared
-  bool opt_call_mode = false;   // and its entry
+  arch::DetourEntry opt_entry = arch::DetourEntry::kPlain;  // and its entry
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
   unsigned opt_retries = 0;  // passes that could not patch it (a thread sat on it)
@@ -220,7 +220,7 @@ void on_singlestep_done(void* cookie, PtRegs* regs) {
 
 // A jump-optimized probe fired (from the detour thunk). Pre handlers' return values are
 // ignored: the relocated instructions always run next, as in kprobes.
-void on_optimized_hit(void* const volatile* ctx, PtRegs* regs) {
+void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved) {
   rcu_read_lock();
   const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
   if (__builtin_expect(ag != nullptr, 1)) {
@@ -229,8 +229,11 @@ void on_optimized_hit(void* const volatile* ctx, PtRegs* regs) {
     } else {
       t_current = ag;
       const Children* ch = ag->children.load(std::memory_order_acquire);
+      // A probe that needs more than this detour saved joined while the hit was on its
+      // way (the detour is about to change kind): to it, the hit came before it did.
       for (Kprobe* p : ch->probes)
-        if (p->pre_handler && probe_enabled(p)) p->pre_handler(p, regs);
+        if (p->pre_handler && probe_enabled(p) && !(p->hit_needs_ & ~saved))
+          p->pre_handler(p, regs);
       t_current = nullptr;
     }
   }
@@ -530,25 +533,31 @@ std::string optimization_obstacle(Aggregate* ag) {
   if (any_post_handler(ag)) return "a probe here has a post_handler";
   // The detour saves the vector registers unless every handler here promises not to use
   // them; a change of that promise needs the other kind of detour.
-  // An enabled kretprobe here makes the detour enter the function in call mode, which
-  // keeps its return predicted (see arch::prepare_optimized).
-  bool save_vector = false, call_mode = false;
+  // The detour saves what the enabled probes' handlers need. An enabled kretprobe makes
+  // it enter the function in call mode, which keeps its return predicted, and lean when
+  // no handler but the kretprobes' own entry needs registers (see arch::DetourEntry).
+  bool save_vector = false, call_mode = false, lean = true;
   for (const Kprobe* p : children_of(ag)) {
-    if (!(p->flags & KPROBE_FLAG_GPR_ONLY)) save_vector = true;
-    if (p->is_kretprobe_ && probe_enabled(p)) call_mode = true;
+    if (!probe_enabled(p)) continue;
+    if (p->hit_needs_ & arch::kSavedVector) save_vector = true;
+    if (p->hit_needs_ & arch::kSavedAllRegs) lean = false;
+    if (p->is_kretprobe_) call_mode = true;
   }
+  const arch::DetourEntry entry = !call_mode ? arch::DetourEntry::kPlain
+                                  : lean     ? arch::DetourEntry::kCallLean
+                                             : arch::DetourEntry::kCall;
   if (ag->opt_checked && ag->opt_capable &&
-      (ag->opt_save_vector != save_vector || ag->opt_call_mode != call_mode)) {
+      (ag->opt_save_vector != save_vector || ag->opt_entry != entry)) {
     unoptimize_aggregate(ag);
     ag->opt_checked = false;
   }
   if (!ag->opt_checked) {
     const char* why = "";
     ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end,
-                                              save_vector, call_mode, &why) == 0;
+                                              save_vector, entry, &why) == 0;
     ag->opt_checked = true;
     ag->opt_save_vector = save_vector;
-    ag->opt_call_mode = call_mode;
+    ag->opt_entry = entry;
     if (!ag->opt_capable) ag->opt_reason = why;
   }
   if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;
@@ -773,6 +782,13 @@ int register_locked(Kprobe* p) {
 
   p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY;  // what the caller may ask for
   p->nmissed.store(0, std::memory_order_relaxed);
+  // A kretprobe's own entry handler reads sp alone; any other handler may read every
+  // register, and the vector ones unless it promised not to.
+  const bool only_sp = p->is_kretprobe_ && !reinterpret_cast<Kretprobe*>(p)->entry_handler;
+  unsigned needs = 0;
+  if (!only_sp) needs |= arch::kSavedAllRegs;
+  if (!only_sp && !(p->flags & KPROBE_FLAG_GPR_ONLY)) needs |= arch::kSavedVector;
+  p->hit_needs_ = static_cast<uint8_t>(needs);
 
   Aggregate* ag = table_lookup(addr);
   if (ag) {

@@ -71,6 +71,7 @@ struct Kprobe {
   // ---- private to probecore ----
   detail::Aggregate* aggr_ = nullptr;
   bool is_kretprobe_ = false;
+  uint8_t hit_needs_ = 0;  // what an optimized hit must have saved to run pre_handler
 };
 
 struct Kretprobe {

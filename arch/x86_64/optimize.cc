@@ -2,10 +2,10 @@
 // registers, runs the handlers through the shared thunk (optprobe_thunk.S), runs a
 // relocated copy of the replaced instructions and jumps back. No trap on the hit path.
 //
-// A detour holds two blocks that share the copy. Each starts with a 40-byte header the
+// A detour holds three blocks that share the copy. Each starts with a 40-byte header the
 // thunk reads through the return address its call pushed (R, at +51):
 //   +0 ctx cell  +8 thunk  +16 addr  +24 miss_back  +32 call-mode trampoline
-// (the thunk of block C is an _entry one, see optprobe_thunk.S)
+// (the thunks of blocks C and L are _entry ones, see optprobe_thunk.S)
 //   +40 lea -128(%rsp),%rsp ; call *+8(%rip)
 //
 // Block P, at the start (plain):
@@ -17,6 +17,7 @@
 //   +64 jmp *+32(%rip)          and lands in the call-mode trampoline
 // When no handler hijacked the return address on a hit (the instance pool was empty, an
 // entry handler declined), the thunk returns to block P instead: miss_back = C - P.
+// Block L is block C with the lean entry thunk (DetourEntry::kCallLean).
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -35,6 +36,7 @@ extern "C" void probefs_optprobe_thunk();
 extern "C" void probefs_optprobe_thunk_gpr();
 extern "C" void probefs_optprobe_thunk_entry();
 extern "C" void probefs_optprobe_thunk_gpr_entry();
+extern "C" void probefs_optprobe_thunk_lean_entry();
 extern "C" void probefs_kretprobe_trampoline_call();
 
 namespace probefs::arch {
@@ -66,6 +68,7 @@ static_assert(kHeaderLen + sizeof kCallThunk == 51);
 struct DetourInfo {
   Detour* detour;       // block P
   Detour* call_block;   // block C
+  Detour* lean_block;   // block L
   uint8_t region_len;
   uint8_t count;
   uint8_t orig_off[kJmpRel32Len + 1];   // instruction k at addr + orig_off[k]
@@ -183,7 +186,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   }
 
   const size_t copy_cap = region.count * kMaxRelocatedLen + kJmpAbsLen;
-  const size_t cap = kRegionCopyOffset + copy_cap + 8 + kCallBlockLen;
+  const size_t cap = kRegionCopyOffset + copy_cap + 8 + 2 * kCallBlockLen;
   void* mem = alloc_near(region.addr, cap);
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
@@ -224,19 +227,23 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   info.copy_off[region.count] = static_cast<uint8_t>(at - kRegionCopyOffset);
   at += emit_jmp(code.data() + at, base + at, region.addr + region.len);
 
-  // Block C, 8-aligned after the copy.
+  // Blocks C and L, 8-aligned after the copy.
+  auto put_call_block = [&](size_t c, uint64_t block_thunk) {
+    put_block(c, block_thunk, c);
+    uint8_t* tail = code.data() + c + 51;
+    static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
+    std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);
+    tail[8] = 0xe8;  // call rel32 -> the copy
+    const int32_t rel = static_cast<int32_t>(kRegionCopyOffset - (c + 64));
+    std::memcpy(tail + 9, &rel, 4);
+    static const uint8_t jmp_tramp[] = {0xff, 0x25, 0xda, 0xff, 0xff, 0xff};  // jmp *-38(%rip) -> +32
+    std::memcpy(tail + 13, jmp_tramp, sizeof jmp_tramp);
+    return reinterpret_cast<Detour*>(base + c);
+  };
   const size_t c = (at + 7) & ~size_t{7};
-  put_block(c, entry_thunk, c);
-  uint8_t* tail = code.data() + c + 51;
-  static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
-  std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);
-  tail[8] = 0xe8;  // call rel32 -> the copy
-  const int32_t rel = static_cast<int32_t>(kRegionCopyOffset - (c + 64));
-  std::memcpy(tail + 9, &rel, 4);
-  static const uint8_t jmp_tramp[] = {0xff, 0x25, 0xda, 0xff, 0xff, 0xff};  // jmp *-38(%rip) -> +32
-  std::memcpy(tail + 13, jmp_tramp, sizeof jmp_tramp);
-  at = c + kCallBlockLen;
-  info.call_block = reinterpret_cast<Detour*>(base + c);
+  info.call_block = put_call_block(c, entry_thunk);
+  info.lean_block = put_call_block(c + kCallBlockLen + 2, address(probefs_optprobe_thunk_lean_entry));
+  at = c + 2 * kCallBlockLen + 2;
   if (int rc = text_poke(base, code.data(), at); rc) return rc;
   g_detours.emplace(key, info);
   *out = info;
@@ -245,7 +252,9 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
 
 void write_jmp(Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
-  const Detour* entry = site->detour_calls ? d.call_block : d.detour;
+  const Detour* entry = site->detour_entry == DetourEntry::kCall       ? d.call_block
+                        : site->detour_entry == DetourEntry::kCallLean ? d.lean_block
+                                                                       : d.detour;
   uint8_t jmp[kJmpRel32Len];
   emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(entry->code));
   // The tail, under the int3 that guards the first byte. No other probe lies in the
@@ -259,15 +268,14 @@ void write_jmp(Site* site) {
 }  // namespace
 
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      bool call_mode, const char** why) {
+                      DetourEntry entry, const char** why) {
   std::lock_guard lock(g_text_mu);
   *why = "";
-  if (site->detour && site->detour_saves_vector == save_vector &&
-      site->detour_calls == call_mode)
+  if (site->detour && site->detour_saves_vector == save_vector && site->detour_entry == entry)
     return 0;
   if (site->optimized) return -EBUSY;
   if (site->detour && site->detour_saves_vector == save_vector) {  // same detour, other entry
-    site->detour_calls = call_mode;
+    site->detour_entry = entry;
     return 0;
   }
   if (site->gone) {
@@ -308,7 +316,7 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     __atomic_store_n(site->detour->ctx_cell, nullptr, __ATOMIC_RELEASE);
   site->detour = info.detour;
   site->detour_saves_vector = save_vector;
-  site->detour_calls = call_mode;
+  site->detour_entry = entry;
   site->region_len = region.len;
   return 0;
 }

@@ -36,6 +36,18 @@
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
+        /* After the handlers of a call-mode block: stay in call mode (return to R) if a
+           handler hijacked the return address at S, else go back to the plain block. */
+        .macro  CALL_MODE_OR_PLAIN frame
+        lea     probefs_kretprobe_trampoline(%rip), %rax
+        cmp     %rax, (\frame + 136)(%rsp)
+        je      2f
+        mov     \frame(%rsp), %rcx      /* R */
+        mov     -27(%rcx), %rdx         /* D->miss_back */
+        sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
+2:
+        .endm
+
         /* name, frame size below R, save the vector registers?, call-mode entry? */
         .macro  OPTPROBE_THUNK name, frame, vector, entry
         .text
@@ -81,19 +93,14 @@
         mov     %rax, 128(%rsp)         /* ip: the probe address + 1, as on the int3 path */
         mov     -51(%rdi), %rdi         /* D->ctx_cell */
         mov     %rsp, %rsi
+        mov     $(2 + \vector), %edx    /* saved: kSavedAllRegs, kSavedVector */
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
         call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
 
         .if \entry
-        lea     probefs_kretprobe_trampoline(%rip), %rax
-        cmp     %rax, (\frame + 136)(%rsp)
-        je      2f
-        mov     \frame(%rsp), %rcx      /* R */
-        mov     -27(%rcx), %rdx         /* D->miss_back */
-        sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
-2:
+        CALL_MODE_OR_PLAIN \frame
         .endif
 
         .if \vector
@@ -142,5 +149,56 @@
         OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 176, 0, 0
         OPTPROBE_THUNK probefs_optprobe_thunk_entry, 432, 1, 1
         OPTPROBE_THUNK probefs_optprobe_thunk_gpr_entry, 176, 0, 1
+
+
+/*
+ * The lean entry thunk, for call-mode blocks whose handlers need neither every register
+ * nor the vector ones (DetourEntry::kCallLean: a return probe's own entry handler, which
+ * reads sp). It saves what a C call clobbers, and rbx, which holds the frame; PtRegs gets
+ * those and sp, and the rest of it stays unfilled. Frame: as probefs_optprobe_thunk_gpr.
+ */
+        .text
+        .globl  probefs_optprobe_thunk_lean_entry
+        .type   probefs_optprobe_thunk_lean_entry, @function
+        .p2align 4
+probefs_optprobe_thunk_lean_entry:
+        .cfi_startproc
+        .cfi_undefined rip
+        lea     -176(%rsp), %rsp
+        mov     %rbx, 40(%rsp)
+        mov     %r11, 48(%rsp)
+        mov     %r10, 56(%rsp)
+        mov     %r9, 64(%rsp)
+        mov     %r8, 72(%rsp)
+        mov     %rax, 80(%rsp)
+        mov     %rcx, 88(%rsp)
+        mov     %rdx, 96(%rsp)
+        mov     %rsi, 104(%rsp)
+        mov     %rdi, 112(%rsp)
+        lea     (176 + 136)(%rsp), %rax
+        mov     %rax, 152(%rsp)         /* sp = S */
+        mov     176(%rsp), %rdi         /* R */
+        mov     -51(%rdi), %rdi         /* D->ctx_cell */
+        mov     %rsp, %rsi
+        xor     %edx, %edx              /* saved: no more than that */
+        mov     %rsp, %rbx
+        and     $-16, %rsp
+        call    *probefs_arch_optimized_hit_cb(%rip)
+        mov     %rbx, %rsp
+        CALL_MODE_OR_PLAIN 176
+        mov     40(%rsp), %rbx
+        mov     48(%rsp), %r11
+        mov     56(%rsp), %r10
+        mov     64(%rsp), %r9
+        mov     72(%rsp), %r8
+        mov     80(%rsp), %rax
+        mov     88(%rsp), %rcx
+        mov     96(%rsp), %rdx
+        mov     104(%rsp), %rsi
+        mov     112(%rsp), %rdi
+        lea     176(%rsp), %rsp
+        ret
+        .cfi_endproc
+        .size   probefs_optprobe_thunk_lean_entry, .-probefs_optprobe_thunk_lean_entry
 
         .section .note.GNU-stack,"",@progbits

@@ -4,7 +4,9 @@
 // rseq_cs pointer at +8. Each sequence arms rseq_cs with its descriptor {version 0,
 // flags 0, start, post-commit offset, abort}, reads the CPU, and commits with one store.
 // The abort handler, preceded by the signature glibc registered (0x53053053, inside a
-// `ud1` so that disassemblers stay in step), starts over; the kernel cleared rseq_cs.
+// `ud1` so that disassemblers stay in step), gives up rather than starting over: the
+// caller falls back to its shared list, which is rare after a preemption and keeps a
+// debugger that single-steps through a sequence (every step aborts it) from looping.
 #pragma once
 
 #include <cstddef>
@@ -26,11 +28,11 @@ extern long g_rseq_offset __attribute__((visibility("hidden")));
   ".quad " start ", " commit " - " start ", " abort "\n\t"               \
   ".popsection\n\t"
 
-#define PROBEFS_RSEQ_ABORT(label, retry)                                 \
+#define PROBEFS_RSEQ_ABORT(label, fail)                                  \
   ".byte 0x0f, 0xb9, 0x3d\n\t"                                           \
   ".long 0x53053053\n\t"                                                 \
   label ":\n\t"                                                          \
-  "jmp " retry "\n\t"
+  "jmp " fail "\n\t"
 
 inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) {
   const long off = detail::g_rseq_offset;
@@ -38,7 +40,6 @@ inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) 
   uint32_t ok, v;
   asm volatile(
       PROBEFS_RSEQ_DESCRIPTOR(".Lpop_start%=", ".Lpop_commit%=", ".Lpop_abort%=")
-      ".Lpop_arm%=:\n\t"
       "lea .Lrseq_cs%=(%%rip), %%rax\n\t"
       "mov %%rax, %%fs:8(%[off])\n\t"
       ".Lpop_start%=:\n\t"
@@ -58,7 +59,7 @@ inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) 
       ".Lpop_commit%=:\n\t"
       "mov $1, %[ok]\n\t"
       "jmp .Lpop_done%=\n\t"
-      PROBEFS_RSEQ_ABORT(".Lpop_abort%=", ".Lpop_arm%=")
+      PROBEFS_RSEQ_ABORT(".Lpop_abort%=", ".Lpop_fail%=")
       ".Lpop_fail%=:\n\t"
       "xor %[ok], %[ok]\n\t"
       ".Lpop_done%=:"
@@ -75,7 +76,6 @@ inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n, uint32_t value) 
   uint32_t ok;
   asm volatile(
       PROBEFS_RSEQ_DESCRIPTOR(".Lpush_start%=", ".Lpush_commit%=", ".Lpush_abort%=")
-      ".Lpush_arm%=:\n\t"
       "lea .Lrseq_cs%=(%%rip), %%rax\n\t"
       "mov %%rax, %%fs:8(%[off])\n\t"
       ".Lpush_start%=:\n\t"
@@ -95,7 +95,7 @@ inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n, uint32_t value) 
       ".Lpush_commit%=:\n\t"
       "mov $1, %[ok]\n\t"
       "jmp .Lpush_done%=\n\t"
-      PROBEFS_RSEQ_ABORT(".Lpush_abort%=", ".Lpush_arm%=")
+      PROBEFS_RSEQ_ABORT(".Lpush_abort%=", ".Lpush_fail%=")
       ".Lpush_fail%=:\n\t"
       "xor %[ok], %[ok]\n\t"
       ".Lpush_done%=:"

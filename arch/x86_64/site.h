@@ -31,7 +31,7 @@ struct Site {
   // Jump optimization (optimize.cc).
   Detour* detour = nullptr;         // built by prepare_optimized()
   bool detour_saves_vector = false; // which of the two thunks the detour calls
-  bool detour_calls = false;        // the jmp enters the detour's call-mode block
+  DetourEntry detour_entry = DetourEntry::kPlain;  // the block of the detour the jmp enters
   uint8_t region_len = 0;           // bytes the jmp replaces
   bool optimized = false;           // the jmp is written
   // While set, int3 hits resume in the detour's copy of the whole region rather than in

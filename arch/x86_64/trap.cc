@@ -21,7 +21,7 @@ extern "C" {
 __attribute__((visibility("hidden"))) uintptr_t (*probefs_arch_function_return_cb)(
     probefs::PtRegs*) = nullptr;
 __attribute__((visibility("hidden"))) void (*probefs_arch_optimized_hit_cb)(
-    void* const volatile*, probefs::PtRegs*) = nullptr;
+    void* const volatile*, probefs::PtRegs*, unsigned) = nullptr;
 }
 
 namespace probefs::arch {

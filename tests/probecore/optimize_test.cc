@@ -304,6 +304,46 @@ TEST_F(Optimize, GprOnlyProbesTakeTheLeanDetourAndSwitchBackWhenJoined) {
   EXPECT_EQ(xmm_keep(-1.0), -2.0);
 }
 
+// A probe that needs more saved than the detour in place saves (here: vector registers)
+// joins and leaves while another thread keeps hitting the site. A hit already on its way
+// through the lean detour must not run the newcomer's handler.
+TEST_F(Optimize, AJoiningHandlerNeverRunsOnADetourThatSavesTooLittle) {
+  double (*volatile xmm_keep)(double) = pf_xmm_keep;
+  const FunctionBounds xb{addr_of(pf_xmm_keep), addr_of(pf_xmm_keep_end)};
+  Kprobe lean;
+  lean.addr = addr_of(pf_xmm_keep_probe);
+  lean.bounds = xb;
+  lean.pre_handler = test_util::gpr_only_count;
+  lean.flags = KPROBE_FLAG_GPR_ONLY;
+  KprobeGuard g1{&lean};
+  ASSERT_EQ(register_kprobe(&lean), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(lean)) << kprobe_optimization_status(&lean);
+  std::atomic<bool> stop{false};
+  std::atomic<long> wrong{0}, calls{0};
+  std::thread caller([&] {
+    for (long i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const double x = static_cast<double>(i % 1000);
+      if (xmm_keep(x) != 2 * x) wrong.fetch_add(1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  for (int round = 0; round < 300; ++round) {
+    Counter full;
+    counter_at(&full, addr_of(pf_xmm_keep_probe), xb);
+    full.pre_handler = clobber_vector_registers;
+    KprobeGuard g{&full};
+    ASSERT_EQ(register_kprobe(&full), 0);
+    // Let hits run the newcomer before the detour changes kind.
+    for (long seen = calls.load(); calls.load() < seen + 20;) std::this_thread::yield();
+    ASSERT_EQ(unregister_kprobe(&full), 0);
+    wait_for_kprobe_optimizer();
+  }
+  stop = true;
+  caller.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 int clobber_on_return(KretprobeInstance* ri, PtRegs*) {
   static_cast<RetCounterBase*>(get_kretprobe(ri))->returns.fetch_add(1);
   asm volatile("pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm1, %%xmm1" ::: "xmm0", "xmm1");
