@@ -64,6 +64,9 @@ struct Callbacks {
   // `saved` (kSaved* bits) tells what the detour saved: a handler that needs more must
   // not run on this hit (it joined while the hit was on its way).
   void (*optimized_hit)(void* const volatile* ctx, PtRegs* regs, unsigned saved);
+  // The same for a DetourEntry::kCallLean block (saved is 0): only sp and the registers a
+  // C call clobbers are in regs, and only handlers that need no more may run.
+  void (*optimized_lean_entry_hit)(void* const volatile* ctx, PtRegs* regs, unsigned saved);
 };
 
 // What an optimized hit's detour saved before calling the handlers.

@@ -282,11 +282,15 @@ inline KretprobeInstance* pool_get(InstancePool* pool) {
 
 // A retired pool takes its instances back on the shared list only, where reclaim counts
 // them (a put that saw it live ends within the grace period that follows retirement).
-inline void pool_put(InstancePool* pool, KretprobeInstance* ri) {
-  if (pool->cpus && pool->rp.load(std::memory_order_relaxed) &&
-      arch::percpu_push_inline(pool->cpus.get(), pool->ncpus, ri->index))
+// `live`: the caller saw pool->rp set inside its current read-side section.
+inline void pool_put(InstancePool* pool, KretprobeInstance* ri, bool live) {
+  if (pool->cpus && live && arch::percpu_push_inline(pool->cpus.get(), pool->ncpus, ri->index))
     return;
   shared_put(pool, ri->index);
+}
+
+inline void pool_put(InstancePool* pool, KretprobeInstance* ri) {
+  pool_put(pool, ri, pool->rp.load(std::memory_order_relaxed) != nullptr);
 }
 
 // Control plane, on a retired pool (no instance can be taken any more: its entry probe is
@@ -304,29 +308,53 @@ bool pool_all_returned(InstancePool* pool) {
   return n == pool->count;
 }
 
-// The pre_handler of every kretprobe's entry probe: hijacks the return address.
-int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
-  auto* rp = reinterpret_cast<Kretprobe*>(p);  // kp is Kretprobe's first member
+// A kretprobe's entry: takes an instance and hijacks the return address.
+inline void kretprobe_entry(Kretprobe* rp, PtRegs* regs) {
   // Unregistration clears pool_ before its grace period: a hit that read the children
   // list earlier may still get here, and then takes nothing.
   InstancePool* pool = __atomic_load_n(&rp->pool_, __ATOMIC_ACQUIRE);
-  if (!pool) return 0;
+  if (!pool) return;
   KretprobeInstance* ri = pool_get(pool);
-  if (!ri) {
+  if (__builtin_expect(!ri, 0)) {
     rp->nmissed.fetch_add(1, std::memory_order_relaxed);
-    return 0;
+    return;
   }
-  ri->pool = pool;
   ri->ret_slot = reinterpret_cast<uintptr_t*>(regs->sp);
   ri->ret_addr = *ri->ret_slot;
   if (rp->entry_handler && rp->entry_handler(ri, regs)) {
-    pool_put(pool, ri);
-    return 0;
+    pool_put(pool, ri, true);  // the caller saw rp among the children
+    return;
   }
   *ri->ret_slot = g_trampoline;
   ri->next = t_ri_head;
   t_ri_head = ri;
+}
+
+// The pre_handler of every kretprobe's entry probe.
+int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
+  kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);  // kp is Kretprobe's first member
   return 0;
+}
+
+// A lean call-mode detour fired (arch::DetourEntry::kCallLean): regs holds sp and the
+// registers a call clobbers, which is all a kretprobe's own entry reads. Probes that need
+// more joined while the hit was on its way, and do not see it.
+void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned) {
+  rcu_read_lock();
+  const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
+  if (__builtin_expect(ag != nullptr, 1)) {
+    if (__builtin_expect(t_current != nullptr, 0)) {
+      count_missed(ag);
+    } else {
+      t_current = ag;
+      const Children* ch = ag->children.load(std::memory_order_acquire);
+      for (Kprobe* p : ch->probes)
+        if (p->is_kretprobe_ && p->hit_needs_ == 0 && probe_enabled(p))
+          kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);
+      t_current = nullptr;
+    }
+  }
+  rcu_read_unlock();
 }
 
 [[noreturn]] void die_lost_return() {
@@ -372,12 +400,12 @@ uintptr_t on_function_return(PtRegs* regs) {
   const uintptr_t ret = ri->ret_addr;
   regs->ip = ret;
   Kretprobe* rp = ri->pool->rp.load(std::memory_order_acquire);
-  if (rp && rp->handler && !t_current) {
+  if (__builtin_expect(rp && rp->handler && !t_current, 1)) {
     t_current = rp;
     rp->handler(ri, regs);
     t_current = nullptr;
   }
-  pool_put(ri->pool, ri);
+  pool_put(ri->pool, ri, rp != nullptr);
   rcu_read_unlock();
   return ret;
 }
@@ -733,7 +761,7 @@ void atfork_child() {
 int init_locked() {
   if (g_initialized) return 0;
   const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return,
-                          on_optimized_hit};
+                          on_optimized_hit, on_lean_entry_hit};
   if (int rc = arch::install(cb); rc) return rc;
   g_percpu = arch::percpu_init();
   g_trampoline = arch::kretprobe_trampoline();

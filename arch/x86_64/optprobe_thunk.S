@@ -183,7 +183,7 @@ probefs_optprobe_thunk_lean_entry:
         xor     %edx, %edx              /* saved: no more than that */
         mov     %rsp, %rbx
         and     $-16, %rsp
-        call    *probefs_arch_optimized_hit_cb(%rip)
+        call    *probefs_arch_optimized_lean_entry_cb(%rip)
         mov     %rbx, %rsp
         CALL_MODE_OR_PLAIN 176
         mov     40(%rsp), %rbx

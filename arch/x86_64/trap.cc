@@ -22,6 +22,8 @@ __attribute__((visibility("hidden"))) uintptr_t (*probefs_arch_function_return_c
     probefs::PtRegs*) = nullptr;
 __attribute__((visibility("hidden"))) void (*probefs_arch_optimized_hit_cb)(
     void* const volatile*, probefs::PtRegs*, unsigned) = nullptr;
+__attribute__((visibility("hidden"))) void (*probefs_arch_optimized_lean_entry_cb)(
+    void* const volatile*, probefs::PtRegs*, unsigned) = nullptr;
 }
 
 namespace probefs::arch {
@@ -245,6 +247,7 @@ int install(const Callbacks& callbacks) {
   g_callbacks = callbacks;
   probefs_arch_function_return_cb = callbacks.function_return;
   probefs_arch_optimized_hit_cb = callbacks.optimized_hit;
+  probefs_arch_optimized_lean_entry_cb = callbacks.optimized_lean_entry_hit;
   struct sigaction sa {};
   sa.sa_sigaction = on_sigtrap;
   // SA_NODEFER: a handler that hits another probe traps again instead of being killed by
