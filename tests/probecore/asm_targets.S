@@ -245,6 +245,24 @@ pf_tail_inner:
 pf_tail_inner_end:
         .size pf_tail_inner, .-pf_tail_inner
 
+/*
+ * long pf_call_with_r12(long (*fn)(long, long), long x, long r12): fn(x, 1) called with
+ * r12 = the third argument, so that a handler at fn's entry can check the r12 it sees.
+ */
+        .globl pf_call_with_r12
+        .type pf_call_with_r12, @function
+        .p2align 4
+pf_call_with_r12:
+        push    %r12
+        mov     %rdx, %r12
+        mov     %rdi, %rax
+        mov     %rsi, %rdi
+        mov     $1, %esi
+        call    *%rax
+        pop     %r12
+        ret
+        .size pf_call_with_r12, .-pf_call_with_r12
+
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */
         int3

@@ -530,6 +530,77 @@ TEST_F(Optimize, TailCallIntoAReturnProbedFunctionKeepsEveryReturn) {
   EXPECT_EQ(v_mul_o2(3, 3), 9);  // and the stack is as it was
 }
 
+TEST_F(Optimize, TwoReturnProbesShareTheLeanEntry) {
+  RetCounter a, b;
+  for (RetCounter* rp : {&a, &b}) {
+    rp->kp.addr = addr_of(mul_o2);
+    rp->kp.bounds = bounds_at(rp->kp.addr);
+    rp->handler = count_return;
+  }
+  b.kp.flags = KPROBE_FLAG_DISABLED;
+  KretprobeGuard ga{&a}, gb{&b};
+  ASSERT_EQ(register_kretprobe(&a), 0);
+  ASSERT_EQ(register_kretprobe(&b), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(a.kp)) << kprobe_optimization_status(&a.kp);
+  EXPECT_EQ(v_mul_o2(3, 4), 12);
+  ASSERT_EQ(enable_kretprobe(&b), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(b.kp)) << kprobe_optimization_status(&b.kp);
+  EXPECT_EQ(v_mul_o2(5, 4), 20);
+  EXPECT_EQ(a.returns, 2);
+  EXPECT_EQ(b.returns, 1);
+  EXPECT_EQ(b.last, 20);
+}
+
+constexpr long kR12Mark = 0x5eed5eed5eedL;
+std::atomic<long> g_r12_wrong{0};
+int check_r12(Kprobe* p, PtRegs* regs) {
+  static_cast<Counter*>(p)->hits.fetch_add(1);
+  if (static_cast<long>(regs->r12) != kR12Mark) g_r12_wrong.fetch_add(1);
+  return 0;
+}
+
+// A return probe's lean entry saves too little for a kprobe that reads every register:
+// one that joins while hits are in flight sees only hits that saved them all.
+TEST_F(Optimize, AJoiningKprobeSeesEveryRegisterBesideALeanReturnProbe) {
+  RetCounter rp;
+  rp.kp.addr = addr_of(add_o2);
+  rp.kp.bounds = bounds_at(rp.kp.addr);
+  rp.handler = count_return;
+  KretprobeGuard gr{&rp};
+  ASSERT_EQ(register_kretprobe(&rp), 0);
+  wait_for_kprobe_optimizer();
+  ASSERT_TRUE(optimized(rp.kp)) << kprobe_optimization_status(&rp.kp);
+  g_r12_wrong = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<long> wrong{0}, calls{0};
+  std::thread caller([&] {
+    for (long i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      if (pf_call_with_r12(v_add_o2, i, kR12Mark) != i + 1) wrong.fetch_add(1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  long kprobe_hits = 0;
+  for (int round = 0; round < 200; ++round) {
+    Counter k;
+    counter_at(&k, addr_of(add_o2), bounds_at(addr_of(add_o2)));
+    k.pre_handler = check_r12;
+    KprobeGuard g{&k};
+    ASSERT_EQ(register_kprobe(&k), 0);
+    for (long seen = calls.load(); calls.load() < seen + 20;) std::this_thread::yield();
+    ASSERT_EQ(unregister_kprobe(&k), 0);
+    kprobe_hits += k.hits;
+    wait_for_kprobe_optimizer();
+  }
+  stop = true;
+  caller.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(g_r12_wrong.load(), 0);
+  EXPECT_GT(kprobe_hits, 0);
+  EXPECT_EQ(rp.returns.load(), calls.load());
+}
+
 int redirect_attempt(Kprobe* p, PtRegs* r) {
   static_cast<Counter*>(p)->hits.fetch_add(1);
   r->ip = 0;  // ignored on an optimized probe

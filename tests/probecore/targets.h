@@ -37,5 +37,6 @@ extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
 long pf_tail_outer(long x);
 extern char pf_tail_outer_end[];
 long pf_tail_inner(long x);
+long pf_call_with_r12(long (*fn)(long, long), long x, long rbx);
 extern char pf_tail_inner_end[];
 }
