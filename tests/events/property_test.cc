@@ -84,7 +84,7 @@ struct Gen {
       static const std::vector<std::string> syms = {"main", "libc:malloc", "libc.so.6:free",
                                                     "ld-linux-x86-64.so.2:_dl_start"};
       place = one(syms);
-      if (!ret && pick(2)) place += "+" + std::to_string(pick(100));
+      if (!ret && pick(2)) place.append("+").append(std::to_string(pick(100)));
       else entry = !ret;
       if (pick(5) == 0) place = "0x" + std::to_string(400000 + pick(1000));
     } else {
@@ -96,7 +96,7 @@ struct Gen {
     int n = static_cast<int>(pick(6));
     bool is_ret = ret || place.find("%return") != std::string::npos;
     bool at_entry = entry && place.find('+') == std::string::npos && place.rfind("0x", 0) != 0;
-    for (int i = 0; i < n; ++i) line += " " + arg(kprobe, is_ret, at_entry, i);
+    for (int i = 0; i < n; ++i) line.append(" ").append(arg(kprobe, is_ret, at_entry, i));
     return line;
   }
 };
