@@ -114,9 +114,10 @@ uintptr_t kretprobe_trampoline();
 // the return reaches Callbacks::function_return all the same. A hit that hijacked nothing
 // takes the plain path (correct either way, only slower). 0, or -EINVAL with *why set to
 // the reason it cannot be optimized; -EBUSY when the site is optimized with another kind
-// of detour or entry (unoptimize it first).
+// of detour or entry (unoptimize it first). `return_saves_vector` (call mode): the return
+// handlers of the probes here may use vector registers.
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      DetourEntry entry, const char** why);
+                      DetourEntry entry, bool return_saves_vector, const char** why);
 
 // The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
 // prepare_optimized() succeeded; site_address + 1 before.

@@ -62,6 +62,7 @@ struct Aggregate {
   bool opt_capable = false;  // and succeeded
   bool opt_save_vector = true;  // the kind of detour it prepared
   arch::DetourEntry opt_entry = arch::DetourEntry::kPlain;  // and its entry
+  bool opt_return_vector = true;  // and its return (call mode)
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
   unsigned opt_retries = 0;  // passes that could not patch it (a thread sat on it)
@@ -74,8 +75,8 @@ struct Table {
 // A kretprobe's maxactive instances. A free instance sits either in the stack of some
 // CPU (taken and given back without a locked instruction, see arch/percpu.h) or in the
 // shared free list (a tagged Treiber stack). An entry takes from its CPU's stack, then
-// from the shared list, then steals from other CPUs' stacks: it misses only when every
-// instance is in flight, as maxactive promises.
+// from the shared list, then steals from other CPUs' stacks: it misses when every
+// instance is in flight, or when the free ones are in another thief's hands right then.
 struct InstancePool {
   std::atomic<Kretprobe*> rp{nullptr};  // nullptr once unregistered
   size_t stride = 0;
@@ -564,28 +565,33 @@ std::string optimization_obstacle(Aggregate* ag) {
   // The detour saves what the enabled probes' handlers need. An enabled kretprobe makes
   // it enter the function in call mode, which keeps its return predicted, and lean when
   // no handler but the kretprobes' own entry needs registers (see arch::DetourEntry).
-  bool save_vector = false, call_mode = false, lean = true;
+  // A call-mode return comes back through a trampoline that saves the vector registers
+  // unless every kretprobe here promised its handlers do not use them.
+  bool save_vector = false, call_mode = false, lean = true, return_vector = false;
   for (const Kprobe* p : children_of(ag)) {
     if (!probe_enabled(p)) continue;
     if (p->hit_needs_ & arch::kSavedVector) save_vector = true;
     if (p->hit_needs_ & arch::kSavedAllRegs) lean = false;
     if (p->is_kretprobe_) call_mode = true;
+    if (p->is_kretprobe_ && !(p->flags & KPROBE_FLAG_GPR_ONLY)) return_vector = true;
   }
   const arch::DetourEntry entry = !call_mode ? arch::DetourEntry::kPlain
                                   : lean     ? arch::DetourEntry::kCallLean
                                              : arch::DetourEntry::kCall;
   if (ag->opt_checked && ag->opt_capable &&
-      (ag->opt_save_vector != save_vector || ag->opt_entry != entry)) {
+      (ag->opt_save_vector != save_vector || ag->opt_entry != entry ||
+       ag->opt_return_vector != return_vector)) {
     unoptimize_aggregate(ag);
     ag->opt_checked = false;
   }
   if (!ag->opt_checked) {
     const char* why = "";
     ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end,
-                                              save_vector, entry, &why) == 0;
+                                              save_vector, entry, return_vector, &why) == 0;
     ag->opt_checked = true;
     ag->opt_save_vector = save_vector;
     ag->opt_entry = entry;
+    ag->opt_return_vector = return_vector;
     if (!ag->opt_capable) ag->opt_reason = why;
   }
   if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;

@@ -17,7 +17,9 @@
 //   +64 jmp *+32(%rip)          and lands in the call-mode trampoline
 // When no handler hijacked the return address on a hit (the instance pool was empty, an
 // entry handler declined), the thunk returns to block P instead: miss_back = C - P.
-// Block L is block C with the lean entry thunk (DetourEntry::kCallLean).
+// Block L is block C with the lean entry thunk (DetourEntry::kCallLean). Each comes twice:
+// with the return trampoline that saves the vector registers and with the one that does
+// not (return handlers that touch general-purpose registers only).
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -38,6 +40,7 @@ extern "C" void probefs_optprobe_thunk_entry();
 extern "C" void probefs_optprobe_thunk_gpr_entry();
 extern "C" void probefs_optprobe_thunk_lean_entry();
 extern "C" void probefs_kretprobe_trampoline_call();
+extern "C" void probefs_kretprobe_trampoline_call_gpr();
 
 namespace probefs::arch {
 
@@ -67,8 +70,7 @@ static_assert(kHeaderLen + sizeof kCallThunk == 51);
 
 struct DetourInfo {
   Detour* detour;       // block P
-  Detour* call_block;   // block C
-  Detour* lean_block;   // block L
+  Detour* call_blocks[4];  // C, C with the lean thunk (L); each with vector, gpr return
   uint8_t region_len;
   uint8_t count;
   uint8_t orig_off[kJmpRel32Len + 1];   // instruction k at addr + orig_off[k]
@@ -168,6 +170,15 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   return it != b->targets.end() && *it < addr + len;
 }
 
+// The context cell of every detour at a probe address, whatever its kind: one per address,
+// never freed (a thread inside a detour may still read it). (g_text_mu)
+void* volatile* context_cell(uintptr_t addr) {
+  static std::map<uintptr_t, void* volatile*>& cells = *new std::map<uintptr_t, void* volatile*>;
+  void* volatile*& cell = cells[addr];
+  if (!cell) cell = new void* volatile(nullptr);
+  return cell;
+}
+
 bool read_for_check(void*, uintptr_t addr, void* buf, size_t n) {
   return read_memory(addr, buf, n) == 0;
 }
@@ -186,7 +197,8 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   }
 
   const size_t copy_cap = region.count * kMaxRelocatedLen + kJmpAbsLen;
-  const size_t cap = kRegionCopyOffset + copy_cap + 8 + 2 * kCallBlockLen;
+  constexpr size_t kCallBlockStride = (kCallBlockLen + 7) & ~size_t{7};
+  const size_t cap = kRegionCopyOffset + copy_cap + 7 + 4 * kCallBlockStride;
   void* mem = alloc_near(region.addr, cap);
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
@@ -195,17 +207,15 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   const uint64_t thunk = address(save_vector ? probefs_optprobe_thunk : probefs_optprobe_thunk_gpr);
   const uint64_t entry_thunk =
       address(save_vector ? probefs_optprobe_thunk_entry : probefs_optprobe_thunk_gpr_entry);
-  // Never freed, like the detour: a thread inside may still read it.
-  auto* cell = new void* volatile(nullptr);
-  auto put_block = [&](size_t at, uint64_t thunk, uint64_t miss_back) {
-    const Detour header{cell, thunk, region.addr, miss_back,
-                        reinterpret_cast<uintptr_t>(&probefs_kretprobe_trampoline_call)};
+  void* volatile* cell = context_cell(region.addr);
+  auto put_block = [&](size_t at, uint64_t thunk, uint64_t miss_back, uint64_t trampoline) {
+    const Detour header{cell, thunk, region.addr, miss_back, trampoline};
     std::memcpy(code.data() + at, &header, kHeaderLen);
     std::memcpy(code.data() + at + kHeaderLen, kCallThunk, sizeof kCallThunk);
   };
 
   // Block P.
-  put_block(0, thunk, 0);
+  put_block(0, thunk, 0, 0);
   static const uint8_t lea_up[] = {0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};  // lea 0x80(%rsp),%rsp
   std::memcpy(code.data() + 51, lea_up, sizeof lea_up);
   DetourInfo info{};
@@ -228,8 +238,8 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   at += emit_jmp(code.data() + at, base + at, region.addr + region.len);
 
   // Blocks C and L, 8-aligned after the copy.
-  auto put_call_block = [&](size_t c, uint64_t block_thunk) {
-    put_block(c, block_thunk, c);
+  auto put_call_block = [&](size_t c, uint64_t block_thunk, uint64_t trampoline) {
+    put_block(c, block_thunk, c, trampoline);
     uint8_t* tail = code.data() + c + 51;
     static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
     std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);
@@ -240,10 +250,16 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
     std::memcpy(tail + 13, jmp_tramp, sizeof jmp_tramp);
     return reinterpret_cast<Detour*>(base + c);
   };
-  const size_t c = (at + 7) & ~size_t{7};
-  info.call_block = put_call_block(c, entry_thunk);
-  info.lean_block = put_call_block(c + kCallBlockLen + 2, address(probefs_optprobe_thunk_lean_entry));
-  at = c + 2 * kCallBlockLen + 2;
+  const uint64_t lean_thunk = address(probefs_optprobe_thunk_lean_entry);
+  const uint64_t tramp_vector = address(probefs_kretprobe_trampoline_call);
+  const uint64_t tramp_gpr = address(probefs_kretprobe_trampoline_call_gpr);
+  const uint64_t thunks[4] = {entry_thunk, entry_thunk, lean_thunk, lean_thunk};
+  const uint64_t trampolines[4] = {tramp_vector, tramp_gpr, tramp_vector, tramp_gpr};
+  at = (at + 7) & ~size_t{7};
+  for (int k = 0; k < 4; ++k) {
+    info.call_blocks[k] = put_call_block(at, thunks[k], trampolines[k]);
+    at += kCallBlockStride;
+  }
   if (int rc = text_poke(base, code.data(), at); rc) return rc;
   g_detours.emplace(key, info);
   *out = info;
@@ -252,9 +268,9 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
 
 void write_jmp(Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
-  const Detour* entry = site->detour_entry == DetourEntry::kCall       ? d.call_block
-                        : site->detour_entry == DetourEntry::kCallLean ? d.lean_block
-                                                                       : d.detour;
+  const int k = (site->detour_entry == DetourEntry::kCallLean ? 2 : 0) +
+                (site->detour_return_saves_vector ? 0 : 1);
+  const Detour* entry = site->detour_entry == DetourEntry::kPlain ? d.detour : d.call_blocks[k];
   uint8_t jmp[kJmpRel32Len];
   emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(entry->code));
   // The tail, under the int3 that guards the first byte. No other probe lies in the
@@ -268,14 +284,16 @@ void write_jmp(Site* site) {
 }  // namespace
 
 int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      DetourEntry entry, const char** why) {
+                      DetourEntry entry, bool return_saves_vector, const char** why) {
   std::lock_guard lock(g_text_mu);
   *why = "";
-  if (site->detour && site->detour_saves_vector == save_vector && site->detour_entry == entry)
-    return 0;
+  const bool same_entry = site->detour_entry == entry &&
+                          site->detour_return_saves_vector == return_saves_vector;
+  if (site->detour && site->detour_saves_vector == save_vector && same_entry) return 0;
   if (site->optimized) return -EBUSY;
   if (site->detour && site->detour_saves_vector == save_vector) {  // same detour, other entry
     site->detour_entry = entry;
+    site->detour_return_saves_vector = return_saves_vector;
     return 0;
   }
   if (site->gone) {
@@ -310,13 +328,13 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     return rc;
   }
   g_site_detours[site] = info;
-  // The detour of the other kind is left behind: a thread still on its way through it must
-  // find no context rather than one that may be freed later.
-  if (site->detour && site->detour != info.detour)
-    __atomic_store_n(site->detour->ctx_cell, nullptr, __ATOMIC_RELEASE);
+  // A detour of the other kind left behind shares the context cell: a thread still on its
+  // way through it finds the probes' current context, and runs those its detour saved
+  // enough for.
   site->detour = info.detour;
   site->detour_saves_vector = save_vector;
   site->detour_entry = entry;
+  site->detour_return_saves_vector = return_saves_vector;
   site->region_len = region.len;
   return 0;
 }

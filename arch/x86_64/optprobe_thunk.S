@@ -3,7 +3,7 @@
  * that start with
  *
  *   D+0   .quad ctx_cell       -> probecore's aggregate (0 while being removed)
- *   D+8   .quad thunk          the address of one of the two thunks below
+ *   D+8   .quad thunk          the address of one of the thunks below
  *   D+16  .quad addr           the probe address
  *   D+24  .quad miss_back      0, or how far back the plain block's R lies (call mode)
  *   D+32  .quad trampoline     the call-mode return trampoline
@@ -23,26 +23,38 @@
  * registers only (KPROBE_FLAG_GPR_ONLY, handlers built with -mgeneral-regs-only).
  *
  * Registers are saved into the same PtRegs as the trap path fills, handlers run through
- * probecore's optimized_hit callback (D->ctx_cell, regs), and everything but ip and sp is
- * reloaded from the frame (a handler's change of ip is ignored for optimized probes, as
- * in kprobes).
+ * probecore's optimized_hit callback (D->ctx_cell, regs, what was saved), and everything
+ * but ip and sp is reloaded from the frame (a handler's change of ip is ignored for
+ * optimized probes, as in kprobes). Every register comes back: with interprocedural
+ * register allocation (GCC's -fipa-ra) a caller may keep values in scratch registers
+ * across a call.
  *
- * The _entry thunks serve call-mode blocks, which sit at function entries: a block that
- * runs the function as a call of its own, which is right only when a handler put the
- * return trampoline into the return address at S. When none did, the thunk returns to
- * the plain block instead: R - miss_back. At a function entry the ABI makes the flags
- * and xmm8-15 dead and DF clear: these thunks do not restore the flags, leave xmm8-15
- * alone, and need no cld.
+ * The _entry thunks serve call-mode blocks, which sit at function entries. Such a block
+ * runs the function as a call of its own, which is right only when a handler of this hit
+ * put the return trampoline into the return address at S. When none did, the thunk
+ * returns to the plain block instead: R - miss_back. At a function entry the flags are
+ * dead (no compiler keeps them across a call) and DF is clear: these thunks neither
+ * restore the flags nor need a cld.
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
-        /* After the handlers of a call-mode block: stay in call mode (return to R) if a
-           handler hijacked the return address at S, else go back to the plain block. */
+        /* Before the handlers of a call-mode block: the return address at S, into the
+           padding after PtRegs. */
+        .macro  KEEP_RETURN_ADDRESS frame
+        mov     (\frame + 136)(%rsp), %rax
+        mov     %rax, 168(%rsp)
+        .endm
+
+        /* After them: stay in call mode (return to R) if a handler of this hit replaced
+           the return address at S by the trampoline; else go back to the plain block. */
         .macro  CALL_MODE_OR_PLAIN frame
-        lea     probefs_kretprobe_trampoline(%rip), %rax
-        cmp     %rax, (\frame + 136)(%rsp)
+        mov     (\frame + 136)(%rsp), %rax
+        cmp     168(%rsp), %rax
+        je      1f
+        lea     probefs_kretprobe_trampoline(%rip), %rcx
+        cmp     %rcx, %rax
         je      2f
-        mov     \frame(%rsp), %rcx      /* R */
+1:      mov     \frame(%rsp), %rcx      /* R */
         mov     -27(%rcx), %rdx         /* D->miss_back */
         sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
 2:
@@ -60,32 +72,18 @@
         lea     -\frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
         .if \vector
-        movups  %xmm0, 176(%rsp)
-        movups  %xmm1, 192(%rsp)
-        movups  %xmm2, 208(%rsp)
-        movups  %xmm3, 224(%rsp)
-        movups  %xmm4, 240(%rsp)
-        movups  %xmm5, 256(%rsp)
-        movups  %xmm6, 272(%rsp)
-        movups  %xmm7, 288(%rsp)
-        .if !\entry             /* at a function entry only xmm0-7 carry values */
-        movups  %xmm8, 304(%rsp)
-        movups  %xmm9, 320(%rsp)
-        movups  %xmm10, 336(%rsp)
-        movups  %xmm11, 352(%rsp)
-        movups  %xmm12, 368(%rsp)
-        movups  %xmm13, 384(%rsp)
-        movups  %xmm14, 400(%rsp)
-        movups  %xmm15, 416(%rsp)
-        .endif
+        PTREGS_SAVE_XMM 176
         .endif
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
-        .if !\entry                     /* (at a function entry the ABI has DF clear) */
+        .if !\entry
         cld                             /* handlers are C: the ABI wants DF clear */
         .endif
         lea     (\frame + 136)(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
+        .if \entry
+        KEEP_RETURN_ADDRESS \frame
+        .endif
 
         mov     \frame(%rsp), %rdi      /* R */
         mov     -35(%rdi), %rax         /* D->addr (D = R - 51) */
@@ -102,32 +100,13 @@
         .if \entry
         CALL_MODE_OR_PLAIN \frame
         .endif
-
         .if \vector
-        movups  176(%rsp), %xmm0
-        movups  192(%rsp), %xmm1
-        movups  208(%rsp), %xmm2
-        movups  224(%rsp), %xmm3
-        movups  240(%rsp), %xmm4
-        movups  256(%rsp), %xmm5
-        movups  272(%rsp), %xmm6
-        movups  288(%rsp), %xmm7
-        .if !\entry             /* at a function entry only xmm0-7 carry values */
-        movups  304(%rsp), %xmm8
-        movups  320(%rsp), %xmm9
-        movups  336(%rsp), %xmm10
-        movups  352(%rsp), %xmm11
-        movups  368(%rsp), %xmm12
-        movups  384(%rsp), %xmm13
-        movups  400(%rsp), %xmm14
-        movups  416(%rsp), %xmm15
+        PTREGS_RESTORE_XMM 176
         .endif
-        .endif
+        .if !\entry
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
-           are reloaded after, by movs that leave the flags alone. At a function entry
-           they are dead (the ABI keeps none across a call). */
-        .if !\entry
+           are reloaded after, by movs that leave the flags alone. */
         mov     144(%rsp), %rax
         test    $0x400, %eax
         jz      1f
@@ -150,12 +129,13 @@
         OPTPROBE_THUNK probefs_optprobe_thunk_entry, 432, 1, 1
         OPTPROBE_THUNK probefs_optprobe_thunk_gpr_entry, 176, 0, 1
 
-
 /*
  * The lean entry thunk, for call-mode blocks whose handlers need neither every register
  * nor the vector ones (DetourEntry::kCallLean: a return probe's own entry handler, which
- * reads sp). It saves what a C call clobbers, and rbx, which holds the frame; PtRegs gets
- * those and sp, and the rest of it stays unfilled. Frame: as probefs_optprobe_thunk_gpr.
+ * reads sp). Its callback is engine code that touches no vector register and keeps the
+ * callee-saved ones, so it saves the registers a C call may clobber, and rbx, which holds
+ * the frame; PtRegs gets those and sp, and the rest of it stays unfilled. Frame: as
+ * probefs_optprobe_thunk_gpr.
  */
         .text
         .globl  probefs_optprobe_thunk_lean_entry
@@ -177,6 +157,7 @@ probefs_optprobe_thunk_lean_entry:
         mov     %rdi, 112(%rsp)
         lea     (176 + 136)(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
+        KEEP_RETURN_ADDRESS 176
         mov     176(%rsp), %rdi         /* R */
         mov     -51(%rdi), %rdi         /* D->ctx_cell */
         mov     %rsp, %rsi

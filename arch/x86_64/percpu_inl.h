@@ -34,7 +34,9 @@ extern long g_rseq_offset __attribute__((visibility("hidden")));
   label ":\n\t"                                                          \
   "jmp " fail "\n\t"
 
-inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) {
+// Internal linkage and always inlined: an out-of-line copy folded away by the linker would
+// leave its descriptors in __rseq_cs pointing at discarded code.
+[[gnu::always_inline]] static inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) {
   const long off = detail::g_rseq_offset;
   if (__builtin_expect(off == 0, 0)) return false;
   uint32_t ok, v;
@@ -70,7 +72,7 @@ inline bool percpu_pop_inline(PercpuStack* stacks, uint32_t n, uint32_t* value) 
   return ok;
 }
 
-inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n, uint32_t value) {
+[[gnu::always_inline]] static inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n, uint32_t value) {
   const long off = detail::g_rseq_offset;
   if (__builtin_expect(off == 0, 0)) return false;
   uint32_t ok;

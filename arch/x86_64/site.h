@@ -32,6 +32,7 @@ struct Site {
   Detour* detour = nullptr;         // built by prepare_optimized()
   bool detour_saves_vector = false; // which of the two thunks the detour calls
   DetourEntry detour_entry = DetourEntry::kPlain;  // the block of the detour the jmp enters
+  bool detour_return_saves_vector = true;          // and its return trampoline
   uint8_t region_len = 0;           // bytes the jmp replaces
   bool optimized = false;           // the jmp is written
   // While set, int3 hits resume in the detour's copy of the whole region rather than in

@@ -263,6 +263,99 @@ pf_call_with_r12:
         ret
         .size pf_call_with_r12, .-pf_call_with_r12
 
+/*
+ * long pf_leaf_add1(long x) = x + 1, touching rax alone.
+ */
+        .globl pf_leaf_add1, pf_leaf_add1_end
+        .type pf_leaf_add1, @function
+        .p2align 4
+pf_leaf_add1:
+        lea     1(%rdi), %rax           /* 4 bytes */
+        nop                             /* 1 byte: the region is 5 bytes */
+        ret
+pf_leaf_add1_end:
+        .size pf_leaf_add1, .-pf_leaf_add1
+
+/*
+ * unsigned long pf_scratch_kept(long (*fn)(long)): calls fn(41) as a caller compiled with
+ * interprocedural register allocation may call a function it knows: with values it still
+ * needs in the registers the ABI calls scratch (rcx rdx rsi r8-r11, xmm1-15), because fn
+ * does not touch them. Returns a mask of those that came back changed (bit 0..6: rcx rdx
+ * rsi r8 r9 r10 r11; bit 7+k: xmm k), or 1 << 31 when fn's result is not 42.
+ */
+        .globl pf_scratch_kept
+        .type pf_scratch_kept, @function
+        .p2align 4
+pf_scratch_kept:
+        push    %rbx
+        push    %r12
+        sub     $8, %rsp
+        mov     %rdi, %rax
+        mov     $0x1111, %ecx
+        mov     $0x2222, %edx
+        mov     $0x3333, %esi
+        mov     $0x4444, %r8d
+        mov     $0x5555, %r9d
+        mov     $0x6666, %r10d
+        mov     $0x7777, %r11d
+        .irp    n, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        mov     $(0x100 + \n), %ebx
+        movq    %rbx, %xmm\n
+        .endr
+        mov     $41, %edi
+        call    *%rax
+        xor     %r12d, %r12d
+        cmp     $42, %rax
+        je      1f
+        bts     $31, %r12
+1:      xor     %ebx, %ebx
+        cmp     $0x1111, %rcx
+        setne   %bl
+        or      %rbx, %r12
+        cmp     $0x2222, %rdx
+        setne   %bl
+        shl     $1, %rbx
+        or      %rbx, %r12
+        xor     %ebx, %ebx
+        cmp     $0x3333, %rsi
+        setne   %bl
+        shl     $2, %rbx
+        or      %rbx, %r12
+        xor     %ebx, %ebx
+        cmp     $0x4444, %r8
+        setne   %bl
+        shl     $3, %rbx
+        or      %rbx, %r12
+        xor     %ebx, %ebx
+        cmp     $0x5555, %r9
+        setne   %bl
+        shl     $4, %rbx
+        or      %rbx, %r12
+        xor     %ebx, %ebx
+        cmp     $0x6666, %r10
+        setne   %bl
+        shl     $5, %rbx
+        or      %rbx, %r12
+        xor     %ebx, %ebx
+        cmp     $0x7777, %r11
+        setne   %bl
+        shl     $6, %rbx
+        or      %rbx, %r12
+        .irp    n, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        movq    %xmm\n, %rax
+        xor     %ebx, %ebx
+        cmp     $(0x100 + \n), %rax
+        setne   %bl
+        shl     $(7 + \n), %rbx
+        or      %rbx, %r12
+        .endr
+        mov     %r12, %rax
+        add     $8, %rsp
+        pop     %r12
+        pop     %rbx
+        ret
+        .size pf_scratch_kept, .-pf_scratch_kept
+
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */
         int3

@@ -598,7 +598,84 @@ TEST_F(Optimize, AJoiningKprobeSeesEveryRegisterBesideALeanReturnProbe) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(g_r12_wrong.load(), 0);
   EXPECT_GT(kprobe_hits, 0);
-  EXPECT_EQ(rp.returns.load(), calls.load());
+  EXPECT_EQ(rp.returns.load(), calls.load()) << "nmissed " << rp.nmissed;
+}
+
+void clobber_scratch_and_vector() {
+  test_util::clobber_scratch_gprs();
+  asm volatile(
+      "pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm1, %%xmm1\n\tpcmpeqd %%xmm2, %%xmm2\n\t"
+      "pcmpeqd %%xmm3, %%xmm3\n\tpcmpeqd %%xmm4, %%xmm4\n\tpcmpeqd %%xmm5, %%xmm5\n\t"
+      "pcmpeqd %%xmm6, %%xmm6\n\tpcmpeqd %%xmm7, %%xmm7\n\tpcmpeqd %%xmm8, %%xmm8\n\t"
+      "pcmpeqd %%xmm9, %%xmm9\n\tpcmpeqd %%xmm10, %%xmm10\n\tpcmpeqd %%xmm11, %%xmm11\n\t"
+      "pcmpeqd %%xmm12, %%xmm12\n\tpcmpeqd %%xmm13, %%xmm13\n\tpcmpeqd %%xmm14, %%xmm14\n\t"
+      "pcmpeqd %%xmm15, %%xmm15" ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+      "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+}
+
+int clobbering_return(KretprobeInstance* ri, PtRegs*) {
+  static_cast<RetCounter*>(get_kretprobe(ri))->returns.fetch_add(1);
+  clobber_scratch_and_vector();
+  return 0;
+}
+
+int clobbering_entry(KretprobeInstance*, PtRegs*) {
+  clobber_scratch_and_vector();
+  return 0;
+}
+
+int clobbering_pre(Kprobe* p, PtRegs*) {
+  static_cast<Counter*>(p)->hits.fetch_add(1);
+  clobber_scratch_and_vector();
+  return 0;
+}
+
+// Compilers that see the callee (GCC's -fipa-ra, on at -O2) keep values in scratch
+// registers across a call that does not touch them: a probe's entry and return must give
+// back every register, whatever its handlers do, on every path and detour kind.
+TEST_F(Optimize, ScratchRegistersSurviveEntryAndReturnHandlersThatClobberThem) {
+  const FunctionBounds b{addr_of(pf_leaf_add1), addr_of(pf_leaf_add1_end)};
+  struct Setup {
+    const char* what;
+    kretprobe_handler_t handler, entry_handler;
+    bool gpr_only, with_kprobe;
+  };
+  const Setup setups[] = {
+      {"return handler", clobbering_return, nullptr, false, false},
+      {"return handler, gpr only", test_util::gpr_only_clobber_return, nullptr, true, false},
+      {"entry and return handlers", clobbering_return, clobbering_entry, false, false},
+      {"entry and return handlers, gpr only", test_util::gpr_only_clobber_return,
+       test_util::gpr_only_clobber_entry, true, false},
+      {"return handler beside a kprobe", clobbering_return, nullptr, false, true},
+  };
+  for (const Setup& s : setups) {
+    for (bool optimize : {false, true}) {
+      SCOPED_TRACE(std::string(s.what) + (optimize ? ", optimized" : ", int3"));
+      set_kprobes_optimization(optimize);
+      RetCounter rp;
+      rp.kp.addr = addr_of(pf_leaf_add1);
+      rp.kp.bounds = b;
+      rp.kp.flags = s.gpr_only ? uint32_t{KPROBE_FLAG_GPR_ONLY} : 0u;
+      rp.handler = s.handler;
+      rp.entry_handler = s.entry_handler;
+      Counter k;
+      counter_at(&k, addr_of(pf_leaf_add1), b);
+      k.pre_handler = clobbering_pre;
+      KretprobeGuard gr{&rp};
+      KprobeGuard gk{&k};
+      ASSERT_EQ(register_kretprobe(&rp), 0);
+      if (s.with_kprobe) {
+        ASSERT_EQ(register_kprobe(&k), 0);
+      }
+      wait_for_kprobe_optimizer();
+      ASSERT_EQ(optimized(rp.kp), optimize) << kprobe_optimization_status(&rp.kp);
+      const long before = rp.returns + test_util::g_gpr_only_hits;
+      EXPECT_EQ(pf_scratch_kept(pf_leaf_add1), 0u);
+      EXPECT_EQ(pf_scratch_kept(pf_leaf_add1), 0u);
+      EXPECT_EQ(rp.returns + test_util::g_gpr_only_hits - before, 2);
+      EXPECT_EQ(k.hits, s.with_kprobe ? 2 : 0);
+    }
+  }
 }
 
 int redirect_attempt(Kprobe* p, PtRegs* r) {

@@ -37,6 +37,9 @@ extern char pf_leaf_redzone_end[], pf_leaf_redzone_mid[];
 long pf_tail_outer(long x);
 extern char pf_tail_outer_end[];
 long pf_tail_inner(long x);
-long pf_call_with_r12(long (*fn)(long, long), long x, long rbx);
+long pf_call_with_r12(long (*fn)(long, long), long x, long r12);
+long pf_leaf_add1(long x);
+extern char pf_leaf_add1_end[];
+unsigned long pf_scratch_kept(long (*fn)(long));
 extern char pf_tail_inner_end[];
 }
