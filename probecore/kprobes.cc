@@ -310,7 +310,7 @@ bool pool_all_returned(InstancePool* pool) {
 }
 
 // A kretprobe's entry: takes an instance and hijacks the return address.
-inline void kretprobe_entry(Kretprobe* rp, PtRegs* regs) {
+[[gnu::always_inline]] inline void kretprobe_entry(Kretprobe* rp, PtRegs* regs) {
   // Unregistration clears pool_ before its grace period: a hit that read the children
   // list earlier may still get here, and then takes nothing.
   InstancePool* pool = __atomic_load_n(&rp->pool_, __ATOMIC_ACQUIRE);

@@ -18,8 +18,9 @@
  *   R+168..R+176 padding
  *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)
  *
- * probecore's function_return callback (regs) runs the return handlers and returns the
- * real return address A, which goes to S-8; registers are reloaded, rsp goes back to S.
+ * probecore's function_return callback (regs, whose ip it fills) runs the return handlers
+ * and returns the real return address A, which goes to S-8; registers are reloaded, rsp
+ * goes back to S.
  *
  *   probefs_kretprobe_trampoline            leaves with jmp *-8(%rsp): the function's ret
  *                                           already consumed the caller's return-stack
@@ -47,7 +48,6 @@
         .if \vector
         PTREGS_SAVE_XMM 176
         .endif
-        movq    $0, 128(%rsp)           /* ip: the handler learns it */
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         lea     560(%rsp), %rax

@@ -10,6 +10,12 @@
 //   o   kprobe, jump-optimized (no trap)
 //   ro  kretprobe, entry jump-optimized, return through the trampoline
 //   okr kprobe + kretprobe on the same function, both optimized
+//
+// The measuring thread stays on the CPU it started on, so that the figures do not carry
+// migrations (which also move kretprobe instances between CPUs' free lists).
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -69,6 +75,12 @@ struct Mode {
 
 int main(int argc, char** argv) {
   const double scale = argc > 1 ? std::atof(argv[1]) : 1.0;  // shorter or longer runs
+  if (const int cpu = sched_getcpu(); cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
   const int reps = 5;
   const uintptr_t fn = reinterpret_cast<uintptr_t>(bench_target);
   const FunctionBounds bounds{fn, reinterpret_cast<uintptr_t>(bench_target_end)};
