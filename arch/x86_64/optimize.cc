@@ -27,6 +27,7 @@
 #include <map>
 #include <vector>
 
+#include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/near_alloc.h"
 #include "arch/x86_64/optimize_check.h"
 #include "arch/x86_64/relocate.h"
@@ -34,13 +35,21 @@
 #include "arch/x86_64/text_patch.h"
 #include "arch/x86_64/thread_fixup.h"
 
-extern "C" void probefs_optprobe_thunk();
-extern "C" void probefs_optprobe_thunk_gpr();
-extern "C" void probefs_optprobe_thunk_entry();
-extern "C" void probefs_optprobe_thunk_gpr_entry();
-extern "C" void probefs_optprobe_thunk_lean_entry();
-extern "C" void probefs_kretprobe_trampoline_call();
-extern "C" void probefs_kretprobe_trampoline_call_gpr();
+extern "C" {
+void probefs_optprobe_thunk_gpr();
+void probefs_optprobe_thunk_sse();
+void probefs_optprobe_thunk_avx();
+void probefs_optprobe_thunk_avx512();
+void probefs_optprobe_thunk_gpr_entry();
+void probefs_optprobe_thunk_sse_entry();
+void probefs_optprobe_thunk_avx_entry();
+void probefs_optprobe_thunk_avx512_entry();
+void probefs_optprobe_thunk_lean_entry();
+void probefs_kretprobe_trampoline_call_gpr();
+void probefs_kretprobe_trampoline_call_sse();
+void probefs_kretprobe_trampoline_call_avx();
+void probefs_kretprobe_trampoline_call_avx512();
+}
 
 namespace probefs::arch {
 
@@ -204,9 +213,20 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   const auto base = reinterpret_cast<uintptr_t>(mem);
   std::vector<uint8_t> code(cap, 0xcc);
   auto address = [](void (*f)()) { return reinterpret_cast<uintptr_t>(f); };
-  const uint64_t thunk = address(save_vector ? probefs_optprobe_thunk : probefs_optprobe_thunk_gpr);
+  // The thunks and trampolines that save vector registers save what this CPU has.
+  using Code = void (*)();
+  static const Code kThunks[] = {probefs_optprobe_thunk_sse, probefs_optprobe_thunk_avx,
+                                 probefs_optprobe_thunk_avx512};
+  static const Code kEntryThunks[] = {probefs_optprobe_thunk_sse_entry,
+                                      probefs_optprobe_thunk_avx_entry,
+                                      probefs_optprobe_thunk_avx512_entry};
+  static const Code kCallTrampolines[] = {probefs_kretprobe_trampoline_call_sse,
+                                          probefs_kretprobe_trampoline_call_avx,
+                                          probefs_kretprobe_trampoline_call_avx512};
+  const int level = vector_level() - 1;
+  const uint64_t thunk = address(save_vector ? kThunks[level] : probefs_optprobe_thunk_gpr);
   const uint64_t entry_thunk =
-      address(save_vector ? probefs_optprobe_thunk_entry : probefs_optprobe_thunk_gpr_entry);
+      address(save_vector ? kEntryThunks[level] : probefs_optprobe_thunk_gpr_entry);
   void* volatile* cell = context_cell(region.addr);
   auto put_block = [&](size_t at, uint64_t thunk, uint64_t miss_back, uint64_t trampoline) {
     const Detour header{cell, thunk, region.addr, miss_back, trampoline};
@@ -251,7 +271,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
     return reinterpret_cast<Detour*>(base + c);
   };
   const uint64_t lean_thunk = address(probefs_optprobe_thunk_lean_entry);
-  const uint64_t tramp_vector = address(probefs_kretprobe_trampoline_call);
+  const uint64_t tramp_vector = address(kCallTrampolines[level]);
   const uint64_t tramp_gpr = address(probefs_kretprobe_trampoline_call_gpr);
   const uint64_t thunks[4] = {entry_thunk, entry_thunk, lean_thunk, lean_thunk};
   const uint64_t trampolines[4] = {tramp_vector, tramp_gpr, tramp_vector, tramp_gpr};

@@ -15,12 +15,16 @@
  *
  *   S-128..S       red zone of the interrupted code (untouched)
  *   S-136          R
- *   S-392..S-136   xmm0..xmm15 (handlers are C: every xmm register is theirs to clobber)
- *   S-568..S-392   struct PtRegs (r15 lowest), 168 bytes + 8 of padding
+ *   below          the vector registers (handlers are C, and what they call may be libc's
+ *                  AVX code, whose vzeroupper clears the upper halves of ymm0-15): xmm0-15,
+ *                  ymm0-15, or zmm0-31 and k0-7, as the CPU has them (cpu_state.h); the
+ *                  detour names the thunk of this machine's level
+ *   lowest         struct PtRegs (r15 lowest), 168 bytes + 8 of padding
  *
  * probefs_optprobe_thunk_gpr leaves the vector registers out (its frame is PtRegs alone,
  * from S-312): it serves probes whose handlers all promise to touch general-purpose
- * registers only (KPROBE_FLAG_GPR_ONLY, handlers built with -mgeneral-regs-only).
+ * registers only (KPROBE_FLAG_GPR_ONLY, handlers built with -mgeneral-regs-only, calling
+ * nothing that touches vector registers).
  *
  * Registers are saved into the same PtRegs as the trap path fills, handlers run through
  * probecore's optimized_hit callback (D->ctx_cell, regs, what was saved), and everything
@@ -51,8 +55,7 @@
         mov     (\frame + 136)(%rsp), %rax
         cmp     168(%rsp), %rax
         je      1f
-        lea     probefs_kretprobe_trampoline(%rip), %rcx
-        cmp     %rcx, %rax
+        cmp     probefs_arch_plain_trampoline(%rip), %rax
         je      2f
 1:      mov     \frame(%rsp), %rcx      /* R */
         mov     -27(%rcx), %rdx         /* D->miss_back */
@@ -60,8 +63,13 @@
 2:
         .endm
 
-        /* name, frame size below R, save the vector registers?, call-mode entry? */
-        .macro  OPTPROBE_THUNK name, frame, vector, entry
+        /* name, vector level (0: none), call-mode entry? */
+        .macro  OPTPROBE_THUNK name, vector, entry
+        .if \vector
+        .set    frame, 176 + VECTOR_AREA_\vector
+        .else
+        .set    frame, 176
+        .endif
         .text
         .globl  \name
         .type   \name, @function
@@ -69,40 +77,40 @@
 \name:
         .cfi_startproc
         .cfi_undefined rip
-        lea     -\frame(%rsp), %rsp
+        lea     -frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
-        .if \vector
-        PTREGS_SAVE_XMM 176
-        .endif
+        VECTOR_SAVE \vector, 176
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
         .if !\entry
         cld                             /* handlers are C: the ABI wants DF clear */
         .endif
-        lea     (\frame + 136)(%rsp), %rax
+        lea     (frame + 136)(%rsp), %rax
         mov     %rax, 152(%rsp)         /* sp = S */
         .if \entry
-        KEEP_RETURN_ADDRESS \frame
+        KEEP_RETURN_ADDRESS frame
         .endif
 
-        mov     \frame(%rsp), %rdi      /* R */
+        mov     frame(%rsp), %rdi       /* R */
         mov     -35(%rdi), %rax         /* D->addr (D = R - 51) */
         inc     %rax
         mov     %rax, 128(%rsp)         /* ip: the probe address + 1, as on the int3 path */
         mov     -51(%rdi), %rdi         /* D->ctx_cell */
         mov     %rsp, %rsi
-        mov     $(2 + \vector), %edx    /* saved: kSavedAllRegs, kSavedVector */
+        .if \vector
+        mov     $3, %edx                /* saved: kSavedAllRegs | kSavedVector */
+        .else
+        mov     $2, %edx                /* saved: kSavedAllRegs */
+        .endif
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
         call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
 
         .if \entry
-        CALL_MODE_OR_PLAIN \frame
+        CALL_MODE_OR_PLAIN frame
         .endif
-        .if \vector
-        PTREGS_RESTORE_XMM 176
-        .endif
+        VECTOR_RESTORE \vector, 176
         .if !\entry
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
@@ -118,16 +126,20 @@
         sahf
         .endif
         PTREGS_RESTORE_GPRS
-        lea     \frame(%rsp), %rsp
+        lea     frame(%rsp), %rsp
         ret
         .cfi_endproc
         .size   \name, .-\name
         .endm
 
-        OPTPROBE_THUNK probefs_optprobe_thunk, 432, 1, 0
-        OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 176, 0, 0
-        OPTPROBE_THUNK probefs_optprobe_thunk_entry, 432, 1, 1
-        OPTPROBE_THUNK probefs_optprobe_thunk_gpr_entry, 176, 0, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 0, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_sse, 1, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_avx, 2, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_avx512, 3, 0
+        OPTPROBE_THUNK probefs_optprobe_thunk_gpr_entry, 0, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_sse_entry, 1, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_avx_entry, 2, 1
+        OPTPROBE_THUNK probefs_optprobe_thunk_avx512_entry, 3, 1
 
 /*
  * The lean entry thunk, for call-mode blocks whose handlers need neither every register

@@ -12,10 +12,17 @@
 #include <cerrno>
 #include <cstring>
 
+#include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/relocate.h"
 #include "arch/x86_64/site.h"
 
-extern "C" void probefs_kretprobe_trampoline();
+extern "C" {
+void probefs_kretprobe_trampoline_sse();
+void probefs_kretprobe_trampoline_avx();
+void probefs_kretprobe_trampoline_avx512();
+// The plain return trampoline of this CPU's vector level; the entry thunks compare with it.
+__attribute__((visibility("hidden"))) uintptr_t probefs_arch_plain_trampoline = 0;
+}
 // The callbacks the assembly entry paths call directly (no C glue in between).
 extern "C" {
 __attribute__((visibility("hidden"))) uintptr_t (*probefs_arch_function_return_cb)(
@@ -248,6 +255,11 @@ int install(const Callbacks& callbacks) {
   probefs_arch_function_return_cb = callbacks.function_return;
   probefs_arch_optimized_hit_cb = callbacks.optimized_hit;
   probefs_arch_optimized_lean_entry_cb = callbacks.optimized_lean_entry_hit;
+  using Code = void (*)();
+  static const Code kTrampolines[] = {probefs_kretprobe_trampoline_sse,
+                                      probefs_kretprobe_trampoline_avx,
+                                      probefs_kretprobe_trampoline_avx512};
+  probefs_arch_plain_trampoline = reinterpret_cast<uintptr_t>(kTrampolines[vector_level() - 1]);
   struct sigaction sa {};
   sa.sa_sigaction = on_sigtrap;
   // SA_NODEFER: a handler that hits another probe traps again instead of being killed by
@@ -269,9 +281,7 @@ bool thread_in_trap_path(uintptr_t interrupted_ip) {
          (restorer && interrupted_ip >= restorer && interrupted_ip < restorer + 16);
 }
 
-uintptr_t kretprobe_trampoline() {
-  return reinterpret_cast<uintptr_t>(&probefs_kretprobe_trampoline);
-}
+uintptr_t kretprobe_trampoline() { return probefs_arch_plain_trampoline; }
 
 size_t blacklist(TextRange* out, size_t max) {
   size_t n = 0;

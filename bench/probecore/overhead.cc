@@ -10,6 +10,8 @@
 //   o   kprobe, jump-optimized (no trap)
 //   ro  kretprobe, entry jump-optimized, return through the trampoline
 //   okr kprobe + kretprobe on the same function, both optimized
+//   ov  o with a handler that may use vector registers (no KPROBE_FLAG_GPR_ONLY): the
+//       detour saves the vector state this CPU has (xmm, ymm, or zmm and k)
 //
 // The measuring thread stays on the CPU it started on, so that the figures do not carry
 // migrations (which also move kretprobe instances between CPUs' free lists).
@@ -122,6 +124,10 @@ int main(int argc, char** argv) {
     };
   };
   auto reg_k = [&] { return register_kprobe(&kp) == 0; };
+  auto reg_k_vector = [&] {
+    kp.flags = 0;
+    return register_kprobe(&kp) == 0;
+  };
   auto reg_r = [&] { return register_kretprobe(&rp) == 0; };
   auto unreg_all = [&] {
     if (kp.aggr_) unregister_kprobe(&kp);
@@ -140,6 +146,8 @@ int main(int argc, char** argv) {
       {"ro", "kretprobe, optimized entry", fast * 100, optimized(reg_r), unreg_all, 1},
       {"okr", "kprobe + kretprobe, optimized", fast * 100,
        optimized([&] { return reg_k() && reg_r(); }), unreg_all, 2},
+      {"ov", "kprobe, optimized, vector handler", fast * 100, optimized(reg_k_vector),
+       unreg_all, 1},
   };
 
   const double base = time_calls(static_cast<long>(10000000 * scale), reps);

@@ -356,6 +356,77 @@ pf_scratch_kept:
         ret
         .size pf_scratch_kept, .-pf_scratch_kept
 
+/*
+ * unsigned long pf_wide_keep(long avx512): keeps all-ones in ymm8 and ymm15 (and, when
+ * avx512 is nonzero, in zmm16, zmm31 and k1) across a probe point, then returns a mask of
+ * those that lost any bit (1: ymm8, 2: ymm15, 4: zmm16, 8: zmm31, 16: k1). Needs AVX2.
+ * The AVX-512 instructions live in helpers (their own convention: they keep rdi and touch
+ * nothing else but rax, rcx, ymm9-10, zmm17 and k2), since the disassembler that proves
+ * instruction boundaries in a probed function does not know them.
+ */
+        .globl pf_wide_keep, pf_wide_keep_end, pf_wide_keep_probe
+        .type pf_wide_keep, @function
+        .p2align 4
+pf_wide_keep:
+        sub     $8, %rsp
+        call    pf_wide_set
+pf_wide_keep_probe:
+        .byte   0x0f, 0x1f, 0x44, 0x00, 0x00  /* nopl 0(%rax,%rax,1), 5 bytes: the region */
+        call    pf_wide_check
+        add     $8, %rsp
+        ret
+pf_wide_keep_end:
+        .size pf_wide_keep, .-pf_wide_keep
+
+        .type pf_wide_set, @function
+pf_wide_set:
+        vpcmpeqd %ymm8, %ymm8, %ymm8
+        vpcmpeqd %ymm15, %ymm15, %ymm15
+        test    %rdi, %rdi
+        jz      1f
+        vpternlogd $0xff, %zmm16, %zmm16, %zmm16
+        vpternlogd $0xff, %zmm31, %zmm31, %zmm31
+        kxnorw  %k1, %k1, %k1
+1:      ret
+        .size pf_wide_set, .-pf_wide_set
+
+        .type pf_wide_check, @function
+pf_wide_check:
+        xor     %eax, %eax
+        vpcmpeqd %ymm9, %ymm9, %ymm9
+        vpxor   %ymm8, %ymm9, %ymm10
+        vptest  %ymm10, %ymm10
+        setnz   %al
+        vpxor   %ymm15, %ymm9, %ymm10
+        vptest  %ymm10, %ymm10
+        setnz   %cl
+        movzbl  %cl, %ecx
+        shl     $1, %ecx
+        or      %ecx, %eax
+        test    %rdi, %rdi
+        jz      1f
+        vpternlogd $0xff, %zmm17, %zmm17, %zmm17
+        vpcmpeqd %zmm16, %zmm17, %k2
+        kortestw %k2, %k2
+        setnc   %cl
+        movzbl  %cl, %ecx
+        shl     $2, %ecx
+        or      %ecx, %eax
+        vpcmpeqd %zmm31, %zmm17, %k2
+        kortestw %k2, %k2
+        setnc   %cl
+        movzbl  %cl, %ecx
+        shl     $3, %ecx
+        or      %ecx, %eax
+        kortestw %k1, %k1
+        setnc   %cl
+        movzbl  %cl, %ecx
+        shl     $4, %ecx
+        or      %ecx, %eax
+1:      vzeroupper
+        ret
+        .size pf_wide_check, .-pf_wide_check
+
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */
         int3

@@ -263,6 +263,35 @@ TEST_F(Optimize, VectorRegistersSurviveAHandlerThatUsesThem) {
   }
 }
 
+// What a handler does when it calls libc's AVX string functions: they end in vzeroupper,
+// which clears the upper halves of ymm0-15. AVX-512 code also has zmm16-31 and k0-7.
+int clobber_wide_registers(Kprobe* p, PtRegs*) {
+  static_cast<Counter*>(p)->hits.fetch_add(1);
+  asm volatile("vzeroupper" ::: "memory");
+  if (__builtin_cpu_supports("avx512f"))
+    asm volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+                 "kxorw %%k1, %%k1, %%k1" ::: "memory");
+  return 0;
+}
+
+TEST_F(Optimize, WideVectorRegistersSurviveAHandlerThatClearsThem) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 here";
+  const long avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  for (bool optimize : {false, true}) {
+    SCOPED_TRACE(optimize ? "optimized" : "int3");
+    set_kprobes_optimization(optimize);
+    Counter k;
+    counter_at(&k, addr_of(pf_wide_keep_probe), {addr_of(pf_wide_keep), addr_of(pf_wide_keep_end)});
+    k.pre_handler = clobber_wide_registers;
+    KprobeGuard g{&k};
+    ASSERT_EQ(register_kprobe(&k), 0);
+    wait_for_kprobe_optimizer();
+    ASSERT_EQ(optimized(k), optimize) << kprobe_optimization_status(&k);
+    EXPECT_EQ(pf_wide_keep(avx512), 0u);
+    EXPECT_EQ(k.hits, 1);
+  }
+}
+
 TEST_F(Optimize, GprOnlyProbesTakeTheLeanDetourAndSwitchBackWhenJoined) {
   double (*volatile xmm_keep)(double) = pf_xmm_keep;
   unsigned long (*volatile flags_keep)(unsigned long) = pf_flags_keep;

@@ -41,5 +41,7 @@ long pf_call_with_r12(long (*fn)(long, long), long x, long r12);
 long pf_leaf_add1(long x);
 extern char pf_leaf_add1_end[];
 unsigned long pf_scratch_kept(long (*fn)(long));
+unsigned long pf_wide_keep(long avx512);
+extern char pf_wide_keep_end[], pf_wide_keep_probe[];
 extern char pf_tail_inner_end[];
 }
