@@ -451,7 +451,7 @@ bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
       if (in.source == FilterInsn::kComm) {
         str = ctx.comm ? ctx.comm : "";
         n = cstr_len(str, 16);
-      } else if (in.offset + 4 <= len) {
+      } else if (in.offset <= len && len - in.offset >= 4) {  // no wrap on a bad offset
         uint32_t loc;
         __builtin_memcpy(&loc, rec + in.offset, 4);
         uint32_t slen = loc >> 16, off = loc & 0xffff;
@@ -470,7 +470,7 @@ bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
       bool sized = true;
       if (in.source == FilterInsn::kCpu) {
         v = ctx.cpu;
-      } else if (in.offset + in.size <= len) {
+      } else if (in.offset <= len && len - in.offset >= in.size) {  // no wrap on a bad offset
         switch (in.size) {
           case 1: v = rec[in.offset]; break;
           case 2: { uint16_t x; __builtin_memcpy(&x, rec + in.offset, 2); v = x; break; }

@@ -212,5 +212,29 @@ TEST(Filter, Glob) {
   EXPECT_FALSE(g("?", ""));
 }
 
+// A filter that came over the agent link names offsets the record may not have; the
+// largest ones must not wrap the bounds check around (found by the fuzz run).
+TEST(Filter, OffsetsPastTheRecordNeverMatchNorRead) {
+  uint8_t rec[16] = {};
+  for (uint32_t offset : {0xffffffffu, 0xfffffffeu, 0xfffffffcu, 17u, 13u}) {
+    for (auto source : {FilterInsn::kRecordNumber, FilterInsn::kRecordString}) {
+      CompiledFilter f;
+      FilterInsn in;
+      in.source = source;
+      in.op = source == FilterInsn::kRecordString ? FilterOp::kGlob : FilterOp::kEq;
+      in.size = 4;
+      in.offset = offset;
+      f.patterns = "*";
+      in.pattern_len = 1;
+      f.insns.push_back(in);
+      f.max_depth = 1;
+      // A number out of the record is false; a string out of it is the empty string.
+      EXPECT_EQ(filter_match(f, rec, sizeof rec, FilterContext{}),
+                source == FilterInsn::kRecordString)
+          << offset;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace probefs::events
