@@ -36,8 +36,10 @@ uint32_t percpu_count();
 // The calling thread's CPU's stack, in stacks[0, n). Inside the engine's shared object,
 // the hit path uses the inline forms percpu_pop_inline/percpu_push_inline (which read a
 // hidden variable, and so do not link elsewhere).
+// A push fails once the stack holds `capacity` values (at most kPercpuSlots).
 bool percpu_pop(PercpuStack* stacks, uint32_t n, uint32_t* value);
-bool percpu_push(PercpuStack* stacks, uint32_t n, uint32_t value);
+bool percpu_push(PercpuStack* stacks, uint32_t n, uint32_t value,
+                 uint32_t capacity = kPercpuSlots);
 
 // Takes one value from the stack of CPU `cpu`, from any thread. Fails when it is empty or
 // another thief holds it (never waits: a thief may be the interrupted thread itself).

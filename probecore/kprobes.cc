@@ -86,6 +86,7 @@ struct InstancePool {
   std::atomic<uint64_t> head{0};          // (ABA tag << 32) | first free index, 1-based
   std::unique_ptr<arch::PercpuStack[]> cpus;  // nullptr without per-CPU operation
   uint32_t ncpus = 0;
+  uint32_t cpu_capacity = 0;  // instances a CPU's stack keeps; the rest go to the list
   bool grace_passed = false;              // retired, and a grace period has passed since
 
   KretprobeInstance* at(uint32_t i) {
@@ -285,7 +286,8 @@ inline KretprobeInstance* pool_get(InstancePool* pool) {
 // them (a put that saw it live ends within the grace period that follows retirement).
 // `live`: the caller saw pool->rp set inside its current read-side section.
 inline void pool_put(InstancePool* pool, KretprobeInstance* ri, bool live) {
-  if (pool->cpus && live && arch::percpu_push_inline(pool->cpus.get(), pool->ncpus, ri->index))
+  if (pool->cpus && live &&
+      arch::percpu_push_inline(pool->cpus.get(), pool->ncpus, ri->index, pool->cpu_capacity))
     return;
   shared_put(pool, ri->index);
 }
@@ -929,9 +931,15 @@ int make_pool(Kretprobe* rp) {
     pool->at(static_cast<uint32_t>(i))->pool = pool.get();
   }
   pool->head.store(1);
-  if (g_percpu) {
-    pool->ncpus = arch::percpu_count();
-    pool->cpus.reset(new arch::PercpuStack[pool->ncpus]());
+  // Each CPU keeps at most half its fair share, so that the shared list keeps the rest
+  // and entries rarely have to steal (a system call); a pool too small for that goes
+  // without per-CPU stacks.
+  const uint32_t ncpus = arch::percpu_count();
+  const uint32_t capacity = std::min<uint32_t>(arch::kPercpuSlots, pool->count / (2 * ncpus));
+  if (g_percpu && capacity > 0) {
+    pool->ncpus = ncpus;
+    pool->cpu_capacity = capacity;
+    pool->cpus.reset(new arch::PercpuStack[ncpus]());
   }
   pool->rp.store(rp);
   rp->pool_ = pool.release();

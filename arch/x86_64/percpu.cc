@@ -25,8 +25,8 @@ bool percpu_pop(PercpuStack* stacks, uint32_t n, uint32_t* value) {
   return percpu_pop_inline(stacks, n, value);
 }
 
-bool percpu_push(PercpuStack* stacks, uint32_t n, uint32_t value) {
-  return percpu_push_inline(stacks, n, value);
+bool percpu_push(PercpuStack* stacks, uint32_t n, uint32_t value, uint32_t capacity) {
+  return percpu_push_inline(stacks, n, value, capacity < kPercpuSlots ? capacity : kPercpuSlots);
 }
 
 namespace {

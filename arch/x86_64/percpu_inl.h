@@ -72,7 +72,8 @@ extern long g_rseq_offset __attribute__((visibility("hidden")));
   return ok;
 }
 
-[[gnu::always_inline]] static inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n, uint32_t value) {
+[[gnu::always_inline]] static inline bool percpu_push_inline(PercpuStack* stacks, uint32_t n,
+                                                             uint32_t value, uint32_t capacity) {
   const long off = detail::g_rseq_offset;
   if (__builtin_expect(off == 0, 0)) return false;
   uint32_t ok;
@@ -89,7 +90,7 @@ extern long g_rseq_offset __attribute__((visibility("hidden")));
       "cmpl $0, (%%rax)\n\t"
       "jne .Lpush_fail%=\n\t"
       "mov 4(%%rax), %%edx\n\t"
-      "cmp %[slots], %%edx\n\t"
+      "cmp %[capacity], %%edx\n\t"
       "jae .Lpush_fail%=\n\t"
       "mov %[value], 8(%%rax,%%rdx,4)\n\t"  // above count: invisible until the commit
       "inc %%edx\n\t"
@@ -103,7 +104,7 @@ extern long g_rseq_offset __attribute__((visibility("hidden")));
       ".Lpush_done%=:"
       : [ok] "=&r"(ok)
       : [off] "r"(off), [n] "r"(n), [stacks] "r"(stacks), [value] "r"(value),
-        [slots] "i"(kPercpuSlots)
+        [capacity] "r"(capacity)
       : "rax", "rdx", "memory", "cc");
   return ok;
 }

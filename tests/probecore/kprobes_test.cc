@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -389,9 +390,9 @@ TEST_F(Probecore, MaxactiveExhaustionCountsExactlyTheMissedReturns) {
   EXPECT_EQ(rp.nmissed, 6u);
 }
 
-// A returned instance stays on the stack of the CPU that returned it, where the next entry
-// on that CPU takes it without a locked instruction. An entry on another CPU that finds
-// nothing anywhere else steals it: no return is missed while an instance is free.
+// A returned instance may stay on the stack of the CPU that returned it, where the next
+// entry on that CPU takes it without a locked instruction. An entry on another CPU that
+// finds nothing anywhere else steals it: no return is missed while an instance is free.
 TEST_F(Probecore, AnInstanceFreedOnOneCpuServesAnEntryOnAnother) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
@@ -400,22 +401,28 @@ TEST_F(Probecore, AnInstanceFreedOnOneCpuServesAnEntryOnAnother) {
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
   RetRecorder rp;
-  ret_at(&rp, addr_of(mul_o2), bounds_of(reinterpret_cast<void*>(mul_o2)));
-  rp.maxactive = 1;
+  ret_at(&rp, addr_of(depth_o0), bounds_of(reinterpret_cast<void*>(depth_o0)));
+  // Two per possible CPU: each CPU's stack keeps one returned instance, the rest go back
+  // to the shared list.
+  const long n = 2 * get_nprocs_conf();
+  rp.maxactive = static_cast<int>(n);
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
-  auto call_on = [](int cpu, long x) {
-    long result = 0;
+  // Recursion n deep takes every instance; the returns leave one on this CPU's stack.
+  auto all_in_flight_on = [&](int cpu) {
+    long result = -1;
     std::thread([&] {
       cpu_set_t one;
       CPU_ZERO(&one);
       CPU_SET(cpu, &one);
-      if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0) result = v_mul_o2(x, 2);
+      if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0)
+        result = v_depth_o0(n - 1);
     }).join();
     return result;
   };
-  for (long i = 1; i <= 6; ++i) EXPECT_EQ(call_on(cpus[i % 2], i), 2 * i);
-  EXPECT_EQ(rp.returns, 6);
+  for (int round = 0; round < 4; ++round)
+    EXPECT_EQ(all_in_flight_on(cpus[round % 2]), n - 1);
+  EXPECT_EQ(rp.returns, 4 * n);
   EXPECT_EQ(rp.nmissed, 0u);
 }
 
