@@ -36,7 +36,7 @@ RcuReader* rcu_claim_reader() {
     int32_t expected = 0;
     if (g_readers[i].tid.load(std::memory_order_relaxed) == 0 &&
         g_readers[i].tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
-      g_readers[i].nesting = 0;
+      g_readers[i].state.store(0, std::memory_order_relaxed);
       t_rcu_reader = &g_readers[i];
       return t_rcu_reader;
     }
@@ -83,17 +83,22 @@ void synchronize_rcu() {
     RcuReader& r = g_readers[i];
     const int32_t tid = r.tid.load(std::memory_order_acquire);
     if (tid == 0) continue;
-    const uint64_t seen = r.ctr.load(std::memory_order_acquire);
-    if ((seen & 1) == 0) continue;
-    // Inside a section that may predate our unpublish: wait for it to end, unless its
-    // thread is gone (then the record is recycled).
-    for (unsigned spins = 0; r.ctr.load(std::memory_order_acquire) == seen; ++spins) {
+    const uint64_t seen = r.state.load(std::memory_order_acquire);
+    if ((seen & 0xffffffffu) == 0) continue;
+    // Inside a section that may predate our unpublish: wait for it to end (the depth
+    // drops to 0, or an outermost section ends), unless its thread is gone (then the
+    // record is recycled).
+    auto still_inside = [&] {
+      const uint64_t now = r.state.load(std::memory_order_acquire);
+      return (now >> 32) == (seen >> 32) && (now & 0xffffffffu) != 0;
+    };
+    for (unsigned spins = 0; still_inside(); ++spins) {
       if (tid != gettid() && !thread_alive(tid)) break;
       if (spins < 64) sched_yield();
       else pause_briefly();
     }
   }
-  for (unsigned spins = 0; detail::g_rcu_overflow.ctr.load(std::memory_order_acquire) != 0;
+  for (unsigned spins = 0; detail::g_rcu_overflow.state.load(std::memory_order_acquire) != 0;
        ++spins) {
     if (spins < 64) sched_yield();
     else pause_briefly();
@@ -102,7 +107,7 @@ void synchronize_rcu() {
   for (int i = 0; i < kMaxReaders; ++i) {
     const int32_t tid = g_readers[i].tid.load(std::memory_order_relaxed);
     if (tid != 0 && !thread_alive(tid)) {
-      g_readers[i].ctr.store(0, std::memory_order_relaxed);
+      g_readers[i].state.store(0, std::memory_order_relaxed);
       g_readers[i].tid.store(0, std::memory_order_release);
     }
   }

@@ -1,4 +1,4 @@
-// Read-copy-update for the hit path: readers (probe hits on any thread) pay two stores to a
+// Read-copy-update for the hit path: readers (probe hits on any thread) pay a store to a
 // cache line of their own; the writer (the control plane, which unpublishes a probe and
 // then frees it) waits for every reader that might still see the old data.
 //
@@ -17,14 +17,16 @@
 namespace probefs::probecore {
 
 struct alignas(64) RcuReader {
-  std::atomic<uint64_t> ctr;   // odd while the owner is inside a read-side section
+  // Low 32 bits: how deep the owner is in read-side sections (signal handlers nest them).
+  // High 32 bits: outermost sections ended so far. Written by the owner only, with plain
+  // stores; the writer reads it. (The shared overflow record counts its readers instead.)
+  std::atomic<uint64_t> state;
   std::atomic<int32_t> tid;    // owner thread; 0 = free
-  uint32_t nesting;            // owner only
 };
 
 namespace detail {
 extern thread_local constinit RcuReader* t_rcu_reader __attribute__((tls_model("initial-exec")));
-// Threads that found every record taken share this one; its ctr counts them instead.
+// Threads that found every record taken share this one; its state counts them instead.
 extern RcuReader g_rcu_overflow;
 RcuReader* rcu_claim_reader();
 }  // namespace detail
@@ -33,25 +35,24 @@ inline void rcu_read_lock() {
   RcuReader* r = detail::t_rcu_reader;
   if (__builtin_expect(!r, 0)) r = detail::rcu_claim_reader();
   if (__builtin_expect(r == &detail::g_rcu_overflow, 0)) {
-    r->ctr.fetch_add(1, std::memory_order_seq_cst);
+    r->state.fetch_add(1, std::memory_order_seq_cst);
     return;
   }
-  if (__builtin_expect(r->nesting++ == 0, 1)) {
-    r->ctr.store(r->ctr.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
+  r->state.store(r->state.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
 inline void rcu_read_unlock() {
   RcuReader* r = detail::t_rcu_reader;
   if (__builtin_expect(r == &detail::g_rcu_overflow, 0)) {
-    r->ctr.fetch_sub(1, std::memory_order_release);
+    r->state.fetch_sub(1, std::memory_order_release);
     return;
   }
-  if (__builtin_expect(--r->nesting == 0, 1)) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    r->ctr.store(r->ctr.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const uint64_t s = r->state.load(std::memory_order_relaxed);
+  // Leaving the outermost section counts it: depth 1 -> 0, and one more ended.
+  const uint64_t step = (s & 0xffffffffu) == 1 ? (uint64_t{1} << 32) - 1 : ~uint64_t{0};
+  r->state.store(s + step, std::memory_order_release);
 }
 
 // Waits until every read-side section that began before the call has ended.
