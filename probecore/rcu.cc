@@ -115,9 +115,17 @@ void synchronize_rcu() {
 }
 
 void rcu_after_fork_child() {
-  RcuReader* r = detail::t_rcu_reader;
-  if (r && r != &detail::g_rcu_overflow)
-    r->tid.store(static_cast<int32_t>(gettid()), std::memory_order_release);
+  // The child has one thread: every other record is free, and no other thread counts on
+  // the overflow record (one inside a section at the fork would hold it up for good).
+  RcuReader* own = detail::t_rcu_reader;
+  for (RcuReader& r : detail::g_readers) {
+    if (&r == own) continue;
+    r.state.store(0, std::memory_order_relaxed);
+    r.tid.store(0, std::memory_order_relaxed);
+  }
+  detail::g_rcu_overflow.state.store(0, std::memory_order_relaxed);
+  if (own && own != &detail::g_rcu_overflow)
+    own->tid.store(static_cast<int32_t>(gettid()), std::memory_order_release);
 }
 
 }  // namespace probefs::probecore

@@ -357,9 +357,10 @@ pf_scratch_kept:
         .size pf_scratch_kept, .-pf_scratch_kept
 
 /*
- * unsigned long pf_wide_keep(long avx512): keeps all-ones in ymm8 and ymm15 (and, when
- * avx512 is nonzero, in zmm16, zmm31 and k1) across a probe point, then returns a mask of
- * those that lost any bit (1: ymm8, 2: ymm15, 4: zmm16, 8: zmm31, 16: k1). Needs AVX2.
+ * unsigned long pf_wide_keep(long avx512): keeps all-ones in ymm8 and ymm15 (with avx512
+ * nonzero: in zmm8, zmm15, zmm16, zmm31 and all 64 bits of k1) across a probe point, then
+ * returns a mask of those that lost any bit (1: 8, 2: 15, 4: zmm16, 8: zmm31, 16: k1).
+ * Needs AVX2 (and AVX-512 F and BW for avx512).
  * The AVX-512 instructions live in helpers (their own convention: they keep rdi and touch
  * nothing else but rax, rcx, ymm9-10, zmm17 and k2), since the disassembler that proves
  * instruction boundaries in a probed function does not know them.
@@ -380,19 +381,26 @@ pf_wide_keep_end:
 
         .type pf_wide_set, @function
 pf_wide_set:
+        test    %rdi, %rdi
+        jnz     1f
         vpcmpeqd %ymm8, %ymm8, %ymm8
         vpcmpeqd %ymm15, %ymm15, %ymm15
-        test    %rdi, %rdi
-        jz      1f
+        ret
+1:      vpternlogd $0xff, %zmm8, %zmm8, %zmm8
+        vpternlogd $0xff, %zmm15, %zmm15, %zmm15
         vpternlogd $0xff, %zmm16, %zmm16, %zmm16
         vpternlogd $0xff, %zmm31, %zmm31, %zmm31
-        kxnorw  %k1, %k1, %k1
-1:      ret
+        kxnorq  %k1, %k1, %k1
+        ret
         .size pf_wide_set, .-pf_wide_set
 
+        /* The mask as above; with avx512 the all-ones checks of 8 and 15 cover 512 bits,
+           and k1's all 64. */
         .type pf_wide_check, @function
 pf_wide_check:
         xor     %eax, %eax
+        test    %rdi, %rdi
+        jnz     2f
         vpcmpeqd %ymm9, %ymm9, %ymm9
         vpxor   %ymm8, %ymm9, %ymm10
         vptest  %ymm10, %ymm10
@@ -403,9 +411,20 @@ pf_wide_check:
         movzbl  %cl, %ecx
         shl     $1, %ecx
         or      %ecx, %eax
-        test    %rdi, %rdi
-        jz      1f
-        vpternlogd $0xff, %zmm17, %zmm17, %zmm17
+        vzeroupper
+        ret
+2:      vpternlogd $0xff, %zmm17, %zmm17, %zmm17
+        vpcmpeqd %zmm8, %zmm17, %k2
+        kortestw %k2, %k2
+        setnc   %cl
+        movzbl  %cl, %ecx
+        or      %ecx, %eax
+        vpcmpeqd %zmm15, %zmm17, %k2
+        kortestw %k2, %k2
+        setnc   %cl
+        movzbl  %cl, %ecx
+        shl     $1, %ecx
+        or      %ecx, %eax
         vpcmpeqd %zmm16, %zmm17, %k2
         kortestw %k2, %k2
         setnc   %cl
@@ -418,14 +437,44 @@ pf_wide_check:
         movzbl  %cl, %ecx
         shl     $3, %ecx
         or      %ecx, %eax
-        kortestw %k1, %k1
+        kortestq %k1, %k1
         setnc   %cl
         movzbl  %cl, %ecx
         shl     $4, %ecx
         or      %ecx, %eax
-1:      vzeroupper
+        vzeroupper
         ret
         .size pf_wide_check, .-pf_wide_check
+
+/*
+ * unsigned long pf_wide_across_call(long (*fn)(long), long avx512): the wide registers of
+ * pf_wide_keep kept across a call of fn(41), as a caller that knows fn leaves them alone
+ * may keep them; the same mask, or 1 << 31 when fn's result is not 42.
+ */
+        .globl pf_wide_across_call
+        .type pf_wide_across_call, @function
+        .p2align 4
+pf_wide_across_call:
+        push    %rbx
+        push    %r12
+        sub     $8, %rsp
+        mov     %rdi, %rbx
+        mov     %rsi, %r12
+        mov     %rsi, %rdi
+        call    pf_wide_set
+        mov     $41, %edi
+        call    *%rbx
+        mov     %rax, %rbx
+        mov     %r12, %rdi
+        call    pf_wide_check
+        cmp     $42, %rbx
+        je      1f
+        bts     $31, %rax
+1:      add     $8, %rsp
+        pop     %r12
+        pop     %rbx
+        ret
+        .size pf_wide_across_call, .-pf_wide_across_call
 
         /* Keeps the last *_end label off the first function of the next object: lookups by
            address (dladdr) would find the label instead of the function. */

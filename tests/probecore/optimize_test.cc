@@ -292,6 +292,54 @@ TEST_F(Optimize, WideVectorRegistersSurviveAHandlerThatClearsThem) {
   }
 }
 
+void clear_wide_registers() {
+  asm volatile("vzeroupper" ::: "memory");
+  if (__builtin_cpu_supports("avx512f"))
+    asm volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+                 "kxorw %%k1, %%k1, %%k1" ::: "memory");
+}
+
+struct WideRet : Kretprobe {
+  std::atomic<long> returns{0};
+};
+
+int clear_wide_on_return(KretprobeInstance* ri, PtRegs*) {
+  static_cast<WideRet*>(get_kretprobe(ri))->returns.fetch_add(1);
+  clear_wide_registers();
+  return 0;
+}
+
+int clear_wide_on_entry(KretprobeInstance*, PtRegs*) {
+  clear_wide_registers();
+  return 0;
+}
+
+// The same across a call to a return-probed function, whose entry and return handlers
+// clear them: the entry thunks and both kinds of return trampoline.
+TEST_F(Optimize, WideVectorRegistersSurviveReturnProbeHandlersThatClearThem) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 here";
+  const long avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  const FunctionBounds b{addr_of(pf_leaf_add1), addr_of(pf_leaf_add1_end)};
+  for (bool with_entry_handler : {false, true}) {
+    for (bool optimize : {false, true}) {
+      SCOPED_TRACE(std::string(optimize ? "optimized" : "int3") +
+                   (with_entry_handler ? ", entry handler" : ""));
+      set_kprobes_optimization(optimize);
+      WideRet rp;
+      rp.kp.addr = addr_of(pf_leaf_add1);
+      rp.kp.bounds = b;
+      rp.handler = clear_wide_on_return;
+      if (with_entry_handler) rp.entry_handler = clear_wide_on_entry;
+      KretprobeGuard g{&rp};
+      ASSERT_EQ(register_kretprobe(&rp), 0);
+      wait_for_kprobe_optimizer();
+      ASSERT_EQ(optimized(rp.kp), optimize) << kprobe_optimization_status(&rp.kp);
+      EXPECT_EQ(pf_wide_across_call(pf_leaf_add1, avx512), 0u);
+      EXPECT_EQ(rp.returns, 1);
+    }
+  }
+}
+
 TEST_F(Optimize, GprOnlyProbesTakeTheLeanDetourAndSwitchBackWhenJoined) {
   double (*volatile xmm_keep)(double) = pf_xmm_keep;
   unsigned long (*volatile flags_keep)(unsigned long) = pf_flags_keep;

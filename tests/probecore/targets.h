@@ -43,5 +43,6 @@ extern char pf_leaf_add1_end[];
 unsigned long pf_scratch_kept(long (*fn)(long));
 unsigned long pf_wide_keep(long avx512);
 extern char pf_wide_keep_end[], pf_wide_keep_probe[];
+unsigned long pf_wide_across_call(long (*fn)(long), long avx512);
 extern char pf_tail_inner_end[];
 }
