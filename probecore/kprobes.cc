@@ -220,9 +220,10 @@ void on_singlestep_done(void* cookie, PtRegs* regs) {
   rcu_read_unlock();
 }
 
-// A jump-optimized probe fired (from the detour thunk). Pre handlers' return values are
-// ignored: the relocated instructions always run next, as in kprobes.
-void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved) {
+// The frame of an optimized hit: the aggregate behind the detour's context, read inside
+// a read-side section, and the recursion guard around run(child) for each of its probes.
+template <typename Run>
+[[gnu::always_inline]] inline void on_optimized_aggregate(void* const volatile* ctx, Run run) {
   rcu_read_lock();
   const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
   if (__builtin_expect(ag != nullptr, 1)) {
@@ -230,16 +231,21 @@ void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved) {
       count_missed(ag);
     } else {
       t_current = ag;
-      const Children* ch = ag->children.load(std::memory_order_acquire);
-      // A probe that needs more than this detour saved joined while the hit was on its
-      // way (the detour is about to change kind): to it, the hit came before it did.
-      for (Kprobe* p : ch->probes)
-        if (p->pre_handler && probe_enabled(p) && !(p->hit_needs_ & ~saved))
-          p->pre_handler(p, regs);
+      for (Kprobe* p : ag->children.load(std::memory_order_acquire)->probes) run(p);
       t_current = nullptr;
     }
   }
   rcu_read_unlock();
+}
+
+// A jump-optimized probe fired (from the detour thunk). Pre handlers' return values are
+// ignored: the relocated instructions always run next, as in kprobes. A probe that needs
+// more than this detour saved joined while the hit was on its way (the detour is about
+// to change kind): to it, the hit came before it did.
+void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved) {
+  on_optimized_aggregate(ctx, [&](Kprobe* p) {
+    if (p->pre_handler && probe_enabled(p) && !(p->hit_needs_ & ~saved)) p->pre_handler(p, regs);
+  });
 }
 
 // The shared free list: a tagged Treiber stack of indices.
@@ -343,21 +349,10 @@ int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
 // registers a call clobbers, which is all a kretprobe's own entry reads. Probes that need
 // more joined while the hit was on its way, and do not see it.
 void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned) {
-  rcu_read_lock();
-  const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
-  if (__builtin_expect(ag != nullptr, 1)) {
-    if (__builtin_expect(t_current != nullptr, 0)) {
-      count_missed(ag);
-    } else {
-      t_current = ag;
-      const Children* ch = ag->children.load(std::memory_order_acquire);
-      for (Kprobe* p : ch->probes)
-        if (p->is_kretprobe_ && p->hit_needs_ == 0 && probe_enabled(p))
-          kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);
-      t_current = nullptr;
-    }
-  }
-  rcu_read_unlock();
+  on_optimized_aggregate(ctx, [&](Kprobe* p) {
+    if (p->is_kretprobe_ && p->hit_needs_ == 0 && probe_enabled(p))
+      kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);
+  });
 }
 
 [[noreturn]] void die_lost_return() {

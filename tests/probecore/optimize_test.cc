@@ -452,11 +452,17 @@ int count_return(KretprobeInstance* ri, PtRegs* regs) {
   return 0;
 }
 
+// A return probe on the entry of the function at addr that counts returns.
+RetCounter* ret_counter_at(RetCounter* rp, uintptr_t addr) {
+  rp->kp.addr = addr;
+  rp->kp.bounds = bounds_at(addr);
+  rp->handler = count_return;
+  return rp;
+}
+
 TEST_F(Optimize, ReturnProbeEntryIsOptimizedAndReturnsNeedNoTrap) {
   RetCounter rp;
-  rp.kp.addr = addr_of(mul_o2);
-  rp.kp.bounds = bounds_at(rp.kp.addr);
-  rp.handler = count_return;
+  ret_counter_at(&rp, addr_of(mul_o2));
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
   wait_for_kprobe_optimizer();
@@ -474,9 +480,7 @@ TEST_F(Optimize, ReturnProbeEntryIsOptimizedAndReturnsNeedNoTrap) {
 
 TEST_F(Optimize, ReturnProbeHitsWithoutAnInstanceTakeThePlainPath) {
   RetCounter rp;
-  rp.kp.addr = addr_of(depth_o0);
-  rp.kp.bounds = bounds_at(rp.kp.addr);
-  rp.handler = count_return;
+  ret_counter_at(&rp, addr_of(depth_o0));
   rp.maxactive = 2;
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
@@ -496,9 +500,7 @@ int decline_odd(KretprobeInstance*, PtRegs* regs) { return regs->si & 1; }
 
 TEST_F(Optimize, ReturnProbeHitsAnEntryHandlerDeclinesTakeThePlainPath) {
   RetCounter rp;
-  rp.kp.addr = addr_of(mul_o2);
-  rp.kp.bounds = bounds_at(rp.kp.addr);
-  rp.handler = count_return;
+  ret_counter_at(&rp, addr_of(mul_o2));
   rp.entry_handler = decline_odd;
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
@@ -535,9 +537,7 @@ TEST_F(Optimize, KprobeAndReturnProbeShareTheDetourWhileTheReturnProbeComesAndGo
   Counter k;
   KprobeGuard gk{counter_at(&k, addr_of(mul_o2), bounds_at(addr_of(mul_o2)))};
   RetCounter rp;
-  rp.kp.addr = addr_of(mul_o2);
-  rp.kp.bounds = bounds_at(rp.kp.addr);
-  rp.handler = count_return;
+  ret_counter_at(&rp, addr_of(mul_o2));
   KretprobeGuard gr{&rp};
   ASSERT_EQ(register_kprobe(&k), 0);
   ASSERT_EQ(register_kretprobe(&rp), 0);
@@ -642,9 +642,7 @@ int check_r12(Kprobe* p, PtRegs* regs) {
 // one that joins while hits are in flight sees only hits that saved them all.
 TEST_F(Optimize, AJoiningKprobeSeesEveryRegisterBesideALeanReturnProbe) {
   RetCounter rp;
-  rp.kp.addr = addr_of(add_o2);
-  rp.kp.bounds = bounds_at(rp.kp.addr);
-  rp.handler = count_return;
+  ret_counter_at(&rp, addr_of(add_o2));
   KretprobeGuard gr{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
   wait_for_kprobe_optimizer();
