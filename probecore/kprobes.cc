@@ -14,6 +14,7 @@
 
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -926,11 +927,16 @@ int make_pool(Kretprobe* rp) {
     pool->at(static_cast<uint32_t>(i))->pool = pool.get();
   }
   pool->head.store(1);
-  // Each CPU keeps at most half its fair share, so that the shared list keeps the rest
-  // and entries rarely have to steal (a system call); a pool too small for that goes
-  // without per-CPU stacks.
+  // Each CPU in use (as the registering thread's affinity tells) keeps at most half its
+  // fair share, so that the shared list keeps the rest and entries rarely have to steal (a
+  // system call); a pool too small for that goes without per-CPU stacks. The array covers
+  // every possible CPU.
   const uint32_t ncpus = arch::percpu_count();
-  const uint32_t capacity = std::min<uint32_t>(arch::kPercpuSlots, pool->count / (2 * ncpus));
+  cpu_set_t allowed;
+  const int usable = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  const uint32_t share_cpus = usable > 0 ? static_cast<uint32_t>(usable) : ncpus;
+  const uint32_t capacity =
+      std::min<uint32_t>(arch::kPercpuSlots, pool->count / (2 * share_cpus));
   if (g_percpu && capacity > 0) {
     pool->ncpus = ncpus;
     pool->cpu_capacity = capacity;

@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -402,9 +401,9 @@ TEST_F(Probecore, AnInstanceFreedOnOneCpuServesAnEntryOnAnother) {
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
   RetRecorder rp;
   ret_at(&rp, addr_of(depth_o0), bounds_of(reinterpret_cast<void*>(depth_o0)));
-  // Two per possible CPU: each CPU's stack keeps one returned instance, the rest go back
-  // to the shared list.
-  const long n = 2 * get_nprocs_conf();
+  // Two per CPU the process may use: each CPU's stack keeps one returned instance, the
+  // rest go back to the shared list.
+  const long n = 2 * CPU_COUNT(&allowed);
   rp.maxactive = static_cast<int>(n);
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
