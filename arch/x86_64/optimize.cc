@@ -29,8 +29,8 @@
 
 #include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/near_alloc.h"
-#include "arch/x86_64/optimize_check.h"
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/optimize_check.h"
+#include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
 #include "arch/x86_64/text_patch.h"
 #include "arch/x86_64/thread_fixup.h"

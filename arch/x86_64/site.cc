@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "arch/x86_64/near_alloc.h"
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
 #include "arch/x86_64/text_patch.h"
 

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "arch/arch.h"
-#include "arch/x86_64/insn.h"
+#include "arch/x86_64/isa/insn.h"
 
 namespace probefs::arch {
 

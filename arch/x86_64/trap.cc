@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "arch/x86_64/cpu_state.h"
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
 
 extern "C" {

@@ -1,5 +1,5 @@
 // Decoding and classification on byte arrays: no live code involved.
-#include "arch/x86_64/insn.h"
+#include "arch/x86_64/isa/insn.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Jump-optimization safety checks: hand-assembled functions (one per refusal, and the
 // jump-table forms GCC and Clang emit), then real compiled code of this binary and libc.
-#include "arch/x86_64/optimize_check.h"
+#include "arch/x86_64/isa/optimize_check.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Relocation checked by decoding what it wrote: the copy must reach the same absolute
 // places from its new address.
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/relocate.h"
 
 #include <gtest/gtest.h>
 

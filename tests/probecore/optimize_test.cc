@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "probecore/kprobes.h"
-#include "target/self_symbols.h"
+#include "tracee/self_symbols.h"
 #include "tests/probecore/gpr_only_handlers.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
@@ -38,7 +38,7 @@ int count_hit(Kprobe* p, PtRegs*) {
 // or the .eh_frame entry for libc's local implementations such as __strlen_avx2).
 FunctionBounds bounds_at(uintptr_t addr) {
   SymbolLocation loc;
-  if (target::self_symbol_resolver().describe(addr, &loc) != 0) return {};
+  if (tracee::self_symbol_resolver().describe(addr, &loc) != 0) return {};
   return loc.bounds;
 }
 
@@ -58,7 +58,7 @@ bool optimized(const Kprobe& k) { return k.flags & KPROBE_FLAG_OPTIMIZED; }
 
 class Optimize : public ::testing::Test {
  protected:
-  void SetUp() override { set_symbol_resolver(&target::self_symbol_resolver()); }
+  void SetUp() override { set_symbol_resolver(&tracee::self_symbol_resolver()); }
   void TearDown() override {
     set_kprobes_optimization(true);
     EXPECT_EQ(kprobes_list(), "") << "a test left probes registered";

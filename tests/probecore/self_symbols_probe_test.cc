@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "probecore/kprobes.h"
-#include "target/self_symbols.h"
+#include "tracee/self_symbols.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 
@@ -28,7 +28,7 @@ long (*volatile v_strtol)(const char*, char**, int) = strtol;
 class SelfSymbols : public ::testing::Test {
  protected:
   void SetUp() override {
-    set_symbol_resolver(&target::self_symbol_resolver());
+    set_symbol_resolver(&tracee::self_symbol_resolver());
     g_hits = 0;
   }
   void TearDown() override { EXPECT_EQ(kprobes_list(), ""); }

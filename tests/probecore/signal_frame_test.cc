@@ -13,9 +13,9 @@
 #include <cstring>
 #include <thread>
 
-#include "arch/x86_64/insn.h"
+#include "arch/x86_64/isa/insn.h"
 #include "probecore/kprobes.h"
-#include "target/self_symbols.h"
+#include "tracee/self_symbols.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 
@@ -133,9 +133,9 @@ void count_post(Kprobe*, PtRegs*, unsigned long) { g_posts.fetch_add(1); }
 
 TEST(SignalFrames, PostHandlerOnASyscallInstruction) {
   // getppid's syscall instruction: found by decoding the function.
-  set_symbol_resolver(&target::self_symbol_resolver());
+  set_symbol_resolver(&tracee::self_symbol_resolver());
   SymbolLocation loc;
-  ASSERT_EQ(target::self_symbol_resolver().resolve("libc:getppid", &loc), 0);
+  ASSERT_EQ(tracee::self_symbol_resolver().resolve("libc:getppid", &loc), 0);
   uintptr_t at = 0;
   for (uintptr_t pc = loc.bounds.start; pc < loc.bounds.end;) {
     arch::x86_64::Insn insn;

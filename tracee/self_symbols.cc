@@ -1,4 +1,4 @@
-#include "target/self_symbols.h"
+#include "tracee/self_symbols.h"
 
 #include <link.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstddef>
 
-namespace probefs::target {
+namespace probefs::tracee {
 namespace {
 
 struct DlCounters {
@@ -99,4 +99,4 @@ SelfSymbolResolver& self_symbol_resolver() {
   return *instance;
 }
 
-}  // namespace probefs::target
+}  // namespace probefs::tracee

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "arch/x86_64/insn.h"
+#include "arch/x86_64/isa/insn.h"
 
 namespace probefs::arch::x86_64 {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace probefs::target {
+namespace probefs::tracee {
 
 struct FunctionRange {
   uintptr_t start = 0;  // run-time addresses, [start, end)
@@ -77,4 +77,4 @@ class ProcessSymbols {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace probefs::target
+}  // namespace probefs::tracee

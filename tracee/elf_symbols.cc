@@ -1,4 +1,4 @@
-#include "target/elf_symbols.h"
+#include "tracee/elf_symbols.h"
 
 #include <elfutils/libdw.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace probefs::target {
+namespace probefs::tracee {
 namespace {
 
 // Pointer encodings of .eh_frame (the LSB's DW_EH_PE_*); dwarf.h names only some of them.
@@ -857,4 +857,4 @@ std::vector<MappedObject> ProcessSymbols::objects() const {
   return out;
 }
 
-}  // namespace probefs::target
+}  // namespace probefs::tracee

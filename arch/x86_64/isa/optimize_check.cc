@@ -19,9 +19,9 @@
 // Unrelated instructions may be scheduled in between when they provably leave the
 // registers of the pattern alone. Anything else is not a recognised table, and the
 // indirect jump refuses optimization.
-#include "arch/x86_64/optimize_check.h"
+#include "arch/x86_64/isa/optimize_check.h"
 
-#include "arch/x86_64/capstone_handle.h"
+#include "arch/x86_64/isa/capstone_handle.h"
 
 #include <capstone/capstone.h>
 
@@ -31,7 +31,7 @@
 #include <cstring>
 #include <vector>
 
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/relocate.h"
 
 namespace probefs::arch::x86_64 {
 namespace {

@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include "probecore/symbol_resolver.h"
-#include "target/elf_symbols.h"
+#include "tracee/elf_symbols.h"
 
-namespace probefs::target {
+namespace probefs::tracee {
 
 class SelfSymbolResolver final : public probecore::SymbolResolver {
  public:
@@ -46,4 +46,4 @@ class SelfSymbolResolver final : public probecore::SymbolResolver {
 // ask for it while static destructors run).
 SelfSymbolResolver& self_symbol_resolver();
 
-}  // namespace probefs::target
+}  // namespace probefs::tracee

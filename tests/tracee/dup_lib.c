@@ -1,4 +1,4 @@
-// Built twice: libprobefs_target_dup_a.so and libprobefs_target_dup_b.so.
+// Built twice: libprobefs_tracee_dup_a.so and libprobefs_tracee_dup_b.so.
 #define PROBEFS_CAT2(a, b) a##b
 #define PROBEFS_CAT(a, b) PROBEFS_CAT2(a, b)
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace probefs::target::test_support {
+namespace probefs::tracee::test_support {
 
 template <typename F>
 uintptr_t fn_addr(F* f) {
@@ -24,4 +24,4 @@ inline uint64_t dynsym_size(uintptr_t addr) {
   return static_cast<const ElfW(Sym)*>(entry)->st_size;
 }
 
-}  // namespace probefs::target::test_support
+}  // namespace probefs::tracee::test_support

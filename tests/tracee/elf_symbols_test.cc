@@ -1,4 +1,4 @@
-#include "target/elf_symbols.h"
+#include "tracee/elf_symbols.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -17,12 +17,12 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/target/dl_helpers.h"
-#include "tests/target/test_functions.h"
+#include "tests/tracee/dl_helpers.h"
+#include "tests/tracee/test_functions.h"
 
 extern char** environ;
 
-namespace probefs::target {
+namespace probefs::tracee {
 namespace {
 
 using test_support::dynsym_size;
@@ -78,7 +78,7 @@ TEST(ProcessSymbols, ResolvesMangledNames) {
   auto syms = load_self();
   ASSERT_NE(syms, nullptr);
   ResolvedSymbol r;
-  // probefs::target::ProcessSymbols::load(int, int*)
+  // probefs::tracee::ProcessSymbols::load(int, int*)
   ASSERT_EQ(syms->resolve("_ZN7probefs6target14ProcessSymbols4loadEiPi", &r), 0);
   EXPECT_EQ(r.addr, fn_addr(&ProcessSymbols::load));
   EXPECT_TRUE(r.function.contains(r.addr));
@@ -223,7 +223,7 @@ TEST(ProcessSymbols, FirstLoadedDefinitionWins) {
   ResolvedSymbol r;
   ASSERT_EQ(syms->resolve("probefs_dup_fn", &r), 0);
   EXPECT_EQ(r.addr, addr_of(dlsym(RTLD_DEFAULT, "probefs_dup_fn")));
-  EXPECT_EQ(r.module, "libprobefs_target_dup_a.so");
+  EXPECT_EQ(r.module, "libprobefs_tracee_dup_a.so");
 
   Dl_info b;
   ASSERT_NE(dladdr(reinterpret_cast<void*>(&probefs_dup_b_id), &b), 0);
@@ -231,9 +231,9 @@ TEST(ProcessSymbols, FirstLoadedDefinitionWins) {
   ASSERT_NE(handle, nullptr);
   const uintptr_t in_b = addr_of(dlsym(handle, "probefs_dup_fn"));
   dlclose(handle);
-  ASSERT_EQ(syms->resolve("libprobefs_target_dup_b:probefs_dup_fn", &r), 0);
+  ASSERT_EQ(syms->resolve("libprobefs_tracee_dup_b:probefs_dup_fn", &r), 0);
   EXPECT_EQ(r.addr, in_b);
-  EXPECT_EQ(r.module, "libprobefs_target_dup_b.so");
+  EXPECT_EQ(r.module, "libprobefs_tracee_dup_b.so");
   EXPECT_NE(r.addr, addr_of(dlsym(RTLD_DEFAULT, "probefs_dup_fn")));
 }
 
@@ -410,4 +410,4 @@ TEST(ProcessSymbols, LoadOfAMissingProcessFails) {
 }
 
 }  // namespace
-}  // namespace probefs::target
+}  // namespace probefs::tracee

@@ -1,4 +1,4 @@
-#include "target/self_symbols.h"
+#include "tracee/self_symbols.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -11,10 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/target/dl_helpers.h"
-#include "tests/target/test_functions.h"
+#include "tests/tracee/dl_helpers.h"
+#include "tests/tracee/test_functions.h"
 
-namespace probefs::target {
+namespace probefs::tracee {
 namespace {
 
 using test_support::dynsym_size;
@@ -146,7 +146,7 @@ TEST(SelfSymbolResolver, FindsALibraryLoadedAfterFirstUse) {
 
   ASSERT_EQ(resolved, 0);
   EXPECT_EQ(loc.addr, late);
-  EXPECT_EQ(loc.module, "libprobefs_target_late.so");
+  EXPECT_EQ(loc.module, "libprobefs_tracee_late.so");
   EXPECT_EQ(loc.bounds.start, late);
   EXPECT_EQ(loc.bounds.end, late + size);
   ASSERT_EQ(described, 0);
@@ -160,4 +160,4 @@ TEST(SelfSymbolResolver, FindsALibraryLoadedAfterFirstUse) {
 }
 
 }  // namespace
-}  // namespace probefs::target
+}  // namespace probefs::tracee

@@ -1,4 +1,4 @@
-#include "arch/x86_64/relocate.h"
+#include "arch/x86_64/isa/relocate.h"
 
 #include <cerrno>
 #include <cstring>

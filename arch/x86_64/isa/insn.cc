@@ -1,9 +1,9 @@
 // Decoding and classification with Capstone. Capstone supplies lengths and operand
 // details; the control-flow opcodes that matter for probing are recognised from the bytes
 // themselves, so the classification does not hinge on a disassembler's naming.
-#include "arch/x86_64/insn.h"
+#include "arch/x86_64/isa/insn.h"
 
-#include "arch/x86_64/capstone_handle.h"
+#include "arch/x86_64/isa/capstone_handle.h"
 
 #include <cerrno>
 #include <cstdio>
