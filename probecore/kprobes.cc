@@ -14,6 +14,7 @@
 
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -32,6 +33,8 @@
 
 #include "arch/arch.h"
 #include "arch/percpu.h"
+#include "arch/syscall.h"
+#include "arch/warn.h"
 #include "probecore/rcu.h"
 
 namespace probefs::probecore {
@@ -184,7 +187,7 @@ bool on_breakpoint(PtRegs* regs) {
   }
   if (t_current) {  // a handler hit a probe: run the instruction, count the miss
     count_missed(ag);
-    if (arch::resume_out_of_line(ag->site, regs, &g_missed_cookie, false) !=
+    if (arch::run_probed_insn(ag->site, regs, &g_missed_cookie, false) !=
         arch::Resume::kStepping)
       rcu_read_unlock();
     return true;
@@ -199,7 +202,7 @@ bool on_breakpoint(PtRegs* regs) {
       return true;
     }
   }
-  switch (arch::resume_out_of_line(ag->site, regs, ag, ch->any_post)) {
+  switch (arch::run_probed_insn(ag->site, regs, ag, ch->any_post)) {
     case arch::Resume::kStepping:
       return true;  // singlestep_done() finishes
     case arch::Resume::kEmulated:
@@ -359,11 +362,9 @@ void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned) {
 [[noreturn]] void die_lost_return() {
   // A return through the trampoline that no instance accounts for: there is no address
   // to go back to. Stop the process the way an assertion would.
-  long pid, tid, ret;
-  asm volatile("syscall" : "=a"(pid) : "a"(39L) : "rcx", "r11", "memory");    // getpid
-  asm volatile("syscall" : "=a"(tid) : "a"(186L) : "rcx", "r11", "memory");   // gettid
-  asm volatile("syscall" : "=a"(ret) : "a"(234L), "D"(pid), "S"(tid), "d"(6L)  // tgkill SIGABRT
-               : "rcx", "r11", "memory");
+  PROBEFS_WARN_ON_ONCE(true, "a return through the trampoline that no instance accounts for");
+  arch::raw_syscall(__NR_tgkill, arch::raw_syscall(__NR_getpid), arch::raw_syscall(__NR_gettid),
+                    SIGABRT);
   for (;;) __builtin_trap();
 }
 
@@ -879,7 +880,7 @@ int unregister_locked(Kprobe* p) {
   if (probes.empty()) {
     // The int3 goes before the table entry: a thread that trapped on it and then finds no
     // entry sees the original byte back and simply runs it.
-    if (ag->armed && !ag->gone) arch::disarm(ag->site);  // unoptimizes first
+    if (ag->armed && !ag->gone) (void)arch::disarm(ag->site);  // unoptimizes first; arch warns
     ag->armed = false;
     arch::set_optimized_context(ag->site, nullptr);
     set_optimized_flag(ag, false);

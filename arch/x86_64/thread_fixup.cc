@@ -1,11 +1,12 @@
 #include "arch/x86_64/thread_fixup.h"
 
+#include "arch/self_memory.h"
+#include "arch/syscall.h"
 #include "arch/x86_64/site.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -31,21 +32,10 @@ std::atomic<int> g_generation{0};
 std::atomic<int> g_acks{0};
 std::atomic<int> g_busy{0};  // threads that were in the trap path: the batch must wait
 
-// Reads this process's memory without faulting (a raw process_vm_readv: this also runs
-// inside the fixup signal handler). Returns the bytes read.
+// Reads this process's memory without faulting (this also runs inside the fixup signal
+// handler). Returns the bytes read.
 size_t safe_read(uintptr_t addr, void* buf, size_t n) {
-  long pid;
-  asm volatile("syscall" : "=a"(pid) : "a"(static_cast<long>(SYS_getpid)) : "rcx", "r11", "memory");
-  iovec local{buf, n}, remote{reinterpret_cast<void*>(addr), n};
-  long ret;
-  register long r10 asm("r10") = reinterpret_cast<long>(&remote);
-  register long r8 asm("r8") = 1;
-  register long r9 asm("r9") = 0;
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "a"(static_cast<long>(SYS_process_vm_readv)), "D"(pid), "S"(&local), "d"(1L),
-                 "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
+  const long ret = read_self_memory(self_pid(), addr, buf, n);
   return ret > 0 ? static_cast<size_t>(ret) : 0;
 }
 
@@ -176,15 +166,16 @@ bool listed(const IpMove* moves, size_t n, uintptr_t pc) {
   return false;
 }
 
+// 0 or -errno.
 int queue_signal(long tid, int generation) {
   siginfo_t info{};
   info.si_signo = thread_fixup_signal();
   info.si_code = SI_QUEUE;
-  info.si_pid = getpid();
+  info.si_pid = static_cast<pid_t>(self_pid());
   info.si_uid = getuid();
   info.si_value.sival_int = generation;
-  return static_cast<int>(
-      syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, thread_fixup_signal(), &info));
+  return static_cast<int>(raw_syscall(__NR_rt_tgsigqueueinfo, info.si_pid, tid,
+                                      thread_fixup_signal(), reinterpret_cast<long>(&info)));
 }
 
 }  // namespace
@@ -198,7 +189,7 @@ int move_threads(const IpMove* caller_moves, size_t n) {
   g_moves.store(nullptr, std::memory_order_release);
   std::memcpy(g_move_storage, caller_moves, n * sizeof(IpMove));
   const IpMove* moves = g_move_storage;
-  const long self = syscall(SYS_gettid);
+  const long self = raw_syscall(__NR_gettid);
   const int generation = g_generation.fetch_add(1) + 1;
   g_acks.store(0);
   g_busy.store(0);
@@ -223,8 +214,9 @@ int move_threads(const IpMove* caller_moves, size_t n) {
         rc = -EAGAIN;  // running where we cannot look; and a signal would only pile up
         continue;
       }
-      if (queue_signal(tid, generation) == 0) ++sent;
-      else if (errno != ESRCH) rc = -EAGAIN;
+      const int sig_rc = queue_signal(tid, generation);
+      if (sig_rc == 0) ++sent;
+      else if (sig_rc != -ESRCH) rc = -EAGAIN;
     }
     closedir(d);
   } else {

@@ -20,7 +20,7 @@ struct IpMove {
 };
 
 // 0, or -EAGAIN when some thread could not be checked or moved (try again later).
-int move_threads(const IpMove* moves, size_t n);
+[[nodiscard]] int move_threads(const IpMove* moves, size_t n);
 
 // The real-time signal used to reach other threads.
 int thread_fixup_signal();
