@@ -194,6 +194,53 @@ class Exceptions : public ::testing::TestWithParam<bool> {
 TEST_P(Exceptions, CaughtWhereTheyWereWithAProbeAtEveryBoundaryO2) { check(level_o2()); }
 TEST_P(Exceptions, CaughtWhereTheyWereWithAProbeAtEveryBoundaryO0) { check(level_o0()); }
 
+class ExceptionEntries : public ::testing::Test {
+ protected:
+  void SetUp() override { set_symbol_resolver(&tracee::self_symbol_resolver()); }
+  void TearDown() override {
+    set_kprobes_optimization(true);
+    EXPECT_EQ(kprobes_list(), "");
+  }
+};
+
+// The shape at -O2: pop, ret, then the landing pad. A probe on the pop comes with
+// the pad from the symbol side, and the optimizer names the pad as the reason it keeps the
+// int3. A caller that gives bounds without entries gets the checks on the function's own
+// code, where the bytes after the ret refuse all the same.
+TEST_F(ExceptionEntries, TheLandingPadAfterTheRetReachesTheOptimizer) {
+  SymbolLocation loc;
+  ASSERT_EQ(tracee::self_symbol_resolver().describe(
+                reinterpret_cast<uintptr_t>(exc_exact_o2), &loc), 0);
+  ASSERT_EQ(loc.bounds.landing_pads.size(), 1u);
+  const uintptr_t pad = loc.bounds.landing_pads[0];
+  const auto* code = reinterpret_cast<const uint8_t*>(pad - 2);
+  ASSERT_EQ(code[0], 0x5b) << "not GCC 12's shape: pop %rbx";
+  ASSERT_EQ(code[1], 0xc3) << "not GCC 12's shape: ret";
+
+  Kprobe k;
+  k.addr = pad - 2;
+  k.pre_handler = count_hit;
+  test_util::KprobeGuard guard{&k};
+  ASSERT_EQ(register_kprobe(&k), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_FALSE(k.flags & KPROBE_FLAG_OPTIMIZED);
+  EXPECT_EQ(kprobe_optimization_status(&k), "jump into the region");
+  const long before = g_hits.load();
+  EXPECT_EQ(scenario(exc_outer_o2), scenario(exc_outer_o2));
+  EXPECT_GT(g_hits.load(), before);
+  ASSERT_EQ(unregister_kprobe(&k), 0);
+
+  Kprobe own;
+  own.addr = pad - 2;
+  own.bounds = {loc.bounds.start, loc.bounds.end};
+  own.pre_handler = count_hit;
+  test_util::KprobeGuard own_guard{&own};
+  ASSERT_EQ(register_kprobe(&own), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_FALSE(own.flags & KPROBE_FLAG_OPTIMIZED);
+  EXPECT_EQ(kprobe_optimization_status(&own), "code after a jump or return in the region");
+}
+
 INSTANTIATE_TEST_SUITE_P(Probes, Exceptions, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return i.param ? std::string("Optimized") : std::string("Int3");
