@@ -7,14 +7,11 @@
 #include <cstdint>
 
 #include "arch/regs.h"
+#include "arch/text_range.h"
 
 namespace probefs::arch {
 
 struct Site;  // the prepared instruction at one probe address (arch-private)
-
-struct TextRange {
-  uintptr_t start = 0, end = 0;
-};
 
 // ---- control plane: the caller serializes these calls ----
 

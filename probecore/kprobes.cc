@@ -584,11 +584,9 @@ std::string optimization_obstacle(Aggregate* ag) {
   }
   if (!ag->opt_checked) {
     const char* why = "";
-    std::vector<arch::TextRange> related;
-    for (const CodeRange& r : ag->bounds.related) related.push_back({r.start, r.end});
-    const arch::FunctionEntries outside{ag->bounds.landing_pads.data(),
-                                        ag->bounds.landing_pads.size(), related.data(),
-                                        related.size()};
+    const arch::FunctionEntries outside{
+        ag->bounds.landing_pads.data(), ag->bounds.landing_pads.size(),
+        ag->bounds.related.data(), ag->bounds.related.size()};
     ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end, outside,
                                               save_vector, entry, return_vector, &why) == 0;
     ag->opt_checked = true;

@@ -11,13 +11,9 @@
 #include <string_view>
 #include <vector>
 
-namespace probefs::probecore {
+#include "arch/text_range.h"
 
-// [start, end) of some code, run-time addresses.
-struct CodeRange {
-  uintptr_t start = 0;
-  uintptr_t end = 0;
-};
+namespace probefs::probecore {
 
 // [start, end) of the function that contains a probe address; {0, 0} when unknown.
 //
@@ -41,7 +37,7 @@ struct FunctionBounds {
   std::vector<uintptr_t> landing_pads = {};
   // Code the compiler split off from the function or split the function from (`foo.cold`
   // for `foo`, and `foo` for `foo.cold`): its direct branches may land inside the function.
-  std::vector<CodeRange> related = {};
+  std::vector<arch::TextRange> related = {};
 
   bool known() const { return start < end; }
   bool contains(uintptr_t a) const { return start <= a && a < end; }
