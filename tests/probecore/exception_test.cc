@@ -241,6 +241,47 @@ TEST_F(ExceptionEntries, TheLandingPadAfterTheRetReachesTheOptimizer) {
   EXPECT_EQ(kprobe_optimization_status(&own), "code after a jump or return in the region");
 }
 
+extern "C" long pf_split(long x);
+extern "C" char pf_split_join[];
+long (*volatile v_split)(long) = pf_split;
+
+// pf_split.cold jumps back to pf_split+3 (split_targets.S). The symbol side names the cold
+// part with pf_split's bounds, and the function's own check sees the branch. Given bounds
+// without it, only the engine's sweep of the whole mapping catches the branch.
+TEST_F(ExceptionEntries, ABranchBackFromTheColdPartReachesTheOptimizer) {
+  const auto start = reinterpret_cast<uintptr_t>(pf_split);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(pf_split_join), start + 3);
+  SymbolLocation loc;
+  ASSERT_EQ(tracee::self_symbol_resolver().describe(start, &loc), 0);
+  ASSERT_EQ(loc.bounds.related.size(), 1u);
+  EXPECT_FALSE(loc.bounds.contains(loc.bounds.related[0].start));
+
+  Kprobe k;
+  k.addr = start;
+  k.pre_handler = count_hit;
+  test_util::KprobeGuard guard{&k};
+  ASSERT_EQ(register_kprobe(&k), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_FALSE(k.flags & KPROBE_FLAG_OPTIMIZED);
+  EXPECT_EQ(kprobe_optimization_status(&k), "jump into the region");
+  const long before = g_hits.load();
+  EXPECT_EQ(v_split(-5), 6);
+  EXPECT_EQ(v_split(5), 6);
+  EXPECT_EQ(g_hits.load(), before + 2);
+  ASSERT_EQ(unregister_kprobe(&k), 0);
+
+  Kprobe own;
+  own.addr = start;
+  own.bounds = {loc.bounds.start, loc.bounds.end};
+  own.pre_handler = count_hit;
+  test_util::KprobeGuard own_guard{&own};
+  ASSERT_EQ(register_kprobe(&own), 0);
+  wait_for_kprobe_optimizer();
+  EXPECT_FALSE(own.flags & KPROBE_FLAG_OPTIMIZED);
+  EXPECT_NE(kprobe_optimization_status(&own), "jump into the region");
+  EXPECT_EQ(v_split(-5), 6);
+}
+
 INSTANTIATE_TEST_SUITE_P(Probes, Exceptions, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return i.param ? std::string("Optimized") : std::string("Int3");
