@@ -262,7 +262,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           outside, &region);
     CHECK(refusal_text(r) != nullptr);
     if (r >= OptimizeRefusal::kCallInRegion) {
-      CHECK(region.addr == addr && region.len >= kJmpLen && region.end() <= end);
+      CHECK(region.addr == addr && region.len >= kJmpRel32Len && region.end() <= end);
     } else if (r != OptimizeRefusal::kNone) {
       CHECK(region.len == 0);
     }
@@ -270,8 +270,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     // Optimizable: the function decoded whole and addr is one of its boundaries.
     CHECK(sweep_complete && boundary[off]);
-    CHECK(region.addr == addr && region.len >= kJmpLen && region.end() <= end);
-    CHECK(region.count >= 1 && region.count <= kJmpLen);
+    CHECK(region.addr == addr && region.len >= kJmpRel32Len && region.end() <= end);
+    CHECK(region.count >= 1 && region.count <= kJmpRel32Len);
     uintptr_t pc = addr;
     for (uint8_t i = 0; i < region.count; ++i) {
       const Insn& in = region.insns[i];
