@@ -2,3 +2,4 @@
 #include <gelf.h>
 #include "probecore/kprobes.h"
 #include "events/fetch.h"
+#include "gelf.h"
