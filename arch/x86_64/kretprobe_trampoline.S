@@ -20,7 +20,10 @@
  *
  * probecore's function_return callback (regs, whose ip it fills) runs the return handlers
  * and returns the real return address A, which goes to S-8; registers are reloaded, rsp
- * goes back to S.
+ * goes back to S. The plain trampolines have a second entry, _twice, for functions that
+ * return twice (setjmp: the hijacked address is saved in the jmp_buf, and longjmp comes
+ * back through it): the callback tells the two apart by regs->ip, which holds the entry
+ * the return came through.
  *
  *   probefs_kretprobe_trampoline_<level>       leaves with jmp *-8(%rsp): the function's
  *                                              ret already consumed the caller's return-
@@ -45,11 +48,24 @@
         .globl  \name
         .type   \name, @function
         .p2align 4
-\name:
         .cfi_startproc
         .cfi_undefined rip
+        .if !\by_ret
+        .globl  \name\()_twice
+        .type   \name\()_twice, @function
+\name\()_twice:
         lea     -frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
+        lea     \name\()_twice(%rip), %rax
+        jmp     1f
+        .endif
+\name:
+        lea     -frame(%rsp), %rsp
+        PTREGS_SAVE_GPRS
+        .if !\by_ret
+        lea     \name(%rip), %rax
+1:      mov     %rax, 128(%rsp)         /* ip: the entry this return came through */
+        .endif
         VECTOR_SAVE \vector, 176
         pushfq
         popq    144(%rsp)               /* flags (address taken after the pop) */
