@@ -398,10 +398,13 @@ __attribute__((noinline)) void recycle_passed_instances(uintptr_t* sp) {
 // A kretprobe's entry: takes an instance and hijacks the return address.
 [[gnu::always_inline]] inline void kretprobe_entry(Kretprobe* rp, PtRegs* regs) {
   auto* slot = reinterpret_cast<uintptr_t*>(regs->sp);
-  // Nested calls lie below every instance in flight; one at or below this slot belongs
-  // to a frame that is gone (recycled before taking, so that the instances it held serve
-  // this entry).
-  if (__builtin_expect(t_ri_head && t_ri_head->ret_slot <= slot, 0)) recycle_passed_instances(slot);
+  // Nested calls lie below every instance in flight; an instance whose slot lies below
+  // this one, or at it when no tail call or other return probe here entered, belongs to
+  // a frame that is gone (recycled before taking, so that the instances it held serve this entry).
+  if (const KretprobeInstance* newest = t_ri_head;
+      __builtin_expect(newest && (newest->ret_slot < slot ||
+                                  (newest->ret_slot == slot && slot_reused(newest, slot))), 0))
+    recycle_passed_instances(slot);
   // Unregistration clears pool_ before its grace period: a hit that read the children
   // list earlier may still get here, and then takes nothing.
   InstancePool* pool = __atomic_load_n(&rp->pool_, __ATOMIC_ACQUIRE);
