@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -201,17 +202,28 @@ TEST(LibcWide, KretprobesOptimized) {
 
 // ---- waiting for other changes ----
 
-// The counts of every function are the same in both modes. Waits for the engine's own
-// threads' hits to be left out (issue 8, item 8): in the default mode the optimizer
-// thread calls libc (condition variables, clocks, allocation) while the work runs, and
-// those hits count today.
-TEST(LibcWide, DISABLED_CountsAreTheSameInBothModes_WaitsForEngineThreadHitsLeftOut) {
+// Counts that depend on more than the work: how often a thread waits for its turn
+// depends on the schedule, and how often malloc grows the heap on what the engine itself
+// allocated in the program's main arena before the work (which differs between modes).
+const char* const kNotDeterministic[] = {
+    "pthread_cond_wait", "_pthread_cleanup_push", "_pthread_cleanup_pop",  // schedule
+    "brk", "sbrk", "__sbrk", "__default_morecore",                         // heap state
+};
+
+// The counts of every other function are the same in both modes. Waits for the engine's
+// threads to start at its initialisation in both modes (today the first thread the
+// default mode's optimizer makes calls _IO_enable_locks before the work, the int3 mode's
+// work does it) and for their hits to be left out (issue 8, items 2 and 8).
+TEST(LibcWide, DISABLED_CountsAreTheSameInBothModes_WaitsForEngineThreadsAtInitAndTheirHitsLeftOut) {
   const WorkloadRun int3 = run_workload({"--probes=kprobe", "--optimize=off", excluded_int3()});
   const WorkloadRun opt = run_workload({"--probes=kprobe", "--optimize=on", excluded_int3()});
   ASSERT_TRUE(int3.exited_ok()) << int3.how() << int3.tail();
   ASSERT_TRUE(opt.exited_ok()) << opt.how() << opt.tail();
   ASSERT_EQ(int3.counts.size(), opt.counts.size());
   for (const auto& [name, count] : int3.counts) {
+    if (std::find(std::begin(kNotDeterministic), std::end(kNotDeterministic), name) !=
+        std::end(kNotDeterministic))
+      continue;
     auto it = opt.counts.find(name);
     ASSERT_NE(it, opt.counts.end()) << name;
     EXPECT_EQ(it->second, count) << name;
