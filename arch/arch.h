@@ -114,6 +114,11 @@ uintptr_t kretprobe_trampoline();
 // kretprobe_trampoline() and runs the plain block).
 uintptr_t kretprobe_trampoline_returns_twice();
 
+// Is `addr` where a hijacked return goes: a return trampoline's entry, or the return point
+// of a call-mode detour (the address its call into the function pushed)? Any thread, no
+// lock, no library call: the unwinder's path asks it of return slots on the stack.
+bool is_hijacked_return(uintptr_t addr);
+
 // ---- jump optimization (control plane; the caller serializes) ----
 
 // Runs the optimizer's safety checks on the function around the site and builds the

@@ -17,6 +17,10 @@ struct Chunk {
 
 std::mutex g_mu;
 std::vector<Chunk>& g_chunks = *new std::vector<Chunk>;  // guarded by g_mu; never destroyed
+// The chunks' bases for readers without the lock: written under g_mu, each slot before the
+// count that publishes it. Chunks are never unmapped, so a published base stays valid.
+uintptr_t g_bases[kMaxTrackedChunks];
+size_t g_nbases = 0;
 
 bool within(uintptr_t a, uintptr_t b, size_t size) {
   const uintptr_t lo = a < b ? a : b, hi = a < b ? b + size : a;
@@ -60,7 +64,20 @@ void* alloc_near(uintptr_t near, size_t size) {
   const uintptr_t base = map_chunk_near(near);
   if (!base) return nullptr;
   g_chunks.push_back({base, size});
+  if (g_nbases < kMaxTrackedChunks) {
+    __atomic_store_n(&g_bases[g_nbases], base, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_nbases, g_nbases + 1, __ATOMIC_RELEASE);
+  }
   return reinterpret_cast<void*>(base);
+}
+
+bool near_alloc_contains(uintptr_t addr) {
+  const size_t n = __atomic_load_n(&g_nbases, __ATOMIC_ACQUIRE);
+  for (size_t i = 0; i < n; ++i) {
+    const uintptr_t base = __atomic_load_n(&g_bases[i], __ATOMIC_RELAXED);
+    if (addr - base < kChunk) return true;
+  }
+  return false;
 }
 
 }  // namespace probefs::arch::x86_64

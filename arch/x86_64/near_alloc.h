@@ -16,4 +16,10 @@ constexpr uintptr_t kNearReach = (1ull << 31) - (1ull << 24);  // rel32 reach, w
 // within reach. Control plane only (takes a lock, may map memory).
 void* alloc_near(uintptr_t near, size_t size);
 
+// Does `addr` lie in memory alloc_near() handed out? Any thread, lock-free, no library
+// call. Only the first kMaxTrackedChunks chunks are known (256 MiB of near memory: more than
+// any process gets).
+constexpr size_t kMaxTrackedChunks = 4096;
+bool near_alloc_contains(uintptr_t addr);
+
 }  // namespace probefs::arch::x86_64

@@ -14,6 +14,7 @@
 #include "arch/syscall.h"
 #include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/isa/relocate.h"
+#include "arch/x86_64/near_alloc.h"
 #include "arch/x86_64/site.h"
 
 extern "C" {
@@ -283,6 +284,14 @@ bool thread_in_trap_path(uintptr_t interrupted_ip) {
 
 uintptr_t kretprobe_trampoline() { return probefs_arch_plain_trampoline; }
 uintptr_t kretprobe_trampoline_returns_twice() { return g_trampoline_twice; }
+
+bool is_hijacked_return(uintptr_t addr) {
+  // A call-mode detour's return point is the only code address of ours that a call pushes:
+  // copies and detours hold no call (the optimizer refuses one in a region; boosting
+  // emulates calls).
+  return addr == probefs_arch_plain_trampoline || addr == g_trampoline_twice ||
+         near_alloc_contains(addr);
+}
 
 size_t blacklist(TextRange* out, size_t max) {
   size_t n = 0;
