@@ -2,14 +2,25 @@
 // global arming, and the `kprobes/list` text.
 //
 // Data structures and who touches them:
-//   g_mu            serializes every control operation (any thread, never a handler)
-//   g_aggrs         every aggregate, gone ones included, for listing       (g_mu)
-//   g_table         sorted address -> aggregate, RCU-published; read on every hit
+//   g_mu            serializes every control operation (any thread, never a handler) and
+//                   the optimizer thread's passes
+//   g_aggrs         every aggregate, gone ones included, by address          (g_mu)
+//   g_table         address -> aggregate: a fixed array of hash chains whose links are
+//                   RCU-published (insert and remove cost O(1)); read on every hit
 //   Aggregate::children  the probes on one address, RCU-published; read on every hit
-//   t_current       this thread's running probe (recursion guard)           (owner thread)
+//   g_dirty         aggregates whose form (disarmed, int3, jmp) must be settled at the
+//                   end of the control operation                              (g_mu)
+//   t_current       this thread's running probe (recursion guard), or the engine's own
+//                   mark on its threads while they run engine code           (owner thread)
 //   t_ri_head       this thread's kretprobe instances in flight, newest first (owner thread)
-//   g_opt_queue     aggregates waiting for the optimizer thread             (g_mu)
+//   g_opt_queue     aggregates the optimizer thread retries                  (g_mu)
 // Anything unpublished is retired and freed only after synchronize_rcu().
+//
+// No control operation costs time in proportion to the probe set or to a mapping: an
+// operation settles only the aggregates it touched (g_dirty) and their neighbours, the
+// table and g_aggrs change in O(1) and O(log n), unloaded objects are looked for only
+// when the dynamic linker's unload counter moved, and the optimizer's checks look at one
+// function (the whole-mapping branch sweep runs once per mapping).
 #include "probecore/kprobes.h"
 
 #include <link.h>
@@ -18,12 +29,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string_view>
 #include <thread>
 #include <chrono>
 #include <condition_variable>
@@ -47,8 +61,16 @@ struct Aggregate {
   uintptr_t addr = 0;
   arch::Site* site = nullptr;
   std::atomic<const Children*> children{nullptr};
-  bool armed = false;
+  // The next aggregate in this address's hash chain (g_table). Removal leaves it as it
+  // was, so a reader standing on a removed aggregate still finds the rest of the chain.
+  std::atomic<Aggregate*> hash_next{nullptr};
+  bool armed = false;  // the site carries our patch: an int3 or a jmp
   bool gone = false;
+  bool dirty = false;    // in g_dirty
+  bool retired = false;  // unregistered; freed by reclaim()
+  // Code that glibc runs with every signal blocked (see runs_with_signals_blocked()): an
+  // int3 here would kill the thread, so the site is only ever a jmp or original bytes.
+  bool no_int3 = false;
   // For `kprobes/list`.
   std::string symbol;
   uintptr_t symbol_offset = 0;
@@ -67,10 +89,6 @@ struct Aggregate {
   std::string opt_reason;    // why it is not optimized (empty when it is)
   bool opt_queued = false;
   unsigned opt_retries = 0;  // passes that could not patch it (a thread sat on it)
-};
-
-struct Table {
-  std::vector<std::pair<uintptr_t, Aggregate*>> entries;  // sorted by address
 };
 
 // A kretprobe's maxactive instances. A free instance sits either in the stack of some
@@ -101,7 +119,6 @@ struct InstancePool {
 using detail::Aggregate;
 using detail::Children;
 using detail::InstancePool;
-using detail::Table;
 
 namespace {
 
@@ -111,8 +128,21 @@ namespace {
 std::mutex g_mu;
 // Containers are never destroyed: the optimizer thread may still use them while static
 // destructors run at exit.
-std::vector<Aggregate*>& g_aggrs = *new std::vector<Aggregate*>;  // g_mu
-std::atomic<const Table*> g_table{nullptr};
+struct ByAddress {
+  bool operator()(const Aggregate* a, const Aggregate* b) const {
+    return a->addr != b->addr ? a->addr < b->addr : a < b;  // a gone one may share its address
+  }
+};
+std::set<Aggregate*, ByAddress>& g_aggrs = *new std::set<Aggregate*, ByAddress>;  // g_mu
+// The hit path's address -> aggregate map: 2^kTableBits chains. Writers (g_mu) publish a
+// link with a release store; readers follow links with acquire loads inside their
+// read-side section; an unlinked aggregate is freed only after a grace period.
+constexpr unsigned kTableBits = 12;
+std::array<std::atomic<Aggregate*>, size_t{1} << kTableBits> g_table{};
+std::vector<Aggregate*>& g_dirty = *new std::vector<Aggregate*>;  // g_mu
+// Unregistered aggregates whose jmp is still written (its detour silenced): removed in one
+// batch when the operation ends, before reclaim() frees them.                  (g_mu)
+std::vector<Aggregate*>& g_unpatch = *new std::vector<Aggregate*>;
 bool g_all_disarmed = false;                     // g_mu
 SymbolResolver* g_resolver = nullptr;            // g_mu
 bool g_percpu = false;                           // g_mu: kretprobe pools keep per-CPU stacks
@@ -120,16 +150,17 @@ uintptr_t g_trampoline = 0;                      // arch::kretprobe_trampoline()
 bool g_initialized = false;                      // g_mu
 
 // Unpublished and waiting for a grace period.                                  (g_mu)
-std::vector<const Table*>& g_retired_tables = *new std::vector<const Table*>;
 std::vector<const Children*>& g_retired_children = *new std::vector<const Children*>;
 std::vector<Aggregate*>& g_retired_aggrs = *new std::vector<Aggregate*>;
 std::vector<InstancePool*>& g_retired_pools = *new std::vector<InstancePool*>;  // freed once all are back
 
 bool g_optimization = true;                      // g_mu: debug.kprobes_optimization
 std::vector<Aggregate*>& g_opt_queue = *new std::vector<Aggregate*>;  // g_mu
-// The optimizer thread: wakes on g_opt_cv, waits kOptimizeDelay to batch, optimizes.
-constexpr auto kOptimizeDelay = std::chrono::milliseconds(5);
+// The optimizer thread retries what a control operation could not optimize at once (a
+// thread sat on a region, or blocked signals while running): soon at first, then rarely.
+constexpr auto kRetrySoonDelay = std::chrono::milliseconds(2);
 constexpr auto kRetryDelay = std::chrono::milliseconds(100);
+constexpr unsigned kSoonRetries = 5;
 // With g_mu. Never destroyed (the optimizer thread may wait on it during exit), and
 // replaced in a fork child: a condition variable that had waiters is unusable there.
 std::condition_variable* g_opt_cv = new std::condition_variable;
@@ -137,6 +168,10 @@ bool g_optimizer_running = false;                // g_mu: the thread exists (res
 uint64_t g_opt_passes = 0;                       // g_mu: completed optimizer passes
 
 thread_local const void* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
+// t_current of a thread that runs the engine's own code: the optimizer thread always, a
+// thread inside a control operation for its duration. The engine calls libc (files,
+// threads, memory), which users probe: such hits run no handler and are no one's miss.
+char g_engine_mark;
 thread_local KretprobeInstance* t_ri_head __attribute__((tls_model("initial-exec"))) = nullptr;
 
 // Handed to arch for a single-step taken on behalf of a missed (recursive) hit.
@@ -149,17 +184,15 @@ inline bool probe_enabled(const Kprobe* p) {
 // ---------------------------------------------------------------------------------------
 // Hit path: no allocation, no locks, no libc (DESIGN.md §3).
 
+inline size_t table_bucket(uintptr_t addr) {
+  return static_cast<size_t>((addr * 0x9e3779b97f4a7c15ull) >> (64 - kTableBits));
+}
+
 Aggregate* table_lookup(uintptr_t addr) {
-  const Table* t = g_table.load(std::memory_order_acquire);
-  if (!t) return nullptr;
-  const auto* e = t->entries.data();
-  size_t lo = 0, hi = t->entries.size();
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (e[mid].first < addr) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < t->entries.size() && e[lo].first == addr ? e[lo].second : nullptr;
+  for (Aggregate* ag = g_table[table_bucket(addr)].load(std::memory_order_acquire); ag;
+       ag = ag->hash_next.load(std::memory_order_acquire))
+    if (ag->addr == addr) return ag;
+  return nullptr;
 }
 
 void count_missed(const Aggregate* ag) {
@@ -183,7 +216,7 @@ bool on_breakpoint(PtRegs* regs) {
     return false;
   }
   if (t_current) {  // a handler hit a probe: run the instruction, count the miss
-    count_missed(ag);
+    if (t_current != &g_engine_mark) count_missed(ag);
     if (arch::resume_out_of_line(ag->site, regs, &g_missed_cookie, false) !=
         arch::Resume::kStepping)
       rcu_read_unlock();
@@ -229,7 +262,7 @@ template <typename Run>
   const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
   if (__builtin_expect(ag != nullptr, 1)) {
     if (__builtin_expect(t_current != nullptr, 0)) {
-      count_missed(ag);
+      if (t_current != &g_engine_mark) count_missed(ag);
     } else {
       t_current = ag;
       for (Kprobe* p : ag->children.load(std::memory_order_acquire)->probes) run(p);
@@ -412,26 +445,22 @@ uintptr_t on_function_return(PtRegs* regs) {
 // ---------------------------------------------------------------------------------------
 // Control plane (g_mu held)
 
-void publish_table(std::vector<std::pair<uintptr_t, Aggregate*>> entries) {
-  std::sort(entries.begin(), entries.end());
-  auto* t = new Table{std::move(entries)};
-  const Table* old = g_table.exchange(t, std::memory_order_acq_rel);
-  if (old) g_retired_tables.push_back(old);
-}
-
 void table_insert(Aggregate* ag) {
-  const Table* t = g_table.load(std::memory_order_relaxed);
-  auto entries = t ? t->entries : decltype(Table::entries){};
-  entries.emplace_back(ag->addr, ag);
-  publish_table(std::move(entries));
+  std::atomic<Aggregate*>& head = g_table[table_bucket(ag->addr)];
+  ag->hash_next.store(head.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  head.store(ag, std::memory_order_release);
 }
 
+// Unlinks ag; a reader standing on it still finds the rest of the chain through it.
 void table_remove(Aggregate* ag) {
-  const Table* t = g_table.load(std::memory_order_relaxed);
-  if (!t) return;
-  auto entries = t->entries;
-  std::erase_if(entries, [&](const auto& e) { return e.second == ag; });
-  publish_table(std::move(entries));
+  std::atomic<Aggregate*>* link = &g_table[table_bucket(ag->addr)];
+  for (Aggregate* cur; (cur = link->load(std::memory_order_relaxed)) != nullptr;
+       link = &cur->hash_next) {
+    if (cur == ag) {
+      link->store(ag->hash_next.load(std::memory_order_relaxed), std::memory_order_release);
+      return;
+    }
+  }
 }
 
 void publish_children(Aggregate* ag, std::vector<Kprobe*> probes) {
@@ -452,14 +481,48 @@ bool any_enabled(const Aggregate* ag) {
   return false;
 }
 
-// Arms or disarms the aggregate to match its children and the global switch.
-int sync_armed(Aggregate* ag) {
-  if (ag->gone) return 0;
-  const bool want = !g_all_disarmed && any_enabled(ag);
-  if (want == ag->armed) return 0;
-  int rc = want ? arch::arm(ag->site) : arch::disarm(ag->site);
-  if (rc == 0) ag->armed = want;
-  return rc;
+// The aggregate's form is settled at the end of the control operation.
+void mark_dirty(Aggregate* ag) {
+  if (ag->dirty || ag->retired) return;
+  ag->dirty = true;
+  g_dirty.push_back(ag);
+}
+
+void dequeue_optimizer(Aggregate* ag) {
+  if (!ag->opt_queued) return;
+  ag->opt_queued = false;
+  std::erase(g_opt_queue, ag);
+}
+
+// The bytes a jmp may replace from a probe address: no region reaches further.
+constexpr uintptr_t kMaxRegionLen = 32;
+
+// The live aggregates whose address lies in [lo, hi), in address order.
+template <typename F>
+void for_each_in(uintptr_t lo, uintptr_t hi, F f) {
+  Aggregate key;
+  key.addr = lo;
+  for (auto it = g_aggrs.lower_bound(&key); it != g_aggrs.end() && (*it)->addr < hi; ++it)
+    if (!(*it)->gone) f(*it);
+}
+
+// Code glibc runs with every signal blocked, where a trap kills the thread at once (a
+// synchronous SIGTRAP that is blocked is fatal): at thread start (__ctype_init, _setjmp),
+// at thread exit (madvise, getpagesize), around clone in pthread_create and posix_spawn
+// (clone, munmap; and sigaction, sigprocmask in the spawned child). glibc blocks with the
+// raw system call, so no interposition can stop it. Such a site is jump-optimized or not
+// armed at all; never an int3. Known only where the resolver names the function.
+bool runs_with_signals_blocked(std::string_view module, std::string_view symbol) {
+  if (module.substr(0, 7) != "libc.so") return false;
+  static constexpr std::string_view kNames[] = {
+      "__ctype_init", "_setjmp",   "__sigsetjmp", "setjmp",       "sigsetjmp",
+      "madvise",      "__madvise", "getpagesize", "__getpagesize", "munmap",
+      "__munmap",     "clone",     "__clone",     "sigaction",    "__sigaction",
+      "sigprocmask",  "__sigprocmask", "pthread_sigmask", "__pthread_sigmask",
+  };
+  for (std::string_view name : kNames)
+    if (symbol == name) return true;
+  return false;
 }
 
 // Frees what was unpublished, once no thread can still see it.
@@ -474,12 +537,11 @@ void reclaim() {
   });
   const bool fresh_pools = std::any_of(g_retired_pools.begin(), g_retired_pools.end(),
                                        [](const InstancePool* p) { return !p->grace_passed; });
-  if (g_retired_tables.empty() && g_retired_children.empty() && g_retired_aggrs.empty() &&
-      idle_pools.empty() && !fresh_pools)
+  if (g_retired_children.empty() && g_retired_aggrs.empty() && idle_pools.empty() &&
+      !fresh_pools)
     return;
   synchronize_rcu();
   for (InstancePool* p : g_retired_pools) p->grace_passed = true;
-  for (const Table* t : g_retired_tables) delete t;
   for (const Children* c : g_retired_children) delete c;
   for (Aggregate* ag : g_retired_aggrs) {
     arch::release(ag->site);
@@ -487,7 +549,6 @@ void reclaim() {
     delete ag;
   }
   for (InstancePool* p : idle_pools) delete p;
-  g_retired_tables.clear();
   g_retired_children.clear();
   g_retired_aggrs.clear();
 }
@@ -523,10 +584,25 @@ ObjectQuery object_containing(uintptr_t addr) {
   return q;
 }
 
+// The dynamic linker's count of objects unloaded so far (dl_iterate_phdr's dlpi_subs), or
+// ~0 when this libc does not tell.
+int unloads_cb(dl_phdr_info* info, size_t size, void* data) {
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+    *static_cast<unsigned long long*>(data) = info->dlpi_subs;
+  return 1;  // every entry carries it; the first is enough
+}
+
+unsigned long long g_unloads_seen = ~0ull;  // g_mu: dlpi_subs when refresh_gone last looked
+
 void set_optimized_flag(const Aggregate* ag, bool on);
 
-// Marks probes whose library was unloaded: their bytes are never touched again.
+// Marks probes whose library was unloaded: their bytes are never touched again. Looks only
+// when the dynamic linker unloaded something since it last looked.
 void refresh_gone() {
+  unsigned long long unloads = ~0ull;
+  dl_iterate_phdr(unloads_cb, &unloads);
+  if (unloads != ~0ull && unloads == g_unloads_seen) return;
+  g_unloads_seen = unloads;
   for (Aggregate* ag : g_aggrs) {
     if (ag->gone || ag->object_name.empty()) continue;
     ObjectQuery q = object_containing(ag->addr);
@@ -535,7 +611,7 @@ void refresh_gone() {
     ag->armed = false;
     arch::mark_gone(ag->site);
     arch::set_optimized_context(ag->site, nullptr);
-    std::erase(g_opt_queue, ag);
+    dequeue_optimizer(ag);
     set_optimized_flag(ag, false);
     for (Kprobe* p : children_of(ag)) __atomic_or_fetch(&p->flags, KPROBE_FLAG_GONE, __ATOMIC_RELAXED);
     table_remove(ag);
@@ -552,19 +628,20 @@ bool any_post_handler(const Aggregate* ag) {
 
 void unoptimize_aggregate(Aggregate* ag);
 
-// Why ag cannot be jump-optimized now; empty when it can.
-std::string optimization_obstacle(Aggregate* ag) {
-  if (!g_optimization) return "optimization is switched off";
+// Gets ag's detour ready for what its enabled probes need, or says why it cannot have one
+// (empty when it can): runs the optimizer's safety checks and builds the detour the first
+// time, and unoptimizes a site whose detour is of the wrong kind (the probes' needs
+// changed) before preparing the right one.
+std::string prepare_detour_or_unoptimize(Aggregate* ag) {
+  if (!g_optimization && !ag->no_int3) return "optimization is switched off";
   if (ag->gone) return "the code is gone";
-  if (!ag->armed) return "not armed";
   if (any_post_handler(ag)) return "a probe here has a post_handler";
-  // The detour saves the vector registers unless every handler here promises not to use
-  // them; a change of that promise needs the other kind of detour.
-  // The detour saves what the enabled probes' handlers need. An enabled kretprobe makes
-  // it enter the function in call mode, which keeps its return predicted, and lean when
-  // no handler but the kretprobes' own entry needs registers (see arch::DetourEntry).
-  // A call-mode return comes back through a trampoline that saves the vector registers
-  // unless every kretprobe here promised its handlers do not use them.
+  // The detour saves what the enabled probes' handlers need: the vector registers unless
+  // every handler here promises not to use them. An enabled kretprobe makes it enter the
+  // function in call mode, which keeps its return predicted, and lean when no handler but
+  // the kretprobes' own entry needs registers (see arch::DetourEntry). A call-mode return
+  // comes back through a trampoline that saves the vector registers unless every
+  // kretprobe here promised its handlers do not use them.
   bool save_vector = false, call_mode = false, lean = true, return_vector = false;
   for (const Kprobe* p : children_of(ag)) {
     if (!probe_enabled(p)) continue;
@@ -593,10 +670,9 @@ std::string optimization_obstacle(Aggregate* ag) {
     if (!ag->opt_capable) ag->opt_reason = why;
   }
   if (!ag->opt_capable) return ag->opt_reason.empty() ? "cannot be optimized" : ag->opt_reason;
-  const uintptr_t end = arch::site_region_end(ag->site);
-  for (const Aggregate* other : g_aggrs)
-    if (other != ag && !other->gone && other->addr > ag->addr && other->addr < end)
-      return "another probe lies in the replaced instructions";
+  bool crowded = false;
+  for_each_in(ag->addr + 1, arch::site_region_end(ag->site), [&](Aggregate*) { crowded = true; });
+  if (crowded) return "another probe lies in the replaced instructions";
   return {};
 }
 
@@ -607,94 +683,167 @@ void set_optimized_flag(const Aggregate* ag, bool on) {
   }
 }
 
+// Takes the jmp away: back to the int3, or, where an int3 is fatal, to the original bytes
+// (the site is settled again when the operation ends).
 void unoptimize_aggregate(Aggregate* ag) {
   if (!arch::site_optimized(ag->site)) return;
-  arch::unoptimize(&ag->site, 1);
+  if (ag->no_int3) {
+    arch::disarm(ag->site);
+    ag->armed = false;
+    mark_dirty(ag);
+  } else {
+    arch::unoptimize(&ag->site, 1);
+  }
   set_optimized_flag(ag, false);
 }
 
 // Before an int3 goes inside the jmp of an optimized probe, that probe goes back to int3.
 void unoptimize_covering(uintptr_t addr) {
-  for (Aggregate* ag : g_aggrs)
-    if (!ag->gone && ag->addr < addr && addr < arch::site_region_end(ag->site))
+  for_each_in(addr - std::min(addr, kMaxRegionLen), addr, [&](Aggregate* ag) {
+    if (addr < arch::site_region_end(ag->site)) {
       unoptimize_aggregate(ag);
+      mark_dirty(ag);
+    }
+  });
+}
+
+// The probes just before addr, whose replaced instructions may reach it: a probe at addr
+// came or went, so what they may be changed.
+void mark_neighbours_dirty(uintptr_t addr) {
+  for_each_in(addr - std::min(addr, kMaxRegionLen), addr, mark_dirty);
 }
 
 void optimizer_main();
 
+void start_optimizer() {
+  if (g_optimizer_running) return;
+  g_optimizer_running = true;
+  std::thread(optimizer_main).detach();
+}
+
 void kick_optimizer() {
   if (g_opt_queue.empty()) return;
-  if (!g_optimizer_running) {
-    g_optimizer_running = true;
-    std::thread(optimizer_main).detach();
-  }
+  start_optimizer();  // after fork, the child has none yet
   g_opt_cv->notify_all();
 }
 
-// Brings every aggregate's form in line with what it may be: unoptimizes at once what must
-// not stay optimized, queues for the optimizer what may become optimized.
-void update_optimizations() {
-  for (Aggregate* ag : g_aggrs) {
-    std::string why = optimization_obstacle(ag);
-    const bool optimized = !ag->gone && arch::site_optimized(ag->site);
-    if (!why.empty()) {
-      if (optimized) unoptimize_aggregate(ag);
-      set_optimized_flag(ag, false);  // also when disarming took the jmp away
-      ag->opt_reason = why;
+constexpr char kNotArmedNoInt3[] =
+    "not armed: glibc runs this code with every signal blocked, where an int3 would kill "
+    "the thread; waiting for the jmp";
+
+// Writes the jmps of a batch of aggregates whose detours are ready, in one pass of the
+// write protocol. A failure (a thread sat on a region, or was blocking signals while
+// running) is retried twice at once, then left to the optimizer thread; meanwhile the
+// probe fires through an int3, unless an int3 there is fatal.
+void optimize_now(const std::vector<Aggregate*>& batch) {
+  if (batch.empty()) return;
+  std::vector<arch::Site*> sites;
+  for (Aggregate* ag : batch) {
+    arch::set_optimized_context(ag->site, ag);
+    sites.push_back(ag->site);
+  }
+  for (int attempt = 0; attempt < 3 && !sites.empty(); ++attempt) {
+    if (attempt) sched_yield();
+    arch::optimize(sites.data(), sites.size(), synchronize_rcu);
+    std::erase_if(sites, [](const arch::Site* s) { return arch::site_optimized(s); });
+  }
+  for (Aggregate* ag : batch) {
+    if (arch::site_optimized(ag->site)) {
+      ag->armed = true;
+      set_optimized_flag(ag, true);
+      ag->opt_reason.clear();
+      ag->opt_retries = 0;
       continue;
     }
+    ++ag->opt_retries;
+    if (!ag->armed && !ag->no_int3 && arch::arm(ag->site) == 0) ag->armed = true;
+    ag->opt_reason = ag->armed ? "a thread is inside the replaced instructions or blocks "
+                                 "signals; retrying"
+                               : kNotArmedNoInt3;
+    if (!ag->opt_queued) {
+      ag->opt_queued = true;
+      g_opt_queue.push_back(ag);
+    }
+  }
+}
+
+// Brings one aggregate's form in line with what it may be: disarmed, a jmp, or an int3.
+// A jmp it may have goes into `batch`, to be written with the others.
+void settle(Aggregate* ag, std::vector<Aggregate*>* batch) {
+  if (ag->gone || ag->retired) return;
+  if (g_all_disarmed || !any_enabled(ag)) {
+    if (ag->armed) {
+      arch::disarm(ag->site);  // from a jmp straight to the original bytes
+      ag->armed = false;
+    }
+    dequeue_optimizer(ag);
+    set_optimized_flag(ag, false);
+    ag->opt_reason = "not armed";
+    return;
+  }
+  const std::string why = prepare_detour_or_unoptimize(ag);
+  const bool optimized = arch::site_optimized(ag->site);
+  if (why.empty()) {
     if (optimized) {
       set_optimized_flag(ag, true);  // children added since
       ag->opt_reason.clear();
     } else if (!ag->opt_queued) {
-      ag->opt_queued = true;
-      ag->opt_reason = "waiting for the optimizer";
-      g_opt_queue.push_back(ag);
+      batch->push_back(ag);
     }
+    return;
   }
+  if (optimized) unoptimize_aggregate(ag);
+  set_optimized_flag(ag, false);  // also when disarming took the jmp away
+  dequeue_optimizer(ag);
+  if (!ag->armed && !ag->no_int3 && arch::arm(ag->site) == 0) ag->armed = true;
+  ag->opt_reason = ag->armed || !ag->no_int3 ? why : why + "; " + kNotArmedNoInt3;
+}
+
+// The end of a control operation: settles every aggregate it touched and writes their
+// jmps in one batch.
+void settle_dirty() {
+  std::vector<Aggregate*> batch;
+  // settle() may mark neighbours dirty (an unoptimized covering probe): index, not iterate.
+  for (size_t i = 0; i < g_dirty.size(); ++i) {
+    Aggregate* ag = g_dirty[i];
+    ag->dirty = false;
+    settle(ag, &batch);
+  }
+  g_dirty.clear();
+  optimize_now(batch);
   kick_optimizer();
 }
 
-// One batch: everything queued that may still be optimized. g_mu held.
+// One retry pass of the optimizer thread (or wait_for_kprobe_optimizer). g_mu held.
 void run_optimizer_pass() {
   refresh_gone();  // never write a jmp into code that was unloaded since it was queued
+  std::vector<Aggregate*> queued;
+  queued.swap(g_opt_queue);
   std::vector<Aggregate*> batch;
-  std::vector<arch::Site*> sites;
-  for (Aggregate* ag : g_opt_queue) {
+  for (Aggregate* ag : queued) {
     ag->opt_queued = false;
-    if (optimization_obstacle(ag).empty() && !arch::site_optimized(ag->site)) {
-      arch::set_optimized_context(ag->site, ag);
+    if (ag->retired || ag->gone) continue;
+    if (prepare_detour_or_unoptimize(ag).empty() && !arch::site_optimized(ag->site))
       batch.push_back(ag);
-      sites.push_back(ag->site);
-    }
+    else
+      mark_dirty(ag);  // something changed since: settle it afresh
   }
-  g_opt_queue.clear();
-  if (!sites.empty()) arch::optimize(sites.data(), sites.size(), synchronize_rcu);
-  for (Aggregate* ag : batch) {
-    if (arch::site_optimized(ag->site)) {
-      set_optimized_flag(ag, true);
-      ag->opt_reason.clear();
-      ag->opt_retries = 0;
-    } else {  // a thread sat on the region: try again on a later pass
-      ++ag->opt_retries;
-      ag->opt_reason = "a thread is inside the replaced instructions; retrying";
-      ag->opt_queued = true;
-      g_opt_queue.push_back(ag);
-    }
-  }
+  settle_dirty();
+  optimize_now(batch);
   ++g_opt_passes;
 }
 
 void optimizer_main() {
+  t_current = &g_engine_mark;  // hits on this thread are the engine's, not the program's
   std::unique_lock lock(g_mu);
   for (;;) {
     g_opt_cv->wait(lock, [] { return !g_opt_queue.empty() || !g_optimizer_running; });
     if (!g_optimizer_running) return;
-    // Let a burst of registrations arrive, then patch them in one batch. Probes that could
-    // not be patched last time (a thread sat on them) are retried less eagerly.
-    const bool only_retries = std::all_of(g_opt_queue.begin(), g_opt_queue.end(),
-                                          [](const Aggregate* ag) { return ag->opt_retries > 0; });
-    g_opt_cv->wait_for(lock, only_retries ? kRetryDelay : kOptimizeDelay);
+    // What could not be patched was in the way of a thread: retry soon a few times (glibc
+    // blocks signals only for moments), then rarely.
+    const bool soon = std::any_of(g_opt_queue.begin(), g_opt_queue.end(),
+                                  [](const Aggregate* ag) { return ag->opt_retries < kSoonRetries; });
+    g_opt_cv->wait_for(lock, soon ? kRetrySoonDelay : kRetryDelay);
     run_optimizer_pass();
   }
 }
@@ -771,6 +920,9 @@ int init_locked() {
   g_trampoline = arch::kretprobe_trampoline();
   build_blacklist();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  // The engine's own thread starts before any probe is armed: glibc runs code at thread
+  // start with every signal blocked, where a probe's trap would be fatal.
+  start_optimizer();
   g_initialized = true;
   return 0;
 }
@@ -822,17 +974,23 @@ int register_locked(Kprobe* p) {
   if (!only_sp && !(p->flags & KPROBE_FLAG_GPR_ONLY)) needs |= arch::kSavedVector;
   p->hit_needs_ = static_cast<uint8_t>(needs);
 
+  // Where an int3 would be fatal, the probe is refused unless its site can take a jmp.
+  auto refused_without_jmp = [](Aggregate* ag) {
+    return ag->no_int3 && !prepare_detour_or_unoptimize(ag).empty();
+  };
   Aggregate* ag = table_lookup(addr);
   if (ag) {
+    if (ag->no_int3 && p->post_handler) return -EINVAL;  // it would need an int3
     if (p->post_handler) unoptimize_aggregate(ag);  // detours run no post handlers
     std::vector<Kprobe*> probes = children_of(ag);
     probes.push_back(p);
     publish_children(ag, std::move(probes));
-    if (int rc = sync_armed(ag); rc) {
+    if (refused_without_jmp(ag)) {
       std::vector<Kprobe*> back = children_of(ag);
       std::erase(back, p);
       publish_children(ag, std::move(back));
-      return rc;
+      prepare_detour_or_unoptimize(ag);  // the detour the others need
+      return -EINVAL;
     }
   } else {
     unoptimize_covering(addr);  // never an int3 inside a written jmp
@@ -848,24 +1006,26 @@ int register_locked(Kprobe* p) {
       ag->symbol_offset = addr - where.addr;
       ag->module = where.module;
     }
+    ag->no_int3 = runs_with_signals_blocked(ag->module, ag->symbol);
     ObjectQuery q = object_containing(addr);
     if (q.found) {
       ag->object_base = q.base;
       ag->object_name = q.name;
     }
     publish_children(ag, {p});
-    // Published before the int3 is written, so that no thread ever traps on an int3 that
-    // the table does not explain.
-    owned.release();
-    g_aggrs.push_back(ag);
-    table_insert(ag);
-    if (int rc = sync_armed(ag); rc) {
-      table_remove(ag);
-      std::erase(g_aggrs, ag);
-      g_retired_aggrs.push_back(ag);
-      return rc;
+    if (refused_without_jmp(ag)) {
+      arch::release(site);
+      delete ag->children.load(std::memory_order_relaxed);
+      return -EINVAL;
     }
+    // Published before any byte is written, so that no thread ever traps on an int3 that
+    // the table does not explain. Armed (or optimized) when the operation settles.
+    owned.release();
+    g_aggrs.insert(ag);
+    table_insert(ag);
+    mark_neighbours_dirty(addr);  // their jmps may no longer fit
   }
+  mark_dirty(ag);
   p->addr = addr;
   p->aggr_ = ag;
   return 0;
@@ -877,19 +1037,28 @@ int unregister_locked(Kprobe* p) {
   std::vector<Kprobe*> probes = children_of(ag);
   std::erase(probes, p);
   if (probes.empty()) {
-    // The int3 goes before the table entry: a thread that trapped on it and then finds no
-    // entry sees the original byte back and simply runs it.
-    if (ag->armed && !ag->gone) arch::disarm(ag->site);  // unoptimizes first
-    ag->armed = false;
+    // The patch goes before the table entry: a thread that trapped on the int3 and then
+    // finds no entry sees the original byte back and simply runs it. A jmp's detour is
+    // silenced now, and the jmps of the operation go in one batch at its end, the table
+    // entries after them (the batch stands an int3 on each for a moment).
     arch::set_optimized_context(ag->site, nullptr);
+    bool unpatch_later = false;
+    if (ag->armed && !ag->gone) {
+      unpatch_later = arch::site_optimized(ag->site);
+      if (unpatch_later) g_unpatch.push_back(ag);
+      else arch::disarm(ag->site);
+    }
+    ag->armed = false;
     set_optimized_flag(ag, false);
-    std::erase(g_opt_queue, ag);
-    table_remove(ag);
-    std::erase(g_aggrs, ag);
+    dequeue_optimizer(ag);
+    if (!ag->gone && !unpatch_later) table_remove(ag);
+    g_aggrs.erase(ag);
+    ag->retired = true;
     g_retired_aggrs.push_back(ag);
+    if (!ag->gone) mark_neighbours_dirty(ag->addr);  // they may take a jmp now
   } else {
     publish_children(ag, std::move(probes));
-    sync_armed(ag);
+    mark_dirty(ag);
   }
   p->aggr_ = nullptr;
   return 0;
@@ -902,7 +1071,8 @@ int set_disabled_locked(Kprobe* p, bool disabled) {
   if (disabled) __atomic_or_fetch(&p->flags, KPROBE_FLAG_DISABLED, __ATOMIC_RELAXED);
   else __atomic_and_fetch(&p->flags, ~uint32_t{KPROBE_FLAG_DISABLED}, __ATOMIC_RELAXED);
   publish_children(ag, children_of(ag));  // recompute any_post
-  return sync_armed(ag);
+  mark_dirty(ag);
+  return 0;
 }
 
 // ---- kretprobes ----
@@ -997,12 +1167,36 @@ void append_line(std::string* out, const Aggregate* ag, const Kprobe* p) {
   out->push_back('\n');
 }
 
-// The end of every control operation: optimize or unoptimize what changed, then free
-// what was unpublished.
+// The end of every control operation: arm, optimize, unoptimize or disarm what changed,
+// then free what was unpublished.
 void finish_control_op() {
-  update_optimizations();
+  if (!g_unpatch.empty()) {
+    std::vector<arch::Site*> sites;
+    for (Aggregate* ag : g_unpatch) sites.push_back(ag->site);
+    arch::disarm_batch(sites.data(), sites.size());  // before their neighbours take jmps
+    for (Aggregate* ag : g_unpatch) table_remove(ag);
+    g_unpatch.clear();
+  }
+  settle_dirty();
   reclaim();
 }
+
+// Marks the calling thread as running the engine's own code for a control operation (see
+// g_engine_mark). A handler never calls one, so t_current is normally clear here.
+class EngineSection {
+ public:
+  EngineSection() : was_(t_current) {
+    if (!was_) t_current = &g_engine_mark;
+  }
+  ~EngineSection() {
+    if (!was_) t_current = nullptr;
+  }
+  EngineSection(const EngineSection&) = delete;
+  EngineSection& operator=(const EngineSection&) = delete;
+
+ private:
+  const void* was_;
+};
 
 }  // namespace
 
@@ -1019,6 +1213,7 @@ namespace {
 // and the optimizer and reclamation brought up to date after.
 template <typename F>
 int control_op(F&& op) {
+  EngineSection engine;
   std::lock_guard lock(g_mu);
   refresh_gone();
   const int rc = op();
@@ -1101,10 +1296,8 @@ namespace {
 int set_all_disarmed(bool disarmed) {
   return control_op([&] {
     g_all_disarmed = disarmed;
-    int first_error = 0;
-    for (Aggregate* ag : g_aggrs)
-      if (int rc = sync_armed(ag); rc && !first_error) first_error = rc;
-    return first_error;
+    for (Aggregate* ag : g_aggrs) mark_dirty(ag);  // the one operation on every probe
+    return 0;
   });
 }
 }  // namespace
@@ -1118,13 +1311,11 @@ bool kprobes_all_disarmed() {
 }
 
 std::string kprobes_list() {
+  EngineSection engine;
   std::lock_guard lock(g_mu);
   refresh_gone();
-  std::vector<Aggregate*> sorted = g_aggrs;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Aggregate* a, const Aggregate* b) { return a->addr < b->addr; });
   std::string out;
-  for (const Aggregate* ag : sorted)
+  for (const Aggregate* ag : g_aggrs)
     for (const Kprobe* p : children_of(ag)) append_line(&out, ag, p);
   finish_control_op();
   return out;
@@ -1136,13 +1327,17 @@ void set_symbol_resolver(SymbolResolver* resolver) {
 }
 
 bool within_kprobe_blacklist(uintptr_t addr) {
+  EngineSection engine;
   std::lock_guard lock(g_mu);
   if (init_locked() != 0) return false;
   return blacklisted_locked(addr);
 }
 
 void set_kprobes_optimization(bool on) {
+  EngineSection engine;
   std::lock_guard lock(g_mu);
+  if (g_optimization != on)
+    for (Aggregate* ag : g_aggrs) mark_dirty(ag);  // the one operation on every probe
   g_optimization = on;
   finish_control_op();
 }
@@ -1153,9 +1348,10 @@ bool kprobes_optimization_enabled() {
 }
 
 void wait_for_kprobe_optimizer() {
+  EngineSection engine;
   std::lock_guard lock(g_mu);
   refresh_gone();
-  update_optimizations();
+  settle_dirty();
   if (!g_opt_queue.empty()) run_optimizer_pass();
   reclaim();
 }

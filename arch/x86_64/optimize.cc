@@ -20,7 +20,10 @@
 // Block L is block C with the lean entry thunk (DetourEntry::kCallLean). Each comes twice:
 // with the return trampoline that saves the vector registers and with the one that does
 // not (return handlers that touch general-purpose registers only).
+#include <link.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -139,7 +142,32 @@ bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   return found;
 }
 
+// dl_iterate_phdr's counters of objects loaded and unloaded: while they stay the same, the
+// mappings of the objects found before are still theirs, and /proc/self/maps need not be
+// read again for them.
+struct DlCounters {
+  unsigned long long adds = 0, subs = 0;
+  bool operator==(const DlCounters&) const = default;
+};
+
+int dl_counters_cb(dl_phdr_info* info, size_t size, void* data) {
+  auto* c = static_cast<DlCounters*>(data);
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    c->adds = info->dlpi_adds;
+    c->subs = info->dlpi_subs;
+  }
+  return 1;  // the first object carries them
+}
+
 const MappingBranches* branches_of_mapping(uintptr_t addr) {
+  static DlCounters seen{~0ull, ~0ull};
+  DlCounters now;
+  dl_iterate_phdr(dl_counters_cb, &now);
+  if (now == seen) {
+    for (const MappingBranches& b : g_mapping_branches)
+      if (addr >= b.start && addr < b.end) return &b;
+  }
+  seen = now;
   MappingBranches m;
   if (!find_exec_mapping(addr, &m)) return nullptr;
   for (const MappingBranches& b : g_mapping_branches)
@@ -286,19 +314,13 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   return 0;
 }
 
-void write_jmp(Site* site) {
+// Where the site's jmp goes: the block of its detour for its kind of entry.
+uintptr_t jmp_target(const Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
   const int k = (site->detour_entry == DetourEntry::kCallLean ? 2 : 0) +
                 (site->detour_return_saves_vector ? 0 : 1);
   const Detour* entry = site->detour_entry == DetourEntry::kPlain ? d.detour : d.call_blocks[k];
-  uint8_t jmp[kJmpRel32Len];
-  emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(entry->code));
-  // The tail, under the int3 that guards the first byte. No other probe lies in the
-  // region (probecore checks), so these bytes are the original code.
-  uint8_t original[kJmpRel32Len];
-  read_memory(site->addr, original, kJmpRel32Len);
-  for (unsigned i = 1; i < kJmpRel32Len; ++i) g_saved[site->addr + i] = original[i];
-  text_poke(site->addr + 1, jmp + 1, kJmpRel32Len - 1);
+  return reinterpret_cast<uintptr_t>(entry->code);
 }
 
 }  // namespace
@@ -374,28 +396,26 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   std::vector<Site*> batch;
   for (size_t i = 0; i < n; ++i) {
     Site* s = sites[i];
-    if (s->detour && s->armed && !s->gone && !s->optimized) batch.push_back(s);
+    if (s->detour && !s->gone && !s->optimized) batch.push_back(s);
   }
   if (batch.empty()) return 0;
 
-  // 1. Every new int3 hit resumes in a detour's copy of the whole region.
-  for (Site* s : batch) {
-    s->detour_resume.store(reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset,
-                           std::memory_order_release);
-  }
-  // 2. Handlers that started before that may still resume into the region itself.
-  lock.unlock();
-  wait_for_handlers();
-  lock.lock();
-
-  // 3. Threads on the region, or in a boosted copy that returns into it, move to the copy.
-  std::vector<Site*> movable;
+  // Everything that allocates happens before any thread is parked: the moves, the jmps,
+  // and the original bytes they replace (kept in g_saved, for read_text and unoptimize).
+  struct Patch {
+    Site* site;
+    bool was_armed;
+    uint8_t jmp[kJmpRel32Len];
+  };
+  std::vector<Patch> patches;
+  std::vector<IpMove> moves;
+  bool any_armed = false;
   for (Site* s : batch) {
     const DetourInfo& d = g_site_detours.at(s);
     const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset;
-    std::vector<IpMove> moves;
     for (unsigned k = 1; k < d.count; ++k) moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
-    if (s->boost_slot) {
+    if (s->armed && s->boost_slot) {
+      // A thread in the boosted copy returns into the region: it moves to the detour's.
       const auto slot = reinterpret_cast<uintptr_t>(s->boost_slot);
       moves.push_back({slot, copy});
       if (d.count > 1) {
@@ -405,41 +425,122 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
         if (len0 > 0) moves.push_back({slot + static_cast<unsigned>(len0), copy + d.copy_off[1]});
       }
     }
-    if (move_threads(moves.data(), moves.size()) == 0) movable.push_back(s);
-    else s->detour_resume.store(0, std::memory_order_release);  // try again later
+    Patch p{s, s->armed, {}};
+    emit_jmp(p.jmp, s->addr, jmp_target(s));
+    any_armed |= s->armed;
+    patches.push_back(p);
+  }
+  auto save_originals = [&](bool save) {
+    for (const Patch& p : patches) {
+      uint8_t original[kJmpRel32Len];
+      if (save) read_memory(p.site->addr, original, kJmpRel32Len);
+      // No other probe lies in the region (probecore checks), so these bytes are the
+      // original code; an armed site's first byte is already saved.
+      for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) {
+        if (save) g_saved[p.site->addr + i] = original[i];
+        else g_saved.erase(p.site->addr + i);
+      }
+    }
+  };
+  save_originals(true);
+
+  // 1. Every new int3 hit on an armed site resumes in a detour's copy of the whole region;
+  // 2. handlers that started before that may still resume into the region itself: wait.
+  for (Site* s : batch)
+    s->detour_resume.store(reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset,
+                           std::memory_order_release);
+  if (any_armed) {
+    lock.unlock();
+    wait_for_handlers();
+    lock.lock();
   }
 
-  // 4. The jmp: tail, barrier, first byte, barrier.
-  for (Site* s : movable) write_jmp(s);
+  // 3. Running threads stop (parked in a signal handler; those on a region or in a boosted
+  // copy move to the detour's copy first). None of them can now reach an int3 with SIGTRAP
+  // blocked: a thread that blocks signals while running postpones the batch.
+  if (park_threads(moves.data(), moves.size()) != 0) {
+    for (const Patch& p : patches) p.site->detour_resume.store(0, std::memory_order_release);
+    save_originals(false);
+    return 0;
+  }
+
+  // 4. Sites not armed yet take an int3 for the write (a thread asleep in the kernel that
+  // wakes meanwhile traps and resumes in the detour); then the jmp: tail, barrier, first
+  // byte, barrier. No allocation and no lock from here to unpark.
+  bool wrote_int3 = false;
+  for (const Patch& p : patches) {
+    if (p.was_armed) continue;
+    const uint8_t int3 = kInt3;
+    text_poke(p.site->addr, &int3, 1);
+    p.site->armed = true;
+    wrote_int3 = true;
+  }
+  if (wrote_int3) text_sync();
+  for (const Patch& p : patches) text_poke(p.site->addr + 1, p.jmp + 1, kJmpRel32Len - 1);
   text_sync();
-  for (Site* s : movable) {
-    const uint8_t e9 = 0xe9;
-    text_poke(s->addr, &e9, 1);
-    s->optimized = true;
+  for (const Patch& p : patches) {
+    text_poke(p.site->addr, p.jmp, 1);
+    p.site->optimized = true;
   }
   text_sync();
-  return movable.size();
+  unpark_threads();
+  return patches.size();
 }
 
-void unoptimize_locked(Site* site) {
-  if (!site->optimized) return;
-  const uint8_t int3 = kInt3;
-  text_poke(site->addr, &int3, 1);
-  text_sync();
-  uint8_t tail[kJmpRel32Len];
-  for (unsigned i = 1; i < kJmpRel32Len; ++i) {
-    tail[i] = g_saved[site->addr + i];
-    g_saved.erase(site->addr + i);
+// Parks the running threads around a window in which an int3 stands on a site, so that
+// none of them can meet it with SIGTRAP blocked. A thread that blocks signals for longer
+// than a few tries leaves the window unguarded, as it was before parking existed.
+bool park_for_window() {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (park_threads(nullptr, 0) == 0) return true;
+    sched_yield();
   }
-  text_poke(site->addr + 1, tail + 1, kJmpRel32Len - 1);
+  return false;
+}
+
+// Puts the int3 back on each site: int3 on the first byte, barrier, the original tail,
+// barrier. With `then_original` the first byte goes back too, in the same window.
+void unoptimize_locked(Site* const* sites, size_t n, bool then_original) {
+  struct Undo {
+    Site* site;
+    uint8_t tail[kJmpRel32Len];
+  };
+  std::vector<Undo> undo;
+  for (size_t i = 0; i < n; ++i) {
+    Site* site = sites[i];
+    if (!site->optimized) continue;
+    Undo u{site, {}};
+    for (unsigned k = 1; k < kJmpRel32Len; ++k) {
+      u.tail[k] = g_saved[site->addr + k];
+      g_saved.erase(site->addr + k);
+    }
+    undo.push_back(u);
+  }
+  if (undo.empty()) return;
+  const bool parked = park_for_window();
+  const uint8_t int3 = kInt3;
+  for (const Undo& u : undo) text_poke(u.site->addr, &int3, 1);
   text_sync();
-  site->optimized = false;
-  site->detour_resume.store(0, std::memory_order_release);
+  for (const Undo& u : undo) text_poke(u.site->addr + 1, u.tail + 1, kJmpRel32Len - 1);
+  text_sync();
+  if (then_original) {
+    for (const Undo& u : undo) text_poke(u.site->addr, u.site->insn.bytes, 1);
+    text_sync();
+  }
+  if (parked) unpark_threads();
+  for (const Undo& u : undo) {
+    u.site->optimized = false;
+    u.site->detour_resume.store(0, std::memory_order_release);
+  }
+}
+
+void unoptimize_locked(Site* site, bool then_original) {
+  unoptimize_locked(&site, 1, then_original);
 }
 
 void unoptimize(Site* const* sites, size_t n) {
   std::lock_guard lock(g_text_mu);
-  for (size_t i = 0; i < n; ++i) unoptimize_locked(sites[i]);
+  for (size_t i = 0; i < n; ++i) unoptimize_locked(sites[i], false);
 }
 
 }  // namespace probefs::arch

@@ -159,18 +159,41 @@ int arm(Site* site) {
   return 0;
 }
 
-void unoptimize_locked(Site* site);  // optimize.cc
+void unoptimize_locked(Site* site, bool then_original);  // optimize.cc
+void unoptimize_locked(Site* const* sites, size_t n, bool then_original);
 
 int disarm(Site* site) {
   std::lock_guard lock(g_text_mu);
   if (!site->armed) return 0;
-  if (site->optimized) unoptimize_locked(site);
+  if (site->optimized) {
+    // Straight from the jmp to the original bytes, in one guarded window.
+    unoptimize_locked(site, true);
+    site->armed = false;
+    g_saved.erase(site->addr);
+    return 0;
+  }
   site->armed = false;
   g_saved.erase(site->addr);
   if (site->gone) return 0;
   int rc = text_poke(site->addr, site->insn.bytes, 1);
   text_sync();
   return rc;
+}
+
+void disarm_batch(Site* const* sites, size_t n) {
+  std::lock_guard lock(g_text_mu);
+  std::vector<Site*> int3_only;
+  for (size_t i = 0; i < n; ++i)
+    if (sites[i]->armed && !sites[i]->optimized && !sites[i]->gone) int3_only.push_back(sites[i]);
+  // The jmps go straight to the original bytes in one window; then the int3s, a byte each.
+  unoptimize_locked(sites, n, true);
+  for (Site* site : int3_only) text_poke(site->addr, site->insn.bytes, 1);
+  if (!int3_only.empty()) text_sync();
+  for (size_t i = 0; i < n; ++i) {
+    if (!sites[i]->armed) continue;
+    sites[i]->armed = false;
+    g_saved.erase(sites[i]->addr);
+  }
 }
 
 void mark_gone(Site* site) {
