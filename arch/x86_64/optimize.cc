@@ -107,16 +107,26 @@ struct DetourKey {
 std::map<DetourKey, DetourInfo>& g_detours = *new std::map<DetourKey, DetourInfo>;
 std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, DetourInfo>;
 
-// Direct branch targets of a whole executable mapping, for branches into a region from
-// other functions (glibc's __mempcpy_* jumps into the middle of __memmove_*, past its first
-// instruction). The function-local check cannot see those; a linear sweep of the mapping
-// can. Built once per mapping. (g_text_mu)
+// Direct branches into a region from other functions (glibc's __mempcpy_* jumps into the
+// middle of __memmove_*, past its first instruction). The function-local check cannot see
+// those. A linear sweep of a whole mapping with the decoder would (it took 0.45 s for
+// libc, in the first control operation that touched it); instead:
+//  - long branches (call, jmp, jcc rel32) can come from anywhere: once per mapping, a scan
+//    of its bytes notes every position whose bytes read as one that lands inside it. That
+//    is a superset of the real branches (a few ms for libc);
+//  - short branches (jmp, jcc, loop, jrcxz rel8) can come only from within 128 bytes: the
+//    bytes around the region are scanned the same way, per region.
+// A candidate that lands inside the region is a real branch when a linear sweep from
+// kResyncBytes before it lands on it (or on prefixes just before it); the sweep finds its
+// footing within a few instructions, as a sweep from the mapping's start would.
+// (g_text_mu)
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
   unsigned long inode = 0;
-  std::vector<uintptr_t> targets;  // sorted
+  std::vector<std::pair<uintptr_t, uintptr_t>> rel32;  // (target, source), by target
 };
 std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
+constexpr size_t kResyncBytes = 128;
 
 bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   FILE* f = std::fopen("/proc/self/maps", "re");
@@ -176,35 +186,88 @@ const MappingBranches* branches_of_mapping(uintptr_t addr) {
   if (read_memory(m.start, code.data(), code.size()) != 0) return nullptr;
   for (auto it = g_saved.lower_bound(m.start); it != g_saved.end() && it->first < m.end; ++it)
     code[it->first - m.start] = it->second;
-  // Linear sweep; bytes that do not decode are stepped over one at a time (padding, data,
-  // instructions Capstone does not know) and the sweep finds its footing again.
-  for (uintptr_t pc = m.start; pc < m.end;) {
-    Insn insn;
-    if (decode(code.data() + (pc - m.start), m.end - pc, pc, &insn) != 0) {
-      ++pc;
+  const size_t size = code.size();
+  auto rel32_at = [&](size_t i) {
+    int32_t rel;
+    std::memcpy(&rel, code.data() + i, 4);
+    return rel;
+  };
+  for (size_t p = 0; p + 5 <= size; ++p) {
+    uintptr_t target;
+    if (code[p] == 0xe8 || code[p] == 0xe9) {
+      target = m.start + p + 5 + rel32_at(p + 1);
+    } else if (code[p] == 0x0f && p + 6 <= size && (code[p + 1] & 0xf0) == 0x80) {
+      target = m.start + p + 6 + rel32_at(p + 2);
+    } else {
       continue;
     }
-    switch (insn.kind) {
-      case InsnKind::kJmpRel: case InsnKind::kJccRel: case InsnKind::kCallRel:
-      case InsnKind::kLoopRel:
-        m.targets.push_back(insn.target);
-        break;
-      default:
-        break;
-    }
-    pc += insn.len;
+    if (target >= m.start && target < m.end) m.rel32.emplace_back(target, m.start + p);
   }
-  std::sort(m.targets.begin(), m.targets.end());
+  std::sort(m.rel32.begin(), m.rel32.end());
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
 
-// Does any direct branch of the mapping land strictly inside (addr, addr + len)?
+bool is_prefix(uint8_t b) {
+  switch (b) {
+    case 0x26: case 0x2e: case 0x36: case 0x3e: case 0x64: case 0x65: case 0x66: case 0x67:
+    case 0xf0: case 0xf2: case 0xf3:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Is `at` the opcode of an instruction in a linear sweep from kResyncBytes before it (at
+// its start, or after prefixes)? Reads code as it is without our patches.
+bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
+  const uintptr_t from = at - std::min<uintptr_t>(at - m.start, kResyncBytes);
+  uint8_t code[kResyncBytes + kMaxInsnLen];
+  const size_t n = std::min<uintptr_t>(at + kMaxInsnLen, m.end) - from;
+  if (read_memory(from, code, n) != 0) return true;  // unreadable: assume the worst
+  for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < from + n; ++it)
+    code[it->first - from] = it->second;
+  for (uintptr_t pc = from; pc <= at;) {
+    Insn insn;
+    if (decode(code + (pc - from), n - (pc - from), pc, &insn) != 0) {
+      ++pc;
+      continue;
+    }
+    if (pc == at) return true;
+    if (pc < at && at < pc + insn.len && at - pc <= 4) {
+      bool prefixes = true;
+      for (uintptr_t q = pc; q < at; ++q) prefixes = prefixes && is_prefix(code[q - from]);
+      if (prefixes) return true;
+    }
+    pc += insn.len;
+  }
+  return false;
+}
+
+// Does a direct branch from anywhere in the mapping land strictly inside (addr, addr+len)?
 bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const MappingBranches* b = branches_of_mapping(addr);
   if (!b) return true;  // unknown: assume the worst
-  auto it = std::upper_bound(b->targets.begin(), b->targets.end(), addr);
-  return it != b->targets.end() && *it < addr + len;
+  const uintptr_t lo = b->start;
+  for (auto it = std::upper_bound(b->rel32.begin(), b->rel32.end(),
+                                  std::make_pair(addr, ~uintptr_t{0}));
+       it != b->rel32.end() && it->first < addr + len; ++it)
+    if (decodes_as_instruction(it->second, *b)) return true;
+  // Short branches: their opcode lies within [addr - 129, addr + len + 126].
+  const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
+  const uintptr_t to = std::min(b->end, addr + len + 128);
+  uint8_t code[130 + kMaxInsnLen * kJmpRel32Len + 128 + 2];
+  if (to <= from + 2 || to - from > sizeof code || read_memory(from, code, to - from) != 0)
+    return true;
+  for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < to; ++it)
+    code[it->first - from] = it->second;
+  for (uintptr_t q = from; q + 2 <= to; ++q) {
+    const uint8_t op = code[q - from];
+    if (op != 0xeb && (op & 0xf0) != 0x70 && (op < 0xe0 || op > 0xe3)) continue;
+    const uintptr_t target = q + 2 + static_cast<int8_t>(code[q - from + 1]);
+    if (target > addr && target < addr + len && decodes_as_instruction(q, *b)) return true;
+  }
+  return false;
 }
 
 // The context cell of every detour at a probe address, whatever its kind: one per address,

@@ -226,8 +226,11 @@ int main(int argc, char** argv) {
   };
   auto reg_r = [&] { return register_kretprobe(&rp) == 0; };
   auto unreg_all = [&] {
-    if (kp.aggr_) unregister_kprobe(&kp);
-    if (rp.kp.aggr_) unregister_kretprobe(&rp);
+    if ((kp.aggr_ && unregister_kprobe(&kp) != 0) ||
+        (rp.kp.aggr_ && unregister_kretprobe(&rp) != 0)) {
+      std::printf("unregister failed\n");
+      std::exit(1);
+    }
   };
 
   const long slow = static_cast<long>(20000 * scale), fast = static_cast<long>(100000 * scale);
