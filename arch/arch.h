@@ -23,22 +23,21 @@ struct TextRange {
 // the int3 is there: emulated, boosted (an out-of-line copy that jumps back), or
 // single-stepped. -EILSEQ: not an instruction boundary; -EINVAL: an instruction that cannot
 // be probed (int3, ud2, privileged, ...); -EFAULT: not mapped; -ENOMEM.
-int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out);
+[[nodiscard]] int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end,
+                        Site** out);
 
 // Frees what prepare() made. The caller guarantees that no thread can still be using it.
 void release(Site* site);
 
-int arm(Site* site);     // writes the int3
-int disarm(Site* site);  // puts the original byte back (from an int3 or a jmp)
+// 0 or -errno; on failure the site stays as it was. disarm() also warns (arch/warn.h) when
+// code that is still there (not gone) could not be written: its int3 stays, and a hit on
+// it after the probe is gone would end the program.
+[[nodiscard]] int arm(Site* site);     // writes the int3
+[[nodiscard]] int disarm(Site* site);  // puts the original byte back (from an int3 or a jmp)
 // disarm() on many sites, with one guarded window for all the jmps among them.
 void disarm_batch(Site* const* sites, size_t n);
 // The code around the site is gone (its object was unloaded): never write to it again.
 void mark_gone(Site* site);
-
-uintptr_t site_address(const Site* site);
-
-// Reads code as it would be with no probe armed. 0 or -EFAULT.
-int read_text(uintptr_t addr, void* buf, size_t n);
 
 // Code that must never be probed: the signal-return path and the return trampoline.
 size_t blacklist(TextRange* out, size_t max);
@@ -52,9 +51,9 @@ void set_boost_enabled(bool on);
 struct Callbacks {
   // An int3 fired; regs->ip is one past it, as the kernel shows kprobe handlers. Returns
   // false when no probe is there. When it returns true it has either set regs->ip itself
-  // (a pre_handler changed the execution path) or called resume_out_of_line().
+  // (a pre_handler changed the execution path) or called run_probed_insn().
   bool (*breakpoint)(PtRegs* regs);
-  // The single-step that resume_out_of_line() started is done; regs->ip is past the
+  // The single-step that run_probed_insn() started is done; regs->ip is past the
   // probed instruction.
   void (*singlestep_done)(void* cookie, PtRegs* regs);
   // A function whose return address resume was hijacked returned to the trampoline.
@@ -89,7 +88,7 @@ enum class DetourEntry : uint8_t {
 
 // Installs the SIGTRAP handler (chaining to the program's handler for traps that are not
 // ours). Idempotent. 0 or -errno.
-int install(const Callbacks& callbacks);
+[[nodiscard]] int install(const Callbacks& callbacks);
 
 enum class Resume {
   kEmulated,   // regs->ip is past the instruction: a post handler may run now
@@ -100,7 +99,7 @@ enum class Resume {
 // From Callbacks::breakpoint: makes the probed instruction run. With `step` (a post_handler
 // wants to run after it) the instruction is emulated or single-stepped; otherwise emulated,
 // boosted, or single-stepped when nothing else can run it.
-Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool step);
+Resume run_probed_insn(const Site* site, PtRegs* regs, void* cookie, bool step);
 
 // Where a hijacked return address points.
 uintptr_t kretprobe_trampoline();
@@ -118,11 +117,12 @@ uintptr_t kretprobe_trampoline();
 // the reason it cannot be optimized; -EBUSY when the site is optimized with another kind
 // of detour or entry (unoptimize it first). `return_saves_vector` (call mode): the return
 // handlers of the probes here may use vector registers.
-int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      DetourEntry entry, bool return_saves_vector, const char** why);
+[[nodiscard]] int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end,
+                                    bool save_vector, DetourEntry entry,
+                                    bool return_saves_vector, const char** why);
 
-// The end of the bytes the jmp replaces, [site_address, site_region_end). Valid after
-// prepare_optimized() succeeded; site_address + 1 before.
+// The end of the bytes the jmp replaces, [the probe address, site_region_end). Valid after
+// prepare_optimized() succeeded; the probe address + 1 before.
 uintptr_t site_region_end(const Site* site);
 
 // What the detour hands to Callbacks::optimized_hit. nullptr silences it.

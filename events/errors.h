@@ -11,10 +11,11 @@
 
 namespace probefs::events {
 
-// X(code, message, errno). kNone carries an errno but writes nothing to error_log: the
-// kernel rejects some inputs (unknown probe type, a place without ':', ...) silently.
+// X(code, message, errno). kSilent is a rejection that writes nothing to error_log: the
+// kernel rejects some inputs (unknown probe type, a place without ':', ...) with EINVAL
+// and no message.
 #define PROBEFS_EVENTS_ERRORS(X)                                                          \
-  X(kNone, "", EINVAL)                                                                    \
+  X(kSilent, "", EINVAL)                                                                  \
   X(kFileNotFound, "Failed to find the given file", ENOENT)                               \
   X(kNoRegularFile, "Not a regular file", EINVAL)                                         \
   X(kBadRefcnt, "Invalid reference counter offset", EINVAL)                              \
@@ -98,7 +99,7 @@ enum class ErrorCode : uint8_t {
 #undef PROBEFS_EVENTS_ERROR_ENUM
 };
 
-// The catalogue's message ("" for kNone) and default errno (positive) for a code.
+// The catalogue's message ("" for kSilent) and default errno (positive) for a code.
 std::string_view error_message(ErrorCode code);
 int error_errno(ErrorCode code);
 
@@ -110,14 +111,14 @@ inline constexpr std::string_view kLogFilter = "event filter parse error";
 // A positioned error: what went wrong, the errno the write returns, and where error_log's
 // caret points (a byte offset into `command`). `logged()` is false for the silent kind.
 struct Diagnostic {
-  ErrorCode code = ErrorCode::kNone;
+  ErrorCode code = ErrorCode::kSilent;  // meaningful only when err != 0
   int err = 0;            // positive errno; 0 means "no error"
   int pos = 0;            // caret column inside `command`
   std::string command;    // the command as error_log shows it
   std::string_view subsystem = kLogUprobe;
 
   bool ok() const { return err == 0; }
-  bool logged() const { return err != 0 && code != ErrorCode::kNone; }
+  bool logged() const { return err != 0 && code != ErrorCode::kSilent; }
   std::string_view message() const { return error_message(code); }
 };
 

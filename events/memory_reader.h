@@ -4,59 +4,32 @@
 //   bool read(uint64_t addr, void* dst, size_t n)          all n bytes, or false
 //   long read_string(uint64_t addr, char* dst, size_t cap) bytes stored with the NUL
 //                                                           (at most cap), -1 on a fault
-// LiveMemoryReader runs on the hit path inside a traced process: it reads through the
-// process_vm_readv system call, issued with inline asm so that no libc function runs and
-// errno is not touched, and a bad pointer comes back as a failed read instead of SIGSEGV.
-// FakeMemoryReader serves tests: a few byte ranges at chosen addresses.
+// LiveMemoryReader runs on the hit path inside a traced process: it reads through a system
+// call (arch/self_memory.h: no libc function runs, errno is not touched), and a bad pointer
+// comes back as a failed read instead of SIGSEGV. FaultTolerantReader is the faster one
+// (no system call) for a process whose SIGSEGV/SIGBUS handler calls arch::safe_copy_fixup()
+// (arch/safe_copy.h); without such a handler a bad pointer kills the process, so it is
+// opt-in. FakeMemoryReader serves tests: a few byte ranges at chosen addresses.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "arch/safe_copy.h"
+#include "arch/self_memory.h"
+
 namespace probefs::events {
-
-namespace sys {
-
-inline long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6) {
-  long ret;
-  register long r10 asm("r10") = a4;
-  register long r8 asm("r8") = a5;
-  register long r9 asm("r9") = a6;
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
-  return ret;
-}
-
-inline long raw_getpid() {
-  long ret;
-  asm volatile("syscall" : "=a"(ret) : "a"(39L) : "rcx", "r11", "memory");
-  return ret;
-}
-
-struct IoVec {  // struct iovec, without pulling in libc headers
-  void* base;
-  size_t len;
-};
-
-constexpr long kProcessVmReadv = 310;  // x86-64
-
-}  // namespace sys
 
 class LiveMemoryReader {
  public:
   // `pid` is this process (a fork child makes its own reader: the pid changes).
   explicit LiveMemoryReader(long pid) : pid_(pid) {}
-  static LiveMemoryReader for_self() { return LiveMemoryReader(sys::raw_getpid()); }
+  static LiveMemoryReader for_self() { return LiveMemoryReader(arch::self_pid()); }
 
   // Bytes copied, or a negative errno (nothing is copied past an unmapped page).
-  long copy(uint64_t addr, void* dst, size_t n) const {
-    sys::IoVec local{dst, n};
-    sys::IoVec remote{reinterpret_cast<void*>(addr), n};
-    return sys::raw_syscall6(sys::kProcessVmReadv, pid_, reinterpret_cast<long>(&local), 1,
-                             reinterpret_cast<long>(&remote), 1, 0);
+  [[nodiscard]] long copy(uint64_t addr, void* dst, size_t n) const {
+    return arch::read_self_memory(pid_, addr, dst, n);
   }
 
   bool read(uint64_t addr, void* dst, size_t n) const {
@@ -91,6 +64,18 @@ class LiveMemoryReader {
  private:
   static constexpr size_t kPage = 4096;
   long pid_;
+};
+
+// Copies that may fault, made safe by the process's SIGSEGV/SIGBUS handler (see above).
+class FaultTolerantReader {
+ public:
+  bool read(uint64_t addr, void* dst, size_t n) const {
+    return probefs_arch_safe_copy(dst, reinterpret_cast<const void*>(addr), n) == 0;
+  }
+  long read_string(uint64_t addr, char* dst, size_t cap) const {
+    if (cap == 0) return -1;
+    return probefs_arch_safe_strncpy(dst, reinterpret_cast<const char*>(addr), cap);
+  }
 };
 
 // Test double: memory is whatever was mapped with map(); everything else faults.

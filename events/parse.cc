@@ -753,8 +753,7 @@ ParseResult parse_uprobe_argv(const std::vector<std::string>& argv, const ParseO
   log.index = 1;
   def.path = place.substr(0, colon);
   if (opts.check_path) {
-    ErrorCode e = opts.check_path(def.path);
-    if (e != ErrorCode::kNone) return fail(log, 0, e);
+    if (const std::optional<ErrorCode> e = opts.check_path(def.path)) return fail(log, 0, *e);
   }
   std::string arg = place.substr(colon + 1);
   const int arg_pos = static_cast<int>(colon) + 1;

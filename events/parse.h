@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +29,9 @@ struct ParseResult {
 
 struct ParseOptions {
   // Checks a uprobe PATH at the point where the kernel looks the file up, so that errors
-  // come in the kernel's order. Returns kNone, kFileNotFound or kNoRegularFile. Unset:
-  // every path is taken as a regular file.
-  std::function<ErrorCode(const std::string& path)> check_path;
+  // come in the kernel's order. Returns nothing for a regular file, else kFileNotFound or
+  // kNoRegularFile. Unset: every path is taken as a regular file.
+  std::function<std::optional<ErrorCode>(const std::string& path)> check_path;
 };
 
 // kprobe_events:

@@ -25,6 +25,7 @@
 
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -46,6 +47,8 @@
 
 #include "arch/arch.h"
 #include "arch/percpu.h"
+#include "arch/syscall.h"
+#include "arch/warn.h"
 #include "probecore/rcu.h"
 
 namespace probefs::probecore {
@@ -217,7 +220,7 @@ bool on_breakpoint(PtRegs* regs) {
   }
   if (t_current) {  // a handler hit a probe: run the instruction, count the miss
     if (t_current != &g_engine_mark) count_missed(ag);
-    if (arch::resume_out_of_line(ag->site, regs, &g_missed_cookie, false) !=
+    if (arch::run_probed_insn(ag->site, regs, &g_missed_cookie, false) !=
         arch::Resume::kStepping)
       rcu_read_unlock();
     return true;
@@ -232,7 +235,7 @@ bool on_breakpoint(PtRegs* regs) {
       return true;
     }
   }
-  switch (arch::resume_out_of_line(ag->site, regs, ag, ch->any_post)) {
+  switch (arch::run_probed_insn(ag->site, regs, ag, ch->any_post)) {
     case arch::Resume::kStepping:
       return true;  // singlestep_done() finishes
     case arch::Resume::kEmulated:
@@ -392,11 +395,9 @@ void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned) {
 [[noreturn]] void die_lost_return() {
   // A return through the trampoline that no instance accounts for: there is no address
   // to go back to. Stop the process the way an assertion would.
-  long pid, tid, ret;
-  asm volatile("syscall" : "=a"(pid) : "a"(39L) : "rcx", "r11", "memory");    // getpid
-  asm volatile("syscall" : "=a"(tid) : "a"(186L) : "rcx", "r11", "memory");   // gettid
-  asm volatile("syscall" : "=a"(ret) : "a"(234L), "D"(pid), "S"(tid), "d"(6L)  // tgkill SIGABRT
-               : "rcx", "r11", "memory");
+  PROBEFS_WARN_ON_ONCE(true, "a return through the trampoline that no instance accounts for");
+  arch::raw_syscall(__NR_tgkill, arch::raw_syscall(__NR_getpid), arch::raw_syscall(__NR_gettid),
+                    SIGABRT);
   for (;;) __builtin_trap();
 }
 
@@ -492,6 +493,16 @@ void dequeue_optimizer(Aggregate* ag) {
   if (!ag->opt_queued) return;
   ag->opt_queued = false;
   std::erase(g_opt_queue, ag);
+}
+
+// An aggregate with no probes left and no patch: out of the table, freed after a grace
+// period.
+void retire_aggregate(Aggregate* ag) {
+  dequeue_optimizer(ag);
+  if (!ag->gone) table_remove(ag);
+  g_aggrs.erase(ag);
+  ag->retired = true;
+  g_retired_aggrs.push_back(ag);
 }
 
 // The bytes a jmp may replace from a probe address: no region reaches further.
@@ -688,7 +699,7 @@ void set_optimized_flag(const Aggregate* ag, bool on) {
 void unoptimize_aggregate(Aggregate* ag) {
   if (!arch::site_optimized(ag->site)) return;
   if (ag->no_int3) {
-    arch::disarm(ag->site);
+    if (arch::disarm(ag->site) != 0) return;  // warned by arch: the jmp stays
     ag->armed = false;
     mark_dirty(ag);
   } else {
@@ -773,12 +784,16 @@ void settle(Aggregate* ag, std::vector<Aggregate*>* batch) {
   if (ag->gone || ag->retired) return;
   if (g_all_disarmed || !any_enabled(ag)) {
     if (ag->armed) {
-      arch::disarm(ag->site);  // from a jmp straight to the original bytes
+      if (arch::disarm(ag->site) != 0) {  // from a jmp straight to the original bytes
+        ag->opt_reason = "could not be disarmed (a write to code failed)";
+        return;  // warned by arch; tried again when the aggregate is settled next
+      }
       ag->armed = false;
     }
     dequeue_optimizer(ag);
     set_optimized_flag(ag, false);
     ag->opt_reason = "not armed";
+    if (children_of(ag).empty()) retire_aggregate(ag);  // an orphan, disarmed at last
     return;
   }
   const std::string why = prepare_detour_or_unoptimize(ag);
@@ -1045,8 +1060,18 @@ int unregister_locked(Kprobe* p) {
     bool unpatch_later = false;
     if (ag->armed && !ag->gone) {
       unpatch_later = arch::site_optimized(ag->site);
-      if (unpatch_later) g_unpatch.push_back(ag);
-      else arch::disarm(ag->site);
+      if (unpatch_later) {
+        g_unpatch.push_back(ag);
+      } else if (arch::disarm(ag->site) != 0) {
+        // The int3 stays (arch warned): without an entry a hit on it would end the
+        // program. The aggregate stays as an orphan with no probes, whose hits run
+        // nothing, and disarming is tried again whenever it is settled.
+        publish_children(ag, {});
+        set_optimized_flag(ag, false);
+        mark_dirty(ag);
+        p->aggr_ = nullptr;
+        return 0;
+      }
     }
     ag->armed = false;
     set_optimized_flag(ag, false);

@@ -1,13 +1,14 @@
 #include "probecore/rcu.h"
 
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cerrno>
+
+#include "arch/membarrier.h"
+#include "arch/syscall.h"
+#include "arch/warn.h"
 
 namespace probefs::probecore {
 namespace detail {
@@ -19,19 +20,13 @@ namespace {
 constexpr int kMaxReaders = 4096;
 RcuReader g_readers[kMaxReaders];
 std::atomic<bool> g_expedited{false};  // membarrier PRIVATE_EXPEDITED registered
-
-long raw_gettid() {
-  long ret;
-  asm volatile("syscall" : "=a"(ret) : "a"(__NR_gettid) : "rcx", "r11", "memory");
-  return ret;
-}
 }  // namespace
 
 // Hit path (a thread's first probe hit): a bounded scan with no call into libc. When all
 // records are taken (thousands of live threads), the thread uses the shared overflow
 // record for good.
 RcuReader* rcu_claim_reader() {
-  const int32_t tid = static_cast<int32_t>(raw_gettid());
+  const int32_t tid = static_cast<int32_t>(arch::raw_syscall(__NR_gettid));
   for (int i = 0; i < kMaxReaders; ++i) {
     int32_t expected = 0;
     if (g_readers[i].tid.load(std::memory_order_relaxed) == 0 &&
@@ -49,7 +44,7 @@ RcuReader* rcu_claim_reader() {
 
 namespace {
 
-int membarrier(int cmd) { return static_cast<int>(syscall(__NR_membarrier, cmd, 0, 0)); }
+using arch::membarrier;
 
 // Orders every running thread's memory accesses against ours.
 void barrier_all_threads() {
@@ -61,11 +56,12 @@ void barrier_all_threads() {
   if (g_expedited.load(std::memory_order_acquire) &&
       membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
     return;
-  membarrier(MEMBARRIER_CMD_GLOBAL);
+  PROBEFS_WARN_ON_ONCE(membarrier(MEMBARRIER_CMD_GLOBAL) != 0,
+                       "no membarrier: RCU grace periods do not order other threads");
 }
 
 bool thread_alive(int32_t tid) {
-  return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH;
+  return arch::raw_syscall(__NR_tgkill, arch::raw_syscall(__NR_getpid), tid, 0) != -ESRCH;
 }
 
 void pause_briefly() {
@@ -93,7 +89,7 @@ void synchronize_rcu() {
       return (now >> 32) == (seen >> 32) && (now & 0xffffffffu) != 0;
     };
     for (unsigned spins = 0; still_inside(); ++spins) {
-      if (tid != gettid() && !thread_alive(tid)) break;
+      if (tid != arch::raw_syscall(__NR_gettid) && !thread_alive(tid)) break;
       if (spins < 64) sched_yield();
       else pause_briefly();
     }
@@ -125,7 +121,8 @@ void rcu_after_fork_child() {
   }
   detail::g_rcu_overflow.state.store(0, std::memory_order_relaxed);
   if (own && own != &detail::g_rcu_overflow)
-    own->tid.store(static_cast<int32_t>(gettid()), std::memory_order_release);
+    own->tid.store(static_cast<int32_t>(arch::raw_syscall(__NR_gettid)),
+                   std::memory_order_release);
 }
 
 }  // namespace probefs::probecore

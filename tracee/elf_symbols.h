@@ -55,18 +55,18 @@ class ProcessSymbols {
 
   // Re-reads the process's mappings (libraries loaded or unloaded since). Objects still
   // mapped at the same place keep their parsed tables. 0 or a negative errno.
-  int reload();
+  [[nodiscard]] int reload();
 
   // `SYM` or `MOD:SYM`; MOD is an object basename with or without its version suffix
   // ("libc:malloc", "libc.so.6:malloc"). .symtab where present, else .dynsym; the
   // executable is searched first, then libraries in load order. Functions only (FUNC and
   // GNU_IFUNC symbols). 0, -ENOENT (no such symbol or module) or -EINVAL (malformed name:
   // "", ":", "libc:", ":sym", a name with blanks).
-  int resolve(std::string_view name, ResolvedSymbol* out) const;
+  [[nodiscard]] int resolve(std::string_view name, ResolvedSymbol* out) const;
 
   // The function containing `addr`: from the symbol table (symbol size), or, where the code
   // has no symbol (stripped objects), from the .eh_frame FDE that covers it. 0 or -ENOENT.
-  int describe(uintptr_t addr, ResolvedSymbol* out) const;
+  [[nodiscard]] int describe(uintptr_t addr, ResolvedSymbol* out) const;
 
   // The objects in search order.
   std::vector<MappedObject> objects() const;

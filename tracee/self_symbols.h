@@ -22,19 +22,19 @@ class SelfSymbolResolver final : public probecore::SymbolResolver {
 
   // 0, -ENOENT, or -EINVAL for a malformed name (see ProcessSymbols::resolve). A miss
   // re-reads the object list once and retries: the library may have been dlopen'ed since.
-  int resolve(std::string_view name, probecore::SymbolLocation* out) override;
+  [[nodiscard]] int resolve(std::string_view name, probecore::SymbolLocation* out) override;
   // 0 or -ENOENT; a miss re-reads the object list once and retries.
-  int describe(uintptr_t addr, probecore::SymbolLocation* out) override;
+  [[nodiscard]] int describe(uintptr_t addr, probecore::SymbolLocation* out) override;
 
   // Re-reads the object list now. 0 or a negative errno.
-  int reload();
+  [[nodiscard]] int reload();
 
  private:
   // Makes symbols_ current: loads it on first use and after fork (the pid changed), and
   // re-reads it when the dynamic linker's load or unload counters moved, so a dlclose'd
   // library is not answered from stale tables. Requires mu_.
-  int refresh_locked();
-  int reload_locked();
+  [[nodiscard]] int refresh_locked();
+  [[nodiscard]] int reload_locked();
 
   std::mutex mu_;  // guards everything below; any thread may call in
   std::unique_ptr<ProcessSymbols> symbols_;

@@ -17,6 +17,7 @@
  *   R+176..      the vector registers of the level (see optprobe_thunk.S)
  *   R+168..R+176 padding
  *   R ..R+168    struct PtRegs (r15 at R, ..., ss at R+160)
+ * (frame_layout.h names these offsets: FRAME_VECTOR_AREA, FRAME_SPARE, PTREGS_*)
  *
  * probecore's function_return callback (regs, whose ip it fills) runs the return handlers
  * and returns the real return address A, which goes to S-8; registers are reloaded, rsp
@@ -37,9 +38,9 @@
         /* name, leave by ret rather than jmp, vector level (0: none) */
         .macro  KRETPROBE_TRAMPOLINE name, by_ret, vector
         .if \vector
-        .set    frame, 176 + VECTOR_AREA_\vector + 128
+        .set    frame, FRAME_VECTOR_AREA + VECTOR_AREA_\vector + RED_ZONE
         .else
-        .set    frame, 176 + 128
+        .set    frame, FRAME_VECTOR_AREA + RED_ZONE
         .endif
         .text
         .globl  \name
@@ -50,11 +51,11 @@
         .cfi_undefined rip
         lea     -frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
-        VECTOR_SAVE \vector, 176
+        VECTOR_SAVE \vector, FRAME_VECTOR_AREA
         pushfq
-        popq    144(%rsp)               /* flags (address taken after the pop) */
+        popq    PTREGS_FLAGS(%rsp)      /* (address taken after the pop) */
         lea     frame(%rsp), %rax
-        mov     %rax, 152(%rsp)         /* sp = S */
+        mov     %rax, PTREGS_SP(%rsp)   /* S */
 
         mov     %rsp, %rbx              /* rbx is callee-saved: the frame survives the call */
         and     $-16, %rsp
@@ -63,7 +64,7 @@
         mov     %rbx, %rsp
         mov     %rax, (frame - 8)(%rsp) /* S-8: dead below the caller's sp since its call */
 
-        VECTOR_RESTORE \vector, 176
+        VECTOR_RESTORE \vector, FRAME_VECTOR_AREA
         PTREGS_RESTORE_GPRS
         .if \by_ret
         lea     (frame - 8)(%rsp), %rsp

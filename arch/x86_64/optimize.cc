@@ -2,19 +2,20 @@
 // registers, runs the handlers through the shared thunk (optprobe_thunk.S), runs a
 // relocated copy of the replaced instructions and jumps back. No trap on the hit path.
 //
-// A detour holds three blocks that share the copy. Each starts with a 40-byte header the
-// thunk reads through the return address its call pushed (R, at +51):
-//   +0 ctx cell  +8 thunk  +16 addr  +24 miss_back  +32 call-mode trampoline
+// A detour holds blocks that share the copy. Each starts with a header the thunk reads
+// through the return address its call pushed (R); frame_layout.h (DETOUR_*) is the layout,
+// shared with the thunks' assembly:
+//   header: ctx cell, thunk, addr, miss_back, call-mode trampoline
 // (the thunks of blocks C and L are _entry ones, see optprobe_thunk.S)
-//   +40 lea -128(%rsp),%rsp ; call *+8(%rip)
+//   lea -128(%rsp),%rsp ; call *thunk(%rip) ; R:
 //
 // Block P, at the start (plain):
-//   +51 lea 128(%rsp),%rsp
-//   +59 relocated region ; jmp addr+len
+//   R:  lea 128(%rsp),%rsp
+//       relocated region ; jmp addr+len   (at DETOUR_REGION_COPY)
 // Block C, after it (call mode), the entry of a function with a return probe:
-//   +51 lea 136(%rsp),%rsp      the return address is in a kretprobe instance: drop it
-//   +59 call P+59               run the function as a call of ours, so its ret is predicted
-//   +64 jmp *+32(%rip)          and lands in the call-mode trampoline
+//   R:  lea 136(%rsp),%rsp      the return address is in a kretprobe instance: drop it
+//       call P's copy           run the function as a call of ours, so its ret is predicted
+//       jmp *trampoline(%rip)   and lands in the call-mode trampoline
 // When no handler hijacked the return address on a hit (the instance pool was empty, an
 // entry handler declined), the thunk returns to block P instead: miss_back = C - P.
 // Block L is block C with the lean entry thunk (DetourEntry::kCallLean). Each comes twice:
@@ -27,10 +28,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <vector>
 
+#include "arch/self_memory.h"
+#include "arch/testing.h"
+#include "arch/warn.h"
 #include "arch/x86_64/cpu_state.h"
+#include "arch/x86_64/frame_layout.h"
 #include "arch/x86_64/near_alloc.h"
 #include "arch/x86_64/isa/optimize_check.h"
 #include "arch/x86_64/isa/relocate.h"
@@ -61,24 +67,56 @@ using namespace x86_64;
 // The detour's header lives in read+exec memory like its code; what changes at run time,
 // the context, lives in a cell of ordinary memory that the header points to.
 struct Detour {
-  void* volatile* ctx_cell;
-  uint64_t thunk;
-  uint64_t addr;
-  uint64_t miss_back;
-  uint64_t call_trampoline;
-  uint8_t code[];
+  DetourHeader header;
+  uint8_t code[];  // the block's code, from the call into the thunk on
 };
-static_assert(offsetof(Detour, code) == 40);
+static_assert(offsetof(Detour, code) == DETOUR_CALL_THUNK);
 
 namespace {
 
-constexpr size_t kHeaderLen = sizeof(Detour);
-constexpr size_t kRegionCopyOffset = 59;  // from the start of the detour
-constexpr size_t kCallBlockLen = 70;
+// The few fixed instructions of a detour block, emitted at `at` into the detour's buffer.
+// Targets are offsets in the same buffer, so displacements do not depend on where it will
+// live; each is computed from where its instruction ends.
+struct BlockEmitter {
+  uint8_t* code;
+  size_t at;
 
-// lea -0x80(%rsp),%rsp ; call *-43(%rip) (the header's thunk)
-constexpr uint8_t kCallThunk[] = {0x48, 0x8d, 0x64, 0x24, 0x80, 0xff, 0x15, 0xd5, 0xff, 0xff, 0xff};
-static_assert(kHeaderLen + sizeof kCallThunk == 51);
+  void put(std::initializer_list<uint8_t> bytes) {
+    for (uint8_t b : bytes) code[at++] = b;
+  }
+  void put32(int32_t v) {
+    std::memcpy(code + at, &v, 4);
+    at += 4;
+  }
+  // lea disp(%rsp),%rsp
+  void lea_rsp(int32_t disp) {
+    if (disp >= -128 && disp < 128) {
+      put({0x48, 0x8d, 0x64, 0x24, static_cast<uint8_t>(disp)});
+    } else {
+      put({0x48, 0x8d, 0xa4, 0x24});
+      put32(disp);
+    }
+  }
+  // call/jmp *slot(%rip), slot an offset in the buffer
+  void call_indirect(size_t slot) {
+    put({0xff, 0x15});
+    put32(rel_to(slot));
+  }
+  void jmp_indirect(size_t slot) {
+    put({0xff, 0x25});
+    put32(rel_to(slot));
+  }
+  // call target, an offset in the buffer
+  void call(size_t target) {
+    put({0xe8});
+    put32(rel_to(target));
+  }
+
+ private:
+  int32_t rel_to(size_t target) const {  // from the end of a rel32 field starting at `at`
+    return static_cast<int32_t>(static_cast<int64_t>(target) - static_cast<int64_t>(at + 4));
+  }
+};
 
 struct DetourInfo {
   Detour* detour;       // block P
@@ -86,7 +124,7 @@ struct DetourInfo {
   uint8_t region_len;
   uint8_t count;
   uint8_t orig_off[kJmpRel32Len + 1];   // instruction k at addr + orig_off[k]
-  uint8_t copy_off[kJmpRel32Len + 1];   // and at detour + kRegionCopyOffset + copy_off[k]
+  uint8_t copy_off[kJmpRel32Len + 1];   // and at detour + DETOUR_REGION_COPY + copy_off[k]
 };
 
 struct DetourKey {
@@ -105,6 +143,7 @@ struct DetourKey {
 // Detours, interned like out-of-line copies: never freed, so a thread still inside one
 // always finds it intact. (g_text_mu)
 std::map<DetourKey, DetourInfo>& g_detours = *new std::map<DetourKey, DetourInfo>;
+// The detour each prepared site uses; erased when the site is released.
 std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, DetourInfo>;
 
 // Direct branches into a region from other functions (glibc's __mempcpy_* jumps into the
@@ -183,7 +222,7 @@ const MappingBranches* branches_of_mapping(uintptr_t addr) {
   for (const MappingBranches& b : g_mapping_branches)
     if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
   std::vector<uint8_t> code(m.end - m.start);
-  if (read_memory(m.start, code.data(), code.size()) != 0) return nullptr;
+  if (!read_self_memory_all(m.start, code.data(), code.size())) return nullptr;
   for (auto it = g_saved.lower_bound(m.start); it != g_saved.end() && it->first < m.end; ++it)
     code[it->first - m.start] = it->second;
   const size_t size = code.size();
@@ -224,7 +263,7 @@ bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
   const uintptr_t from = at - std::min<uintptr_t>(at - m.start, kResyncBytes);
   uint8_t code[kResyncBytes + kMaxInsnLen];
   const size_t n = std::min<uintptr_t>(at + kMaxInsnLen, m.end) - from;
-  if (read_memory(from, code, n) != 0) return true;  // unreadable: assume the worst
+  if (!read_self_memory_all(from, code, n)) return true;  // unreadable: assume the worst
   for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < from + n; ++it)
     code[it->first - from] = it->second;
   for (uintptr_t pc = from; pc <= at;) {
@@ -257,7 +296,7 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
   const uintptr_t to = std::min(b->end, addr + len + 128);
   uint8_t code[130 + kMaxInsnLen * kJmpRel32Len + 128 + 2];
-  if (to <= from + 2 || to - from > sizeof code || read_memory(from, code, to - from) != 0)
+  if (to <= from + 2 || to - from > sizeof code || !read_self_memory_all(from, code, to - from))
     return true;
   for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < to; ++it)
     code[it->first - from] = it->second;
@@ -280,7 +319,7 @@ void* volatile* context_cell(uintptr_t addr) {
 }
 
 bool read_for_check(void*, uintptr_t addr, void* buf, size_t n) {
-  return read_memory(addr, buf, n) == 0;
+  return read_self_memory_all(addr, buf, n);
 }
 
 int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out) {
@@ -297,8 +336,8 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   }
 
   const size_t copy_cap = region.count * kMaxRelocatedLen + kJmpAbsLen;
-  constexpr size_t kCallBlockStride = (kCallBlockLen + 7) & ~size_t{7};
-  const size_t cap = kRegionCopyOffset + copy_cap + 7 + 4 * kCallBlockStride;
+  constexpr size_t kCallBlockStride = (DETOUR_CALL_BLOCK_LEN + 7) & ~size_t{7};
+  const size_t cap = DETOUR_REGION_COPY + copy_cap + 7 + 4 * kCallBlockStride;
   void* mem = alloc_near(region.addr, cap);
   if (!mem) return -ENOMEM;
   const auto base = reinterpret_cast<uintptr_t>(mem);
@@ -319,46 +358,57 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   const uint64_t entry_thunk =
       address(save_vector ? kEntryThunks[level] : probefs_optprobe_thunk_gpr_entry);
   void* volatile* cell = context_cell(region.addr);
+  // A block's header and its call into the thunk; returns an emitter at R.
   auto put_block = [&](size_t at, uint64_t thunk, uint64_t miss_back, uint64_t trampoline) {
-    const Detour header{cell, thunk, region.addr, miss_back, trampoline};
-    std::memcpy(code.data() + at, &header, kHeaderLen);
-    std::memcpy(code.data() + at + kHeaderLen, kCallThunk, sizeof kCallThunk);
+    const DetourHeader header{cell, thunk, region.addr, miss_back, trampoline};
+    std::memcpy(code.data() + at, &header, sizeof header);
+    BlockEmitter e{code.data(), at + DETOUR_CALL_THUNK};
+    e.lea_rsp(-RED_ZONE);
+    e.call_indirect(at + DETOUR_THUNK);
+    return e;
+  };
+  // The layout is fixed (the thunks read the header through R): an emitter that disagrees
+  // with it is a bug here, and the detour is not used.
+  bool layout_ok = true;
+  auto check = [&](const BlockEmitter& e, size_t block, size_t offset) {
+    layout_ok &= !PROBEFS_WARN_ON_ONCE(e.at != block + offset,
+                                       "detour code does not match frame_layout.h");
   };
 
   // Block P.
-  put_block(0, thunk, 0, 0);
-  static const uint8_t lea_up[] = {0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};  // lea 0x80(%rsp),%rsp
-  std::memcpy(code.data() + 51, lea_up, sizeof lea_up);
+  BlockEmitter p = put_block(0, thunk, 0, 0);
+  check(p, 0, DETOUR_R);
+  p.lea_rsp(RED_ZONE);
+  check(p, 0, DETOUR_REGION_COPY);
   DetourInfo info{};
   info.detour = static_cast<Detour*>(mem);
   info.region_len = region.len;
   info.count = region.count;
-  size_t at = kRegionCopyOffset;
+  size_t at = DETOUR_REGION_COPY;
   uint8_t orig = 0;
   for (unsigned k = 0; k < region.count; ++k) {
     const Insn& insn = region.insns[k];
     info.orig_off[k] = orig;
-    info.copy_off[k] = static_cast<uint8_t>(at - kRegionCopyOffset);
-    int n = relocate(insn, base + at, code.data() + at, kRegionCopyOffset + copy_cap - at);
+    info.copy_off[k] = static_cast<uint8_t>(at - DETOUR_REGION_COPY);
+    int n = relocate(insn, base + at, code.data() + at, DETOUR_REGION_COPY + copy_cap - at);
     if (n < 0) return n;
     at += static_cast<size_t>(n);
     orig = static_cast<uint8_t>(orig + insn.len);
   }
   info.orig_off[region.count] = orig;
-  info.copy_off[region.count] = static_cast<uint8_t>(at - kRegionCopyOffset);
+  info.copy_off[region.count] = static_cast<uint8_t>(at - DETOUR_REGION_COPY);
   at += emit_jmp(code.data() + at, base + at, region.addr + region.len);
 
   // Blocks C and L, 8-aligned after the copy.
   auto put_call_block = [&](size_t c, uint64_t block_thunk, uint64_t trampoline) {
-    put_block(c, block_thunk, c, trampoline);
-    uint8_t* tail = code.data() + c + 51;
-    static const uint8_t lea_up_ret[] = {0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00};  // lea 0x88(%rsp),%rsp
-    std::memcpy(tail, lea_up_ret, sizeof lea_up_ret);
-    tail[8] = 0xe8;  // call rel32 -> the copy
-    const int32_t rel = static_cast<int32_t>(kRegionCopyOffset - (c + 64));
-    std::memcpy(tail + 9, &rel, 4);
-    static const uint8_t jmp_tramp[] = {0xff, 0x25, 0xda, 0xff, 0xff, 0xff};  // jmp *-38(%rip) -> +32
-    std::memcpy(tail + 13, jmp_tramp, sizeof jmp_tramp);
+    BlockEmitter e = put_block(c, block_thunk, c, trampoline);
+    check(e, c, DETOUR_R);
+    e.lea_rsp(RED_ZONE + 8);
+    check(e, c, DETOUR_CALL_COPY);
+    e.call(DETOUR_REGION_COPY);
+    check(e, c, DETOUR_CALL_JMP_TRAMPOLINE);
+    e.jmp_indirect(c + DETOUR_CALL_TRAMPOLINE);
+    check(e, c, DETOUR_CALL_BLOCK_LEN);
     return reinterpret_cast<Detour*>(base + c);
   };
   const uint64_t lean_thunk = address(probefs_optprobe_thunk_lean_entry);
@@ -371,6 +421,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
     info.call_blocks[k] = put_call_block(at, thunks[k], trampolines[k]);
     at += kCallBlockStride;
   }
+  if (!layout_ok) return -EINVAL;
   if (int rc = text_poke(base, code.data(), at); rc) return rc;
   g_detours.emplace(key, info);
   *out = info;
@@ -410,7 +461,7 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     return -EINVAL;
   }
   std::vector<uint8_t> code(func_end - func_start);
-  if (read_memory(func_start, code.data(), code.size()) != 0) {
+  if (!read_self_memory_all(func_start, code.data(), code.size())) {
     *why = "function not readable";
     return -EINVAL;
   }
@@ -449,7 +500,7 @@ uintptr_t site_region_end(const Site* site) {
 }
 
 void set_optimized_context(Site* site, void* ctx) {
-  if (site->detour) __atomic_store_n(site->detour->ctx_cell, ctx, __ATOMIC_RELEASE);
+  if (site->detour) __atomic_store_n(site->detour->header.ctx_cell, ctx, __ATOMIC_RELEASE);
 }
 
 bool site_optimized(const Site* site) { return site->optimized; }
@@ -468,50 +519,47 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   struct Patch {
     Site* site;
     bool was_armed;
+    bool ok;
     uint8_t jmp[kJmpRel32Len];
+    uint8_t original[kJmpRel32Len];
   };
   std::vector<Patch> patches;
   std::vector<IpMove> moves;
   bool any_armed = false;
   for (Site* s : batch) {
+    Patch p{s, s->armed, true, {}, {}};
+    // No other probe lies in the region (probecore checks), so these bytes are the
+    // original code, but for an armed site's int3.
+    if (PROBEFS_WARN_ON_ONCE(!read_self_memory_all(s->addr, p.original, kJmpRel32Len),
+                             "could not read the code under a probe being optimized"))
+      continue;
+    p.original[0] = s->insn.bytes[0];
+    emit_jmp(p.jmp, s->addr, jmp_target(s));
     const DetourInfo& d = g_site_detours.at(s);
-    const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset;
-    for (unsigned k = 1; k < d.count; ++k) moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
+    const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + DETOUR_REGION_COPY;
+    for (unsigned k = 1; k < d.count; ++k)
+      moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
     if (s->armed && s->boost_slot) {
       // A thread in the boosted copy returns into the region: it moves to the detour's.
-      const auto slot = reinterpret_cast<uintptr_t>(s->boost_slot);
-      moves.push_back({slot, copy});
-      if (d.count > 1) {
-        // The boosted copy's jmp back follows the relocated first instruction.
-        uint8_t tmp[kMaxRelocatedLen];
-        const int len0 = relocate(s->insn, slot, tmp, sizeof tmp);
-        if (len0 > 0) moves.push_back({slot + static_cast<unsigned>(len0), copy + d.copy_off[1]});
-      }
+      moves.push_back({reinterpret_cast<uintptr_t>(s->boost_slot), copy});
+      // A thread on the boosted copy's jmp back would land on the second instruction.
+      if (d.count > 1 && s->boost_return) moves.push_back({s->boost_return, copy + d.copy_off[1]});
     }
-    Patch p{s, s->armed, {}};
-    emit_jmp(p.jmp, s->addr, jmp_target(s));
     any_armed |= s->armed;
+    for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) g_saved[s->addr + i] = p.original[i];
     patches.push_back(p);
   }
-  auto save_originals = [&](bool save) {
-    for (const Patch& p : patches) {
-      uint8_t original[kJmpRel32Len];
-      if (save) read_memory(p.site->addr, original, kJmpRel32Len);
-      // No other probe lies in the region (probecore checks), so these bytes are the
-      // original code; an armed site's first byte is already saved.
-      for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) {
-        if (save) g_saved[p.site->addr + i] = original[i];
-        else g_saved.erase(p.site->addr + i);
-      }
-    }
+  if (patches.empty()) return 0;
+  auto forget_originals = [&](const Patch& p) {
+    for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) g_saved.erase(p.site->addr + i);
+    p.site->detour_resume.store(0, std::memory_order_release);
   };
-  save_originals(true);
 
   // 1. Every new int3 hit on an armed site resumes in a detour's copy of the whole region;
   // 2. handlers that started before that may still resume into the region itself: wait.
-  for (Site* s : batch)
-    s->detour_resume.store(reinterpret_cast<uintptr_t>(s->detour) + kRegionCopyOffset,
-                           std::memory_order_release);
+  for (const Patch& p : patches)
+    p.site->detour_resume.store(reinterpret_cast<uintptr_t>(p.site->detour) + DETOUR_REGION_COPY,
+                                std::memory_order_release);
   if (any_armed) {
     lock.unlock();
     wait_for_handlers();
@@ -522,32 +570,61 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   // copy move to the detour's copy first). None of them can now reach an int3 with SIGTRAP
   // blocked: a thread that blocks signals while running postpones the batch.
   if (park_threads(moves.data(), moves.size()) != 0) {
-    for (const Patch& p : patches) p.site->detour_resume.store(0, std::memory_order_release);
-    save_originals(false);
+    for (const Patch& p : patches) forget_originals(p);
     return 0;
   }
 
   // 4. Sites not armed yet take an int3 for the write (a thread asleep in the kernel that
   // wakes meanwhile traps and resumes in the detour); then the jmp: tail, barrier, first
-  // byte, barrier. No allocation and no lock from here to unpark.
+  // byte, barrier. No allocation and no lock from here to unpark: a write that fails puts
+  // back what it replaced, and the site is left as it was.
+  const uint8_t int3 = kInt3;
   bool wrote_int3 = false;
-  for (const Patch& p : patches) {
+  for (Patch& p : patches) {
     if (p.was_armed) continue;
-    const uint8_t int3 = kInt3;
-    text_poke(p.site->addr, &int3, 1);
-    p.site->armed = true;
-    wrote_int3 = true;
+    p.ok = !PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, &int3, 1) != 0,
+                                 "could not write the int3 that guards a jmp being written");
+    wrote_int3 |= p.ok;
   }
   if (wrote_int3) text_sync();
-  for (const Patch& p : patches) text_poke(p.site->addr + 1, p.jmp + 1, kJmpRel32Len - 1);
-  text_sync();
-  for (const Patch& p : patches) {
-    text_poke(p.site->addr, p.jmp, 1);
-    p.site->optimized = true;
+  for (Patch& p : patches) {
+    if (!p.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.jmp + 1, kJmpRel32Len - 1) != 0,
+                             "could not write an optimized probe's jmp")) {
+      p.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.original + 1, kJmpRel32Len - 1) != 0,
+                           "could not put back the bytes under a jmp that failed");
+    }
   }
   text_sync();
+  size_t optimized = 0;
+  for (Patch& p : patches) {
+    if (!p.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, p.jmp, 1) != 0,
+                             "could not write the first byte of an optimized probe's jmp")) {
+      p.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.original + 1, kJmpRel32Len - 1) != 0,
+                           "could not put back the bytes under a jmp that failed");
+      continue;
+    }
+    p.site->armed = true;
+    p.site->optimized = true;
+    ++optimized;
+  }
+  text_sync();
+  // A site that was not armed goes back to its original bytes.
+  bool restored = false;
+  for (Patch& p : patches) {
+    if (p.ok || p.was_armed || p.site->optimized) continue;
+    restored = true;
+    PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, p.original, 1) != 0,
+                         "could not take back the int3 of a jmp that failed");
+  }
+  if (restored) text_sync();
   unpark_threads();
-  return patches.size();
+  for (const Patch& p : patches)
+    if (!p.ok) forget_originals(p);
+  return optimized;
 }
 
 // Parks the running threads around a window in which an int3 stands on a site, so that
@@ -561,49 +638,86 @@ bool park_for_window() {
   return false;
 }
 
-// Puts the int3 back on each site: int3 on the first byte, barrier, the original tail,
-// barrier. With `then_original` the first byte goes back too, in the same window.
-void unoptimize_locked(Site* const* sites, size_t n, bool then_original) {
+// Puts the int3 back on each optimized site: int3 on the first byte, barrier, the original
+// tail, barrier; with `then_original` the original first byte too, in the same window.
+// False when some write failed: that site stays optimized (its jmp whole), or, when only
+// the last byte failed, an int3 probe.
+bool unoptimize_locked(Site* const* sites, size_t n, bool then_original) {
   struct Undo {
     Site* site;
+    bool ok;
     uint8_t tail[kJmpRel32Len];
   };
   std::vector<Undo> undo;
   for (size_t i = 0; i < n; ++i) {
     Site* site = sites[i];
     if (!site->optimized) continue;
-    Undo u{site, {}};
-    for (unsigned k = 1; k < kJmpRel32Len; ++k) {
-      u.tail[k] = g_saved[site->addr + k];
-      g_saved.erase(site->addr + k);
-    }
+    Undo u{site, true, {}};
+    for (unsigned k = 1; k < kJmpRel32Len; ++k) u.tail[k] = g_saved[site->addr + k];
     undo.push_back(u);
   }
-  if (undo.empty()) return;
+  if (undo.empty()) return true;
+  bool all = true;
   const bool parked = park_for_window();
-  const uint8_t int3 = kInt3;
-  for (const Undo& u : undo) text_poke(u.site->addr, &int3, 1);
+  // No allocation and no lock from here to unpark.
+  const uint8_t int3 = kInt3, e9 = 0xe9;
+  for (Undo& u : undo)
+    u.ok = !PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, &int3, 1) != 0,
+                                 "could not write the int3 over an optimized probe's jmp");
   text_sync();
-  for (const Undo& u : undo) text_poke(u.site->addr + 1, u.tail + 1, kJmpRel32Len - 1);
+  for (Undo& u : undo) {
+    if (!u.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr + 1, u.tail + 1, kJmpRel32Len - 1) != 0,
+                             "could not put back the bytes under an optimized probe's jmp")) {
+      // The jmp again, so that the bytes stay whole; the site stays optimized.
+      u.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, &e9, 1) != 0,
+                           "an optimized probe's jmp is left behind an int3");
+    }
+  }
   text_sync();
   if (then_original) {
-    for (const Undo& u : undo) text_poke(u.site->addr, u.site->insn.bytes, 1);
+    for (Undo& u : undo) {
+      if (!u.ok) continue;
+      if (PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, u.site->insn.bytes, 1) != 0,
+                               "could not put back the byte under a probe's int3"))
+        all = false;  // an int3 probe now
+      else
+        u.site->armed = false;
+    }
     text_sync();
   }
   if (parked) unpark_threads();
   for (const Undo& u : undo) {
+    if (!u.ok) {
+      all = false;
+      continue;
+    }
+    for (unsigned k = 1; k < kJmpRel32Len; ++k) g_saved.erase(u.site->addr + k);
+    if (!u.site->armed) g_saved.erase(u.site->addr);
     u.site->optimized = false;
     u.site->detour_resume.store(0, std::memory_order_release);
   }
+  return all;
 }
 
-void unoptimize_locked(Site* site, bool then_original) {
-  unoptimize_locked(&site, 1, then_original);
+bool unoptimize_locked(Site* site, bool then_original) {
+  return unoptimize_locked(&site, 1, then_original);
+}
+
+void forget_site_detour(const Site* site) {
+  std::lock_guard lock(g_text_mu);
+  g_site_detours.erase(site);
+}
+
+size_t testing::site_detour_entries() {
+  std::lock_guard lock(g_text_mu);
+  return g_site_detours.size();
 }
 
 void unoptimize(Site* const* sites, size_t n) {
   std::lock_guard lock(g_text_mu);
-  for (size_t i = 0; i < n; ++i) unoptimize_locked(sites[i], false);
+  unoptimize_locked(sites, n, false);  // a failed write is warned; that site stays a jmp
 }
 
 }  // namespace probefs::arch

@@ -1,6 +1,6 @@
 /*
  * The shared thunks of jump-optimized probes. A probe's detour (optimize.cc) has blocks
- * that start with
+ * that start with a header and a call into one of these thunks (frame_layout.h, DETOUR_*):
  *
  *   D+0   .quad ctx_cell       -> probecore's aggregate (0 while being removed)
  *   D+8   .quad thunk          the address of one of the thunks below
@@ -9,12 +9,13 @@
  *   D+32  .quad trampoline     the call-mode return trampoline
  *   D+40  lea -128(%rsp),%rsp  step over the red zone of the interrupted code
  *   D+45  call *D+8(%rip)
- *   D+51  <- R, the return address the call pushes
+ *   D+51  <- R (DETOUR_R), the return address the call pushes; a header field F is at
+ *         (F - DETOUR_R)(R)
  *
  * Frame built here, with S the stack pointer at the probe:
  *
  *   S-128..S       red zone of the interrupted code (untouched)
- *   S-136          R
+ *   S-136          R                       (S = R's slot + DETOUR_S_ABOVE_R)
  *   below          the vector registers (handlers are C, and what they call may be libc's
  *                  AVX code, whose vzeroupper clears the upper halves of ymm0-15): xmm0-15,
  *                  ymm0-15, or zmm0-31 and k0-7, as the CPU has them (cpu_state.h); the
@@ -45,20 +46,20 @@
         /* Before the handlers of a call-mode block: the return address at S, into the
            padding after PtRegs. */
         .macro  KEEP_RETURN_ADDRESS frame
-        mov     (\frame + 136)(%rsp), %rax
-        mov     %rax, 168(%rsp)
+        mov     (\frame + DETOUR_S_ABOVE_R)(%rsp), %rax
+        mov     %rax, FRAME_SPARE(%rsp)
         .endm
 
         /* After them: stay in call mode (return to R) if a handler of this hit replaced
            the return address at S by the trampoline; else go back to the plain block. */
         .macro  CALL_MODE_OR_PLAIN frame
-        mov     (\frame + 136)(%rsp), %rax
-        cmp     168(%rsp), %rax
+        mov     (\frame + DETOUR_S_ABOVE_R)(%rsp), %rax
+        cmp     FRAME_SPARE(%rsp), %rax
         je      1f
         cmp     probefs_arch_plain_trampoline(%rip), %rax
         je      2f
 1:      mov     \frame(%rsp), %rcx      /* R */
-        mov     -27(%rcx), %rdx         /* D->miss_back */
+        mov     (DETOUR_MISS_BACK - DETOUR_R)(%rcx), %rdx
         sub     %rdx, \frame(%rsp)      /* nothing hijacked: the plain block */
 2:
         .endm
@@ -66,9 +67,9 @@
         /* name, vector level (0: none), call-mode entry? */
         .macro  OPTPROBE_THUNK name, vector, entry
         .if \vector
-        .set    frame, 176 + VECTOR_AREA_\vector
+        .set    frame, FRAME_VECTOR_AREA + VECTOR_AREA_\vector
         .else
-        .set    frame, 176
+        .set    frame, FRAME_VECTOR_AREA
         .endif
         .text
         .globl  \name
@@ -79,28 +80,28 @@
         .cfi_undefined rip
         lea     -frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
-        VECTOR_SAVE \vector, 176
+        VECTOR_SAVE \vector, FRAME_VECTOR_AREA
         pushfq
-        popq    144(%rsp)               /* flags (address taken after the pop) */
+        popq    PTREGS_FLAGS(%rsp)      /* (address taken after the pop) */
         .if !\entry
         cld                             /* handlers are C: the ABI wants DF clear */
         .endif
-        lea     (frame + 136)(%rsp), %rax
-        mov     %rax, 152(%rsp)         /* sp = S */
+        lea     (frame + DETOUR_S_ABOVE_R)(%rsp), %rax
+        mov     %rax, PTREGS_SP(%rsp)   /* S */
         .if \entry
         KEEP_RETURN_ADDRESS frame
         .endif
 
         mov     frame(%rsp), %rdi       /* R */
-        mov     -35(%rdi), %rax         /* D->addr (D = R - 51) */
+        mov     (DETOUR_ADDR - DETOUR_R)(%rdi), %rax
         inc     %rax
-        mov     %rax, 128(%rsp)         /* ip: the probe address + 1, as on the int3 path */
-        mov     -51(%rdi), %rdi         /* D->ctx_cell */
+        mov     %rax, PTREGS_IP(%rsp)   /* the probe address + 1, as on the int3 path */
+        mov     (DETOUR_CTX_CELL - DETOUR_R)(%rdi), %rdi
         mov     %rsp, %rsi
         .if \vector
-        mov     $3, %edx                /* saved: kSavedAllRegs | kSavedVector */
+        mov     $(SAVED_ALL_REGS | SAVED_VECTOR), %edx
         .else
-        mov     $2, %edx                /* saved: kSavedAllRegs */
+        mov     $SAVED_ALL_REGS, %edx
         .endif
         mov     %rsp, %rbx              /* callee-saved: the frame survives the call */
         and     $-16, %rsp
@@ -110,12 +111,12 @@
         .if \entry
         CALL_MODE_OR_PLAIN frame
         .endif
-        VECTOR_RESTORE \vector, 176
+        VECTOR_RESTORE \vector, FRAME_VECTOR_AREA
         .if !\entry
         /* The flags, without popfq (slow): DF by itself, OF through an add that overflows
            exactly when it was set, the low byte (SF ZF AF PF CF) with sahf. rax and rcx
            are reloaded after, by movs that leave the flags alone. */
-        mov     144(%rsp), %rax
+        mov     PTREGS_FLAGS(%rsp), %rax
         test    $0x400, %eax
         jz      1f
         std
@@ -156,40 +157,40 @@
 probefs_optprobe_thunk_lean_entry:
         .cfi_startproc
         .cfi_undefined rip
-        lea     -176(%rsp), %rsp
-        mov     %rbx, 40(%rsp)
-        mov     %r11, 48(%rsp)
-        mov     %r10, 56(%rsp)
-        mov     %r9, 64(%rsp)
-        mov     %r8, 72(%rsp)
-        mov     %rax, 80(%rsp)
-        mov     %rcx, 88(%rsp)
-        mov     %rdx, 96(%rsp)
-        mov     %rsi, 104(%rsp)
-        mov     %rdi, 112(%rsp)
-        lea     (176 + 136)(%rsp), %rax
-        mov     %rax, 152(%rsp)         /* sp = S */
-        KEEP_RETURN_ADDRESS 176
-        mov     176(%rsp), %rdi         /* R */
-        mov     -51(%rdi), %rdi         /* D->ctx_cell */
+        lea     -FRAME_VECTOR_AREA(%rsp), %rsp
+        mov     %rbx, PTREGS_BX(%rsp)
+        mov     %r11, PTREGS_R11(%rsp)
+        mov     %r10, PTREGS_R10(%rsp)
+        mov     %r9, PTREGS_R9(%rsp)
+        mov     %r8, PTREGS_R8(%rsp)
+        mov     %rax, PTREGS_AX(%rsp)
+        mov     %rcx, PTREGS_CX(%rsp)
+        mov     %rdx, PTREGS_DX(%rsp)
+        mov     %rsi, PTREGS_SI(%rsp)
+        mov     %rdi, PTREGS_DI(%rsp)
+        lea     (FRAME_VECTOR_AREA + DETOUR_S_ABOVE_R)(%rsp), %rax
+        mov     %rax, PTREGS_SP(%rsp)   /* S */
+        KEEP_RETURN_ADDRESS FRAME_VECTOR_AREA
+        mov     FRAME_VECTOR_AREA(%rsp), %rdi   /* R */
+        mov     (DETOUR_CTX_CELL - DETOUR_R)(%rdi), %rdi
         mov     %rsp, %rsi
         xor     %edx, %edx              /* saved: no more than that */
         mov     %rsp, %rbx
         and     $-16, %rsp
         call    *probefs_arch_optimized_lean_entry_cb(%rip)
         mov     %rbx, %rsp
-        CALL_MODE_OR_PLAIN 176
-        mov     40(%rsp), %rbx
-        mov     48(%rsp), %r11
-        mov     56(%rsp), %r10
-        mov     64(%rsp), %r9
-        mov     72(%rsp), %r8
-        mov     80(%rsp), %rax
-        mov     88(%rsp), %rcx
-        mov     96(%rsp), %rdx
-        mov     104(%rsp), %rsi
-        mov     112(%rsp), %rdi
-        lea     176(%rsp), %rsp
+        CALL_MODE_OR_PLAIN FRAME_VECTOR_AREA
+        mov     PTREGS_BX(%rsp), %rbx
+        mov     PTREGS_R11(%rsp), %r11
+        mov     PTREGS_R10(%rsp), %r10
+        mov     PTREGS_R9(%rsp), %r9
+        mov     PTREGS_R8(%rsp), %r8
+        mov     PTREGS_AX(%rsp), %rax
+        mov     PTREGS_CX(%rsp), %rcx
+        mov     PTREGS_DX(%rsp), %rdx
+        mov     PTREGS_SI(%rsp), %rsi
+        mov     PTREGS_DI(%rsp), %rdi
+        lea     FRAME_VECTOR_AREA(%rsp), %rsp
         ret
         .cfi_endproc
         .size   probefs_optprobe_thunk_lean_entry, .-probefs_optprobe_thunk_lean_entry

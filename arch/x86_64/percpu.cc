@@ -1,8 +1,8 @@
 // Per-CPU stacks (arch/percpu.h): setup and the thief's side.
 #include "arch/percpu.h"
 
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
+#include "arch/membarrier.h"
+
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -32,16 +32,6 @@ bool percpu_push(PercpuStack* stacks, uint32_t n, uint32_t value, uint32_t capac
 namespace {
 
 uint32_t g_count = 0;
-
-// Raw: the hit path calls it (steals), and must not change the program's errno.
-long membarrier(int cmd, unsigned flags, int cpu) {
-  long ret;
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "a"(long{__NR_membarrier}), "D"(long{cmd}), "S"(long{flags}), "d"(long{cpu})
-               : "rcx", "r11", "memory");
-  return ret;
-}
 
 }  // namespace
 

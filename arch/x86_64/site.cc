@@ -7,6 +7,9 @@
 #include <mutex>
 #include <vector>
 
+#include "arch/self_memory.h"
+#include "arch/testing.h"
+#include "arch/warn.h"
 #include "arch/x86_64/near_alloc.h"
 #include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
@@ -38,6 +41,7 @@ struct SlotKey {
 
 struct Slots {
   uint8_t* boost = nullptr;
+  uintptr_t boost_return = 0;  // the boosted copy's jmp back, kept from when it was built
   uint8_t* step = nullptr;
 };
 
@@ -62,8 +66,15 @@ int intern_slots(const Insn& insn, Slots* out) {
     int n = relocate(insn, pc, code, sizeof code);
     if (n > 0) {
       size_t len = static_cast<size_t>(n);
-      if (!insn.ends_flow()) len += emit_jmp(code + len, pc + len, insn.next());
-      if (text_poke(pc, code, len) == 0) s.boost = static_cast<uint8_t*>(at);
+      uintptr_t jmp_back = 0;
+      if (!insn.ends_flow()) {
+        jmp_back = pc + len;
+        len += emit_jmp(code + len, pc + len, insn.next());
+      }
+      if (text_poke(pc, code, len) == 0) {
+        s.boost = static_cast<uint8_t*>(at);
+        s.boost_return = jmp_back;
+      }
     }
   }
   // No single-step copy for syscall: the instruction masks the trap flag, so the trap
@@ -94,7 +105,7 @@ bool is_emulated(const Insn& insn) {
 }
 
 int read_text_locked(uintptr_t addr, void* buf, size_t n) {
-  if (int rc = read_memory(addr, buf, n); rc) return rc;
+  if (!read_self_memory_all(addr, buf, n)) return -EFAULT;
   auto* b = static_cast<uint8_t*>(buf);
   for (auto it = g_saved.lower_bound(addr); it != g_saved.end() && it->first < addr + n; ++it)
     b[it->first - addr] = it->second;
@@ -116,7 +127,8 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
   const size_t span = func_end - func_start;
   std::vector<uint8_t> code(span + kMaxInsnLen, 0);
   if (read_text_locked(func_start, code.data(), span) != 0) return -EFAULT;
-  read_text_locked(func_end, code.data() + span, kMaxInsnLen);  // may run off the mapping
+  // May run off the mapping: the bytes stay 0 and decoding stops at func_end anyway.
+  (void)read_text_locked(func_end, code.data() + span, kMaxInsnLen);
   if (int rc = check_boundary(code.data(), func_start, func_end, addr); rc) return rc;
 
   auto site = std::make_unique<Site>();
@@ -136,6 +148,7 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
     Slots s;
     if (int rc = intern_slots(site->insn, &s); rc) return rc;
     site->boost_slot = s.boost;
+    site->boost_return = s.boost_return;
     site->step_slot = s.step;
     if (s.boost && (g_boost_enabled || !s.step)) site->mode = RunMode::kBoost;
     else if (s.step) site->mode = RunMode::kSingleStep;
@@ -145,7 +158,10 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
   return 0;
 }
 
-void release(Site* site) { delete site; }
+void release(Site* site) {
+  forget_site_detour(site);
+  delete site;
+}
 
 int arm(Site* site) {
   std::lock_guard lock(g_text_mu);
@@ -159,25 +175,28 @@ int arm(Site* site) {
   return 0;
 }
 
-void unoptimize_locked(Site* site, bool then_original);  // optimize.cc
-void unoptimize_locked(Site* const* sites, size_t n, bool then_original);
-
 int disarm(Site* site) {
   std::lock_guard lock(g_text_mu);
   if (!site->armed) return 0;
-  if (site->optimized) {
+  if (site->optimized && !site->gone) {
     // Straight from the jmp to the original bytes, in one guarded window.
-    unoptimize_locked(site, true);
+    if (!unoptimize_locked(site, true)) return -EIO;
+    return 0;
+  }
+  if (site->gone) {
     site->armed = false;
     g_saved.erase(site->addr);
     return 0;
   }
+  // Left in place, the int3 of a probe being removed kills the program at its next hit:
+  // nothing answers for it any more.
+  if (int rc = text_poke(site->addr, site->insn.bytes, 1);
+      PROBEFS_WARN_ON_ONCE(rc != 0, "could not put back the byte under a probe's int3"))
+    return rc;
   site->armed = false;
   g_saved.erase(site->addr);
-  if (site->gone) return 0;
-  int rc = text_poke(site->addr, site->insn.bytes, 1);
   text_sync();
-  return rc;
+  return 0;
 }
 
 void disarm_batch(Site* const* sites, size_t n) {
@@ -185,12 +204,21 @@ void disarm_batch(Site* const* sites, size_t n) {
   std::vector<Site*> int3_only;
   for (size_t i = 0; i < n; ++i)
     if (sites[i]->armed && !sites[i]->optimized && !sites[i]->gone) int3_only.push_back(sites[i]);
-  // The jmps go straight to the original bytes in one window; then the int3s, a byte each.
+  // The jmps go straight to the original bytes in one window (a failure is warned, and
+  // leaves that site patched); then the int3s, a byte each.
   unoptimize_locked(sites, n, true);
-  for (Site* site : int3_only) text_poke(site->addr, site->insn.bytes, 1);
-  if (!int3_only.empty()) text_sync();
+  bool wrote = false;
+  for (Site* site : int3_only) {
+    if (PROBEFS_WARN_ON_ONCE(text_poke(site->addr, site->insn.bytes, 1) != 0,
+                             "could not put back the byte under a probe's int3"))
+      continue;
+    site->armed = false;
+    g_saved.erase(site->addr);
+    wrote = true;
+  }
+  if (wrote) text_sync();
   for (size_t i = 0; i < n; ++i) {
-    if (!sites[i]->armed) continue;
+    if (!sites[i]->gone) continue;
     sites[i]->armed = false;
     g_saved.erase(sites[i]->addr);
   }
@@ -206,12 +234,12 @@ void mark_gone(Site* site) {
   site->optimized = false;
 }
 
-uintptr_t site_address(const Site* site) { return site->addr; }
-
-int read_text(uintptr_t addr, void* buf, size_t n) {
+int testing::read_text(uintptr_t addr, void* buf, size_t n) {
   std::lock_guard lock(g_text_mu);
   return read_text_locked(addr, buf, n);
 }
+
+uintptr_t testing::boost_return(const Site* site) { return site->boost_return; }
 
 void set_boost_enabled(bool on) {
   std::lock_guard lock(g_text_mu);

@@ -25,6 +25,7 @@ struct Site {
   x86_64::Insn insn;
   RunMode mode = RunMode::kBoost;
   uint8_t* boost_slot = nullptr;  // relocated copy + jmp back (nullptr when unusable)
+  uintptr_t boost_return = 0;     // where in it the jmp back starts (0: it has none)
   uint8_t* step_slot = nullptr;   // same-length copy for single-stepping
   bool armed = false;
   bool gone = false;
@@ -53,5 +54,14 @@ uintptr_t signal_restorer();
 extern std::mutex g_text_mu;  // guards g_saved and the text of every site
 // Original bytes of every byte we changed in code: int3 first bytes, jmp tails.
 extern std::map<uintptr_t, uint8_t>& g_saved;
+
+// optimize.cc, for site.cc. With g_text_mu held: puts the int3 back in place of the jmp of
+// each optimized site, in one window in which the other running threads are parked; with
+// `then_original` the original first byte too (the site is disarmed). False (warned) when
+// some code could not be written: that site stays optimized, or an int3 probe.
+bool unoptimize_locked(Site* const* sites, size_t n, bool then_original);
+bool unoptimize_locked(Site* site, bool then_original);
+// Drops what the optimizer keeps for a site being released (takes g_text_mu).
+void forget_site_detour(const Site* site);
 
 }  // namespace probefs::arch

@@ -1,10 +1,11 @@
 #include "arch/x86_64/text_patch.h"
 
+#include "arch/membarrier.h"
+#include "arch/self_memory.h"
+#include "arch/warn.h"
+
 #include <fcntl.h>
-#include <linux/membarrier.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,21 +15,13 @@
 namespace probefs::arch::x86_64 {
 namespace {
 
-int membarrier(int cmd) { return static_cast<int>(syscall(__NR_membarrier, cmd, 0, 0)); }
-
-long raw_getpid() {
-  long ret;
-  asm volatile("syscall" : "=a"(ret) : "a"(static_cast<long>(SYS_getpid)) : "rcx", "r11", "memory");
-  return ret;
-}
-
 // Kept open between writes (callers serialize, under g_text_mu), and opened again in a
 // fork child: a descriptor kept across fork() still names the parent's memory.
 int g_mem_fd = -1;
 long g_mem_fd_pid = 0;
 
 int poke_proc_mem(uintptr_t addr, const void* src, size_t n) {
-  const long pid = raw_getpid();
+  const long pid = self_pid();
   if (g_mem_fd < 0 || g_mem_fd_pid != pid) {
     if (g_mem_fd >= 0) close(g_mem_fd);
     g_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -47,7 +40,8 @@ int poke_mprotect(uintptr_t addr, const void* src, size_t n) {
   if (mprotect(p, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
   std::memcpy(reinterpret_cast<void*>(addr), src, n);
   // Text we patch is mapped read+exec: that is what it goes back to.
-  mprotect(p, hi - lo, PROT_READ | PROT_EXEC);
+  PROBEFS_WARN_ON_ONCE(mprotect(p, hi - lo, PROT_READ | PROT_EXEC) != 0,
+                       "patched code stays writable: mprotect refused to take write back");
   return 0;
 }
 
@@ -71,17 +65,10 @@ void text_sync() {
   if (state == 1 && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) == 0) return;
   // Without SYNC_CORE, a plain expedited barrier still makes every running thread take an
   // interrupt, and returning from it serializes the core on x86.
-  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
-    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
-    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
-  }
-}
-
-int read_memory(uintptr_t addr, void* dst, size_t n) {
-  iovec local{dst, n};
-  iovec remote{reinterpret_cast<void*>(addr), n};
-  ssize_t r = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-  return r == static_cast<ssize_t>(n) ? 0 : -EFAULT;
+  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  PROBEFS_WARN_ON_ONCE(membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0 ||
+                           membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0,
+                       "no membarrier: other threads may run stale code after a patch");
 }
 
 }  // namespace probefs::arch::x86_64

@@ -11,13 +11,10 @@
 namespace probefs::arch::x86_64 {
 
 // Copies n bytes to addr. 0 or -errno (-EFAULT when addr is not mapped).
-int text_poke(uintptr_t addr, const void* src, size_t n);
+[[nodiscard]] int text_poke(uintptr_t addr, const void* src, size_t n);
 
 // Cross-modifying-code barrier: every thread of this process executes a serializing
 // instruction before its next user instruction (membarrier SYNC_CORE).
 void text_sync();
-
-// Reads n bytes of this process's memory without faulting. 0 or -EFAULT.
-int read_memory(uintptr_t addr, void* dst, size_t n);
 
 }  // namespace probefs::arch::x86_64

@@ -1,12 +1,13 @@
 #include "arch/x86_64/thread_fixup.h"
 
+#include "arch/self_memory.h"
+#include "arch/syscall.h"
 #include "arch/x86_64/site.h"
 
 #include <dirent.h>
 #include <linux/futex.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -38,31 +39,13 @@ std::atomic<int> g_released{0};
 static_assert(sizeof(std::atomic<int>) == sizeof(int));
 
 long raw_futex(std::atomic<int>* word, int op, int val) {
-  long ret;
-  register long r10 asm("r10") = 0;  // no timeout
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "a"(static_cast<long>(SYS_futex)), "D"(word), "S"(static_cast<long>(op)),
-                 "d"(static_cast<long>(val)), "r"(r10)
-               : "rcx", "r11", "memory");
-  return ret;
+  return raw_syscall(__NR_futex, reinterpret_cast<long>(word), op, val, 0 /* no timeout */);
 }
 
-// Reads this process's memory without faulting (a raw process_vm_readv: this also runs
-// inside the fixup signal handler). Returns the bytes read.
+// Reads this process's memory without faulting (this also runs inside the fixup signal
+// handler). Returns the bytes read.
 size_t safe_read(uintptr_t addr, void* buf, size_t n) {
-  long pid;
-  asm volatile("syscall" : "=a"(pid) : "a"(static_cast<long>(SYS_getpid)) : "rcx", "r11", "memory");
-  iovec local{buf, n}, remote{reinterpret_cast<void*>(addr), n};
-  long ret;
-  register long r10 asm("r10") = reinterpret_cast<long>(&remote);
-  register long r8 asm("r8") = 1;
-  register long r9 asm("r9") = 0;
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "a"(static_cast<long>(SYS_process_vm_readv)), "D"(pid), "S"(&local), "d"(1L),
-                 "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
+  const long ret = read_self_memory(self_pid(), addr, buf, n);
   return ret > 0 ? static_cast<size_t>(ret) : 0;
 }
 
@@ -203,15 +186,16 @@ bool blocks_fixup_signal(long tid) {
 
 bool listed(const IpMove* moves, size_t n, uintptr_t pc) { return find_move(moves, n, pc) != nullptr; }
 
+// 0 or -errno.
 int queue_signal(long tid, int generation) {
   siginfo_t info{};
   info.si_signo = thread_fixup_signal();
   info.si_code = SI_QUEUE;
-  info.si_pid = getpid();
+  info.si_pid = static_cast<pid_t>(self_pid());
   info.si_uid = getuid();
   info.si_value.sival_int = generation;
-  return static_cast<int>(
-      syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, thread_fixup_signal(), &info));
+  return static_cast<int>(raw_syscall(__NR_rt_tgsigqueueinfo, info.si_pid, tid,
+                                      thread_fixup_signal(), reinterpret_cast<long>(&info)));
 }
 
 }  // namespace
@@ -226,7 +210,7 @@ int park_threads(const IpMove* caller_moves, size_t n) {
   std::sort(g_move_storage, g_move_storage + n,
             [](const IpMove& a, const IpMove& b) { return a.from < b.from; });
   const IpMove* moves = g_move_storage;
-  const long self = syscall(SYS_gettid);
+  const long self = raw_syscall(__NR_gettid);
 
   // Look at every thread first (this reads files and allocates), signal after: once the
   // first thread is parked, nothing here may take a lock it could hold.
@@ -267,8 +251,9 @@ int park_threads(const IpMove* caller_moves, size_t n) {
   int sent = 0;
   bool failed = false;
   for (long tid : running) {
-    if (queue_signal(tid, generation) == 0) ++sent;
-    else if (errno != ESRCH) failed = true;
+    const int sig_rc = queue_signal(tid, generation);
+    if (sig_rc == 0) ++sent;
+    else if (sig_rc != -ESRCH) failed = true;
   }
 
   // Every signalled thread runs the handler as soon as it is scheduled, unless it blocked

@@ -30,7 +30,7 @@ struct IpMove {
 //
 // Between park and unpark the caller must not allocate or take a lock that a parked
 // thread could hold: write the text and return.
-int park_threads(const IpMove* moves, size_t n);
+[[nodiscard]] int park_threads(const IpMove* moves, size_t n);
 void unpark_threads();
 
 // The real-time signal used to reach other threads.

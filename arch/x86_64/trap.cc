@@ -4,7 +4,6 @@
 // allocation, no locks, no libc calls (DESIGN.md §3). Per-thread state is initial-exec TLS,
 // reached through %fs with no call.
 #include <signal.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "arch/syscall.h"
 #include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
@@ -90,14 +90,6 @@ void store_regs(const PtRegs& r, mcontext_t* m) {
   g[REG_RIP] = r.ip; g[REG_EFL] = r.flags; g[REG_RSP] = r.sp;
 }
 
-inline long raw_syscall4(long nr, long a, long b, long c, long d) {
-  long ret;
-  register long r10 asm("r10") = d;
-  asm volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
-               : "rcx", "r11", "memory");
-  return ret;
-}
-
 // A trap that is none of ours: hand it to the program's own handler, or, where the program
 // has none, take the default action (the process dies as it would have without probefs).
 void chain(int sig, siginfo_t* info, void* uc) {
@@ -112,10 +104,8 @@ void chain(int sig, siginfo_t* info, void* uc) {
     void* restorer;
     uint64_t mask;
   } dfl{};  // SIG_DFL, as the kernel's struct sigaction
-  raw_syscall4(__NR_rt_sigaction, SIGTRAP, reinterpret_cast<long>(&dfl), 0, 8);
-  long pid = raw_syscall4(__NR_getpid, 0, 0, 0, 0);
-  long tid = raw_syscall4(__NR_gettid, 0, 0, 0, 0);
-  raw_syscall4(__NR_tgkill, pid, tid, SIGTRAP, 0);
+  raw_syscall(__NR_rt_sigaction, SIGTRAP, reinterpret_cast<long>(&dfl), 0, 8);
+  raw_syscall(__NR_tgkill, raw_syscall(__NR_getpid), raw_syscall(__NR_gettid), SIGTRAP);
 }
 
 void emulate(const Insn& in, PtRegs* r) {
@@ -211,7 +201,7 @@ void handle_sigtrap(int sig, siginfo_t* info, void* ucv) {
 
 }  // namespace
 
-Resume resume_out_of_line(const Site* site, PtRegs* regs, void* cookie, bool step) {
+Resume run_probed_insn(const Site* site, PtRegs* regs, void* cookie, bool step) {
   // Being optimized, or optimized and hit by a thread that trapped just before the jmp was
   // written: run the detour's copy of the whole region.
   if (const uintptr_t d = site->detour_resume.load(std::memory_order_acquire)) {
@@ -292,7 +282,8 @@ size_t blacklist(TextRange* out, size_t max) {
     void* restorer;
     uint64_t mask;
   } k{};
-  if (syscall(__NR_rt_sigaction, SIGTRAP, nullptr, &k, 8) == 0 && k.restorer && n < max) {
+  if (raw_syscall(__NR_rt_sigaction, SIGTRAP, 0, reinterpret_cast<long>(&k), 8) == 0 &&
+      k.restorer && n < max) {
     const auto r = reinterpret_cast<uintptr_t>(k.restorer);
     out[n++] = {r, r + 16};
   }

@@ -22,7 +22,7 @@
 #include "events/memory_reader.h"
 #include "events/output.h"
 #include "events/parse.h"
-#include "events/safe_copy.h"
+#include "arch/safe_copy.h"
 
 using namespace probefs;
 using namespace probefs::events;
@@ -31,9 +31,9 @@ namespace {
 
 inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
-// The agent's SIGSEGV/SIGBUS handler does this first (safe_copy.h).
+// The agent's SIGSEGV/SIGBUS handler does this first (arch/safe_copy.h).
 void on_fault(int sig, siginfo_t*, void* uc) {
-  if (safe_copy_fixup(uc)) return;
+  if (arch::safe_copy_fixup(uc)) return;
   signal(sig, SIG_DFL);
   raise(sig);
 }

@@ -739,7 +739,7 @@ TEST(OptimizeCheckLive, LeafFunctionsAreOptimizableAtEntry) {
     ASSERT_NE(b.start, 0u) << "no symbol size: is arch_test linked with ENABLE_EXPORTS?";
     OptimizeRegion r;
     EXPECT_EQ(OptimizeRefusal::kNone, check_live(b, b.start, &r));
-    EXPECT_GE(r.len, kJmpLen);
+    EXPECT_GE(r.len, kJmpRel32Len);
     EXPECT_LE(r.end(), b.end);
   }
 }
@@ -801,11 +801,11 @@ TEST(OptimizeCheckLive, SwitchJumpTableIsDecodedAtEveryBoundary) {
   for (size_t i = 0; i < insns.size(); ++i) {
     const uintptr_t addr = insns[i].addr;
     uintptr_t end = addr;
-    for (size_t k = i; k < insns.size() && end - addr < kJmpLen; ++k) end += insns[k].len;
+    for (size_t k = i; k < insns.size() && end - addr < kJmpRel32Len; ++k) end += insns[k].len;
     OptimizeRegion r;
     const OptimizeRefusal got = check_live(b, addr, &r);
     SCOPED_TRACE(testing::Message() << "at +" << addr - b.start);
-    if (end - addr < kJmpLen) {
+    if (end - addr < kJmpRel32Len) {
       EXPECT_EQ(OptimizeRefusal::kOutsideFunction, got);
       continue;
     }

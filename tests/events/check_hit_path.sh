@@ -5,8 +5,8 @@
 set -eu
 probe=$1
 shift
-# The only outside symbols allowed are the fault-tolerant copy routines (safe_copy.cc).
-undefined=$(nm -u "$probe" | grep -vE '_GLOBAL_OFFSET_TABLE_|probefs_events_safe_(copy|strncpy)$' ||
+# The only outside symbols allowed are the fault-tolerant copy routines (arch/safe_copy.h).
+undefined=$(nm -u "$probe" | grep -vE '_GLOBAL_OFFSET_TABLE_|probefs_arch_safe_(copy|strncpy)$' ||
             true)
 if [ -n "$undefined" ]; then
   echo "hit path refers to outside symbols:"; echo "$undefined"; exit 1

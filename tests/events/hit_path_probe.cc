@@ -2,7 +2,6 @@
 // verify from the machine code that it calls no library function (DESIGN.md §3).
 #include "events/fetch.h"
 #include "events/memory_reader.h"
-#include "events/safe_copy.h"
 
 using probefs::PtRegs;
 using probefs::events::HitContext;

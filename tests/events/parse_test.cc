@@ -109,10 +109,10 @@ TEST(CaptureErrors, UprobeParseRows) {
 
 TEST(CaptureErrors, UprobePathRows) {
   ParseOptions opts;
-  opts.check_path = [](const std::string& p) {
+  opts.check_path = [](const std::string& p) -> std::optional<ErrorCode> {
     if (p == "/tmp") return ErrorCode::kNoRegularFile;
     if (p.rfind("/nonexistent", 0) == 0) return ErrorCode::kFileNotFound;
-    return ErrorCode::kNone;
+    return std::nullopt;
   };
   for (const CaretRow& row : kUprobePathRows) {
     std::string cmd = take_caret(row.command).first;

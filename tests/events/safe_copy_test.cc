@@ -1,4 +1,4 @@
-// The fault-tolerant reader: with a SIGSEGV/SIGBUS handler that calls safe_copy_fixup(),
+// The fault-tolerant reader: with a SIGSEGV/SIGBUS handler that calls arch::safe_copy_fixup(),
 // bad pointers come back as failed reads and the process goes on.
 #include <gtest/gtest.h>
 
@@ -13,14 +13,15 @@
 #include "events/fetch.h"
 #include "events/output.h"
 #include "events/parse.h"
-#include "events/safe_copy.h"
+#include "events/memory_reader.h"
+#include "arch/safe_copy.h"
 
 namespace probefs::events {
 namespace {
 
 // What the agent's handler does first; the test has no program handler to chain to.
 void on_fault(int sig, siginfo_t*, void* uc) {
-  if (safe_copy_fixup(uc)) return;
+  if (arch::safe_copy_fixup(uc)) return;
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -106,9 +107,9 @@ TEST_F(SafeCopy, WholeRecord) {
 TEST(SafeCopyFixup, ForeignFault) {
   ucontext_t uc{};
   uc.uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&on_fault);
-  EXPECT_FALSE(safe_copy_fixup(&uc));
-  uc.uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&probefs_events_safe_copy) + 3;
-  EXPECT_TRUE(safe_copy_fixup(&uc));
+  EXPECT_FALSE(arch::safe_copy_fixup(&uc));
+  uc.uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&probefs_arch_safe_copy) + 3;
+  EXPECT_TRUE(arch::safe_copy_fixup(&uc));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "arch/arch.h"
+#include "arch/testing.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 
@@ -546,7 +547,7 @@ TEST_F(Probecore, BatchWithOneBadEntryLeavesNothingRegistered) {
   EXPECT_EQ(v_mul_o2(2, 2), 4);
   EXPECT_EQ(a.hits + m.hits, 0);
   uint8_t byte;
-  ASSERT_EQ(arch::read_text(addr_of(add_o2), &byte, 1), 0);
+  ASSERT_EQ(arch::testing::read_text(addr_of(add_o2), &byte, 1), 0);
   EXPECT_EQ(byte, *reinterpret_cast<const uint8_t*>(addr_of(add_o2)));  // no int3 left
 
   RetRecorder r1, r2;
@@ -579,7 +580,7 @@ TEST_F(Probecore, ProbesOnOneAddressAreAggregated) {
   EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 2) << list;
   ASSERT_EQ(disable_kprobe(&k2), 0);  // the last enabled child disarms the address
   uint8_t byte;
-  ASSERT_EQ(arch::read_text(addr_of(add_o2), &byte, 1), 0);
+  ASSERT_EQ(arch::testing::read_text(addr_of(add_o2), &byte, 1), 0);
   EXPECT_EQ(*reinterpret_cast<const volatile uint8_t*>(addr_of(add_o2)), byte);
   EXPECT_EQ(v_add_o2(1, 1), 2);
   EXPECT_EQ(k2.hits, 2);

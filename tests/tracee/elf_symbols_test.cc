@@ -79,7 +79,7 @@ TEST(ProcessSymbols, ResolvesMangledNames) {
   ASSERT_NE(syms, nullptr);
   ResolvedSymbol r;
   // probefs::tracee::ProcessSymbols::load(int, int*)
-  ASSERT_EQ(syms->resolve("_ZN7probefs6target14ProcessSymbols4loadEiPi", &r), 0);
+  ASSERT_EQ(syms->resolve("_ZN7probefs6tracee14ProcessSymbols4loadEiPi", &r), 0);
   EXPECT_EQ(r.addr, fn_addr(&ProcessSymbols::load));
   EXPECT_TRUE(r.function.contains(r.addr));
 }

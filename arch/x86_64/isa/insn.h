@@ -9,6 +9,7 @@ namespace probefs::arch::x86_64 {
 
 constexpr size_t kMaxInsnLen = 15;
 constexpr uint8_t kInt3 = 0xcc;
+constexpr size_t kJmpRel32Len = 5;  // jmp rel32: what a jump-optimized probe writes
 
 enum class InsnKind : uint8_t {
   kPlain,         // position independent: runs anywhere as it is

@@ -615,7 +615,7 @@ OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uin
   OptimizeRegion region;
   region.addr = addr;
   size_t len = 0;
-  for (size_t i = static_cast<size_t>(first); len < kJmpLen; ++i) {
+  for (size_t i = static_cast<size_t>(first); len < kJmpRel32Len; ++i) {
     if (i == insns.size()) return OptimizeRefusal::kOutsideFunction;
     region.insns[region.count++] = insns[i];
     len += insns[i].len;

@@ -29,8 +29,6 @@
 
 namespace probefs::arch::x86_64 {
 
-constexpr size_t kJmpLen = 5;  // jmp rel32
-
 // Why a probe cannot be jump-optimized; kNone when it can.
 enum class OptimizeRefusal : uint8_t {
   kNone,
@@ -47,13 +45,13 @@ enum class OptimizeRefusal : uint8_t {
 // A short text for introspection ("jump into the region", ...). Never nullptr.
 const char* refusal_text(OptimizeRefusal r);
 
-// The region the 5-byte jmp replaces: whole instructions from addr, len >= kJmpLen bytes.
-// Each instruction is at least one byte, so kJmpLen instructions always suffice.
+// The region the 5-byte jmp replaces: whole instructions from addr, len >= kJmpRel32Len bytes.
+// Each instruction is at least one byte, so kJmpRel32Len instructions always suffice.
 struct OptimizeRegion {
   uintptr_t addr = 0;
   uint8_t len = 0;
   uint8_t count = 0;
-  Insn insns[kJmpLen];
+  Insn insns[kJmpRel32Len];
 
   uintptr_t end() const { return addr + len; }
 };
@@ -83,7 +81,7 @@ struct OutsideEntries {
 
 // Decides whether the probe at `addr` in the function [func_start, func_end) may be
 // jump-optimized. `code` holds the function's bytes as they are with no probe armed (see
-// through int3s and earlier jumps: arch::read_text). `read` serves memory outside them.
+// through int3s and earlier jumps, as site.cc reads code). `read` serves memory outside them.
 //
 // *out is filled as soon as the region is known (every refusal from kCallInRegion on, and
 // kNone), so introspection can show what would have been replaced; otherwise out->len is 0.

@@ -19,7 +19,6 @@
 
 namespace probefs::arch::x86_64 {
 
-constexpr size_t kJmpRel32Len = 5;
 constexpr size_t kJmpAbsLen = 14;      // jmp *0(%rip) ; .quad target
 constexpr size_t kMaxRelocatedLen = 48;
 
