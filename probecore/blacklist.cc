@@ -48,19 +48,23 @@ bool blacklisted_locked(uintptr_t addr) {
   return false;
 }
 
-// Code glibc runs with every signal blocked, where a trap kills the thread at once (a
-// synchronous SIGTRAP that is blocked is fatal): at thread start (__ctype_init, _setjmp),
-// at thread exit (madvise, getpagesize), around clone in pthread_create and posix_spawn
-// (clone, munmap; and sigaction, sigprocmask in the spawned child). glibc blocks with the
-// raw system call, so no interposition can stop it. Such a site is jump-optimized or not
-// armed at all; never an int3. Known only where the resolver names the function.
+// Code glibc runs where a trap kills the thread at once: with every signal blocked (a
+// synchronous SIGTRAP that is blocked is fatal), or in a posix_spawn child whose handlers
+// were reset to the default. At thread start __ctype_init and _setjmp; at thread exit
+// madvise and getpagesize; in pthread_create and posix_spawn around clone, clone and
+// munmap; in the spawned child (system, popen), sigaction, sigismember, sigprocmask and
+// execve. glibc blocks with the raw system call, so no interposition can stop it. Such a
+// site is jump-optimized or not armed at all; never an int3. Known only where the
+// resolver names the function (by any of its names).
 bool runs_with_signals_blocked(std::string_view module, std::string_view symbol) {
   if (module.substr(0, 7) != "libc.so") return false;
   static constexpr std::string_view kNames[] = {
-      "__ctype_init", "_setjmp",   "__sigsetjmp", "setjmp",       "sigsetjmp",
-      "madvise",      "__madvise", "getpagesize", "__getpagesize", "munmap",
-      "__munmap",     "clone",     "__clone",     "sigaction",    "__sigaction",
-      "sigprocmask",  "__sigprocmask", "pthread_sigmask", "__pthread_sigmask",
+      "__ctype_init",  "_setjmp",       "__sigsetjmp",       "setjmp",
+      "sigsetjmp",     "madvise",       "__madvise",         "getpagesize",
+      "__getpagesize", "munmap",        "__munmap",          "clone",
+      "__clone",       "sigaction",     "__sigaction",       "__libc_sigaction",
+      "sigismember",   "__sigismember", "sigprocmask",       "__sigprocmask",
+      "pthread_sigmask", "__pthread_sigmask", "execve",      "__execve",
   };
   for (std::string_view name : kNames)
     if (symbol == name) return true;

@@ -108,20 +108,32 @@ TEST_P(SignalsBlocked, FirstProbeOnThreadStartCodeDoesNotKillTheProcess) {
   }
 }
 
-// system() makes posix_spawn call munmap in the parent with every signal blocked.
-TEST_P(SignalsBlocked, ProbeOnMunmapSurvivesSystem) {
+// system() makes posix_spawn call clone and munmap in the parent with every signal
+// blocked, and its child runs __libc_sigaction and pthread_sigmask with every signal
+// blocked, then execve with its handlers reset to the default (where a trap is as fatal).
+TEST_P(SignalsBlocked, ProbesOnSpawnCodeSurviveSystem) {
   const bool optimize = GetParam();
   const int status = in_child([&] {
     set_symbol_resolver(&tracee::self_symbol_resolver());
     set_kprobes_optimization(optimize);
-    Kprobe k;
-    k.symbol_name = "libc:munmap";
-    k.pre_handler = count_hit;
-    if (register_kprobe(&k) != 0) return 10;
-    if (system("exit 3") != 3 << 8) return 11;
+    static const char* const kNames[] = {"libc:munmap", "libc:clone", "libc:__libc_sigaction",
+                                         "libc:sigismember", "libc:pthread_sigmask",
+                                         "libc:execve"};
+    Kprobe probes[6];
+    for (int i = 0; i < 6; ++i) {
+      probes[i].symbol_name = kNames[i];
+      probes[i].pre_handler = count_hit;
+      if (register_kprobe(&probes[i]) != 0) {
+        fprintf(stderr, "cannot probe %s\n", kNames[i]);
+        return 10;
+      }
+    }
+    for (int round = 0; round < 3; ++round)
+      if (system("exit 3") != 3 << 8) return 11;
     const long hits = g_hits.load();
-    if (unregister_kprobe(&k) != 0) return 12;
-    return hits >= 1 ? 0 : 13;
+    for (Kprobe& k : probes)
+      if (unregister_kprobe(&k) != 0) return 12;
+    return hits >= 3 ? 0 : 13;
   });
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe(status);
 }
