@@ -7,14 +7,11 @@
 #include <cstdint>
 
 #include "arch/regs.h"
+#include "arch/text_range.h"
 
 namespace probefs::arch {
 
 struct Site;  // the prepared instruction at one probe address (arch-private)
-
-struct TextRange {
-  uintptr_t start = 0, end = 0;
-};
 
 // ---- control plane: the caller serializes these calls ----
 
@@ -77,6 +74,14 @@ enum : unsigned {
                             // sp and the registers a C call clobbers)
 };
 
+// Ways into a function that its own instructions do not show (see prepare_optimized).
+struct FunctionEntries {
+  const uintptr_t* landing_pads = nullptr;  // where the unwinder resumes the function
+  size_t n_landing_pads = 0;
+  const TextRange* related = nullptr;  // code split off it (foo.cold) or it was split from
+  size_t n_related = 0;
+};
+
 // How a detour's jmp enters it (see prepare_optimized).
 enum class DetourEntry : uint8_t {
   kPlain,     // the handlers run, then the relocated instructions
@@ -117,8 +122,12 @@ uintptr_t kretprobe_trampoline();
 // the reason it cannot be optimized; -EBUSY when the site is optimized with another kind
 // of detour or entry (unoptimize it first). `return_saves_vector` (call mode): the return
 // handlers of the probes here may use vector registers.
+//
+// `outside`: the ways into [func_start, func_end) that its own branches do not show, as the
+// symbol side knows them (landing pads, split-off parts); no region may have one strictly
+// inside it.
 [[nodiscard]] int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end,
-                                    bool save_vector, DetourEntry entry,
+                                    const FunctionEntries& outside, bool save_vector, DetourEntry entry,
                                     bool return_saves_vector, const char** why);
 
 // The end of the bytes the jmp replaces, [the probe address, site_region_end). Valid after

@@ -59,7 +59,8 @@ struct Kprobe {
   uintptr_t addr = 0;                 // filled in when resolved from symbol_name
   // The function around addr, for the instruction-boundary check. Optional where a symbol
   // resolver is installed; required otherwise (as in a traced process, where the daemon
-  // supplies it).
+  // supplies it). Bounds given here are used as they are: without landing pads or related
+  // code, the optimizer checks the function's own code only.
   FunctionBounds bounds;
 
   kprobe_pre_handler_t pre_handler = nullptr;

@@ -64,7 +64,10 @@ std::string prepare_detour_or_unoptimize(Aggregate* ag) {
   }
   if (!ag->opt_checked) {
     const char* why = "";
-    ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end,
+    const arch::FunctionEntries outside{
+        ag->bounds.landing_pads.data(), ag->bounds.landing_pads.size(),
+        ag->bounds.related.data(), ag->bounds.related.size()};
+    ag->opt_capable = arch::prepare_optimized(ag->site, ag->bounds.start, ag->bounds.end, outside,
                                               save_vector, entry, return_vector, &why) == 0;
     ag->opt_checked = true;
     ag->opt_save_vector = save_vector;

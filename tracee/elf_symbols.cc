@@ -1,166 +1,33 @@
 #include "tracee/elf_symbols.h"
 
-#include <elfutils/libdw.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <link.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
+#include "tracee/eh_frame.h"
+#include "tracee/link_map.h"
+#include "tracee/proc_maps.h"
+
 namespace probefs::tracee {
 namespace {
-
-// Pointer encodings of .eh_frame (the LSB's DW_EH_PE_*); dwarf.h names only some of them.
-constexpr uint8_t kPeAbsptr = 0x00;
-constexpr uint8_t kPeOmit = 0xff;
-constexpr uint8_t kPeFormatMask = 0x0f;
-constexpr uint8_t kPeApplyMask = 0x70;
-constexpr uint8_t kPePcrel = 0x10;
-
-// Bounds on what we read from a target's memory, so a corrupt or hostile link map cannot
-// keep us looping.
-constexpr size_t kMaxDynamicEntries = 4096;
-constexpr size_t kMaxLinkMapEntries = 65536;
 
 bool init_libelf() {
   static const bool ok = elf_version(EV_CURRENT) != EV_NONE;
   return ok;
 }
 
-// One line of /proc/PID/maps that maps a file.
-struct Mapping {
-  uintptr_t start = 0;
-  uintptr_t end = 0;
-  uint64_t offset = 0;
-  dev_t dev = 0;
-  ino_t inode = 0;
-  bool exec = false;
-  bool deleted = false;  // the file was unlinked or replaced after mapping
-  std::string path;
-};
-
-int read_maps(pid_t pid, std::vector<Mapping>* out) {
-  char file[64];
-  std::snprintf(file, sizeof file, "/proc/%d/maps", static_cast<int>(pid));
-  FILE* f = std::fopen(file, "re");
-  if (f == nullptr) return errno == ENOENT ? -ESRCH : -errno;
-  char* line = nullptr;
-  size_t cap = 0;
-  ssize_t len;
-  while ((len = getline(&line, &cap, f)) > 0) {
-    if (line[len - 1] == '\n') line[--len] = '\0';
-    unsigned long start, end;
-    unsigned long long offset, inode;
-    unsigned major_dev, minor_dev;
-    char perms[8];
-    int consumed = 0;
-    if (std::sscanf(line, "%lx-%lx %7s %llx %x:%x %llu %n", &start, &end, perms, &offset,
-                    &major_dev, &minor_dev, &inode, &consumed) < 7 ||
-        consumed == 0) {
-      continue;
-    }
-    const char* path = line + consumed;
-    // Anonymous memory, [heap], [stack], [vdso] and [vvar] name no file we can open; the
-    // vDSO is left out on purpose (nothing to probe there that a library does not offer).
-    if (path[0] != '/' || inode == 0) continue;
-    Mapping m;
-    m.start = start;
-    m.end = end;
-    m.offset = offset;
-    m.dev = makedev(major_dev, minor_dev);
-    m.inode = static_cast<ino_t>(inode);
-    m.exec = std::strlen(perms) >= 3 && perms[2] == 'x';
-    std::string_view p(path);
-    constexpr std::string_view kDeleted = " (deleted)";
-    if (p.ends_with(kDeleted)) {
-      m.deleted = true;
-      p.remove_suffix(kDeleted.size());
-    }
-    m.path.assign(p);
-    out->push_back(std::move(m));
-  }
-  std::free(line);
-  std::fclose(f);
-  return 0;
-}
-
-// The mappings of one loaded object: consecutive mappings of one file with non-decreasing
-// file offsets (two segments can share a file page, so offsets may repeat). A second load of
-// the same file (dlmopen) starts over at a lower offset.
-struct MappingGroup {
-  std::vector<Mapping> maps;  // address order
-  bool has_exec = false;
-};
-
-std::vector<MappingGroup> group_mappings(std::vector<Mapping> maps) {
-  std::vector<MappingGroup> groups;
-  std::unordered_map<std::string, size_t> last_group;  // path -> index of its latest group
-  for (Mapping& m : maps) {
-    auto it = last_group.find(m.path);
-    if (it != last_group.end()) {
-      MappingGroup& g = groups[it->second];
-      const Mapping& prev = g.maps.back();
-      if (prev.dev == m.dev && prev.inode == m.inode && m.offset >= prev.offset) {
-        g.has_exec |= m.exec;
-        g.maps.push_back(std::move(m));
-        continue;
-      }
-    }
-    last_group[m.path] = groups.size();
-    MappingGroup g;
-    g.has_exec = m.exec;
-    g.maps.push_back(std::move(m));
-    groups.push_back(std::move(g));
-  }
-  return groups;
-}
-
 std::string_view basename_of(std::string_view path) {
   size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-// Opens the file behind a mapping. The path in maps may no longer name that file (a library
-// upgraded on disk, a deleted executable) or may live in another mount namespace, so when the
-// inode does not match we try the kernel's handles on the mapped file itself.
-int open_mapped_file(pid_t pid, const Mapping& m) {
-  std::vector<std::string> candidates;
-  if (!m.deleted) candidates.push_back(m.path);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%lx-%lx", static_cast<int>(pid),
-                static_cast<unsigned long>(m.start), static_cast<unsigned long>(m.end));
-  candidates.push_back(buf);
-  std::snprintf(buf, sizeof buf, "/proc/%d/root", static_cast<int>(pid));
-  candidates.push_back(buf + m.path);
-  int fallback = -1;
-  for (const std::string& c : candidates) {
-    int fd = open(c.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_ino == m.inode && st.st_dev == m.dev) {
-      if (fallback >= 0) close(fallback);
-      return fd;
-    }
-    // Overlay filesystems report different device numbers in maps and stat; keep the first
-    // file that opened in case nothing matches exactly.
-    if (fallback < 0) {
-      fallback = fd;
-    } else {
-      close(fd);
-    }
-  }
-  return fallback;
 }
 
 // Load bias (run-time address minus ELF virtual address) from the object's lowest mapping.
@@ -190,11 +57,6 @@ struct FuncSymbol {
   uint64_t size = 0;
   uint32_t name = 0;    // offset into ElfObject::names
   uint8_t rank = 0;     // higher wins when several symbols share a name or an address
-};
-
-struct FdeRange {
-  uintptr_t start = 0;  // ELF virtual addresses, [start, end)
-  uintptr_t end = 0;
 };
 
 // One mapped ELF object. Its tables load on first use.
@@ -231,8 +93,12 @@ struct ElfObject {
   std::vector<uintptr_t> max_end;      // max_end[i]: highest value + size in by_addr[0..i]
   std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
 
-  bool fdes_loaded = false;
-  std::vector<FdeRange> fdes;  // sorted by start
+  EhFrame eh_frame;  // FDE ranges and landing pads, read on first use
+
+  // Parts GCC split off a function ("foo.cold" for "foo"): the indexes in by_addr of the
+  // sized ones, by the name of the function they belong to. Built on first use.
+  bool split_parts_loaded = false;
+  std::unordered_map<std::string_view, std::vector<uint32_t>> split_parts;
 };
 
 std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
@@ -379,233 +245,75 @@ const FuncSymbol* symbol_at(const ElfObject& o, uintptr_t vaddr) {
   return best;
 }
 
-// Reads a value in one of the DW_EH_PE formats; returns false for formats code addresses
-// never use. Byte order follows the object (`msb`).
-bool read_encoded(const uint8_t*& p, const uint8_t* end, uint8_t format, bool elf64, bool msb,
-                  uint64_t* out) {
-  auto fixed = [&](size_t n, bool is_signed) {
-    if (static_cast<size_t>(end - p) < n) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t byte = p[msb ? i : n - 1 - i];
-      v = (v << 8) | byte;
-    }
-    if (is_signed && n < 8 && (v >> (8 * n - 1)) != 0) v |= ~uint64_t{0} << (8 * n);
-    p += n;
-    *out = v;
-    return true;
-  };
-  auto leb = [&](bool is_signed) {
-    uint64_t v = 0;
-    unsigned shift = 0;
-    uint8_t byte = 0;
-    do {
-      if (p >= end || shift >= 64) return false;
-      byte = *p++;
-      v |= uint64_t{byte & 0x7fu} << shift;
-      shift += 7;
-    } while (byte & 0x80);
-    if (is_signed && shift < 64 && (byte & 0x40)) v |= ~uint64_t{0} << shift;
-    *out = v;
-    return true;
-  };
-  switch (format) {
-    case 0x00: return fixed(elf64 ? 8 : 4, false);  // absptr
-    case 0x01: return leb(false);                   // uleb128
-    case 0x02: return fixed(2, false);
-    case 0x03: return fixed(4, false);
-    case 0x04: return fixed(8, false);
-    case 0x09: return leb(true);                    // sleb128
-    case 0x0a: return fixed(2, true);
-    case 0x0b: return fixed(4, true);
-    case 0x0c: return fixed(8, true);
-    default: return false;
-  }
-}
-
-// The encoding of an FDE's initial_location, from its CIE's augmentation ('R').
-uint8_t fde_pointer_encoding(const Dwarf_CIE& cie, bool elf64, bool msb) {
-  const char* aug = cie.augmentation;
-  if (aug == nullptr || aug[0] == '\0') return kPeAbsptr;
-  if (aug[0] != 'z' || cie.augmentation_data == nullptr) return kPeOmit;
-  const uint8_t* p = cie.augmentation_data;
-  const uint8_t* end = p + cie.augmentation_data_size;
-  for (const char* a = aug + 1; *a != '\0'; ++a) {
-    switch (*a) {
-      case 'R':
-        return p < end ? *p : kPeOmit;
-      case 'L':  // LSDA encoding byte
-        ++p;
-        break;
-      case 'P': {  // personality: encoding byte, then a pointer in that encoding
-        if (p >= end) return kPeOmit;
-        uint8_t enc = *p++;
-        uint64_t ignored;
-        if (!read_encoded(p, end, enc & kPeFormatMask, elf64, msb, &ignored)) return kPeOmit;
-        break;
-      }
-      case 'S':  // signal frame
-      case 'B':  // AArch64 BTI
-        break;
-      default:
-        return kPeOmit;
-    }
-  }
-  return kPeAbsptr;
-}
-
-// Builds the table of FDE ranges of .eh_frame. We decode the FDEs' own initial_location and
-// address_range because libdw's frame queries (dwarf_frame_info) narrow [start, end) to the
-// CFA row around the address, not to the whole function.
-void load_fdes(ElfObject& o) {
-  if (o.fdes_loaded) return;
-  o.fdes_loaded = true;
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(o.elf, &shstrndx) != 0) return;
-  Elf_Scn* eh_frame = nullptr;
-  GElf_Shdr sh;
-  for (Elf_Scn* scn = elf_nextscn(o.elf, nullptr); scn != nullptr; scn = elf_nextscn(o.elf, scn)) {
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_PROGBITS) continue;
-    const char* name = elf_strptr(o.elf, shstrndx, sh.sh_name);
-    if (name != nullptr && std::strcmp(name, ".eh_frame") == 0) {
-      eh_frame = scn;
-      break;
-    }
-  }
-  if (eh_frame == nullptr) return;
-  Elf_Data* data = elf_getdata(eh_frame, nullptr);
-  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(o.elf, nullptr));
-  if (data == nullptr || data->d_buf == nullptr || ident == nullptr) return;
-  const bool elf64 = ident[EI_CLASS] == ELFCLASS64;
-  const bool msb = ident[EI_DATA] == ELFDATA2MSB;
-  const auto* base = static_cast<const uint8_t*>(data->d_buf);
-  const uint8_t* section_end = base + data->d_size;
-
-  std::unordered_map<Dwarf_Off, uint8_t> cie_encoding;
-  auto encoding_of = [&](Dwarf_Off cie_offset) -> uint8_t {
-    auto it = cie_encoding.find(cie_offset);
-    if (it != cie_encoding.end()) return it->second;
-    Dwarf_CFI_Entry entry;
-    Dwarf_Off next;
-    uint8_t enc = kPeOmit;
-    if (dwarf_next_cfi(ident, data, true, cie_offset, &next, &entry) == 0 &&
-        dwarf_cfi_cie_p(&entry)) {
-      enc = fde_pointer_encoding(entry.cie, elf64, msb);
-    }
-    cie_encoding.emplace(cie_offset, enc);
-    return enc;
-  };
-
-  Dwarf_Off offset = 0;
-  while (offset != static_cast<Dwarf_Off>(-1) && offset < data->d_size) {
-    Dwarf_CFI_Entry entry;
-    Dwarf_Off next = static_cast<Dwarf_Off>(-1);
-    int r = dwarf_next_cfi(ident, data, true, offset, &next, &entry);
-    if (r > 0) break;
-    if (r < 0) {
-      if (next == static_cast<Dwarf_Off>(-1) || next <= offset) break;
-      offset = next;
-      continue;
-    }
-    offset = next;
-    if (dwarf_cfi_cie_p(&entry)) continue;  // decoded on demand by encoding_of
-    const uint8_t enc = encoding_of(entry.fde.CIE_pointer);
-    if (enc == kPeOmit) continue;
-    const uint8_t* p = entry.fde.start;
-    if (p < base || p >= section_end) continue;
-    const uint64_t field_vaddr = sh.sh_addr + static_cast<uint64_t>(p - base);
-    uint64_t start, range;
-    if (!read_encoded(p, section_end, enc & kPeFormatMask, elf64, msb, &start)) continue;
-    if (!read_encoded(p, section_end, enc & kPeFormatMask, elf64, msb, &range)) continue;
-    switch (enc & kPeApplyMask) {
-      case 0:
-        break;
-      case kPePcrel:
-        start += field_vaddr;
-        break;
-      default:
-        continue;  // datarel and friends are not used for code addresses in .eh_frame
-    }
-    if (!elf64) start &= 0xffffffffu;
-    if (range == 0) continue;
-    o.fdes.push_back({static_cast<uintptr_t>(start), static_cast<uintptr_t>(start + range)});
-  }
-  std::sort(o.fdes.begin(), o.fdes.end(),
-            [](const FdeRange& a, const FdeRange& b) { return a.start < b.start; });
-}
-
 const FdeRange* covering_fde(ElfObject& o, uintptr_t vaddr) {
-  load_fdes(o);
-  auto it = std::upper_bound(o.fdes.begin(), o.fdes.end(), vaddr,
-                             [](uintptr_t a, const FdeRange& f) { return a < f.start; });
-  if (it == o.fdes.begin()) return nullptr;
-  --it;
-  return vaddr < it->end ? &*it : nullptr;
+  o.eh_frame.load(o.elf);
+  return o.eh_frame.covering(vaddr);
 }
 
-// Reads the process's memory through /proc/PID/mem.
-class MemoryReader {
- public:
-  explicit MemoryReader(pid_t pid) {
-    char file[64];
-    std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
-    fd_ = open(file, O_RDONLY | O_CLOEXEC);
+// GCC moves the unlikely blocks of `foo` into `foo.cold` (older GCCs: `foo.cold.N`), which
+// may jump back into foo. The stem of such a name, or npos.
+size_t split_suffix(std::string_view name) {
+  for (size_t at = name.find(".cold"); at != std::string_view::npos;
+       at = name.find(".cold", at + 1)) {
+    const size_t after = at + 5;
+    if (at > 0 && (after == name.size() || name[after] == '.')) return at;
   }
-  ~MemoryReader() {
-    if (fd_ >= 0) close(fd_);
-  }
-  MemoryReader(const MemoryReader&) = delete;
-  MemoryReader& operator=(const MemoryReader&) = delete;
+  return std::string_view::npos;
+}
 
-  bool read(uintptr_t addr, void* buf, size_t len) const {
-    if (fd_ < 0) return false;
-    return pread(fd_, buf, len, static_cast<off_t>(addr)) == static_cast<ssize_t>(len);
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// The l_ld (address of the object's dynamic section) of every entry of the dynamic
-// linker's link map, in load order: the executable's DT_DEBUG points to r_debug, whose
-// r_map heads the list. Empty when the list cannot be read (a static executable, another
-// ELF class, no permission); the caller then keeps the order of the mappings.
-std::vector<uintptr_t> read_link_map(pid_t pid, const ElfObject& exe) {
-  std::vector<uintptr_t> out;
-  if (gelf_getclass(exe.elf) != (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32)) return out;
-  size_t count = 0;
-  if (elf_getphdrnum(exe.elf, &count) != 0) return out;
-  uintptr_t dynamic = 0;
-  size_t dyn_entries = 0;
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(exe.elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_DYNAMIC) {
-      dynamic = exe.bias + ph.p_vaddr;
-      dyn_entries = std::min(kMaxDynamicEntries, ph.p_memsz / sizeof(ElfW(Dyn)));
-      break;
+void load_split_parts(ElfObject& o) {
+  if (o.split_parts_loaded) return;
+  o.split_parts_loaded = true;
+  for (size_t i = 0; i < o.by_addr.size(); ++i) {
+    const FuncSymbol& s = o.by_addr[i];
+    std::string_view name(o.names.data() + s.name);
+    const size_t at = split_suffix(name);
+    if (at != std::string_view::npos && s.size > 0) {
+      o.split_parts[name.substr(0, at)].push_back(static_cast<uint32_t>(i));
     }
   }
-  if (dynamic == 0 || dyn_entries == 0) return out;
-  MemoryReader mem(pid);
-  std::vector<ElfW(Dyn)> dyn(dyn_entries);
-  if (!mem.read(dynamic, dyn.data(), dyn.size() * sizeof(ElfW(Dyn)))) return out;
-  uintptr_t debug = 0;
-  for (const ElfW(Dyn)& d : dyn) {
-    if (d.d_tag == DT_NULL) break;
-    if (d.d_tag == DT_DEBUG) debug = d.d_un.d_ptr;
+}
+
+// The other parts of the function `sym` belongs to: foo's cold parts, or foo and its other
+// cold parts for a cold part. Static functions of the same name in several sources make
+// this a superset, which only adds code to check.
+std::vector<const FuncSymbol*> related_parts(ElfObject& o, const FuncSymbol& sym) {
+  load_split_parts(o);
+  std::vector<const FuncSymbol*> out;
+  std::string_view name(o.names.data() + sym.name);
+  name = name.substr(0, name.find('@'));
+  std::string_view stem = name;
+  if (const size_t at = split_suffix(name); at != std::string_view::npos) {
+    stem = name.substr(0, at);
+    auto hot = o.by_name.find(stem);
+    if (hot != o.by_name.end() && o.by_addr[hot->second].size > 0) {
+      out.push_back(&o.by_addr[hot->second]);
+    }
   }
-  if (debug == 0) return out;  // ld.so fills DT_DEBUG in at start-up
-  r_debug rd;
-  if (!mem.read(debug, &rd, sizeof rd)) return out;
-  auto lm = reinterpret_cast<uintptr_t>(rd.r_map);
-  // Only the public head of struct link_map is read; glibc's private fields follow it.
-  for (size_t n = 0; lm != 0 && n < kMaxLinkMapEntries; ++n) {
-    link_map entry;
-    if (!mem.read(lm, &entry, sizeof entry)) break;
-    out.push_back(reinterpret_cast<uintptr_t>(entry.l_ld));
-    lm = reinterpret_cast<uintptr_t>(entry.l_next);
+  if (auto it = o.split_parts.find(stem); it != o.split_parts.end()) {
+    for (uint32_t i : it->second) {
+      if (&o.by_addr[i] != &sym) out.push_back(&o.by_addr[i]);
+    }
   }
   return out;
+}
+
+// [lo, hi) (ELF virtual addresses) at run time, with the ways into it that its own code
+// does not show: the landing pads inside it and the parts split off from it.
+void function_bounds(ElfObject& o, uintptr_t lo, uintptr_t hi, const FuncSymbol* sym,
+                     FunctionBounds* out) {
+  *out = FunctionBounds{};
+  out->start = lo + o.bias;
+  out->end = hi + o.bias;
+  if (lo >= hi) return;
+  o.eh_frame.load(o.elf);
+  std::vector<uint64_t> pads;
+  o.eh_frame.landing_pads_in(lo, hi, &pads);
+  for (uint64_t pad : pads) out->landing_pads.push_back(static_cast<uintptr_t>(pad) + o.bias);
+  if (sym == nullptr) return;
+  for (const FuncSymbol* part : related_parts(o, *sym)) {
+    out->related.push_back({part->value + o.bias, part->value + part->size + o.bias});
+  }
 }
 
 // "libc.so.6" answers to "libc.so.6" (2: exact), and to "libc.so" and "libc" (1);
@@ -658,7 +366,10 @@ struct ProcessSymbols::Impl {
   std::vector<std::unique_ptr<ElfObject>> objects;  // search order
 
   int scan();
-  void fill(ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out) const;
+  // Names the code at vaddr (by sym) and bounds its function: by `bounded_by` when given,
+  // else by sym's size, else by the FDE around vaddr.
+  void fill(ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
+            const FdeRange* bounded_by = nullptr) const;
 };
 
 // Reads the mappings and orders the objects: executable, link map, then the rest in address
@@ -727,7 +438,7 @@ int ProcessSymbols::Impl::scan() {
   for (size_t i = 0; i < found.size(); ++i) key[i] = unlinked + i;
   if (exe != nullptr) {
     exe->executable = true;
-    std::vector<uintptr_t> lds = read_link_map(pid, *exe);
+    std::vector<uintptr_t> lds = read_link_map(pid, exe->elf, exe->bias);
     for (size_t n = 0; n < lds.size(); ++n) {
       for (size_t i = 0; i < found.size(); ++i) {
         if (key[i] >= unlinked && found[i]->contains(lds[n])) {
@@ -749,15 +460,18 @@ int ProcessSymbols::Impl::scan() {
 }
 
 void ProcessSymbols::Impl::fill(ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr,
-                                ResolvedSymbol* out) const {
+                                ResolvedSymbol* out, const FdeRange* bounded_by) const {
   out->module = o.executable ? std::string() : o.module;
   out->path = o.path;
   out->addr = vaddr + o.bias;
   out->name = sym != nullptr ? std::string(o.names.data() + sym->name) : std::string();
-  if (sym != nullptr && sym->size > 0) {
-    out->function = {sym->value + o.bias, sym->value + sym->size + o.bias};
-  } else if (const FdeRange* fde = covering_fde(o, vaddr)) {
-    out->function = {fde->start + o.bias, fde->end + o.bias};
+  if (bounded_by == nullptr && (sym == nullptr || sym->size == 0)) {
+    bounded_by = covering_fde(o, vaddr);
+  }
+  if (bounded_by != nullptr) {
+    function_bounds(o, bounded_by->start, bounded_by->end, sym, &out->function);
+  } else if (sym != nullptr && sym->size > 0) {
+    function_bounds(o, sym->value, sym->value + sym->size, sym, &out->function);
   } else {
     out->function = {out->addr, out->addr};
   }
@@ -832,8 +546,7 @@ int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {
     // No sized symbol (stripped object, or assembly without .size): the FDE bounds the
     // function; a symbol that starts exactly there still names it.
     if (const FdeRange* fde = covering_fde(*o, vaddr)) {
-      impl_->fill(*o, symbol_at(*o, fde->start), fde->start, out);
-      out->function = {fde->start + o->bias, fde->end + o->bias};
+      impl_->fill(*o, symbol_at(*o, fde->start), fde->start, out, fde);
       return 0;
     }
     return -ENOENT;

@@ -10,21 +10,20 @@
 #include <string_view>
 #include <vector>
 
+#include "probecore/symbol_resolver.h"
+
 namespace probefs::tracee {
 
-struct FunctionRange {
-  uintptr_t start = 0;  // run-time addresses, [start, end)
-  uintptr_t end = 0;
-  bool known() const { return start < end; }
-  bool contains(uintptr_t a) const { return start <= a && a < end; }
-};
+// The function around an address, run-time addresses, with its landing pads and split-off
+// parts: the same bounds the engine checks a probe against.
+using probecore::FunctionBounds;
 
 struct ResolvedSymbol {
   std::string name;        // without module prefix; empty when only an FDE names the code
   std::string module;      // basename of the object ("libc.so.6"); empty for the executable
   std::string path;        // path of the object as mapped
   uintptr_t addr = 0;      // run-time address of the symbol (describe: the function start)
-  FunctionRange function;  // enclosing function; end == start when unknown
+  FunctionBounds function; // enclosing function; end == start when unknown
 };
 
 // One ELF object as this resolver sees it, for introspection and tests.
@@ -66,6 +65,8 @@ class ProcessSymbols {
 
   // The function containing `addr`: from the symbol table (symbol size), or, where the code
   // has no symbol (stripped objects), from the .eh_frame FDE that covers it. 0 or -ENOENT.
+  // resolve() and describe() fill in the function's landing pads (.eh_frame LSDAs) and the
+  // parts GCC split off it (`foo.cold`) with its bounds.
   [[nodiscard]] int describe(uintptr_t addr, ResolvedSymbol* out) const;
 
   // The objects in search order.

@@ -33,8 +33,7 @@ DlCounters dl_counters() {
 
 void to_location(const ResolvedSymbol& r, probecore::SymbolLocation* out) {
   out->addr = r.addr;
-  out->bounds = r.function.known() ? probecore::FunctionBounds{r.function.start, r.function.end}
-                                   : probecore::FunctionBounds{};
+  out->bounds = r.function.known() ? r.function : probecore::FunctionBounds{};
   out->module = r.module;
   out->name = r.name;
 }

@@ -428,6 +428,16 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   return 0;
 }
 
+// [start, end) as it is with no probe armed (g_saved holds what our writes replaced).
+// Requires g_text_mu.
+bool text_without_probes(uintptr_t start, uintptr_t end, std::vector<uint8_t>* out) {
+  out->resize(end - start);
+  if (!read_self_memory_all(start, out->data(), out->size())) return false;
+  for (auto it = g_saved.lower_bound(start); it != g_saved.end() && it->first < end; ++it)
+    (*out)[it->first - start] = it->second;
+  return true;
+}
+
 // Where the site's jmp goes: the block of its detour for its kind of entry.
 uintptr_t jmp_target(const Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
@@ -439,8 +449,9 @@ uintptr_t jmp_target(const Site* site) {
 
 }  // namespace
 
-int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool save_vector,
-                      DetourEntry entry, bool return_saves_vector, const char** why) {
+int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end,
+                      const FunctionEntries& outside, bool save_vector, DetourEntry entry,
+                      bool return_saves_vector, const char** why) {
   std::lock_guard lock(g_text_mu);
   *why = "";
   const bool same_entry = site->detour_entry == entry &&
@@ -460,16 +471,28 @@ int prepare_optimized(Site* site, uintptr_t func_start, uintptr_t func_end, bool
     *why = "function bounds unknown";
     return -EINVAL;
   }
-  std::vector<uint8_t> code(func_end - func_start);
-  if (!read_self_memory_all(func_start, code.data(), code.size())) {
+  std::vector<uint8_t> code;
+  if (!text_without_probes(func_start, func_end, &code)) {
     *why = "function not readable";
     return -EINVAL;
   }
-  for (auto it = g_saved.lower_bound(func_start); it != g_saved.end() && it->first < func_end; ++it)
-    code[it->first - func_start] = it->second;
+  // Split-off parts are checked as they are with no probe armed, like the function.
+  std::vector<std::vector<uint8_t>> related_code(outside.n_related);
+  std::vector<RelatedCode> related(outside.n_related);
+  for (size_t i = 0; i < outside.n_related; ++i) {
+    const TextRange& t = outside.related[i];
+    if (t.end <= t.start || t.end - t.start > (1u << 20) ||
+        !text_without_probes(t.start, t.end, &related_code[i])) {
+      *why = "split-off part of the function not readable";
+      return -EINVAL;
+    }
+    related[i] = {related_code[i].data(), t.start, t.end};
+  }
+  const OutsideEntries entries{related.data(), related.size(), outside.landing_pads,
+                               outside.n_landing_pads};
   OptimizeRegion region{};
   const OptimizeRefusal r = check_optimizable(code.data(), func_start, func_end, site->addr,
-                                              read_for_check, nullptr, &region);
+                                              read_for_check, nullptr, entries, &region);
   if (r != OptimizeRefusal::kNone) {
     *why = refusal_text(r);
     return -EINVAL;

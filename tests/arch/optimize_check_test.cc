@@ -487,6 +487,60 @@ TEST(OptimizeCheck, JumpTableRefusedWhenAnotherPathEntersItsSetup) {
   EXPECT_EQ(OptimizeRefusal::kIndirectJump, check_at(b, kFunc, &self));
 }
 
+// GCC 12 -O2 for `int foo(int x) { G g; bar(x); return x + 1; }` (G with an out-of-line
+// destructor): the landing pad follows the ret. A jmp from the pop would cover the ret and
+// the pad's first bytes, so the first exception through foo would run the jmp's tail.
+TEST(OptimizeCheck, BytesAfterARetInTheRegionRefuseEvenWithNoWayInKnown) {
+  Asm a;
+  a.raw({0x53})                                // +0x00 push %rbx
+      .raw({0x89, 0xfb})                       // +0x01 mov %edi,%ebx
+      .raw({0x48, 0x83, 0xec, 0x10})           // +0x03 sub $0x10,%rsp
+      .raw({0x90, 0x90, 0x90, 0x90, 0x90})     // +0x07 (call bar: a nop here)
+      .raw({0x48, 0x8d, 0x7c, 0x24, 0x0f})     // +0x0c lea 0xf(%rsp),%rdi
+      .raw({0x90, 0x90, 0x90, 0x90, 0x90})     // +0x11 (call G::~G)
+      .raw({0x48, 0x83, 0xc4, 0x10})           // +0x16 add $0x10,%rsp
+      .raw({0x8d, 0x43, 0x01})                 // +0x1a lea 0x1(%rbx),%eax
+      .raw({0x5b})                             // +0x1d pop %rbx
+      .raw({0xc3})                             // +0x1e ret
+      .raw({0x48, 0x89, 0xc3})                 // +0x1f mov %rax,%rbx   (the landing pad)
+      .raw({0xeb, 0x00});                      // +0x22 jmp (to foo.cold)
+  EXPECT_EQ(OptimizeRefusal::kCodeAfterTransfer, check_at(a, kFunc + 0x1d));
+  EXPECT_EQ(OptimizeRefusal::kCodeAfterTransfer, check_at(a, kFunc + 0x1e));
+  // The region from the lea ends with the ret: nothing after it is replaced.
+  OptimizeRegion r;
+  EXPECT_EQ(OptimizeRefusal::kNone, check_at(a, kFunc + 0x1a, nullptr, &r));
+  EXPECT_EQ(r.end(), kFunc + 0x1f);
+  EXPECT_EQ(OptimizeRefusal::kNone, check_at(a, kFunc + 0x16));
+}
+
+TEST(OptimizeCheck, BytesAfterAJmpInTheRegionRefuse) {
+  Asm a;
+  a.raw({0x50})                      // 0: push %rax
+      .rel8({0xeb}, 1)               // 1: jmp .L1
+      .raw({0x48, 0x01, 0xf0})       // 3: add %rsi,%rax  (reached from nowhere we see)
+      .bind(1)
+      .raw({0x58})                   // 6: pop %rax
+      .raw({0x48, 0x01, 0xf0})       // 7: add %rsi,%rax
+      .raw({0xc3});                  // 10: ret
+  EXPECT_EQ(OptimizeRefusal::kCodeAfterTransfer, check_at(a, kFunc));
+  // A jmp as the region's last instruction replaces nothing after it.
+  Asm b;
+  b.raw({0x48, 0x89, 0xf8})          // 0: mov %rdi,%rax
+      .rel32({0xe9}, 1)              // 3: jmp .L1 (rel32)
+      .raw({0x48, 0x01, 0xf0})       // 8: add %rsi,%rax
+      .bind(1)
+      .raw({0xc3});                  // 11: ret
+  EXPECT_EQ(OptimizeRefusal::kNone, check_at(b, kFunc));
+  // An indirect jump through a rip-relative slot (a tail call out) ends the flow too, and
+  // the region may end with it.
+  Asm c;
+  c.raw({0x48, 0x89, 0xf8})                          // 0: mov %rdi,%rax
+      .rip32({0xff, 0x25}, kTable)                   // 3: jmp *slot(%rip)
+      .raw({0x48, 0x01, 0xf0, 0xc3});                // 9: add %rsi,%rax ; ret
+  EXPECT_EQ(OptimizeRefusal::kNone, check_at(c, kFunc));       // ends with the jmp
+  EXPECT_EQ(OptimizeRefusal::kOutsideFunction, check_at(c, kFunc + 9));
+}
+
 TEST(OptimizeCheck, LandingPadsAreWaysIn) {
   Asm a;
   a.raw({0x48, 0x89, 0xf8})            // 0: mov %rdi,%rax
@@ -495,9 +549,10 @@ TEST(OptimizeCheck, LandingPadsAreWaysIn) {
   const std::vector<uint8_t> code = a.finish();
   FakeMemory none;
   OptimizeRegion r;
-  // From the add: add, ret, and the pad's mov; the unwinder would land in the jmp.
+  // From the add: add, ret, and the pad's mov; the unwinder would land in the jmp. Told
+  // of the pad, the check names it; not told, the bytes after the ret refuse all the same.
   const uintptr_t pad[] = {kFunc + 7};
-  EXPECT_EQ(OptimizeRefusal::kNone,
+  EXPECT_EQ(OptimizeRefusal::kCodeAfterTransfer,
             check_optimizable(code.data(), kFunc, a.end(), kFunc + 3, &FakeMemory::read, &none,
                               &r));
   EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion,
@@ -817,9 +872,14 @@ TEST(OptimizeCheckLive, SwitchJumpTableIsDecodedAtEveryBoundary) {
         hit_entry |= entries.count(t) > 0;
       }
     }
+    bool after_transfer = false;
+    for (size_t k = i; k < insns.size() && insns[k].next() < end; ++k)
+      after_transfer |= insns[k].ends_flow();
     if (hit) {
       EXPECT_EQ(OptimizeRefusal::kJumpIntoRegion, got);
       refused_for_entries += hit_entry;
+    } else if (after_transfer) {
+      EXPECT_EQ(OptimizeRefusal::kCodeAfterTransfer, got);
     } else {
       EXPECT_EQ(OptimizeRefusal::kNone, got);
       ++accepted;

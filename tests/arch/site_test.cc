@@ -67,7 +67,7 @@ TEST(Site, ReleaseForgetsTheDetour) {
   for (Site*& s : sites) {
     ASSERT_EQ(prepare(fn_start(), fn_start(), fn_end(), &s), 0);
     const char* why = nullptr;
-    ASSERT_EQ(prepare_optimized(s, fn_start(), fn_end(), false, DetourEntry::kPlain, false,
+    ASSERT_EQ(prepare_optimized(s, fn_start(), fn_end(), {}, false, DetourEntry::kPlain, false,
                                 &why),
               0)
         << why;

@@ -277,14 +277,14 @@ TEST(ProcessSymbols, StrippedLibraryBoundsComeFromEhFrame) {
   ASSERT_NE(ranges_fn, nullptr);
   uintptr_t ranges[6];
   ranges_fn(ranges);
-  const FunctionRange a{ranges[0], ranges[1]};
-  const FunctionRange b{ranges[2], ranges[3]};
+  const FunctionBounds a{ranges[0], ranges[1]};
+  const FunctionBounds b{ranges[2], ranges[3]};
   ASSERT_TRUE(a.known());
   ASSERT_TRUE(b.known());
 
   // Every byte of each hidden function maps to exactly that function: the FDE, not the
   // CFA row around the address, and not the neighbour that starts where it ends.
-  for (const FunctionRange& f : {a, b}) {
+  for (const FunctionBounds& f : {a, b}) {
     for (uintptr_t p = f.start; p < f.end; ++p) {
       SCOPED_TRACE(p - f.start);
       ASSERT_EQ(syms->describe(p, &r), 0);
@@ -297,7 +297,7 @@ TEST(ProcessSymbols, StrippedLibraryBoundsComeFromEhFrame) {
   }
 
   // A symbol of size 0 names the code, the FDE bounds it.
-  const FunctionRange unsized{ranges[4], ranges[5]};
+  const FunctionBounds unsized{ranges[4], ranges[5]};
   ASSERT_TRUE(unsized.known());
   ASSERT_EQ(dynsym_size(unsized.start), 0u);
   ASSERT_EQ(syms->resolve(module + ":probefs_stripped_unsized", &r), 0);

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -13,6 +14,7 @@
 
 #include "tests/tracee/dl_helpers.h"
 #include "tests/tracee/test_functions.h"
+#include "tests/tracee/throwing.h"
 
 namespace probefs::tracee {
 namespace {
@@ -73,6 +75,30 @@ TEST(SelfSymbolResolver, ResolvesAndDescribes) {
   ASSERT_EQ(resolver.resolve("libc:getpid", &loc), 0);
   EXPECT_EQ(loc.module, "libc.so.6");
   EXPECT_TRUE(loc.bounds.contains(loc.addr));
+}
+
+// The engine gets the same landing pads and split-off parts ProcessSymbols finds.
+TEST(SelfSymbolResolver, BoundsCarryLandingPadsAndSplitOffParts) {
+  int err = 1;
+  auto syms = ProcessSymbols::load(getpid(), &err);
+  ASSERT_EQ(err, 0);
+  for (const void* fn : {reinterpret_cast<const void*>(throwing::cleanup_only_o2),
+                         reinterpret_cast<const void*>(throwing::with_cold_o2)}) {
+    const auto addr = reinterpret_cast<uintptr_t>(fn);
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->describe(addr, &r), 0);
+    probecore::SymbolLocation loc;
+    ASSERT_EQ(self_symbol_resolver().describe(addr, &loc), 0);
+    EXPECT_EQ(loc.bounds.start, r.function.start);
+    EXPECT_EQ(loc.bounds.end, r.function.end);
+    EXPECT_EQ(loc.bounds.landing_pads, r.function.landing_pads);
+    ASSERT_EQ(loc.bounds.related.size(), r.function.related.size());
+    for (size_t i = 0; i < r.function.related.size(); ++i) {
+      EXPECT_EQ(loc.bounds.related[i].start, r.function.related[i].start);
+      EXPECT_EQ(loc.bounds.related[i].end, r.function.related[i].end);
+    }
+    EXPECT_FALSE(loc.bounds.landing_pads.empty() && loc.bounds.related.empty()) << r.name;
+  }
 }
 
 TEST(SelfSymbolResolver, ErrorsAreNegativeErrno) {

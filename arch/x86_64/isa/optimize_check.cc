@@ -586,6 +586,7 @@ const char* refusal_text(OptimizeRefusal r) {
     case OptimizeRefusal::kNotRelocatable: return "instruction in the region not relocatable";
     case OptimizeRefusal::kJumpIntoRegion: return "jump into the region";
     case OptimizeRefusal::kIndirectJump: return "indirect jump in the function";
+    case OptimizeRefusal::kCodeAfterTransfer: return "code after a jump or return in the region";
   }
   return "unknown";
 }
@@ -670,6 +671,12 @@ OptimizeRefusal check_optimizable(const uint8_t* code, uintptr_t func_start, uin
     }
   }
   if (entry_into_region) return OptimizeRefusal::kJumpIntoRegion;
+  // Last, so that a way in that is known gets its own refusal: the bytes after a jmp or
+  // ret inside the region are reached only from somewhere, and that somewhere may be a
+  // way in nobody told us about.
+  for (uint8_t i = 0; i + 1 < region.count; ++i) {
+    if (region.insns[i].ends_flow()) return OptimizeRefusal::kCodeAfterTransfer;
+  }
   return OptimizeRefusal::kNone;
 }
 

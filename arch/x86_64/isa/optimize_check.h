@@ -15,6 +15,11 @@
 // tables by their decoded entries; an indirect jump whose destinations cannot be bounded
 // refuses. A return address is never inside the region because the region holds no call.
 //
+// Bytes after an unconditional transfer (jmp, ret) are reached only by a way the function's
+// straight-line code does not show: a branch, a table entry, or one of the entries below.
+// The region must not go on past such a transfer; whatever can only be reached that way is
+// refused even when no way in is known.
+//
 // What these checks cannot see unless the caller tells them (OutsideEntries) are ways in
 // from outside the function's bytes: GCC splits unlikely blocks into `foo.cold`, which
 // jumps back into foo, and the unwinder lands on exception landing pads. Another probe
@@ -40,6 +45,8 @@ enum class OptimizeRefusal : uint8_t {
   kNotRelocatable,    // trap, privileged, unsupported, or relocate() refuses it
   kJumpIntoRegion,    // a branch or a jump-table entry targets bytes addr+1 .. addr+len-1
   kIndirectJump,      // an indirect jump whose destinations could not be bounded
+  kCodeAfterTransfer, // the region goes on after a jmp or ret: those bytes are reached only
+                      // from elsewhere (a landing pad, a cold part, a table), maybe unseen
 };
 
 // A short text for introspection ("jump into the region", ...). Never nullptr.

@@ -1,0 +1,2 @@
+#define PF_NAME(x) x##_o0
+#include "tests/tracee/throwing.inc"

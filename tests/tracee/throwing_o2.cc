@@ -1,0 +1,2 @@
+#define PF_NAME(x) x##_o2
+#include "tests/tracee/throwing.inc"
