@@ -1,7 +1,9 @@
 // Jump optimization: which form each aggregate takes (disarmed, a jmp, an int3), the
 // detours it needs, the batch of jmps a control operation writes in one window, and the
 // optimizer thread that retries what could not be written at once.
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <thread>
@@ -245,6 +247,23 @@ void run_optimizer_pass() {
 
 void optimizer_main() {
   t_current = &g_engine_mark;  // hits on this thread are the engine's, not the program's
+  // The program's signals are not for this thread: it blocks the classic asynchronous
+  // ones. Not the synchronous ones (a trap on a probe it runs into must reach the engine's
+  // handler: blocked, it would kill the process), nor the real-time ones (arch's fixup
+  // signal parks it like any thread while another writes code; glibc's own are never
+  // blocked).
+  sigset_t block;
+  sigemptyset(&block);
+  for (int sig = 1; sig < 32; ++sig) {
+    switch (sig) {
+      case SIGTRAP: case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: case SIGSYS:
+      case SIGABRT: case SIGKILL: case SIGSTOP:
+        break;
+      default:
+        sigaddset(&block, sig);
+    }
+  }
+  pthread_sigmask(SIG_BLOCK, &block, nullptr);
   std::unique_lock lock(g_mu);
   for (;;) {
     g_opt_cv->wait(lock, [] { return !g_opt_queue.empty() || !g_optimizer_running; });

@@ -214,13 +214,17 @@ void atfork_child() {
     for (Kprobe* p : children_of(ag))
       if (p->is_kretprobe_) unlock_stacks(reinterpret_cast<Kretprobe*>(p)->pool_);
   for (InstancePool* pool : g_retired_pools) unlock_stacks(pool);
-  g_optimizer_running = false;  // threads do not survive fork; restarted on demand
+  g_optimizer_running = false;  // threads do not survive fork; restarted by the next
+                                // registration (init_locked), or when something is queued
   g_opt_cv = new std::condition_variable;
   g_mu.unlock();
 }
 
 int init_locked() {
-  if (g_initialized) return 0;
+  if (g_initialized) {
+    start_optimizer();  // in a fork child, where the thread did not survive
+    return 0;
+  }
   const arch::Callbacks cb{on_breakpoint, on_singlestep_done, on_function_return,
                           on_optimized_hit, on_lean_entry_hit};
   if (int rc = arch::install(cb); rc) return rc;

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -238,6 +239,55 @@ TEST_P(EngineThreads, EngineHitsAreNotReportedNorMissed) {
       return 17;
     }
     return own_hits >= 2 ? 0 : 18;  // malloc and free
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe(status);
+}
+
+std::atomic<long> g_signal_tid{0};
+void record_tid(int) { g_signal_tid = gettid(); }
+
+// The program's signals are not delivered to the engine's thread: with the program's only
+// thread blocking SIGUSR1, a SIGUSR1 sent to the process waits for it.
+TEST(EngineThreadSignals, ProgramSignalsAreNotTakenByTheEngineThread) {
+  const int status = in_child([] {
+    Kprobe k;  // registering starts the engine's thread
+    k.symbol_name = "add_o2";
+    k.pre_handler = count_hit;
+    set_symbol_resolver(&tracee::self_symbol_resolver());
+    if (register_kprobe(&k) != 0) return 10;
+    struct sigaction sa {};
+    sa.sa_handler = record_tid;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, nullptr) != 0) return 11;
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    if (pthread_sigmask(SIG_BLOCK, &usr1, nullptr) != 0) return 12;
+    // Every other thread (the engine's) blocks it, as /proc says.
+    int others = 0;
+    if (DIR* d = opendir("/proc/self/task")) {
+      while (dirent* e = readdir(d)) {
+        const long tid = std::atol(e->d_name);
+        if (tid <= 0 || tid == gettid()) continue;
+        ++others;
+        const std::string path = "/proc/self/task/" + std::to_string(tid) + "/status";
+        FILE* f = fopen(path.c_str(), "re");
+        char line[256];
+        unsigned long long blocked = 0;
+        while (f && fgets(line, sizeof line, f))
+          if (sscanf(line, "SigBlk: %llx", &blocked) == 1) break;
+        if (f) fclose(f);
+        if (!(blocked & (1ull << (SIGUSR1 - 1)))) return 18;
+      }
+      closedir(d);
+    }
+    if (others == 0) return 19;
+    if (kill(getpid(), SIGUSR1) != 0) return 13;
+    wait_for_kprobe_optimizer();  // the engine's thread has had its chances
+    if (g_signal_tid.load() != 0) return 14;  // some other thread took it
+    if (pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr) != 0) return 15;
+    if (g_signal_tid.load() != gettid()) return 16;
+    return unregister_kprobe(&k) == 0 ? 0 : 17;
   });
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe(status);
 }
