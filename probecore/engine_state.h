@@ -110,6 +110,10 @@ struct InstancePool {
 
 };
 
+// Hidden from here on: nothing outside the engine's shared object refers to the state and
+// functions below, and the hit path reaches hidden globals without a GOT load.
+#pragma GCC visibility push(hidden)
+
 // ---------------------------------------------------------------------------------------
 // State (registry.cc defines it)
 
@@ -259,3 +263,5 @@ bool blacklisted_locked(uintptr_t addr);
 bool runs_with_signals_blocked(std::string_view module, std::string_view symbol);
 
 }  // namespace probefs::probecore::detail
+
+#pragma GCC visibility pop
