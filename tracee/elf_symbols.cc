@@ -85,6 +85,7 @@ struct ElfObject {
   uintptr_t bias = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // run-time mappings
   int fd = -1;
+  std::vector<char> image;  // the bytes elf reads, for objects given as bytes (load_image)
   Elf* elf = nullptr;
 
   bool symbols_loaded = false;
@@ -568,6 +569,41 @@ std::vector<MappedObject> ProcessSymbols::objects() const {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+// An object given as bytes: one ElfObject with no file and no mappings of its own.
+std::unique_ptr<ProcessSymbols> ProcessSymbols::load_image(std::string_view bytes,
+                                                           std::string_view path, int* err) {
+  int ignored;
+  if (err == nullptr) err = &ignored;
+  if (!init_libelf()) {
+    *err = -ENOSYS;
+    return nullptr;
+  }
+  *err = -ENOEXEC;
+  if (bytes.empty()) return nullptr;
+  auto o = std::make_unique<ElfObject>();
+  o->path.assign(path);
+  o->module.assign(basename_of(path));
+  // libelf may convert the image in place, so it reads a private copy.
+  o->image.assign(bytes.begin(), bytes.end());
+  o->elf = elf_memory(o->image.data(), o->image.size());
+  if (o->elf == nullptr || elf_kind(o->elf) != ELF_K_ELF) return nullptr;
+  GElf_Ehdr eh;
+  if (gelf_getehdr(o->elf, &eh) == nullptr) return nullptr;
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return nullptr;
+  size_t count = 0;
+  if (elf_getphdrnum(o->elf, &count) != 0) return nullptr;
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(o->elf, static_cast<int>(i), &ph) == nullptr) continue;
+    if (ph.p_type != PT_LOAD || ph.p_memsz == 0 || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) continue;
+    o->ranges.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->objects.push_back(std::move(o));
+  *err = 0;
+  return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
 }
 
 }  // namespace probefs::tracee

@@ -46,6 +46,13 @@ class ProcessSymbols {
   // Loads the objects mapped in `pid` (getpid() for this process). Returns nullptr and
   // sets *err to a negative errno on failure (-ESRCH: no such process).
   static std::unique_ptr<ProcessSymbols> load(pid_t pid, int* err);
+  // One ELF object (ET_EXEC or ET_DYN) given as its bytes, as though mapped at its own
+  // virtual addresses (load bias 0, the span of its PT_LOAD segments): an object read
+  // without a process, and the readers' fuzz target. The bytes are copied. pid() is 0 and
+  // reload() fails with -ESRCH. nullptr and *err = -ENOEXEC when the bytes are not such an
+  // object.
+  static std::unique_ptr<ProcessSymbols> load_image(std::string_view bytes,
+                                                    std::string_view path, int* err);
   ~ProcessSymbols();
   ProcessSymbols(const ProcessSymbols&) = delete;
   ProcessSymbols& operator=(const ProcessSymbols&) = delete;

@@ -2,8 +2,11 @@
 #include "arch/x86_64/isa/insn.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 namespace probefs::arch::x86_64 {
@@ -106,6 +109,31 @@ TEST(Boundary, ProvedByDecodingFromTheFunctionStart) {
   for (uintptr_t bad : {s + 2, s + 3, s + 5, s + 8}) EXPECT_EQ(check_boundary(f, s, e, bad), -EILSEQ) << bad - s;
   EXPECT_EQ(check_boundary(f, s, e, e), -EILSEQ);
   EXPECT_EQ(check_boundary(f, s, e, s - 1), -EILSEQ);
+}
+
+// The operand-size prefix turns a near branch's rel32 into a rel16: the instruction ends
+// two bytes earlier, and decode must not read the displacement it would have had. The
+// bytes sit at the very end of a readable page, so a read past them faults.
+TEST(Decode, Rel16BranchesReadOnlyTheirOwnBytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* map = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* base = static_cast<uint8_t*>(map);
+  ASSERT_EQ(mprotect(base + page, page, PROT_NONE), 0);
+  const std::vector<std::vector<uint8_t>> forms = {
+      {0x66, 0xe9, 0x10, 0x00},        // jmp rel16
+      {0x66, 0xe8, 0x10, 0x00},        // call rel16
+      {0x66, 0x0f, 0x84, 0x10, 0x00},  // je rel16
+  };
+  for (const auto& bytes : forms) {
+    uint8_t* at = base + page - bytes.size();
+    std::memcpy(at, bytes.data(), bytes.size());
+    Insn insn;
+    ASSERT_EQ(decode(at, bytes.size(), 0x1000, &insn), 0);
+    EXPECT_EQ(insn.len, bytes.size());
+    EXPECT_EQ(insn.kind, InsnKind::kUnsupported);
+  }
+  munmap(map, 2 * page);
 }
 
 }  // namespace

@@ -8,8 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include "arch/x86_64/near_alloc.h"
-
 namespace probefs::arch::x86_64 {
 namespace {
 
@@ -167,17 +165,6 @@ TEST(Conditions, EvaluatedFromFlags) {
   EXPECT_TRUE(condition_holds(0xf, SF | OF));     // g
   EXPECT_TRUE(condition_holds(0x0, OF));          // o
   EXPECT_TRUE(condition_holds(0xb, 0));           // np
-}
-
-TEST(NearAlloc, SlotsLieWithinRel32Reach) {
-  static int anchor;
-  const auto near = reinterpret_cast<uintptr_t>(&anchor);
-  for (int i = 0; i < 100; ++i) {
-    auto p = reinterpret_cast<uintptr_t>(alloc_near(near, 64));
-    ASSERT_NE(p, 0u);
-    EXPECT_EQ(p % 16, 0u);
-    EXPECT_TRUE(fits_rel32(near, p) && fits_rel32(p, near));
-  }
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ long (*volatile v_add_o2)(long, long) = add_o2;
 
 TEST(Chain, TrapsThatAreNotOursReachTheProgramsHandler) {
   using namespace probefs::probecore;
+  g_program_traps = 0;  // from zero on every run (--gtest_repeat)
+  g_hits = 0;
   Kprobe k;
   k.addr = reinterpret_cast<uintptr_t>(add_o2);
   k.bounds = test_util::bounds_of(reinterpret_cast<void*>(add_o2));

@@ -277,10 +277,15 @@ TEST_F(Probecore, PreHandlerRedirectInjectsAFault) {
 
 // ---- concurrency ----
 
+// Two threads call a function while its probe is registered, disabled, enabled and
+// unregistered under them. A hit happens inside a call, so a worker counts each call twice:
+// `started` before it (a hit can never outnumber the calls started before it was read) and
+// `calls` after it returned (when both workers are parked between calls, every call of an
+// enabled phase must be a hit).
 TEST_F(Probecore, HammeredWhileRegisteredUnregisteredEnabledDisabled) {
   std::atomic<bool> stop{false}, pause{false};
   std::atomic<int> paused{0};
-  std::atomic<long> calls[2] = {0, 0};
+  std::atomic<long> started[2] = {0, 0}, calls[2] = {0, 0};
   std::atomic<bool> wrong{false};
   Recorder k;
   auto worker = [&](int id) {
@@ -292,12 +297,14 @@ TEST_F(Probecore, HammeredWhileRegisteredUnregisteredEnabledDisabled) {
         paused.fetch_sub(1);
         continue;
       }
+      started[id].fetch_add(1, std::memory_order_seq_cst);
       if (v_add_o2(i, id) != i + id) wrong = true;
       calls[id].fetch_add(1, std::memory_order_release);
       ++i;
     }
   };
   std::thread t0(worker, 0), t1(worker, 1);
+  auto total_started = [&] { return started[0].load() + started[1].load(); };
   auto total_calls = [&] { return calls[0].load() + calls[1].load(); };
   auto quiesce = [&] {
     pause = true;
@@ -305,7 +312,6 @@ TEST_F(Probecore, HammeredWhileRegisteredUnregisteredEnabledDisabled) {
   };
   auto resume = [&] { pause = false; };
 
-  long hits_seen = 0, calls_seen = 0;
   for (int round = 0; round < 1000; ++round) {
     at(&k, addr_of(add_o2), bounds_of(reinterpret_cast<void*>(add_o2)));
     k.flags = 0;
@@ -324,14 +330,18 @@ TEST_F(Probecore, HammeredWhileRegisteredUnregisteredEnabledDisabled) {
     ASSERT_EQ(disable_kprobe(&k), 0);
     ASSERT_EQ(enable_kprobe(&k), 0);
     ASSERT_EQ(unregister_kprobe(&k), 0);
-    hits_seen = k.hits.load();
-    calls_seen = total_calls();
-    EXPECT_LE(hits_seen, calls_seen);
+    // The workers run on, so `calls` cannot bound the hits (a worker may be between a hit
+    // and its `calls` increment). Every hit comes after its call's `started` increment:
+    // read the hits first, then `started`.
+    const long hits_seen = k.hits.load();
+    EXPECT_LE(hits_seen, total_started()) << "round " << round;
   }
   stop = true;
   t0.join();
   t1.join();
   EXPECT_FALSE(wrong.load());
+  // Both workers have left: every started call has returned.
+  EXPECT_EQ(total_started(), total_calls());
   EXPECT_LE(k.hits.load(), total_calls());
   EXPECT_GT(total_calls(), 0);
 }

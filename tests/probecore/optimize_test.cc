@@ -835,7 +835,21 @@ TEST_F(Optimize, PreHandlerIpChangeIsIgnoredWhenOptimized) {
   EXPECT_EQ(k.hits, 1);
 }
 
+// Two threads call a probed function while the probe goes from int3 to jmp and back. A
+// thread left on the replaced instructions when the jmp goes in crashes or computes
+// garbage; a hit lost or doubled at a change of form breaks the count.
+//
+// Each round waits until the workers have made calls through each form, so that every
+// change of form meets threads running through the site however the scheduler treats
+// them. Without that wait, on a loaded 2-CPU machine the workers went without the CPU for
+// long stretches of rounds, and an engine that wrote the jmp without moving threads off the
+// region survived 2 of 5 runs of 3,000 rounds. With it, that engine crashed in all 5 runs
+// within 20 rounds, and one that wrote the int3 back after the jmp's tail (instead of
+// before) within 30. kRounds is ten times that and takes about 15 s there; 10,000 rounds
+// without the wait took up to 300 s.
 TEST_F(Optimize, CallsAreCountedExactlyWhileTheProbeFlipsForm) {
+  constexpr int kRounds = 200;
+  constexpr long kCallsPerForm = 20;
   Counter k;
   KprobeGuard g{counter_at(&k, addr_of(add_o2), bounds_at(addr_of(add_o2)))};
   ASSERT_EQ(register_kprobe(&k), 0);
@@ -848,12 +862,18 @@ TEST_F(Optimize, CallsAreCountedExactlyWhileTheProbeFlipsForm) {
     }
   };
   std::thread t0(worker, 0), t1(worker, 1);
+  auto calls_through_this_form = [&] {
+    for (long seen = calls.load(); calls.load() < seen + kCallsPerForm;)
+      std::this_thread::yield();
+  };
   int optimized_rounds = 0;
-  for (int round = 0; round < 10000; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     set_kprobes_optimization(true);
     wait_for_kprobe_optimizer();
     optimized_rounds += optimized(k);
+    calls_through_this_form();
     set_kprobes_optimization(false);
+    calls_through_this_form();
   }
   stop = true;
   t0.join();

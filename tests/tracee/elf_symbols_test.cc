@@ -409,5 +409,66 @@ TEST(ProcessSymbols, LoadOfAMissingProcessFails) {
   EXPECT_EQ(err, -ESRCH);
 }
 
+std::string read_file(const char* path) {
+  std::string out;
+  FILE* f = std::fopen(path, "rb");
+  if (f == nullptr) return out;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+// An object given as bytes answers as the same object mapped in a process does, at its
+// own virtual addresses.
+TEST(ProcessSymbols, ImageAnswersAtItsOwnAddresses) {
+  auto live = load_self();
+  ASSERT_NE(live, nullptr);
+  const std::vector<MappedObject> objects = live->objects();
+  ASSERT_FALSE(objects.empty());
+  ASSERT_TRUE(objects[0].executable);
+  const uintptr_t bias = objects[0].load_bias;
+
+  const std::string bytes = read_file("/proc/self/exe");
+  ASSERT_FALSE(bytes.empty());
+  int err = 1;
+  auto image = ProcessSymbols::load_image(bytes, "/images/tracee_test", &err);
+  ASSERT_NE(image, nullptr);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(image->pid(), 0);
+  ASSERT_EQ(image->objects().size(), 1u);
+  EXPECT_EQ(image->objects()[0].module, "tracee_test");
+
+  ResolvedSymbol want, got;
+  ASSERT_EQ(live->resolve("probefs_test_fn_a", &want), 0);
+  ASSERT_EQ(image->resolve("probefs_test_fn_a", &got), 0);
+  EXPECT_EQ(got.addr + bias, want.addr);
+  EXPECT_EQ(got.function.start + bias, want.function.start);
+  EXPECT_EQ(got.function.end + bias, want.function.end);
+  ASSERT_EQ(image->resolve("tracee_test:probefs_test_fn_a", &got), 0);
+  ASSERT_EQ(image->describe(want.addr - bias + 1, &got), 0);
+  EXPECT_EQ(got.name, "probefs_test_fn_a");
+  EXPECT_EQ(got.function.start + bias, want.function.start);
+
+  EXPECT_EQ(image->reload(), -ESRCH);  // no process behind it
+}
+
+TEST(ProcessSymbols, ImageThatIsNoElfObjectIsENOEXEC) {
+  int err = 0;
+  EXPECT_EQ(ProcessSymbols::load_image("", "x", &err), nullptr);
+  EXPECT_EQ(err, -ENOEXEC);
+  err = 0;
+  EXPECT_EQ(ProcessSymbols::load_image("#!/bin/sh\necho\n", "x", &err), nullptr);
+  EXPECT_EQ(err, -ENOEXEC);
+  // A relocatable object is ELF, but nothing is mapped from it.
+  std::string rel(64, '\0');
+  std::memcpy(rel.data(), "\x7f" "ELF\x02\x01\x01", 7);
+  rel[16] = 1;  // e_type ET_REL
+  err = 0;
+  EXPECT_EQ(ProcessSymbols::load_image(rel, "x", &err), nullptr);
+  EXPECT_EQ(err, -ENOEXEC);
+}
+
 }  // namespace
 }  // namespace probefs::tracee

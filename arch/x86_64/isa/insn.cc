@@ -86,7 +86,10 @@ int decode(const uint8_t* code, size_t avail, uintptr_t pc, Insn* out) {
   const uint8_t op2 = o + 1 < out->len ? code[o + 1] : 0;
   const uint8_t modrm_reg = (op2 >> 3) & 7;
   const unsigned imm_at = o + (op == 0x0f ? 2 : 1);
-  auto rel_target = [&](unsigned size) {
+  auto rel_target = [&](unsigned size) -> uintptr_t {
+    // Under 0x66 the field is a rel16 (such forms are kUnsupported): never read past the
+    // instruction's own bytes.
+    if (imm_at + size != out->len) return 0;
     return static_cast<uintptr_t>(static_cast<int64_t>(out->next()) +
                                   read_rel(code + imm_at, size));
   };

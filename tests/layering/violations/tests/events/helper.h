@@ -1,0 +1,2 @@
+// Helper of the events tests.
+#pragma once

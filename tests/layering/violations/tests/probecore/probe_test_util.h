@@ -1,0 +1,2 @@
+// Helper of the probecore tests.
+#pragma once

@@ -1,0 +1,84 @@
+// libFuzzer target for the ELF readers: arbitrary bytes as an object file, through symbol
+// loading (.symtab/.dynsym, versioned names, SHN_XINDEX), name lookup and the .eh_frame
+// FDE reader (ProcessSymbols::load_image, then resolve and describe).
+//
+// Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
+//   - bytes that load describe one object;
+//   - a function bound that is known contains the address it was asked about (describe)
+//     or the symbol's own address (resolve);
+//   - every name describe reports (a well-formed one) resolves, to a function that has
+//     that name.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tracee/elf_symbols.h"
+
+using namespace probefs::tracee;
+
+namespace {
+
+#define CHECK(cond)                \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
+  } while (0)
+
+bool well_formed(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f || c == ':') return false;
+  }
+  return true;
+}
+
+void check_resolved(const ResolvedSymbol& r, uintptr_t asked) {
+  if (r.function.known()) CHECK(r.function.contains(asked));
+}
+
+void describe_and_resolve(const ProcessSymbols& syms, uintptr_t addr) {
+  ResolvedSymbol r;
+  if (syms.describe(addr, &r) != 0) return;
+  check_resolved(r, addr);
+  if (!well_formed(r.name)) return;
+  ResolvedSymbol again;
+  CHECK(syms.resolve(r.name, &again) == 0);
+  check_resolved(again, again.addr);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  int err = 0;
+  auto syms = ProcessSymbols::load_image(
+      std::string_view(reinterpret_cast<const char*>(data), size), "/fuzz/libfuzz.so.1", &err);
+  if (!syms) {
+    CHECK(err < 0);
+    return 0;
+  }
+  const std::vector<MappedObject> objects = syms->objects();
+  CHECK(objects.size() == 1);
+
+  // Names every object may have, with and without the module.
+  for (const char* name : {"main", "_start", "_init", "foo", "libfuzz:foo", "libfuzz.so:bar"}) {
+    ResolvedSymbol r;
+    if (syms->resolve(name, &r) == 0) check_resolved(r, r.addr);
+  }
+  // Addresses across the object's span, and a few the input names in its last bytes.
+  const MappedObject& o = objects[0];
+  if (o.start < o.end) {
+    const uintptr_t span = o.end - o.start;
+    for (uintptr_t a : {o.start, o.start + 1, o.start + span / 3, o.start + span / 2,
+                        o.end - 1}) {
+      describe_and_resolve(*syms, a);
+    }
+  }
+  for (size_t i = 0; i + 4 <= size && i < 16; i += 4) {
+    const uint8_t* p = data + size - 4 - i;
+    const uintptr_t a = uintptr_t{p[0]} | uintptr_t{p[1]} << 8 | uintptr_t{p[2]} << 16 |
+                        uintptr_t{p[3]} << 24;
+    describe_and_resolve(*syms, a);
+  }
+  return 0;
+}
