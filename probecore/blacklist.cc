@@ -7,6 +7,8 @@
 
 namespace probefs::probecore::detail {
 
+namespace {
+
 struct EngineText {
   std::vector<arch::TextRange> ranges;
 };
@@ -32,6 +34,8 @@ int engine_text_cb(dl_phdr_info* info, size_t, void* data) {
 }
 
 std::vector<arch::TextRange>& g_blacklist = *new std::vector<arch::TextRange>;  // g_mu; init()
+
+}  // namespace
 
 void build_blacklist() {
   EngineText text;

@@ -6,11 +6,15 @@
 
 namespace probefs::probecore::detail {
 
+namespace {
+
 void run_post_handlers(const Aggregate* ag, PtRegs* regs) {
   const Children* ch = ag->children.load(std::memory_order_acquire);
   for (Kprobe* p : ch->probes)
     if (p->post_handler && probe_enabled(p)) p->post_handler(p, regs, 0);
 }
+
+}  // namespace
 
 bool on_breakpoint(PtRegs* regs) {
   const uintptr_t addr = regs->ip - 1;

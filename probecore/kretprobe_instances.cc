@@ -11,6 +11,8 @@
 
 namespace probefs::probecore::detail {
 
+namespace {
+
 // The shared free list: a tagged Treiber stack of indices.
 KretprobeInstance* shared_get(InstancePool* pool) {
   uint64_t h = pool->head.load(std::memory_order_acquire);
@@ -87,6 +89,8 @@ inline void pool_put(InstancePool* pool, KretprobeInstance* ri) {
   t_ri_head = ri;
 }
 
+}  // namespace
+
 // The pre_handler of every kretprobe's entry probe.
 int pre_handler_kretprobe(Kprobe* p, PtRegs* regs) {
   kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);  // kp is Kretprobe's first member
@@ -102,6 +106,8 @@ void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned) {
       kretprobe_entry(reinterpret_cast<Kretprobe*>(p), regs);
   });
 }
+
+namespace {
 
 [[noreturn]] void die_lost_return() {
   // A return through the trampoline that no instance accounts for: there is no address
@@ -133,6 +139,8 @@ __attribute__((noinline)) KretprobeInstance* unlink_older_instance(uintptr_t* sl
   *link = ri->next;
   return ri;
 }
+
+}  // namespace
 
 uintptr_t on_function_return(PtRegs* regs) {
   auto* slot = reinterpret_cast<uintptr_t*>(regs->sp - 8);

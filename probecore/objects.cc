@@ -9,6 +9,8 @@
 
 namespace probefs::probecore::detail {
 
+namespace {
+
 int find_object_cb(dl_phdr_info* info, size_t, void* data) {
   auto* q = static_cast<ObjectQuery*>(data);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -25,11 +27,15 @@ int find_object_cb(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
+}  // namespace
+
 ObjectQuery object_containing(uintptr_t addr) {
   ObjectQuery q{addr, 0, {}, false};
   dl_iterate_phdr(find_object_cb, &q);
   return q;
 }
+
+namespace {
 
 // The dynamic linker's count of objects unloaded so far (dl_iterate_phdr's dlpi_subs), or
 // ~0 when this libc does not tell.
@@ -41,7 +47,7 @@ int unloads_cb(dl_phdr_info* info, size_t size, void* data) {
 
 unsigned long long g_unloads_seen = ~0ull;  // g_mu: dlpi_subs when refresh_gone last looked
 
-void set_optimized_flag(const Aggregate* ag, bool on);
+}  // namespace
 
 // Marks probes whose library was unloaded: their bytes are never touched again. Looks only
 // when the dynamic linker unloaded something since it last looked.

@@ -27,11 +27,15 @@ void dequeue_optimizer(Aggregate* ag) {
   std::erase(g_opt_queue, ag);
 }
 
+namespace {
+
 bool any_post_handler(const Aggregate* ag) {
   for (const Kprobe* p : children_of(ag))
     if (p->post_handler) return true;
   return false;
 }
+
+}  // namespace
 
 // Gets ag's detour ready for what its enabled probes need, or says why it cannot have one
 // (empty when it can): runs the optimizer's safety checks and builds the detour the first
@@ -129,6 +133,8 @@ void start_optimizer() {
   std::thread(optimizer_main).detach();
 }
 
+namespace {
+
 void kick_optimizer() {
   if (g_opt_queue.empty()) return;
   start_optimizer();  // after fork, the child has none yet
@@ -210,6 +216,8 @@ void settle(Aggregate* ag, std::vector<Aggregate*>* batch) {
   if (!ag->armed && !ag->no_int3 && arch::arm(ag->site) == 0) ag->armed = true;
   ag->opt_reason = ag->armed || !ag->no_int3 ? why : why + "; " + kNotArmedNoInt3;
 }
+
+}  // namespace
 
 // The end of a control operation: settles every aggregate it touched and writes their
 // jmps in one batch.

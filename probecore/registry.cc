@@ -120,6 +120,8 @@ bool pool_all_returned(InstancePool* pool) {
   return n == pool->count;
 }
 
+namespace {
+
 int make_pool(Kretprobe* rp) {
   int n = rp->maxactive;
   if (n <= 0) {
@@ -167,6 +169,8 @@ void retire_pool(Kretprobe* rp) {
   g_retired_pools.push_back(pool);
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------------------------------
 // Reclamation
 
@@ -201,6 +205,8 @@ void reclaim() {
 // ---------------------------------------------------------------------------------------
 // Init, fork
 
+namespace {
+
 void atfork_prepare() { g_mu.lock(); }
 void atfork_parent() { g_mu.unlock(); }
 void atfork_child() {
@@ -219,6 +225,8 @@ void atfork_child() {
   g_opt_cv = new std::condition_variable;
   g_mu.unlock();
 }
+
+}  // namespace
 
 int init_locked() {
   if (g_initialized) {
@@ -241,6 +249,8 @@ int init_locked() {
 
 // ---------------------------------------------------------------------------------------
 // Registration
+
+namespace {
 
 int resolve_location(Kprobe* p, uintptr_t* addr, FunctionBounds* bounds, SymbolLocation* where) {
   if ((p->symbol_name && p->addr) || (!p->symbol_name && !p->addr)) return -EINVAL;
@@ -441,6 +451,8 @@ void append_line(std::string* out, const Aggregate* ag, const Kprobe* p) {
   out->push_back('\n');
 }
 
+}  // namespace
+
 // The end of every control operation: arm, optimize, unoptimize or disarm what changed,
 // then free what was unpublished.
 void finish_control_op() {
@@ -454,6 +466,8 @@ void finish_control_op() {
   settle_dirty();
   reclaim();
 }
+
+namespace {
 
 // Every control operation: under the lock, with the view of unloaded code refreshed first
 // and the optimizer and reclamation brought up to date after.
@@ -494,6 +508,8 @@ int set_all_disarmed(bool disarmed) {
     return 0;
   });
 }
+
+}  // namespace
 
 }  // namespace probefs::probecore::detail
 
