@@ -15,6 +15,9 @@
 #include "probecore/kprobes.h"
 
 extern "C" char pf_many[], pf_many_end[];
+extern "C" char pf_cross_short[], pf_cross_short_end[], pf_cross_short_src[];
+extern "C" char pf_cross_long[], pf_cross_long_end[], pf_cross_long_src[];
+extern "C" char pf_cross_decoy[], pf_cross_decoy_end[], pf_cross_decoy_src[];
 
 namespace probefs::probecore {
 namespace {
@@ -146,6 +149,45 @@ TEST_P(ControlPlane, ReturnProbesJoinAndLeaveAndBatchesRollBack) {
   batch.back().addr += 2;  // inside the first instruction
   EXPECT_EQ(register_kprobes(ptrs.data(), static_cast<int>(n)), -EILSEQ);
   for (const Kprobe& k : batch) EXPECT_EQ(k.aggr_, nullptr);
+}
+
+// A jump from another function into the bytes a jmp would replace keeps the probe an int3
+// probe, whether short or long; bytes inside another instruction that merely read as such
+// a jump do not.
+TEST(CrossFunctionJumps, RefuseTheJmpOnlyForRealJumps) {
+  set_kprobes_optimization(true);
+  struct Case {
+    const char* name;
+    char* start;
+    char* end;
+    char* src;
+    bool optimizable;
+  } cases[] = {
+      {"short", pf_cross_short, pf_cross_short_end, pf_cross_short_src, false},
+      {"long", pf_cross_long, pf_cross_long_end, pf_cross_long_src, false},
+      {"decoy", pf_cross_decoy, pf_cross_decoy_end, pf_cross_decoy_src, true},
+  };
+  for (const Case& c : cases) {
+    Kprobe k;
+    k.addr = reinterpret_cast<uintptr_t>(c.start);
+    k.bounds = {k.addr, reinterpret_cast<uintptr_t>(c.end)};
+    k.pre_handler = count_hit;
+    ASSERT_EQ(register_kprobe(&k), 0) << c.name;
+    wait_for_kprobe_optimizer();
+    const std::string status = kprobe_optimization_status(&k);
+    EXPECT_EQ((k.flags & KPROBE_FLAG_OPTIMIZED) != 0, c.optimizable) << c.name << ": " << status;
+    if (!c.optimizable) {
+      EXPECT_EQ(status, "a jump from other code lands in the replaced instructions") << c.name;
+    }
+    g_hits = 0;
+    auto* volatile fn = reinterpret_cast<long (*)(long)>(c.start);
+    auto* volatile src = reinterpret_cast<long (*)(long)>(c.src);
+    EXPECT_EQ(fn(1), 2) << c.name;
+    EXPECT_EQ(src(1), 102) << c.name;
+    EXPECT_EQ(g_hits.load(), 1) << c.name;  // the source jumps past the probe
+    ASSERT_EQ(unregister_kprobe(&k), 0);
+  }
+  EXPECT_EQ(kprobes_list(), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ControlPlane, ::testing::Bool(),
