@@ -54,7 +54,9 @@ struct Callbacks {
   // probed instruction.
   void (*singlestep_done)(void* cookie, PtRegs* regs);
   // A function whose return address resume was hijacked returned to the trampoline.
-  // Returns the real return address.
+  // Returns the real return address. regs->ip is the trampoline entry the return came
+  // through (kretprobe_trampoline() or kretprobe_trampoline_returns_twice(); from a
+  // call-mode detour, neither); the callback sets it to the real return address.
   uintptr_t (*function_return)(PtRegs* regs);
   // A jump-optimized probe fired. *ctx is what set_optimized_context() stored (load it
   // only inside the caller's read-side section; nullptr: the probe is going away).
@@ -108,6 +110,11 @@ Resume run_probed_insn(const Site* site, PtRegs* regs, void* cookie, bool step);
 
 // Where a hijacked return address points.
 uintptr_t kretprobe_trampoline();
+// The same trampoline entered at another address, for functions that return twice (setjmp,
+// vfork): a second return, through a saved copy of the hijacked address, can be told from
+// an ordinary one. A call-mode detour never takes it (its entry thunk sees no
+// kretprobe_trampoline() and runs the plain block).
+uintptr_t kretprobe_trampoline_returns_twice();
 
 // ---- jump optimization (control plane; the caller serializes) ----
 

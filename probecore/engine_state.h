@@ -18,6 +18,8 @@
 //   t_current       this thread's running probe (recursion guard), or the engine's own
 //                   mark on its threads while they run engine code           (owner thread)
 //   t_ri_head       this thread's kretprobe instances in flight, newest first (owner thread)
+//   t_returned      where this thread's last returns of functions that return twice went
+//                   (owner thread; kretprobe_instances.cc)
 //   g_opt_queue     aggregates the optimizer thread retries                  (g_mu)
 // Anything unpublished is retired and freed only after synchronize_rcu().
 //
@@ -103,6 +105,8 @@ struct InstancePool {
   uint32_t ncpus = 0;
   uint32_t cpu_capacity = 0;  // instances a CPU's stack keeps; the rest go to the list
   bool grace_passed = false;              // retired, and a grace period has passed since
+  bool returns_twice = false;  // the probed function returns twice (setjmp, vfork); set
+                               // before the probe is armed
 
   KretprobeInstance* at(uint32_t i) {
     return reinterpret_cast<KretprobeInstance*>(storage.get() + size_t{i} * stride);
@@ -137,6 +141,7 @@ extern bool g_all_disarmed;        // g_mu
 extern SymbolResolver* g_resolver;  // g_mu
 extern bool g_percpu;              // g_mu: kretprobe pools keep per-CPU stacks
 extern uintptr_t g_trampoline;     // arch::kretprobe_trampoline(), set at init
+extern uintptr_t g_trampoline_twice;  // arch::kretprobe_trampoline_returns_twice(), set at init
 extern bool g_initialized;         // g_mu
 
 // Unpublished and waiting for a grace period.                                  (g_mu)

@@ -31,6 +31,7 @@ bool g_all_disarmed = false;
 SymbolResolver* g_resolver = nullptr;
 bool g_percpu = false;
 uintptr_t g_trampoline = 0;
+uintptr_t g_trampoline_twice = 0;
 bool g_initialized = false;
 std::vector<const Children*>& g_retired_children = *new std::vector<const Children*>;
 std::vector<Aggregate*>& g_retired_aggrs = *new std::vector<Aggregate*>;
@@ -238,6 +239,7 @@ int init_locked() {
   if (int rc = arch::install(cb); rc) return rc;
   g_percpu = arch::percpu_init();
   g_trampoline = arch::kretprobe_trampoline();
+  g_trampoline_twice = arch::kretprobe_trampoline_returns_twice();
   build_blacklist();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   // The engine's own thread starts before any probe is armed: glibc runs code at thread
@@ -251,6 +253,19 @@ int init_locked() {
 // Registration
 
 namespace {
+
+// GCC's list of functions that return twice (it gives them returns_twice): the name,
+// without a version and without a leading "__x", "__" or "_", is setjmp, sigsetjmp,
+// savectx, vfork or getcontext. Their return probes hijack through the trampoline's entry
+// for them.
+bool returns_twice_name(std::string_view name) {
+  name = name.substr(0, name.find('@'));
+  if (name.starts_with("__x")) name.remove_prefix(3);
+  else if (name.starts_with("__")) name.remove_prefix(2);
+  else if (name.starts_with("_")) name.remove_prefix(1);
+  return name == "setjmp" || name == "sigsetjmp" || name == "savectx" || name == "vfork" ||
+         name == "getcontext";
+}
 
 int resolve_location(Kprobe* p, uintptr_t* addr, FunctionBounds* bounds, SymbolLocation* where) {
   if ((p->symbol_name && p->addr) || (!p->symbol_name && !p->addr)) return -EINVAL;
@@ -286,6 +301,9 @@ int register_locked(Kprobe* p) {
   if (blacklisted_locked(addr)) return -EINVAL;
   if (!bounds.known()) return -EILSEQ;  // cannot prove an instruction boundary
   if (p->is_kretprobe_ && addr != bounds.start) return -EINVAL;  // entries only
+  if (p->is_kretprobe_) {
+    reinterpret_cast<Kretprobe*>(p)->pool_->returns_twice = returns_twice_name(where.name);
+  }
 
   p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY;  // what the caller may ask for
   p->nmissed.store(0, std::memory_order_relaxed);

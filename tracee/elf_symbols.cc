@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -93,6 +94,7 @@ struct ElfObject {
   std::vector<FuncSymbol> by_addr;     // sorted by value
   std::vector<uintptr_t> max_end;      // max_end[i]: highest value + size in by_addr[0..i]
   std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
+  std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
 
   EhFrame eh_frame;  // FDE ranges and landing pads, read on first use
 
@@ -137,20 +139,63 @@ uint8_t binding_rank(unsigned bind) {
   }
 }
 
-// Reads the function symbols of .symtab, or of .dynsym when the object has no .symtab.
-void load_symbols(ElfObject& o) {
-  if (o.symbols_loaded) return;
-  o.symbols_loaded = true;
-  Elf_Scn* symtab = nullptr;
-  Elf_Scn* dynsym = nullptr;
-  for (Elf_Scn* scn = elf_nextscn(o.elf, nullptr); scn != nullptr; scn = elf_nextscn(o.elf, scn)) {
+// Symbol versions of .dynsym (the GNU versioning sections): one 16-bit word per symbol in
+// .gnu.version (SHT_GNU_versym, linked to the table), whose low 15 bits index a definition
+// in .gnu.version_d (SHT_GNU_verdef) and whose top bit marks a hidden, non-default
+// version: ld.so binds a new reference to `pthread_cond_signal` to the one version without
+// it (GLIBC_2.3.2), while GLIBC_2.2.5 is kept for programs linked before. Indexes 0 (local)
+// and 1 (global, unversioned) and the definition flagged VER_FLG_BASE (the object's own
+// name) carry no version.
+struct DynsymVersions {
+  Elf_Data* versym = nullptr;
+  std::unordered_map<unsigned, std::string> names;  // definition index -> version name
+};
+
+DynsymVersions read_dynsym_versions(Elf* elf, size_t dynsym_index) {
+  DynsymVersions v;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) continue;
-    if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
-    if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
+    if (sh.sh_type == SHT_GNU_versym && sh.sh_link == dynsym_index) {
+      v.versym = elf_getdata(scn, nullptr);
+    } else if (sh.sh_type == SHT_GNU_verdef) {
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr) continue;
+      // A chain of Verdef records, each with its names (Verdaux) after it; the first name
+      // is the version's. Bounded by the section's declared count and its size.
+      size_t off = 0;
+      for (size_t n = 0; n < sh.sh_info && off < data->d_size; ++n) {
+        GElf_Verdef def;
+        if (gelf_getverdef(data, static_cast<int>(off), &def) == nullptr) break;
+        GElf_Verdaux aux;
+        if (!(def.vd_flags & VER_FLG_BASE) && def.vd_cnt > 0 &&
+            gelf_getverdaux(data, static_cast<int>(off + def.vd_aux), &aux) != nullptr) {
+          if (const char* name = elf_strptr(elf, sh.sh_link, aux.vda_name))
+            v.names.emplace(def.vd_ndx, name);
+        }
+        if (def.vd_next == 0) break;
+        off += def.vd_next;
+      }
+    }
   }
-  Elf_Scn* table = symtab != nullptr ? symtab : dynsym;
-  if (table == nullptr) return;
+  return v;
+}
+
+// The name of .dynsym entry i as ld writes it into .symtab: "NAME@@VERSION" for the default
+// version, "NAME@VERSION" for a hidden one, the bare name when it has no version.
+std::string versioned_name(const DynsymVersions& v, size_t i, const char* name) {
+  GElf_Versym word;
+  if (v.versym == nullptr || gelf_getversym(v.versym, static_cast<int>(i), &word) == nullptr)
+    return name;
+  auto it = v.names.find(word & 0x7fff);
+  if (it == v.names.end()) return name;
+  return std::string(name) + ((word & 0x8000) ? "@" : "@@") + it->second;
+}
+
+// Appends the function symbols of one symbol table to o.by_addr and o.names. `dynamic`:
+// the table is .dynsym, whose versions come from its versioning sections; `versioned_only`:
+// only its versioned symbols.
+void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool versioned_only) {
   GElf_Shdr sh;
   if (gelf_getshdr(table, &sh) == nullptr || sh.sh_entsize == 0) return;
   Elf_Data* data = elf_getdata(table, nullptr);
@@ -167,7 +212,10 @@ void load_symbols(ElfObject& o) {
     }
   }
 
+  const DynsymVersions versions =
+      dynamic ? read_dynsym_versions(o.elf, table_index) : DynsymVersions{};
   const size_t count = sh.sh_size / sh.sh_entsize;
+  std::string decorated;
   for (size_t i = 1; i < count; ++i) {
     GElf_Sym sym;
     Elf32_Word xndx = 0;
@@ -180,9 +228,14 @@ void load_symbols(ElfObject& o) {
     if (sym.st_shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) continue;
     const char* name = elf_strptr(o.elf, sh.sh_link, sym.st_name);
     if (name == nullptr || name[0] == '\0') continue;
-    // ld writes version names into .symtab: "memcpy@@GLIBC_2.14" is the default version and
-    // answers to "memcpy"; "memcpy@GLIBC_2.2.5" is an old one and only wins if it is alone.
+    if (dynamic) {
+      decorated = versioned_name(versions, i, name);
+      name = decorated.c_str();
+    }
+    // "memcpy@@GLIBC_2.14" is the default version and answers to "memcpy"; "memcpy@GLIBC_2.2.5"
+    // is an old one and only wins if it is alone.
     const char* at = std::strchr(name, '@');
+    if (versioned_only && at == nullptr) continue;
     const bool default_version = at == nullptr || at[1] == '@';
     FuncSymbol f;
     f.value = sym.st_value;
@@ -194,6 +247,27 @@ void load_symbols(ElfObject& o) {
     o.names.push_back('\0');
     o.by_addr.push_back(f);
   }
+}
+
+// Reads the function symbols of .symtab and .dynsym. Each keeps its version in its name
+// ("NAME@@VERSION", "NAME@VERSION"), which .symtab carries and .dynsym gets from its
+// versioning sections.
+void load_symbols(ElfObject& o) {
+  if (o.symbols_loaded) return;
+  o.symbols_loaded = true;
+  Elf_Scn* symtab = nullptr;
+  Elf_Scn* dynsym = nullptr;
+  for (Elf_Scn* scn = elf_nextscn(o.elf, nullptr); scn != nullptr; scn = elf_nextscn(o.elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr) continue;
+    if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
+    if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
+  }
+  if (symtab != nullptr) append_function_symbols(o, symtab, false, false);
+  // .dynsym alone, or beside .symtab for the versions that only its versioning sections
+  // record (ld writes "NAME@VERSION" into .symtab for .symver aliases, not for versions a
+  // version script gives).
+  if (dynsym != nullptr) append_function_symbols(o, dynsym, true, symtab != nullptr);
 
   std::stable_sort(o.by_addr.begin(), o.by_addr.end(),
                    [](const FuncSymbol& a, const FuncSymbol& b) { return a.value < b.value; });
@@ -208,12 +282,27 @@ void load_symbols(ElfObject& o) {
     auto [it, inserted] = o.by_name.emplace(key, index);
     if (!inserted && o.by_addr[index].rank > o.by_addr[it->second].rank) it->second = index;
   };
+  // Keys: "NAME" (the default version, as ld.so binds it), "NAME@VERSION" for every version,
+  // and "NAME@@VERSION" for the default one, as it is spelled in .symtab.
   for (size_t i = 0; i < o.by_addr.size(); ++i) {
     std::string_view full(o.names.data() + o.by_addr[i].name);
     size_t at = full.find('@');
     add_name(full.substr(0, at), static_cast<uint32_t>(i));
-    if (at != std::string_view::npos) add_name(full, static_cast<uint32_t>(i));
+    if (at == std::string_view::npos) continue;
+    add_name(full, static_cast<uint32_t>(i));
+    if (full.substr(at).starts_with("@@")) {
+      // A deque never moves its strings, so the view stays valid.
+      o.version_keys.push_back(std::string(full.substr(0, at)) + std::string(full.substr(at + 1)));
+      add_name(o.version_keys.back(), static_cast<uint32_t>(i));
+    }
   }
+}
+
+// How a symbol is named to a reader (describe, `kprobes/list`): the default version by its
+// bare name, as `SYM` resolves it; another version keeps "@VERSION", which resolves back.
+std::string display_name(std::string_view full) {
+  const size_t at = full.find("@@");
+  return std::string(full.substr(0, at));
 }
 
 // The best sized function symbol covering `vaddr`: the innermost one, then the one with the
@@ -465,7 +554,7 @@ void ProcessSymbols::Impl::fill(ElfObject& o, const FuncSymbol* sym, uintptr_t v
   out->module = o.executable ? std::string() : o.module;
   out->path = o.path;
   out->addr = vaddr + o.bias;
-  out->name = sym != nullptr ? std::string(o.names.data() + sym->name) : std::string();
+  out->name = sym != nullptr ? display_name(o.names.data() + sym->name) : std::string();
   if (bounded_by == nullptr && (sym == nullptr || sym->size == 0)) {
     bounded_by = covering_fde(o, vaddr);
   }

@@ -21,7 +21,10 @@
  *
  * probecore's function_return callback (regs, whose ip it fills) runs the return handlers
  * and returns the real return address A, which goes to S-8; registers are reloaded, rsp
- * goes back to S.
+ * goes back to S. The plain trampolines have a second entry, _twice, for functions that
+ * return twice (setjmp: the hijacked address is saved in the jmp_buf, and longjmp comes
+ * back through it): the callback tells the two apart by regs->ip, which holds the entry
+ * the return came through.
  *
  *   probefs_kretprobe_trampoline_<level>       leaves with jmp *-8(%rsp): the function's
  *                                              ret already consumed the caller's return-
@@ -51,6 +54,10 @@
         .cfi_undefined rip
         lea     -frame(%rsp), %rsp
         PTREGS_SAVE_GPRS
+        .if !\by_ret
+        lea     \name(%rip), %rax
+1:      mov     %rax, PTREGS_IP(%rsp)   /* the entry this return came through */
+        .endif
         VECTOR_SAVE \vector, FRAME_VECTOR_AREA
         pushfq
         popq    PTREGS_FLAGS(%rsp)      /* (address taken after the pop) */
@@ -72,6 +79,16 @@
         .else
         lea     frame(%rsp), %rsp       /* S */
         jmp     *-8(%rsp)
+
+        /* The second entry, for functions that return twice: the same, with its own
+           address as ip. */
+        .globl  \name\()_twice
+        .type   \name\()_twice, @function
+\name\()_twice:
+        lea     -frame(%rsp), %rsp
+        PTREGS_SAVE_GPRS
+        lea     \name\()_twice(%rip), %rax
+        jmp     1b
         .endif
         .cfi_endproc
         .size   \name, .-\name

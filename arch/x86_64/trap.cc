@@ -20,6 +20,9 @@ extern "C" {
 void probefs_kretprobe_trampoline_sse();
 void probefs_kretprobe_trampoline_avx();
 void probefs_kretprobe_trampoline_avx512();
+void probefs_kretprobe_trampoline_sse_twice();
+void probefs_kretprobe_trampoline_avx_twice();
+void probefs_kretprobe_trampoline_avx512_twice();
 // The plain return trampoline of this CPU's vector level; the entry thunks compare with it.
 __attribute__((visibility("hidden"))) uintptr_t probefs_arch_plain_trampoline = 0;
 }
@@ -40,6 +43,9 @@ using namespace x86_64;
 Callbacks g_callbacks{};
 
 namespace {
+
+// The plain trampoline's entry for functions that return twice.
+uintptr_t g_trampoline_twice = 0;
 
 constexpr uint64_t kTrapFlag = 1u << 8;
 constexpr unsigned kMaxNestedSteps = 8;
@@ -250,6 +256,10 @@ int install(const Callbacks& callbacks) {
                                       probefs_kretprobe_trampoline_avx,
                                       probefs_kretprobe_trampoline_avx512};
   probefs_arch_plain_trampoline = reinterpret_cast<uintptr_t>(kTrampolines[vector_level() - 1]);
+  static const Code kTwice[] = {probefs_kretprobe_trampoline_sse_twice,
+                                probefs_kretprobe_trampoline_avx_twice,
+                                probefs_kretprobe_trampoline_avx512_twice};
+  g_trampoline_twice = reinterpret_cast<uintptr_t>(kTwice[vector_level() - 1]);
   struct sigaction sa {};
   sa.sa_sigaction = on_sigtrap;
   // SA_NODEFER: a handler that hits another probe traps again instead of being killed by
@@ -272,6 +282,7 @@ bool thread_in_trap_path(uintptr_t interrupted_ip) {
 }
 
 uintptr_t kretprobe_trampoline() { return probefs_arch_plain_trampoline; }
+uintptr_t kretprobe_trampoline_returns_twice() { return g_trampoline_twice; }
 
 size_t blacklist(TextRange* out, size_t max) {
   size_t n = 0;

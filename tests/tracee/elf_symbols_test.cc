@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/tracee/dl_helpers.h"
+#include "tests/tracee/libc_dynsym.h"
 #include "tests/tracee/test_functions.h"
 
 extern char** environ;
@@ -397,6 +398,158 @@ TEST(ProcessSymbols, AnotherProcessWithANonPieExecutable) {
   ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
   child.pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// `SYM` is the default version, the one ld.so binds a new reference to; glibc keeps
+// pthread_cond_* twice (GLIBC_2.3.2 by default, GLIBC_2.2.5 for old programs).
+TEST(ProcessSymbols, BareNamesAreTheDefaultVersion) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  for (const char* fn : {"pthread_cond_signal", "pthread_cond_broadcast", "pthread_cond_wait",
+                         "pthread_cond_timedwait", "pthread_cond_init", "pthread_cond_destroy"}) {
+    SCOPED_TRACE(fn);
+    const uintptr_t current = addr_of(dlvsym(libc, fn, "GLIBC_2.3.2"));
+    const uintptr_t compat = addr_of(dlvsym(libc, fn, "GLIBC_2.2.5"));
+    ASSERT_NE(current, 0u);
+    ASSERT_NE(compat, 0u);
+    ASSERT_NE(current, compat);
+    EXPECT_EQ(addr_of(dlsym(libc, fn)), current);  // what the dynamic linker binds
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->resolve(std::string("libc:") + fn, &r), 0);
+    EXPECT_EQ(r.addr, current);
+    EXPECT_EQ(r.function.start, current);
+    EXPECT_EQ(r.function.end, current + dynsym_size(current));
+    EXPECT_EQ(r.name, fn);
+    // Programs call it through their PLT, which lands on the same address.
+    ASSERT_EQ(syms->resolve(fn, &r), 0);
+    EXPECT_EQ(r.addr, current);
+  }
+  // The program's own calls go there.
+  EXPECT_EQ(addr_of(dlsym(RTLD_DEFAULT, "pthread_cond_signal")),
+            addr_of(dlvsym(libc, "pthread_cond_signal", "GLIBC_2.3.2")));
+  dlclose(libc);
+}
+
+// `SYM@VERSION` names any version, `SYM@@VERSION` the default one as .symtab spells it.
+TEST(ProcessSymbols, NamesWithAVersionPickThatVersion) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  const uintptr_t current = addr_of(dlvsym(libc, "pthread_cond_signal", "GLIBC_2.3.2"));
+  const uintptr_t compat = addr_of(dlvsym(libc, "pthread_cond_signal", "GLIBC_2.2.5"));
+  dlclose(libc);
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve("libc:pthread_cond_signal@GLIBC_2.2.5", &r), 0);
+  EXPECT_EQ(r.addr, compat);
+  EXPECT_EQ(r.function.end, compat + dynsym_size(compat));
+  EXPECT_EQ(r.name, "pthread_cond_signal@GLIBC_2.2.5");
+  ASSERT_EQ(syms->resolve("libc:pthread_cond_signal@GLIBC_2.3.2", &r), 0);
+  EXPECT_EQ(r.addr, current);
+  ASSERT_EQ(syms->resolve("libc:pthread_cond_signal@@GLIBC_2.3.2", &r), 0);
+  EXPECT_EQ(r.addr, current);
+  ASSERT_EQ(syms->resolve("pthread_cond_signal@GLIBC_2.2.5", &r), 0);
+  EXPECT_EQ(r.addr, compat);
+  // A version the symbol does not have, and a compat version spelled as the default.
+  EXPECT_EQ(syms->resolve("libc:pthread_cond_signal@GLIBC_2.17", &r), -ENOENT);
+  EXPECT_EQ(syms->resolve("libc:pthread_cond_signal@@GLIBC_2.2.5", &r), -ENOENT);
+  // describe names the default version bare and another with its version, so that the
+  // name resolves back to the same function.
+  ASSERT_EQ(syms->describe(compat, &r), 0);
+  EXPECT_EQ(r.name, "pthread_cond_signal@GLIBC_2.2.5");
+  ASSERT_EQ(syms->describe(current, &r), 0);
+  EXPECT_EQ(r.name, "pthread_cond_signal");
+  ASSERT_EQ(syms->describe(libc_symbol("qsort"), &r), 0);
+  EXPECT_EQ(r.name, "qsort");
+}
+
+// Every default-version function of libc resolves where the dynamic linker puts it, and
+// every version of it by its versioned name.
+TEST(ProcessSymbols, EveryLibcFunctionAgreesWithTheDynamicLinker) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  const std::vector<test_support::LibcFunction> fns =
+      test_support::dynsym_functions(test_support::libc_path());
+  ASSERT_GT(fns.size(), 2000u);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  ResolvedSymbol getpid_sym;
+  ASSERT_EQ(syms->resolve("libc:getpid", &getpid_sym), 0);
+  const uintptr_t bias = getpid_sym.addr - [&] {
+    for (const auto& f : fns)
+      if (f.name == "getpid") return f.value;
+    return uint64_t{0};
+  }();
+  size_t defaults = 0;
+  for (const auto& f : fns) {
+    SCOPED_TRACE(f.name + "@" + f.version);
+    ResolvedSymbol r;
+    if (!f.version.empty()) {
+      ASSERT_EQ(syms->resolve("libc:" + f.name + "@" + f.version, &r), 0);
+      EXPECT_EQ(r.addr, f.value + bias);
+    }
+    if (!f.is_default) continue;
+    ++defaults;
+    ASSERT_EQ(syms->resolve("libc:" + f.name, &r), 0);
+    EXPECT_EQ(r.addr, f.value + bias);
+    // dlsym hands out an IFUNC's implementation, not the symbol.
+    if (!f.ifunc) {
+      EXPECT_EQ(r.addr, addr_of(dlsym(libc, f.name.c_str())));
+    }
+  }
+  dlclose(libc);
+  EXPECT_GT(defaults, 2000u);
+}
+
+// The same in an object of ours, with .symtab (versions in the names) and stripped (versions
+// only in .dynsym's versioning sections).
+TEST(ProcessSymbols, VersionsInSymtabAndInDynsym) {
+  for (const char* path : {PROBEFS_VERSIONED_SYMTAB_LIB, PROBEFS_VERSIONED_STRIPPED_LIB}) {
+    SCOPED_TRACE(path);
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    const uintptr_t v1 = addr_of(dlvsym(h, "probefs_versioned_fn", "PROBEFS_1"));
+    const uintptr_t v2 = addr_of(dlvsym(h, "probefs_versioned_fn", "PROBEFS_2"));
+    const uintptr_t plain = addr_of(dlsym(h, "probefs_versioned_plain"));
+    ASSERT_NE(v1, 0u);
+    ASSERT_NE(v2, 0u);
+    ASSERT_NE(v1, v2);
+    EXPECT_EQ(addr_of(dlsym(h, "probefs_versioned_fn")), v2);
+    auto syms = load_self();
+    ASSERT_NE(syms, nullptr);
+    const std::string mod = basename_of(path) + ":";
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_fn", &r), 0);
+    EXPECT_EQ(r.addr, v2);
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_fn@PROBEFS_2", &r), 0);
+    EXPECT_EQ(r.addr, v2);
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_fn@@PROBEFS_2", &r), 0);
+    EXPECT_EQ(r.addr, v2);
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_fn@PROBEFS_1", &r), 0);
+    EXPECT_EQ(r.addr, v1);
+    EXPECT_EQ(syms->resolve(mod + "probefs_versioned_fn@PROBEFS_3", &r), -ENOENT);
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_plain", &r), 0);
+    EXPECT_EQ(r.addr, plain);
+    ASSERT_EQ(syms->resolve(mod + "probefs_versioned_plain@PROBEFS_1", &r), 0);
+    EXPECT_EQ(r.addr, plain);
+    // describe's name resolves back to the function (with .symtab a local alias such as
+    // probefs_versioned_fn_v1 may name it; stripped, only the versioned name can).
+    for (uintptr_t a : {v1, v2}) {
+      ASSERT_EQ(syms->describe(a, &r), 0);
+      const std::string name = r.name;
+      ASSERT_EQ(syms->resolve(mod + name, &r), 0) << name;
+      EXPECT_EQ(r.addr, a) << name;
+    }
+    if (std::string(path) == PROBEFS_VERSIONED_STRIPPED_LIB) {
+      ASSERT_EQ(syms->describe(v1, &r), 0);
+      EXPECT_EQ(r.name, "probefs_versioned_fn@PROBEFS_1");
+      ASSERT_EQ(syms->describe(v2, &r), 0);
+      EXPECT_EQ(r.name, "probefs_versioned_fn");
+    }
+    dlclose(h);
+  }
 }
 
 TEST(ProcessSymbols, LoadOfAMissingProcessFails) {
