@@ -156,9 +156,14 @@ void optimize_now(const std::vector<Aggregate*>& batch) {
     arch::set_optimized_context(ag->site, ag);
     sites.push_back(ag->site);
   }
+  // One window per kMaxWindowSites, so that the moves of a window stay within what arch
+  // can hold (a few per site) however large the burst.
+  constexpr size_t kMaxWindowSites = 4096;
   for (int attempt = 0; attempt < 3 && !sites.empty(); ++attempt) {
     if (attempt) sched_yield();
-    arch::optimize(sites.data(), sites.size(), synchronize_rcu);
+    for (size_t at = 0; at < sites.size(); at += kMaxWindowSites)
+      arch::optimize(sites.data() + at, std::min(kMaxWindowSites, sites.size() - at),
+                     synchronize_rcu);
     std::erase_if(sites, [](const arch::Site* s) { return arch::site_optimized(s); });
   }
   for (Aggregate* ag : batch) {
