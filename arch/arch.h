@@ -30,7 +30,9 @@ void release(Site* site);
 // code that is still there (not gone) could not be written: its int3 stays, and a hit on
 // it after the probe is gone would end the program.
 [[nodiscard]] int arm(Site* site);     // writes the int3
-[[nodiscard]] int disarm(Site* site);  // puts the original byte back (unoptimizes first)
+[[nodiscard]] int disarm(Site* site);  // puts the original byte back (from an int3 or a jmp)
+// disarm() on many sites, with one guarded window for all the jmps among them.
+void disarm_batch(Site* const* sites, size_t n);
 // The code around the site is gone (its object was unloaded): never write to it again.
 void mark_gone(Site* site);
 
@@ -147,12 +149,17 @@ uintptr_t site_region_end(const Site* site);
 // What the detour hands to Callbacks::optimized_hit. nullptr silences it.
 void set_optimized_context(Site* site, void* ctx);
 
-// Replaces the int3 of each armed, prepared site by a jmp to its detour:
+// Writes a jmp to its detour on each prepared site, in one window for the whole batch: an
+// armed site's int3 becomes the jmp, and a site not armed yet goes from its original bytes
+// to the jmp (armed by it), with an int3 standing only inside the window:
 //   int3 hits resume in the detour's copy; wait_for_handlers() (every int3 handler that
-//   started before has finished); threads parked on the region are moved to the copy;
-//   the jmp's tail is written; barrier; its first byte; barrier.
-// A site where some thread could not be moved stays an int3 probe. Returns how many sites
-// are optimized now.
+//   started before has finished; only when some site was armed); every other running
+//   thread is parked in a signal handler (moved to the copy when it was on a region);
+//   int3 on the sites not armed; barrier; the jmps' tails; barrier; their first bytes;
+//   barrier; the threads go on.
+// A batch in which some thread could not be moved or parked (it blocks signals while
+// running: glibc does so for moments, when a trap would kill it) is left as it was.
+// Returns how many sites are optimized now.
 size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)());
 
 // Puts the int3 back: int3 on the first byte, barrier, the original tail, barrier.

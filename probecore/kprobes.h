@@ -5,13 +5,15 @@
 // nmissed, entry_handler and per-instance data, a blacklist, a global arm switch, and the
 // `kprobes/list` text.
 //
-// Errors are the kernel's: functions return 0 or a negative errno.
+// Errors are the kernel's: functions return 0 or a negative errno, which callers must
+// look at ([[nodiscard]]).
 //
 // Threads: the control functions may be called from any thread and serialize on one lock;
 // they must not be called from a handler. Handlers run on the thread that hit the probe,
 // inside a signal handler (int3 path) or a detour: they may not take locks that the
 // interrupted code could hold. A probe that a handler hits does not recurse; its nmissed
-// grows instead.
+// grows instead. Hits from the engine's own threads (its optimizer thread, and a thread
+// while it is inside a control function) run no handler and are no probe's miss.
 #pragma once
 
 #include <atomic>
@@ -101,24 +103,24 @@ struct KretprobeInstance {
 // The kretprobe an instance belongs to; nullptr once it is unregistered.
 Kretprobe* get_kretprobe(KretprobeInstance* ri);
 
-int register_kprobe(Kprobe* p);
-int unregister_kprobe(Kprobe* p);  // -EINVAL when p is not registered
-int register_kprobes(Kprobe** ps, int num);  // all or nothing
+[[nodiscard]] int register_kprobe(Kprobe* p);
+[[nodiscard]] int unregister_kprobe(Kprobe* p);  // -EINVAL when p is not registered
+[[nodiscard]] int register_kprobes(Kprobe** ps, int num);  // all or nothing
 void unregister_kprobes(Kprobe** ps, int num);
-int enable_kprobe(Kprobe* p);
-int disable_kprobe(Kprobe* p);
+[[nodiscard]] int enable_kprobe(Kprobe* p);
+[[nodiscard]] int disable_kprobe(Kprobe* p);
 
-int register_kretprobe(Kretprobe* rp);
-int unregister_kretprobe(Kretprobe* rp);
-int register_kretprobes(Kretprobe** rps, int num);
+[[nodiscard]] int register_kretprobe(Kretprobe* rp);
+[[nodiscard]] int unregister_kretprobe(Kretprobe* rp);
+[[nodiscard]] int register_kretprobes(Kretprobe** rps, int num);
 void unregister_kretprobes(Kretprobe** rps, int num);
-int enable_kretprobe(Kretprobe* rp);
-int disable_kretprobe(Kretprobe* rp);
+[[nodiscard]] int enable_kretprobe(Kretprobe* rp);
+[[nodiscard]] int disable_kretprobe(Kretprobe* rp);
 
 // The global switch (the kernel's debugfs kprobes/enabled): disarming leaves every probe
 // registered with its own enabled state, and arming restores them.
-int arm_all_kprobes();
-int disarm_all_kprobes();
+[[nodiscard]] int arm_all_kprobes();
+[[nodiscard]] int disarm_all_kprobes();
 bool kprobes_all_disarmed();
 
 // The kernel's `kprobes/list`: one line per probe, "ADDR  k|r  SYM+0xOFF  MOD [FLAGS]".
@@ -130,11 +132,15 @@ void set_symbol_resolver(SymbolResolver* resolver);
 // Is addr inside probefs's own code or another place that must never be probed?
 bool within_kprobe_blacklist(uintptr_t addr);
 
-// Jump optimization (the kernel's debug.kprobes_optimization): an armed probe that passes
-// the safety checks is rewritten by a background optimizer from int3 to a 5-byte jmp into
-// a detour, a few milliseconds after it was armed, in batches. Off unoptimizes every probe;
-// on lets the optimizer take them again. On by default. A pre_handler's change of ip is
-// ignored on optimized probes, as in kprobes; a probe with a post_handler is never
+// Jump optimization (the kernel's debug.kprobes_optimization): a probe that passes the
+// safety checks is armed as a 5-byte jmp into a detour, written from the original bytes
+// by the control operation that armed it (all of that operation's probes in one window).
+// When a thread is in the way (on the replaced instructions, or running with signals
+// blocked), the probe fires through an int3 meanwhile and the engine's optimizer thread
+// retries. Off unoptimizes every probe, except on code glibc runs with every signal
+// blocked, where an int3 would be fatal (see README): those stay jmps, and a probe there
+// that cannot be one is refused with -EINVAL. On by default. A pre_handler's change of
+// ip is ignored on optimized probes, as in kprobes; a probe with a post_handler is never
 // optimized.
 void set_kprobes_optimization(bool on);
 bool kprobes_optimization_enabled();
@@ -142,7 +148,9 @@ bool kprobes_optimization_enabled();
 // wait_for_kprobe_optimizer()).
 void wait_for_kprobe_optimizer();
 // Why p is not jump-optimized: empty when it is, else the reason (a refused safety check,
-// "waiting for the optimizer", ...).
+// "optimization is switched off", a thread in the way, "not armed: ..." where an int3
+// would be fatal and the jmp waits for a window, ...). Such a probe is an int3: a thread
+// that hits it with SIGTRAP blocked dies.
 std::string kprobe_optimization_status(const Kprobe* p);
 
 // Boosting (running the probed instruction out of line without a trap flag) for probes

@@ -21,7 +21,10 @@
 // Block L is block C with the lean entry thunk (DetourEntry::kCallLean). Each comes twice:
 // with the return trampoline that saves the vector registers and with the one that does
 // not (return handlers that touch general-purpose registers only).
+#include <link.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -143,16 +146,26 @@ std::map<DetourKey, DetourInfo>& g_detours = *new std::map<DetourKey, DetourInfo
 // The detour each prepared site uses; erased when the site is released.
 std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, DetourInfo>;
 
-// Direct branch targets of a whole executable mapping, for branches into a region from
-// other functions (glibc's __mempcpy_* jumps into the middle of __memmove_*, past its first
-// instruction). The function-local check cannot see those; a linear sweep of the mapping
-// can. Built once per mapping. (g_text_mu)
+// Direct branches into a region from other functions (glibc's __mempcpy_* jumps into the
+// middle of __memmove_*, past its first instruction). The function-local check cannot see
+// those. A linear sweep of a whole mapping with the decoder would (it took 0.45 s for
+// libc, in the first control operation that touched it); instead:
+//  - long branches (call, jmp, jcc rel32) can come from anywhere: once per mapping, a scan
+//    of its bytes notes every position whose bytes read as one that lands inside it. That
+//    is a superset of the real branches (a few ms for libc);
+//  - short branches (jmp, jcc, loop, jrcxz rel8) can come only from within 128 bytes: the
+//    bytes around the region are scanned the same way, per region.
+// A candidate that lands inside the region is a real branch when a linear sweep from
+// kResyncBytes before it lands on it (or on prefixes just before it); the sweep finds its
+// footing within a few instructions, as a sweep from the mapping's start would.
+// (g_text_mu)
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
   unsigned long inode = 0;
-  std::vector<uintptr_t> targets;  // sorted
+  std::vector<std::pair<uintptr_t, uintptr_t>> rel32;  // (target, source), by target
 };
 std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
+constexpr size_t kResyncBytes = 128;
 
 bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   FILE* f = std::fopen("/proc/self/maps", "re");
@@ -178,7 +191,32 @@ bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   return found;
 }
 
+// dl_iterate_phdr's counters of objects loaded and unloaded: while they stay the same, the
+// mappings of the objects found before are still theirs, and /proc/self/maps need not be
+// read again for them.
+struct DlCounters {
+  unsigned long long adds = 0, subs = 0;
+  bool operator==(const DlCounters&) const = default;
+};
+
+int dl_counters_cb(dl_phdr_info* info, size_t size, void* data) {
+  auto* c = static_cast<DlCounters*>(data);
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    c->adds = info->dlpi_adds;
+    c->subs = info->dlpi_subs;
+  }
+  return 1;  // the first object carries them
+}
+
 const MappingBranches* branches_of_mapping(uintptr_t addr) {
+  static DlCounters seen{~0ull, ~0ull};
+  DlCounters now;
+  dl_iterate_phdr(dl_counters_cb, &now);
+  if (now == seen) {
+    for (const MappingBranches& b : g_mapping_branches)
+      if (addr >= b.start && addr < b.end) return &b;
+  }
+  seen = now;
   MappingBranches m;
   if (!find_exec_mapping(addr, &m)) return nullptr;
   for (const MappingBranches& b : g_mapping_branches)
@@ -187,35 +225,88 @@ const MappingBranches* branches_of_mapping(uintptr_t addr) {
   if (!read_self_memory_all(m.start, code.data(), code.size())) return nullptr;
   for (auto it = g_saved.lower_bound(m.start); it != g_saved.end() && it->first < m.end; ++it)
     code[it->first - m.start] = it->second;
-  // Linear sweep; bytes that do not decode are stepped over one at a time (padding, data,
-  // instructions Capstone does not know) and the sweep finds its footing again.
-  for (uintptr_t pc = m.start; pc < m.end;) {
-    Insn insn;
-    if (decode(code.data() + (pc - m.start), m.end - pc, pc, &insn) != 0) {
-      ++pc;
+  const size_t size = code.size();
+  auto rel32_at = [&](size_t i) {
+    int32_t rel;
+    std::memcpy(&rel, code.data() + i, 4);
+    return rel;
+  };
+  for (size_t p = 0; p + 5 <= size; ++p) {
+    uintptr_t target;
+    if (code[p] == 0xe8 || code[p] == 0xe9) {
+      target = m.start + p + 5 + rel32_at(p + 1);
+    } else if (code[p] == 0x0f && p + 6 <= size && (code[p + 1] & 0xf0) == 0x80) {
+      target = m.start + p + 6 + rel32_at(p + 2);
+    } else {
       continue;
     }
-    switch (insn.kind) {
-      case InsnKind::kJmpRel: case InsnKind::kJccRel: case InsnKind::kCallRel:
-      case InsnKind::kLoopRel:
-        m.targets.push_back(insn.target);
-        break;
-      default:
-        break;
-    }
-    pc += insn.len;
+    if (target >= m.start && target < m.end) m.rel32.emplace_back(target, m.start + p);
   }
-  std::sort(m.targets.begin(), m.targets.end());
+  std::sort(m.rel32.begin(), m.rel32.end());
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
 
-// Does any direct branch of the mapping land strictly inside (addr, addr + len)?
+bool is_prefix(uint8_t b) {
+  switch (b) {
+    case 0x26: case 0x2e: case 0x36: case 0x3e: case 0x64: case 0x65: case 0x66: case 0x67:
+    case 0xf0: case 0xf2: case 0xf3:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Is `at` the opcode of an instruction in a linear sweep from kResyncBytes before it (at
+// its start, or after prefixes)? Reads code as it is without our patches.
+bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
+  const uintptr_t from = at - std::min<uintptr_t>(at - m.start, kResyncBytes);
+  uint8_t code[kResyncBytes + kMaxInsnLen];
+  const size_t n = std::min<uintptr_t>(at + kMaxInsnLen, m.end) - from;
+  if (!read_self_memory_all(from, code, n)) return true;  // unreadable: assume the worst
+  for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < from + n; ++it)
+    code[it->first - from] = it->second;
+  for (uintptr_t pc = from; pc <= at;) {
+    Insn insn;
+    if (decode(code + (pc - from), n - (pc - from), pc, &insn) != 0) {
+      ++pc;
+      continue;
+    }
+    if (pc == at) return true;
+    if (pc < at && at < pc + insn.len && at - pc <= 4) {
+      bool prefixes = true;
+      for (uintptr_t q = pc; q < at; ++q) prefixes = prefixes && is_prefix(code[q - from]);
+      if (prefixes) return true;
+    }
+    pc += insn.len;
+  }
+  return false;
+}
+
+// Does a direct branch from anywhere in the mapping land strictly inside (addr, addr+len)?
 bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const MappingBranches* b = branches_of_mapping(addr);
   if (!b) return true;  // unknown: assume the worst
-  auto it = std::upper_bound(b->targets.begin(), b->targets.end(), addr);
-  return it != b->targets.end() && *it < addr + len;
+  const uintptr_t lo = b->start;
+  for (auto it = std::upper_bound(b->rel32.begin(), b->rel32.end(),
+                                  std::make_pair(addr, ~uintptr_t{0}));
+       it != b->rel32.end() && it->first < addr + len; ++it)
+    if (decodes_as_instruction(it->second, *b)) return true;
+  // Short branches: their opcode lies within [addr - 129, addr + len + 126].
+  const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
+  const uintptr_t to = std::min(b->end, addr + len + 128);
+  uint8_t code[130 + kMaxInsnLen * kJmpRel32Len + 128 + 2];
+  if (to <= from + 2 || to - from > sizeof code || !read_self_memory_all(from, code, to - from))
+    return true;
+  for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < to; ++it)
+    code[it->first - from] = it->second;
+  for (uintptr_t q = from; q + 2 <= to; ++q) {
+    const uint8_t op = code[q - from];
+    if (op != 0xeb && (op & 0xf0) != 0x70 && (op < 0xe0 || op > 0xe3)) continue;
+    const uintptr_t target = q + 2 + static_cast<int8_t>(code[q - from + 1]);
+    if (target > addr && target < addr + len && decodes_as_instruction(q, *b)) return true;
+  }
+  return false;
 }
 
 // The context cell of every detour at a probe address, whatever its kind: one per address,
@@ -347,41 +438,13 @@ bool text_without_probes(uintptr_t start, uintptr_t end, std::vector<uint8_t>* o
   return true;
 }
 
-// Puts the original tail of the jmp back (the first byte is the int3). False when the
-// bytes could not be written: the tail may still be the jmp's.
-bool restore_tail(Site* site) {
-  uint8_t tail[kJmpRel32Len];
-  for (unsigned i = 1; i < kJmpRel32Len; ++i) tail[i] = g_saved[site->addr + i];
-  if (PROBEFS_WARN_ON_ONCE(text_poke(site->addr + 1, tail + 1, kJmpRel32Len - 1) != 0,
-                           "could not put back the bytes under an optimized probe's jmp"))
-    return false;
-  for (unsigned i = 1; i < kJmpRel32Len; ++i) g_saved.erase(site->addr + i);
-  return true;
-}
-
-// Writes the jmp's tail, under the int3 that guards the first byte. False when the site
-// stays an int3 probe: the original code could not be read, or the tail not written (and
-// was put back). A tail that could not be put back either leaves the site with
-// detour_resume set, so that int3 hits run the detour's copy and never reach those bytes.
-bool write_jmp_tail(Site* site) {
+// Where the site's jmp goes: the block of its detour for its kind of entry.
+uintptr_t jmp_target(const Site* site) {
   const DetourInfo& d = g_site_detours.at(site);
   const int k = (site->detour_entry == DetourEntry::kCallLean ? 2 : 0) +
                 (site->detour_return_saves_vector ? 0 : 1);
   const Detour* entry = site->detour_entry == DetourEntry::kPlain ? d.detour : d.call_blocks[k];
-  uint8_t jmp[kJmpRel32Len];
-  emit_jmp(jmp, site->addr, reinterpret_cast<uintptr_t>(entry->code));
-  // No other probe lies in the region (probecore checks), so these bytes are the original
-  // code.
-  uint8_t original[kJmpRel32Len];
-  if (PROBEFS_WARN_ON_ONCE(!read_self_memory_all(site->addr, original, kJmpRel32Len),
-                           "could not read the code under a probe being optimized"))
-    return false;
-  for (unsigned i = 1; i < kJmpRel32Len; ++i) g_saved[site->addr + i] = original[i];
-  if (!PROBEFS_WARN_ON_ONCE(text_poke(site->addr + 1, jmp + 1, kJmpRel32Len - 1) != 0,
-                            "could not write an optimized probe's jmp"))
-    return true;
-  if (restore_tail(site)) site->detour_resume.store(0, std::memory_order_release);
-  return false;
+  return reinterpret_cast<uintptr_t>(entry->code);
 }
 
 }  // namespace
@@ -470,79 +533,199 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   std::vector<Site*> batch;
   for (size_t i = 0; i < n; ++i) {
     Site* s = sites[i];
-    if (s->detour && s->armed && !s->gone && !s->optimized) batch.push_back(s);
+    if (s->detour && !s->gone && !s->optimized) batch.push_back(s);
   }
   if (batch.empty()) return 0;
 
-  // 1. Every new int3 hit resumes in a detour's copy of the whole region.
+  // Everything that allocates happens before any thread is parked: the moves, the jmps,
+  // and the original bytes they replace (kept in g_saved, for read_text and unoptimize).
+  struct Patch {
+    Site* site;
+    bool was_armed;
+    bool ok;
+    uint8_t jmp[kJmpRel32Len];
+    uint8_t original[kJmpRel32Len];
+  };
+  std::vector<Patch> patches;
+  std::vector<IpMove> moves;
+  bool any_armed = false;
   for (Site* s : batch) {
-    s->detour_resume.store(reinterpret_cast<uintptr_t>(s->detour) + DETOUR_REGION_COPY,
-                           std::memory_order_release);
-  }
-  // 2. Handlers that started before that may still resume into the region itself.
-  lock.unlock();
-  wait_for_handlers();
-  lock.lock();
-
-  // 3. Threads on the region, or in a boosted copy that returns into it, move to the copy.
-  std::vector<Site*> movable;
-  for (Site* s : batch) {
+    Patch p{s, s->armed, true, {}, {}};
+    // No other probe lies in the region (probecore checks), so these bytes are the
+    // original code, but for an armed site's int3.
+    if (PROBEFS_WARN_ON_ONCE(!read_self_memory_all(s->addr, p.original, kJmpRel32Len),
+                             "could not read the code under a probe being optimized"))
+      continue;
+    p.original[0] = s->insn.bytes[0];
+    emit_jmp(p.jmp, s->addr, jmp_target(s));
     const DetourInfo& d = g_site_detours.at(s);
     const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + DETOUR_REGION_COPY;
-    std::vector<IpMove> moves;
     for (unsigned k = 1; k < d.count; ++k)
       moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
-    if (s->boost_slot) {
+    if (s->armed && s->boost_slot) {
+      // A thread in the boosted copy returns into the region: it moves to the detour's.
       moves.push_back({reinterpret_cast<uintptr_t>(s->boost_slot), copy});
       // A thread on the boosted copy's jmp back would land on the second instruction.
       if (d.count > 1 && s->boost_return) moves.push_back({s->boost_return, copy + d.copy_off[1]});
     }
-    if (move_threads(moves.data(), moves.size()) == 0) movable.push_back(s);
-    else s->detour_resume.store(0, std::memory_order_release);  // try again later
+    any_armed |= s->armed;
+    for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) g_saved[s->addr + i] = p.original[i];
+    patches.push_back(p);
+  }
+  if (patches.empty()) return 0;
+  auto forget_originals = [&](const Patch& p) {
+    for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) g_saved.erase(p.site->addr + i);
+    p.site->detour_resume.store(0, std::memory_order_release);
+  };
+
+  // 1. Every new int3 hit on an armed site resumes in a detour's copy of the whole region;
+  // 2. handlers that started before that may still resume into the region itself: wait.
+  for (const Patch& p : patches)
+    p.site->detour_resume.store(reinterpret_cast<uintptr_t>(p.site->detour) + DETOUR_REGION_COPY,
+                                std::memory_order_release);
+  if (any_armed) {
+    lock.unlock();
+    wait_for_handlers();
+    lock.lock();
   }
 
-  // 4. The jmp: tail, barrier, first byte, barrier.
-  std::erase_if(movable, [](Site* s) { return !write_jmp_tail(s); });
+  // 3. Running threads stop (parked in a signal handler; those on a region or in a boosted
+  // copy move to the detour's copy first). None of them can now reach an int3 with SIGTRAP
+  // blocked: a thread that blocks signals while running postpones the batch.
+  if (park_threads(moves.data(), moves.size()) != 0) {
+    for (const Patch& p : patches) forget_originals(p);
+    return 0;
+  }
+
+  // 4. Sites not armed yet take an int3 for the write (a thread asleep in the kernel that
+  // wakes meanwhile traps and resumes in the detour); then the jmp: tail, barrier, first
+  // byte, barrier. No allocation and no lock from here to unpark: a write that fails puts
+  // back what it replaced, and the site is left as it was.
+  const uint8_t int3 = kInt3;
+  bool wrote_int3 = false;
+  for (Patch& p : patches) {
+    if (p.was_armed) continue;
+    p.ok = !PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, &int3, 1) != 0,
+                                 "could not write the int3 that guards a jmp being written");
+    wrote_int3 |= p.ok;
+  }
+  if (wrote_int3) text_sync();
+  for (Patch& p : patches) {
+    if (!p.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.jmp + 1, kJmpRel32Len - 1) != 0,
+                             "could not write an optimized probe's jmp")) {
+      p.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.original + 1, kJmpRel32Len - 1) != 0,
+                           "could not put back the bytes under a jmp that failed");
+    }
+  }
   text_sync();
   size_t optimized = 0;
-  std::vector<Site*> failed;
-  for (Site* s : movable) {
-    const uint8_t e9 = 0xe9;
-    if (PROBEFS_WARN_ON_ONCE(text_poke(s->addr, &e9, 1) != 0,
+  for (Patch& p : patches) {
+    if (!p.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, p.jmp, 1) != 0,
                              "could not write the first byte of an optimized probe's jmp")) {
-      failed.push_back(s);
+      p.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr + 1, p.original + 1, kJmpRel32Len - 1) != 0,
+                           "could not put back the bytes under a jmp that failed");
       continue;
     }
-    s->optimized = true;
+    p.site->armed = true;
+    p.site->optimized = true;
     ++optimized;
   }
   text_sync();
-  // Still int3 probes with the jmp's tail under the int3: put the original tail back.
-  for (Site* s : failed)
-    if (restore_tail(s)) s->detour_resume.store(0, std::memory_order_release);
-  if (!failed.empty()) text_sync();
+  // A site that was not armed goes back to its original bytes.
+  bool restored = false;
+  for (Patch& p : patches) {
+    if (p.ok || p.was_armed || p.site->optimized) continue;
+    restored = true;
+    PROBEFS_WARN_ON_ONCE(text_poke(p.site->addr, p.original, 1) != 0,
+                         "could not take back the int3 of a jmp that failed");
+  }
+  if (restored) text_sync();
+  unpark_threads();
+  for (const Patch& p : patches)
+    if (!p.ok) forget_originals(p);
   return optimized;
 }
 
-bool unoptimize_locked(Site* site) {
-  if (!site->optimized) return true;
-  const uint8_t int3 = kInt3;
-  if (PROBEFS_WARN_ON_ONCE(text_poke(site->addr, &int3, 1) != 0,
-                           "could not write the int3 over an optimized probe's jmp"))
-    return false;  // the jmp is whole: the site stays optimized
+// Parks the running threads around a window in which an int3 stands on a site, so that
+// none of them can meet it with SIGTRAP blocked. A thread that blocks signals for longer
+// than a few tries leaves the window unguarded, as it was before parking existed.
+bool park_for_window() {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (park_threads(nullptr, 0) == 0) return true;
+    sched_yield();
+  }
+  return false;
+}
+
+// Puts the int3 back on each optimized site: int3 on the first byte, barrier, the original
+// tail, barrier; with `then_original` the original first byte too, in the same window.
+// False when some write failed: that site stays optimized (its jmp whole), or, when only
+// the last byte failed, an int3 probe.
+bool unoptimize_locked(Site* const* sites, size_t n, bool then_original) {
+  struct Undo {
+    Site* site;
+    bool ok;
+    uint8_t tail[kJmpRel32Len];
+  };
+  std::vector<Undo> undo;
+  for (size_t i = 0; i < n; ++i) {
+    Site* site = sites[i];
+    if (!site->optimized) continue;
+    Undo u{site, true, {}};
+    for (unsigned k = 1; k < kJmpRel32Len; ++k) u.tail[k] = g_saved[site->addr + k];
+    undo.push_back(u);
+  }
+  if (undo.empty()) return true;
+  bool all = true;
+  const bool parked = park_for_window();
+  // No allocation and no lock from here to unpark.
+  const uint8_t int3 = kInt3, e9 = 0xe9;
+  for (Undo& u : undo)
+    u.ok = !PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, &int3, 1) != 0,
+                                 "could not write the int3 over an optimized probe's jmp");
   text_sync();
-  if (!restore_tail(site)) {
-    // The jmp again, so that the bytes stay whole; the site stays optimized.
-    const uint8_t e9 = 0xe9;
-    PROBEFS_WARN_ON_ONCE(text_poke(site->addr, &e9, 1) != 0,
-                         "an optimized probe's jmp is left behind an int3");
-    text_sync();
-    return false;
+  for (Undo& u : undo) {
+    if (!u.ok) continue;
+    if (PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr + 1, u.tail + 1, kJmpRel32Len - 1) != 0,
+                             "could not put back the bytes under an optimized probe's jmp")) {
+      // The jmp again, so that the bytes stay whole; the site stays optimized.
+      u.ok = false;
+      PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, &e9, 1) != 0,
+                           "an optimized probe's jmp is left behind an int3");
+    }
   }
   text_sync();
-  site->optimized = false;
-  site->detour_resume.store(0, std::memory_order_release);
-  return true;
+  if (then_original) {
+    for (Undo& u : undo) {
+      if (!u.ok) continue;
+      if (PROBEFS_WARN_ON_ONCE(text_poke(u.site->addr, u.site->insn.bytes, 1) != 0,
+                               "could not put back the byte under a probe's int3"))
+        all = false;  // an int3 probe now
+      else
+        u.site->armed = false;
+    }
+    text_sync();
+  }
+  if (parked) unpark_threads();
+  for (const Undo& u : undo) {
+    if (!u.ok) {
+      all = false;
+      continue;
+    }
+    for (unsigned k = 1; k < kJmpRel32Len; ++k) g_saved.erase(u.site->addr + k);
+    if (!u.site->armed) g_saved.erase(u.site->addr);
+    u.site->optimized = false;
+    u.site->detour_resume.store(0, std::memory_order_release);
+  }
+  return all;
+}
+
+bool unoptimize_locked(Site* site, bool then_original) {
+  return unoptimize_locked(&site, 1, then_original);
 }
 
 void forget_site_detour(const Site* site) {
@@ -557,7 +740,7 @@ size_t testing::site_detour_entries() {
 
 void unoptimize(Site* const* sites, size_t n) {
   std::lock_guard lock(g_text_mu);
-  for (size_t i = 0; i < n; ++i) unoptimize_locked(sites[i]);
+  unoptimize_locked(sites, n, false);  // a failed write is warned; that site stays a jmp
 }
 
 }  // namespace probefs::arch

@@ -178,7 +178,11 @@ int arm(Site* site) {
 int disarm(Site* site) {
   std::lock_guard lock(g_text_mu);
   if (!site->armed) return 0;
-  if (site->optimized && !site->gone && !unoptimize_locked(site)) return -EIO;
+  if (site->optimized && !site->gone) {
+    // Straight from the jmp to the original bytes, in one guarded window.
+    if (!unoptimize_locked(site, true)) return -EIO;
+    return 0;
+  }
   if (site->gone) {
     site->armed = false;
     g_saved.erase(site->addr);
@@ -193,6 +197,31 @@ int disarm(Site* site) {
   g_saved.erase(site->addr);
   text_sync();
   return 0;
+}
+
+void disarm_batch(Site* const* sites, size_t n) {
+  std::lock_guard lock(g_text_mu);
+  std::vector<Site*> int3_only;
+  for (size_t i = 0; i < n; ++i)
+    if (sites[i]->armed && !sites[i]->optimized && !sites[i]->gone) int3_only.push_back(sites[i]);
+  // The jmps go straight to the original bytes in one window (a failure is warned, and
+  // leaves that site patched); then the int3s, a byte each.
+  unoptimize_locked(sites, n, true);
+  bool wrote = false;
+  for (Site* site : int3_only) {
+    if (PROBEFS_WARN_ON_ONCE(text_poke(site->addr, site->insn.bytes, 1) != 0,
+                             "could not put back the byte under a probe's int3"))
+      continue;
+    site->armed = false;
+    g_saved.erase(site->addr);
+    wrote = true;
+  }
+  if (wrote) text_sync();
+  for (size_t i = 0; i < n; ++i) {
+    if (!sites[i]->gone) continue;
+    sites[i]->armed = false;
+    g_saved.erase(sites[i]->addr);
+  }
 }
 
 void mark_gone(Site* site) {

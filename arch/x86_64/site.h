@@ -55,9 +55,12 @@ extern std::mutex g_text_mu;  // guards g_saved and the text of every site
 // Original bytes of every byte we changed in code: int3 first bytes, jmp tails.
 extern std::map<uintptr_t, uint8_t>& g_saved;
 
-// optimize.cc, for site.cc. With g_text_mu held: puts the int3 back in place of the jmp;
-// false (warned) when the code could not be written, and the site stays optimized.
-bool unoptimize_locked(Site* site);
+// optimize.cc, for site.cc. With g_text_mu held: puts the int3 back in place of the jmp of
+// each optimized site, in one window in which the other running threads are parked; with
+// `then_original` the original first byte too (the site is disarmed). False (warned) when
+// some code could not be written: that site stays optimized, or an int3 probe.
+bool unoptimize_locked(Site* const* sites, size_t n, bool then_original);
+bool unoptimize_locked(Site* site, bool then_original);
 // Drops what the optimizer keeps for a site being released (takes g_text_mu).
 void forget_site_detour(const Site* site);
 

@@ -1,6 +1,7 @@
 #include "arch/x86_64/text_patch.h"
 
 #include "arch/membarrier.h"
+#include "arch/self_memory.h"
 #include "arch/warn.h"
 
 #include <fcntl.h>
@@ -14,15 +15,22 @@
 namespace probefs::arch::x86_64 {
 namespace {
 
-// Opened per write: a descriptor kept across fork() would still name the parent's memory.
+// Kept open between writes (callers serialize, under g_text_mu), and opened again in a
+// fork child: a descriptor kept across fork() still names the parent's memory.
+int g_mem_fd = -1;
+long g_mem_fd_pid = 0;
+
 int poke_proc_mem(uintptr_t addr, const void* src, size_t n) {
-  int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  ssize_t w = pwrite(fd, src, n, static_cast<off_t>(addr));
-  int err = w < 0 ? errno : 0;
-  close(fd);
+  const long pid = self_pid();
+  if (g_mem_fd < 0 || g_mem_fd_pid != pid) {
+    if (g_mem_fd >= 0) close(g_mem_fd);
+    g_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    g_mem_fd_pid = pid;
+    if (g_mem_fd < 0) return -errno;
+  }
+  ssize_t w = pwrite(g_mem_fd, src, n, static_cast<off_t>(addr));
   if (w == static_cast<ssize_t>(n)) return 0;
-  return w < 0 ? -err : -EFAULT;
+  return w < 0 ? -errno : -EFAULT;
 }
 
 int poke_mprotect(uintptr_t addr, const void* src, size_t n) {

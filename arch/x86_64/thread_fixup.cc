@@ -5,12 +5,14 @@
 #include "arch/x86_64/site.h"
 
 #include <dirent.h>
+#include <linux/futex.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -22,15 +24,23 @@
 namespace probefs::arch::x86_64 {
 namespace {
 
-// One move batch at a time (the caller serializes). The handler reads these. The moves are
-// copied into storage that is never freed, so a handler that runs late reads valid memory.
-constexpr size_t kMaxMoves = 4096;
+// One park at a time (the caller serializes). The handler reads these. The moves are
+// copied into storage that is never freed, so a handler that runs late reads valid memory;
+// they are sorted by `from` so that a handler finds its ip by bisection.
+constexpr size_t kMaxMoves = 1 << 15;
 IpMove g_move_storage[kMaxMoves];
 std::atomic<const IpMove*> g_moves{nullptr};
 std::atomic<size_t> g_nmoves{0};
 std::atomic<int> g_generation{0};
 std::atomic<int> g_acks{0};
 std::atomic<int> g_busy{0};  // threads that were in the trap path: the batch must wait
+// The last generation released. Parked handlers sleep on it (a futex word).
+std::atomic<int> g_released{0};
+static_assert(sizeof(std::atomic<int>) == sizeof(int));
+
+long raw_futex(std::atomic<int>* word, int op, int val) {
+  return raw_syscall(__NR_futex, reinterpret_cast<long>(word), op, val, 0 /* no timeout */);
+}
 
 // Reads this process's memory without faulting (this also runs inside the fixup signal
 // handler). Returns the bytes read.
@@ -39,55 +49,69 @@ size_t safe_read(uintptr_t addr, void* buf, size_t n) {
   return ret > 0 ? static_cast<size_t>(ret) : 0;
 }
 
+const IpMove* find_move(const IpMove* moves, size_t n, uintptr_t pc);
 bool listed(const IpMove* moves, size_t n, uintptr_t pc);
 
 // Does a signal frame on the stack above `sp` hold a context that will resume on one of
 // the listed addresses? A thread interrupted on the region and parked in a signal handler
 // (its own, or one it blocks in) resumes there when the handler returns, so the region
 // must not change under it. Frames are found by their first word, the restorer; a stray
-// word of that value can only make us wait, never move anything.
-bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n) {
+// word of that value can only make us wait, never move anything. Reads the stack in
+// chunks of `chunk` words through `words` (small in a signal handler, large elsewhere: one
+// system call per chunk).
+bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n, uintptr_t* words,
+                      size_t chunk) {
   const uintptr_t restorer = arch::signal_restorer();
-  if (!restorer) return false;
-  constexpr size_t kScan = 64 * 1024, kChunk = 64;
+  if (!restorer || n == 0) return false;
+  constexpr size_t kScan = 64 * 1024;
   constexpr size_t kRipOffset = 8 + offsetof(ucontext_t, uc_mcontext.gregs) + REG_RIP * 8;
-  uintptr_t words[kChunk];
-  for (uintptr_t at = sp & ~uintptr_t{7}; at < sp + kScan; at += sizeof words) {
-    const size_t got = safe_read(at, words, sizeof words) / 8;
+  for (uintptr_t at = sp & ~uintptr_t{7}; at < sp + kScan; at += chunk * 8) {
+    const size_t got = safe_read(at, words, chunk * 8) / 8;
     for (size_t i = 0; i < got; ++i) {
       if (words[i] != restorer) continue;
       uintptr_t rip = 0;
       if (safe_read(at + i * 8 + kRipOffset, &rip, 8) == 8 && listed(moves, n, rip)) return true;
     }
-    if (got < kChunk) return false;  // the end of the stack's mapping
+    if (got < chunk) return false;  // the end of the stack's mapping
   }
   return false;
 }
 
+const IpMove* find_move(const IpMove* moves, size_t n, uintptr_t pc) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (moves[mid].from < pc) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && moves[lo].from == pc ? &moves[lo] : nullptr;
+}
+
+// Runs in the parked thread: no library call (the library may be what is being patched).
 void on_fixup_signal(int, siginfo_t* info, void* ucv) {
   // A signal of an older batch that was blocked until now: the batch is over.
-  if (info->si_code != SI_QUEUE || info->si_value.sival_int != g_generation.load()) return;
+  const int generation = info->si_value.sival_int;
+  if (info->si_code != SI_QUEUE || generation != g_generation.load()) return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   const auto ip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-  const IpMove* active = g_moves.load(std::memory_order_acquire);
-  const size_t active_n = g_nmoves.load(std::memory_order_acquire);
+  const IpMove* moves = g_moves.load(std::memory_order_acquire);
+  const size_t n = g_nmoves.load(std::memory_order_acquire);
+  uintptr_t words[64];
   if (arch::thread_in_trap_path(ip) ||
-      (active && frames_resume_on(static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]),
-                                  active, active_n))) {
+      (moves && frames_resume_on(static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]), moves,
+                                 n, words, 64))) {
     // A resume address in a frame below us, out of reach: try the batch again later.
     g_busy.fetch_add(1, std::memory_order_acq_rel);
     g_acks.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  const IpMove* moves = g_moves.load(std::memory_order_acquire);
-  const size_t n = g_nmoves.load(std::memory_order_acquire);
-  for (size_t i = 0; moves && i < n; ++i) {
-    if (moves[i].from == ip) {
-      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(moves[i].to);
-      break;
-    }
-  }
+  if (moves)
+    if (const IpMove* m = find_move(moves, n, ip)) uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(m->to);
   g_acks.fetch_add(1, std::memory_order_acq_rel);
+  // Parked until the writer is done. The kernel's return from this handler (sigreturn)
+  // serializes the core, so the thread sees the new text.
+  for (int r; (r = g_released.load(std::memory_order_acquire)) < generation;)
+    raw_futex(&g_released, FUTEX_WAIT_PRIVATE, r);
 }
 
 bool install_handler() {
@@ -160,11 +184,7 @@ bool blocks_fixup_signal(long tid) {
   return mask & (uintptr_t{1} << (thread_fixup_signal() - 1));
 }
 
-bool listed(const IpMove* moves, size_t n, uintptr_t pc) {
-  for (size_t i = 0; i < n; ++i)
-    if (moves[i].from == pc) return true;
-  return false;
-}
+bool listed(const IpMove* moves, size_t n, uintptr_t pc) { return find_move(moves, n, pc) != nullptr; }
 
 // 0 or -errno.
 int queue_signal(long tid, int generation) {
@@ -182,22 +202,21 @@ int queue_signal(long tid, int generation) {
 
 int thread_fixup_signal() { return SIGRTMAX - 1; }
 
-int move_threads(const IpMove* caller_moves, size_t n) {
-  if (n == 0) return 0;
+int park_threads(const IpMove* caller_moves, size_t n) {
   if (n > kMaxMoves) return -E2BIG;
   if (!install_handler()) return -EAGAIN;
   g_moves.store(nullptr, std::memory_order_release);
   std::memcpy(g_move_storage, caller_moves, n * sizeof(IpMove));
+  std::sort(g_move_storage, g_move_storage + n,
+            [](const IpMove& a, const IpMove& b) { return a.from < b.from; });
   const IpMove* moves = g_move_storage;
   const long self = raw_syscall(__NR_gettid);
-  const int generation = g_generation.fetch_add(1) + 1;
-  g_acks.store(0);
-  g_busy.store(0);
-  g_nmoves.store(n, std::memory_order_release);
-  g_moves.store(moves, std::memory_order_release);
 
-  int rc = 0, sent = 0;
+  // Look at every thread first (this reads files and allocates), signal after: once the
+  // first thread is parked, nothing here may take a lock it could hold.
+  std::vector<long> running;
   if (DIR* d = opendir("/proc/self/task")) {
+    int rc = 0;
     while (dirent* e = readdir(d)) {
       const long tid = parse_decimal(e->d_name);
       if (tid <= 0 || tid == self) continue;
@@ -207,39 +226,58 @@ int move_threads(const IpMove* caller_moves, size_t n) {
       if (state != 'R' && resume_point(tid, &sp, &pc)) {
         // Asleep or stopped: not disturbed. On the region, or above a signal frame that
         // resumes on it: this batch must wait.
-        if (listed(moves, n, pc) || frames_resume_on(sp, moves, n)) rc = -EAGAIN;
+        static uintptr_t stack_words[8192];  // the caller serializes
+        if (listed(moves, n, pc) || frames_resume_on(sp, moves, n, stack_words, 8192))
+          rc = -EAGAIN;
         continue;
       }
-      if (blocks_fixup_signal(tid)) {
-        rc = -EAGAIN;  // running where we cannot look; and a signal would only pile up
-        continue;
-      }
-      const int sig_rc = queue_signal(tid, generation);
-      if (sig_rc == 0) ++sent;
-      else if (sig_rc != -ESRCH) rc = -EAGAIN;
+      // Running where we cannot look, and a signal would only pile up: glibc blocks every
+      // signal for a moment at thread start and exit and around clone, which is also when
+      // a trap would kill the thread.
+      if (blocks_fixup_signal(tid)) rc = -EAGAIN;
+      else running.push_back(tid);
     }
     closedir(d);
+    if (rc) return rc;
   } else {
-    rc = -EAGAIN;
+    return -EAGAIN;
   }
 
-  // Every signalled thread runs the handler as soon as it is scheduled, unless it blocks
-  // the signal: give up after a while rather than wait forever.
+  const int generation = g_generation.fetch_add(1) + 1;
+  g_acks.store(0);
+  g_busy.store(0);
+  g_nmoves.store(n, std::memory_order_release);
+  g_moves.store(moves, std::memory_order_release);
+  int sent = 0;
+  bool failed = false;
+  for (long tid : running) {
+    const int sig_rc = queue_signal(tid, generation);
+    if (sig_rc == 0) ++sent;
+    else if (sig_rc != -ESRCH) failed = true;
+  }
+
+  // Every signalled thread runs the handler as soon as it is scheduled, unless it blocked
+  // the signal since we looked: give up after a while rather than wait forever.
   timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
-  while (g_acks.load(std::memory_order_acquire) < sent) {
+  while (!failed && g_acks.load(std::memory_order_acquire) < sent) {
     timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - start.tv_sec > 1) {
-      rc = -EAGAIN;
-      break;
-    }
-    sched_yield();
+    if (now.tv_sec - start.tv_sec > 1) failed = true;
+    else sched_yield();
   }
-  if (g_busy.load(std::memory_order_acquire) != 0) rc = -EAGAIN;
+  if (failed || g_busy.load(std::memory_order_acquire) != 0) {
+    unpark_threads();
+    return -EAGAIN;
+  }
+  return 0;
+}
+
+void unpark_threads() {
   g_moves.store(nullptr, std::memory_order_release);
+  g_released.store(g_generation.load(), std::memory_order_release);
+  raw_futex(&g_released, FUTEX_WAKE_PRIVATE, 0x7fffffff);
   g_generation.fetch_add(1);  // late handlers of this batch now ignore it
-  return rc;
 }
 
 }  // namespace probefs::arch::x86_64

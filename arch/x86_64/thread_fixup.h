@@ -1,4 +1,5 @@
-// Moving other threads of this process off code that is about to change.
+// Moving other threads of this process off code that is about to change, and holding them
+// still while it changes.
 //
 // Before the bytes of a region are rewritten, no thread may be left with its ip on one of
 // the region's instructions (it would resume in the middle of the new jmp). Threads that
@@ -19,8 +20,18 @@ struct IpMove {
   uintptr_t to;
 };
 
-// 0, or -EAGAIN when some thread could not be checked or moved (try again later).
-[[nodiscard]] int move_threads(const IpMove* moves, size_t n);
+// Parks every other thread that runs user code until unpark_threads(): each gets the fixup
+// signal, moves its ip if it is on a listed address, and waits in the handler (a futex, no
+// library call). While they are parked no running thread can enter or leave the code
+// being rewritten, block a signal, or take a trap there. Threads asleep or stopped are
+// checked, not disturbed. 0: parked (call unpark_threads()); -EAGAIN: some thread is on a
+// listed address where it cannot be moved, blocks the fixup signal while running, or did
+// not answer (nothing stays parked; try again later); -E2BIG: too many moves.
+//
+// Between park and unpark the caller must not allocate or take a lock that a parked
+// thread could hold: write the text and return.
+[[nodiscard]] int park_threads(const IpMove* moves, size_t n);
+void unpark_threads();
 
 // The real-time signal used to reach other threads.
 int thread_fixup_signal();

@@ -13,12 +13,16 @@
 //   ov  o with a handler that may use vector registers (no KPROBE_FLAG_GPR_ONLY): the
 //       detour saves the vector state this CPU has (xmm, ymm, or zmm and k)
 //
+// Then the control plane: registering, arming and optimizing N probes one at a time and in
+// one batch (and unregistering them), against N no-op control operations in the same run.
+//
 // The measuring thread stays on the CPU it started on, so that the figures do not carry
 // migrations (which also move kretprobe instances between CPUs' free lists).
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +36,7 @@
 
 extern "C" long bench_target(long);
 extern "C" char bench_target_end[];
+extern "C" char bench_reg_targets[], bench_reg_targets_end[];
 
 namespace {
 
@@ -62,6 +67,97 @@ double time_calls(long calls, int reps) {
   }
   std::sort(runs.begin(), runs.end());
   return runs[runs.size() / 2];
+}
+
+// Wall and CPU time of this process, in ms.
+struct Clock {
+  double wall, cpu;
+  static Clock now() {
+    timespec w, c;
+    clock_gettime(CLOCK_MONOTONIC, &w);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+    return {w.tv_sec * 1e3 + w.tv_nsec / 1e6, c.tv_sec * 1e3 + c.tv_nsec / 1e6};
+  }
+  Clock operator-(const Clock& o) const { return {wall - o.wall, cpu - o.cpu}; }
+};
+
+// Registration at scale: N probes on N functions, registered, armed and optimized (until
+// wait_for_kprobe_optimizer() returns and every one is [OPTIMIZED]), one at a time and as
+// one batch; then unregistered the same two ways. The baseline is N control operations
+// that do nothing (unregistering a probe that is not registered: the lock, the checks,
+// the settling of nothing). Returns false when something failed.
+bool registration_rows() {
+  constexpr size_t kStride = 16;
+  const auto base = reinterpret_cast<uintptr_t>(bench_reg_targets);
+  const size_t n = (reinterpret_cast<uintptr_t>(bench_reg_targets_end) - base) / kStride;
+  std::vector<Kprobe> probes(n);
+  std::vector<Kprobe*> ptrs;
+  auto reset = [&] {
+    ptrs.clear();
+    for (size_t i = 0; i < n; ++i) {
+      Kprobe& k = probes[i];
+      k.~Kprobe();
+      new (&k) Kprobe;
+      k.addr = base + i * kStride;
+      k.bounds = {k.addr, k.addr + kStride};
+      k.pre_handler = count_pre;
+      k.flags = KPROBE_FLAG_GPR_ONLY;
+      ptrs.push_back(&k);
+    }
+  };
+  auto all_optimized = [&] {
+    for (const Kprobe& k : probes)
+      if (!(k.flags & KPROBE_FLAG_OPTIMIZED)) return false;
+    // And they fire: each once.
+    g_hits = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (reinterpret_cast<long (*)(long)>(base + i * kStride)(41) != 42) return false;
+    return g_hits.load() == static_cast<long>(n);
+  };
+  set_kprobes_optimization(true);
+  set_kprobes_boost(true);
+
+  reset();
+  Clock t0 = Clock::now();
+  for (Kprobe* k : ptrs)
+    if (unregister_kprobe(k) != -EINVAL) return false;
+  const Clock noop = Clock::now() - t0;
+
+  t0 = Clock::now();
+  for (Kprobe* k : ptrs)
+    if (register_kprobe(k) != 0) return false;
+  wait_for_kprobe_optimizer();
+  const Clock reg1 = Clock::now() - t0;
+  const bool ok1 = all_optimized();
+  t0 = Clock::now();
+  for (Kprobe* k : ptrs)
+    if (unregister_kprobe(k) != 0) return false;
+  const Clock unreg1 = Clock::now() - t0;
+
+  reset();
+  t0 = Clock::now();
+  if (register_kprobes(ptrs.data(), static_cast<int>(n)) != 0) return false;
+  wait_for_kprobe_optimizer();
+  const Clock regn = Clock::now() - t0;
+  const bool okn = all_optimized();
+  t0 = Clock::now();
+  unregister_kprobes(ptrs.data(), static_cast<int>(n));
+  const Clock unregn = Clock::now() - t0;
+  if (kprobes_list() != "") return false;
+
+  std::printf("\nprobecore registration of %zu probes (register + arm + optimize, then unregister)\n\n", n);
+  std::printf("%-7s %-44s %10s %10s %10s %12s\n", "row", "what", "wall ms", "cpu ms",
+              "us/probe", "x no-op ops");
+  auto row = [&](const char* name, const char* what, const Clock& c, bool ok) {
+    std::printf("%-7s %-44s %10.1f %10.1f %10.2f %12.1f%s\n", name, what, c.wall, c.cpu,
+                c.wall * 1e3 / n, c.wall / noop.wall, ok ? "" : "  (not all optimized and firing!)");
+  };
+  row("noop", "no-op control operation each (baseline)", noop, true);
+  row("reg1", "register_kprobe each, until all optimized", reg1, ok1);
+  row("regN", "register_kprobes, one batch, until optimized", regn, okn);
+  row("unreg1", "unregister_kprobe each", unreg1, true);
+  row("unregN", "unregister_kprobes, one batch", unregn, true);
+  return ok1 && okn;
 }
 
 struct Mode {
@@ -130,8 +226,11 @@ int main(int argc, char** argv) {
   };
   auto reg_r = [&] { return register_kretprobe(&rp) == 0; };
   auto unreg_all = [&] {
-    if (kp.aggr_) unregister_kprobe(&kp);
-    if (rp.kp.aggr_) unregister_kretprobe(&rp);
+    if ((kp.aggr_ && unregister_kprobe(&kp) != 0) ||
+        (rp.kp.aggr_ && unregister_kretprobe(&rp) != 0)) {
+      std::printf("unregister failed\n");
+      std::exit(1);
+    }
   };
 
   const long slow = static_cast<long>(20000 * scale), fast = static_cast<long>(100000 * scale);
@@ -173,5 +272,9 @@ int main(int argc, char** argv) {
   }
   set_kprobes_boost(true);
   set_kprobes_optimization(true);
+  if (!registration_rows()) {
+    std::printf("registration rows failed\n");
+    status = 1;
+  }
   return status;
 }

@@ -114,7 +114,8 @@ std::string scenario(Fn outer) {
       say("at " + where + ((k.flags & KPROBE_FLAG_OPTIMIZED) ? " jmp" : " int3"));
       const std::string got = scenario(level.outer);
       if (got != expected) say("BAD " + where + "\n" + got + "expected:\n" + expected);
-      unregister_kprobe(&k);
+      if (const int urc = unregister_kprobe(&k); urc != 0)
+        say("BAD " + where + " unregister " + std::to_string(urc));
     }
   }
   say("SITES " + std::to_string(sites));

@@ -85,7 +85,7 @@ class Probecore : public ::testing::Test {
   void TearDown() override {
     set_kprobes_boost(true);
     set_kprobes_optimization(true);
-    arm_all_kprobes();
+    EXPECT_EQ(arm_all_kprobes(), 0);
     EXPECT_EQ(kprobes_list(), "") << "a test left probes registered";
   }
   test_util::DlResolver resolver_;

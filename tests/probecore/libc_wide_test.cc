@@ -92,8 +92,8 @@ const WorkloadRun& unprobed() {
 // Functions an int3 probe may not sit on, because a thread reaches them with SIGTRAP
 // blocked (the kernel then kills the process) or runs them in a posix_spawn child between
 // clone and exec (where our handler is not installed): the README's known limits. Aliases
-// at the same address go with them. The DISABLED_ cases below wait for the engine to
-// refuse, report or avoid them.
+// at the same address go with them. The engine never puts an int3 there: it keeps such a
+// probe a jmp, whatever the optimization switch says, or refuses it (sigprocmask).
 const char* const kInt3Fatal[] = {
     "_setjmp", "__sigsetjmp", "__ctype_init",            // thread start, all blocked
     "madvise", "__madvise", "getpagesize", "__getpagesize",  // thread exit, all blocked
@@ -210,11 +210,10 @@ const char* const kNotDeterministic[] = {
     "brk", "sbrk", "__sbrk", "__default_morecore",                         // heap state
 };
 
-// The counts of every other function are the same in both modes. Waits for the engine's
-// threads to start at its initialisation in both modes (today the first thread the
-// default mode's optimizer makes calls _IO_enable_locks before the work, the int3 mode's
-// work does it) and for their hits to be left out (issue 8, items 2 and 8).
-TEST(LibcWide, DISABLED_CountsAreTheSameInBothModes_WaitsForEngineThreadsAtInitAndTheirHitsLeftOut) {
+// The counts of every other function are the same in both modes: the engine's threads
+// start at its initialisation in both modes (the first thread of the program calls
+// _IO_enable_locks before the work, in both), and their hits are left out.
+TEST(LibcWide, CountsAreTheSameInBothModes) {
   const WorkloadRun int3 = run_workload({"--probes=kprobe", "--optimize=off", excluded_int3()});
   const WorkloadRun opt = run_workload({"--probes=kprobe", "--optimize=on", excluded_int3()});
   ASSERT_TRUE(int3.exited_ok()) << int3.how() << int3.tail();
@@ -242,20 +241,20 @@ void expect_survives_or_refuses(const std::vector<std::string>& args) {
 
 // In the default mode, as a new user would (the engine starts its optimizer thread when
 // it needs it): the thread's start runs _setjmp, __sigsetjmp's code and __ctype_init with
-// every signal blocked, on an int3 that is still there. Waits for the engine's threads to
-// start before any probe is armed and for int3 to stay only for the moments of the write
-// protocol (issue 8, item 2, first bullet).
-TEST(LibcWide, DISABLED_ProbeOnSetjmpAtThreadStart_WaitsForEngineThreadsStartedFirst) {
+// every signal blocked. The engine's threads start before any probe is armed, and an
+// int3 stands there only for the moments of the write protocol, while every running
+// thread is parked.
+TEST(LibcWide, ProbeOnSetjmpAtThreadStart) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=on", "--late-optimizer", "--only=_setjmp"});
 }
-TEST(LibcWide, DISABLED_ProbeOnSigsetjmpAtThreadStart_WaitsForEngineThreadsStartedFirst) {
+TEST(LibcWide, ProbeOnSigsetjmpAtThreadStart) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=on", "--late-optimizer", "--only=__sigsetjmp"});
 }
-TEST(LibcWide, DISABLED_ProbeOnCtypeInitAtThreadStart_WaitsForEngineThreadsStartedFirst) {
+TEST(LibcWide, ProbeOnCtypeInitAtThreadStart) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=on", "--late-optimizer", "--only=__ctype_init"});
 }
 // Every function, default mode, no help from the program.
-TEST(LibcWide, DISABLED_KprobesAsANewUserWould_WaitsForEngineThreadsStartedFirst) {
+TEST(LibcWide, KprobesAsANewUserWould) {
   const WorkloadRun r = run_workload({"--probes=kprobe", "--optimize=on", "--late-optimizer"});
   expect_same_work(r);
   expect_known_counts(r, false);
@@ -263,27 +262,26 @@ TEST(LibcWide, DISABLED_KprobesAsANewUserWould_WaitsForEngineThreadsStartedFirst
 
 // With int3 only (optimization off), the same functions and the ones glibc runs at thread
 // exit (madvise, getpagesize) and in posix_spawn's parent (munmap) with every signal
-// blocked kill the program. Waits for the engine to refuse or report such a probe, or to
-// keep it safe (issue 8, item 2, first bullet: "whatever int3 risk remains is known,
-// refused or reported").
-TEST(LibcWide, DISABLED_Int3OnThreadStartFunctions_WaitsForRefusalOrReport) {
+// blocked would kill the program on an int3: the engine keeps such a probe a jmp, or
+// refuses it.
+TEST(LibcWide, Int3OnThreadStartFunctions) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=off", "--only=_setjmp,__sigsetjmp,__ctype_init"});
 }
-TEST(LibcWide, DISABLED_Int3OnThreadExitFunctions_WaitsForRefusalOrReport) {
+TEST(LibcWide, Int3OnThreadExitFunctions) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=off", "--only=madvise,getpagesize"});
 }
-// Optimized, sigprocmask stays an int3 ("call in the region"), and posix_spawn's child
-// runs it before exec: system() then reports its child killed by SIGTRAP (status 5).
-TEST(LibcWide, DISABLED_Int3LeftOnSigprocmaskAndSystem_WaitsForRefusalOrReport) {
+// sigprocmask cannot take a jmp ("call in the region") and posix_spawn's child runs it
+// before exec: the probe is refused rather than left an int3 that would kill the child.
+TEST(LibcWide, Int3LeftOnSigprocmaskAndSystem) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=on", "--only=sigprocmask"});
 }
 // system(): posix_spawn's parent runs munmap with every signal blocked, its child
 // __libc_sigaction with every signal blocked and pthread_sigmask, sigprocmask and execve
 // with SIGTRAP at its default action.
-TEST(LibcWide, DISABLED_Int3OnMunmapAndSystem_WaitsForRefusalOrReport) {
+TEST(LibcWide, Int3OnMunmapAndSystem) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=off", "--only=munmap"});
 }
-TEST(LibcWide, DISABLED_Int3OnPosixSpawnsChild_WaitsForRefusalOrReport) {
+TEST(LibcWide, Int3OnPosixSpawnsChild) {
   expect_survives_or_refuses({"--probes=kprobe", "--optimize=off",
                               "--only=__libc_sigaction,pthread_sigmask,sigprocmask,execve"});
 }

@@ -440,7 +440,10 @@ int main(int argc, char** argv) {
       first.pre_handler = noop_pre;
       if (register_kprobe(&first) == 0) {
         wait_for_kprobe_optimizer();
-        unregister_kprobe(&first);
+        if (const int rc = unregister_kprobe(&first); rc != 0) {
+          std::fprintf(stderr, "libc_workload: unregister_kprobe: %d\n", rc);
+          return 3;
+        }
       }
     }
     std::set<std::string> seen;
@@ -516,8 +519,11 @@ int main(int argc, char** argv) {
   if (unregister) {
     for (auto& c : ps) {
       if (!c->registered) continue;
-      if (probes == "kretprobe") unregister_kretprobe(&c->rp);
-      else unregister_kprobe(&c->kp);
+      const int rc = probes == "kretprobe" ? unregister_kretprobe(&c->rp) : unregister_kprobe(&c->kp);
+      if (rc != 0) {
+        std::fprintf(stderr, "libc_workload: unregistering %s: %d\n", c->name.c_str(), rc);
+        return 3;
+      }
     }
   } else {
     // The probes stay through exit, as in a program that never removes them; their

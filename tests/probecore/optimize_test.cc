@@ -135,7 +135,9 @@ TEST_F(Optimize, FunctionEntriesOfLibcAndThisBinaryBecomeOptimized) {
     std::vector<std::unique_ptr<Counter>>& probes;
     ~UnregisterAll() {
       for (auto& p : probes)
-        if (p->aggr_) unregister_kprobe(p.get());
+        if (p->aggr_) {
+          EXPECT_EQ(unregister_kprobe(p.get()), 0);
+        }
     }
   } cleanup{probes};
   for (const Target& t : targets) {

@@ -6,6 +6,8 @@
 #include <elf.h>
 #include <link.h>
 
+#include <gtest/gtest.h>
+
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -73,13 +75,17 @@ class DlResolver : public SymbolResolver {
 struct KprobeGuard {
   Kprobe* p;
   ~KprobeGuard() {
-    if (p->aggr_) unregister_kprobe(p);
+    if (p->aggr_) {
+      EXPECT_EQ(unregister_kprobe(p), 0);
+    }
   }
 };
 struct KretprobeGuard {
   Kretprobe* rp;
   ~KretprobeGuard() {
-    if (rp->kp.aggr_) unregister_kretprobe(rp);
+    if (rp->kp.aggr_) {
+      EXPECT_EQ(unregister_kretprobe(rp), 0);
+    }
   }
 };
 
