@@ -210,6 +210,10 @@ void on_singlestep_done(void* cookie, PtRegs* regs);
 void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved);
 void on_lean_entry_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved);
 uintptr_t on_function_return(PtRegs* regs);
+// Before an exception unwinds this thread's stack (unwind.cc): gives every instance in
+// flight back, putting the function's own return address back into each live slot above
+// `frame`.
+void give_back_hijacked_returns(const void* frame);
 int pre_handler_kretprobe(Kprobe* p, PtRegs* regs);
 
 // ---------------------------------------------------------------------------------------

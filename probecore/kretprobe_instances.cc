@@ -286,6 +286,25 @@ uintptr_t on_function_return(PtRegs* regs) {
   return ret;
 }
 
+// Before an exception unwinds this thread's stack (unwind.cc): every instance in flight
+// returns to its pool, and those whose frames are still on the stack above `frame` (the
+// unwinder's entry) put the function's return address back where the hijack took it, so
+// the unwinder walks the program's own frames. A slot is restored only while it holds one
+// of our return points: an instance whose frame is gone (left by longjmp, not yet
+// recycled) may have a slot that live frames reuse now.
+void give_back_hijacked_returns(const void* frame) {
+  const auto above = reinterpret_cast<uintptr_t>(frame);
+  rcu_read_lock();
+  while (KretprobeInstance* ri = t_ri_head) {
+    t_ri_head = ri->next;
+    uintptr_t* slot = ri->ret_slot;
+    if (reinterpret_cast<uintptr_t>(slot) > above && arch::is_hijacked_return(*slot))
+      *slot = ri->ret_addr;
+    pool_put(ri->pool, ri);
+  }
+  rcu_read_unlock();
+}
+
 }  // namespace probefs::probecore::detail
 
 namespace probefs::probecore {
