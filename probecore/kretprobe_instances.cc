@@ -70,12 +70,13 @@ inline void pool_put(InstancePool* pool, KretprobeInstance* ri) {
 // The last first returns of functions that return twice on this thread: a second return
 // (longjmp to a jmp_buf that setjmp filled) comes back through the hijacked address that
 // setjmp saved, long after its instance went back to the pool, and goes where the first
-// went. A ring: the oldest is overwritten.
+// went. One record per slot; a new one takes the place of the record of the same slot, of
+// one whose frame is gone (its slot lies below the new one's), or of the oldest.
 struct ReturnedTwice {
   uintptr_t* slot;
   uintptr_t ret_addr;
 };
-constexpr unsigned kReturnedTwice = 8;
+constexpr unsigned kReturnedTwice = 32;
 thread_local ReturnedTwice t_returned[kReturnedTwice] __attribute__((tls_model("initial-exec")));
 thread_local unsigned t_returned_next __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -201,20 +202,25 @@ namespace {
 // The second return of a function that returns twice, at `slot`: where its first return
 // went, or 0 when this thread has no record of it.
 uintptr_t returned_before(uintptr_t* slot) {
-  for (unsigned k = 1; k <= kReturnedTwice; ++k) {  // newest first
-    const ReturnedTwice& r = t_returned[(t_returned_next - k) % kReturnedTwice];
+  for (const ReturnedTwice& r : t_returned)
     if (r.slot == slot) return r.ret_addr;
-  }
   return 0;
 }
 
 void remember_return(uintptr_t* slot, uintptr_t ret_addr) {
-  for (unsigned k = 1; k <= kReturnedTwice; ++k) {  // the same frame again: one record
-    ReturnedTwice& r = t_returned[(t_returned_next - k) % kReturnedTwice];
-    if (r.slot == slot && r.ret_addr == ret_addr) return;
+  ReturnedTwice* gone = nullptr;
+  for (ReturnedTwice& r : t_returned) {
+    if (r.slot == slot) {  // the same frame again
+      r.ret_addr = ret_addr;
+      return;
+    }
+    if (!gone && r.slot < slot) gone = &r;  // a deeper frame's (or an empty record)
   }
-  t_returned[t_returned_next % kReturnedTwice] = {slot, ret_addr};
-  t_returned_next = (t_returned_next + 1) % kReturnedTwice;
+  if (!gone) {
+    gone = &t_returned[t_returned_next];
+    t_returned_next = (t_returned_next + 1) % kReturnedTwice;
+  }
+  *gone = {slot, ret_addr};
 }
 
 // The instance whose return address lay in `slot`, unlinked from the thread's list, when
@@ -281,25 +287,31 @@ uintptr_t on_function_return(PtRegs* regs) {
     rp->handler(ri, regs);
     t_current = nullptr;
   }
-  pool_put(ri->pool, ri, rp != nullptr);
+  // A vfork child takes the first return of vfork on its parent's thread state, whose
+  // rseq area does not guard it: such pools take their instances back on the shared list.
+  pool_put(ri->pool, ri, rp != nullptr && !ri->pool->returns_twice);
   rcu_read_unlock();
   return ret;
 }
 
-// Before an exception unwinds this thread's stack (unwind.cc): every instance in flight
-// returns to its pool, and those whose frames are still on the stack above `frame` (the
-// unwinder's entry) put the function's return address back where the hijack took it, so
-// the unwinder walks the program's own frames. A slot is restored only while it holds one
-// of our return points: an instance whose frame is gone (left by longjmp, not yet
-// recycled) may have a slot that live frames reuse now.
+// Before an exception unwinds this thread's stack (unwind.cc): the instances whose slots
+// lie above `frame` (the unwinder's entry) return to their pools, and those whose slot
+// still holds one of our return points put the function's return address back, so the
+// unwinder walks the program's own frames. Without that mark the frame is gone (left by
+// longjmp, not yet recycled) and live frames may use the slot now. Instances below
+// `frame` are on another stack (a coroutine's) and stay.
 void give_back_hijacked_returns(const void* frame) {
   const auto above = reinterpret_cast<uintptr_t>(frame);
   rcu_read_lock();
-  while (KretprobeInstance* ri = t_ri_head) {
-    t_ri_head = ri->next;
+  KretprobeInstance** link = &t_ri_head;
+  while (KretprobeInstance* ri = *link) {
     uintptr_t* slot = ri->ret_slot;
-    if (reinterpret_cast<uintptr_t>(slot) > above && arch::is_hijacked_return(*slot))
-      *slot = ri->ret_addr;
+    if (reinterpret_cast<uintptr_t>(slot) <= above) {
+      link = &ri->next;
+      continue;
+    }
+    *link = ri->next;
+    if (arch::is_hijacked_return(*slot)) *slot = ri->ret_addr;
     pool_put(ri->pool, ri);
   }
   rcu_read_unlock();

@@ -436,8 +436,10 @@ int register_kretprobe_locked(Kretprobe* rp) {
   rp->kp.is_kretprobe_ = true;
   rp->nmissed.store(0, std::memory_order_relaxed);
   if (int rc = register_locked(&rp->kp); rc) {
-    delete rp->pool_;
-    rp->pool_ = nullptr;
+    // A refusal can come after the probe joined a live aggregate, where a hit may already
+    // hold one of its instances: the pool goes the way of an unregistered one (freed once
+    // a grace period has passed and every instance is back).
+    retire_pool(rp);
     return rc;
   }
   return 0;

@@ -120,7 +120,9 @@ bool install_handler() {
     struct sigaction sa {};
     sa.sa_sigaction = on_fixup_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
+    // Every signal waits while a thread is parked here: a program's handler run on top of
+    // it could reach the region being written, often with SIGTRAP blocked.
+    sigfillset(&sa.sa_mask);
     state = sigaction(thread_fixup_signal(), &sa, nullptr) == 0 ? 1 : -1;
   }
   return state.load() == 1;

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "tracee/self_symbols.h"
 
@@ -367,6 +368,40 @@ TEST(KretprobeUnwind, ReturnProbeOnSetjmp) {
     CHILD_EXPECT_EQ(rp.entries.load(), 21);
     CHILD_EXPECT_EQ(rp.returns.load(), 21);
     CHILD_EXPECT_EQ(rp.nmissed.load(), 0);
+    CHILD_EXPECT_EQ(unregister_kretprobe(&rp), 0);
+  });
+}
+
+// A program keeps an outer jmp_buf for errors while setjmp is called from many other
+// places in between: each of those call sites' returns is remembered, and a longjmp to the
+// outer one still finds where it goes (the records of one frame replace each other).
+template <int kSite>
+[[gnu::noinline]] int setjmp_from_site() {
+  jmp_buf env;
+  volatile int r = setjmp(env);
+  return r + kSite;
+}
+
+template <int... kSites>
+int setjmp_from_sites(std::integer_sequence<int, kSites...>) {
+  return (setjmp_from_site<kSites>() + ...);
+}
+
+TEST(KretprobeUnwind, AnOuterSetjmpOutlivesManyInnerCallSites) {
+  for_each_mode([](Mode m) {
+    Counter rp;
+    if (!arm(counter(&rp, "libc:_setjmp"), m)) return;
+    static jmp_buf outer;
+    static volatile int rounds = 0;
+    if (setjmp(outer) < 3) {
+      // 40 call sites, two rounds each, all at one depth: more than any record ring holds.
+      for (int i = 0; i < 2; ++i)
+        CHILD_EXPECT_EQ(setjmp_from_sites(std::make_integer_sequence<int, 40>{}), 780);
+      rounds = rounds + 1;
+      longjmp(outer, rounds);
+    }
+    CHILD_EXPECT_EQ(rounds, 3);
+    CHILD_EXPECT_EQ(rp.returns.load(), 1 + 3 * 80);
     CHILD_EXPECT_EQ(unregister_kretprobe(&rp), 0);
   });
 }
