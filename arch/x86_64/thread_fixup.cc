@@ -259,13 +259,17 @@ int park_threads(const IpMove* caller_moves, size_t n) {
   }
 
   // Every signalled thread runs the handler as soon as it is scheduled, unless it blocked
-  // the signal since we looked: give up after a while rather than wait forever.
+  // the signal since we looked. Those already parked wait for the slowest, so give up
+  // after a short while (the caller retries later) rather than stall the whole program.
+  constexpr long kParkDeadlineNs = 200'000'000;
   timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   while (!failed && g_acks.load(std::memory_order_acquire) < sent) {
     timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - start.tv_sec > 1) failed = true;
+    const long waited =
+        (now.tv_sec - start.tv_sec) * 1'000'000'000L + (now.tv_nsec - start.tv_nsec);
+    if (waited > kParkDeadlineNs) failed = true;
     else sched_yield();
   }
   if (failed || g_busy.load(std::memory_order_acquire) != 0) {
