@@ -255,7 +255,7 @@ int init_locked() {
 namespace {
 
 // GCC's list of functions that return twice (it gives them returns_twice): the name,
-// without a version and without a leading "__x", "__" or "_", is setjmp, sigsetjmp,
+// without a version, a leading "__x", "__" or "_" and glibc's "libc_", is setjmp, sigsetjmp,
 // savectx, vfork or getcontext. Their return probes hijack through the trampoline's entry
 // for them.
 bool returns_twice_name(std::string_view name) {
@@ -263,6 +263,7 @@ bool returns_twice_name(std::string_view name) {
   if (name.starts_with("__x")) name.remove_prefix(3);
   else if (name.starts_with("__")) name.remove_prefix(2);
   else if (name.starts_with("_")) name.remove_prefix(1);
+  if (name.starts_with("libc_")) name.remove_prefix(5);  // glibc's internal aliases
   return name == "setjmp" || name == "sigsetjmp" || name == "savectx" || name == "vfork" ||
          name == "getcontext";
 }
