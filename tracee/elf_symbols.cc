@@ -660,6 +660,14 @@ std::vector<MappedObject> ProcessSymbols::objects() const {
   return out;
 }
 
+bool ProcessSymbols::has_module(std::string_view mod) const {
+  std::lock_guard lock(impl_->mu);
+  for (const auto& o : impl_->objects) {
+    if (module_match(o->module, mod) != 0) return true;
+  }
+  return false;
+}
+
 // An object given as bytes: one ElfObject with no file and no mappings of its own.
 std::unique_ptr<ProcessSymbols> ProcessSymbols::load_image(std::string_view bytes,
                                                            std::string_view path, int* err) {

@@ -79,6 +79,9 @@ class ProcessSymbols {
   // The objects in search order.
   std::vector<MappedObject> objects() const;
 
+  // Whether an object answering to MOD (as in `MOD:SYM`) is mapped.
+  bool has_module(std::string_view mod) const;
+
  private:
   struct Impl;
   explicit ProcessSymbols(std::unique_ptr<Impl> impl);

@@ -1,0 +1,97 @@
+#include "tracee/probe_places.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "events/parse.h"
+
+namespace probefs::tracee {
+
+int identify_file(const std::string& path, FileIdentity* out) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return -errno;
+  out->dev = st.st_dev;
+  out->inode = st.st_ino;
+  return 0;
+}
+
+namespace {
+
+void name_place(const ProcessSymbols& syms, ProbePlace* p) {
+  ResolvedSymbol rs;
+  if (syms.describe(p->addr, &rs) != 0) return;
+  p->bounds = rs.function;
+  p->module = rs.module;
+  if (!rs.name.empty()) {
+    p->symbol = rs.name;
+    p->symbol_offset = p->addr - rs.addr;
+  }
+}
+
+PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity& file,
+                         const std::vector<Mapping>& maps, const ProcessSymbols& syms,
+                         std::vector<ProbePlace>* places) {
+  bool mapped = false;
+  for (const Mapping& m : maps) {
+    if (m.dev != file.dev || m.inode != file.inode) continue;
+    mapped = true;
+    const uint64_t len = m.end - m.start;
+    if (!m.exec || def.offset < m.offset || def.offset - m.offset >= len) continue;
+    ProbePlace p;
+    p.addr = m.start + (def.offset - m.offset);
+    name_place(syms, &p);
+    places->push_back(std::move(p));
+  }
+  // A file mapped without its offset in code never fires there, as with kernel uprobes;
+  // it may still be mapped differently later (another dlopen of it).
+  (void)mapped;
+  return places->empty() ? PlaceStatus::kNotYet : PlaceStatus::kPlaced;
+}
+
+}  // namespace
+
+PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& file,
+                        const std::vector<Mapping>& maps, const ProcessSymbols& syms,
+                        std::vector<ProbePlace>* places, events::Diagnostic* diag) {
+  places->clear();
+  if (def.syntax == events::ProbeSyntax::kUprobe)
+    return place_uprobe(def, file, maps, syms, places);
+
+  ProbePlace p;
+  if (!def.on_symbol()) {
+    p.addr = def.address;
+    name_place(syms, &p);
+    places->push_back(std::move(p));
+    return PlaceStatus::kPlaced;
+  }
+  if (!def.module.empty() && !syms.has_module(def.module)) return PlaceStatus::kNotYet;
+  const std::string name = def.module.empty() ? def.symbol : def.module + ":" + def.symbol;
+  ResolvedSymbol rs;
+  int err = syms.resolve(name, &rs);
+  if (err == -ENOENT) {
+    if (!def.module.empty()) {
+      // The module is there but not the symbol: the kernel's failed registration.
+      *diag = events::make_diagnostic(def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
+      return PlaceStatus::kError;
+    }
+    return PlaceStatus::kAbsent;
+  }
+  if (err != 0) {
+    *diag = events::make_diagnostic(def, events::ErrorCode::kBadProbeAddr, 1, 0, -err);
+    return PlaceStatus::kError;
+  }
+  p.addr = rs.addr + def.offset;
+  p.bounds = rs.function;
+  p.module = rs.module;
+  p.symbol = rs.name;
+  p.symbol_offset = def.offset;
+  if (def.offset != 0 && rs.function.known() && !rs.function.contains(p.addr)) {
+    // SYM+OFFS past the end of SYM: name what is there instead, as kprobes/list would.
+    name_place(syms, &p);
+  }
+  places->push_back(std::move(p));
+  return PlaceStatus::kPlaced;
+}
+
+}  // namespace probefs::tracee

@@ -1,0 +1,203 @@
+// The daemon's view of everything it traces: the processes (targets), the probes defined
+// in them, their counters, and the records they write. This is the whole interface the
+// filesystem (fs/) needs from the layers below it; fs keeps the user-visible objects
+// (event names, groups, ids, format files, error_log) and calls in here to make them real.
+//
+//   Tracer
+//   ├─ targets: launched (LD_PRELOAD), attached (ptrace injection), their fork children,
+//   │           each with an agent (libprobefs-agent.so) on a private link and a ring area
+//   ├─ probes:  one per place of an event; placed in every target where it applies, now
+//   │           and later (a library mapped later, a module name that appears, a new target)
+//   └─ reader:  the records of every ring of every target, in timestamp order, with the
+//               kernel's lost-event counts
+//
+// Where a probe applies (DESIGN.md §6):
+//   - uprobe syntax PATH:OFFSET: every target that maps that file, matched by device and
+//     inode (not by name), at the run-time address of the file offset; a library mapped
+//     later gets the probe before its code runs (the agent stops the dynamic linker at its
+//     r_brk while the probe is placed).
+//   - kprobe syntax SYM[+OFFS]: resolved in each target (executable first, then libraries
+//     in load order). With no target at all, the probe waits for the next; when targets
+//     exist and none has SYM, the definition fails with ENOENT, as a kernel kprobe on an
+//     unknown symbol does. MOD:SYM[+OFFS]: in targets that have loaded MOD (a basename,
+//     with or without its version suffix); where MOD is not loaded yet, it waits for it,
+//     as a kernel kprobe waits for its module. MEMADDR: that address in every target.
+//
+// Errors follow the kernel: every call that can fail returns 0 or a negative errno, and
+// the calls that take a definition also fill in a Diagnostic (message, caret position)
+// when the kernel would log one in error_log.
+//
+// Threads: every method may be called from any thread; one lock serialises them. Target
+// notices are delivered on the tracer's own thread, without that lock held: a listener
+// may call back into the Tracer.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "events/compile.h"
+#include "events/definition.h"
+#include "events/errors.h"
+#include "events/filter.h"
+#include "events/output.h"
+
+namespace probefs::tracee {
+
+enum class TargetOrigin : uint8_t { kLaunched, kAttached, kForked };
+
+struct TargetInfo {
+  pid_t pid = 0;
+  pid_t parent = 0;          // the target it was forked from; 0 otherwise
+  TargetOrigin origin = TargetOrigin::kLaunched;
+  std::string exe;           // /proc/PID/exe at the time it joined (or exec'd)
+  std::string comm;
+};
+
+// What happened to a target, for the `targets` file and for readers that wait on one.
+struct TargetNotice {
+  enum class Kind : uint8_t {
+    kJoined,    // launched or attached, agent ready, probes placed
+    kForked,    // a target's fork child joined with its parent's probes
+    kExeced,    // a launched target (or its child) exec'd and its new image joined
+    kExited,    // the process ended; `status` is its wait status where known, else -1
+    kDetached,  // detach() finished: its agent removed every probe and is idle
+    kLeft,      // an attached target exec'd: the new image has no agent (see README)
+  };
+  Kind kind = Kind::kJoined;
+  pid_t pid = 0;
+  pid_t parent = 0;
+  int status = -1;
+};
+
+using ProbeId = uint32_t;
+
+// One probe of an event, as fs defines it: the parsed line, the event it belongs to
+// (`event_id` becomes each record's common_type) and the event compiled once for its
+// record layout and format. The tracer compiles again per target where the definition
+// names data symbols (`@SYM`), whose addresses differ between processes.
+struct ProbeSpec {
+  events::ProbeDefinition def;
+  events::CompiledEvent compiled;
+  uint16_t event_id = 0;
+  bool enabled = false;
+  // Optional; set_filter() changes it later.
+  std::shared_ptr<const events::CompiledFilter> filter;
+};
+
+struct ProbeProfile {
+  uint64_t hits = 0;    // records the probe's handler ran for, in every target
+  uint64_t misses = 0;  // hits not handled (recursion, every kretprobe instance in use)
+};
+
+// One record, as the reader hands it out: valid until the next call on the reader.
+struct TraceRecord {
+  pid_t pid = 0;             // the target (thread group) that wrote it
+  uint32_t cpu = 0;
+  uint64_t ts_ns = 0;        // in the current trace clock
+  const uint8_t* data = nullptr;  // the events record (events/compile.h layout)
+  uint32_t len = 0;
+  // Records dropped from this record's ring because it was full, since the last record
+  // the reader returned from it: trace_pipe prints "CPU:%d [LOST %lu EVENTS]" first.
+  uint64_t lost_before = 0;
+};
+
+class Tracer {
+ public:
+  struct Options {
+    std::string agent_path;          // libprobefs-agent.so
+    uint32_t buffer_size_kb = 1410;  // each thread's ring (the kernel's per-CPU size)
+    uint32_t rings_per_target = 64;  // threads that can have a ring at once, per target
+  };
+
+  // nullptr and *error on failure (no link could be set up).
+  static std::unique_ptr<Tracer> create(const Options& opts, std::string* error);
+  // Detaches from every target (each agent removes its probes and idles; launched
+  // targets run on) and frees the rings.
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // ---- targets ------------------------------------------------------------------------
+
+  // Starts argv[0] (searched in PATH) with the agent preloaded; every probe defined and
+  // enabled before this call fires from the first instruction of main on. `env` entries
+  // (NAME=VALUE) are added to this process's environment for the child. The child runs
+  // on when the tracer goes; its exit is a kExited notice.
+  [[nodiscard]] int launch(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& env, pid_t* pid,
+                           std::string* error);
+  // Injects the agent into a running process (ptrace, then detached again) and places
+  // every probe that applies. -EPERM (with the reason in *error) where ptrace is refused.
+  [[nodiscard]] int attach(pid_t pid, std::string* error);
+  // Removes every probe from the target and leaves its agent idle (it can be attached
+  // again). -ESRCH for a pid that is not a target.
+  [[nodiscard]] int detach(pid_t pid);
+  std::vector<TargetInfo> targets() const;
+  // Replaces the listener (nullptr: none).
+  void on_target_notice(std::function<void(const TargetNotice&)> listener);
+
+  // ---- probes -------------------------------------------------------------------------
+
+  // Places the probe in every target where it applies (see above) and keeps it for the
+  // targets and libraries to come. On failure nothing is placed anywhere: the errno and,
+  // where the kernel logs one, *diag (positioned in spec.def's command).
+  [[nodiscard]] int define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic* diag);
+  [[nodiscard]] int remove_probe(ProbeId id);
+  [[nodiscard]] int enable_probe(ProbeId id);
+  [[nodiscard]] int disable_probe(ProbeId id);
+  // nullptr removes the filter.
+  [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
+  ProbeProfile profile(ProbeId id);
+
+  // The kernel's kprobes/list (every target's probes, its lines as probecore prints them)
+  // and kprobes/enabled (the global arm switch, applied to every target).
+  std::string kprobes_list();
+  [[nodiscard]] int set_all_armed(bool armed);
+  bool all_armed() const;
+  // debug.kprobes_optimization, in every target.
+  [[nodiscard]] int set_optimization(bool on);
+
+  // ---- records --------------------------------------------------------------------------
+
+  // The next record of all targets in timestamp order, consumed (trace_pipe). false when
+  // there is none now.
+  bool next_record(TraceRecord* out);
+  // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
+  // can be missed at most for that long, a record is never lost). true if woken.
+  bool wait_for_records(int timeout_ms);
+  // Wakes a wait_for_records() in another thread (a reader closing its file).
+  void interrupt_wait();
+  // Every record not yet consumed, in timestamp order, without consuming them (trace).
+  void for_each_record(const std::function<void(const TraceRecord&)>& fn);
+  // Drops every record not yet consumed (`echo > trace`).
+  void clear_records();
+  // Records written (kept or dropped) and records present, for the trace header.
+  void record_counts(uint64_t* entries, uint64_t* written);
+
+  // trace_clock: "local", "global", "counter", "mono", ... (events/trace_clock.h); a change
+  // empties the buffers, as the kernel's does. -EINVAL for an unknown name.
+  [[nodiscard]] int set_trace_clock(const std::string& name);
+  std::string trace_clock_text() const;  // "[local] global counter ..."
+  // The size of each thread's ring from now on (existing targets are given new rings;
+  // their unconsumed records are dropped, as a kernel resize keeps none either).
+  [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
+  uint32_t buffer_size_kb() const;
+
+  // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).
+  // nullptr when pid is not a target. Valid until the target leaves.
+  events::Symbolizer* symbolizer(pid_t pid);
+  // The thread's name as the target last reported it ("<...>" when not known).
+  std::string comm_of(pid_t pid, pid_t tid);
+
+ private:
+  struct Impl;
+  explicit Tracer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace probefs::tracee
