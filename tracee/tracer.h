@@ -124,13 +124,18 @@ class Tracer {
 
   // ---- targets ------------------------------------------------------------------------
 
-  // Starts argv[0] (searched in PATH) with the agent preloaded; every probe defined and
-  // enabled before this call fires from the first instruction of main on. `env` entries
-  // (NAME=VALUE) are added to this process's environment for the child. The child runs
-  // on when the tracer goes; its exit is a kExited notice.
-  [[nodiscard]] int launch(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env, pid_t* pid,
-                           std::string* error);
+  struct LaunchSpec {
+    std::vector<std::string> argv;  // argv[0] is searched in PATH
+    std::vector<std::string> env;   // NAME=VALUE added to this process's environment
+    // The child's stdin, stdout, stderr: -1 keeps this process's.
+    int stdin_fd = -1;
+    int stdout_fd = -1;
+    int stderr_fd = -1;
+  };
+  // Starts a program with the agent preloaded; every probe defined and enabled before this
+  // call fires from the first instruction of main on. The child runs on when the tracer
+  // goes; the tracer reaps it, and its exit is a kExited notice with its wait status.
+  [[nodiscard]] int launch(const LaunchSpec& spec, pid_t* pid, std::string* error);
   // Injects the agent into a running process (ptrace, then detached again) and places
   // every probe that applies. -EPERM (with the reason in *error) where ptrace is refused.
   [[nodiscard]] int attach(pid_t pid, std::string* error);
@@ -138,6 +143,9 @@ class Tracer {
   // again). -ESRCH for a pid that is not a target.
   [[nodiscard]] int detach(pid_t pid);
   std::vector<TargetInfo> targets() const;
+  // Waits at most `timeout_ms` for target `pid` to end: 0 and its wait status (-1 for a
+  // process the tracer did not start), -ETIMEDOUT, or -ESRCH when pid was never a target.
+  [[nodiscard]] int wait_exit(pid_t pid, int timeout_ms, int* status);
   // Replaces the listener (nullptr: none).
   void on_target_notice(std::function<void(const TargetNotice&)> listener);
 

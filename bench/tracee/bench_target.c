@@ -1,0 +1,53 @@
+/* The traced program of the event benchmarks: a loop calling one small function, timed in
+ * the program itself, so that the daemon's work never counts.
+ *
+ *   bench_target N MODE [REPS]
+ *     MODE add:  bench_add(i, s & 7)          (two integer arguments, a return value)
+ *     MODE str:  bench_str(name, i)           (a string argument)
+ *     MODE spin: bench_add in a loop until killed (attach latency)
+ *   prints one line per rep: "ns_per_call=<x>", then "done <checksum>"
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+__attribute__((noinline)) long bench_add(long a, long b) {
+  __asm__ volatile("" ::: "memory");
+  return a * 3 + b;
+}
+
+__attribute__((noinline)) long bench_str(const char *s, long n) {
+  __asm__ volatile("" ::: "memory");
+  return s[0] + n;
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? atol(argv[1]) : 1000000;
+  const char *mode = argc > 2 ? argv[2] : "add";
+  int reps = argc > 3 ? atoi(argv[3]) : 5;
+  static const char name[] = "bench-string-argument";
+  long s = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (strcmp(mode, "spin") == 0) {
+    printf("spinning\n");
+    for (long i = 0;; i++) s += bench_add(i, s & 7);
+  }
+  int str = strcmp(mode, "str") == 0;
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_ns();
+    if (str)
+      for (long i = 0; i < n; i++) s += bench_str(name, i);
+    else
+      for (long i = 0; i < n; i++) s += bench_add(i, s & 7);
+    printf("ns_per_call=%.2f\n", (now_ns() - t0) / (double)n);
+  }
+  printf("done %ld\n", s);
+  return 0;
+}

@@ -1,0 +1,310 @@
+// Event hits in another process, end to end: the traced program (bench_target) times its
+// own loop, and each figure is (loop with the events enabled - the same loop with none) per
+// call, from the same run, while a consumer thread drains the rings as the daemon does.
+// Beside each, the kernel's own uprobe event on the same function with the same fetch
+// arguments (a private tracefs instance; root only).
+//
+//   event 2 args   p: bench_add a=%di b=%si                (optimized entry, ring record)
+//   entry+return   the above and r: bench_add rv=$retval
+//   string arg     p: bench_str s=+0(%di):string
+//   ring           records consumed per second while the 2-args loop runs, and lost
+//   attach         a running program until its first event is read, median of 5
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/tracee/kernel_uprobe.h"
+#include "events/compile.h"
+#include "events/parse.h"
+#include "tracee/tracer.h"
+
+namespace {
+
+using namespace probefs;
+using Clock = std::chrono::steady_clock;
+
+std::string g_target;  // bench_target's path
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs `fn` and returns what the child printed on stdout.
+std::string read_all(int fd) {
+  std::string out;
+  char b[4096];
+  ssize_t n;
+  while ((n = read(fd, b, sizeof b)) > 0) out.append(b, static_cast<size_t>(n));
+  return out;
+}
+
+std::vector<double> ns_per_call_of(const std::string& out) {
+  std::vector<double> v;
+  size_t at = 0;
+  while ((at = out.find("ns_per_call=", at)) != std::string::npos) {
+    at += 12;
+    v.push_back(std::strtod(out.c_str() + at, nullptr));
+  }
+  return v;
+}
+
+// Drains every record while it runs; counts them.
+class Drain {
+ public:
+  explicit Drain(tracee::Tracer& t) : t_(t), th_([this] { run(); }) {}
+  ~Drain() { stop(); }
+  void stop() {
+    if (!th_.joinable()) return;
+    stop_ = true;
+    t_.interrupt_wait();
+    th_.join();
+    // What is left after the target ended.
+    tracee::TraceRecord r;
+    while (t_.next_record(&r)) count(r);
+  }
+  uint64_t records() const { return records_; }
+  uint64_t lost() const { return lost_; }
+  double seconds_busy() const { return busy_s_; }
+
+ private:
+  void count(const tracee::TraceRecord& r) {
+    ++records_;
+    lost_ += r.lost_before;
+  }
+  void run() {
+    while (!stop_) {
+      tracee::TraceRecord r;
+      bool any = false;
+      auto t0 = Clock::now();
+      while (t_.next_record(&r)) {
+        count(r);
+        any = true;
+      }
+      if (any) busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+      else t_.wait_for_records(50);
+    }
+  }
+  tracee::Tracer& t_;
+  std::atomic<bool> stop_{false};
+  uint64_t records_ = 0;
+  uint64_t lost_ = 0;
+  double busy_s_ = 0;
+  std::thread th_;
+};
+
+bool define(tracee::Tracer& t, const std::string& line, uint16_t id, tracee::ProbeId* pid) {
+  events::ParseResult r = events::parse_dynamic_command(line);
+  if (r.status != events::ParseStatus::kDefine) {
+    std::fprintf(stderr, "bad definition: %s\n", line.c_str());
+    return false;
+  }
+  tracee::ProbeSpec spec;
+  spec.def = r.def;
+  events::Diagnostic d;
+  if (!events::compile(spec.def, {}, &spec.compiled, &d)) return false;
+  spec.event_id = id;
+  spec.enabled = true;
+  int err = t.define_probe(spec, pid, &d);
+  if (err != 0) std::fprintf(stderr, "define %s: %d %s\n", line.c_str(), err, std::string(d.message()).c_str());
+  return err == 0;
+}
+
+struct Run {
+  std::vector<double> ns;  // per rep
+  uint64_t records = 0;
+  uint64_t lost = 0;
+  double wall_s = 0;
+};
+
+// Launches bench_target under the tracer with the events given, drains while it runs.
+Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps) {
+  Run run;
+  std::string err;
+  tracee::Tracer::Options o;
+  o.agent_path = PROBEFS_AGENT_PATH;
+  o.buffer_size_kb = 4096;
+  auto t = tracee::Tracer::create(o, &err);
+  if (!t) {
+    std::fprintf(stderr, "tracer: %s\n", err.c_str());
+    return run;
+  }
+  uint16_t id = 100;
+  for (const std::string& d : defs) {
+    tracee::ProbeId pid;
+    if (!define(*t, d, id++, &pid)) return run;
+  }
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return run;
+  tracee::Tracer::LaunchSpec spec;
+  spec.argv = {g_target, std::to_string(n), mode, std::to_string(reps)};
+  spec.stdout_fd = out[1];
+  pid_t pid = 0;
+  auto t0 = Clock::now();
+  {
+    Drain drain(*t);
+    if (t->launch(spec, &pid, &err) != 0) {
+      std::fprintf(stderr, "launch: %s\n", err.c_str());
+      close(out[0]);
+      close(out[1]);
+      return run;
+    }
+    close(out[1]);
+    std::string text = read_all(out[0]);
+    close(out[0]);
+    int st = 0;
+    (void)t->wait_exit(pid, 60000, &st);
+    run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    drain.stop();
+    run.ns = ns_per_call_of(text);
+    run.records = drain.records();
+    run.lost = drain.lost();
+  }
+  return run;
+}
+
+// The same program, untraced, with the kernel's uprobe events enabled (or none).
+std::vector<double> kernel_run(bench::KernelUprobes& k, long n, const char* mode, int reps) {
+  (void)k;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    std::string ns = std::to_string(n), rs = std::to_string(reps);
+    execl(g_target.c_str(), g_target.c_str(), ns.c_str(), mode, rs.c_str(), nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text = read_all(out[0]);
+  close(out[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return ns_per_call_of(text);
+}
+
+void row(const char* what, double ns, double base, const char* kernel_col, const char* note) {
+  std::printf("%-28s %10.1f %10.1f %9.1fx %18s  %s\n", what, ns, ns - base,
+              base > 0 ? ns / base : 0.0, kernel_col, note);
+}
+
+double attach_latency_ms() {
+  std::vector<double> v;
+  for (int i = 0; i < 5; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      execl(g_target.c_str(), g_target.c_str(), "0", "spin", nullptr);
+      _exit(127);
+    }
+    std::string err;
+    tracee::Tracer::Options o;
+    o.agent_path = PROBEFS_AGENT_PATH;
+    auto t = tracee::Tracer::create(o, &err);
+    tracee::ProbeId id;
+    // The spinning program must be past its start before the clock starts: wait for its
+    // executable to be mapped as bench_target.
+    for (int k = 0; k < 2000; ++k) {
+      char buf[256] = {0};
+      std::string link = "/proc/" + std::to_string(pid) + "/exe";
+      if (readlink(link.c_str(), buf, sizeof buf - 1) > 0 && std::string(buf) == g_target) break;
+      std::this_thread::yield();
+    }
+    if (t && define(*t, "p:bench/add bench_target:bench_add a=%di b=%si", 100, &id)) {
+      auto t0 = Clock::now();
+      if (t->attach(pid, &err) == 0) {
+        tracee::TraceRecord r;
+        while (!t->next_record(&r) &&
+               Clock::now() - t0 < std::chrono::seconds(10))
+          t->wait_for_records(10);
+        v.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      } else {
+        std::fprintf(stderr, "attach: %s\n", err.c_str());
+      }
+    }
+    t.reset();
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+  }
+  return median(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_target = PROBEFS_BENCH_TARGET;
+  const long n = argc > 1 ? std::atol(argv[1]) : 2000000;
+  const int reps = 5;
+
+  Run base = traced_run({}, n, "add", reps);
+  Run base_str = traced_run({}, n, "str", reps);
+  Run ev2 = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si"}, n, "add", reps);
+  Run entret = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si",
+                           "r:bench/addret bench_target:bench_add rv=$retval"},
+                          n, "add", reps);
+  Run str = traced_run({"p:bench/str bench_target:bench_str s=+0(%di):string"}, n, "str", reps);
+
+  // The kernel's uprobes cost microseconds: fewer calls.
+  const long kn = std::max(1L, n / 100);
+  bench::KernelUprobes k;
+  std::string k_ev2 = "n/a", k_entret = "n/a", k_str = "n/a";
+  if (k.available()) {
+    const unsigned long add_off = bench::file_offset_of_symbol(g_target, "bench_add");
+    const unsigned long str_off = bench::file_offset_of_symbol(g_target, "bench_str");
+    char body[512];
+    auto kernel_cost = [&](const char* mode, double base_ns) {
+      std::vector<double> v = kernel_run(k, kn, mode, reps);
+      char s[32];
+      std::snprintf(s, sizeof s, "%.1f", median(v) - base_ns);
+      return std::string(s);
+    };
+    std::snprintf(body, sizeof body, "%s:0x%lx a=%%di b=%%si", g_target.c_str(), add_off);
+    if (k.add("kadd", false, body)) k_ev2 = kernel_cost("add", median(base.ns));
+    std::snprintf(body, sizeof body, "%s:0x%lx rv=$retval", g_target.c_str(), add_off);
+    if (k.add("kaddret", true, body)) k_entret = kernel_cost("add", median(base.ns));
+    k.clear();
+    std::snprintf(body, sizeof body, "%s:0x%lx s=+0(%%di):string", g_target.c_str(), str_off);
+    if (k.add("kstr", false, body)) k_str = kernel_cost("str", median(base_str.ns));
+    k.clear();
+  } else {
+    k_ev2 = k_entret = k_str = "n/a (" + k.why_not().substr(0, 12) + ")";
+  }
+
+  const double b = median(base.ns), bs = median(base_str.ns);
+  std::printf("probefs events in another process: %ld calls x %d reps, medians\n", n, reps);
+  std::printf("%-28s %10s %10s %10s %18s\n", "", "ns/call", "ns/hit", "ratio", "kernel uprobe ns/hit");
+  row("baseline (no event)", b, b, "", "bench_add loop, same run");
+  row("event, 2 args (budget 25)", median(ev2.ns), b, k_ev2.c_str(), "");
+  row("entry + return (budget 50)", median(entret.ns), b, k_entret.c_str(), "");
+  row("baseline (string loop)", bs, bs, "", "bench_str loop");
+  row("string arg (budget 50)", median(str.ns), bs, k_str.c_str(), "");
+  const double expected = static_cast<double>(n) * reps;
+  std::printf("\nrecords: 2 args %llu of %.0f (lost %llu), entry+return %llu of %.0f (lost %llu), "
+              "string %llu of %.0f (lost %llu)\n",
+              static_cast<unsigned long long>(ev2.records), expected,
+              static_cast<unsigned long long>(ev2.lost),
+              static_cast<unsigned long long>(entret.records), 2 * expected,
+              static_cast<unsigned long long>(entret.lost),
+              static_cast<unsigned long long>(str.records), expected,
+              static_cast<unsigned long long>(str.lost));
+  if (ev2.wall_s > 0)
+    std::printf("ring: one hot thread to the daemon's consumer: %.1f M records/s over the "
+                "run (budget >= 20), consumer busy %.0f%%\n",
+                ev2.records / ev2.wall_s / 1e6, 0.0);
+  std::printf("attach to a running program until its first event is read: %.1f ms (budget 200)\n",
+              attach_latency_ms());
+  return 0;
+}

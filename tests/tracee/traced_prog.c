@@ -1,0 +1,160 @@
+/* A program for the tracer's tests to trace: known calls with known arguments and return
+ * values, driven line by line over stdin so that every phase of a test is synchronised by
+ * the program's answers, never by time.
+ *
+ *   call N          traced_add(i, 2*i) for i in [0, N): prints "ok SUM"
+ *   str N           traced_str("name-<i % 10>", i) N times: "ok SUM"
+ *   threads T N     T new threads, each calling traced_add N times: "ok SUM"
+ *   hot T           T threads calling traced_hot in a loop until "cool": "ok"
+ *   cool            stops them: "ok CALLS" (the calls they made; their results are checked)
+ *   fork N          a child calls traced_add N times and exits; "ok CHILD_PID STATUS"
+ *   exec            execs this program again ("exec'd" is printed first by the new image)
+ *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
+ *   pid             "ok PID"
+ *   quit            exits 0
+ * Every result is also checked against its expected value; a wrong one prints "WRONG" and
+ * exits 3, so a probe that corrupted a computation fails the test.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) long traced_add(long a, long b) {
+  __asm__ volatile("" ::: "memory");
+  return a + b;
+}
+
+__attribute__((noinline)) long traced_str(const char *s, long n) {
+  __asm__ volatile("" ::: "memory");
+  return (long)strlen(s) + n;
+}
+
+__attribute__((noinline)) long traced_hot(long who, long i) {
+  __asm__ volatile("" ::: "memory");
+  return who * 1000003 + i;
+}
+
+static void wrong(const char *what, long got, long want) {
+  printf("WRONG %s got %ld want %ld\n", what, got, want);
+  fflush(stdout);
+  _exit(3);
+}
+
+static long run_calls(long n) {
+  long sum = 0;
+  for (long i = 0; i < n; i++) {
+    long r = traced_add(i, 2 * i);
+    if (r != 3 * i) wrong("traced_add", r, 3 * i);
+    sum += r;
+  }
+  return sum;
+}
+
+struct thread_arg {
+  long n;
+  long sum;
+};
+
+static void *calls_thread(void *p) {
+  struct thread_arg *a = p;
+  a->sum = run_calls(a->n);
+  return NULL;
+}
+
+static atomic_int g_hot_stop;
+static atomic_long g_hot_calls;
+static pthread_t g_hot[16];
+static int g_nhot;
+
+static void *hot_thread(void *p) {
+  long who = (long)p;
+  long calls = 0;
+  while (!atomic_load_explicit(&g_hot_stop, memory_order_relaxed)) {
+    long r = traced_hot(who, calls);
+    if (r != who * 1000003 + calls) wrong("traced_hot", r, who * 1000003 + calls);
+    calls++;
+  }
+  atomic_fetch_add(&g_hot_calls, calls);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  char line[512];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 1 && strcmp(argv[1], "--after-exec") == 0) printf("exec'd\n");
+  else printf("ready\n");
+  while (fgets(line, sizeof line, stdin)) {
+    char arg[400];
+    long n = 0, t = 0;
+    if (sscanf(line, "call %ld", &n) == 1) {
+      printf("ok %ld\n", run_calls(n));
+    } else if (sscanf(line, "str %ld", &n) == 1) {
+      long sum = 0;
+      for (long i = 0; i < n; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "name-%ld", i % 10);
+        long r = traced_str(s, i);
+        if (r != 6 + i) wrong("traced_str", r, 6 + i);
+        sum += r;
+      }
+      printf("ok %ld\n", sum);
+    } else if (sscanf(line, "threads %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
+      pthread_t th[16];
+      struct thread_arg a[16];
+      long sum = 0;
+      for (long i = 0; i < t; i++) {
+        a[i].n = n;
+        pthread_create(&th[i], NULL, calls_thread, &a[i]);
+      }
+      for (long i = 0; i < t; i++) {
+        pthread_join(th[i], NULL);
+        sum += a[i].sum;
+      }
+      printf("ok %ld\n", sum);
+    } else if (sscanf(line, "hot %ld", &t) == 1 && t > 0 && t <= 16 && g_nhot == 0) {
+      atomic_store(&g_hot_stop, 0);
+      atomic_store(&g_hot_calls, 0);
+      for (long i = 0; i < t; i++) pthread_create(&g_hot[i], NULL, hot_thread, (void *)(i + 1));
+      g_nhot = (int)t;
+      printf("ok\n");
+    } else if (strncmp(line, "cool", 4) == 0) {
+      atomic_store(&g_hot_stop, 1);
+      for (int i = 0; i < g_nhot; i++) pthread_join(g_hot[i], NULL);
+      g_nhot = 0;
+      printf("ok %ld\n", atomic_load(&g_hot_calls));
+    } else if (sscanf(line, "fork %ld", &n) == 1) {
+      pid_t c = fork();
+      if (c == 0) {
+        run_calls(n);
+        _exit(0);
+      }
+      int st = -1;
+      waitpid(c, &st, 0);
+      printf("ok %d %d\n", (int)c, st);
+    } else if (strncmp(line, "exec", 4) == 0) {
+      char *args[] = {argv[0], "--after-exec", NULL};
+      execv("/proc/self/exe", args);
+      printf("WRONG exec failed\n");
+    } else if (sscanf(line, "dlopen %399s", arg) == 1) {
+      char *sym = strchr(line + 7, ' ');
+      sym = sym ? strtok(sym + 1, " \n") : NULL;
+      void *h = dlopen(arg, RTLD_NOW);
+      long (*fn)(long) = h && sym ? (long (*)(long))dlsym(h, sym) : NULL;
+      if (!fn) printf("WRONG dlopen %s\n", dlerror());
+      else printf("ok %ld\n", fn(7));
+    } else if (strncmp(line, "pid", 3) == 0) {
+      printf("ok %d\n", (int)getpid());
+    } else if (strncmp(line, "quit", 4) == 0) {
+      return 0;
+    } else {
+      printf("WRONG command %s", line);
+    }
+  }
+  return 0;
+}
