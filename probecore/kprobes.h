@@ -153,6 +153,13 @@ void wait_for_kprobe_optimizer();
 // that hits it with SIGTRAP blocked dies.
 std::string kprobe_optimization_status(const Kprobe* p);
 
+// Marks the calling thread as one of the engine's own (on) or the program's again (off),
+// and returns what it was: hits on an engine thread run no handler and are no probe's
+// miss, as on the optimizer thread. For the threads of a control server inside a traced
+// process, which call libc functions that users probe between control operations. Not
+// from a handler.
+bool set_engine_thread(bool on);
+
 // Boosting (running the probed instruction out of line without a trap flag) for probes
 // registered from now on. On by default; off makes every non-emulated hit single-step.
 void set_kprobes_boost(bool on);

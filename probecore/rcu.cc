@@ -99,13 +99,14 @@ void synchronize_rcu() {
     if (spins < 64) sched_yield();
     else pause_briefly();
   }
-  // Recycle the records of threads that have exited.
+  // Recycle the records of threads that have exited. Only the owner field changes, with a
+  // compare-and-swap, so that two writers may wait at once (the engine's control plane and
+  // a control server's thread): a record that one of them freed and a new thread claimed
+  // is never freed again by the other. The claimer clears the state word itself.
   for (int i = 0; i < kMaxReaders; ++i) {
-    const int32_t tid = g_readers[i].tid.load(std::memory_order_relaxed);
-    if (tid != 0 && !thread_alive(tid)) {
-      g_readers[i].state.store(0, std::memory_order_relaxed);
-      g_readers[i].tid.store(0, std::memory_order_release);
-    }
+    int32_t tid = g_readers[i].tid.load(std::memory_order_relaxed);
+    if (tid != 0 && !thread_alive(tid))
+      g_readers[i].tid.compare_exchange_strong(tid, 0, std::memory_order_acq_rel);
   }
   barrier_all_threads();
 }

@@ -8,8 +8,8 @@
 // thread's slot pointer is initial-exec TLS.
 //
 // Threads: rcu_read_lock/unlock on any thread, inside signal handlers too (they nest);
-// synchronize_rcu on the control plane only, one caller at a time (it recycles the records
-// of exited threads), never inside a read-side section.
+// synchronize_rcu on the control plane only (callers may overlap), never inside a
+// read-side section.
 #pragma once
 
 #include <atomic>

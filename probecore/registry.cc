@@ -616,6 +616,13 @@ void set_symbol_resolver(SymbolResolver* resolver) {
   g_resolver = resolver;
 }
 
+bool set_engine_thread(bool on) {
+  const bool was = t_current == &g_engine_mark;
+  if (on && !t_current) t_current = &g_engine_mark;
+  if (!on && was) t_current = nullptr;
+  return was;
+}
+
 void set_kprobes_boost(bool on) {
   std::lock_guard lock(g_mu);
   arch::set_boost_enabled(on);

@@ -1,0 +1,738 @@
+#include "events/link.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "events/wire.h"
+
+namespace probefs::events::link {
+
+namespace {
+
+// Little-endian byte writer for one payload. The host is little-endian (x86-64), so the
+// integers are copied as they are; the static_assert keeps that assumption visible.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the link is little-endian");
+
+struct Out {
+  std::vector<uint8_t> b;
+  bool ok = true;
+  template <class T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  }
+  void u8(uint8_t v) { put(v); }
+  void u16(uint16_t v) { put(v); }
+  void u32(uint32_t v) { put(v); }
+  void s32(int32_t v) { put(v); }
+  void u64(uint64_t v) { put(v); }
+  void bytes(const void* p, size_t n, size_t limit) {
+    if (n > limit) {
+      ok = false;
+      return;
+    }
+    u32(static_cast<uint32_t>(n));
+    const auto* s = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), s, s + n);
+  }
+  void str(std::string_view s, size_t limit) { bytes(s.data(), s.size(), limit); }
+};
+
+// The strict reader: every get checks the remaining length; the first failure sticks and
+// says why.
+struct In {
+  const uint8_t* p;
+  size_t n;
+  size_t at = 0;
+  const char* why = nullptr;
+  bool fail(const char* w) {
+    if (!why) why = w;
+    return false;
+  }
+  bool ok() const { return why == nullptr; }
+  template <class T>
+  bool get(T* v, const char* what) {
+    if (!ok()) return false;
+    if (sizeof(T) > n - at) return fail(what);
+    std::memcpy(v, p + at, sizeof(T));
+    at += sizeof(T);
+    return true;
+  }
+  bool boolean(bool* v, const char* what) {
+    uint8_t x = 0;
+    if (!get(&x, what)) return false;
+    if (x > 1) return fail(what);
+    *v = x != 0;
+    return true;
+  }
+  bool zero16(const char* what) {
+    uint16_t z = 1;
+    if (!get(&z, what)) return false;
+    return z == 0 || fail(what);
+  }
+  bool zero8(const char* what) {
+    uint8_t z = 1;
+    if (!get(&z, what)) return false;
+    return z == 0 || fail(what);
+  }
+  // A length-prefixed block: *data points into the packet.
+  bool block(const uint8_t** data, size_t* len, size_t limit, const char* what) {
+    uint32_t l = 0;
+    if (!get(&l, what)) return false;
+    if (l > limit || l > n - at) return fail(what);
+    *data = p + at;
+    *len = l;
+    at += l;
+    return true;
+  }
+  bool str(std::string* s, size_t limit, const char* what) {
+    const uint8_t* d = nullptr;
+    size_t l = 0;
+    if (!block(&d, &l, limit, what)) return false;
+    s->assign(reinterpret_cast<const char*>(d), l);
+    return true;
+  }
+  // A count of items of `item` bytes each, bounded by `limit` and by what is left.
+  bool count(uint32_t* c, size_t item, size_t limit, const char* what) {
+    if (!get(c, what)) return false;
+    if (*c > limit || static_cast<uint64_t>(*c) * item > n - at) return fail(what);
+    return true;
+  }
+};
+
+void put_bounds(Out& o, const Bounds& b) {
+  o.u64(b.start);
+  o.u64(b.end);
+  if (b.landing_pads.size() > kMaxLandingPads || b.related.size() > kMaxRelatedRanges) {
+    o.ok = false;
+    return;
+  }
+  o.u32(static_cast<uint32_t>(b.landing_pads.size()));
+  for (uint64_t pad : b.landing_pads) o.u64(pad);
+  o.u32(static_cast<uint32_t>(b.related.size()));
+  for (const arch::TextRange& r : b.related) {
+    o.u64(r.start);
+    o.u64(r.end);
+  }
+}
+
+bool get_bounds(In& in, Bounds* b) {
+  if (!in.get(&b->start, "bounds") || !in.get(&b->end, "bounds")) return false;
+  if (b->start > b->end) return in.fail("bounds: start after end");
+  uint32_t n = 0;
+  if (!in.count(&n, 8, kMaxLandingPads, "bounds: landing pads")) return false;
+  b->landing_pads.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t pad = 0;
+    in.get(&pad, "bounds: landing pads");
+    if (pad < b->start || pad >= b->end) return in.fail("bounds: landing pad outside");
+    if (i > 0 && pad <= b->landing_pads[i - 1])
+      return in.fail("bounds: landing pads not sorted");
+    b->landing_pads[i] = pad;
+  }
+  uint32_t m = 0;
+  if (!in.count(&m, 16, kMaxRelatedRanges, "bounds: related")) return false;
+  b->related.resize(m);
+  for (uint32_t i = 0; i < m; ++i) {
+    uint64_t s = 0, e = 0;
+    in.get(&s, "bounds: related");
+    in.get(&e, "bounds: related");
+    if (s >= e) return in.fail("bounds: empty related range");
+    b->related[i] = {static_cast<uintptr_t>(s), static_cast<uintptr_t>(e)};
+  }
+  return in.ok();
+}
+
+void put_filter(Out& o, const std::optional<CompiledFilter>& f) {
+  o.u8(f ? 1 : 0);
+  if (!f) return;
+  if (!validate_filter(*f)) {
+    o.ok = false;
+    return;
+  }
+  std::vector<uint8_t> bytes = encode_filter(*f);
+  o.bytes(bytes.data(), bytes.size(), kMaxMessageSize);
+}
+
+bool get_filter(In& in, std::optional<CompiledFilter>* f) {
+  bool has = false;
+  if (!in.boolean(&has, "filter flag")) return false;
+  if (!has) {
+    f->reset();
+    return true;
+  }
+  const uint8_t* d = nullptr;
+  size_t l = 0;
+  if (!in.block(&d, &l, kMaxMessageSize, "filter")) return false;
+  CompiledFilter cf;
+  if (!decode_filter(d, l, &cf)) return in.fail("filter does not decode");
+  *f = std::move(cf);
+  return true;
+}
+
+void encode_body(Out& o, const Message& m) {
+  switch (m.type) {
+    case MsgType::kSetup: {
+      const auto& s = std::get<Setup>(m.body);
+      if (s.options & ~kKnownSetupOptions) o.ok = false;
+      o.u64(s.area_size);
+      o.u32(s.trace_clock);
+      o.u32(s.options);
+      break;
+    }
+    case MsgType::kDefine: {
+      const auto& d = std::get<Define>(m.body);
+      o.u32(d.probe_id);
+      o.u32(d.counter_slot);
+      o.u16(d.event_id);
+      o.u8(static_cast<uint8_t>(d.kind));
+      o.u8(d.enabled ? 1 : 0);
+      o.u32(d.maxactive);
+      o.u64(d.address);
+      put_bounds(o, d.bounds);
+      o.str(d.symbol, kMaxNameLen);
+      o.u64(d.symbol_addr);
+      o.str(d.module, kMaxNameLen);
+      if (!validate_program(d.program)) {
+        o.ok = false;
+        break;
+      }
+      std::vector<uint8_t> prog = encode_program(d.program);
+      o.bytes(prog.data(), prog.size(), kMaxMessageSize);
+      put_filter(o, d.filter);
+      break;
+    }
+    case MsgType::kRemove:
+    case MsgType::kEnable:
+    case MsgType::kDisable:
+      o.u32(std::get<ProbeRef>(m.body).probe_id);
+      break;
+    case MsgType::kSetFilter: {
+      const auto& s = std::get<SetFilter>(m.body);
+      o.u32(s.probe_id);
+      put_filter(o, s.filter);
+      break;
+    }
+    case MsgType::kOptimization:
+      o.u8(std::get<Optimization>(m.body).on ? 1 : 0);
+      break;
+    case MsgType::kHello: {
+      const auto& h = std::get<Hello>(m.body);
+      o.u32(h.abi_version);
+      o.s32(h.pid);
+      o.s32(h.ppid);
+      o.u8(static_cast<uint8_t>(h.reason));
+      o.u8(0);
+      o.u16(0);
+      break;
+    }
+    case MsgType::kMapped:
+      o.u8(static_cast<uint8_t>(std::get<Mapped>(m.body).kind));
+      o.u8(0);
+      o.u16(0);
+      break;
+    case MsgType::kReply: {
+      const auto& r = std::get<Reply>(m.body);
+      o.s32(r.error);
+      o.str(r.message, kMaxMessageText);
+      o.u32(static_cast<uint32_t>(r.profile.size()));
+      for (const ProfileEntry& e : r.profile) {
+        o.u32(e.probe_id);
+        o.u64(e.nmissed);
+      }
+      break;
+    }
+    default:
+      break;  // no payload
+  }
+}
+
+bool valid_type(uint16_t t) {
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kDetach)) ||
+         t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
+         t == static_cast<uint16_t>(MsgType::kReply);
+}
+
+bool decode_body(In& in, Message* m) {
+  switch (m->type) {
+    case MsgType::kSetup: {
+      Setup s;
+      in.get(&s.area_size, "setup");
+      in.get(&s.trace_clock, "setup");
+      in.get(&s.options, "setup");
+      if (in.ok() && (s.options & ~kKnownSetupOptions)) return in.fail("setup: unknown options");
+      if (in.ok() && s.area_size == 0) return in.fail("setup: empty area");
+      m->body = s;
+      break;
+    }
+    case MsgType::kDefine: {
+      Define d;
+      uint8_t kind = 0;
+      in.get(&d.probe_id, "define");
+      in.get(&d.counter_slot, "define");
+      in.get(&d.event_id, "define");
+      in.get(&kind, "define");
+      if (in.ok() && kind > static_cast<uint8_t>(ProbeKind::kReturn))
+        return in.fail("define: unknown probe kind");
+      d.kind = static_cast<ProbeKind>(kind);
+      in.boolean(&d.enabled, "define: enabled flag");
+      in.get(&d.maxactive, "define");
+      in.get(&d.address, "define");
+      if (in.ok() && d.address == 0) return in.fail("define: address 0");
+      if (!in.ok() || !get_bounds(in, &d.bounds)) return false;
+      if (d.bounds.start < d.bounds.end &&
+          (d.address < d.bounds.start || d.address >= d.bounds.end))
+        return in.fail("define: address outside its bounds");
+      in.str(&d.symbol, kMaxNameLen, "define: symbol");
+      in.get(&d.symbol_addr, "define");
+      in.str(&d.module, kMaxNameLen, "define: module");
+      if (!in.ok()) return false;
+      if (d.symbol.find('\0') != std::string::npos || d.module.find('\0') != std::string::npos)
+        return in.fail("define: NUL in a name");
+      if (!d.symbol.empty() && d.symbol_addr > d.address)
+        return in.fail("define: symbol after the address");
+      const uint8_t* prog = nullptr;
+      size_t plen = 0;
+      if (!in.block(&prog, &plen, kMaxMessageSize, "define: program")) return false;
+      if (!decode_program(prog, plen, &d.program)) return in.fail("define: program does not decode");
+      if ((d.kind == ProbeKind::kReturn) != d.program.is_return)
+        return in.fail("define: program kind differs from the probe's");
+      if (d.maxactive > static_cast<uint32_t>(kMaxActiveMax))
+        return in.fail("define: maxactive too big");
+      if (d.kind == ProbeKind::kEntry && d.maxactive != 0)
+        return in.fail("define: maxactive on an entry probe");
+      if (!get_filter(in, &d.filter)) return false;
+      m->body = std::move(d);
+      break;
+    }
+    case MsgType::kRemove:
+    case MsgType::kEnable:
+    case MsgType::kDisable: {
+      ProbeRef r;
+      in.get(&r.probe_id, "probe id");
+      m->body = r;
+      break;
+    }
+    case MsgType::kSetFilter: {
+      SetFilter s;
+      in.get(&s.probe_id, "set_filter");
+      if (!in.ok() || !get_filter(in, &s.filter)) return false;
+      m->body = std::move(s);
+      break;
+    }
+    case MsgType::kOptimization: {
+      Optimization o;
+      in.boolean(&o.on, "optimization flag");
+      m->body = o;
+      break;
+    }
+    case MsgType::kHello: {
+      Hello h;
+      uint8_t reason = 0;
+      in.get(&h.abi_version, "hello");
+      in.get(&h.pid, "hello");
+      in.get(&h.ppid, "hello");
+      in.get(&reason, "hello");
+      in.zero8("hello: reserved");
+      in.zero16("hello: reserved");
+      if (!in.ok()) return false;
+      if (reason < static_cast<uint8_t>(HelloReason::kLaunch) ||
+          reason > static_cast<uint8_t>(HelloReason::kExec))
+        return in.fail("hello: unknown reason");
+      if (h.pid <= 0 || h.ppid < 0) return in.fail("hello: bad pid");
+      h.reason = static_cast<HelloReason>(reason);
+      m->body = h;
+      break;
+    }
+    case MsgType::kMapped: {
+      Mapped mp;
+      uint8_t kind = 0;
+      in.get(&kind, "mapped");
+      in.zero8("mapped: reserved");
+      in.zero16("mapped: reserved");
+      if (!in.ok()) return false;
+      if (kind < static_cast<uint8_t>(MappedKind::kMapped) ||
+          kind > static_cast<uint8_t>(MappedKind::kUnmapped))
+        return in.fail("mapped: unknown kind");
+      mp.kind = static_cast<MappedKind>(kind);
+      m->body = mp;
+      break;
+    }
+    case MsgType::kReply: {
+      Reply r;
+      in.get(&r.error, "reply");
+      if (in.ok() && (r.error > 0 || r.error < -4095)) return in.fail("reply: error not -errno");
+      in.str(&r.message, kMaxMessageText, "reply: message");
+      uint32_t n = 0;
+      if (!in.count(&n, 12, kMaxMessageSize / 12, "reply: profile")) return false;
+      r.profile.resize(n);
+      for (ProfileEntry& e : r.profile) {
+        in.get(&e.probe_id, "reply: profile");
+        in.get(&e.nmissed, "reply: profile");
+      }
+      m->body = std::move(r);
+      break;
+    }
+    default:
+      m->body = std::monostate{};
+      break;
+  }
+  if (!in.ok()) return false;
+  if (in.at != in.n) return in.fail("bytes after the payload");
+  return true;
+}
+
+std::vector<uint8_t> packet(MsgType type, uint16_t flags, uint32_t seq, const Out& body) {
+  std::vector<uint8_t> out;
+  out.reserve(kHeaderSize + body.b.size());
+  Out h;
+  h.u32(kMagic);
+  h.u16(static_cast<uint16_t>(type));
+  h.u16(flags);
+  h.u32(seq);
+  h.u32(static_cast<uint32_t>(body.b.size()));
+  out = std::move(h.b);
+  out.insert(out.end(), body.b.begin(), body.b.end());
+  return out;
+}
+
+}  // namespace
+
+size_t body_index(MsgType type) {
+  switch (type) {
+    case MsgType::kSetup: return 1;
+    case MsgType::kDefine: return 2;
+    case MsgType::kRemove:
+    case MsgType::kEnable:
+    case MsgType::kDisable: return 3;
+    case MsgType::kSetFilter: return 4;
+    case MsgType::kOptimization: return 5;
+    case MsgType::kHello: return 6;
+    case MsgType::kMapped: return 7;
+    case MsgType::kReply: return 8;
+    default: return 0;
+  }
+}
+
+const char* type_name(MsgType type) {
+  switch (type) {
+    case MsgType::kSetup: return "SETUP";
+    case MsgType::kDefine: return "DEFINE";
+    case MsgType::kRemove: return "REMOVE";
+    case MsgType::kEnable: return "ENABLE";
+    case MsgType::kDisable: return "DISABLE";
+    case MsgType::kSetFilter: return "SET_FILTER";
+    case MsgType::kArmAll: return "ARM_ALL";
+    case MsgType::kDisarmAll: return "DISARM_ALL";
+    case MsgType::kOptimization: return "OPTIMIZATION";
+    case MsgType::kList: return "LIST";
+    case MsgType::kProfile: return "PROFILE";
+    case MsgType::kGo: return "GO";
+    case MsgType::kDetach: return "DETACH";
+    case MsgType::kHello: return "HELLO";
+    case MsgType::kMapped: return "MAPPED";
+    case MsgType::kReply: return "REPLY";
+  }
+  return "?";
+}
+
+std::vector<std::vector<uint8_t>> encode(const Message& m) {
+  if (!valid_type(static_cast<uint16_t>(m.type)) || (m.flags & ~kKnownFlags)) return {};
+  if (m.body.index() != body_index(m.type)) return {};
+  if (m.type == MsgType::kReply) {
+    // Split a long text or profile: each packet carries a slice of both.
+    const auto& r = std::get<Reply>(m.body);
+    constexpr size_t kRoom = kMaxMessageSize - kHeaderSize - 16;
+    std::vector<std::vector<uint8_t>> out;
+    size_t text_at = 0, prof_at = 0;
+    do {
+      Out o;
+      size_t text_n = std::min(r.message.size() - text_at, kRoom);
+      size_t left = kRoom - text_n;
+      size_t prof_n = std::min(r.profile.size() - prof_at, left / 12);
+      o.s32(r.error);
+      o.str(std::string_view(r.message).substr(text_at, text_n), kMaxMessageText);
+      o.u32(static_cast<uint32_t>(prof_n));
+      for (size_t i = 0; i < prof_n; ++i) {
+        o.u32(r.profile[prof_at + i].probe_id);
+        o.u64(r.profile[prof_at + i].nmissed);
+      }
+      text_at += text_n;
+      prof_at += prof_n;
+      if (!o.ok) return {};
+      const bool more = text_at < r.message.size() || prof_at < r.profile.size();
+      out.push_back(packet(m.type, static_cast<uint16_t>(m.flags | (more ? kFlagMore : 0)),
+                           m.seq, o));
+    } while (text_at < r.message.size() || prof_at < r.profile.size());
+    return out;
+  }
+  Out o;
+  encode_body(o, m);
+  if (!o.ok || kHeaderSize + o.b.size() > kMaxMessageSize) return {};
+  std::vector<std::vector<uint8_t>> out;
+  out.push_back(packet(m.type, m.flags, m.seq, o));
+  return out;
+}
+
+int decode(const uint8_t* data, size_t n, Message* out, std::string* why) {
+  auto bad = [&](const char* w) {
+    if (why) *why = w;
+    return -EBADMSG;
+  };
+  if (n < kHeaderSize) return bad("shorter than a header");
+  if (n > kMaxMessageSize) return bad("longer than the largest message");
+  In h{data, n};
+  uint32_t magic = 0, seq = 0, len = 0;
+  uint16_t type = 0, flags = 0;
+  h.get(&magic, "");
+  h.get(&type, "");
+  h.get(&flags, "");
+  h.get(&seq, "");
+  h.get(&len, "");
+  if (magic != kMagic) {
+    if ((magic & 0xffffff00u) == (kMagic & 0xffffff00u)) return bad("another protocol version");
+    return bad("not a probefs link message");
+  }
+  out->type = static_cast<MsgType>(type);
+  out->flags = flags;
+  out->seq = seq;
+  out->body = std::monostate{};
+  if (!valid_type(type)) return bad("unknown message type");
+  if (flags & ~kKnownFlags) return bad("unknown flags");
+  if ((flags & kFlagMore) && out->type != MsgType::kReply) return bad("'more' on a request");
+  if ((flags & kFlagAnswer) && out->type != MsgType::kDefine) return bad("'answer' on a non-DEFINE");
+  if (len != n - kHeaderSize) return bad("payload length differs from the packet's");
+  In in{data + kHeaderSize, len};
+  if (!decode_body(in, out)) {
+    out->body = std::monostate{};
+    return bad(in.why ? in.why : "malformed payload");
+  }
+  return 0;
+}
+
+int ReplyAssembler::add(const Message& m) {
+  if (m.type != MsgType::kReply || m.body.index() != body_index(MsgType::kReply))
+    return -EBADMSG;
+  const auto& r = std::get<Reply>(m.body);
+  if (active_ && m.seq != seq_) return -EBADMSG;
+  if (active_ && r.error != reply_.error) return -EBADMSG;
+  if (!active_) {
+    active_ = true;
+    seq_ = m.seq;
+    reply_ = Reply{};
+    reply_.error = r.error;
+  }
+  if (reply_.message.size() + r.message.size() > (size_t{64} << 20)) return -EBADMSG;
+  reply_.message += r.message;
+  reply_.profile.insert(reply_.profile.end(), r.profile.begin(), r.profile.end());
+  if (m.flags & kFlagMore) return 0;
+  active_ = false;
+  return 1;
+}
+
+Reply ReplyAssembler::take() {
+  active_ = false;
+  return std::move(reply_);
+}
+
+// ---------------------------------------------------------------------------------------
+// Names and sockets
+
+std::string make_link_name(pid_t daemon_pid) {
+  uint8_t rnd[16];
+  size_t got = 0;
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    while (got < sizeof rnd) {
+      ssize_t r = ::read(fd, rnd + got, sizeof rnd - got);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    ::close(fd);
+  }
+  if (got < sizeof rnd) {  // no /dev/urandom: the name is still unique, only guessable
+    std::random_device rd;
+    for (uint8_t& b : rnd) b = static_cast<uint8_t>(rd());
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string name = "probefs." + std::to_string(daemon_pid) + ".";
+  for (uint8_t b : rnd) {
+    name += kHex[b >> 4];
+    name += kHex[b & 15];
+  }
+  return name;
+}
+
+bool parse_link_name(std::string_view name, pid_t* daemon_pid) {
+  constexpr std::string_view kPrefix = "probefs.";
+  if (!name.starts_with(kPrefix)) return false;
+  name.remove_prefix(kPrefix.size());
+  size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 10) return false;
+  uint64_t pid = 0;
+  for (char c : name.substr(0, dot)) {
+    if (c < '0' || c > '9') return false;
+    pid = pid * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (pid == 0 || pid > 0x3fffffff) return false;
+  std::string_view hex = name.substr(dot + 1);
+  if (hex.size() != 32) return false;
+  for (char c : hex)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  *daemon_pid = static_cast<pid_t>(pid);
+  return true;
+}
+
+int peer_cred(int fd, PeerCred* out) {
+  struct ucred uc{};
+  socklen_t len = sizeof uc;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0) return -errno;
+  if (len != sizeof uc) return -EPROTO;
+  out->pid = uc.pid;
+  out->uid = uc.uid;
+  out->gid = uc.gid;
+  return 0;
+}
+
+namespace {
+
+int wait_fd(int fd, short events, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int ms = -1;
+    if (timeout.count() >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      ms = left.count() < 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+    }
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, ms);
+    if (r > 0) return 0;
+    if (r == 0) return -ETIMEDOUT;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+}  // namespace
+
+int connect_link(std::string_view name, std::chrono::milliseconds timeout) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof addr.sun_path) return -EINVAL;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -errno;
+  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
+  if (rc != 0 && (errno == EINPROGRESS || errno == EAGAIN)) {
+    // A full backlog: AF_UNIX reports EAGAIN and does not complete later; retry until the
+    // deadline.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (rc != 0 && (errno == EAGAIN || errno == EINPROGRESS)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::close(fd);
+        return -ETIMEDOUT;
+      }
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 10);
+      rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
+      if (rc != 0 && errno == EISCONN) rc = 0;
+    }
+  }
+  if (rc != 0) {
+    int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  // Blocking from here on; every wait is bounded with poll.
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+int send_message(int fd, const Message& m, std::chrono::milliseconds timeout, int pass_fd) {
+  std::vector<std::vector<uint8_t>> packets = encode(m);
+  if (packets.empty()) return -EINVAL;
+  for (size_t i = 0; i < packets.size(); ++i) {
+    iovec iov{packets[i].data(), packets[i].size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+    if (i == 0 && pass_fd >= 0) {
+      std::memset(ctl, 0, sizeof ctl);
+      mh.msg_control = ctl;
+      mh.msg_controllen = sizeof ctl;
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    for (;;) {
+      ssize_t r = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r >= 0) break;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return -errno;
+      if (int w = wait_fd(fd, POLLOUT, timeout); w) return w;
+    }
+  }
+  return 0;
+}
+
+long recv_packet(int fd, std::vector<uint8_t>* buf, std::chrono::milliseconds timeout,
+                 int* received_fd) {
+  if (received_fd) *received_fd = -1;
+  buf->resize(kMaxMessageSize + 1);
+  for (;;) {
+    iovec iov{buf->data(), buf->size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 8)];
+    mh.msg_control = ctl;
+    mh.msg_controllen = sizeof ctl;
+    ssize_t r = ::recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return -errno;
+      if (int w = wait_fd(fd, POLLIN, timeout); w) return w;
+      continue;
+    }
+    // Take every descriptor that came, keep at most the first one asked for.
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < nfd; ++i) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (received_fd && *received_fd < 0) *received_fd = got;
+        else ::close(got);
+      }
+    }
+    if (r == 0) {
+      buf->clear();
+      return 0;
+    }
+    if ((mh.msg_flags & MSG_TRUNC) || static_cast<size_t>(r) > kMaxMessageSize) {
+      if (received_fd && *received_fd >= 0) {
+        ::close(*received_fd);
+        *received_fd = -1;
+      }
+      buf->clear();
+      return -EMSGSIZE;
+    }
+    buf->resize(static_cast<size_t>(r));
+    return r;
+  }
+}
+
+}  // namespace probefs::events::link

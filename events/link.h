@@ -1,0 +1,322 @@
+// The agent link: the private channel between the daemon and the agent inside one traced
+// process (DESIGN.md §5). Shared by both ends: the daemon side (tracee/agent_link.h) and
+// the agent (agent/); this file holds the message formats, their encoding, the strict
+// decoding every received packet goes through, and the few socket calls both ends make.
+//
+// Transport: AF_UNIX SOCK_SEQPACKET, one message per packet, so a message is never split
+// or merged by the socket and a dead peer reads as EOF. The daemon listens on an abstract
+// name (link_name(); no file, so no stale socket survives it); each agent connects once.
+// Both ends check the other with SO_PEERCRED (uid and pid) before they trust a byte.
+//
+// A packet is a 16-byte header followed by the payload, every field little-endian:
+//
+//   0  u32 magic         kMagic: "PFL" and the protocol version in the low byte
+//   4  u16 type          MsgType
+//   6  u16 flags         MsgFlags
+//   8  u32 seq           the sender's sequence number; a REPLY carries the request's
+//  12  u32 payload_len   bytes after the header: exactly the rest of the packet
+//
+// Payloads are packed (no padding): integers at their natural size, bool as one byte that
+// is 0 or 1, strings and byte blocks as u32 length + bytes, lists as u32 count + items.
+// A message's layout is written next to its struct below.
+//
+// Decoding is strict: a packet that is shorter or longer than its header says, an unknown
+// type or flag, a payload with bytes left over or missing, an enum or bool out of range, a
+// length past a limit, bounds that are not ordered, a fetch program or filter that
+// events/wire.h refuses: each is an error (decode() returns -EBADMSG and says why), never
+// undefined behaviour, whatever the bytes. The agent answers such a request with a REPLY
+// carrying the error and changes nothing.
+//
+// Sequence numbers: each end numbers its own requests (the daemon: every daemon->agent
+// message; the agent: HELLO and MAPPED), starting at 1. A REPLY's seq is the seq of the
+// request it answers. Either end may have several requests in flight.
+//
+// Conversation:
+//   launch/exec:  agent HELLO -> daemon SETUP, DEFINE..., GO   (each answered by REPLY)
+//                 The program's main does not run before GO (or the agent's bounded wait
+//                 for it ends, or the daemon goes away).
+//   attach/fork:  agent HELLO -> daemon SETUP, DEFINE... (the program runs meanwhile; a
+//                 fork child waits for GO like a launched program, its code already probed)
+//   any time:     daemon DEFINE, REMOVE, ENABLE, DISABLE, SET_FILTER, ARM_ALL, DISARM_ALL,
+//                 OPTIMIZATION, LIST, PROFILE -> agent REPLY
+//   dlopen:       agent MAPPED (seq S) -> daemon DEFINE... with kFlagAnswer, then REPLY(S);
+//                 the agent then answers each of those DEFINEs with a REPLY (see MAPPED)
+//   detach:       daemon DETACH -> agent removes every probe, REPLY, closes the link
+//   tracer death: the agent reads EOF, removes every probe and goes idle
+//
+// Threads: every function here may be called from any thread; none keeps state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "arch/text_range.h"
+#include "events/compile.h"
+#include "events/filter.h"
+
+namespace probefs::events::link {
+
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
+// The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
+// changes in a way the daemon must know about.
+inline constexpr uint32_t kAgentAbiVersion = 1;
+
+inline constexpr size_t kHeaderSize = 16;
+// The largest packet either end sends or accepts. Below the default socket send buffer
+// (net.core.wmem_default, 212992 bytes), which bounds a SOCK_SEQPACKET message.
+inline constexpr size_t kMaxMessageSize = 192 * 1024;
+
+// Limits that decoding enforces on top of the packet size.
+inline constexpr size_t kMaxNameLen = 4096;        // symbol and module names in DEFINE
+inline constexpr size_t kMaxLandingPads = 8192;
+inline constexpr size_t kMaxRelatedRanges = 256;
+inline constexpr size_t kMaxMessageText = kMaxMessageSize - 64;  // REPLY text per packet
+
+enum class MsgType : uint16_t {
+  // daemon -> agent
+  kSetup = 1,         // Setup + the ring area's memfd (SCM_RIGHTS)
+  kDefine = 2,        // Define
+  kRemove = 3,        // ProbeRef
+  kEnable = 4,        // ProbeRef
+  kDisable = 5,       // ProbeRef
+  kSetFilter = 6,     // SetFilter
+  kArmAll = 7,        // no payload: kprobes/enabled 1
+  kDisarmAll = 8,     // no payload: kprobes/enabled 0
+  kOptimization = 9,  // Optimization
+  kList = 10,         // no payload; the REPLY's text is probecore::kprobes_list()
+  kProfile = 11,      // no payload; the REPLY carries one ProfileEntry per probe
+  kGo = 12,           // no payload: let a launched (or exec'd, or fork) program run on
+  kDetach = 13,       // no payload: remove everything, REPLY, close, go idle
+  // agent -> daemon
+  kHello = 0x100,     // Hello
+  kMapped = 0x101,    // Mapped
+  // both ways
+  kReply = 0x200,     // Reply
+};
+
+enum MsgFlags : uint16_t {
+  // REPLY: more packets of the same reply follow (a long LIST text or PROFILE table);
+  // the receiver concatenates texts and profiles until a packet without it.
+  kFlagMore = 1u << 0,
+  // DEFINE: part of the answer to the agent's MAPPED request that is in flight.
+  kFlagAnswer = 1u << 1,
+};
+inline constexpr uint16_t kKnownFlags = kFlagMore | kFlagAnswer;
+
+// SETUP: the ring area and the trace options. The area's memfd travels as SCM_RIGHTS
+// ancillary data of this very packet (never by name), so no other process can open it.
+// A second SETUP replaces the area (the agent stops writing into the old one first).
+//   u64 area_size, u32 trace_clock, u32 options
+struct Setup {
+  uint64_t area_size = 0;  // bytes of the memfd the agent maps (shared)
+  uint32_t trace_clock = 0;  // the area's clock as the ring layer numbers it
+  uint32_t options = 0;      // kSetup* bits; unknown bits are refused
+};
+// Read target memory through the agent's SIGSEGV/SIGBUS fixup (when the signal guard is
+// installed) rather than one system call per read. Default off until the daemon knows
+// the guard is in place.
+inline constexpr uint32_t kSetupFaultTolerantReads = 1u << 0;
+inline constexpr uint32_t kKnownSetupOptions = kSetupFaultTolerantReads;
+
+enum class ProbeKind : uint8_t { kEntry = 0, kReturn = 1 };
+
+// The function around a probe address, run-time addresses: probecore's FunctionBounds,
+// which the agent hands the engine as it is (the engine cannot read ELF in the target).
+//   u64 start, u64 end, u32 n, n x u64 landing pad, u32 m, m x (u64 start, u64 end)
+// start <= end; pads sorted, unique, inside [start, end); related ranges start < end.
+struct Bounds {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  std::vector<uint64_t> landing_pads;
+  std::vector<arch::TextRange> related;
+};
+
+// DEFINE: one probe of one event in this process.
+//   u32 probe_id, u32 counter_slot, u16 event_id, u8 kind, u8 enabled, u32 maxactive,
+//   u64 address, Bounds, str symbol, u64 symbol_addr, str module,
+//   bytes program (events::encode_program), u8 has_filter, [bytes filter (encode_filter)]
+struct Define {
+  uint32_t probe_id = 0;      // daemon-wide unique; names the probe in later requests
+  uint32_t counter_slot = 0;  // the ring area's per-probe counter slot (kprobe_profile hits)
+  uint16_t event_id = 0;      // the record's common_type
+  ProbeKind kind = ProbeKind::kEntry;
+  bool enabled = false;       // registered enabled or disabled
+  uint32_t maxactive = 0;     // return probes: instances in flight; 0: the engine's default
+  uint64_t address = 0;       // run-time address of the probed instruction (entry of the
+                              // function for a return probe)
+  Bounds bounds;              // the function around address; start == end when unknown
+  // For `kprobes/list` and the engine's knowledge of where it is: the symbol the address
+  // belongs to (empty: none), its run-time address, and its object's basename (empty for
+  // the executable).
+  std::string symbol;
+  uint64_t symbol_addr = 0;
+  std::string module;
+  FetchProgram program;                  // validated (events/wire.h) when decoded
+  std::optional<CompiledFilter> filter;  // likewise
+};
+
+// REMOVE, ENABLE, DISABLE: u32 probe_id
+struct ProbeRef {
+  uint32_t probe_id = 0;
+};
+
+// SET_FILTER: u32 probe_id, u8 has_filter, [bytes filter]. No filter clears it.
+struct SetFilter {
+  uint32_t probe_id = 0;
+  std::optional<CompiledFilter> filter;
+};
+
+// OPTIMIZATION: u8 on (debug.kprobes_optimization)
+struct Optimization {
+  bool on = true;
+};
+
+enum class HelloReason : uint8_t {
+  kLaunch = 1,  // started by the daemon with the agent preloaded; waits for GO
+  kAttach = 2,  // loaded into a running process (probefs_agent_attach)
+  kFork = 3,    // a fork child of a traced process; waits for GO, probes inherited
+  kExec = 4,    // a traced process exec'd a new image (same pid); waits for GO
+};
+
+// HELLO: the agent's first message on a new connection.
+//   u32 abi_version, s32 pid, s32 ppid, u8 reason, u8 0, u16 0
+struct Hello {
+  uint32_t abi_version = kAgentAbiVersion;
+  int32_t pid = 0;   // must equal the connection's SO_PEERCRED pid
+  int32_t ppid = 0;  // a fork child's parent (checked against /proc by the daemon)
+  HelloReason reason = HelloReason::kLaunch;
+};
+
+// MAPPED: the dynamic linker changed the set of loaded objects (r_brk with r_state
+// RT_CONSISTENT). Sent by the thread that runs dlopen or dlclose, at the point where a new
+// object is mapped and in the link map but not yet relocated and none of its code has run.
+// That thread waits (bounded) for the daemon's answer: the DEFINEs (kFlagAnswer) of the
+// probes that now resolve, then a REPLY with MAPPED's seq. It applies them itself, answers
+// each DEFINE with a REPLY, and only then lets the dynamic linker go on.
+//   u8 kind, u8 0, u16 0
+enum class MappedKind : uint8_t {
+  kMapped = 1,    // objects were added (after RT_ADD)
+  kUnmapped = 2,  // objects were removed (after RT_DELETE); their probes are [GONE]
+};
+struct Mapped {
+  MappedKind kind = MappedKind::kMapped;
+};
+
+// REPLY: the answer to a request.
+//   s32 error, str message, u32 n, n x (u32 probe_id, u64 nmissed)
+// error is 0 or a negative errno as the kernel returns it from the operation (-EINVAL,
+// -ENOENT, -EEXIST, -EBADMSG for a message that did not decode, -EOPNOTSUPP for a type
+// the receiver does not serve, -EBUSY, -ENOMEM, ...). message is human-readable text: a
+// failure's reason, or the requested text (LIST). A REPLY longer than one packet is split
+// with kFlagMore.
+struct ProfileEntry {
+  uint32_t probe_id = 0;
+  uint64_t nmissed = 0;  // the kprobe's nmissed + the kretprobe's nmissed
+};
+struct Reply {
+  int32_t error = 0;
+  std::string message;
+  std::vector<ProfileEntry> profile;  // PROFILE only
+};
+
+using Body = std::variant<std::monostate, Setup, Define, ProbeRef, SetFilter, Optimization,
+                          Hello, Mapped, Reply>;
+
+struct Message {
+  MsgType type = MsgType::kReply;
+  uint16_t flags = 0;
+  uint32_t seq = 0;
+  Body body;  // the alternative type's payload calls for; monostate for none
+};
+
+// The payload alternative a type carries (the index into Body).
+size_t body_index(MsgType type);
+// "SETUP", "DEFINE", ... for logs; "?" for an unknown type.
+const char* type_name(MsgType type);
+
+// Encodes one message into packets of at most kMaxMessageSize. Every message is one
+// packet except a REPLY whose text or profile does not fit one, which is split (kFlagMore
+// on all but the last). Empty when the body does not match the type, a field exceeds a
+// limit above, or a DEFINE's program (or a filter) does not validate.
+std::vector<std::vector<uint8_t>> encode(const Message& m);
+
+// Decodes one packet. 0, or -EBADMSG with *why (when not null) saying what is wrong.
+// When the header itself was sound, *out's type, flags and seq are set even on failure,
+// so the receiver can address its error reply.
+[[nodiscard]] int decode(const uint8_t* data, size_t n, Message* out,
+                         std::string* why = nullptr);
+
+// Collects the packets of one REPLY (kFlagMore). add() returns true when the reply is
+// complete; -EBADMSG when a packet of another seq arrives in the middle.
+class ReplyAssembler {
+ public:
+  // 1: complete, 0: more to come, -EBADMSG: not a continuation of the reply in progress.
+  int add(const Message& m);
+  uint32_t seq() const { return seq_; }
+  Reply take();
+
+ private:
+  bool active_ = false;
+  uint32_t seq_ = 0;
+  Reply reply_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Names and sockets.
+
+// The environment variable that tells a preloaded agent the link name (set by the
+// launcher, tracee/launch.h; inherited by fork children and exec'd images).
+inline constexpr const char* kLinkEnv = "PROBEFS_AGENT_LINK";
+// The agent's entry point for attach, exported by libprobefs-agent.so:
+//   extern "C" int probefs_agent_attach(const char* link_name);
+// Called (once the injector has dlopen'ed the agent) on a thread of the target that the
+// daemon ptrace-controls. It connects to link_name, checks that the listening process is
+// this process's tracer (TracerPid) with the uid of root or of this process, sends HELLO
+// kAttach, starts the agent's control thread and returns 0, or a negative errno at once
+// (-EBUSY: the agent is linked to a daemon already; -EPERM: the peer is not the tracer;
+// -EINVAL: not a link name). It does not wait for the daemon's requests.
+inline constexpr const char* kAttachSymbol = "probefs_agent_attach";
+
+// Link names are abstract AF_UNIX names of the form `probefs.<daemon pid>.<32 hex digits>`
+// (the digits random), so an agent learns which process it must find at the other end.
+std::string make_link_name(pid_t daemon_pid);
+// The daemon's pid from a link name; false when the name is not of the form above.
+bool parse_link_name(std::string_view name, pid_t* daemon_pid);
+
+// Credentials of the peer of a connected AF_UNIX socket (SO_PEERCRED): the process that
+// connected (or listened) at that time. 0 or a negative errno.
+struct PeerCred {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+[[nodiscard]] int peer_cred(int fd, PeerCred* out);
+
+// Connects a new SOCK_SEQPACKET | SOCK_CLOEXEC socket to the abstract name. The fd, or a
+// negative errno. Blocks at most `timeout` (a full backlog).
+[[nodiscard]] int connect_link(std::string_view name, std::chrono::milliseconds timeout);
+
+// Sends all packets of m, the first with `pass_fd` attached when >= 0 (SETUP). MSG_NOSIGNAL:
+// a closed peer gives -EPIPE, not SIGPIPE. 0 or a negative errno; blocks at most
+// `timeout` per packet on a full socket buffer.
+[[nodiscard]] int send_message(int fd, const Message& m, std::chrono::milliseconds timeout,
+                               int pass_fd = -1);
+
+// Receives one packet into *buf (resized to its length). A file descriptor that came with
+// it is stored in *received_fd (CLOEXEC) when received_fd is not null, and closed
+// otherwise; -1 when none came. Returns the packet length (> 0), 0 at EOF, -ETIMEDOUT
+// after `timeout` (negative: wait for ever), -EMSGSIZE for a packet longer than
+// kMaxMessageSize (it is dropped), or another negative errno.
+[[nodiscard]] long recv_packet(int fd, std::vector<uint8_t>* buf,
+                               std::chrono::milliseconds timeout, int* received_fd = nullptr);
+
+}  // namespace probefs::events::link

@@ -1,0 +1,527 @@
+// The ring buffer's shared memory: the layout of one traced process's ring area, and the
+// producer half, which runs on the hit path inside that process (DESIGN.md §3, §5).
+//
+// One AREA per traced process: a memfd the daemon creates, sizes, seals and maps
+// (events/ring_consumer.h); the agent inside the process maps the same memfd. It holds a
+// header and a fixed number of RINGS, each a single-producer, single-consumer byte ring
+// that belongs to one thread of the process at a time:
+//
+//   offset 0               RingAreaHeader        geometry, clock mode, the counter clock,
+//                                                the reader's wake word
+//   fallback_offset        u64 fallback_hits[probe_slots]   atomic; hits of a thread that
+//                          u64 misses[probe_slots]          has no ring; misses (nmissed)
+//   rings_offset           ring 0, ring 1, ... ring_count - 1, each ring_stride bytes:
+//     +0                     RingControl         owner tid, head (producer's line), lost;
+//                                                tail (the consumer's line)
+//     +128                   u64 hits[probe_slots]          written by the ring's producer
+//     +hits_bytes            data[ring_bytes]               the records
+//
+// Sizes. The kernel's buffer_size_kb is the size of each per-CPU buffer; here the unit
+// that has its own buffer is the thread, so buffer_size_kb sets ring_bytes:
+//   ring_bytes = buffer_size_kb * 1024 rounded up to whole pages (4 KiB), as the kernel
+//   rounds to pages; buffer_total_size_kb = buffer_size_kb * the rings of every area.
+// The daemon chooses ring_count per area when it creates it (threads beyond that count
+// record nothing until a ring is freed: their hits go to fallback_hits, their records to
+// unowned_lost). A memfd's pages are allocated when first written, so the rings no
+// thread ever claimed cost next to nothing.
+//
+// Records. Each is a 16-byte RingRecordHeader, then (only for the first record after
+// drops) the ring's cumulative lost count as a u64, then the payload (an events record,
+// events/compile.h; the ring treats it as bytes), padded to 8 bytes. A record never
+// wraps: when the bytes left before the end of the data are too few, the producer writes
+// a padding marker there (only its first 8 bytes are meaningful) and puts the record at 0.
+// Offsets stay in [0, ring_bytes): head == tail is empty, and the producer never lets head
+// reach tail from behind, so a ring holds at most ring_bytes - 8 bytes.
+//
+// Publication. The producer writes the record's bytes, then stores head with release
+// semantics (commit): the consumer reads head with acquire and then only the bytes before
+// it. Nothing a producer does between reserve and commit is visible, so a thread killed
+// there leaves the ring as it was before the reservation. The consumer stores tail with
+// release once it is done with a record; the producer writes over those bytes only after
+// it read that tail (acquire).
+//
+// Full ring: the new record is dropped (the kernel's non-overwrite mode) and counted in
+// `lost`; the next record that fits carries the cumulative count, so the consumer tells
+// exactly how many records were lost between two it returns.
+//
+// Owners. A thread claims a free ring at its first record (a CAS of owner from 0 to its
+// tid); the daemon frees the ring once it is drained and the thread is gone (or the thread
+// retired it), see RingAreaReader::reclaim. Rings, reserve and commit are not reentrant:
+// one thread uses its RingProducer, and the caller's recursion guard keeps a signal
+// handler on the same thread from entering reserve while a reservation is open.
+//
+// After fork, the child's threads must not use the parent's RingProducers (the agent's
+// atfork child handler drops them): the child is a target of its own, with its own area.
+//
+// Timestamps are read in process without a system call (RingAreaHeader::stamp_mode):
+// the TSC with the CPU number from TSC_AUX, which Linux sets to cpu | node << 12 on every
+// CPU, read by rdpid (one cheap instruction next to rdtsc) or rdtscp; or, for the
+// `counter` trace clock, an atomic increment of the area's counter. The daemon converts
+// TSC stamps to the chosen trace clock (events/trace_clock.h).
+//
+// Waking the reader costs no system call per record: the consumer sets `sleeping` before
+// it futex-waits on wake_seq (with a bounded timeout), and a producer that finds the flag
+// set after a commit clears it, bumps wake_seq and calls FUTEX_WAKE. The consumer sets
+// the flag and then issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before it looks at
+// the rings a last time, so the producer's commit needs no fence of its own: either the
+// consumer sees the new head, or the producer sees the flag. Processes that did not
+// register for that barrier (ring_register_producer_process) can miss a wake, which costs
+// the reader its timeout in latency, never a hang.
+//
+// Threads: the producer functions run on the hit path of the thread that owns the
+// RingProducer: no allocation, no locks, no library calls, no system call except the wake
+// and the rare claim; they compile with -O2 -mgeneral-regs-only.
+//
+// The area is writable by the traced process, so the daemon treats every byte of it as
+// hostile (ring_consumer.h). The producer trusts the header, which only the daemon writes:
+// a process that scribbles over its own area can only break its own records.
+#pragma once
+
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "arch/syscall.h"
+
+namespace probefs::events {
+
+inline constexpr uint32_t kRingAreaMagic = 0x52464270;      // "pBFR"
+inline constexpr uint32_t kRingAreaVersion = 1;
+inline constexpr uint32_t kRingPageBytes = 4096;
+inline constexpr uint32_t kRingMinBytes = kRingPageBytes;  // per ring, a page multiple
+inline constexpr uint32_t kRingMaxBytes = 1u << 30;
+inline constexpr uint32_t kRingMaxCount = 4096;
+inline constexpr uint32_t kRingMaxProbeSlots = 1u << 16;    // a multiple of 8
+inline constexpr uint64_t kRingMaxAreaBytes = 1ull << 36;
+inline constexpr uint32_t kRingRecordHeaderSize = 16;
+
+// RingControl::owner: 0 when free, else the owner's tid, with kRingOwnerRetired once the
+// thread promised to write no more (it may then exit before the daemon frees the ring).
+inline constexpr uint32_t kRingOwnerTidMask = 0x3fffffff;  // pid_max is at most 2^22
+inline constexpr uint32_t kRingOwnerRetired = 0x80000000;
+
+// RingAreaHeader::stamp_mode: the low 16 bits choose the stamp, the high 16 bits where the
+// CPU number comes from. 0 (TSC + rdpid) is the fast path the producer tests first.
+enum RingStampClock : uint32_t {
+  kRingStampTsc = 0,      // rdtsc (or rdtscp): the TSC, converted by the daemon
+  kRingStampCounter = 1,  // ++RingAreaHeader::counter: the `counter` trace clock
+};
+enum RingCpuSource : uint32_t {
+  kRingCpuRdpid = 0,   // rdpid: TSC_AUX
+  kRingCpuRdtscp = 1,  // rdtscp: the TSC and TSC_AUX in one instruction
+  kRingCpuNone = 2,    // neither instruction: every record says CPU 0
+};
+constexpr uint32_t ring_stamp_mode(RingStampClock clock, RingCpuSource cpu) {
+  return static_cast<uint32_t>(clock) | static_cast<uint32_t>(cpu) << 16;
+}
+
+// RingRecordHeader::kind. Zeroed memory is no record at all.
+inline constexpr uint8_t kRingKindData = 1;
+inline constexpr uint8_t kRingKindPadding = 2;
+// RingRecordHeader::flags.
+inline constexpr uint8_t kRingFlagCounterStamp = 1;  // stamp is the counter, not the TSC
+inline constexpr uint8_t kRingFlagLostCount = 2;     // a u64 cumulative lost count follows
+inline constexpr uint8_t kRingKnownFlags = kRingFlagCounterStamp | kRingFlagLostCount;
+
+struct RingRecordHeader {
+  uint32_t len;    // payload bytes (data); bytes up to the end of the ring (padding)
+  uint16_t cpu;    // TSC_AUX & 0xfff
+  uint8_t kind;    // kRingKind*
+  uint8_t flags;   // kRingFlag*
+  uint64_t stamp;  // TSC or counter value, taken at reserve
+};
+static_assert(sizeof(RingRecordHeader) == kRingRecordHeaderSize);
+
+struct RingAreaHeader {
+  // Line 0: written by the daemon before it hands the area out; read-only afterwards but
+  // for stamp_mode, which the daemon may change when the trace clock changes.
+  uint32_t magic;
+  uint32_t version;
+  uint64_t area_bytes;
+  uint32_t ring_count;
+  uint32_t ring_bytes;       // data bytes per ring: a multiple of kRingPageBytes
+  uint32_t ring_stride;      // bytes from one ring to the next
+  uint32_t probe_slots;      // hit counters per ring (and in each fallback array)
+  uint32_t fallback_offset;  // from the area's start: fallback_hits, then misses
+  uint32_t rings_offset;     // from the area's start: ring 0
+  uint32_t stamp_mode;       // ring_stamp_mode(); read by every reserve (relaxed)
+  uint32_t reserved0[5];
+  // Line 1: the counter clock, atomic (kRingStampCounter).
+  alignas(64) uint64_t counter;
+  // Line 2: written rarely.
+  alignas(64) uint64_t unowned_lost;  // records of threads without a ring (atomic)
+  uint32_t free_generation;           // bumped by the daemon each time it frees rings
+  uint32_t reserved2;
+  // Line 3: waking the reader.
+  alignas(64) uint32_t wake_seq;  // the futex word: bumped by each wake
+  uint32_t sleeping;              // nonzero: the reader is (about to be) asleep
+};
+static_assert(sizeof(RingAreaHeader) == 256);
+static_assert(offsetof(RingAreaHeader, counter) == 64);
+static_assert(offsetof(RingAreaHeader, wake_seq) == 192);
+
+struct RingControl {
+  // Line 0: the producer's. owner is CASed by claiming threads and cleared by the daemon.
+  uint32_t owner;
+  uint32_t head;  // end of the committed records (release); the producer's only
+  uint64_t lost;  // cumulative records dropped for lack of room; the producer's only
+  uint32_t reserved0[12];
+  // Line 1: the consumer's.
+  alignas(64) uint32_t tail;  // start of the records not yet consumed (release)
+  uint32_t reserved1[15];
+};
+static_assert(sizeof(RingControl) == 128);
+static_assert(offsetof(RingControl, tail) == 64);
+
+// What the daemon asks for; ring_layout() derives the rest.
+struct RingGeometry {
+  uint32_t ring_count = 64;
+  uint32_t ring_bytes = 1410 * 1024;  // the kernel's default buffer_size_kb
+  uint32_t probe_slots = 1024;
+};
+
+struct RingLayout {
+  uint64_t area_bytes = 0;
+  uint32_t fallback_offset = 0;
+  uint32_t rings_offset = 0;
+  uint32_t ring_stride = 0;
+  uint32_t hits_offset = 0;  // within a ring
+  uint32_t data_offset = 0;  // within a ring
+};
+
+constexpr uint64_t ring_align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Fills `out` for `g` (ring_bytes rounded up to whole pages). False when a value is out of
+// range: 1..kRingMaxCount rings, kRingMinBytes..kRingMaxBytes each, probe_slots a multiple
+// of 8 up to kRingMaxProbeSlots, the whole area at most kRingMaxAreaBytes.
+constexpr bool ring_layout(const RingGeometry& g, RingLayout* out) {
+  if (g.ring_count == 0 || g.ring_count > kRingMaxCount) return false;
+  if (g.ring_bytes == 0 || g.ring_bytes > kRingMaxBytes) return false;
+  if (g.probe_slots % 8 != 0 || g.probe_slots > kRingMaxProbeSlots) return false;
+  const uint64_t ring_bytes = ring_align_up(g.ring_bytes, kRingPageBytes);
+  const uint64_t hits_bytes = ring_align_up(uint64_t{g.probe_slots} * 8, 64);
+  const uint64_t fallback_offset = sizeof(RingAreaHeader);
+  const uint64_t rings_offset =
+      ring_align_up(fallback_offset + 2 * uint64_t{g.probe_slots} * 8, kRingPageBytes);
+  const uint64_t stride = sizeof(RingControl) + hits_bytes + ring_bytes;
+  const uint64_t area = rings_offset + stride * g.ring_count;
+  if (area > kRingMaxAreaBytes) return false;
+  out->area_bytes = area;
+  out->fallback_offset = static_cast<uint32_t>(fallback_offset);
+  out->rings_offset = static_cast<uint32_t>(rings_offset);
+  out->ring_stride = static_cast<uint32_t>(stride);
+  out->hits_offset = static_cast<uint32_t>(sizeof(RingControl));
+  out->data_offset = static_cast<uint32_t>(sizeof(RingControl) + hits_bytes);
+  return true;
+}
+
+// Whether `area` (size bytes mapped) has a header that describes itself consistently and
+// fits the mapping. Both sides check it after they map the memfd; the daemon also keeps
+// its own copy of the geometry and never reads these fields again (ring_consumer.h).
+inline bool ring_area_header_valid(const RingAreaHeader* a, uint64_t size) {
+  if (size < sizeof(RingAreaHeader)) return false;
+  RingGeometry g;
+  g.ring_count = a->ring_count;
+  g.ring_bytes = a->ring_bytes;
+  g.probe_slots = a->probe_slots;
+  RingLayout l;
+  return a->magic == kRingAreaMagic && a->version == kRingAreaVersion &&
+         a->ring_bytes % kRingPageBytes == 0 && ring_layout(g, &l) &&
+         l.area_bytes == a->area_bytes && l.area_bytes <= size &&
+         l.fallback_offset == a->fallback_offset && l.rings_offset == a->rings_offset &&
+         l.ring_stride == a->ring_stride;
+}
+
+// --- the producer (hit path) ---------------------------------------------------------
+
+// The calling thread's hold on its ring, kept in the thread's own memory (the agent keeps
+// it in thread-local storage): pointers and the positions only this thread changes.
+// Zero-initialised means "no ring yet".
+struct RingProducer {
+  uint8_t* data = nullptr;          // the ring's data; null until claimed
+  RingControl* ctl = nullptr;
+  RingAreaHeader* area = nullptr;
+  uint64_t* hits = nullptr;
+  uint32_t size = 0;                // ring_bytes
+  uint32_t probe_slots = 0;
+  uint32_t head = 0;                // mirrors ctl->head
+  uint32_t tail_cache = 0;          // the last tail read; re-read only when short of room
+  uint32_t pending_off = 0;         // the open reservation's record
+  uint32_t pending_extra = 0;       // 8 when it carries the lost count
+  uint64_t lost = 0;                // mirrors ctl->lost
+  uint64_t lost_marked = 0;         // the lost count the last committed record carried
+  uint32_t ring = 0;                // index in the area
+  uint32_t claim_generation = 0;    // free_generation when the last claim failed
+};
+
+namespace ring_detail {
+
+template <class T>
+inline T load_relaxed(const T* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+template <class T>
+inline T load_acquire(const T* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+template <class T>
+inline void store_relaxed(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+template <class T>
+inline void store_release(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+inline uint8_t* area_bytes(RingAreaHeader* a) { return reinterpret_cast<uint8_t*>(a); }
+
+inline RingControl* control(RingAreaHeader* a, uint32_t i) {
+  return reinterpret_cast<RingControl*>(area_bytes(a) + a->rings_offset +
+                                        uint64_t{i} * a->ring_stride);
+}
+
+// Where a record of `need` bytes (header included, 8-aligned) goes when the producer is at
+// `h` and the consumer at `t`: `*off`, with padding from h to the end when *off != h.
+// The new head must not equal t (that would read as empty).
+inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t* off) {
+  if (h >= t) {  // used: [t, h); free: [h, size) and [0, t)
+    const uint64_t end = uint64_t{h} + need;
+    if (end < size || (end == size && t != 0)) {
+      *off = h;
+      return true;
+    }
+    if (need < t) {  // pad [h, size), record at [0, need)
+      *off = 0;
+      return true;
+    }
+    return false;
+  }
+  if (uint64_t{h} + need < t) {  // used: [t, size) and [0, h); free: [h, t)
+    *off = h;
+    return true;
+  }
+  return false;
+}
+
+// fits() against the tail last seen, then, when short of room, against the consumer's
+// current tail: its cache line is read only then, not on every record.
+[[gnu::always_inline]] inline bool place(RingProducer* p, uint64_t need, uint32_t* off) {
+  if (need >= p->size) return false;
+  const uint32_t n = static_cast<uint32_t>(need);
+  if (fits(p->head, p->tail_cache, n, p->size, off)) return true;
+  p->tail_cache = load_acquire(&p->ctl->tail);
+  return fits(p->head, p->tail_cache, n, p->size, off);
+}
+
+[[gnu::always_inline]] inline uint64_t read_tsc() {
+  uint32_t lo, hi;
+  asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
+  return uint64_t{hi} << 32 | lo;
+}
+
+// The stamp and CPU as stamp_mode says; the flags the record gets.
+[[gnu::always_inline]] inline uint64_t read_stamp(RingAreaHeader* a, uint32_t* cpu,
+                                                  uint8_t* flags) {
+  const uint32_t mode = load_relaxed(&a->stamp_mode);
+  if (__builtin_expect(mode == ring_stamp_mode(kRingStampTsc, kRingCpuRdpid), 1)) {
+    const uint64_t tsc = read_tsc();
+    uint64_t aux;
+    asm volatile("rdpid %0" : "=r"(aux));
+    *cpu = static_cast<uint32_t>(aux) & 0xfff;
+    *flags = 0;
+    return tsc;
+  }
+  uint32_t aux = 0;
+  uint64_t stamp;
+  switch (mode >> 16) {
+    case kRingCpuRdpid: {
+      uint64_t a64;
+      asm volatile("rdpid %0" : "=r"(a64));
+      aux = static_cast<uint32_t>(a64);
+      stamp = (mode & 0xffff) == kRingStampTsc ? read_tsc() : 0;
+      break;
+    }
+    case kRingCpuRdtscp: {
+      uint32_t lo, hi;
+      asm volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux));
+      stamp = uint64_t{hi} << 32 | lo;
+      break;
+    }
+    default:
+      stamp = (mode & 0xffff) == kRingStampTsc ? read_tsc() : 0;
+      break;
+  }
+  *cpu = aux & 0xfff;
+  if ((mode & 0xffff) == kRingStampCounter) {
+    *flags = kRingFlagCounterStamp;
+    return __atomic_add_fetch(&a->counter, 1, __ATOMIC_RELAXED);
+  }
+  *flags = 0;
+  return stamp;
+}
+
+}  // namespace ring_detail
+
+// Claims a free ring of `area` for the calling thread, whose thread id is `tid`, and sets
+// up `p`. False when every ring is taken (p->claim_generation then remembers when, see
+// ring_claim_worth_retrying). The scan starts at a ring chosen by the tid so that threads
+// starting together rarely CAS the same owner word.
+inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p) {
+  using namespace ring_detail;
+  const uint32_t generation = load_acquire(&area->free_generation);
+  const uint32_t n = area->ring_count;
+  const uint32_t want = tid & kRingOwnerTidMask;
+  if (want == 0) return false;
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t i = (tid + k) % n;
+    RingControl* ctl = control(area, i);
+    uint32_t expected = 0;
+    if (load_relaxed(&ctl->owner) != 0 ||
+        !__atomic_compare_exchange_n(&ctl->owner, &expected, want, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED)) {
+      continue;
+    }
+    uint8_t* ring = reinterpret_cast<uint8_t*>(ctl);
+    const uint64_t hits_bytes = ring_align_up(uint64_t{area->probe_slots} * 8, 64);
+    p->ctl = ctl;
+    p->area = area;
+    p->hits = reinterpret_cast<uint64_t*>(ring + sizeof(RingControl));
+    p->size = area->ring_bytes;
+    p->probe_slots = area->probe_slots;
+    // The previous owner's committed records may still be in the ring (the daemon frees a
+    // ring once drained, but a retired one may be claimed again by nobody else): go on
+    // from its head. A head the daemon could not have left (odd or out of range) starts
+    // over at the tail.
+    uint32_t head = load_relaxed(&ctl->head);
+    const uint32_t tail = load_acquire(&ctl->tail);
+    if (head >= p->size || head % 8 != 0) head = tail < p->size && tail % 8 == 0 ? tail : 0;
+    p->head = head;
+    p->tail_cache = tail;
+    p->lost = load_relaxed(&ctl->lost);
+    p->lost_marked = p->lost;
+    p->pending_off = 0;
+    p->pending_extra = 0;
+    p->ring = i;
+    p->data = ring + sizeof(RingControl) + hits_bytes;
+    return true;
+  }
+  p->claim_generation = generation;
+  return false;
+}
+
+// After a failed claim: whether the daemon has freed rings since, so that another scan
+// may succeed. One load; lets a thread without a ring retry without scanning every hit.
+inline bool ring_claim_worth_retrying(const RingAreaHeader* area, const RingProducer* p) {
+  return ring_detail::load_acquire(&area->free_generation) != p->claim_generation;
+}
+
+// Room for a record of up to max_len payload bytes: a pointer to max_len contiguous bytes,
+// or nullptr when the ring lacks room (the record is lost and counted). Takes the record's
+// stamp and CPU. Nothing is visible to the reader until ring_commit.
+[[gnu::always_inline]] inline void* ring_reserve(RingProducer* p, uint32_t max_len) {
+  using namespace ring_detail;
+  const uint32_t extra = p->lost != p->lost_marked ? 8 : 0;
+  const uint64_t need = (uint64_t{kRingRecordHeaderSize} + extra + max_len + 7) & ~uint64_t{7};
+  uint32_t off;
+  if (__builtin_expect(!place(p, need, &off), 0)) {
+    store_relaxed(&p->ctl->lost, ++p->lost);
+    return nullptr;
+  }
+  uint8_t* rec = p->data + off;
+  if (off != p->head) {
+    // The padding marker: the consumer skips from here to the end of the ring. Only its
+    // first 8 bytes are written: there may be no more before the end.
+    RingRecordHeader* pad = reinterpret_cast<RingRecordHeader*>(p->data + p->head);
+    pad->len = p->size - p->head;
+    pad->cpu = 0;
+    pad->kind = kRingKindPadding;
+    pad->flags = 0;
+  }
+  uint32_t cpu;
+  uint8_t flags;
+  const uint64_t stamp = read_stamp(p->area, &cpu, &flags);
+  RingRecordHeader* h = reinterpret_cast<RingRecordHeader*>(rec);
+  h->cpu = static_cast<uint16_t>(cpu);
+  h->kind = kRingKindData;
+  h->stamp = stamp;
+  if (extra) {
+    flags |= kRingFlagLostCount;
+    __builtin_memcpy(rec + kRingRecordHeaderSize, &p->lost, 8);
+  }
+  h->flags = flags;
+  p->pending_off = off;
+  p->pending_extra = extra;
+  return rec + kRingRecordHeaderSize + extra;
+}
+
+// Slow path of ring_commit: wakes the reader. Clearing the flag first means one wake per
+// sleep, however many producers see it.
+[[gnu::noinline, gnu::cold]] inline void ring_wake(RingAreaHeader* area) {
+  if (__atomic_exchange_n(&area->sleeping, 0u, __ATOMIC_ACQ_REL) == 0) return;
+  __atomic_add_fetch(&area->wake_seq, 1u, __ATOMIC_RELEASE);
+  // A shared futex (no FUTEX_PRIVATE_FLAG): the waiter is another process.
+  arch::raw_syscall(__NR_futex, reinterpret_cast<long>(&area->wake_seq), FUTEX_WAKE,
+                    0x7fffffff, 0, 0, 0);
+}
+
+// Publishes the reserved record with len <= max_len payload bytes, and wakes the reader
+// if it sleeps.
+[[gnu::always_inline]] inline void ring_commit(RingProducer* p, uint32_t len) {
+  using namespace ring_detail;
+  uint8_t* rec = p->data + p->pending_off;
+  reinterpret_cast<RingRecordHeader*>(rec)->len = len;
+  const uint32_t stride = (kRingRecordHeaderSize + p->pending_extra + len + 7) & ~7u;
+  uint32_t head = p->pending_off + stride;
+  if (head == p->size) head = 0;
+  p->head = head;
+  if (p->pending_extra) p->lost_marked = p->lost;
+  store_release(&p->ctl->head, head);
+  // No fence between the store and this load: the reader's membarrier orders them.
+  if (__builtin_expect(load_relaxed(&p->area->sleeping) != 0, 0)) ring_wake(p->area);
+}
+
+// Abandons the open reservation (a filter rejected the record): nothing was published.
+inline void ring_discard(RingProducer*) {}
+
+// kprobe_profile's hits of probe slot `slot`, counted by the ring's only writer.
+[[gnu::always_inline]] inline void ring_count_hit(RingProducer* p, uint32_t slot) {
+  if (__builtin_expect(slot < p->probe_slots, 1)) {
+    uint64_t* c = p->hits + slot;
+    ring_detail::store_relaxed(c, ring_detail::load_relaxed(c) + 1);
+  }
+}
+
+inline uint64_t* ring_fallback_hits(RingAreaHeader* area) {
+  return reinterpret_cast<uint64_t*>(ring_detail::area_bytes(area) + area->fallback_offset);
+}
+inline uint64_t* ring_misses(RingAreaHeader* area) {
+  return ring_fallback_hits(area) + area->probe_slots;
+}
+
+// A hit of a thread that has no ring (every ring taken): an atomic counter.
+inline void ring_count_hit_unowned(RingAreaHeader* area, uint32_t slot) {
+  if (slot < area->probe_slots)
+    __atomic_add_fetch(ring_fallback_hits(area) + slot, 1, __ATOMIC_RELAXED);
+}
+
+// A record of a thread that has no ring.
+inline void ring_drop_unowned(RingAreaHeader* area) {
+  __atomic_add_fetch(&area->unowned_lost, 1, __ATOMIC_RELAXED);
+}
+
+// A missed hit of probe slot `slot` (kprobe_profile's misses: the probe hit inside
+// another handler). Rare, so shared and atomic.
+inline void ring_count_miss(RingAreaHeader* area, uint32_t slot) {
+  if (slot < area->probe_slots)
+    __atomic_add_fetch(ring_misses(area) + slot, 1, __ATOMIC_RELAXED);
+}
+
+// The thread will write no more (it is exiting): the daemon may free the ring once it is
+// drained, without waiting to see the thread gone. `p` is no ring afterwards.
+inline void ring_retire(RingProducer* p) {
+  if (!p->ctl) return;
+  __atomic_or_fetch(&p->ctl->owner, kRingOwnerRetired, __ATOMIC_RELEASE);
+  *p = RingProducer{};
+}
+
+// Registers the calling process for the reader's MEMBARRIER_CMD_GLOBAL_EXPEDITED (see
+// "Waking the reader" above). Once per process, again in a fork child; 0 or -errno.
+inline long ring_register_producer_process() {
+  return arch::raw_syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0);
+}
+
+}  // namespace probefs::events

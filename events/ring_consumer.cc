@@ -1,0 +1,664 @@
+#include "events/ring_consumer.h"
+
+#include <cpuid.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace probefs::events {
+namespace {
+
+using ring_detail::load_acquire;
+using ring_detail::load_relaxed;
+using ring_detail::store_relaxed;
+using ring_detail::store_release;
+
+constexpr uint32_t align8(uint64_t v) { return static_cast<uint32_t>((v + 7) & ~uint64_t{7}); }
+
+// Bytes from offset a forward to offset b in a ring of `size` bytes.
+constexpr uint32_t distance(uint32_t a, uint32_t b, uint32_t size) {
+  return b >= a ? b - a : size - a + b;
+}
+
+bool head_ok(uint32_t h, uint32_t size) { return h < size && h % 8 == 0; }
+
+bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lane_b) {
+  return stamp_a != stamp_b ? stamp_a < stamp_b : lane_a < lane_b;
+}
+
+}  // namespace
+
+// --- creating an area -------------------------------------------------------------------
+
+uint32_t ring_detect_stamp_mode(RingStampClock clock) {
+  unsigned a, b, c, d;
+  RingCpuSource cpu = kRingCpuNone;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22))) {
+    cpu = kRingCpuRdpid;
+  } else if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27))) {
+    cpu = kRingCpuRdtscp;
+  }
+  return ring_stamp_mode(clock, cpu);
+}
+
+int ring_area_init(void* mem, uint64_t size, const RingGeometry& g, uint32_t stamp_mode) {
+  RingLayout l;
+  if (!mem || !ring_layout(g, &l) || l.area_bytes > size) return -EINVAL;
+  auto* a = static_cast<RingAreaHeader*>(mem);
+  memset(a, 0, sizeof *a);
+  a->magic = kRingAreaMagic;
+  a->version = kRingAreaVersion;
+  a->area_bytes = l.area_bytes;
+  a->ring_count = g.ring_count;
+  a->ring_bytes = static_cast<uint32_t>(ring_align_up(g.ring_bytes, kRingPageBytes));
+  a->ring_stride = l.ring_stride;
+  a->probe_slots = g.probe_slots;
+  a->fallback_offset = l.fallback_offset;
+  a->rings_offset = l.rings_offset;
+  a->stamp_mode = stamp_mode;
+  return 0;
+}
+
+void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode) {
+  store_relaxed(&area->stamp_mode, stamp_mode);
+}
+
+RingArea::~RingArea() { reset(); }
+
+RingArea::RingArea(RingArea&& o) noexcept : fd_(o.fd_), mem_(o.mem_), size_(o.size_) {
+  o.fd_ = -1;
+  o.mem_ = nullptr;
+  o.size_ = 0;
+}
+
+RingArea& RingArea::operator=(RingArea&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = o.fd_;
+    mem_ = o.mem_;
+    size_ = o.size_;
+    o.fd_ = -1;
+    o.mem_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void RingArea::reset() {
+  if (mem_) munmap(mem_, size_);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  mem_ = nullptr;
+  size_ = 0;
+}
+
+int RingArea::create(const RingGeometry& g, uint32_t stamp_mode, RingArea* out) {
+  RingLayout l;
+  if (!ring_layout(g, &l)) return -EINVAL;
+  RingArea area;
+  area.fd_ = memfd_create("probefs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (area.fd_ < 0) return -errno;
+  if (ftruncate(area.fd_, static_cast<off_t>(l.area_bytes)) != 0) return -errno;
+  if (fcntl(area.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return -errno;
+  void* mem = mmap(nullptr, l.area_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, area.fd_, 0);
+  if (mem == MAP_FAILED) return -errno;
+  area.mem_ = mem;
+  area.size_ = l.area_bytes;
+  if (int r = ring_area_init(mem, l.area_bytes, g, stamp_mode); r != 0) return r;
+  *out = std::move(area);
+  return 0;
+}
+
+bool ring_owner_alive(pid_t pid, uint32_t tid) {
+  if (tid == 0 || pid <= 0) return false;
+  // 0 or EPERM: the thread exists. Only ESRCH says it is gone.
+  return syscall(SYS_tgkill, pid, static_cast<pid_t>(tid), 0) == 0 || errno != ESRCH;
+}
+
+// --- one area ---------------------------------------------------------------------------
+
+int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
+  auto* a = static_cast<RingAreaHeader*>(mem);
+  if (!a || !ring_area_header_valid(a, size)) return -EINVAL;
+  // The geometry, once: whatever the process writes to the header later, the reader goes
+  // by these values.
+  RingGeometry g;
+  g.ring_count = a->ring_count;
+  g.ring_bytes = a->ring_bytes;
+  g.probe_slots = a->probe_slots;
+  RingLayout l;
+  if (!ring_layout(g, &l) || l.area_bytes > size) return -EINVAL;
+  area_ = a;
+  base_ = static_cast<uint8_t*>(mem);
+  size_ = size;
+  pid_ = pid;
+  geometry_ = g;
+  layout_ = l;
+  states_.assign(g.ring_count, State{});
+  // Start where the rings are now (an area reused by a new reader, or one the process
+  // wrote into before it was attached): a tail out of range starts at the head.
+  for (uint32_t i = 0; i < g.ring_count; ++i) {
+    const uint32_t t = load_relaxed(&control(i)->tail);
+    uint32_t h;
+    states_[i].tail = head_ok(t, g.ring_bytes) ? t : (head(i, &h) ? h : 0);
+    states_[i].lost_reported = load_relaxed(&control(i)->lost);
+  }
+  folded_hits_.assign(g.probe_slots, 0);
+  hits_base_.assign(g.probe_slots, 0);
+  misses_base_.assign(g.probe_slots, 0);
+  front_valid_ = false;
+  stats_ = RingReaderStats{};
+  return 0;
+}
+
+RingControl* RingAreaReader::control(uint32_t ring) const {
+  return reinterpret_cast<RingControl*>(base_ + layout_.rings_offset +
+                                        uint64_t{ring} * layout_.ring_stride);
+}
+
+const uint8_t* RingAreaReader::data(uint32_t ring) const {
+  return reinterpret_cast<const uint8_t*>(control(ring)) + layout_.data_offset;
+}
+
+const uint64_t* RingAreaReader::ring_hits(uint32_t ring) const {
+  return reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(control(ring)) +
+                                           layout_.hits_offset);
+}
+
+const uint64_t* RingAreaReader::fallback_hits() const {
+  return reinterpret_cast<const uint64_t*>(base_ + layout_.fallback_offset);
+}
+
+const uint64_t* RingAreaReader::misses_array() const {
+  return fallback_hits() + geometry_.probe_slots;
+}
+
+bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
+  const uint32_t h = load_acquire(&control(ring)->head);
+  if (!head_ok(h, geometry_.ring_bytes)) return false;
+  *out = h;
+  return true;
+}
+
+// Reads the record at `off` (a padding marker first, at most one) of the records that end
+// at `head`. Every value comes from shared memory once and is checked before it is used.
+RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off, uint32_t head,
+                                                  Parsed* out) const {
+  const uint32_t size = geometry_.ring_bytes;
+  const uint8_t* d = data(ring);
+  uint32_t cur = off;
+  uint32_t advance = 0;
+  for (int step = 0; step < 2; ++step) {
+    if (cur == head) return ParseResult::kEmpty;
+    const uint32_t len = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur));
+    const uint32_t word = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur + 4));
+    const uint32_t cpu = word & 0xffff;
+    const uint8_t kind = static_cast<uint8_t>(word >> 16);
+    const uint8_t flags = static_cast<uint8_t>(word >> 24);
+    if (kind == kRingKindPadding) {
+      // Only where the producer went back to 0, so the head is behind, and only up to
+      // the end.
+      if (step != 0 || head > cur || len != size - cur) return ParseResult::kCorrupt;
+      advance += size - cur;
+      cur = 0;
+      continue;
+    }
+    if (kind != kRingKindData || (flags & ~kRingKnownFlags) != 0) return ParseResult::kCorrupt;
+    // Committed bytes from cur without a wrap: up to the head, or to the end when the
+    // head is behind.
+    const uint32_t avail = (head > cur ? head : size) - cur;
+    const uint32_t extra = (flags & kRingFlagLostCount) ? 8 : 0;
+    if (avail < kRingRecordHeaderSize + extra ||
+        len > avail - kRingRecordHeaderSize - extra) {
+      return ParseResult::kCorrupt;
+    }
+    const uint32_t stride = align8(uint64_t{kRingRecordHeaderSize} + extra + len);
+    out->off = cur;
+    out->next = cur + stride == size ? 0 : cur + stride;
+    out->advance = advance + stride;
+    out->len = len;
+    out->cpu = cpu;
+    out->flags = flags;
+    out->stamp = load_relaxed(reinterpret_cast<const uint64_t*>(d + cur + 8));
+    out->lost_count =
+        extra ? load_relaxed(reinterpret_cast<const uint64_t*>(d + cur + kRingRecordHeaderSize))
+              : 0;
+    return ParseResult::kRecord;
+  }
+  return ParseResult::kCorrupt;  // padding right after padding
+}
+
+uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) {
+  if (!(p.flags & kRingFlagLostCount) || p.lost_count < reported) return 0;
+  return p.lost_count - reported;
+}
+
+void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
+                          std::vector<uint8_t>* buf, RingRecord* out) const {
+  const uint32_t extra = (p.flags & kRingFlagLostCount) ? 8 : 0;
+  if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
+  // parse() checked that the payload lies inside the ring's data.
+  memcpy(buf->data(), data(ring) + p.off + kRingRecordHeaderSize + extra, p.len);
+  out->stamp = p.stamp;
+  out->lost_before = lost;
+  out->cpu = p.cpu & 0xfff;
+  out->tid = owner(ring) & kRingOwnerTidMask;
+  out->ring = ring;
+  out->counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
+  out->payload = std::span<const uint8_t>(buf->data(), p.len);
+}
+
+void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
+  State& st = states_[ring];
+  const uint64_t lost = lost_before(p, st.lost_reported);
+  if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
+  if (p.off != st.tail) ++stats_.padding;
+  st.tail = p.next;
+  st.consumed += p.advance;
+  ++stats_.records;
+  stats_.lost_reported += lost;
+  store_release(&control(ring)->tail, st.tail);
+}
+
+void RingAreaReader::skip_corrupt(uint32_t ring) {
+  State& st = states_[ring];
+  front_valid_ = false;
+  uint32_t h;
+  if (!head(ring, &h)) {
+    // A head the producer cannot have written: nothing to read until it is sane again.
+    const uint32_t raw = load_relaxed(&control(ring)->head);
+    if (raw != st.bad_head) {
+      st.bad_head = raw;
+      ++stats_.corrupt;
+    }
+    return;
+  }
+  ++stats_.corrupt;
+  st.consumed += distance(st.tail, h, geometry_.ring_bytes);
+  st.tail = h;
+  store_release(&control(ring)->tail, st.tail);
+}
+
+bool RingAreaReader::front(uint32_t ring, RingRecord* out) {
+  front_valid_ = false;
+  if (ring >= geometry_.ring_count) return false;
+  State& st = states_[ring];
+  uint32_t h;
+  if (!head(ring, &h)) {
+    skip_corrupt(ring);
+    return false;
+  }
+  Parsed p;
+  switch (parse(ring, st.tail, h, &p)) {
+    case ParseResult::kEmpty:
+      return false;
+    case ParseResult::kCorrupt:
+      skip_corrupt(ring);
+      return false;
+    case ParseResult::kRecord:
+      break;
+  }
+  fill(ring, p, lost_before(p, st.lost_reported), &buf_, out);
+  front_ = p;
+  front_ring_ = ring;
+  front_valid_ = true;
+  return true;
+}
+
+void RingAreaReader::pop(uint32_t ring) {
+  if (!front_valid_ || front_ring_ != ring) return;
+  front_valid_ = false;
+  advance(ring, front_);
+}
+
+bool RingAreaReader::consume(uint32_t ring, RingRecord* out) {
+  if (!front(ring, out)) return false;
+  pop(ring);
+  return true;
+}
+
+RingAreaReader::Cursor RingAreaReader::cursor(uint32_t ring) const {
+  Cursor c;
+  c.ring = ring;
+  if (ring < geometry_.ring_count) {
+    c.off = states_[ring].tail;
+    c.pos = states_[ring].consumed;
+    c.lost_reported = states_[ring].lost_reported;
+  }
+  return c;
+}
+
+bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
+  if (c->ring >= geometry_.ring_count) return false;
+  if (c->pos < states_[c->ring].consumed) *c = cursor(c->ring);
+  uint32_t h;
+  if (!head(c->ring, &h)) return false;
+  Parsed p;
+  switch (parse(c->ring, c->off, h, &p)) {
+    case ParseResult::kEmpty:
+      return false;
+    case ParseResult::kCorrupt:
+      // Not ours to repair: step over what is there, as the consumer will.
+      c->pos += distance(c->off, h, geometry_.ring_bytes);
+      c->off = h;
+      return false;
+    case ParseResult::kRecord:
+      break;
+  }
+  fill(c->ring, p, lost_before(p, c->lost_reported), &buf_, out);
+  if (p.flags & kRingFlagLostCount) c->lost_reported = std::max(c->lost_reported, p.lost_count);
+  c->off = p.next;
+  c->pos += p.advance;
+  return true;
+}
+
+bool RingAreaReader::has_data() const {
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    uint32_t h;
+    if (head(i, &h) && h != states_[i].tail) return true;
+  }
+  return false;
+}
+
+void RingAreaReader::clear() {
+  front_valid_ = false;
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    State& st = states_[i];
+    uint32_t h;
+    if (!head(i, &h)) continue;
+    st.consumed += distance(st.tail, h, geometry_.ring_bytes);
+    st.tail = h;
+    st.lost_reported = std::max(st.lost_reported, load_relaxed(&control(i)->lost));
+    store_release(&control(i)->tail, st.tail);
+  }
+}
+
+uint32_t RingAreaReader::owner(uint32_t ring) const {
+  return ring < geometry_.ring_count ? load_acquire(&control(ring)->owner) : 0;
+}
+
+uint32_t RingAreaReader::reclaim() {
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    RingControl* ctl = control(i);
+    const uint32_t o = load_acquire(&ctl->owner);
+    if (o == 0) continue;
+    if (!(o & kRingOwnerRetired) && ring_owner_alive(pid_, o & kRingOwnerTidMask)) continue;
+    State& st = states_[i];
+    uint32_t h;
+    if (!head(i, &h)) {
+      skip_corrupt(i);
+    } else if (h != st.tail) {
+      continue;  // records still to read; freed on a later call
+    }
+    // The owner is gone: nobody writes these counters any more.
+    uint64_t* hits = const_cast<uint64_t*>(ring_hits(i));
+    for (uint32_t s = 0; s < geometry_.probe_slots; ++s) {
+      folded_hits_[s] += load_relaxed(&hits[s]);
+      store_relaxed(&hits[s], uint64_t{0});
+    }
+    const uint64_t lost = load_relaxed(&ctl->lost);
+    if (lost > st.lost_reported) {
+      stats_.lost_unattributed += lost - st.lost_reported;
+      st.lost_reported = lost;
+    }
+    uint32_t expected = o;
+    if (__atomic_compare_exchange_n(&ctl->owner, &expected, 0u, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED)) {
+      ++freed;
+    }
+  }
+  if (freed) {
+    __atomic_add_fetch(&area_->free_generation, 1u, __ATOMIC_RELEASE);
+    stats_.rings_freed += freed;
+  }
+  return freed;
+}
+
+uint64_t RingAreaReader::sum_hits(uint32_t slot) const {
+  uint64_t sum = folded_hits_[slot] + load_relaxed(&fallback_hits()[slot]);
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) sum += load_relaxed(&ring_hits(i)[slot]);
+  return sum;
+}
+
+uint64_t RingAreaReader::hits(uint32_t slot) const {
+  if (slot >= geometry_.probe_slots) return 0;
+  return sum_hits(slot) - hits_base_[slot];
+}
+
+void RingAreaReader::hits_all(std::span<uint64_t> out) const {
+  const uint32_t n = std::min<uint64_t>(out.size(), geometry_.probe_slots);
+  const uint64_t* fallback = fallback_hits();
+  for (uint32_t s = 0; s < n; ++s)
+    out[s] = folded_hits_[s] + load_relaxed(&fallback[s]) - hits_base_[s];
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    const uint64_t* h = ring_hits(i);
+    for (uint32_t s = 0; s < n; ++s) out[s] += load_relaxed(&h[s]);
+  }
+}
+
+uint64_t RingAreaReader::misses(uint32_t slot) const {
+  if (slot >= geometry_.probe_slots) return 0;
+  return load_relaxed(&misses_array()[slot]) - misses_base_[slot];
+}
+
+void RingAreaReader::reset_counters(uint32_t slot) {
+  if (slot >= geometry_.probe_slots) return;
+  hits_base_[slot] = sum_hits(slot);
+  misses_base_[slot] = load_relaxed(&misses_array()[slot]);
+}
+
+uint64_t RingAreaReader::unowned_lost() const { return load_relaxed(&area_->unowned_lost); }
+
+// --- the merger -------------------------------------------------------------------------
+
+void RingMerger::add(RingAreaReader* reader, uint32_t tag) {
+  sources_.emplace_back(reader, tag);
+  for (uint32_t i = 0; i < reader->ring_count(); ++i) {
+    Lane l{};
+    l.reader = reader;
+    l.tag = tag;
+    l.ring = i;
+    l.cursor = reader->cursor(i);
+    l.head = l.cursor.off;
+    lanes_.push_back(l);
+  }
+  heap_.clear();  // the next call takes a snapshot that includes the new area
+}
+
+void RingMerger::remove(RingAreaReader* reader) {
+  std::erase_if(sources_, [&](const auto& s) { return s.first == reader; });
+  std::erase_if(lanes_, [&](const Lane& l) { return l.reader == reader; });
+  heap_.clear();
+}
+
+void RingMerger::push(uint32_t lane) {
+  heap_.push_back({lanes_[lane].rec.stamp, lane});
+  std::push_heap(heap_.begin(), heap_.end(), [](const Item& a, const Item& b) {
+    return less_item(b.stamp, b.lane, a.stamp, a.lane);
+  });
+}
+
+bool RingMerger::load(uint32_t lane) {
+  Lane& l = lanes_[lane];
+  if (l.cursor.off == l.head) return false;
+  switch (l.reader->parse(l.ring, l.cursor.off, l.head, &l.rec)) {
+    case RingAreaReader::ParseResult::kRecord:
+      return true;
+    case RingAreaReader::ParseResult::kEmpty:
+      return false;
+    case RingAreaReader::ParseResult::kCorrupt:
+      break;
+  }
+  if (consume_) {
+    l.reader->skip_corrupt(l.ring);
+    l.cursor = l.reader->cursor(l.ring);
+    l.head = l.cursor.off;
+  } else {
+    l.cursor.pos += distance(l.cursor.off, l.head, l.reader->ring_bytes());
+    l.cursor.off = l.head;
+  }
+  return false;
+}
+
+void RingMerger::refresh() {
+  heap_.clear();
+  for (uint32_t i = 0; i < lanes_.size(); ++i) {
+    Lane& l = lanes_[i];
+    const RingAreaReader::State& st = l.reader->states_[l.ring];
+    if (consume_ || l.cursor.pos < st.consumed) l.cursor = l.reader->cursor(l.ring);
+    if (!l.reader->head(l.ring, &l.head)) {
+      if (consume_) l.reader->skip_corrupt(l.ring);
+      l.head = l.cursor.off;
+      continue;
+    }
+    if (load(i)) push(i);
+  }
+}
+
+bool RingMerger::next(RingRecord* out) {
+  const auto greater = [](const Item& a, const Item& b) {
+    return less_item(b.stamp, b.lane, a.stamp, a.lane);
+  };
+  bool refreshed = false;
+  for (;;) {
+    if (heap_.empty()) {
+      if (refreshed) return false;
+      refresh();
+      refreshed = true;
+      if (heap_.empty()) return false;
+    }
+    std::pop_heap(heap_.begin(), heap_.end(), greater);
+    const uint32_t lane = heap_.back().lane;
+    heap_.pop_back();
+    Lane& l = lanes_[lane];
+    RingAreaReader* r = l.reader;
+    const RingAreaReader::State& st = r->states_[l.ring];
+    if (l.cursor.pos != st.consumed && (consume_ || l.cursor.pos < st.consumed)) {
+      // Consumed behind the merger's back (a reader call, clear()): start the lane over.
+      l.cursor = r->cursor(l.ring);
+      if (load(lane)) push(lane);
+      continue;
+    }
+    r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), &buf_,
+            out);
+    out->tag = l.tag;
+    if (consume_) {
+      r->advance(l.ring, l.rec);
+      l.cursor = r->cursor(l.ring);
+    } else {
+      if (l.rec.flags & kRingFlagLostCount)
+        l.cursor.lost_reported = std::max(l.cursor.lost_reported, l.rec.lost_count);
+      l.cursor.off = l.rec.next;
+      l.cursor.pos += l.rec.advance;
+    }
+    if (load(lane)) push(lane);
+    return true;
+  }
+}
+
+void RingMerger::rewind() {
+  for (Lane& l : lanes_) {
+    l.cursor = l.reader->cursor(l.ring);
+    l.head = l.cursor.off;
+  }
+  heap_.clear();
+}
+
+// --- sleeping ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kSpins = 64;
+constexpr int kManyAreasTimeoutMs = 10;
+
+bool global_barrier_available() {
+  static const bool available = [] {
+    const long r = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    return r > 0 && (r & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0;
+  }();
+  return available;
+}
+
+bool any_data(std::span<RingAreaReader* const> readers) {
+  for (RingAreaReader* r : readers)
+    if (r->has_data()) return true;
+  return false;
+}
+
+}  // namespace
+
+RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms) {
+  if (timeout_ms < 0) timeout_ms = 0;
+  for (int i = 0; i < kSpins; ++i) {
+    if (any_data(readers)) return RingWaitResult::kReady;
+    for (int k = 0; k < 16; ++k) _mm_pause();
+  }
+  timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const size_t n = readers.size();
+  if (n > FUTEX_WAITV_MAX) timeout_ms = std::min(timeout_ms, kManyAreasTimeoutMs);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1000000;
+  if (deadline.tv_nsec >= 1000000000) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1000000000;
+  }
+  if (n == 0) {
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+    }
+    return RingWaitResult::kTimeout;
+  }
+
+  static std::atomic<size_t> rotation{0};
+  const size_t m = std::min<size_t>(n, FUTEX_WAITV_MAX);
+  const size_t start = n > m ? rotation.fetch_add(m, std::memory_order_relaxed) % n : 0;
+  futex_waitv waiters[FUTEX_WAITV_MAX];
+  for (size_t k = 0; k < m; ++k) {
+    RingAreaHeader* a = readers[(start + k) % n]->header();
+    waiters[k] = futex_waitv{};
+    waiters[k].val = load_acquire(&a->wake_seq);
+    waiters[k].uaddr = reinterpret_cast<uintptr_t>(&a->wake_seq);
+    waiters[k].flags = FUTEX_32;  // shared: no FUTEX_PRIVATE_FLAG
+    store_relaxed(&a->sleeping, 1u);
+  }
+  // Between the flags and the last look at the heads, a barrier on every CPU that runs a
+  // registered producer: a commit this look misses will see its flag (ring.h).
+  if (!global_barrier_available() ||
+      syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  RingWaitResult result;
+  if (any_data(readers)) {
+    result = RingWaitResult::kReady;
+  } else {
+    const long r = syscall(SYS_futex_waitv, waiters, m, 0, &deadline, CLOCK_MONOTONIC);
+    if (r >= 0 || errno == EAGAIN || errno == EINTR) {
+      result = RingWaitResult::kWoken;
+    } else if (errno == ETIMEDOUT) {
+      result = RingWaitResult::kTimeout;
+    } else {
+      // No futex_waitv (a kernel before 5.16): wait on one area, at most 10 ms.
+      timespec rel{0, static_cast<long>(std::min(timeout_ms, kManyAreasTimeoutMs)) * 1000000};
+      const long w = syscall(SYS_futex, waiters[0].uaddr, FUTEX_WAIT,
+                             static_cast<uint32_t>(waiters[0].val), &rel, nullptr, 0);
+      result = w == 0 || errno == EAGAIN ? RingWaitResult::kWoken : RingWaitResult::kTimeout;
+    }
+  }
+  for (size_t k = 0; k < m; ++k) store_relaxed(&readers[(start + k) % n]->header()->sleeping, 0u);
+  return result;
+}
+
+}  // namespace probefs::events

@@ -1,0 +1,280 @@
+// The daemon's side of the ring buffer (events/ring.h): creating an area, reading its
+// rings, merging the rings of every traced process in timestamp order, freeing the rings
+// of threads that are gone, summing the hit counters, and sleeping until a producer
+// commits.
+//
+// Every byte of an area is writable by the traced process, so it is hostile input here.
+// A reader copies the geometry once when it attaches and never reads it again; it reads
+// each head, record header and lost count once into its own memory and checks it against
+// the ring's bounds before it follows it; it copies each payload out before handing it
+// on; every loop is bounded by the ring's size. A ring found inconsistent is skipped up
+// to its current head and counted (RingReaderStats::corrupt). Nothing in an area can make
+// the reader read outside it, loop for ever or wait on a producer: a producer that died
+// between reserve and commit published nothing, and is never waited for.
+//
+// Threads: a RingAreaReader and a RingMerger belong to one thread at a time (the daemon
+// serialises the `trace` and `trace_pipe` readers over one lock). ring_wait may run on
+// that thread only, too.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "events/ring.h"
+
+namespace probefs::events {
+
+// --- creating an area -------------------------------------------------------------------
+
+// The stamp_mode for this machine (cpuid: rdpid, else rdtscp, else no CPU number) with the
+// given stamp.
+uint32_t ring_detect_stamp_mode(RingStampClock clock);
+
+// Writes the header of a new area into `mem` (size bytes, zero-filled, as a fresh memfd
+// is). 0, or -EINVAL when the geometry is out of range or does not fit in size.
+[[nodiscard]] int ring_area_init(void* mem, uint64_t size, const RingGeometry& g,
+                                 uint32_t stamp_mode);
+
+// Changes the stamp the producers take (a new trace clock). Records already in the rings
+// keep theirs: clear the readers, as the kernel empties its buffers on a clock change.
+void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode);
+
+// An area in a memfd: created, sized, sealed against shrinking and growing (so that the
+// traced process cannot truncate it under the daemon's feet: an access past the end would
+// be SIGBUS), initialised and mapped here. The fd goes to the agent, which maps it too.
+class RingArea {
+ public:
+  RingArea() = default;
+  ~RingArea();
+  RingArea(RingArea&& o) noexcept;
+  RingArea& operator=(RingArea&& o) noexcept;
+  RingArea(const RingArea&) = delete;
+  RingArea& operator=(const RingArea&) = delete;
+
+  // 0 or -errno (EINVAL: geometry out of range).
+  [[nodiscard]] static int create(const RingGeometry& g, uint32_t stamp_mode, RingArea* out);
+
+  int fd() const { return fd_; }
+  void* mem() const { return mem_; }
+  uint64_t size() const { return size_; }
+  RingAreaHeader* header() const { return static_cast<RingAreaHeader*>(mem_); }
+
+ private:
+  void reset();
+  int fd_ = -1;
+  void* mem_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Whether thread `tid` of process `pid` exists: tgkill(pid, tid, 0) does not fail with
+// ESRCH. A tid the kernel has given to a new thread of the same process since the owner
+// exited reads as alive (tids are reused only after pid_max others), which keeps that
+// ring from being freed until the new thread exits too: a ring lost for a while, never a
+// ring shared. A main thread that exited before the others stays a zombie, and alive,
+// until the process ends.
+bool ring_owner_alive(pid_t pid, uint32_t tid);
+
+// --- reading ----------------------------------------------------------------------------
+
+struct RingRecord {
+  uint64_t stamp = 0;        // TSC or counter (counter_stamp): TraceClockConverter
+  uint64_t lost_before = 0;  // records of this ring dropped just before this one
+  uint32_t cpu = 0;
+  uint32_t tid = 0;          // the ring's owner when read (the payload has its own pid)
+  uint32_t tag = 0;          // the merger's tag of the area
+  uint32_t ring = 0;
+  bool counter_stamp = false;
+  // The record's bytes, copied out of the area; valid until the next call on the reader
+  // or merger that returned it.
+  std::span<const uint8_t> payload;
+};
+
+struct RingReaderStats {
+  uint64_t records = 0;            // consumed
+  uint64_t lost_reported = 0;      // the sum of lost_before of the records consumed
+  uint64_t lost_unattributed = 0;  // dropped after the last record of a ring now freed
+  uint64_t corrupt = 0;            // times a ring was found inconsistent and skipped
+  uint64_t padding = 0;            // padding markers passed
+  uint64_t rings_freed = 0;
+};
+
+// One area, as the daemon reads it.
+class RingAreaReader {
+ public:
+  // `mem` and `size`: the daemon's mapping of the area, kept alive by the caller for the
+  // reader's life; `pid`: the traced process (for ring_owner_alive). 0, or -EINVAL when
+  // the header does not describe an area that fits.
+  [[nodiscard]] int attach(void* mem, uint64_t size, pid_t pid);
+
+  uint32_t ring_count() const { return geometry_.ring_count; }
+  uint32_t probe_slots() const { return geometry_.probe_slots; }
+  uint32_t ring_bytes() const { return geometry_.ring_bytes; }
+  pid_t pid() const { return pid_; }
+  RingAreaHeader* header() const { return area_; }
+
+  // Consuming (trace_pipe). front: the ring's next record without consuming it; pop: consume
+  // the record front returned; consume: both.
+  bool front(uint32_t ring, RingRecord* out);
+  void pop(uint32_t ring);
+  bool consume(uint32_t ring, RingRecord* out);
+
+  // Non-consuming (trace): a cursor at the ring's first unconsumed record. A cursor the
+  // consumer has passed since moves up to the consumer.
+  struct Cursor {
+    uint32_t ring = 0;
+    uint32_t off = 0;
+    uint64_t pos = 0;            // bytes from the ring's first record ever
+    uint64_t lost_reported = 0;  // lost counts already accounted before `off`
+  };
+  Cursor cursor(uint32_t ring) const;
+  bool peek(Cursor* c, RingRecord* out);
+
+  // Whether any ring holds records not consumed (one load per ring).
+  bool has_data() const;
+  // Drops every record not consumed (echo > trace; a clock change).
+  void clear();
+  // Frees the rings that are drained and whose owner retired or is gone: folds their hit
+  // counters and unreported lost counts into this reader's totals and clears the owner.
+  // Returns how many; bumps the area's free_generation if any.
+  uint32_t reclaim();
+  // The ring's owner word as read now (0: free), with kRingOwnerRetired if set.
+  uint32_t owner(uint32_t ring) const;
+
+  // kprobe_profile: the hits of probe slot `slot` since its last reset (the folded totals,
+  // the fallback array and every ring), and its misses. hits_all fills hits for every
+  // slot (out.size() >= probe_slots()).
+  uint64_t hits(uint32_t slot) const;
+  void hits_all(std::span<uint64_t> out) const;
+  uint64_t misses(uint32_t slot) const;
+  // Counting for `slot` starts again from 0 (a new probe takes the slot).
+  void reset_counters(uint32_t slot);
+
+  // Records of threads that had no ring (the area's unowned_lost).
+  uint64_t unowned_lost() const;
+  const RingReaderStats& stats() const { return stats_; }
+
+ private:
+  friend class RingMerger;
+
+  struct State {
+    uint32_t tail = 0;
+    uint32_t bad_head = 0;       // the last head found out of range (counted once)
+    uint64_t consumed = 0;       // bytes consumed ever (advances with tail)
+    uint64_t lost_reported = 0;  // cumulative lost count already reported or folded
+  };
+  // A record parsed out of the ring (values copied once from shared memory).
+  struct Parsed {
+    uint32_t off = 0;        // the record's header
+    uint32_t next = 0;       // the offset after it
+    uint32_t advance = 0;    // bytes from the cursor to `next`, padding included
+    uint32_t len = 0;
+    uint32_t cpu = 0;
+    uint8_t flags = 0;
+    uint64_t stamp = 0;
+    uint64_t lost_count = 0; // cumulative, when flags has kRingFlagLostCount
+  };
+  enum class ParseResult { kEmpty, kRecord, kCorrupt };
+
+  RingControl* control(uint32_t ring) const;
+  const uint8_t* data(uint32_t ring) const;
+  const uint64_t* ring_hits(uint32_t ring) const;
+  const uint64_t* fallback_hits() const;
+  const uint64_t* misses_array() const;
+  // The ring's head, checked (in range, 8-aligned); false when it is not.
+  bool head(uint32_t ring, uint32_t* out) const;
+  ParseResult parse(uint32_t ring, uint32_t off, uint32_t head, Parsed* out) const;
+  // The lost count a record reports before itself, given what was reported so far.
+  static uint64_t lost_before(const Parsed& p, uint64_t reported);
+  void fill(uint32_t ring, const Parsed& p, uint64_t lost, std::vector<uint8_t>* buf,
+            RingRecord* out) const;
+  // Consumes `p` (the record at the ring's tail): advances and publishes the tail.
+  void advance(uint32_t ring, const Parsed& p);
+  // Skips everything up to `head` (or to the current head when it is bad) and counts it.
+  void skip_corrupt(uint32_t ring);
+  uint64_t sum_hits(uint32_t slot) const;
+
+  RingAreaHeader* area_ = nullptr;
+  uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  pid_t pid_ = 0;
+  RingGeometry geometry_;
+  RingLayout layout_;
+  std::vector<State> states_;
+  std::vector<uint64_t> folded_hits_;  // of rings freed
+  std::vector<uint64_t> hits_base_;    // subtracted: the sum at the last reset
+  std::vector<uint64_t> misses_base_;
+  std::vector<uint8_t> buf_;           // payload copies of front/consume/peek
+  bool front_valid_ = false;
+  uint32_t front_ring_ = 0;
+  Parsed front_;
+  RingReaderStats stats_;
+};
+
+// Records of many areas (one per traced process) in timestamp order across all their
+// rings. It works in snapshots: when it has nothing left to give it reads every ring's
+// head, and then yields the records committed before that in stamp order (the stamp is
+// taken at reserve, so a record committed late may follow a later stamp of another ring,
+// as in the kernel). A ring's lost count comes with its next record (lost_before).
+//
+// Consuming mode (trace_pipe) consumes what it returns. Non-consuming mode (trace) walks
+// the records without consuming them: rewind() starts over at the first unconsumed one.
+class RingMerger {
+ public:
+  explicit RingMerger(bool consume = true) : consume_(consume) {}
+
+  // `tag` comes back in RingRecord::tag. The reader must outlive its membership.
+  void add(RingAreaReader* reader, uint32_t tag);
+  void remove(RingAreaReader* reader);
+
+  // The next record, or false when none is left in this snapshot and a fresh one finds
+  // none either.
+  bool next(RingRecord* out);
+  // Non-consuming mode: start over at the first unconsumed record of every ring.
+  void rewind();
+
+ private:
+  struct Lane {
+    RingAreaReader* reader;
+    uint32_t tag;
+    uint32_t ring;
+    uint32_t head;  // of the snapshot
+    RingAreaReader::Cursor cursor;
+    RingAreaReader::Parsed rec;  // the record at cursor.off
+  };
+  struct Item {
+    uint64_t stamp;
+    uint32_t lane;
+  };
+  // Takes a snapshot: lanes for every ring with records, the heap of their first ones.
+  void refresh();
+  // Parses the lane's record at its cursor; true when there is one before the snapshot.
+  bool load(uint32_t lane);
+  void push(uint32_t lane);
+
+  bool consume_;
+  bool rewound_ = true;
+  std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;
+  std::vector<Lane> lanes_;
+  std::vector<Item> heap_;
+  std::vector<uint8_t> buf_;
+};
+
+// --- sleeping ---------------------------------------------------------------------------
+
+enum class RingWaitResult {
+  kReady,    // a ring had records before the reader slept
+  kWoken,    // a producer woke the reader (or a wake word changed under it)
+  kTimeout,  // nothing within the timeout (a wake may have been missed: look anyway)
+};
+
+// Waits until a producer of any of `readers` commits, at most timeout_ms. One daemon
+// thread waits for any of up to FUTEX_WAITV_MAX (128) areas at once with futex_waitv;
+// with more, it waits on 128 of them (a different 128 each call) and at most 10 ms, so
+// the others are polled. It spins briefly before it sleeps, so that a busy consumer does
+// not pay for the barrier.
+RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms);
+
+}  // namespace probefs::events

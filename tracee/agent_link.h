@@ -1,0 +1,162 @@
+// The daemon's end of the agent links (events/link.h): one listener per daemon, one
+// AgentLink per connected agent.
+//
+// AgentListener owns an abstract AF_UNIX SOCK_SEQPACKET socket with a random name
+// (events::link::make_link_name) and one I/O thread that accepts connections and reads
+// every link. A connection becomes an AgentLink only when
+//   - its first packet, within kHelloTimeout, is a HELLO whose pid is the SO_PEERCRED pid,
+//   - its uid is the daemon's, or the daemon runs as root,
+//   - and its pid is expected: announced with expect() before the process could connect
+//     (launch, attach), or a fork child (HELLO kFork) whose parent in /proc is, and whose
+//     HELLO says is, a process with a link and the same uid, or an exec (HELLO kExec or
+//     kLaunch) of a pid that has or had a link and has the same uid.
+// Anything else is closed at once: another user's process cannot drive or be driven.
+//
+// Delivery: a connection of an expected pid goes to wait_for(pid); every other accepted
+// connection, each MAPPED request and each link's end go to the event queue (next_event,
+// event_fd). The I/O thread itself never waits for anything but the sockets, so a caller
+// may send requests and wait for their replies from any thread, including the one that
+// handles events.
+//
+// Requests (AgentLink) are synchronous: they send, then wait for the REPLY at most the
+// link's timeout. A request that times out returns -ETIMEDOUT (a late reply is dropped);
+// one on a closed link returns -ENOTCONN (or -EPIPE while sending). Errors are the agent's
+// kernel-style negative errno with its message (events/link.h, REPLY).
+//
+// Threads: every method of both classes may be called from any thread at any time;
+// requests on one link may overlap (each waits for its own reply). Destroying the listener
+// stops its I/O thread and closes every link (agents see EOF and remove their probes).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "events/link.h"
+
+namespace probefs::tracee {
+
+namespace link = events::link;
+
+// What a request got back.
+struct LinkResult {
+  int error = 0;        // 0 or a negative errno (the agent's, or -ETIMEDOUT, -ENOTCONN ...)
+  std::string message;  // the agent's text: a failure's reason, or the LIST text
+  std::vector<link::ProfileEntry> profile;  // PROFILE
+
+  bool ok() const { return error == 0; }
+};
+
+class AgentListener;
+
+class AgentLink {
+ public:
+  ~AgentLink();
+  AgentLink(const AgentLink&) = delete;
+  AgentLink& operator=(const AgentLink&) = delete;
+
+  pid_t pid() const;
+  uid_t uid() const;
+  const link::Hello& hello() const;  // as the agent sent it
+  // The link ended: EOF (the process exited or exec'd, or the agent detached), an error,
+  // or close(). A closed link stays closed; requests on it fail with -ENOTCONN.
+  bool closed() const;
+
+  // How long each request waits for its reply (default kDefaultTimeout).
+  void set_timeout(std::chrono::milliseconds t);
+
+  // SETUP: hands the ring area (a memfd, duplicated into the agent by SCM_RIGHTS; the
+  // caller keeps its own fd) and the trace options.
+  LinkResult setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
+  LinkResult define(const link::Define& d);
+  LinkResult remove(uint32_t probe_id);
+  LinkResult enable(uint32_t probe_id);
+  LinkResult disable(uint32_t probe_id);
+  // nullptr clears the filter.
+  LinkResult set_filter(uint32_t probe_id, const events::CompiledFilter* filter);
+  LinkResult arm_all();
+  LinkResult disarm_all();
+  LinkResult set_optimization(bool on);
+  LinkResult list();     // message: the agent's `kprobes/list` text
+  LinkResult profile();  // profile: nmissed per probe id
+  LinkResult go();       // a launched, exec'd or fork child program runs on
+  // Removes every probe in the target and ends the link (the agent stays loaded, idle,
+  // and can be attached again). The link is closed when this returns.
+  LinkResult detach();
+
+  // Answers the MAPPED request `mapped_seq` (an event of kind kMapped): sends `defines`
+  // as part of the answer, then the REPLY that lets the target's dynamic linker go on,
+  // and waits for the agent's result of each DEFINE (same order). With no defines, only
+  // the REPLY is sent. Must be called once for every kMapped event, promptly: the thread
+  // in the target that loads the library waits for it (bounded by the agent).
+  std::vector<LinkResult> answer_mapped(uint32_t mapped_seq,
+                                        const std::vector<link::Define>& defines);
+
+  // Ends the link abruptly, as the daemon's death would (tests, and a target that
+  // misbehaves). Waiting requests return -ENOTCONN.
+  void close();
+
+  static constexpr std::chrono::milliseconds kDefaultTimeout{10000};
+
+ private:
+  friend class AgentListener;
+  struct Impl;
+  explicit AgentLink(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct LinkEvent {
+  enum Kind {
+    kConnected,  // a fork child or an exec'd image connected: link is new (hello().reason)
+    kMapped,     // link's process loaded or unloaded objects: answer with answer_mapped()
+    kClosed,     // link ended (see AgentLink::closed)
+  };
+  Kind kind = kClosed;
+  std::shared_ptr<AgentLink> link;
+  uint32_t seq = 0;       // kMapped: the request's seq, for answer_mapped()
+  link::Mapped mapped;    // kMapped
+};
+
+class AgentListener {
+ public:
+  // Binds a new abstract name and starts the I/O thread. nullptr and *err (negative
+  // errno) on failure.
+  static std::unique_ptr<AgentListener> create(int* err);
+  ~AgentListener();
+  AgentListener(const AgentListener&) = delete;
+  AgentListener& operator=(const AgentListener&) = delete;
+
+  // The name agents connect to (PROBEFS_AGENT_LINK, probefs_agent_attach's argument).
+  const std::string& name() const;
+
+  // Announces that process `pid` will connect (a launched child before it execs, an
+  // attached process before the agent's attach call): its connection goes to wait_for().
+  void expect(pid_t pid);
+  // Withdraws an expectation (the launch or attach failed); a connection that arrives
+  // later is refused.
+  void unexpect(pid_t pid);
+  // Waits for the link of an expected pid. nullptr and *err = -ETIMEDOUT when none came in
+  // time; the expectation stays until unexpect() or a connection.
+  std::shared_ptr<AgentLink> wait_for(pid_t pid, std::chrono::milliseconds timeout, int* err);
+
+  // The next event, waiting at most `timeout` (zero: do not wait). False when none.
+  bool next_event(LinkEvent* out, std::chrono::milliseconds timeout);
+  // Readable (poll/epoll) while events are queued.
+  int event_fd() const;
+
+  // The links that are open now.
+  std::vector<std::shared_ptr<AgentLink>> links() const;
+
+  static constexpr std::chrono::milliseconds kHelloTimeout{5000};
+
+ private:
+  struct Impl;
+  explicit AgentListener(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace probefs::tracee
