@@ -1,8 +1,12 @@
 #include "tracee/probe_places.h"
 
+#include <elf.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "events/parse.h"
 
@@ -14,6 +18,33 @@ int identify_file(const std::string& path, FileIdentity* out) {
   out->dev = st.st_dev;
   out->inode = st.st_ino;
   return 0;
+}
+
+int symbol_file_offset(const std::string& path, std::string_view symbol, uint64_t* offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return -ENOENT;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int err = 0;
+  auto syms = ProcessSymbols::load_image(bytes, path, &err);
+  if (!syms) return err;
+  ResolvedSymbol rs;
+  if (int e = syms->resolve(symbol, &rs); e != 0) return e;
+  // load_image maps the object at its own virtual addresses: rs.addr is the symbol's.
+  if (bytes.size() < sizeof(Elf64_Ehdr)) return -ENOEXEC;
+  Elf64_Ehdr eh;
+  memcpy(&eh, bytes.data(), sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return -ENOEXEC;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    const uint64_t at = eh.e_phoff + uint64_t{i} * sizeof ph;
+    if (at > bytes.size() || bytes.size() - at < sizeof ph) return -ENOEXEC;
+    memcpy(&ph, bytes.data() + at, sizeof ph);
+    if (ph.p_type == PT_LOAD && ph.p_vaddr <= rs.addr && rs.addr - ph.p_vaddr < ph.p_filesz) {
+      *offset = rs.addr - ph.p_vaddr + ph.p_offset;
+      return 0;
+    }
+  }
+  return -ENOENT;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "events/definition.h"
@@ -32,6 +33,12 @@ struct FileIdentity {
 
 // stat() of a uprobe's PATH. 0 or a negative errno.
 [[nodiscard]] int identify_file(const std::string& path, FileIdentity* out);
+
+// The file offset a uprobe definition needs for function `symbol` of the ELF file at
+// `path` (what perf probe writes into uprobe_events): the symbol's address mapped through
+// the PT_LOAD segment that holds it. 0, -ENOENT (no such file or symbol), -ENOEXEC.
+[[nodiscard]] int symbol_file_offset(const std::string& path, std::string_view symbol,
+                                     uint64_t* offset);
 
 struct ProbePlace {
   uintptr_t addr = 0;

@@ -202,8 +202,9 @@ class Tracer {
   // The thread's name as the target last reported it ("<...>" when not known).
   std::string comm_of(pid_t pid, pid_t tid);
 
+  struct Impl;  // the implementation's state (tracee/tracer.cc)
+
  private:
-  struct Impl;
   explicit Tracer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

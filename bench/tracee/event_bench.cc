@@ -26,6 +26,7 @@
 #include "bench/tracee/kernel_uprobe.h"
 #include "events/compile.h"
 #include "events/parse.h"
+#include "tracee/probe_places.h"
 #include "tracee/tracer.h"
 
 namespace {
@@ -262,8 +263,9 @@ int main(int argc, char** argv) {
   bench::KernelUprobes k;
   std::string k_ev2 = "n/a", k_entret = "n/a", k_str = "n/a";
   if (k.available()) {
-    const unsigned long add_off = bench::file_offset_of_symbol(g_target, "bench_add");
-    const unsigned long str_off = bench::file_offset_of_symbol(g_target, "bench_str");
+    uint64_t add_off = 0, str_off = 0;
+    (void)tracee::symbol_file_offset(g_target, "bench_add", &add_off);
+    (void)tracee::symbol_file_offset(g_target, "bench_str", &str_off);
     char body[512];
     auto kernel_cost = [&](const char* mode, double base_ns) {
       std::vector<double> v = kernel_run(k, kn, mode, reps);
@@ -271,12 +273,15 @@ int main(int argc, char** argv) {
       std::snprintf(s, sizeof s, "%.1f", median(v) - base_ns);
       return std::string(s);
     };
-    std::snprintf(body, sizeof body, "%s:0x%lx a=%%di b=%%si", g_target.c_str(), add_off);
+    std::snprintf(body, sizeof body, "%s:0x%llx a=%%di b=%%si", g_target.c_str(),
+                  static_cast<unsigned long long>(add_off));
     if (k.add("kadd", false, body)) k_ev2 = kernel_cost("add", median(base.ns));
-    std::snprintf(body, sizeof body, "%s:0x%lx rv=$retval", g_target.c_str(), add_off);
+    std::snprintf(body, sizeof body, "%s:0x%llx rv=$retval", g_target.c_str(),
+                  static_cast<unsigned long long>(add_off));
     if (k.add("kaddret", true, body)) k_entret = kernel_cost("add", median(base.ns));
     k.clear();
-    std::snprintf(body, sizeof body, "%s:0x%lx s=+0(%%di):string", g_target.c_str(), str_off);
+    std::snprintf(body, sizeof body, "%s:0x%llx s=+0(%%di):string", g_target.c_str(),
+                  static_cast<unsigned long long>(str_off));
     if (k.add("kstr", false, body)) k_str = kernel_cost("str", median(base_str.ns));
     k.clear();
   } else {

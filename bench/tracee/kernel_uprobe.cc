@@ -1,6 +1,5 @@
 #include "bench/tracee/kernel_uprobe.h"
 
-#include <elf.h>
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -8,8 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 namespace probefs::bench {
 
@@ -71,39 +68,6 @@ void KernelUprobes::clear() {
   for (const std::string& e : events_)
     write(mount_ + "/uprobe_events", std::string("-:") + kGroup + "/" + e + "\n", true);
   events_.clear();
-}
-
-unsigned long file_offset_of_symbol(const std::string& path, const std::string& symbol) {
-  std::ifstream in(path, std::ios::binary);
-  std::string img((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (img.size() < sizeof(Elf64_Ehdr)) return 0;
-  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(img.data());
-  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64) return 0;
-  auto in_image = [&](uint64_t off, uint64_t len) { return off <= img.size() && len <= img.size() - off; };
-  if (!in_image(eh->e_shoff, uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr))) return 0;
-  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(img.data() + eh->e_shoff);
-  uint64_t vaddr = 0;
-  for (unsigned i = 0; i < eh->e_shnum && vaddr == 0; ++i) {
-    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
-    const Elf64_Shdr& strs = sh[sh[i].sh_link];
-    if (!in_image(sh[i].sh_offset, sh[i].sh_size) || !in_image(strs.sh_offset, strs.sh_size))
-      return 0;
-    const auto* syms = reinterpret_cast<const Elf64_Sym*>(img.data() + sh[i].sh_offset);
-    for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
-      if (syms[k].st_name >= strs.sh_size) continue;
-      if (symbol == img.c_str() + strs.sh_offset + syms[k].st_name) {
-        vaddr = syms[k].st_value;
-        break;
-      }
-    }
-  }
-  if (vaddr == 0 || !in_image(eh->e_phoff, uint64_t{eh->e_phnum} * sizeof(Elf64_Phdr))) return 0;
-  const auto* ph = reinterpret_cast<const Elf64_Phdr*>(img.data() + eh->e_phoff);
-  for (unsigned i = 0; i < eh->e_phnum; ++i) {
-    if (ph[i].p_type == PT_LOAD && ph[i].p_vaddr <= vaddr && vaddr < ph[i].p_vaddr + ph[i].p_filesz)
-      return vaddr - ph[i].p_vaddr + ph[i].p_offset;
-  }
-  return 0;
 }
 
 }  // namespace probefs::bench

@@ -34,8 +34,4 @@ class KernelUprobes {
   std::string why_not_;
 };
 
-// The file offset of an ELF symbol of `path` (readelf-free: the symbol's address in this
-// process's view of the file is not needed; the ELF program headers give it). 0 on failure.
-unsigned long file_offset_of_symbol(const std::string& path, const std::string& symbol);
-
 }  // namespace probefs::bench

@@ -1,0 +1,449 @@
+// The daemon-side API end to end, on real processes: the bundled traced_prog launched and
+// attached, events defined through the tracer as the filesystem will, records read back
+// from the rings. Every count is exact and every value is the program's real one.
+#include "tracee/tracer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "events/compile.h"
+#include "events/filter.h"
+#include "events/parse.h"
+#include "tests/tracee/traced_prog_driver.h"
+#include "tracee/probe_places.h"
+
+namespace probefs::tracee {
+namespace {
+
+using testing::KillGuard;
+using testing::ProgPipes;
+
+const std::string kProg = PROBEFS_TRACED_PROG;
+const std::string kProgName = kProg.substr(kProg.rfind('/') + 1);
+
+std::unique_ptr<Tracer> make_tracer(uint32_t buffer_kb = 1024) {
+  Tracer::Options o;
+  o.agent_path = PROBEFS_AGENT_PATH;
+  o.buffer_size_kb = buffer_kb;
+  std::string err;
+  auto t = Tracer::create(o, &err);
+  EXPECT_NE(t, nullptr) << err;
+  return t;
+}
+
+struct Event {
+  ProbeSpec spec;
+  ProbeId id = 0;
+};
+
+// Parses and compiles `line`, defines it (enabled unless said) with event id `eid`.
+Event define(Tracer& t, const std::string& line, uint16_t eid, bool enabled = true,
+             int* err_out = nullptr, events::Diagnostic* diag_out = nullptr) {
+  Event e;
+  events::ParseResult r = events::parse_dynamic_command(line);
+  EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
+  e.spec.def = r.def;
+  events::Diagnostic d;
+  EXPECT_TRUE(events::compile(e.spec.def, {}, &e.spec.compiled, &d)) << line;
+  e.spec.event_id = eid;
+  e.spec.enabled = enabled;
+  int err = t.define_probe(e.spec, &e.id, &d);
+  if (err_out) *err_out = err;
+  else EXPECT_EQ(err, 0) << line << ": " << d.message();
+  if (diag_out) *diag_out = d;
+  return e;
+}
+
+uint64_t field(const Event& e, const TraceRecord& r, const std::string& name) {
+  for (const auto& f : e.spec.compiled.fields) {
+    if (f.name != name) continue;
+    uint64_t v = 0;
+    if (f.offset + f.size <= r.len) memcpy(&v, r.data + f.offset, std::min<uint32_t>(f.size, 8));
+    return v;
+  }
+  ADD_FAILURE() << "no field " << name;
+  return 0;
+}
+
+uint16_t event_id_of(const TraceRecord& r) {
+  uint16_t id = 0;
+  if (r.len >= 2) memcpy(&id, r.data, 2);
+  return id;
+}
+
+int32_t tid_of(const TraceRecord& r) {
+  int32_t tid = 0;
+  if (r.len >= 8) memcpy(&tid, r.data + 4, 4);
+  return tid;
+}
+
+// A record with its own copy of the bytes (moving it keeps `r.data` valid).
+struct Rec {
+  TraceRecord r;
+  std::vector<uint8_t> bytes;
+};
+
+// Every record now in the rings, consumed.
+std::vector<Rec> drain(Tracer& t) {
+  std::vector<Rec> out;
+  TraceRecord r;
+  while (t.next_record(&r)) {
+    Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+    x.r.data = x.bytes.data();
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// A launched traced_prog with pipes, killed at the end.
+struct Launched {
+  ProgPipes pipes;
+  KillGuard guard;
+  pid_t pid = 0;
+
+  bool start(Tracer& t, const std::vector<std::string>& extra_args = {}) {
+    Tracer::LaunchSpec s;
+    s.argv = {kProg};
+    s.argv.insert(s.argv.end(), extra_args.begin(), extra_args.end());
+    s.stdin_fd = pipes.child_stdin();
+    s.stdout_fd = pipes.child_stdout();
+    std::string err;
+    int rc = t.launch(s, &pid, &err);
+    EXPECT_EQ(rc, 0) << err;
+    if (rc != 0) return false;
+    guard.set(pid);
+    pipes.parent_side();
+    return pipes.line() == "ready";
+  }
+};
+
+long sum_calls(long n) { return 3 * (n * (n - 1) / 2); }
+
+// n bytes of another process's memory, through /proc/PID/mem.
+bool read_code(pid_t pid, uintptr_t addr, unsigned char* out, size_t n) {
+  std::string path = "/proc/" + std::to_string(pid) + "/mem";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = pread(fd, out, n, static_cast<off_t>(addr)) == static_cast<ssize_t>(n);
+  close(fd);
+  return ok;
+}
+
+TEST(Tracer, LaunchedProgramGivesExactRecordsWithRealValues) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event entry = define(*t, "p:t/add " + kProgName + ":traced_add a=%di b=%si:s64", 10);
+  Event ret = define(*t, "r:t/addret " + kProgName + ":traced_add rv=$retval:s64", 11);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 1000"), "ok " + std::to_string(sum_calls(1000)));
+  std::vector<Rec> recs = drain(*t);
+  long next_a = 0, next_rv = 0;
+  uint64_t last_ts = 0;
+  for (const Rec& x : recs) {
+    const TraceRecord& r = x.r;
+    EXPECT_EQ(r.pid, p.pid);
+    EXPECT_EQ(tid_of(r), p.pid);
+    EXPECT_GE(r.ts_ns, last_ts);
+    last_ts = r.ts_ns;
+    if (event_id_of(r) == 10) {
+      EXPECT_EQ(field(entry, r, "a"), static_cast<uint64_t>(next_a));
+      EXPECT_EQ(field(entry, r, "b"), static_cast<uint64_t>(2 * next_a));
+      ++next_a;
+    } else {
+      ASSERT_EQ(event_id_of(r), 11);
+      EXPECT_EQ(field(ret, r, "rv"), static_cast<uint64_t>(3 * next_rv));
+      ++next_rv;
+    }
+  }
+  EXPECT_EQ(next_a, 1000);
+  EXPECT_EQ(next_rv, 1000);
+  EXPECT_EQ(t->profile(entry.id).hits, 1000u);
+  EXPECT_EQ(t->profile(ret.id).hits, 1000u);
+  EXPECT_EQ(t->profile(entry.id).misses, 0u);
+  EXPECT_EQ(p.pipes.ask("quit", 10000), "");
+  int st = -1;
+  EXPECT_EQ(t->wait_exit(p.pid, 10000, &st), 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  p.guard.release();
+}
+
+TEST(Tracer, UprobeSyntaxFilterDisableAndRemove) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  uint64_t off = 0;
+  ASSERT_EQ(symbol_file_offset(kProg, "traced_add", &off), 0);
+  char line[1024];
+  snprintf(line, sizeof line, "p:u/add %s:0x%llx a=%%di", kProg.c_str(),
+           static_cast<unsigned long long>(off));
+  Event e = define(*t, line, 20);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+
+  events::CompiledFilter f;
+  events::Diagnostic d;
+  ASSERT_TRUE(events::compile_filter("a < 10", e.spec.compiled, &f, &d));
+  ASSERT_EQ(t->set_filter(e.id, std::make_shared<events::CompiledFilter>(f)), 0);
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  EXPECT_EQ(drain(*t).size(), 10u);
+  EXPECT_EQ(t->profile(e.id).hits, 100u);  // hits count before the filter, as the kernel's
+
+  ASSERT_EQ(t->set_filter(e.id, nullptr), 0);
+  ASSERT_EQ(t->disable_probe(e.id), 0);
+  EXPECT_EQ(p.pipes.ask("call 50"), "ok " + std::to_string(sum_calls(50)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+  ASSERT_EQ(t->enable_probe(e.id), 0);
+  EXPECT_EQ(p.pipes.ask("call 50"), "ok " + std::to_string(sum_calls(50)));
+  EXPECT_EQ(drain(*t).size(), 50u);
+  ASSERT_EQ(t->remove_probe(e.id), 0);
+  EXPECT_EQ(p.pipes.ask("call 50"), "ok " + std::to_string(sum_calls(50)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+}
+
+TEST(Tracer, ThreadsForkAndExec) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  std::vector<TargetNotice> notices;
+  std::mutex nm;
+  t->on_target_notice([&](const TargetNotice& n) {
+    std::lock_guard l(nm);
+    notices.push_back(n);
+  });
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+
+  // Threads started after the definition.
+  EXPECT_EQ(p.pipes.ask("threads 4 500"), "ok " + std::to_string(4 * sum_calls(500)));
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(recs.size(), 2000u);
+  std::set<int32_t> tids;
+  for (const auto& x : recs) tids.insert(tid_of(x.r));
+  EXPECT_EQ(tids.size(), 4u);
+
+  // A fork child: a target of its own, with the same events.
+  std::string ans = p.pipes.ask("fork 300");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(st, 0);
+  recs = drain(*t);
+  size_t from_child = 0;
+  for (const auto& x : recs) from_child += x.r.pid == child;
+  EXPECT_EQ(from_child, 300u);
+  EXPECT_EQ(recs.size(), 300u);
+
+  // exec: the new image is traced too.
+  ASSERT_TRUE(p.pipes.send("exec"));
+  EXPECT_EQ(p.pipes.line(), "exec'd");
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  recs = drain(*t);
+  EXPECT_EQ(recs.size(), 100u);
+  for (const auto& x : recs) EXPECT_EQ(x.r.pid, p.pid);
+  std::lock_guard l(nm);
+  bool forked = false, execed = false;
+  for (const auto& n : notices) {
+    forked |= n.kind == TargetNotice::Kind::kForked && n.pid == child && n.parent == p.pid;
+    execed |= n.kind == TargetNotice::Kind::kExeced && n.pid == p.pid;
+  }
+  EXPECT_TRUE(forked);
+  EXPECT_TRUE(execed);
+}
+
+TEST(Tracer, LibraryOpenedLaterIsProbedBeforeItsCodeRuns) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  const std::string lib = PROBEFS_CTOR_LIB;
+  const std::string mod = lib.substr(lib.rfind('/') + 1);
+  // kprobe syntax: waits for the module; uprobe syntax: the file, not mapped yet.
+  Event k = define(*t, "p:t/ctor " + mod + ":ctor_lib_fn x=%di", 40);
+  uint64_t off = 0;
+  ASSERT_EQ(symbol_file_offset(lib, "ctor_lib_fn", &off), 0);
+  char line[1024];
+  snprintf(line, sizeof line, "p:u/ctor %s:0x%llx x=%%di", lib.c_str(),
+           static_cast<unsigned long long>(off));
+  Event u = define(*t, line, 41);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  // ctor_lib_entry(7) = ctor_lib_fn(21) from the constructor + ctor_lib_fn(7).
+  EXPECT_EQ(p.pipes.ask("dlopen " + lib + " ctor_lib_entry"), "ok 56");
+  std::vector<Rec> recs = drain(*t);
+  std::map<uint16_t, std::vector<uint64_t>> xs;
+  for (const auto& x : recs)
+    xs[event_id_of(x.r)].push_back(field(event_id_of(x.r) == 40 ? k : u, x.r, "x"));
+  EXPECT_EQ(xs[40], (std::vector<uint64_t>{21, 7}));
+  EXPECT_EQ(xs[41], (std::vector<uint64_t>{21, 7}));
+}
+
+TEST(Tracer, BadPlacesGetTheKernelsErrors) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  int err = 0;
+  events::Diagnostic d;
+  define(*t, "p:t/nosuch probefs_no_such_function", 50, true, &err, &d);
+  EXPECT_EQ(err, -ENOENT);
+  EXPECT_EQ(d.code, events::ErrorCode::kBadProbeAddr);
+  EXPECT_EQ(d.pos, 8);
+  // One byte into traced_add: not an instruction boundary.
+  define(*t, "p:t/mid " + kProgName + ":traced_add+1", 51, true, &err, &d);
+  EXPECT_EQ(err, -EILSEQ);
+  EXPECT_EQ(d.code, events::ErrorCode::kBadInsnBndry);
+  // Nothing was left behind: the program runs, and a good definition still works.
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add", 52);
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 10u);
+}
+
+TEST(Tracer, FullRingReportsExactLostCounts) {
+  auto t = make_tracer(4);  // 4 KiB per thread
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di b=%si", 60);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 1000"), "ok " + std::to_string(sum_calls(1000)));
+  std::vector<Rec> recs = drain(*t);
+  // One more record carries the count of those dropped after the last one kept.
+  EXPECT_EQ(p.pipes.ask("call 1"), "ok 0");
+  std::vector<Rec> more = drain(*t);
+  ASSERT_EQ(more.size(), 1u);
+  uint64_t lost = 0;
+  for (const auto& x : recs) lost += x.r.lost_before;
+  lost += more[0].r.lost_before;
+  EXPECT_GT(lost, 0u);
+  EXPECT_LT(recs.size(), 1000u);
+  EXPECT_EQ(recs.size() + 1 + lost, 1001u);
+  EXPECT_EQ(t->profile(e.id).hits, 1001u);
+}
+
+TEST(Tracer, AttachToARunningProgramAndDetach) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  ProgPipes pipes;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipes.child_stdin(), 0);
+    dup2(pipes.child_stdout(), 1);
+    execl(kProg.c_str(), kProg.c_str(), nullptr);
+    _exit(127);
+  }
+  KillGuard guard(pid);
+  pipes.parent_side();
+  ASSERT_EQ(pipes.line(), "ready");
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 70);
+  std::string err;
+  ASSERT_EQ(t->attach(pid, &err), 0) << err;
+  EXPECT_EQ(pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  EXPECT_EQ(drain(*t).size(), 100u);
+  ASSERT_EQ(t->detach(pid), 0);
+  EXPECT_EQ(pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+  // And again: the idle agent takes a second attach.
+  ASSERT_EQ(t->attach(pid, &err), 0) << err;
+  EXPECT_EQ(pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 10u);
+  EXPECT_EQ(pipes.ask("quit", 10000), "");
+  guard.release();
+  int st;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// The daemon dies (SIGKILL) while two threads of the program run probed code, 20 times
+// over: each time the agent takes every probe out within a second, the program computes
+// on correctly, and the next daemon attaches again.
+TEST(Tracer, DaemonKilledTwentyTimesLeavesTheProgramWhole) {
+  ProgPipes pipes;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipes.child_stdin(), 0);
+    dup2(pipes.child_stdout(), 1);
+    execl(kProg.c_str(), kProg.c_str(), nullptr);
+    _exit(127);
+  }
+  KillGuard guard(pid);
+  pipes.parent_side();
+  ASSERT_EQ(pipes.line(), "ready");
+  ASSERT_EQ(pipes.ask("hot 2"), "ok");
+
+  int err = 0;
+  auto syms = ProcessSymbols::load(pid, &err);
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol hot;
+  ASSERT_EQ(syms->resolve("traced_hot", &hot), 0);
+  uint64_t off = 0;
+  ASSERT_EQ(symbol_file_offset(kProg, "traced_hot", &off), 0);
+  unsigned char original[5];
+  {
+    FILE* f = fopen(kProg.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fseek(f, static_cast<long>(off), SEEK_SET), 0);
+    ASSERT_EQ(fread(original, 1, 5, f), 5u);
+    fclose(f);
+  }
+  auto code_now = [&](unsigned char* out) {
+    return read_code(pid, hot.addr, out, 5);
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    ProgPipes stub_pipes;
+    pid_t stub = fork();
+    if (stub == 0) {
+      dup2(stub_pipes.child_stdin(), 0);
+      dup2(stub_pipes.child_stdout(), 1);
+      std::string p = std::to_string(pid);
+      execl(PROBEFS_TRACER_STUB, PROBEFS_TRACER_STUB, PROBEFS_AGENT_PATH, p.c_str(),
+            ("p:t/hot " + kProgName + ":traced_hot who=%di i=%si").c_str(),
+            ("r:t/hotret " + kProgName + ":traced_hot rv=$retval").c_str(), nullptr);
+      _exit(127);
+    }
+    KillGuard stub_guard(stub);
+    stub_pipes.parent_side();
+    ASSERT_EQ(stub_pipes.line(), "ready");
+    unsigned char now[5];
+    ASSERT_TRUE(code_now(now));
+    EXPECT_NE(memcmp(now, original, 5), 0) << "the probe is not in the code";
+    kill(stub, SIGKILL);
+    int st;
+    waitpid(stub, &st, 0);
+    stub_guard.release();
+    // Within one second the original bytes are back.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    bool restored = false;
+    while (!restored && std::chrono::steady_clock::now() < deadline) {
+      restored = code_now(now) && memcmp(now, original, 5) == 0;
+      if (!restored) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, nullptr);  // polling a deadline, not synchronising
+      }
+    }
+    ASSERT_TRUE(restored) << "probes still in the code a second after the daemon died";
+  }
+  std::string ans = pipes.ask("cool");
+  EXPECT_EQ(ans.rfind("ok ", 0), 0u) << ans;
+  EXPECT_EQ(pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(pipes.ask("quit", 10000), "");
+  guard.release();
+  int st;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+}  // namespace
+}  // namespace probefs::tracee

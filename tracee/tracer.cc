@@ -1,0 +1,1110 @@
+#include "tracee/tracer.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "events/parse.h"
+#include "events/ring_consumer.h"
+#include "events/trace_clock.h"
+#include "tracee/agent_link.h"
+#include "tracee/inject.h"
+#include "tracee/launch.h"
+#include "tracee/probe_places.h"
+
+namespace probefs::tracee {
+
+namespace lk = events::link;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Counter slots of the ring areas: one per probe, so at most this many probes at once.
+constexpr uint32_t kProbeSlots = 8192;
+
+// The first line of a file under /proc, or "".
+std::string read_proc_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+std::string exe_of(pid_t pid) {
+  char buf[4096];
+  std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Whether pid runs (not a zombie, not gone).
+bool process_running(pid_t pid) {
+  std::string stat = read_proc_line("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// The kernel's error_log entry for a probe the engine refused (trace_kprobe_create's
+// handling of register_kprobe's result), positioned at the place (argument 1).
+events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, int err) {
+  events::Diagnostic d;
+  switch (-err) {
+    case EILSEQ:
+      return events::make_diagnostic(def, events::ErrorCode::kBadInsnBndry, 1, 0);
+    case ENOENT:
+      return events::make_diagnostic(def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
+    case ENOMEM:
+    case EEXIST:
+      d.code = events::ErrorCode::kSilent;
+      d.err = -err;
+      d.command = def.command();
+      return d;
+    default:
+      return events::make_diagnostic(def, events::ErrorCode::kFailRegProbe, 1, 0,
+                                     err < 0 ? -err : EINVAL);
+  }
+}
+
+// Names addresses of one target for kprobe-style lines.
+class TargetSymbolizer : public events::Symbolizer {
+ public:
+  explicit TargetSymbolizer(const ProcessSymbols* syms) : syms_(syms) {}
+  bool lookup(uint64_t addr, events::SymbolInfo* out) override {
+    ResolvedSymbol rs;
+    if (!syms_ || syms_->describe(addr, &rs) != 0 || rs.name.empty()) return false;
+    name_ = rs.name;
+    module_ = rs.module;
+    out->name = name_;
+    out->offset = addr - rs.addr;
+    out->size = rs.function.end > rs.function.start ? rs.function.end - rs.function.start : 0;
+    out->module = module_;
+    return true;
+  }
+
+ private:
+  const ProcessSymbols* syms_;
+  std::string name_, module_;
+};
+
+}  // namespace
+
+struct Tracer::Impl {
+  struct Probe {
+    ProbeId id = 0;
+    ProbeSpec spec;
+    FileIdentity file;
+    uint32_t slot = 0;
+    bool per_target_compile = false;
+    // Counts of targets that are gone.
+    uint64_t gone_hits = 0;
+    uint64_t gone_misses = 0;
+  };
+
+  // A probe placed in one target: one per place (a file mapped twice has two).
+  struct Site {
+    uint32_t agent_id = 0;
+    uintptr_t addr = 0;
+  };
+
+  // One ring area and its reader. Kept until the reader is drained and no reader waits
+  // on it, even after its target is gone.
+  struct Rings {
+    events::RingArea area;
+    events::RingAreaReader reader;
+    pid_t pid = 0;
+    uint32_t tag = 0;
+  };
+
+  struct Target {
+    pid_t pid = 0;
+    pid_t parent = 0;
+    TargetOrigin origin = TargetOrigin::kLaunched;
+    bool our_child = false;  // launched by us: we reap it
+    std::string exe;
+    std::shared_ptr<AgentLink> link;
+    std::unique_ptr<ProcessSymbols> syms;
+    std::vector<Mapping> maps;
+    std::shared_ptr<Rings> rings;
+    std::map<ProbeId, std::vector<Site>> sites;
+    std::unique_ptr<TargetSymbolizer> symbolizer;
+  };
+
+  Options opts;
+  std::unique_ptr<AgentListener> listener;
+
+  mutable std::mutex mu;  // targets, probes, switches
+  std::map<ProbeId, Probe> probes;
+  ProbeId next_probe = 1;
+  uint32_t next_agent_id = 1;
+  std::vector<uint32_t> free_slots;
+  uint32_t next_slot = 0;
+  std::map<pid_t, std::unique_ptr<Target>> targets;
+  bool armed = true;
+  bool optimization = true;
+  std::function<void(const TargetNotice&)> notice_listener;
+  std::mutex notice_mu;  // serialises notices; never held with mu
+
+  // Exits: pid -> wait status, for wait_exit().
+  std::map<pid_t, int> exits;
+  std::set<pid_t> ever;
+  std::condition_variable exit_cv;
+
+  // Records.
+  std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
+  std::vector<std::shared_ptr<Rings>> rings;  // every area read
+  std::map<uint32_t, pid_t> tag_pid;
+  uint32_t next_tag = 1;
+  events::RingMerger merger{true};
+  events::RingMerger peeker{false};
+  events::TraceClock clock = events::TraceClock::kLocal;
+  events::TraceClockConverter conv;
+  uint64_t consumed = 0;
+  std::atomic<int> waiters{0};
+  std::atomic<bool> interrupted{false};
+  std::condition_variable_any idle_cv;  // wait_for_records with no area at all
+  uint32_t buffer_kb;
+
+  std::thread service;
+  std::atomic<bool> stop{false};
+
+  // ---- helpers (mu held unless said) ----
+
+  void notify(const TargetNotice& n) {
+    std::function<void(const TargetNotice&)> fn;
+    {
+      std::lock_guard l(mu);
+      fn = notice_listener;
+    }
+    if (!fn) return;
+    std::lock_guard l(notice_mu);
+    fn(n);
+  }
+
+  uint32_t stamp_mode() const {
+    return events::ring_detect_stamp_mode(events::trace_clock_stamp(clock));
+  }
+
+  // A new ring area for a target, registered with the readers. nullptr on failure.
+  std::shared_ptr<Rings> new_rings(pid_t pid, int* err) {
+    auto r = std::make_shared<Rings>();
+    events::RingGeometry g;
+    g.ring_count = opts.rings_per_target;
+    g.ring_bytes = buffer_kb * 1024;
+    g.probe_slots = kProbeSlots;
+    uint32_t mode;
+    {
+      std::lock_guard rl(read_mu);
+      mode = stamp_mode();
+    }
+    if ((*err = events::RingArea::create(g, mode, &r->area)) != 0) return nullptr;
+    if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid)) != 0) return nullptr;
+    r->pid = pid;
+    std::lock_guard rl(read_mu);
+    r->tag = next_tag++;
+    tag_pid[r->tag] = pid;
+    rings.push_back(r);
+    merger.add(&r->reader, r->tag);
+    peeker.add(&r->reader, r->tag);
+    return r;
+  }
+
+  // Stops reading an area once it is drained (the service thread frees it).
+  void retire_rings(const std::shared_ptr<Rings>&) {}
+
+  // Frees areas whose target is gone and that hold nothing more. read_mu held.
+  void free_drained_rings(const std::set<Rings*>& live) {
+    if (waiters.load() != 0) return;
+    for (auto it = rings.begin(); it != rings.end();) {
+      Rings* r = it->get();
+      if (live.count(r) || r->reader.has_data()) {
+        ++it;
+        continue;
+      }
+      merger.remove(&r->reader);
+      peeker.remove(&r->reader);
+      tag_pid.erase(r->tag);
+      it = rings.erase(it);
+    }
+  }
+
+  std::set<Rings*> live_rings() const {
+    std::set<Rings*> live;
+    for (const auto& [pid, t] : targets)
+      if (t->rings) live.insert(t->rings.get());
+    return live;
+  }
+
+  int refresh_symbols(Target& t) {
+    std::vector<Mapping> maps;
+    if (int err = read_maps(t.pid, &maps); err != 0) return err;
+    t.maps = std::move(maps);
+    if (!t.syms) {
+      int err = 0;
+      t.syms = ProcessSymbols::load(t.pid, &err);
+      if (!t.syms) return err;
+      t.symbolizer = std::make_unique<TargetSymbolizer>(t.syms.get());
+      return 0;
+    }
+    return t.syms->reload();
+  }
+
+  // The DEFINE messages of probe p in target t, one per place. kError fills *diag.
+  PlaceStatus build_defines(Target& t, const Probe& p, std::vector<lk::Define>* out,
+                            events::Diagnostic* diag) {
+    std::vector<ProbePlace> places;
+    PlaceStatus st = place_probe(p.spec.def, p.file, t.maps, *t.syms, &places, diag);
+    if (st != PlaceStatus::kPlaced) return st;
+    const events::CompiledEvent* ev = &p.spec.compiled;
+    events::CompiledEvent own;
+    if (p.per_target_compile) {
+      const ProcessSymbols* syms = t.syms.get();
+      events::DataSymbolResolver resolve = [syms](std::string_view sym, uint64_t* addr) {
+        ResolvedSymbol rs;
+        if (syms->resolve(sym, &rs) != 0) return false;
+        *addr = rs.addr;
+        return true;
+      };
+      if (!events::compile(p.spec.def, resolve, &own, diag)) return PlaceStatus::kError;
+      ev = &own;
+    }
+    for (const ProbePlace& place : places) {
+      lk::Define d;
+      d.counter_slot = p.slot;
+      d.event_id = p.spec.event_id;
+      d.kind = p.spec.def.is_return ? lk::ProbeKind::kReturn : lk::ProbeKind::kEntry;
+      d.enabled = p.spec.enabled;
+      d.maxactive = static_cast<uint32_t>(p.spec.def.maxactive);
+      d.address = place.addr;
+      d.bounds.start = place.bounds.start;
+      d.bounds.end = place.bounds.end;
+      for (uintptr_t pad : place.bounds.landing_pads) d.bounds.landing_pads.push_back(pad);
+      d.bounds.related = place.bounds.related;
+      d.symbol = place.symbol;
+      d.symbol_addr = place.symbol.empty() ? 0 : place.addr - place.symbol_offset;
+      d.module = place.module;
+      d.program = ev->program;
+      if (p.spec.filter) d.filter = *p.spec.filter;
+      out->push_back(std::move(d));
+    }
+    return PlaceStatus::kPlaced;
+  }
+
+  // Sends the defines; on the first failure removes what this call placed in t. 0 or the
+  // agent's negative errno.
+  int send_defines(Target& t, ProbeId id, std::vector<lk::Define>& defs) {
+    std::vector<Site> placed;
+    for (lk::Define& d : defs) {
+      d.probe_id = next_agent_id++;
+      LinkResult r = t.link->define(d);
+      if (!r.ok()) {
+        for (const Site& s : placed) (void)t.link->remove(s.agent_id);
+        return r.error;
+      }
+      placed.push_back({d.probe_id, d.address});
+    }
+    auto& v = t.sites[id];
+    v.insert(v.end(), placed.begin(), placed.end());
+    return 0;
+  }
+
+  void remove_sites(Target& t, ProbeId id) {
+    auto it = t.sites.find(id);
+    if (it == t.sites.end()) return;
+    for (const Site& s : it->second)
+      if (t.link && !t.link->closed()) (void)t.link->remove(s.agent_id);
+    t.sites.erase(it);
+  }
+
+  // Places every probe not yet placed in t (a new target, or objects mapped since).
+  // Failures in one target leave the probe out of it (the definition stands elsewhere).
+  void place_pending(Target& t, std::vector<lk::Define>* collect,
+                     std::vector<ProbeId>* collect_ids) {
+    for (auto& [id, p] : probes) {
+      if (t.sites.count(id)) continue;
+      std::vector<lk::Define> defs;
+      events::Diagnostic diag;
+      if (build_defines(t, p, &defs, &diag) != PlaceStatus::kPlaced) continue;
+      if (collect) {
+        for (auto& d : defs) {
+          d.probe_id = next_agent_id++;
+          collect_ids->push_back(id);
+          collect->push_back(std::move(d));
+        }
+      } else {
+        (void)send_defines(t, id, defs);
+      }
+    }
+  }
+
+  // Makes t a working target: symbols, ring area, switches, every probe. mu held.
+  int set_up(Target& t, std::string* error) {
+    if (int err = refresh_symbols(t); err != 0) {
+      if (error) *error = "cannot read the symbols of pid " + std::to_string(t.pid);
+      return err;
+    }
+    int err = 0;
+    t.rings = new_rings(t.pid, &err);
+    if (!t.rings) {
+      if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
+      return err;
+    }
+    uint32_t clk;
+    {
+      std::lock_guard rl(read_mu);
+      clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
+    }
+    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
+    if (!r.ok()) {
+      if (error) *error = "agent refused its ring area: " + r.message;
+      return r.error;
+    }
+    if (!armed) (void)t.link->disarm_all();
+    if (!optimization) (void)t.link->set_optimization(false);
+    t.exe = exe_of(t.pid);
+    place_pending(t, nullptr, nullptr);
+    return 0;
+  }
+
+  Target* target_of_link(const std::shared_ptr<AgentLink>& link) {
+    for (auto& [pid, t] : targets)
+      if (t->link == link) return t.get();
+    return nullptr;
+  }
+
+  void record_exit(pid_t pid, int status) {
+    exits[pid] = status;
+    exit_cv.notify_all();
+  }
+
+  // The target's counters are folded into its probes' totals before it goes. mu held.
+  void fold_counts(Target& t) {
+    std::vector<lk::ProfileEntry> prof;
+    if (t.link && !t.link->closed()) {
+      LinkResult r = t.link->profile();
+      if (r.ok()) prof = r.profile;
+    }
+    std::lock_guard rl(read_mu);
+    for (auto& [id, sites] : t.sites) {
+      auto it = probes.find(id);
+      if (it == probes.end()) continue;
+      if (t.rings) it->second.gone_hits += t.rings->reader.hits(it->second.slot);
+      for (const Site& s : sites)
+        for (const auto& e : prof)
+          if (e.probe_id == s.agent_id) it->second.gone_misses += e.nmissed;
+    }
+  }
+
+  // ---- the service thread ----
+
+  void handle_connected(const std::shared_ptr<AgentLink>& link) {
+    const lk::Hello& h = link->hello();
+    TargetNotice n;
+    n.pid = link->pid();
+    {
+      std::lock_guard l(mu);
+      auto t = std::make_unique<Target>();
+      t->pid = link->pid();
+      t->link = link;
+      if (h.reason == lk::HelloReason::kFork) {
+        auto parent = targets.find(h.ppid);
+        t->parent = h.ppid;
+        t->origin = TargetOrigin::kForked;
+        // The child's code carries its parent's probes, under the same ids.
+        if (parent != targets.end()) t->sites = parent->second->sites;
+        n.kind = TargetNotice::Kind::kForked;
+        n.parent = h.ppid;
+      } else {
+        // An exec'd image of a target: a new program, none of the old probes.
+        auto old = targets.find(t->pid);
+        if (old != targets.end()) {
+          fold_counts(*old->second);
+          t->origin = old->second->origin;
+          t->parent = old->second->parent;
+          t->our_child = old->second->our_child;
+          if (old->second->link) old->second->link->close();
+          targets.erase(old);
+        }
+        n.kind = TargetNotice::Kind::kExeced;
+      }
+      ever.insert(t->pid);
+      Target& ref = *t;
+      targets[t->pid] = std::move(t);
+      std::string err;
+      if (set_up(ref, &err) != 0) {
+        ref.link->close();
+        targets.erase(ref.pid);
+        return;
+      }
+      (void)ref.link->go();
+    }
+    notify(n);
+  }
+
+  void handle_mapped(const LinkEvent& ev) {
+    std::lock_guard l(mu);
+    Target* t = target_of_link(ev.link);
+    std::vector<lk::Define> defs;
+    std::vector<ProbeId> ids;
+    if (t != nullptr && ev.mapped.kind == lk::MappedKind::kMapped && refresh_symbols(*t) == 0)
+      place_pending(*t, &defs, &ids);
+    else if (t != nullptr)
+      (void)refresh_symbols(*t);
+    std::vector<LinkResult> res = ev.link->answer_mapped(ev.seq, defs);
+    if (t == nullptr) return;
+    for (size_t i = 0; i < defs.size() && i < res.size(); ++i)
+      if (res[i].ok()) t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
+  }
+
+  void handle_closed(const std::shared_ptr<AgentLink>& link) {
+    TargetNotice n;
+    {
+      std::lock_guard l(mu);
+      Target* t = target_of_link(link);
+      if (t == nullptr) return;  // replaced by its exec'd image, or detached
+      n.pid = t->pid;
+      fold_counts(*t);
+      if (process_running(t->pid)) {
+        // The program exec'd. A launched one's new image connects again (kExeced); an
+        // attached one has no agent there any more.
+        if (t->origin != TargetOrigin::kAttached) return;
+        n.kind = TargetNotice::Kind::kLeft;
+        targets.erase(t->pid);
+        record_exit(n.pid, -1);
+      } else if (t->our_child) {
+        return;  // reaped below, with its status
+      } else {
+        n.kind = TargetNotice::Kind::kExited;
+        targets.erase(t->pid);
+        record_exit(n.pid, -1);
+      }
+    }
+    notify(n);
+  }
+
+  void reap_children() {
+    std::vector<TargetNotice> out;
+    {
+      std::lock_guard l(mu);
+      for (auto it = targets.begin(); it != targets.end();) {
+        Target& t = *it->second;
+        int st = 0;
+        if (t.our_child && waitpid(t.pid, &st, WNOHANG) == t.pid) {
+          fold_counts(t);
+          TargetNotice n;
+          n.kind = TargetNotice::Kind::kExited;
+          n.pid = t.pid;
+          n.status = st;
+          out.push_back(n);
+          record_exit(t.pid, st);
+          it = targets.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const TargetNotice& n : out) notify(n);
+  }
+
+  void service_loop() {
+    auto last_update = std::chrono::steady_clock::now();
+    while (!stop.load()) {
+      LinkEvent ev;
+      if (listener->next_event(&ev, milliseconds(20))) {
+        switch (ev.kind) {
+          case LinkEvent::kConnected: handle_connected(ev.link); break;
+          case LinkEvent::kMapped: handle_mapped(ev); break;
+          case LinkEvent::kClosed: handle_closed(ev.link); break;
+        }
+      }
+      reap_children();
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_update > std::chrono::seconds(1)) {
+        last_update = now;
+        std::set<Rings*> live;
+        {
+          std::lock_guard l(mu);
+          live = live_rings();
+        }
+        std::lock_guard rl(read_mu);
+        conv.update();
+        for (auto& r : rings) r->reader.reclaim();
+        free_drained_rings(live);
+      }
+    }
+  }
+};
+
+Tracer::Tracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  impl->buffer_kb = opts.buffer_size_kb;
+  int err = 0;
+  impl->listener = AgentListener::create(&err);
+  if (!impl->listener) {
+    if (error) *error = "cannot listen for agents: " + std::string(strerror(-err));
+    return nullptr;
+  }
+  if (int e = impl->conv.calibrate(impl->clock); e != 0) {
+    if (error) *error = "cannot read the trace clock: " + std::string(strerror(-e));
+    return nullptr;
+  }
+  Impl* raw = impl.get();
+  impl->service = std::thread([raw] { raw->service_loop(); });
+  return std::unique_ptr<Tracer>(new Tracer(std::move(impl)));
+}
+
+Tracer::~Tracer() {
+  {
+    std::lock_guard l(impl_->mu);
+    for (auto& [pid, t] : impl_->targets)
+      if (t->link && !t->link->closed()) (void)t->link->detach();
+  }
+  impl_->stop = true;
+  if (impl_->service.joinable()) impl_->service.join();
+  impl_->targets.clear();
+  impl_->listener.reset();
+}
+
+// ---- targets ---------------------------------------------------------------------------
+
+int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
+  LaunchOptions lo;
+  lo.argv = spec.argv;
+  lo.agent_path = impl_->opts.agent_path;
+  lo.env_add = spec.env;
+  lo.stdin_fd = spec.stdin_fd;
+  lo.stdout_fd = spec.stdout_fd;
+  lo.stderr_fd = spec.stderr_fd;
+  Launched l;
+  if (int err = tracee::launch(*impl_->listener, lo, &l, error); err != 0) return err;
+  TargetNotice n;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto t = std::make_unique<Impl::Target>();
+    t->pid = l.pid;
+    t->origin = TargetOrigin::kLaunched;
+    t->our_child = true;
+    t->link = l.link;
+    Impl::Target& ref = *t;
+    impl_->targets[l.pid] = std::move(t);
+    impl_->ever.insert(l.pid);
+    if (int err = impl_->set_up(ref, error); err != 0) {
+      ref.link->close();
+      kill(l.pid, SIGKILL);
+      int st;
+      waitpid(l.pid, &st, 0);
+      impl_->targets.erase(l.pid);
+      return err;
+    }
+    LinkResult r = ref.link->go();
+    if (!r.ok()) {
+      if (error) *error = "the agent did not start the program: " + r.message;
+    }
+    n.kind = TargetNotice::Kind::kJoined;
+    n.pid = l.pid;
+  }
+  *pid = l.pid;
+  impl_->notify(n);
+  return 0;
+}
+
+int Tracer::attach(pid_t pid, std::string* error) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->targets.count(pid)) {
+      if (error) *error = "pid " + std::to_string(pid) + " is traced already";
+      return -EEXIST;
+    }
+  }
+  AgentListener& listener = *impl_->listener;
+  listener.expect(pid);
+  PtraceError perr;
+  PtraceOptions popts;
+  auto session = PtraceSession::attach(pid, popts, &perr);
+  if (!session) {
+    listener.unexpect(pid);
+    if (error) *error = perr.message;
+    return perr.err ? perr.err : -EPERM;
+  }
+  InjectedLibrary agent;
+  int err = inject_library(*session, impl_->opts.agent_path, &agent, &perr);
+  uintptr_t entry = 0, name = 0;
+  uint64_t rc = 0;
+  if (err == 0) err = resolve_injected_symbol(session->symbols(), agent, lk::kAttachSymbol, &entry);
+  if (err != 0 && perr.message.empty()) perr.message = "the agent has no attach entry point";
+  if (err == 0) err = session->push_string(listener.name(), &name, &perr);
+  if (err == 0) {
+    const uint64_t args[1] = {name};
+    err = session->call(entry, args, &rc, &perr);
+  }
+  PtraceError derr;
+  int detach_err = session->detach(&derr);
+  if (err == 0 && static_cast<int64_t>(rc) < 0) {
+    err = static_cast<int>(static_cast<int64_t>(rc));
+    perr.message = "the agent refused to attach: " + std::string(strerror(-err));
+  }
+  if (err == 0 && detach_err != 0) {
+    err = detach_err;
+    perr = derr;
+  }
+  if (err != 0) {
+    listener.unexpect(pid);
+    if (error) *error = perr.message;
+    return err;
+  }
+  int werr = 0;
+  std::shared_ptr<AgentLink> link = listener.wait_for(pid, milliseconds(10000), &werr);
+  if (!link) {
+    listener.unexpect(pid);
+    if (error) *error = "the agent did not connect";
+    return werr ? werr : -ETIMEDOUT;
+  }
+  TargetNotice n;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto t = std::make_unique<Impl::Target>();
+    t->pid = pid;
+    t->origin = TargetOrigin::kAttached;
+    t->link = link;
+    Impl::Target& ref = *t;
+    impl_->targets[pid] = std::move(t);
+    impl_->ever.insert(pid);
+    impl_->exits.erase(pid);
+    if (int e = impl_->set_up(ref, error); e != 0) {
+      (void)ref.link->detach();
+      impl_->targets.erase(pid);
+      return e;
+    }
+    n.kind = TargetNotice::Kind::kJoined;
+    n.pid = pid;
+  }
+  impl_->notify(n);
+  return 0;
+}
+
+int Tracer::detach(pid_t pid) {
+  TargetNotice n;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->targets.find(pid);
+    if (it == impl_->targets.end()) return -ESRCH;
+    impl_->fold_counts(*it->second);
+    std::shared_ptr<AgentLink> link = it->second->link;
+    const bool child = it->second->our_child;
+    impl_->targets.erase(it);
+    LinkResult r = link->detach();
+    if (!child) impl_->record_exit(pid, -1);
+    n.kind = TargetNotice::Kind::kDetached;
+    n.pid = pid;
+    if (!r.ok() && r.error != -ENOTCONN) return r.error;
+  }
+  impl_->notify(n);
+  return 0;
+}
+
+std::vector<TargetInfo> Tracer::targets() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<TargetInfo> out;
+  for (const auto& [pid, t] : impl_->targets) {
+    TargetInfo i;
+    i.pid = pid;
+    i.parent = t->parent;
+    i.origin = t->origin;
+    i.exe = t->exe;
+    i.comm = read_proc_line("/proc/" + std::to_string(pid) + "/comm");
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+int Tracer::wait_exit(pid_t pid, int timeout_ms, int* status) {
+  std::unique_lock lock(impl_->mu);
+  if (!impl_->ever.count(pid)) return -ESRCH;
+  bool done = impl_->exit_cv.wait_for(lock, milliseconds(timeout_ms),
+                                      [&] { return impl_->exits.count(pid) != 0; });
+  if (!done) return -ETIMEDOUT;
+  if (status) *status = impl_->exits[pid];
+  return 0;
+}
+
+void Tracer::on_target_notice(std::function<void(const TargetNotice&)> listener) {
+  std::lock_guard lock(impl_->mu);
+  impl_->notice_listener = std::move(listener);
+}
+
+// ---- probes ----------------------------------------------------------------------------
+
+int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic* diag) {
+  std::lock_guard lock(impl_->mu);
+  Impl::Probe p;
+  p.spec = spec;
+  if (spec.def.syntax == events::ProbeSyntax::kUprobe) {
+    if (identify_file(spec.def.path, &p.file) != 0) {
+      *diag = events::make_diagnostic(spec.def, events::ErrorCode::kFileNotFound, 1, 0);
+      return -diag->err;
+    }
+  }
+  for (const events::ProbeArg& a : spec.def.args)
+    if (!a.symbol.empty()) p.per_target_compile = true;
+  if (!impl_->free_slots.empty()) {
+    p.slot = impl_->free_slots.back();
+    impl_->free_slots.pop_back();
+  } else if (impl_->next_slot < kProbeSlots) {
+    p.slot = impl_->next_slot++;
+  } else {
+    diag->err = ENOSPC;
+    diag->code = events::ErrorCode::kSilent;
+    return -ENOSPC;
+  }
+  p.id = impl_->next_probe++;
+  {
+    std::lock_guard rl(impl_->read_mu);
+    for (auto& r : impl_->rings) r->reader.reset_counters(p.slot);
+  }
+
+  bool absent_everywhere = !impl_->targets.empty();
+  std::vector<Impl::Target*> done;
+  int err = 0;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed()) continue;
+    std::vector<lk::Define> defs;
+    events::Diagnostic d;
+    PlaceStatus st = impl_->build_defines(*t, p, &defs, &d);
+    if (st == PlaceStatus::kError) {
+      *diag = d;
+      err = -d.err;
+      break;
+    }
+    if (st != PlaceStatus::kAbsent) absent_everywhere = false;
+    if (st != PlaceStatus::kPlaced) continue;
+    if (int e = impl_->send_defines(*t, p.id, defs); e != 0) {
+      *diag = registration_diagnostic(spec.def, e);
+      err = e;
+      break;
+    }
+    done.push_back(t.get());
+  }
+  if (err == 0 && absent_everywhere && spec.def.syntax == events::ProbeSyntax::kKprobe &&
+      spec.def.on_symbol() && spec.def.module.empty()) {
+    // A symbol no target has: the kernel's failed registration of an unknown symbol.
+    *diag = events::make_diagnostic(spec.def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
+    err = -ENOENT;
+  }
+  if (err != 0) {
+    for (Impl::Target* t : done) impl_->remove_sites(*t, p.id);
+    impl_->free_slots.push_back(p.slot);
+    return err;
+  }
+  *id = p.id;
+  impl_->probes.emplace(p.id, std::move(p));
+  return 0;
+}
+
+int Tracer::remove_probe(ProbeId id) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  for (auto& [pid, t] : impl_->targets) impl_->remove_sites(*t, id);
+  impl_->free_slots.push_back(it->second.slot);
+  impl_->probes.erase(it);
+  return 0;
+}
+
+namespace {
+
+template <class Fn>
+int for_each_site(Tracer::Impl& impl, ProbeId id, Fn fn) {
+  int first = 0;
+  for (auto& [pid, t] : impl.targets) {
+    auto s = t->sites.find(id);
+    if (s == t->sites.end() || !t->link || t->link->closed()) continue;
+    for (const auto& site : s->second) {
+      LinkResult r = fn(*t->link, site.agent_id);
+      if (!r.ok() && first == 0 && r.error != -ENOTCONN) first = r.error;
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+int Tracer::enable_probe(ProbeId id) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  it->second.spec.enabled = true;
+  return for_each_site(*impl_, id, [](AgentLink& l, uint32_t a) { return l.enable(a); });
+}
+
+int Tracer::disable_probe(ProbeId id) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  it->second.spec.enabled = false;
+  return for_each_site(*impl_, id, [](AgentLink& l, uint32_t a) { return l.disable(a); });
+}
+
+int Tracer::set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  it->second.spec.filter = f;
+  const events::CompiledFilter* raw = f.get();
+  return for_each_site(*impl_, id,
+                       [raw](AgentLink& l, uint32_t a) { return l.set_filter(a, raw); });
+}
+
+ProbeProfile Tracer::profile(ProbeId id) {
+  std::lock_guard lock(impl_->mu);
+  ProbeProfile out;
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return out;
+  const Impl::Probe& p = it->second;
+  out.hits = p.gone_hits;
+  out.misses = p.gone_misses;
+  for (auto& [pid, t] : impl_->targets) {
+    auto s = t->sites.find(id);
+    if (s == t->sites.end()) continue;
+    if (t->rings) {
+      std::lock_guard rl(impl_->read_mu);
+      out.hits += t->rings->reader.hits(p.slot);
+    }
+    if (!t->link || t->link->closed()) continue;
+    LinkResult r = t->link->profile();
+    for (const auto& e : r.profile)
+      for (const auto& site : s->second)
+        if (e.probe_id == site.agent_id) out.misses += e.nmissed;
+  }
+  return out;
+}
+
+std::string Tracer::kprobes_list() {
+  std::lock_guard lock(impl_->mu);
+  std::string out;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed()) continue;
+    LinkResult r = t->link->list();
+    if (r.ok()) out += r.message;
+  }
+  return out;
+}
+
+int Tracer::set_all_armed(bool armed) {
+  std::lock_guard lock(impl_->mu);
+  impl_->armed = armed;
+  int first = 0;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed()) continue;
+    LinkResult r = armed ? t->link->arm_all() : t->link->disarm_all();
+    if (!r.ok() && first == 0) first = r.error;
+  }
+  return first;
+}
+
+bool Tracer::all_armed() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->armed;
+}
+
+int Tracer::set_optimization(bool on) {
+  std::lock_guard lock(impl_->mu);
+  impl_->optimization = on;
+  int first = 0;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed()) continue;
+    LinkResult r = t->link->set_optimization(on);
+    if (!r.ok() && first == 0) first = r.error;
+  }
+  return first;
+}
+
+// ---- records ---------------------------------------------------------------------------
+
+namespace {
+
+void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out) {
+  auto it = impl.tag_pid.find(rr.tag);
+  out->pid = it == impl.tag_pid.end() ? 0 : it->second;
+  out->cpu = rr.cpu;
+  out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
+  out->data = rr.payload.data();
+  out->len = static_cast<uint32_t>(rr.payload.size());
+  out->lost_before = rr.lost_before;
+}
+
+}  // namespace
+
+bool Tracer::next_record(TraceRecord* out) {
+  std::lock_guard rl(impl_->read_mu);
+  events::RingRecord rr;
+  if (!impl_->merger.next(&rr)) return false;
+  fill_record(*impl_, rr, out);
+  ++impl_->consumed;
+  return true;
+}
+
+bool Tracer::wait_for_records(int timeout_ms) {
+  std::vector<events::RingAreaReader*> readers;
+  std::vector<std::shared_ptr<Impl::Rings>> hold;
+  {
+    std::lock_guard rl(impl_->read_mu);
+    hold = impl_->rings;
+    impl_->waiters++;
+  }
+  for (auto& r : hold) readers.push_back(&r->reader);
+  bool woken;
+  if (readers.empty()) {
+    std::mutex m;
+    std::unique_lock l(m);
+    woken = impl_->idle_cv.wait_for(l, milliseconds(timeout_ms),
+                                    [&] { return impl_->interrupted.exchange(false); });
+  } else {
+    events::RingWaitResult r = events::ring_wait(readers, timeout_ms);
+    impl_->interrupted.store(false);
+    woken = r != events::RingWaitResult::kTimeout;
+  }
+  impl_->waiters--;
+  return woken;
+}
+
+void Tracer::interrupt_wait() {
+  impl_->interrupted.store(true);
+  impl_->idle_cv.notify_all();
+  std::lock_guard rl(impl_->read_mu);
+  for (auto& r : impl_->rings) {
+    events::RingAreaHeader* h = r->area.header();
+    __atomic_store_n(&h->sleeping, 1u, __ATOMIC_RELEASE);
+    events::ring_wake(h);
+  }
+}
+
+void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn) {
+  std::lock_guard rl(impl_->read_mu);
+  impl_->peeker.rewind();
+  events::RingRecord rr;
+  while (impl_->peeker.next(&rr)) {
+    TraceRecord t;
+    fill_record(*impl_, rr, &t);
+    fn(t);
+  }
+}
+
+void Tracer::clear_records() {
+  std::lock_guard rl(impl_->read_mu);
+  for (auto& r : impl_->rings) r->reader.clear();
+  impl_->merger = events::RingMerger(true);
+  impl_->peeker = events::RingMerger(false);
+  for (auto& r : impl_->rings) {
+    impl_->merger.add(&r->reader, r->tag);
+    impl_->peeker.add(&r->reader, r->tag);
+  }
+  impl_->consumed = 0;
+}
+
+void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
+  uint64_t n = 0;
+  for_each_record([&](const TraceRecord&) { ++n; });
+  std::lock_guard rl(impl_->read_mu);
+  uint64_t lost = 0;
+  for (auto& r : impl_->rings) lost += r->reader.stats().lost_reported + r->reader.unowned_lost();
+  *entries = n;
+  *written = n + impl_->consumed + lost;
+}
+
+int Tracer::set_trace_clock(const std::string& name) {
+  events::TraceClock c;
+  if (!events::parse_trace_clock(name, &c)) return -EINVAL;
+  std::lock_guard rl(impl_->read_mu);
+  if (int err = impl_->conv.calibrate(c); err != 0) return err;
+  impl_->clock = c;
+  const uint32_t mode = impl_->stamp_mode();
+  for (auto& r : impl_->rings) events::ring_set_stamp_mode(r->area.header(), mode);
+  for (auto& r : impl_->rings) r->reader.clear();
+  impl_->merger = events::RingMerger(true);
+  impl_->peeker = events::RingMerger(false);
+  for (auto& r : impl_->rings) {
+    impl_->merger.add(&r->reader, r->tag);
+    impl_->peeker.add(&r->reader, r->tag);
+  }
+  return 0;
+}
+
+std::string Tracer::trace_clock_text() const {
+  std::lock_guard rl(impl_->read_mu);
+  return events::trace_clock_file(impl_->clock);
+}
+
+int Tracer::set_buffer_size_kb(uint32_t kb) {
+  if (kb == 0) return -EINVAL;
+  std::lock_guard lock(impl_->mu);
+  const uint32_t old = impl_->buffer_kb;
+  impl_->buffer_kb = kb;
+  events::RingGeometry g;
+  g.ring_count = impl_->opts.rings_per_target;
+  g.ring_bytes = kb * 1024;
+  g.probe_slots = kProbeSlots;
+  events::RingLayout layout;
+  if (!events::ring_layout(g, &layout)) {
+    impl_->buffer_kb = old;
+    return -EINVAL;
+  }
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed()) continue;
+    int err = 0;
+    std::shared_ptr<Impl::Rings> r = impl_->new_rings(pid, &err);
+    if (!r) return err;
+    uint32_t clk;
+    {
+      std::lock_guard rl(impl_->read_mu);
+      clk = static_cast<uint32_t>(events::trace_clock_stamp(impl_->clock));
+      // The old area's hits stay with its probes.
+      for (auto& [id, sites] : t->sites) {
+        auto p = impl_->probes.find(id);
+        if (p != impl_->probes.end() && t->rings)
+          p->second.gone_hits += t->rings->reader.hits(p->second.slot);
+      }
+      if (t->rings) t->rings->reader.clear();
+    }
+    LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
+    if (!res.ok()) return res.error;
+    t->rings = r;
+  }
+  return 0;
+}
+
+uint32_t Tracer::buffer_size_kb() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->buffer_kb;
+}
+
+events::Symbolizer* Tracer::symbolizer(pid_t pid) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->targets.find(pid);
+  if (it == impl_->targets.end()) return nullptr;
+  return it->second->symbolizer.get();
+}
+
+std::string Tracer::comm_of(pid_t pid, pid_t tid) {
+  std::string c = read_proc_line("/proc/" + std::to_string(pid) + "/task/" +
+                                 std::to_string(tid) + "/comm");
+  return c.empty() ? "<...>" : c;
+}
+
+}  // namespace probefs::tracee
