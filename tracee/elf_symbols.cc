@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <compare>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -31,20 +34,144 @@ std::string_view basename_of(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+struct FuncSymbol {
+  uintptr_t value = 0;  // ELF virtual address
+  uint64_t size = 0;
+  uint32_t name = 0;    // offset into ElfFile::names
+  uint8_t rank = 0;     // higher wins when several symbols share a name or an address
+};
+
+// One ELF object's file, or its bytes for an object given as bytes (load_image): what
+// does not depend on where a process maps it. A file is shared by every ProcessSymbols
+// whose process maps it (FileCache below); each process's view of it is an ElfObject.
+// Its tables load on first use.
+//
+// Touched by any thread that calls a ProcessSymbols holding the file. The members above
+// `mu` are set before the file is shared and never change; `mu` guards `elf` and
+// everything below it, because libelf reads sections on demand and libdw's CFI readers
+// keep caches, neither of them thread-safe, and the tables load lazily.
+struct ElfFile {
+  ~ElfFile() {
+    if (elf != nullptr) elf_end(elf);
+    if (fd >= 0) close(fd);
+  }
+
+  int fd = -1;
+  std::vector<char> image;       // the bytes elf reads, for objects given as bytes
+  std::vector<GElf_Phdr> loads;  // the PT_LOAD program headers, in file order
+
+  std::mutex mu;
+  Elf* elf = nullptr;
+
+  bool symbols_loaded = false;
+  std::string names;                   // NUL-separated symbol names
+  std::vector<FuncSymbol> by_addr;     // sorted by value
+  std::vector<uintptr_t> max_end;      // max_end[i]: highest value + size in by_addr[0..i]
+  std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
+  std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
+
+  EhFrame eh_frame;  // FDE ranges and landing pads, read on first use
+
+  // Parts GCC split off a function ("foo.cold" for "foo"): the indexes in by_addr of the
+  // sized ones, by the name of the function they belong to. Built on first use.
+  bool split_parts_loaded = false;
+  std::unordered_map<std::string_view, std::vector<uint32_t>> split_parts;
+};
+
+// Takes `elf` (begun on f's fd or image) into f when it is an object a process maps
+// (ET_EXEC or ET_DYN) and reads its program headers. Before f is shared: no lock.
+bool begin_file(ElfFile& f, Elf* elf) {
+  f.elf = elf;
+  if (f.elf == nullptr || elf_kind(f.elf) != ELF_K_ELF) return false;
+  GElf_Ehdr eh;
+  if (gelf_getehdr(f.elf, &eh) == nullptr) return false;
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return false;
+  size_t count = 0;
+  if (elf_getphdrnum(f.elf, &count) != 0) return false;
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(f.elf, static_cast<int>(i), &ph) == nullptr) continue;
+    if (ph.p_type == PT_LOAD) f.loads.push_back(ph);
+  }
+  return true;
+}
+
+// What names the contents of an opened file: its inode, and its size and modification
+// time, so that a file rewritten in place is another file to us.
+struct FileKey {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  time_t mtime_sec = 0;
+  long mtime_nsec = 0;
+  auto operator<=>(const FileKey&) const = default;
+};
+
+// The object files the ProcessSymbols of this process use, by the identity of the file
+// opened. Weak: a file is parsed once while any ProcessSymbols holds it (dozens of traced
+// processes map the same libc, fork children the same executable) and closed with the
+// last. Objects given as bytes are never in it.
+//
+// Lock order: a ProcessSymbols' mutex, then `mu`; an ElfFile's mutex is never held while
+// `mu` is taken, nor the reverse.
+struct FileCache {
+  std::mutex mu;  // guards files; taken by scans of any thread
+  std::map<FileKey, std::weak_ptr<ElfFile>> files;
+
+  // For elf_file_cache_stats(): monotonic, read without mu.
+  std::atomic<uint64_t> files_parsed{0};
+  std::atomic<uint64_t> symbol_tables_read{0};
+};
+
+FileCache& file_cache() {
+  // Never destroyed: the process-wide self resolver may still scan while static
+  // destructors run.
+  static FileCache* const cache = new FileCache;
+  return *cache;
+}
+
+// The parsed file behind `fd`, which it takes over: the one already shared when some
+// ProcessSymbols holds the same file, else parsed now. nullptr when it is no object a
+// process maps.
+std::shared_ptr<ElfFile> shared_file(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  const FileKey key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  FileCache& cache = file_cache();
+  // Parsing under the lock keeps two scans from parsing one file twice; it reads only the
+  // headers (the tables load on first use, under the file's own lock).
+  std::lock_guard lock(cache.mu);
+  if (auto it = cache.files.find(key); it != cache.files.end()) {
+    if (std::shared_ptr<ElfFile> shared = it->second.lock()) {
+      close(fd);
+      return shared;
+    }
+  }
+  auto f = std::make_shared<ElfFile>();
+  f->fd = fd;
+  // Read, not mapped: a mapping of the object file would show in /proc/PID/maps beside
+  // the object's own and confuse the next scan of this very process.
+  if (!begin_file(*f, elf_begin(fd, ELF_C_READ, nullptr))) return nullptr;
+  // Files that no ProcessSymbols holds any more leave with the next newcomer.
+  std::erase_if(cache.files, [](const auto& entry) { return entry.second.expired(); });
+  cache.files[key] = f;
+  cache.files_parsed.fetch_add(1, std::memory_order_relaxed);
+  return f;
+}
+
 // Load bias (run-time address minus ELF virtual address) from the object's lowest mapping.
 // The kernel and ld.so map a PT_LOAD segment so that file offset p_offset lands at
 // bias + p_vaddr, both rounded down to a page; any mapping inside the segment's file range
 // therefore gives bias = map_start - map_offset - (p_vaddr - p_offset). This holds whatever
 // the first segment's p_vaddr and p_offset are (non-PIE executables, -Ttext-segment,
 // prelinked objects).
-bool compute_load_bias(Elf* elf, const Mapping& first, uintptr_t* bias) {
-  size_t count = 0;
-  if (elf_getphdrnum(elf, &count) != 0) return false;
+bool compute_load_bias(const ElfFile& f, const Mapping& first, uintptr_t* bias) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr) continue;
-    if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+  for (const GElf_Phdr& ph : f.loads) {
+    if (ph.p_filesz == 0) continue;
     uint64_t file_lo = ph.p_offset & ~(page - 1);
     if (first.offset < file_lo || first.offset >= ph.p_offset + ph.p_filesz) continue;
     *bias = first.start - first.offset - (ph.p_vaddr - ph.p_offset);
@@ -53,20 +180,8 @@ bool compute_load_bias(Elf* elf, const Mapping& first, uintptr_t* bias) {
   return false;
 }
 
-struct FuncSymbol {
-  uintptr_t value = 0;  // ELF virtual address
-  uint64_t size = 0;
-  uint32_t name = 0;    // offset into ElfObject::names
-  uint8_t rank = 0;     // higher wins when several symbols share a name or an address
-};
-
-// One mapped ELF object. Its tables load on first use.
+// One ELF object as one process maps it: where, and the file behind it.
 struct ElfObject {
-  ~ElfObject() {
-    if (elf != nullptr) elf_end(elf);
-    if (fd >= 0) close(fd);
-  }
-
   bool contains(uintptr_t addr) const {
     for (const auto& [lo, hi] : ranges) {
       if (lo <= addr && addr < hi) return true;
@@ -85,23 +200,7 @@ struct ElfObject {
   bool executable = false;
   uintptr_t bias = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // run-time mappings
-  int fd = -1;
-  std::vector<char> image;  // the bytes elf reads, for objects given as bytes (load_image)
-  Elf* elf = nullptr;
-
-  bool symbols_loaded = false;
-  std::string names;                   // NUL-separated symbol names
-  std::vector<FuncSymbol> by_addr;     // sorted by value
-  std::vector<uintptr_t> max_end;      // max_end[i]: highest value + size in by_addr[0..i]
-  std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
-  std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
-
-  EhFrame eh_frame;  // FDE ranges and landing pads, read on first use
-
-  // Parts GCC split off a function ("foo.cold" for "foo"): the indexes in by_addr of the
-  // sized ones, by the name of the function they belong to. Built on first use.
-  bool split_parts_loaded = false;
-  std::unordered_map<std::string_view, std::vector<uint32_t>> split_parts;
+  std::shared_ptr<ElfFile> file;
 };
 
 std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
@@ -114,18 +213,15 @@ std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   o->path = first.path;
   o->module.assign(basename_of(first.path));
   for (const Mapping& m : g.maps) o->ranges.emplace_back(m.start, m.end);
-  o->fd = open_mapped_file(pid, first);
-  if (o->fd < 0) return nullptr;
-  // Read, not mapped: a mapping of the object file would show in /proc/PID/maps beside
-  // the object's own and confuse the next scan of this very process.
-  o->elf = elf_begin(o->fd, ELF_C_READ, nullptr);
-  if (o->elf == nullptr || elf_kind(o->elf) != ELF_K_ELF) return nullptr;
-  GElf_Ehdr eh;
-  if (gelf_getehdr(o->elf, &eh) == nullptr) return nullptr;
-  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return nullptr;
-  if (!compute_load_bias(o->elf, first, &o->bias)) return nullptr;
+  const int fd = open_mapped_file(pid, first);
+  if (fd < 0) return nullptr;
+  o->file = shared_file(fd);
+  if (!o->file) return nullptr;
+  if (!compute_load_bias(*o->file, first, &o->bias)) return nullptr;
   return o;
 }
+// From here to the ProcessSymbols methods, a function given an ElfFile reads or loads its
+// lazily loaded members: the caller holds the file's mutex.
 
 uint8_t binding_rank(unsigned bind) {
   switch (bind) {
@@ -192,10 +288,10 @@ std::string versioned_name(const DynsymVersions& v, size_t i, const char* name) 
   return std::string(name) + ((word & 0x8000) ? "@" : "@@") + it->second;
 }
 
-// Appends the function symbols of one symbol table to o.by_addr and o.names. `dynamic`:
+// Appends the function symbols of one symbol table to f.by_addr and f.names. `dynamic`:
 // the table is .dynsym, whose versions come from its versioning sections; `versioned_only`:
 // only its versioned symbols.
-void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool versioned_only) {
+void append_function_symbols(ElfFile& f, Elf_Scn* table, bool dynamic, bool versioned_only) {
   GElf_Shdr sh;
   if (gelf_getshdr(table, &sh) == nullptr || sh.sh_entsize == 0) return;
   Elf_Data* data = elf_getdata(table, nullptr);
@@ -203,7 +299,7 @@ void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool ve
   // Section indexes beyond SHN_LORESERVE live in a companion SHT_SYMTAB_SHNDX section.
   Elf_Data* xdata = nullptr;
   const size_t table_index = elf_ndxscn(table);
-  for (Elf_Scn* scn = elf_nextscn(o.elf, nullptr); scn != nullptr; scn = elf_nextscn(o.elf, scn)) {
+  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
     GElf_Shdr xsh;
     if (gelf_getshdr(scn, &xsh) != nullptr && xsh.sh_type == SHT_SYMTAB_SHNDX &&
         xsh.sh_link == table_index) {
@@ -213,7 +309,7 @@ void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool ve
   }
 
   const DynsymVersions versions =
-      dynamic ? read_dynsym_versions(o.elf, table_index) : DynsymVersions{};
+      dynamic ? read_dynsym_versions(f.elf, table_index) : DynsymVersions{};
   const size_t count = sh.sh_size / sh.sh_entsize;
   std::string decorated;
   for (size_t i = 1; i < count; ++i) {
@@ -226,7 +322,7 @@ void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool ve
     // to functions whose address it takes) and absolute ones are not code of this object.
     if (sym.st_shndx == SHN_UNDEF) continue;
     if (sym.st_shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) continue;
-    const char* name = elf_strptr(o.elf, sh.sh_link, sym.st_name);
+    const char* name = elf_strptr(f.elf, sh.sh_link, sym.st_name);
     if (name == nullptr || name[0] == '\0') continue;
     if (dynamic) {
       decorated = versioned_name(versions, i, name);
@@ -237,63 +333,64 @@ void append_function_symbols(ElfObject& o, Elf_Scn* table, bool dynamic, bool ve
     const char* at = std::strchr(name, '@');
     if (versioned_only && at == nullptr) continue;
     const bool default_version = at == nullptr || at[1] == '@';
-    FuncSymbol f;
-    f.value = sym.st_value;
-    f.size = sym.st_size;
-    f.name = static_cast<uint32_t>(o.names.size());
-    f.rank = static_cast<uint8_t>(binding_rank(GELF_ST_BIND(sym.st_info)) +
-                                  (default_version ? 4 : 0));
-    o.names.append(name);
-    o.names.push_back('\0');
-    o.by_addr.push_back(f);
+    FuncSymbol fs;
+    fs.value = sym.st_value;
+    fs.size = sym.st_size;
+    fs.name = static_cast<uint32_t>(f.names.size());
+    fs.rank = static_cast<uint8_t>(binding_rank(GELF_ST_BIND(sym.st_info)) +
+                                   (default_version ? 4 : 0));
+    f.names.append(name);
+    f.names.push_back('\0');
+    f.by_addr.push_back(fs);
   }
 }
 
 // Reads the function symbols of .symtab and .dynsym. Each keeps its version in its name
 // ("NAME@@VERSION", "NAME@VERSION"), which .symtab carries and .dynsym gets from its
 // versioning sections.
-void load_symbols(ElfObject& o) {
-  if (o.symbols_loaded) return;
-  o.symbols_loaded = true;
+void load_symbols(ElfFile& f) {
+  if (f.symbols_loaded) return;
+  f.symbols_loaded = true;
+  if (f.fd >= 0) file_cache().symbol_tables_read.fetch_add(1, std::memory_order_relaxed);
   Elf_Scn* symtab = nullptr;
   Elf_Scn* dynsym = nullptr;
-  for (Elf_Scn* scn = elf_nextscn(o.elf, nullptr); scn != nullptr; scn = elf_nextscn(o.elf, scn)) {
+  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) continue;
     if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
     if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
   }
-  if (symtab != nullptr) append_function_symbols(o, symtab, false, false);
+  if (symtab != nullptr) append_function_symbols(f, symtab, false, false);
   // .dynsym alone, or beside .symtab for the versions that only its versioning sections
   // record (ld writes "NAME@VERSION" into .symtab for .symver aliases, not for versions a
   // version script gives).
-  if (dynsym != nullptr) append_function_symbols(o, dynsym, true, symtab != nullptr);
+  if (dynsym != nullptr) append_function_symbols(f, dynsym, true, symtab != nullptr);
 
-  std::stable_sort(o.by_addr.begin(), o.by_addr.end(),
+  std::stable_sort(f.by_addr.begin(), f.by_addr.end(),
                    [](const FuncSymbol& a, const FuncSymbol& b) { return a.value < b.value; });
-  o.max_end.resize(o.by_addr.size());
+  f.max_end.resize(f.by_addr.size());
   uintptr_t reach = 0;
-  for (size_t i = 0; i < o.by_addr.size(); ++i) {
-    reach = std::max<uintptr_t>(reach, o.by_addr[i].value + o.by_addr[i].size);
-    o.max_end[i] = reach;
+  for (size_t i = 0; i < f.by_addr.size(); ++i) {
+    reach = std::max<uintptr_t>(reach, f.by_addr[i].value + f.by_addr[i].size);
+    f.max_end[i] = reach;
   }
   // The names are complete, so views into them stay valid.
-  auto add_name = [&o](std::string_view key, uint32_t index) {
-    auto [it, inserted] = o.by_name.emplace(key, index);
-    if (!inserted && o.by_addr[index].rank > o.by_addr[it->second].rank) it->second = index;
+  auto add_name = [&f](std::string_view key, uint32_t index) {
+    auto [it, inserted] = f.by_name.emplace(key, index);
+    if (!inserted && f.by_addr[index].rank > f.by_addr[it->second].rank) it->second = index;
   };
   // Keys: "NAME" (the default version, as ld.so binds it), "NAME@VERSION" for every version,
   // and "NAME@@VERSION" for the default one, as it is spelled in .symtab.
-  for (size_t i = 0; i < o.by_addr.size(); ++i) {
-    std::string_view full(o.names.data() + o.by_addr[i].name);
+  for (size_t i = 0; i < f.by_addr.size(); ++i) {
+    std::string_view full(f.names.data() + f.by_addr[i].name);
     size_t at = full.find('@');
     add_name(full.substr(0, at), static_cast<uint32_t>(i));
     if (at == std::string_view::npos) continue;
     add_name(full, static_cast<uint32_t>(i));
     if (full.substr(at).starts_with("@@")) {
       // A deque never moves its strings, so the view stays valid.
-      o.version_keys.push_back(std::string(full.substr(0, at)) + std::string(full.substr(at + 1)));
-      add_name(o.version_keys.back(), static_cast<uint32_t>(i));
+      f.version_keys.push_back(std::string(full.substr(0, at)) + std::string(full.substr(at + 1)));
+      add_name(f.version_keys.back(), static_cast<uint32_t>(i));
     }
   }
 }
@@ -307,13 +404,13 @@ std::string display_name(std::string_view full) {
 
 // The best sized function symbol covering `vaddr`: the innermost one, then the one with the
 // strongest binding (a global FUNC over its local aliases).
-const FuncSymbol* covering_symbol(const ElfObject& o, uintptr_t vaddr) {
-  auto it = std::upper_bound(o.by_addr.begin(), o.by_addr.end(), vaddr,
+const FuncSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
+  auto it = std::upper_bound(f.by_addr.begin(), f.by_addr.end(), vaddr,
                              [](uintptr_t a, const FuncSymbol& s) { return a < s.value; });
   const FuncSymbol* best = nullptr;
-  for (size_t i = static_cast<size_t>(it - o.by_addr.begin()); i-- > 0;) {
-    if (o.max_end[i] <= vaddr) break;  // nothing at or before i reaches vaddr
-    const FuncSymbol& s = o.by_addr[i];
+  for (size_t i = static_cast<size_t>(it - f.by_addr.begin()); i-- > 0;) {
+    if (f.max_end[i] <= vaddr) break;  // nothing at or before i reaches vaddr
+    const FuncSymbol& s = f.by_addr[i];
     if (s.size == 0 || s.value + s.size <= vaddr) continue;
     if (best == nullptr || s.value > best->value ||
         (s.value == best->value &&
@@ -325,19 +422,19 @@ const FuncSymbol* covering_symbol(const ElfObject& o, uintptr_t vaddr) {
 }
 
 // A function symbol that starts exactly at `vaddr`, to name code bounded by an FDE.
-const FuncSymbol* symbol_at(const ElfObject& o, uintptr_t vaddr) {
-  auto it = std::lower_bound(o.by_addr.begin(), o.by_addr.end(), vaddr,
+const FuncSymbol* symbol_at(const ElfFile& f, uintptr_t vaddr) {
+  auto it = std::lower_bound(f.by_addr.begin(), f.by_addr.end(), vaddr,
                              [](const FuncSymbol& s, uintptr_t a) { return s.value < a; });
   const FuncSymbol* best = nullptr;
-  for (; it != o.by_addr.end() && it->value == vaddr; ++it) {
+  for (; it != f.by_addr.end() && it->value == vaddr; ++it) {
     if (best == nullptr || it->rank > best->rank) best = &*it;
   }
   return best;
 }
 
-const FdeRange* covering_fde(ElfObject& o, uintptr_t vaddr) {
-  o.eh_frame.load(o.elf);
-  return o.eh_frame.covering(vaddr);
+const FdeRange* covering_fde(ElfFile& f, uintptr_t vaddr) {
+  f.eh_frame.load(f.elf);
+  return f.eh_frame.covering(vaddr);
 }
 
 // GCC moves the unlikely blocks of `foo` into `foo.cold` (older GCCs: `foo.cold.N`), which
@@ -351,15 +448,15 @@ size_t split_suffix(std::string_view name) {
   return std::string_view::npos;
 }
 
-void load_split_parts(ElfObject& o) {
-  if (o.split_parts_loaded) return;
-  o.split_parts_loaded = true;
-  for (size_t i = 0; i < o.by_addr.size(); ++i) {
-    const FuncSymbol& s = o.by_addr[i];
-    std::string_view name(o.names.data() + s.name);
+void load_split_parts(ElfFile& f) {
+  if (f.split_parts_loaded) return;
+  f.split_parts_loaded = true;
+  for (size_t i = 0; i < f.by_addr.size(); ++i) {
+    const FuncSymbol& s = f.by_addr[i];
+    std::string_view name(f.names.data() + s.name);
     const size_t at = split_suffix(name);
     if (at != std::string_view::npos && s.size > 0) {
-      o.split_parts[name.substr(0, at)].push_back(static_cast<uint32_t>(i));
+      f.split_parts[name.substr(0, at)].push_back(static_cast<uint32_t>(i));
     }
   }
 }
@@ -367,22 +464,22 @@ void load_split_parts(ElfObject& o) {
 // The other parts of the function `sym` belongs to: foo's cold parts, or foo and its other
 // cold parts for a cold part. Static functions of the same name in several sources make
 // this a superset, which only adds code to check.
-std::vector<const FuncSymbol*> related_parts(ElfObject& o, const FuncSymbol& sym) {
-  load_split_parts(o);
+std::vector<const FuncSymbol*> related_parts(ElfFile& f, const FuncSymbol& sym) {
+  load_split_parts(f);
   std::vector<const FuncSymbol*> out;
-  std::string_view name(o.names.data() + sym.name);
+  std::string_view name(f.names.data() + sym.name);
   name = name.substr(0, name.find('@'));
   std::string_view stem = name;
   if (const size_t at = split_suffix(name); at != std::string_view::npos) {
     stem = name.substr(0, at);
-    auto hot = o.by_name.find(stem);
-    if (hot != o.by_name.end() && o.by_addr[hot->second].size > 0) {
-      out.push_back(&o.by_addr[hot->second]);
+    auto hot = f.by_name.find(stem);
+    if (hot != f.by_name.end() && f.by_addr[hot->second].size > 0) {
+      out.push_back(&f.by_addr[hot->second]);
     }
   }
-  if (auto it = o.split_parts.find(stem); it != o.split_parts.end()) {
+  if (auto it = f.split_parts.find(stem); it != f.split_parts.end()) {
     for (uint32_t i : it->second) {
-      if (&o.by_addr[i] != &sym) out.push_back(&o.by_addr[i]);
+      if (&f.by_addr[i] != &sym) out.push_back(&f.by_addr[i]);
     }
   }
   return out;
@@ -390,19 +487,19 @@ std::vector<const FuncSymbol*> related_parts(ElfObject& o, const FuncSymbol& sym
 
 // [lo, hi) (ELF virtual addresses) at run time, with the ways into it that its own code
 // does not show: the landing pads inside it and the parts split off from it.
-void function_bounds(ElfObject& o, uintptr_t lo, uintptr_t hi, const FuncSymbol* sym,
-                     FunctionBounds* out) {
+void function_bounds(ElfFile& f, uintptr_t bias, uintptr_t lo, uintptr_t hi,
+                     const FuncSymbol* sym, FunctionBounds* out) {
   *out = FunctionBounds{};
-  out->start = lo + o.bias;
-  out->end = hi + o.bias;
+  out->start = lo + bias;
+  out->end = hi + bias;
   if (lo >= hi) return;
-  o.eh_frame.load(o.elf);
+  f.eh_frame.load(f.elf);
   std::vector<uint64_t> pads;
-  o.eh_frame.landing_pads_in(lo, hi, &pads);
-  for (uint64_t pad : pads) out->landing_pads.push_back(static_cast<uintptr_t>(pad) + o.bias);
+  f.eh_frame.landing_pads_in(lo, hi, &pads);
+  for (uint64_t pad : pads) out->landing_pads.push_back(static_cast<uintptr_t>(pad) + bias);
   if (sym == nullptr) return;
-  for (const FuncSymbol* part : related_parts(o, *sym)) {
-    out->related.push_back({part->value + o.bias, part->value + part->size + o.bias});
+  for (const FuncSymbol* part : related_parts(f, *sym)) {
+    out->related.push_back({part->value + bias, part->value + part->size + bias});
   }
 }
 
@@ -452,13 +549,15 @@ int split_name(std::string_view name, std::string_view* mod, std::string_view* s
 
 struct ProcessSymbols::Impl {
   pid_t pid = 0;
-  mutable std::mutex mu;  // guards objects and their lazily loaded tables; any thread
+  // Guards objects and each object's own members; any thread. The files behind the
+  // objects have their own locks, taken after this one.
+  mutable std::mutex mu;
   std::vector<std::unique_ptr<ElfObject>> objects;  // search order
 
   int scan();
   // Names the code at vaddr (by sym) and bounds its function: by `bounded_by` when given,
-  // else by sym's size, else by the FDE around vaddr.
-  void fill(ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
+  // else by sym's size, else by the FDE around vaddr. Requires o.file->mu.
+  void fill(const ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
             const FdeRange* bounded_by = nullptr) const;
 };
 
@@ -528,7 +627,11 @@ int ProcessSymbols::Impl::scan() {
   for (size_t i = 0; i < found.size(); ++i) key[i] = unlinked + i;
   if (exe != nullptr) {
     exe->executable = true;
-    std::vector<uintptr_t> lds = read_link_map(pid, exe->elf, exe->bias);
+    std::vector<uintptr_t> lds;
+    {
+      std::lock_guard file_lock(exe->file->mu);  // read_link_map reads the ELF headers
+      lds = read_link_map(pid, exe->file->elf, exe->bias);
+    }
     for (size_t n = 0; n < lds.size(); ++n) {
       for (size_t i = 0; i < found.size(); ++i) {
         if (key[i] >= unlinked && found[i]->contains(lds[n])) {
@@ -549,19 +652,20 @@ int ProcessSymbols::Impl::scan() {
   return 0;
 }
 
-void ProcessSymbols::Impl::fill(ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr,
+void ProcessSymbols::Impl::fill(const ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr,
                                 ResolvedSymbol* out, const FdeRange* bounded_by) const {
+  ElfFile& f = *o.file;
   out->module = o.executable ? std::string() : o.module;
   out->path = o.path;
   out->addr = vaddr + o.bias;
-  out->name = sym != nullptr ? display_name(o.names.data() + sym->name) : std::string();
+  out->name = sym != nullptr ? display_name(f.names.data() + sym->name) : std::string();
   if (bounded_by == nullptr && (sym == nullptr || sym->size == 0)) {
-    bounded_by = covering_fde(o, vaddr);
+    bounded_by = covering_fde(f, vaddr);
   }
   if (bounded_by != nullptr) {
-    function_bounds(o, bounded_by->start, bounded_by->end, sym, &out->function);
+    function_bounds(f, o.bias, bounded_by->start, bounded_by->end, sym, &out->function);
   } else if (sym != nullptr && sym->size > 0) {
-    function_bounds(o, sym->value, sym->value + sym->size, sym, &out->function);
+    function_bounds(f, o.bias, sym->value, sym->value + sym->size, sym, &out->function);
   } else {
     out->function = {out->addr, out->addr};
   }
@@ -583,9 +687,13 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::load(pid_t pid, int* err) {
   }
   auto impl = std::make_unique<Impl>();
   impl->pid = pid;
-  if (int r = impl->scan(); r != 0) {
-    *err = r;
-    return nullptr;
+  {
+    // Nobody else sees impl yet; the lock states what scan() requires.
+    std::lock_guard lock(impl->mu);
+    if (int r = impl->scan(); r != 0) {
+      *err = r;
+      return nullptr;
+    }
   }
   *err = 0;
   return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
@@ -606,12 +714,14 @@ int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {
   // match without their version suffix.
   const int passes = mod.empty() ? 1 : 2;
   for (int pass = 0; pass < passes; ++pass) {
-    for (auto& o : impl_->objects) {
+    for (const auto& o : impl_->objects) {
       if (!mod.empty() && module_match(o->module, mod) != 2 - pass) continue;
-      load_symbols(*o);
-      auto it = o->by_name.find(sym);
-      if (it == o->by_name.end()) continue;
-      const FuncSymbol& s = o->by_addr[it->second];
+      ElfFile& f = *o->file;
+      std::lock_guard file_lock(f.mu);
+      load_symbols(f);
+      auto it = f.by_name.find(sym);
+      if (it == f.by_name.end()) continue;
+      const FuncSymbol& s = f.by_addr[it->second];
       // For a GNU_IFUNC symbol this is the resolver's address, as the kernel's kallsyms
       // lookup gives the symbol's own address: the implementation the resolver picks is
       // only known after it runs and would be a different function.
@@ -625,18 +735,20 @@ int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {
 
 int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {
   std::lock_guard lock(impl_->mu);
-  for (auto& o : impl_->objects) {
+  for (const auto& o : impl_->objects) {
     if (!o->contains(addr)) continue;
     const uintptr_t vaddr = addr - o->bias;
-    load_symbols(*o);
-    if (const FuncSymbol* s = covering_symbol(*o, vaddr)) {
+    ElfFile& f = *o->file;
+    std::lock_guard file_lock(f.mu);
+    load_symbols(f);
+    if (const FuncSymbol* s = covering_symbol(f, vaddr)) {
       impl_->fill(*o, s, s->value, out);
       return 0;
     }
     // No sized symbol (stripped object, or assembly without .size): the FDE bounds the
     // function; a symbol that starts exactly there still names it.
-    if (const FdeRange* fde = covering_fde(*o, vaddr)) {
-      impl_->fill(*o, symbol_at(*o, fde->start), fde->start, out, fde);
+    if (const FdeRange* fde = covering_fde(f, vaddr)) {
+      impl_->fill(*o, symbol_at(f, fde->start), fde->start, out, fde);
       return 0;
     }
     return -ENOENT;
@@ -668,7 +780,8 @@ bool ProcessSymbols::has_module(std::string_view mod) const {
   return false;
 }
 
-// An object given as bytes: one ElfObject with no file and no mappings of its own.
+// An object given as bytes: one ElfObject with no mappings of its own, over a file of its
+// own that no other ProcessSymbols shares.
 std::unique_ptr<ProcessSymbols> ProcessSymbols::load_image(std::string_view bytes,
                                                            std::string_view path, int* err) {
   int ignored;
@@ -679,28 +792,36 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::load_image(std::string_view byte
   }
   *err = -ENOEXEC;
   if (bytes.empty()) return nullptr;
+  auto f = std::make_shared<ElfFile>();
+  // libelf may convert the image in place, so it reads a private copy.
+  f->image.assign(bytes.begin(), bytes.end());
+  if (!begin_file(*f, elf_memory(f->image.data(), f->image.size()))) return nullptr;
   auto o = std::make_unique<ElfObject>();
   o->path.assign(path);
   o->module.assign(basename_of(path));
-  // libelf may convert the image in place, so it reads a private copy.
-  o->image.assign(bytes.begin(), bytes.end());
-  o->elf = elf_memory(o->image.data(), o->image.size());
-  if (o->elf == nullptr || elf_kind(o->elf) != ELF_K_ELF) return nullptr;
-  GElf_Ehdr eh;
-  if (gelf_getehdr(o->elf, &eh) == nullptr) return nullptr;
-  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return nullptr;
-  size_t count = 0;
-  if (elf_getphdrnum(o->elf, &count) != 0) return nullptr;
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(o->elf, static_cast<int>(i), &ph) == nullptr) continue;
-    if (ph.p_type != PT_LOAD || ph.p_memsz == 0 || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) continue;
+  for (const GElf_Phdr& ph : f->loads) {
+    if (ph.p_memsz == 0 || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) continue;
     o->ranges.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
   }
+  o->file = std::move(f);
   auto impl = std::make_unique<Impl>();
   impl->objects.push_back(std::move(o));
   *err = 0;
   return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
+}
+
+ElfFileCacheStats elf_file_cache_stats() {
+  FileCache& cache = file_cache();
+  ElfFileCacheStats s;
+  {
+    std::lock_guard lock(cache.mu);
+    for (const auto& [key, file] : cache.files) {
+      if (!file.expired()) ++s.files;
+    }
+  }
+  s.files_parsed = cache.files_parsed.load(std::memory_order_relaxed);
+  s.symbol_tables_read = cache.symbol_tables_read.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace probefs::tracee

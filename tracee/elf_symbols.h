@@ -39,8 +39,16 @@ struct MappedObject {
 // One process's mapped ELF objects, the executable first, then libraries in load order
 // (the dynamic linker's link map where it can be read, else the order of the mappings).
 //
-// Any thread may call any method; one internal mutex serialises them, because symbol
-// tables load lazily and libdw's CFI caches are not thread-safe.
+// The files behind the objects are parsed once in the daemon, not once per traced process:
+// every ProcessSymbols that maps a file shares its headers and its lazily loaded tables
+// (symbols, .eh_frame, split-off parts) while any of them holds it. A file is known by
+// what fstat says of it once opened (device, inode, size, modification time), so a file
+// rewritten since is parsed anew, and ProcessSymbols that hold the old parse keep it.
+//
+// Any thread may call any method, on one ProcessSymbols or on several that share files:
+// each ProcessSymbols serialises its calls with its own mutex, and each shared file guards
+// its tables with another (libelf reads sections on demand and libdw's CFI readers keep
+// caches, neither thread-safe).
 class ProcessSymbols {
  public:
   // Loads the objects mapped in `pid` (getpid() for this process). Returns nullptr and
@@ -48,9 +56,9 @@ class ProcessSymbols {
   static std::unique_ptr<ProcessSymbols> load(pid_t pid, int* err);
   // One ELF object (ET_EXEC or ET_DYN) given as its bytes, as though mapped at its own
   // virtual addresses (load bias 0, the span of its PT_LOAD segments): an object read
-  // without a process, and the readers' fuzz target. The bytes are copied. pid() is 0 and
-  // reload() fails with -ESRCH. nullptr and *err = -ENOEXEC when the bytes are not such an
-  // object.
+  // without a process, and the readers' fuzz target. The bytes are copied and parsed for
+  // this ProcessSymbols alone. pid() is 0 and reload() fails with -ESRCH. nullptr and
+  // *err = -ENOEXEC when the bytes are not such an object.
   static std::unique_ptr<ProcessSymbols> load_image(std::string_view bytes,
                                                     std::string_view path, int* err);
   ~ProcessSymbols();
@@ -60,7 +68,8 @@ class ProcessSymbols {
   pid_t pid() const;
 
   // Re-reads the process's mappings (libraries loaded or unloaded since). Objects still
-  // mapped at the same place keep their parsed tables. 0 or a negative errno.
+  // mapped at the same place keep their parsed tables; new ones share those of a file
+  // already parsed for any ProcessSymbols. 0 or a negative errno.
   [[nodiscard]] int reload();
 
   // `SYM` or `MOD:SYM`; MOD is an object basename with or without its version suffix
@@ -87,5 +96,14 @@ class ProcessSymbols {
   explicit ProcessSymbols(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// For tests and diagnostics: the object files that ProcessSymbols share in this process.
+// Objects given as bytes (load_image) do not count.
+struct ElfFileCacheStats {
+  size_t files = 0;                 // files some ProcessSymbols holds now
+  uint64_t files_parsed = 0;        // files opened and parsed so far (each a cache miss)
+  uint64_t symbol_tables_read = 0;  // symbol tables read so far (at most one per parse)
+};
+ElfFileCacheStats elf_file_cache_stats();
 
 }  // namespace probefs::tracee

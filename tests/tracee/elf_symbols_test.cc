@@ -5,14 +5,19 @@
 #include <link.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <latch>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -621,6 +626,290 @@ TEST(ProcessSymbols, ImageThatIsNoElfObjectIsENOEXEC) {
   err = 0;
   EXPECT_EQ(ProcessSymbols::load_image(rel, "x", &err), nullptr);
   EXPECT_EQ(err, -ENOEXEC);
+}
+
+// Objects given as bytes belong to their ProcessSymbols alone.
+TEST(ProcessSymbols, ImagesAreNotShared) {
+  const std::string bytes = read_file("/proc/self/exe");
+  ASSERT_FALSE(bytes.empty());
+  const ElfFileCacheStats before = elf_file_cache_stats();
+  int err = 1;
+  auto one = ProcessSymbols::load_image(bytes, "/images/tracee_test", &err);
+  ASSERT_NE(one, nullptr);
+  auto two = ProcessSymbols::load_image(bytes, "/images/tracee_test", &err);
+  ASSERT_NE(two, nullptr);
+  ResolvedSymbol a, b;
+  ASSERT_EQ(one->resolve("probefs_test_fn_a", &a), 0);
+  ASSERT_EQ(two->resolve("probefs_test_fn_a", &b), 0);
+  EXPECT_EQ(a.addr, b.addr);
+  const ElfFileCacheStats after = elf_file_cache_stats();
+  EXPECT_EQ(after.files, before.files);
+  EXPECT_EQ(after.files_parsed, before.files_parsed);
+  EXPECT_EQ(after.symbol_tables_read, before.symbol_tables_read);
+}
+
+// A fork of this process: it maps what this process maps, and waits until its pipe closes.
+bool fork_waiting(Child* child) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return false;
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(p[0]);
+    close(p[1]);
+    return false;
+  }
+  if (pid == 0) {
+    close(p[1]);
+    char c;
+    while (read(p[0], &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(p[0]);
+  child->pid = pid;
+  child->to_child = p[1];
+  return true;
+}
+
+// A copy of an object file in a directory of its own, removed on scope exit: a file with an
+// inode of its own, which no other test maps.
+struct TempCopy {
+  explicit TempCopy(const char* from) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir_template = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") +
+                               "/probefs-elf-XXXXXX";
+    if (mkdtemp(dir_template.data()) == nullptr) return;
+    dir = dir_template;
+    const std::string bytes = read_file(from);
+    if (bytes.empty()) return;
+    const std::string to = dir + "/" + basename_of(from);
+    const int fd = open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (fd < 0) return;
+    const bool written = write(fd, bytes.data(), bytes.size()) ==
+                         static_cast<ssize_t>(bytes.size());
+    close(fd);
+    if (written) {
+      path = to;
+    } else {
+      unlink(to.c_str());
+    }
+  }
+  ~TempCopy() {
+    if (!path.empty()) unlink(path.c_str());
+    if (!dir.empty()) rmdir(dir.c_str());
+  }
+  TempCopy(const TempCopy&) = delete;
+  TempCopy& operator=(const TempCopy&) = delete;
+  std::string dir;
+  std::string path;  // empty when the copy failed
+};
+
+// The daemon holds one ProcessSymbols per traced process, and fork children map the
+// very files of their parent: those are parsed once.
+TEST(ProcessSymbols, ProcessesThatMapTheSameFilesShareTheirParse) {
+  auto self = load_self();
+  ASSERT_NE(self, nullptr);
+  ResolvedSymbol in_self_libc, in_self_exe;
+  ASSERT_EQ(self->resolve("libc:getpid", &in_self_libc), 0);
+  ASSERT_EQ(self->resolve("probefs_test_fn_a", &in_self_exe), 0);
+  const std::vector<MappedObject> self_objects = self->objects();
+
+  Child child;
+  ASSERT_TRUE(fork_waiting(&child));
+  const ElfFileCacheStats before = elf_file_cache_stats();
+  EXPECT_GE(before.files, self_objects.size());
+  int err = 1;
+  auto forked = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(forked, nullptr);
+  EXPECT_EQ(err, 0);
+  ResolvedSymbol r;
+  ASSERT_EQ(forked->resolve("libc:getpid", &r), 0);
+  EXPECT_EQ(r.addr, in_self_libc.addr);
+  EXPECT_EQ(r.function.end, in_self_libc.function.end);
+  ASSERT_EQ(forked->resolve("probefs_test_fn_a", &r), 0);
+  EXPECT_EQ(r.addr, in_self_exe.addr);
+  EXPECT_EQ(r.function.end, in_self_exe.function.end);
+  ASSERT_EQ(forked->describe(in_self_exe.addr + 1, &r), 0);
+  EXPECT_EQ(r.name, "probefs_test_fn_a");
+
+  // Nothing was parsed or read again: the child's objects are the parent's files.
+  const ElfFileCacheStats after = elf_file_cache_stats();
+  EXPECT_EQ(after.files, before.files);
+  EXPECT_EQ(after.files_parsed, before.files_parsed);
+  EXPECT_EQ(after.symbol_tables_read, before.symbol_tables_read);
+
+  const std::vector<MappedObject> forked_objects = forked->objects();
+  ASSERT_EQ(forked_objects.size(), self_objects.size());
+  for (size_t i = 0; i < self_objects.size(); ++i) {
+    EXPECT_EQ(forked_objects[i].path, self_objects[i].path);
+    EXPECT_EQ(forked_objects[i].load_bias, self_objects[i].load_bias);
+    EXPECT_EQ(forked_objects[i].executable, self_objects[i].executable);
+  }
+}
+
+// A library rewritten on disk (here: grown, so its size and modification time change) is
+// another file: a ProcessSymbols that opens it now parses it anew, while those that hold
+// the old parse keep it; a file no ProcessSymbols holds is let go.
+TEST(ProcessSymbols, AFileChangedOnDiskIsParsedAnew) {
+  const ElfFileCacheStats at_start = elf_file_cache_stats();
+  TempCopy copy(PROBEFS_LATE_LIB);
+  ASSERT_FALSE(copy.path.empty());
+  Library lib(copy.path.c_str());
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  const uintptr_t late_fn = addr_of(dlsym(lib.handle, "probefs_late_fn"));
+  ASSERT_NE(late_fn, 0u);
+  const std::string name = basename_of(copy.path) + ":probefs_late_fn";
+
+  Child child;  // maps the copy, as this process does
+  ASSERT_TRUE(fork_waiting(&child));
+  int err = 1;
+  auto first = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(first, nullptr);
+  ResolvedSymbol r;
+  ASSERT_EQ(first->resolve(name, &r), 0);
+  EXPECT_EQ(r.addr, late_fn);
+  EXPECT_EQ(r.path, copy.path);
+
+  // Unchanged: shared.
+  ElfFileCacheStats before = elf_file_cache_stats();
+  auto again = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(elf_file_cache_stats().files_parsed, before.files_parsed);
+  EXPECT_EQ(elf_file_cache_stats().files, before.files);
+  again.reset();
+
+  // Grown in place: the same inode, whose bytes so far stay as they were.
+  struct stat old_st;
+  ASSERT_EQ(stat(copy.path.c_str(), &old_st), 0);
+  {
+    const int fd = open(copy.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const std::string tail(4096, '\0');
+    const ssize_t n = write(fd, tail.data(), tail.size());
+    close(fd);
+    ASSERT_EQ(n, static_cast<ssize_t>(tail.size()));
+  }
+  struct stat new_st;
+  ASSERT_EQ(stat(copy.path.c_str(), &new_st), 0);
+  ASSERT_EQ(new_st.st_ino, old_st.st_ino);
+  ASSERT_NE(new_st.st_size, old_st.st_size);
+
+  before = elf_file_cache_stats();
+  auto second = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(second, nullptr);
+  ElfFileCacheStats after = elf_file_cache_stats();
+  EXPECT_EQ(after.files_parsed, before.files_parsed + 1);  // the copy, and only it
+  EXPECT_EQ(after.files, before.files + 1);                // beside the old parse
+  ASSERT_EQ(second->resolve(name, &r), 0);
+  EXPECT_EQ(r.addr, late_fn);
+  EXPECT_EQ(elf_file_cache_stats().symbol_tables_read, after.symbol_tables_read + 1);
+  ASSERT_EQ(first->resolve(name, &r), 0);
+  EXPECT_EQ(r.addr, late_fn);
+
+  // A third process view shares the new parse.
+  before = elf_file_cache_stats();
+  auto third = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(third, nullptr);
+  ASSERT_EQ(third->resolve(name, &r), 0);
+  EXPECT_EQ(r.addr, late_fn);
+  after = elf_file_cache_stats();
+  EXPECT_EQ(after.files_parsed, before.files_parsed);
+  EXPECT_EQ(after.symbol_tables_read, before.symbol_tables_read);
+
+  first.reset();
+  EXPECT_EQ(elf_file_cache_stats().files, after.files - 1);  // the old parse is gone
+  second.reset();
+  third.reset();
+  EXPECT_EQ(elf_file_cache_stats().files, at_start.files);
+}
+
+// Threads on several ProcessSymbols of two processes that map the same files, and on one
+// ProcessSymbols together, while the shared files' tables load for the first time.
+TEST(ProcessSymbols, ThreadsOnSharedFiles) {
+  // Private copies, so that their tables are cold when the threads start.
+  TempCopy stripped(PROBEFS_STRIPPED_LIB);
+  TempCopy versioned(PROBEFS_VERSIONED_SYMTAB_LIB);
+  ASSERT_FALSE(stripped.path.empty());
+  ASSERT_FALSE(versioned.path.empty());
+  Library stripped_lib(stripped.path.c_str());
+  Library versioned_lib(versioned.path.c_str());
+  ASSERT_NE(stripped_lib.handle, nullptr) << dlerror();
+  ASSERT_NE(versioned_lib.handle, nullptr) << dlerror();
+
+  const uintptr_t exported = addr_of(dlsym(stripped_lib.handle, "probefs_stripped_exported"));
+  ASSERT_NE(exported, 0u);
+  using RangesFn = void (*)(uintptr_t*);
+  auto ranges_fn =
+      reinterpret_cast<RangesFn>(dlsym(stripped_lib.handle, "probefs_stripped_hidden_ranges"));
+  ASSERT_NE(ranges_fn, nullptr);
+  uintptr_t hidden[6];
+  ranges_fn(hidden);
+  const uintptr_t v1 = addr_of(dlvsym(versioned_lib.handle, "probefs_versioned_fn", "PROBEFS_1"));
+  ASSERT_NE(v1, 0u);
+  const uintptr_t getpid_addr = libc_symbol("getpid");
+  ASSERT_NE(getpid_addr, 0u);
+  const uintptr_t fn_a = fn_addr(&probefs_test_fn_a);
+  const std::string stripped_exported =
+      basename_of(stripped.path) + ":probefs_stripped_exported";
+  const std::string versioned_v1 = basename_of(versioned.path) + ":probefs_versioned_fn@PROBEFS_1";
+
+  Child child;
+  ASSERT_TRUE(fork_waiting(&child));
+  // Held throughout, so that every file stays parsed while threads come and go; their
+  // tables are still to load. `together` is also used by every thread at once.
+  int err = 1;
+  auto together = ProcessSymbols::load(getpid(), &err);
+  ASSERT_NE(together, nullptr);
+  auto keep_child = ProcessSymbols::load(child.pid, &err);
+  ASSERT_NE(keep_child, nullptr);
+  const ElfFileCacheStats before = elf_file_cache_stats();
+
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 24;
+  std::latch start(kThreads);
+  std::atomic<int> wrong{0};
+  auto check = [&](const ProcessSymbols& syms) {
+    ResolvedSymbol r;
+    if (syms.resolve(stripped_exported, &r) != 0 || r.addr != exported) ++wrong;
+    if (syms.describe(hidden[0] + (hidden[1] - hidden[0]) / 2, &r) != 0 ||
+        r.function.start != hidden[0] || r.function.end != hidden[1]) {
+      ++wrong;
+    }
+    if (syms.resolve(versioned_v1, &r) != 0 || r.addr != v1) ++wrong;
+    if (syms.resolve("getpid", &r) != 0 || r.addr != getpid_addr) ++wrong;
+    if (syms.describe(fn_a + 1, &r) != 0 || r.function.start != fn_a) ++wrong;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const pid_t pid = t % 2 == 0 ? getpid() : child.pid;
+      start.arrive_and_wait();
+      std::unique_ptr<ProcessSymbols> own;
+      for (int round = 0; round < kRounds; ++round) {
+        if (round % 8 == 0) {
+          int load_err = 0;
+          own = ProcessSymbols::load(pid, &load_err);
+          if (own == nullptr) {
+            ++wrong;
+            return;
+          }
+        } else if (round % 8 == 4 && own->reload() != 0) {
+          ++wrong;
+        }
+        check(*own);
+        check(*together);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+
+  // Each file was parsed once, before the threads, and its tables read once at most.
+  const ElfFileCacheStats after = elf_file_cache_stats();
+  EXPECT_EQ(after.files_parsed, before.files_parsed);
+  EXPECT_EQ(after.files, before.files);
+  EXPECT_LE(after.symbol_tables_read - before.symbol_tables_read, before.files);
+  EXPECT_GT(after.symbol_tables_read, before.symbol_tables_read);
 }
 
 }  // namespace
