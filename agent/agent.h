@@ -1,0 +1,136 @@
+// The agent's parts and what they share. libprobefs-agent.so runs inside each traced
+// process: it carries the engine (probecore + arch), the events interpreter and the ring
+// producer, and serves the daemon over the agent link (events/link.h).
+//
+//   bootstrap.cc  the constructor (launch: serve until GO), probefs_agent_attach, the
+//                 control thread, fork and exec, tracer death
+//   control.cc    one request in, one reply out: the probe table, the ring area, LIST,
+//                 PROFILE, teardown
+//   dl_hook.cc    the dynamic linker's r_brk hook: MAPPED requests from the loading thread
+//   hit.cc        the handlers probecore calls on a hit (the hit path: no libc)
+//
+// Threads and locks (in this order when nested; probecore's own lock comes after them):
+//   g_ctl_mu    serialises every request's effect (probe table, area, teardown): the
+//               control thread, the constructor before GO, the loading thread applying
+//               MAPPED answers, fork's handlers
+//   g_send_mu   one sender on the link at a time (replies, MAPPED, HELLO)
+//   the MAPPED mailbox's own mutex (dl_hook.cc), never held while taking the others
+// Handlers take none of them: they read the RCU-published probe data and area
+// (hit.cc), inside the read-side section probecore runs them in.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "events/compile.h"
+#include "events/fetch.h"
+#include "events/filter.h"
+#include "events/link.h"
+#include "events/ring.h"
+#include "probecore/kprobes.h"
+
+namespace probefs::agent {
+
+namespace link = events::link;
+
+// ---------------------------------------------------------------------------------------
+// What the handlers read (hit.cc). Plain data, published before the probe is registered
+// and freed only after it is unregistered (probecore waits for a grace period there) or,
+// for a replaced filter, after a grace period of its own.
+
+// One probe as its handlers see it. `rp` comes first, so the Kprobe* and Kretprobe* that
+// probecore hands a handler are pointers to the HitProbe.
+struct HitProbe {
+  probecore::Kretprobe rp;  // entry probes use rp.kp only
+  events::ProgramView view;
+  std::atomic<const events::CompiledFilter*> filter{nullptr};
+  uint64_t address = 0;     // the probed address (__probe_ip; the function for returns)
+  uint32_t counter_slot = 0;
+  uint32_t record_cap = 0;  // bytes reserved per record (strings are cut to fit)
+  uint16_t event_id = 0;
+  bool needs_comm = false;  // the program or the filter reads the thread's name
+};
+
+// The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer
+// death) by publishing another or nullptr and waiting for a grace period before the old
+// one is unmapped.
+struct AreaState {
+  events::RingAreaHeader* area = nullptr;
+  uint64_t size = 0;
+  events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread
+  uint32_t generation = 0;  // distinct for every area this process ever had
+  int32_t pid = 0;          // the process that set it up (a fork child has its own)
+  bool fault_tolerant = false;  // read through the SIGSEGV fixup (link::kSetupFaultTolerantReads)
+};
+
+extern std::atomic<AreaState*> g_area;
+
+// Handlers (hit.cc).
+int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
+int return_entry_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
+int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
+// The r_brk hook: sends the thread to dl_stub() in place of _dl_debug_state.
+int dl_hook_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
+void dl_hook_post_handler(probecore::Kprobe* kp, PtRegs* regs, unsigned long flags);
+// Where glibc's thread descriptor keeps the thread id (bytes from the descriptor), so a
+// handler reads it without a system call; -1 when unknown or untrusted, and then handlers
+// ask the kernel once per thread and area. Set at startup (bootstrap.cc).
+extern long g_tid_offset;
+// Forget this thread's ring (fork child: the area is the parent's).
+void forget_thread_ring();
+
+// ---------------------------------------------------------------------------------------
+// The control plane (control.cc). Every function here with g_ctl_mu held.
+
+extern std::mutex g_ctl_mu;
+
+// Serves one request; fills the reply. Never throws; a request that does not apply
+// changes nothing. `received_fd` is the descriptor that came with it (SETUP), taken over.
+void handle_request(const link::Message& m, int received_fd, link::Reply* reply);
+// Removes every probe (the daemon's, the r_brk hook) and the ring area; the program runs
+// on untraced. After tracer death, DETACH, or a fork child that found no daemon.
+void teardown();
+// Drops the ring area without a grace period: a fork child, whose only thread is the
+// caller.
+void drop_area_in_child();
+// Number of the daemon's probes registered (tests, logs).
+size_t probe_count();
+
+// ---------------------------------------------------------------------------------------
+// The link (bootstrap.cc).
+
+// Sends m on the current link (g_send_mu taken inside). 0 or a negative errno.
+int send_on_link(const link::Message& m);
+uint32_t next_agent_seq();
+// Whether a control thread serves the link now (MAPPED needs it to receive the answer).
+bool control_thread_running();
+
+// ---------------------------------------------------------------------------------------
+// The signal guard (the program keeps its signal calls, the agent keeps its SIGTRAP,
+// SIGSEGV and SIGBUS handling; guards.cc).
+
+int install_guards();
+void uninstall_guards();
+// Reads of target memory may go through arch::safe_copy (the agent's SIGSEGV/SIGBUS
+// handler fixes their faults up).
+bool fault_fixup_installed();
+
+// ---------------------------------------------------------------------------------------
+// The r_brk hook (dl_hook.cc).
+
+// Registers the hook probe on the dynamic linker's r_brk. 0 or a negative errno.
+int install_dl_hook();
+void remove_dl_hook();
+// The control thread received a message that belongs to a MAPPED exchange in flight
+// (a DEFINE with kFlagAnswer, or the REPLY to MAPPED): true when the mailbox took it.
+bool dl_mailbox_offer(const link::Message& m);
+// The link ended: wake the loading thread that waits for an answer.
+void dl_mailbox_close();
+// A new link: MAPPED exchanges may start.
+void dl_mailbox_open();
+extern "C" void probefs_agent_dl_stub();
+
+}  // namespace probefs::agent

@@ -1,0 +1,462 @@
+// How the agent comes to life and finds its daemon, and how it lets go.
+//
+// Launch (and exec of a launched program): the launcher preloads the agent with
+// PROBEFS_AGENT_LINK naming the daemon's link (link::kLinkEnv). The constructor connects,
+// says HELLO and serves the daemon's requests on the program's own thread until GO, so
+// every probe defined before the launch is in place when main's first instruction runs.
+// If the daemon does not send GO in time the program runs on, traced; if the daemon is
+// gone, untraced.
+//
+// Attach: the injector dlopen's the agent (the constructor finds no link to serve: the
+// agent is not in LD_PRELOAD) and calls probefs_agent_attach() on a thread it controls.
+//
+// Then one control thread per process serves the link until it ends. It is an engine
+// thread (its hits run no handler) with every asynchronous signal blocked, so the
+// program's handlers never run on it. EOF on the link (the daemon detached, exited or was
+// killed) removes every probe and the ring area, at once, and the agent goes idle: a new
+// daemon can attach again.
+//
+// fork: the atfork child handler drops what belongs to the parent (its link, its ring
+// area, the forking thread's ring) before the child runs any code of its own, connects to
+// the same daemon with HELLO kFork and serves it until GO like a launched program; its
+// probes are the parent's (the code was copied with them). If no daemon answers, the
+// child removes its probes. A child of _Fork, vfork or a raw clone runs no atfork handler:
+// its handlers see a thread id that is not the ring's and record nothing (see hit.cc).
+//
+// exec: the link is CLOEXEC, so the daemon reads EOF; a launched program keeps the
+// variables in its environment, so the new image's agent connects with HELLO kExec.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/symbols.h"
+#include "arch/syscall.h"
+
+namespace probefs::agent {
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kConnectTimeout = 2000ms;
+constexpr auto kSendTimeout = 5000ms;
+// How long a launched (exec'd, fork child) program waits for GO before it runs anyway.
+constexpr auto kGoTimeout = 30000ms;
+// The variable that tells an exec'd image that a traced process ran before it.
+constexpr const char* kStartedEnv = "PROBEFS_AGENT_PID";
+
+std::mutex g_send_mu;
+int g_link_fd = -1;                       // g_send_mu to use; g_ctl_mu and g_send_mu to change
+std::string g_link_name;                  // g_ctl_mu
+pid_t g_daemon_pid = 0;                   // g_ctl_mu
+std::atomic<bool> g_linked{false};        // a link exists (written under g_ctl_mu)
+std::atomic<bool> g_control_running{false};
+std::atomic<uint32_t> g_seq{1};
+bool g_engine_ready = false;              // g_ctl_mu
+
+// ---------------------------------------------------------------------------------------
+// Engine and process setup
+
+// Reads glibc's descriptor of its thread-id field (libthread_db's: bits, count, offset)
+// and accepts the offset when it gives this thread's id.
+void find_tid_offset() {
+  const auto* desc = static_cast<const uint32_t*>(dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid"));
+  if (!desc || desc[0] != 32 || desc[1] != 1 || desc[2] > 4096) return;
+  uintptr_t self;
+  asm volatile("mov %%fs:0x10, %0" : "=r"(self));
+  if (self != reinterpret_cast<uintptr_t>(pthread_self())) return;
+  int32_t tid;
+  std::memcpy(&tid, reinterpret_cast<const void*>(self + desc[2]), 4);
+  if (tid != static_cast<int32_t>(arch::raw_syscall(__NR_gettid))) return;
+  g_tid_offset = static_cast<long>(desc[2]);
+}
+
+void atfork_prepare();
+void atfork_parent();
+void atfork_child();
+
+// Starts the engine (its trap handler and optimizer thread) and hooks fork, after the
+// engine's own fork handlers so that the child's engine is usable when ours run.
+// g_ctl_mu held.
+int ensure_engine() {
+  if (g_engine_ready) return 0;
+  probecore::set_symbol_resolver(&defined_symbols());
+  (void)probecore::within_kprobe_blacklist(0);  // initialises the engine
+  if (int rc = install_guards(); rc) return rc;
+  if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) return -ENOMEM;
+  g_engine_ready = true;
+  return 0;
+}
+
+// The thread group of the process tracing the calling thread (0: none).
+pid_t tracer_tgid() {
+  auto field = [](const char* path, const char* name) -> long {
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[4096];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char* at = std::strstr(buf, name);
+    return at ? std::strtol(at + std::strlen(name), nullptr, 10) : -1;
+  };
+  long tracer = field("/proc/thread-self/status", "\nTracerPid:");
+  if (tracer < 0) tracer = field("/proc/self/status", "\nTracerPid:");
+  if (tracer <= 0) return 0;
+  const std::string path = "/proc/" + std::to_string(tracer) + "/status";
+  const long tgid = field(path.c_str(), "\nTgid:");
+  return static_cast<pid_t>(tgid > 0 ? tgid : tracer);
+}
+
+// The peer of a new link is the daemon the name promises, of root's uid or ours; at
+// attach, also the process that traces us.
+int check_peer(int fd, pid_t daemon_pid, bool must_trace_us) {
+  link::PeerCred pc;
+  if (int rc = link::peer_cred(fd, &pc); rc) return rc;
+  if (pc.pid != daemon_pid) return -EPERM;
+  if (pc.uid != 0 && pc.uid != ::getuid() && pc.uid != ::geteuid()) return -EPERM;
+  if (must_trace_us && tracer_tgid() != daemon_pid) return -EPERM;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Serving
+
+void send_reply(uint32_t seq, link::Reply r) {
+  link::Message m;
+  m.type = link::MsgType::kReply;
+  m.seq = seq;
+  if (r.message.size() > 1 << 20) r.message.resize(1 << 20);
+  m.body = std::move(r);
+  (void)send_on_link(m);
+}
+
+enum class Outcome { kContinue, kGo, kDetached };
+
+Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
+  link::Message m;
+  m.type = static_cast<link::MsgType>(0);  // stays 0 when even the header is unsound
+  std::string why;
+  if (int rc = link::decode(buf.data(), buf.size(), &m, &why); rc) {
+    if (received_fd >= 0) ::close(received_fd);
+    if (m.type != link::MsgType::kReply) {
+      std::string what = m.type == static_cast<link::MsgType>(0)
+                             ? std::string("malformed message")
+                             : std::string("malformed ") + link::type_name(m.type);
+      send_reply(m.seq, {rc, what + ": " + why, {}});
+    }
+    return Outcome::kContinue;
+  }
+  if (dl_mailbox_offer(m)) {
+    if (received_fd >= 0) ::close(received_fd);
+    return Outcome::kContinue;
+  }
+  switch (m.type) {
+    case link::MsgType::kReply:
+      if (received_fd >= 0) ::close(received_fd);
+      return Outcome::kContinue;  // an answer that came too late
+    case link::MsgType::kGo:
+      if (received_fd >= 0) ::close(received_fd);
+      send_reply(m.seq, {});
+      return Outcome::kGo;
+    case link::MsgType::kDetach: {
+      if (received_fd >= 0) ::close(received_fd);
+      {
+        std::lock_guard l(g_ctl_mu);
+        teardown();
+      }
+      send_reply(m.seq, {});
+      return Outcome::kDetached;
+    }
+    default: {
+      link::Reply r;
+      {
+        std::lock_guard l(g_ctl_mu);
+        handle_request(m, received_fd, &r);
+      }
+      send_reply(m.seq, std::move(r));
+      return Outcome::kContinue;
+    }
+  }
+}
+
+// The link ended (EOF, DETACH, a failed handshake): everything goes, the agent idles.
+void end_link(bool torn_down) {
+  dl_mailbox_close();
+  std::lock_guard l(g_ctl_mu);
+  if (!torn_down) teardown();
+  {
+    std::lock_guard s(g_send_mu);
+    if (g_link_fd >= 0) ::close(g_link_fd);
+    g_link_fd = -1;
+  }
+  g_linked.store(false);
+  g_control_running.store(false);
+}
+
+void* control_main(void*) {
+  probecore::set_engine_thread(true);
+  ::prctl(PR_SET_NAME, "probefs-agent");
+  int fd;
+  {
+    std::lock_guard s(g_send_mu);
+    fd = g_link_fd;
+  }
+  std::vector<uint8_t> buf;
+  bool torn_down = false;
+  for (;;) {
+    int received = -1;
+    const long n = link::recv_packet(fd, &buf, -1ms, &received);
+    if (n == -EMSGSIZE) {
+      send_reply(0, {-EMSGSIZE, "message longer than the link allows", {}});
+      continue;
+    }
+    if (n <= 0) break;  // EOF: the daemon is gone (or an error on the socket)
+    if (serve_packet(buf, received) == Outcome::kDetached) {
+      torn_down = true;
+      break;
+    }
+  }
+  end_link(torn_down);
+  return nullptr;
+}
+
+// Starts the control thread with every asynchronous signal blocked: the program's
+// handlers must not run on it. Synchronous signals stay open (a probe's int3 on this
+// thread, a fault), and so does the engine's thread-fixup signal.
+int start_control_thread() {
+  sigset_t all, old;
+  sigfillset(&all);
+  for (int s : {SIGTRAP, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGRTMAX - 1}) sigdelset(&all, s);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  g_control_running.store(true);
+  pthread_t t;
+  const int rc = pthread_create(&t, &attr, control_main, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) g_control_running.store(false);
+  return -rc;
+}
+
+int send_hello(link::HelloReason reason) {
+  link::Message m;
+  m.type = link::MsgType::kHello;
+  m.seq = next_agent_seq();
+  link::Hello h;
+  h.pid = static_cast<int32_t>(::getpid());
+  h.ppid = static_cast<int32_t>(::getppid());
+  h.reason = reason;
+  m.body = h;
+  return send_on_link(m);
+}
+
+// Takes fd as the link: g_ctl_mu held.
+void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
+  {
+    std::lock_guard s(g_send_mu);
+    g_link_fd = fd;
+  }
+  g_link_name = name;
+  g_daemon_pid = daemon_pid;
+  g_linked.store(true);
+  dl_mailbox_open();
+}
+
+// Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
+// caller's thread is marked as the engine's meanwhile. False when the program runs on
+// untraced.
+bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason reason) {
+  int fd = link::connect_link(name, kConnectTimeout);
+  if (fd < 0) return false;
+  {
+    std::lock_guard l(g_ctl_mu);
+    if (ensure_engine() != 0 || check_peer(fd, daemon_pid, false) != 0) {
+      ::close(fd);
+      return false;
+    }
+    adopt_link(fd, name, daemon_pid);
+  }
+  if (send_hello(reason) != 0) {
+    end_link(false);
+    return false;
+  }
+  const auto deadline = Clock::now() + kGoTimeout;
+  std::vector<uint8_t> buf;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;  // no GO in time: run on, traced
+    int received = -1;
+    const long n = link::recv_packet(fd, &buf, left, &received);
+    if (n == -ETIMEDOUT) break;
+    if (n == -EMSGSIZE) {
+      send_reply(0, {-EMSGSIZE, "message longer than the link allows", {}});
+      continue;
+    }
+    if (n <= 0) {
+      end_link(false);
+      return false;
+    }
+    const Outcome o = serve_packet(buf, received);
+    if (o == Outcome::kDetached) {
+      end_link(true);
+      return false;
+    }
+    if (o == Outcome::kGo) break;
+  }
+  {
+    std::lock_guard l(g_ctl_mu);
+    (void)install_dl_hook();
+  }
+  if (start_control_thread() != 0) {
+    end_link(false);
+    return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// fork
+
+void atfork_prepare() {
+  g_ctl_mu.lock();
+  g_send_mu.lock();
+}
+
+void atfork_parent() {
+  g_send_mu.unlock();
+  g_ctl_mu.unlock();
+}
+
+void atfork_child() {
+  g_send_mu.unlock();
+  g_ctl_mu.unlock();
+  forget_thread_ring();
+  if (!g_linked.load()) return;
+  const bool was = probecore::set_engine_thread(true);
+  {
+    std::lock_guard l(g_ctl_mu);
+    {
+      std::lock_guard s(g_send_mu);
+      ::close(g_link_fd);  // the parent's: never a byte from the child on it
+      g_link_fd = -1;
+    }
+    g_linked.store(false);
+    g_control_running.store(false);  // threads do not survive fork
+    drop_area_in_child();
+  }
+  dl_mailbox_open();
+  const std::string name = g_link_name;
+  if (!serve_start(name, g_daemon_pid, link::HelloReason::kFork)) {
+    std::lock_guard l(g_ctl_mu);
+    teardown();  // nobody to report to: the child runs untraced
+  } else {
+    ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
+  }
+  probecore::set_engine_thread(was);
+}
+
+// ---------------------------------------------------------------------------------------
+// The constructor
+
+// Whether this object was loaded through LD_PRELOAD (launch), rather than by dlopen
+// (attach) in a process that merely inherited the variables.
+bool preloaded() {
+  const char* pre = std::getenv("LD_PRELOAD");
+  Dl_info info{};
+  if (!pre || dladdr(reinterpret_cast<void*>(&preloaded), &info) == 0 || !info.dli_fname)
+    return false;
+  auto base = [](std::string_view p) {
+    size_t slash = p.rfind('/');
+    return slash == std::string_view::npos ? p : p.substr(slash + 1);
+  };
+  const std::string_view self = info.dli_fname;
+  std::string_view list = pre;
+  while (!list.empty()) {
+    size_t end = list.find_first_of(": ");
+    std::string_view item = list.substr(0, end);
+    if (!item.empty() && (item == self || base(item) == base(self))) return true;
+    if (end == std::string_view::npos) break;
+    list.remove_prefix(end + 1);
+  }
+  return false;
+}
+
+__attribute__((constructor)) void agent_constructor() {
+  find_tid_offset();
+  const char* name = std::getenv(link::kLinkEnv);
+  pid_t daemon_pid = 0;
+  if (!name || !link::parse_link_name(name, &daemon_pid) || !preloaded()) return;
+  const bool was = probecore::set_engine_thread(true);
+  const link::HelloReason reason =
+      std::getenv(kStartedEnv) ? link::HelloReason::kExec : link::HelloReason::kLaunch;
+  if (serve_start(name, daemon_pid, reason))
+    ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
+  probecore::set_engine_thread(was);
+}
+
+}  // namespace
+
+int send_on_link(const link::Message& m) {
+  std::lock_guard s(g_send_mu);
+  if (g_link_fd < 0) return -ENOTCONN;
+  return link::send_message(g_link_fd, m, kSendTimeout);
+}
+
+uint32_t next_agent_seq() { return g_seq.fetch_add(1, std::memory_order_relaxed); }
+
+bool control_thread_running() { return g_control_running.load(); }
+
+}  // namespace probefs::agent
+
+// The injector's entry point (events/link.h, kAttachSymbol): connect, check the peer,
+// HELLO, start the control thread, return. Never waits for the daemon's requests.
+extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const char* link_name) {
+  using namespace probefs::agent;
+  pid_t daemon_pid = 0;
+  if (!link_name || !probefs::events::link::parse_link_name(link_name, &daemon_pid))
+    return -EINVAL;
+  const bool was = probefs::probecore::set_engine_thread(true);
+  int rc = 0;
+  {
+    std::unique_lock l(g_ctl_mu, std::try_to_lock);
+    if (!l.owns_lock() || g_linked.load() || g_control_running.load()) {
+      rc = -EBUSY;  // linked already, or still letting go of the previous daemon
+    } else if ((rc = ensure_engine()) == 0) {
+      const int fd = probefs::events::link::connect_link(link_name, kConnectTimeout);
+      if (fd < 0) {
+        rc = fd;
+      } else if ((rc = check_peer(fd, daemon_pid, true)) != 0) {
+        ::close(fd);
+      } else {
+        adopt_link(fd, link_name, daemon_pid);
+      }
+    }
+  }
+  // The r_brk hook goes in before HELLO: whatever the daemon reads of the process's
+  // mappings after it, a library loaded later reaches it as MAPPED.
+  if (rc == 0) {
+    std::lock_guard l(g_ctl_mu);
+    (void)install_dl_hook();
+  }
+  if (rc == 0) rc = send_hello(probefs::events::link::HelloReason::kAttach);
+  if (rc == 0) rc = start_control_thread();
+  if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link(false);
+  probefs::probecore::set_engine_thread(was);
+  return rc;
+}

@@ -1,0 +1,293 @@
+// The agent's control plane: each request of the daemon applied to the engine, the ring
+// area mapped and replaced, LIST and PROFILE, and the teardown that leaves the program
+// untraced. Runs on whichever thread holds g_ctl_mu (agent.h); never on the hit path.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/symbols.h"
+#include "probecore/rcu.h"
+
+namespace probefs::agent {
+
+std::mutex g_ctl_mu;
+
+namespace {
+
+// A record holds at most this much (the kernel's events are bounded by a page): strings
+// are cut to fit what is left after the fixed part. A definition whose fixed part alone is
+// larger gets that much.
+constexpr uint32_t kMaxRecordBytes = 4096;
+
+struct AgentProbe {
+  uint32_t id = 0;
+  bool is_return = false;
+  std::unique_ptr<HitProbe> hit;
+  events::FetchProgram program;                  // hit->view points into it
+  std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
+};
+
+std::map<uint32_t, std::unique_ptr<AgentProbe>> g_probes;  // g_ctl_mu
+uint32_t g_area_generation = 0;                             // g_ctl_mu
+AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
+
+bool program_reads_comm(const events::FetchProgram& p) {
+  return std::any_of(p.insns.begin(), p.insns.end(),
+                     [](const events::FetchInsn& i) { return i.op == events::FetchOp::kComm; });
+}
+
+bool filter_reads_comm(const events::CompiledFilter* f) {
+  return f && std::any_of(f->insns.begin(), f->insns.end(), [](const events::FilterInsn& i) {
+           return i.kind == events::FilterInsn::kPred && i.source == events::FilterInsn::kComm;
+         });
+}
+
+void set_error(link::Reply* r, int err, std::string msg) {
+  r->error = err;
+  r->message = std::move(msg);
+}
+
+std::string errno_text(const char* what, int rc) {
+  return std::string(what) + ": " + std::strerror(-rc);
+}
+
+probecore::FunctionBounds to_bounds(const link::Bounds& b) {
+  probecore::FunctionBounds f;
+  f.start = b.start;
+  f.end = b.end;
+  f.landing_pads.assign(b.landing_pads.begin(), b.landing_pads.end());
+  f.related = b.related;
+  return f;
+}
+
+void unmap_area(AreaState* as) {
+  if (!as) return;
+  ::munmap(as->area, as->size);
+  delete[] as->producers;
+  delete as;
+}
+
+// Publishes `as` (or nullptr) as the area and waits until no handler uses the old one.
+void replace_area(AreaState* as) {
+  AreaState* old = g_area_owned;
+  g_area_owned = as;
+  g_area.store(as, std::memory_order_release);
+  if (old) {
+    probecore::synchronize_rcu();
+    unmap_area(old);
+  }
+}
+
+void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
+  if (fd < 0) return set_error(reply, -EBADF, "SETUP without the ring area's descriptor");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return set_error(reply, -errno, "fstat of the ring area failed");
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < s.area_size)
+    return set_error(reply, -EINVAL, "the ring area is smaller than SETUP says");
+  void* mem = ::mmap(nullptr, s.area_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of the ring area failed");
+  auto* header = static_cast<events::RingAreaHeader*>(mem);
+  if (!events::ring_area_header_valid(header, s.area_size)) {
+    ::munmap(mem, s.area_size);
+    return set_error(reply, -EINVAL, "the ring area's header is not valid");
+  }
+  auto* as = new AreaState;
+  as->area = header;
+  as->size = s.area_size;
+  as->producers = new events::RingProducer[header->ring_count]();
+  as->generation = ++g_area_generation;
+  if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
+  as->pid = static_cast<int32_t>(::getpid());
+  as->fault_tolerant = (s.options & link::kSetupFaultTolerantReads) && fault_fixup_installed();
+  // Lets the reader sleep without a fence in every commit (events/ring.h).
+  (void)events::ring_register_producer_process();
+  replace_area(as);
+}
+
+void do_define(const link::Message& m, link::Reply* reply) {
+  const auto& d = std::get<link::Define>(m.body);
+  if (g_probes.count(d.probe_id))
+    return set_error(reply, -EEXIST, "probe id " + std::to_string(d.probe_id) + " exists");
+  auto ap = std::make_unique<AgentProbe>();
+  ap->id = d.probe_id;
+  ap->is_return = d.kind == link::ProbeKind::kReturn;
+  ap->program = d.program;
+  if (d.filter) ap->filter = std::make_unique<events::CompiledFilter>(*d.filter);
+  ap->hit = std::make_unique<HitProbe>();
+  HitProbe& h = *ap->hit;
+  h.view = events::view_of(ap->program);
+  h.filter.store(ap->filter.get(), std::memory_order_relaxed);
+  h.address = d.address;
+  h.counter_slot = d.counter_slot;
+  h.event_id = d.event_id;
+  const uint32_t most = ap->program.max_record_size();
+  h.record_cap = std::max(ap->program.fixed_size, std::min(most, kMaxRecordBytes));
+  h.needs_comm = program_reads_comm(ap->program) || filter_reads_comm(ap->filter.get());
+  probecore::Kprobe& kp = h.rp.kp;
+  kp.addr = d.address;
+  kp.bounds = to_bounds(d.bounds);
+  kp.flags = probecore::KPROBE_FLAG_GPR_ONLY;
+  if (!d.enabled) kp.flags |= probecore::KPROBE_FLAG_DISABLED;
+  if (!d.symbol.empty())
+    defined_symbols().add(d.address, d.symbol, d.module, d.symbol_addr, kp.bounds);
+  int rc;
+  if (ap->is_return) {
+    h.rp.handler = return_handler;
+    if (ap->program.entry_args) h.rp.entry_handler = return_entry_handler;
+    h.rp.maxactive = static_cast<int>(d.maxactive);
+    h.rp.data_size = size_t{ap->program.entry_args} * 8;
+    rc = probecore::register_kretprobe(&h.rp);
+  } else {
+    kp.pre_handler = entry_pre_handler;
+    rc = probecore::register_kprobe(&kp);
+  }
+  if (rc != 0) {
+    if (!d.symbol.empty()) defined_symbols().remove(d.address);
+    return set_error(reply, rc, errno_text(ap->is_return ? "register_kretprobe" : "register_kprobe", rc));
+  }
+  g_probes[d.probe_id] = std::move(ap);
+}
+
+AgentProbe* find_probe(uint32_t id, link::Reply* reply) {
+  auto it = g_probes.find(id);
+  if (it == g_probes.end()) {
+    set_error(reply, -ENOENT, "no probe " + std::to_string(id));
+    return nullptr;
+  }
+  return it->second.get();
+}
+
+void unregister_all(std::vector<AgentProbe*> probes) {
+  std::vector<probecore::Kprobe*> kps;
+  std::vector<probecore::Kretprobe*> rps;
+  for (AgentProbe* ap : probes) {
+    if (ap->is_return) rps.push_back(&ap->hit->rp);
+    else kps.push_back(&ap->hit->rp.kp);
+  }
+  if (!kps.empty()) probecore::unregister_kprobes(kps.data(), static_cast<int>(kps.size()));
+  if (!rps.empty()) probecore::unregister_kretprobes(rps.data(), static_cast<int>(rps.size()));
+}
+
+void do_remove(uint32_t id, link::Reply* reply) {
+  AgentProbe* ap = find_probe(id, reply);
+  if (!ap) return;
+  int rc = ap->is_return ? probecore::unregister_kretprobe(&ap->hit->rp)
+                         : probecore::unregister_kprobe(&ap->hit->rp.kp);
+  if (rc != 0) return set_error(reply, rc, errno_text("unregister", rc));
+  // The engine waited for a grace period: no handler of this probe runs any more.
+  defined_symbols().remove(ap->hit->address);
+  g_probes.erase(id);
+}
+
+void do_enable(uint32_t id, bool on, link::Reply* reply) {
+  AgentProbe* ap = find_probe(id, reply);
+  if (!ap) return;
+  int rc;
+  if (ap->is_return)
+    rc = on ? probecore::enable_kretprobe(&ap->hit->rp) : probecore::disable_kretprobe(&ap->hit->rp);
+  else
+    rc = on ? probecore::enable_kprobe(&ap->hit->rp.kp) : probecore::disable_kprobe(&ap->hit->rp.kp);
+  if (rc != 0) set_error(reply, rc, errno_text(on ? "enable" : "disable", rc));
+}
+
+void do_set_filter(const link::SetFilter& s, link::Reply* reply) {
+  AgentProbe* ap = find_probe(s.probe_id, reply);
+  if (!ap) return;
+  std::unique_ptr<events::CompiledFilter> next;
+  if (s.filter) next = std::make_unique<events::CompiledFilter>(*s.filter);
+  // needs_comm only grows while the probe lives: a handler that reads it as set while the
+  // old filter is still in place merely reads the name once too often.
+  if (filter_reads_comm(next.get()))
+    __atomic_store_n(&ap->hit->needs_comm, true, __ATOMIC_RELEASE);
+  ap->hit->filter.store(next.get(), std::memory_order_release);
+  probecore::synchronize_rcu();  // no handler still evaluates the old one
+  ap->filter = std::move(next);
+}
+
+void do_profile(link::Reply* reply) {
+  for (const auto& [id, ap] : g_probes) {
+    uint64_t missed = ap->hit->rp.kp.nmissed.load(std::memory_order_relaxed);
+    if (ap->is_return) missed += ap->hit->rp.nmissed.load(std::memory_order_relaxed);
+    reply->profile.push_back({id, missed});
+  }
+}
+
+}  // namespace
+
+void handle_request(const link::Message& m, int received_fd, link::Reply* reply) {
+  *reply = link::Reply{};
+  switch (m.type) {
+    case link::MsgType::kSetup:
+      do_setup(std::get<link::Setup>(m.body), received_fd, reply);
+      break;
+    case link::MsgType::kDefine:
+      do_define(m, reply);
+      break;
+    case link::MsgType::kRemove:
+      do_remove(std::get<link::ProbeRef>(m.body).probe_id, reply);
+      break;
+    case link::MsgType::kEnable:
+      do_enable(std::get<link::ProbeRef>(m.body).probe_id, true, reply);
+      break;
+    case link::MsgType::kDisable:
+      do_enable(std::get<link::ProbeRef>(m.body).probe_id, false, reply);
+      break;
+    case link::MsgType::kSetFilter:
+      do_set_filter(std::get<link::SetFilter>(m.body), reply);
+      break;
+    case link::MsgType::kArmAll:
+      if (int rc = probecore::arm_all_kprobes(); rc) set_error(reply, rc, errno_text("arm", rc));
+      break;
+    case link::MsgType::kDisarmAll:
+      if (int rc = probecore::disarm_all_kprobes(); rc)
+        set_error(reply, rc, errno_text("disarm", rc));
+      break;
+    case link::MsgType::kOptimization:
+      probecore::set_kprobes_optimization(std::get<link::Optimization>(m.body).on);
+      break;
+    case link::MsgType::kList:
+      reply->message = probecore::kprobes_list();
+      break;
+    case link::MsgType::kProfile:
+      do_profile(reply);
+      break;
+    case link::MsgType::kGo:
+      break;  // the serving loop acts on it; a running program has nothing to wait for
+    default:
+      set_error(reply, -EOPNOTSUPP, std::string(link::type_name(m.type)) + " is not a request");
+      break;
+  }
+  if (received_fd >= 0) ::close(received_fd);
+}
+
+void teardown() {
+  remove_dl_hook();
+  uninstall_guards();
+  std::vector<AgentProbe*> all;
+  for (auto& [id, ap] : g_probes) all.push_back(ap.get());
+  unregister_all(std::move(all));  // one grace period for all of them
+  g_probes.clear();
+  defined_symbols().clear();
+  replace_area(nullptr);
+  // The next daemon starts from the defaults.
+  (void)probecore::arm_all_kprobes();
+  probecore::set_kprobes_optimization(true);
+}
+
+void drop_area_in_child() {
+  AreaState* old = g_area_owned;
+  g_area_owned = nullptr;
+  g_area.store(nullptr, std::memory_order_release);
+  unmap_area(old);  // the caller is the child's only thread: no handler is inside it
+}
+
+size_t probe_count() { return g_probes.size(); }
+
+}  // namespace probefs::agent

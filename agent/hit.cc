@@ -1,0 +1,219 @@
+// The hit path of the agent: the handlers probecore runs when a probe of the daemon's
+// fires in this process. Each finds the thread's ring, reserves room for the largest
+// record its program can write, runs the fetch program (events/fetch.h) into it, applies
+// the event's filter and commits or drops the record; each counts the hit for
+// kprobe_profile.
+//
+// Built -O2 -mgeneral-regs-only, never instrumented, and calling no library function
+// (DESIGN.md §3; tests/agent/check_hit_path.sh checks this object): probes may sit on any
+// libc function, and the detours of probes whose handlers all promise KPROBE_FLAG_GPR_ONLY
+// save no vector registers.
+//
+// Thread state lives in three initial-exec TLS words (the agent is dlopen'ed at attach:
+// its static TLS comes from the small surplus glibc keeps for that):
+//   t_prod  the ring this thread claimed in the area of generation t_gen
+//   t_tid   the thread id it claimed it with
+//   t_gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
+#include <linux/prctl.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "agent/agent.h"
+#include "arch/syscall.h"
+#include "events/memory_reader.h"
+
+namespace probefs::agent {
+
+std::atomic<AreaState*> g_area{nullptr};
+long g_tid_offset = -1;
+
+namespace {
+
+constinit thread_local events::RingProducer* t_prod
+    __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local uint32_t t_gen __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local int32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+// The area's free_generation when this thread last failed to claim a ring; with t_prod
+// null and t_gen current, the thread retries only once the daemon freed rings since.
+constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initial-exec"))) = 0;
+
+// This thread's id as glibc's thread descriptor holds it: the word at %fs:0x10 is the
+// descriptor's address (tcbhead_t.self), and the kernel writes the tid field itself
+// (CLONE_CHILD_SETTID, in fork children too). 0 when the offset is unknown.
+[[gnu::always_inline]] inline int32_t descriptor_tid() {
+  const long off = g_tid_offset;
+  if (off < 0) return 0;
+  uintptr_t self;
+  asm volatile("mov %%fs:0x10, %0" : "=r"(self));
+  return __atomic_load_n(reinterpret_cast<const int32_t*>(self + static_cast<uintptr_t>(off)),
+                         __ATOMIC_RELAXED);
+}
+
+// The first hit of a thread in an area, or a thread whose tid is not the one it claimed
+// its ring with (a child of _Fork or a raw clone that ran no atfork handler: the area is
+// its parent's). Returns the thread's ring, or nullptr (no ring: every ring is taken, or
+// the process is not the area's).
+[[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
+  if (t_gen == as->generation && t_prod == nullptr && t_tid != 0 &&
+      t_claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
+    *tid = t_tid;
+    return nullptr;  // claimed in vain before, and nothing was freed since
+  }
+  if (static_cast<int32_t>(arch::raw_syscall(__NR_getpid)) != as->pid) {
+    *tid = 0;
+    return nullptr;
+  }
+  const auto real = static_cast<int32_t>(arch::raw_syscall(__NR_gettid));
+  *tid = real;
+  if (t_gen == as->generation && t_prod != nullptr && t_tid == real) return t_prod;
+  events::RingProducer fresh{};
+  t_gen = as->generation;
+  t_tid = real;
+  if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh)) {
+    t_prod = nullptr;
+    t_claim_free_gen = fresh.claim_generation;
+    return nullptr;
+  }
+  as->producers[fresh.ring] = fresh;
+  t_prod = &as->producers[fresh.ring];
+  return t_prod;
+}
+
+[[gnu::always_inline]] inline events::RingProducer* this_thread_ring(AreaState* as,
+                                                                     int32_t* tid) {
+  events::RingProducer* p = t_prod;
+  if (__builtin_expect(p != nullptr && t_gen == as->generation, 1)) {
+    const int32_t live = descriptor_tid();
+    if (__builtin_expect(live == t_tid || live == 0, 1)) {
+      *tid = t_tid;
+      return p;
+    }
+  }
+  return claim_slow(as, tid);
+}
+
+// The thread's name, as the kernel's comm.
+void read_comm(char (&comm)[16]) {
+  comm[0] = 0;
+  arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(comm));
+  comm[15] = 0;
+}
+
+template <class Reader>
+[[gnu::always_inline]] inline uint32_t write_with(Reader& rd, const HitProbe* hp,
+                                                  const events::HitContext& hc, uint8_t* rec) {
+  return events::write_record(hp->view, hc, rd, rec, hp->record_cap);
+}
+
+[[gnu::always_inline]] inline void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
+                                        uint64_t ret_ip, const uint64_t* entry_args) {
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  if (__builtin_expect(as == nullptr, 0)) return;  // no area yet, or the tracer is gone
+  int32_t tid = 0;
+  events::RingProducer* p = this_thread_ring(as, &tid);
+  if (__builtin_expect(p == nullptr, 0)) {
+    if (tid != 0) {  // a thread of this process without a ring
+      events::ring_count_hit_unowned(as->area, hp->counter_slot);
+      events::ring_drop_unowned(as->area);
+    }
+    return;
+  }
+  events::ring_count_hit(p, hp->counter_slot);
+  auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+  if (__builtin_expect(rec == nullptr, 0)) return;  // full: counted as lost
+  char comm[16];
+  events::HitContext hc;
+  hc.regs = regs;
+  hc.ip = ip;
+  hc.ret_ip = ret_ip;
+  hc.entry_args = entry_args;
+  hc.pid = tid;
+  hc.event_id = hp->event_id;
+  if (__builtin_expect(hp->needs_comm, 0)) {
+    read_comm(comm);
+    hc.comm = comm;
+  }
+  uint32_t len;
+  if (as->fault_tolerant) {
+    events::FaultTolerantReader rd;
+    len = write_with(rd, hp, hc, rec);
+  } else {
+    events::LiveMemoryReader rd(as->pid);
+    len = write_with(rd, hp, hc, rec);
+  }
+  if (__builtin_expect(len == 0, 0)) {
+    events::ring_discard(p);
+    return;
+  }
+  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+    const auto* rh = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off);
+    events::FilterContext fc;
+    fc.cpu = rh->cpu;
+    fc.comm = hp->needs_comm ? comm : "";
+    if (!events::filter_match(*f, rec, len, fc)) {
+      events::ring_discard(p);
+      return;
+    }
+  }
+  events::ring_commit(p, len);
+}
+
+inline HitProbe* from_kprobe(probecore::Kprobe* kp) { return reinterpret_cast<HitProbe*>(kp); }
+
+}  // namespace
+
+static_assert(offsetof(probecore::Kretprobe, kp) == 0);
+static_assert(std::is_standard_layout_v<probecore::Kretprobe>);
+
+int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs) {
+  const HitProbe* hp = from_kprobe(kp);
+  emit(hp, regs, hp->address, 0, nullptr);
+  return 0;
+}
+
+int return_entry_handler(probecore::KretprobeInstance* ri, PtRegs* regs) {
+  probecore::Kretprobe* rp = probecore::get_kretprobe(ri);
+  if (!rp) return 1;
+  const HitProbe* hp = reinterpret_cast<const HitProbe*>(rp);
+  if (hp->view.entry_args) {
+    auto* out = reinterpret_cast<uint64_t*>(ri->data);
+    AreaState* as = g_area.load(std::memory_order_acquire);
+    if (as && as->fault_tolerant) {
+      events::FaultTolerantReader rd;
+      events::save_entry_args(hp->view, *regs, rd, out);
+    } else {
+      events::LiveMemoryReader rd(as ? as->pid : arch::raw_syscall(__NR_getpid));
+      events::save_entry_args(hp->view, *regs, rd, out);
+    }
+  }
+  return 0;
+}
+
+int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs) {
+  probecore::Kretprobe* rp = probecore::get_kretprobe(ri);
+  if (!rp) return 0;
+  const HitProbe* hp = reinterpret_cast<const HitProbe*>(rp);
+  emit(hp, regs, hp->address, ri->ret_addr, reinterpret_cast<const uint64_t*>(ri->data));
+  return 0;
+}
+
+int dl_hook_pre_handler(probecore::Kprobe*, PtRegs* regs) {
+  // _dl_debug_state is an empty function: the stub takes its place and returns to its
+  // caller, outside any handler, where it may wait for the daemon.
+  regs->ip = reinterpret_cast<uintptr_t>(&probefs_agent_dl_stub);
+  return 1;
+}
+
+// Never runs (the pre_handler always moves ip): its presence keeps the hook an int3 probe,
+// since a jump-optimized probe ignores a pre_handler's change of ip.
+void dl_hook_post_handler(probecore::Kprobe*, PtRegs*, unsigned long) {}
+
+void forget_thread_ring() {
+  t_prod = nullptr;
+  t_gen = 0;
+  t_tid = 0;
+  t_claim_free_gen = 0;
+}
+
+}  // namespace probefs::agent
