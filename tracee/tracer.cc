@@ -412,7 +412,6 @@ struct Tracer::Impl {
   // ---- the service thread ----
 
   void handle_connected(const std::shared_ptr<AgentLink>& link) {
-    fprintf(stderr, "DEBUG connected pid %d reason %d\n", link->pid(), (int)link->hello().reason);
     const lk::Hello& h = link->hello();
     TargetNotice n;
     n.pid = link->pid();
@@ -446,8 +445,7 @@ struct Tracer::Impl {
       Target& ref = *t;
       targets[t->pid] = std::move(t);
       std::string err;
-      if (int e = set_up(ref, &err); e != 0) {
-        fprintf(stderr, "DEBUG set_up %d %s\n", e, err.c_str());
+      if (set_up(ref, &err) != 0) {
         ref.link->close();
         targets.erase(ref.pid);
         return;

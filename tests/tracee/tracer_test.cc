@@ -448,3 +448,55 @@ TEST(Tracer, DaemonKilledTwentyTimesLeavesTheProgramWhole) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// Two threads of the program run probed code at full speed while another event on the
+// same function is defined, enabled, filtered, disabled and removed 10,000 times. The
+// program computes right throughout, and an event that stays enabled counts exactly.
+TEST(Tracer, TenThousandChangesUnderAHotLoop) {
+  auto t = make_tracer(4096);
+  ASSERT_NE(t, nullptr);
+  Event stable = define(*t, "p:t/stable " + kProgName + ":traced_add a=%di", 80);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  ASSERT_EQ(p.pipes.ask("hot 2"), "ok");
+  events::CompiledFilter f;
+  uint64_t stable_records = 0, expected = 0;
+  for (int cycle = 0; cycle < 10000; ++cycle) {
+    const bool on_hot = cycle % 2 == 0;
+    int err = 0;
+    Event churn = define(*t,
+                         on_hot ? "p:t/churn " + kProgName + ":traced_hot who=%di i=%si"
+                                : "r:t/churn " + kProgName + ":traced_add rv=$retval",
+                         81, false, &err);
+    ASSERT_EQ(err, 0) << "cycle " << cycle;
+    ASSERT_EQ(t->enable_probe(churn.id), 0);
+    if (cycle % 10 == 0) {
+      events::Diagnostic d;
+      ASSERT_TRUE(events::compile_filter(on_hot ? "who == 1" : "rv > 100", churn.spec.compiled,
+                                         &f, &d));
+      ASSERT_EQ(t->set_filter(churn.id, std::make_shared<events::CompiledFilter>(f)), 0);
+    }
+    if (cycle % 1000 == 0) {
+      // A phase in which `stable` stays enabled: exactly one record per call.
+      ASSERT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+      expected += 100;
+    }
+    ASSERT_EQ(t->disable_probe(churn.id), 0);
+    ASSERT_EQ(t->remove_probe(churn.id), 0);
+    TraceRecord r;
+    while (t->next_record(&r)) stable_records += event_id_of(r) == 80;
+  }
+  std::string ans = p.pipes.ask("cool");
+  EXPECT_EQ(ans.rfind("ok ", 0), 0u) << ans;
+  TraceRecord r;
+  while (t->next_record(&r)) stable_records += event_id_of(r) == 80;
+  EXPECT_EQ(stable_records, expected);
+  EXPECT_EQ(t->profile(stable.id).hits, expected);
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+}
+
+}  // namespace
+}  // namespace probefs::tracee
