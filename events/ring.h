@@ -303,7 +303,11 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
   if (need >= p->size) return false;
   const uint32_t n = static_cast<uint32_t>(need);
   if (fits(p->head, p->tail_cache, n, p->size, off)) return true;
-  p->tail_cache = load_acquire(&p->ctl->tail);
+  uint32_t tail = load_acquire(&p->ctl->tail);
+  // Only the daemon writes the tail, but it lies in memory the process can scribble on:
+  // whatever it reads, the producer writes inside its ring.
+  if (tail >= p->size || tail % 8 != 0) tail = p->head;
+  p->tail_cache = tail;
   return fits(p->head, p->tail_cache, n, p->size, off);
 }
 
@@ -387,8 +391,9 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p) {
     // from its head. A head the daemon could not have left (odd or out of range) starts
     // over at the tail.
     uint32_t head = load_relaxed(&ctl->head);
-    const uint32_t tail = load_acquire(&ctl->tail);
-    if (head >= p->size || head % 8 != 0) head = tail < p->size && tail % 8 == 0 ? tail : 0;
+    uint32_t tail = load_acquire(&ctl->tail);
+    if (tail >= p->size || tail % 8 != 0) tail = 0;
+    if (head >= p->size || head % 8 != 0) head = tail;
     p->head = head;
     p->tail_cache = tail;
     p->lost = load_relaxed(&ctl->lost);

@@ -147,13 +147,13 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   geometry_ = g;
   layout_ = l;
   states_.assign(g.ring_count, State{});
-  // Start where the rings are now (an area reused by a new reader, or one the process
-  // wrote into before it was attached): a tail out of range starts at the head.
+  // Start where the rings are now: at the first record no reader consumed (all of them,
+  // in an area the process wrote into before the reader attached); a tail out of range
+  // starts at the head. Every loss counted so far is still to be reported.
   for (uint32_t i = 0; i < g.ring_count; ++i) {
     const uint32_t t = load_relaxed(&control(i)->tail);
     uint32_t h;
     states_[i].tail = head_ok(t, g.ring_bytes) ? t : (head(i, &h) ? h : 0);
-    states_[i].lost_reported = load_relaxed(&control(i)->lost);
   }
   folded_hits_.assign(g.probe_slots, 0);
   hits_base_.assign(g.probe_slots, 0);
