@@ -604,6 +604,11 @@ bool RingMerger::next(RingRecord* out) {
   }
 }
 
+void RingMerger::publish() {
+  if (!consume_) return;
+  for (const Lane& l : lanes_) l.reader->publish(l.ring);
+}
+
 void RingMerger::rewind() {
   for (Lane& l : lanes_) {
     l.cursor = l.reader->cursor(l.ring);

@@ -240,6 +240,9 @@ class RingMerger {
   bool next(RingRecord* out);
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
+  // Consuming mode: gives the producers the room of every record returned so far now
+  // (the reader otherwise does so in batches); at the end of a trace_pipe read.
+  void publish();
 
  private:
   struct Lane {

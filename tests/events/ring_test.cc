@@ -867,6 +867,31 @@ TEST(RingMerger, PeekingDoesNotConsume) {
   EXPECT_FALSE(a.reader.has_data());
 }
 
+TEST(RingMerger, TailIsStoredInBatchesAndOnPublish) {
+  TestArea a(geometry(1, 64 * 1024));
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p));
+  for (uint64_t seq = 0; seq < 10; ++seq) ASSERT_TRUE(produce(&p, 1, seq));
+  RingMerger m(true);
+  m.add(&a.reader, 0);
+  RingRecord r;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.next(&r));
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), 0u);  // not yet
+  m.publish();
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), 3u * 32);
+  // Caught up: stored without asking.
+  while (m.next(&r)) {
+  }
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), p.head);
+  // A sixteenth of the ring: stored as it goes.
+  for (uint64_t seq = 0; seq < 1000; ++seq) ASSERT_TRUE(produce(&p, 1, seq));
+  const uint32_t start = p.head - 1000 * 32;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(m.next(&r));
+  const uint32_t tail = __atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE);
+  EXPECT_GT(tail, start);
+  EXPECT_LE(tail, start + 200 * 32);
+}
+
 // --- waking the reader ----------------------------------------------------------------------
 
 namespace {
