@@ -194,8 +194,8 @@ inline bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
 
 // Reads the record at `off` (a padding marker first, at most one) of the records that end
 // at `head`. Every value comes from shared memory once and is checked before it is used.
-inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off, uint32_t head,
-                                                  Parsed* out) const {
+inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off,
+                                                         uint32_t head, Parsed* out) const {
   const uint32_t size = geometry_.ring_bytes;
   const uint8_t* d = data(ring);
   uint32_t cur = off;
@@ -245,8 +245,9 @@ inline uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) 
   return p.lost_count - reported;
 }
 
-inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost, uint32_t owner,
-                          std::vector<uint8_t>* buf, RingRecord* out) const {
+inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
+                                 uint32_t owner, std::vector<uint8_t>* buf,
+                                 RingRecord* out) const {
   const uint32_t extra = (p.flags & kRingFlagLostCount) ? 8 : 0;
   if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
   // parse() checked that the payload lies inside the ring's data.
