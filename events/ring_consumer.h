@@ -15,6 +15,19 @@
 // Threads: a RingAreaReader and a RingMerger belong to one thread at a time (the daemon
 // serialises the `trace` and `trace_pipe` readers over one lock). ring_wait may run on
 // that thread only, too.
+//
+// Typical use by the daemon:
+//   per target:  RingArea::create(geometry, ring_detect_stamp_mode(clock stamp), &area);
+//                pass area.fd() to the agent; reader.attach(area.mem(), area.size(), pid);
+//                pipe.add(&reader, target id); look.add(&reader, target id)
+//   trace_pipe:  while (pipe.next(&rec)) { if (rec.lost_before) "CPU:N [LOST n EVENTS]";
+//                  format rec.payload at converter.convert(rec.stamp, rec.counter_stamp) }
+//                pipe.publish() at the end of the read; ring_wait(readers, 100) when a
+//                blocking read found nothing
+//   trace:       look.rewind(), then look.next() to the end
+//   now and then (each second, and when a thread-exit notice arrives): reader.reclaim(),
+//                converter.update()
+//   trace_clock: ring_set_stamp_mode on every area, reader.clear(), converter.calibrate()
 #pragma once
 
 #include <sys/types.h>
