@@ -623,7 +623,8 @@ void RingMerger::rewind() {
 
 namespace {
 
-constexpr int kSpins = 64;
+constexpr uint64_t kSpins = 64;
+constexpr uint64_t kSpinHeads = 4096;
 constexpr int kManyAreasTimeoutMs = 10;
 
 bool global_barrier_available() {
@@ -644,7 +645,13 @@ bool any_data(std::span<RingAreaReader* const> readers) {
 
 RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms) {
   if (timeout_ms < 0) timeout_ms = 0;
-  for (int i = 0; i < kSpins; ++i) {
+  // A short spin first (a few microseconds: as many heads read in all however many areas
+  // there are), so that a reader that keeps up with busy producers never pays for the
+  // barrier and the system calls.
+  uint64_t rings = 0;
+  for (RingAreaReader* r : readers) rings += r->ring_count();
+  const uint64_t spins = rings ? std::clamp<uint64_t>(kSpinHeads / rings, 1, kSpins) : 0;
+  for (uint64_t i = 0; i < spins; ++i) {
     if (any_data(readers)) return RingWaitResult::kReady;
     for (int k = 0; k < 16; ++k) _mm_pause();
   }
