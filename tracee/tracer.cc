@@ -167,7 +167,7 @@ struct Tracer::Impl {
   // Records.
   std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
   std::vector<std::shared_ptr<Rings>> rings;  // every area read
-  std::map<uint32_t, pid_t> tag_pid;
+  std::vector<pid_t> tag_pid;  // by tag; tags are never reused
   uint32_t next_tag = 1;
   events::RingMerger merger{true};
   events::RingMerger peeker{false};
@@ -216,6 +216,7 @@ struct Tracer::Impl {
     r->pid = pid;
     std::lock_guard rl(read_mu);
     r->tag = next_tag++;
+    tag_pid.resize(r->tag + 1);
     tag_pid[r->tag] = pid;
     rings.push_back(r);
     merger.add(&r->reader, r->tag);
@@ -237,7 +238,6 @@ struct Tracer::Impl {
       }
       merger.remove(&r->reader);
       peeker.remove(&r->reader);
-      tag_pid.erase(r->tag);
       it = rings.erase(it);
     }
   }
@@ -940,8 +940,7 @@ int Tracer::set_optimization(bool on) {
 namespace {
 
 void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out) {
-  auto it = impl.tag_pid.find(rr.tag);
-  out->pid = it == impl.tag_pid.end() ? 0 : it->second;
+  out->pid = rr.tag < impl.tag_pid.size() ? impl.tag_pid[rr.tag] : 0;
   out->cpu = rr.cpu;
   out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
   out->data = rr.payload.data();
@@ -954,10 +953,29 @@ void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* 
 bool Tracer::next_record(TraceRecord* out) {
   std::lock_guard rl(impl_->read_mu);
   events::RingRecord rr;
-  if (!impl_->merger.next(&rr)) return false;
+  if (!impl_->merger.next(&rr)) {
+    impl_->merger.publish();  // the room of what was read goes back to the producers
+    return false;
+  }
   fill_record(*impl_, rr, out);
   ++impl_->consumed;
   return true;
+}
+
+size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
+                               size_t max) {
+  std::lock_guard rl(impl_->read_mu);
+  size_t n = 0;
+  events::RingRecord rr;
+  TraceRecord t;
+  while (n < max && impl_->merger.next(&rr)) {
+    fill_record(*impl_, rr, &t);
+    ++n;
+    if (!fn(t)) break;
+  }
+  impl_->consumed += n;
+  impl_->merger.publish();
+  return n;
 }
 
 bool Tracer::wait_for_records(int timeout_ms) {

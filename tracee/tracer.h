@@ -175,6 +175,10 @@ class Tracer {
   // The next record of all targets in timestamp order, consumed (trace_pipe). false when
   // there is none now.
   bool next_record(TraceRecord* out);
+  // Consumes records in timestamp order, handing each to `fn` (valid during the call),
+  // until `fn` returns false, `max` were consumed, or none is left: the consumer's fast
+  // path (one lock for the batch). The number consumed.
+  size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
   bool wait_for_records(int timeout_ms);
