@@ -368,7 +368,10 @@ struct Tracer::Impl {
       std::lock_guard rl(read_mu);
       clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
     }
-    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
+    // Fetch reads go through the agent's fault fixup (no system call per read) wherever
+    // the agent has its signal guards in place; it falls back to system calls otherwise.
+    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk,
+                                 lk::kSetupFaultTolerantReads);
     if (!r.ok()) {
       if (error) *error = "agent refused its ring area: " + r.message;
       return r.error;
@@ -1100,7 +1103,8 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
       }
       if (t->rings) t->rings->reader.clear();
     }
-    LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
+    LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk,
+                                     lk::kSetupFaultTolerantReads);
     if (!res.ok()) return res.error;
     t->rings = r;
   }
