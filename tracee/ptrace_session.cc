@@ -43,9 +43,11 @@ constexpr size_t kFxsaveSize = 512;
 constexpr uint64_t kUserCs64 = 0x33;  // __USER_CS: 64-bit user code
 constexpr unsigned long long kFlagTf = 0x100;
 constexpr unsigned long long kFlagDf = 0x400;
-// The kernel's "restart unless a handler runs" code (include/linux/errno.h); it never
-// reaches user space.
+// The kernel's restart codes (include/linux/errno.h), which never reach user space:
+// restart unless a handler runs, and restart through restart_syscall and the thread's
+// restart block.
 constexpr long kErestartNoHand = 514;
+constexpr long kErestartRestartBlock = 516;
 // How many threads of a process the choice looks at, so a huge one cannot keep us busy.
 constexpr size_t kMaxThreadsScanned = 4096;
 
@@ -476,6 +478,10 @@ struct PtraceSession::Impl {
   uintptr_t scratch_top = 0;    // scratch strings grow down from below the red zone
   uintptr_t scratch_limit = 0;
   std::vector<siginfo_t> held_signals;  // sent meanwhile, to send again after detach
+  // A call stopped other than at its return (a stop signal, our own interrupt): a timed
+  // wait it was in (nanosleep, poll, a futex wait) may have left ITS restart block in
+  // the thread, in place of the one the thread's own interrupted wait needs.
+  bool restart_block_at_risk = false;
 
   Clock::time_point seize_time;
   Clock::time_point held_since;
@@ -788,6 +794,7 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
       if (si.si_code <= 0) {
         // Sent by someone (kill, tgkill, sigqueue), not raised by our call.
         held_signals.push_back(si);
+        restart_block_at_risk = true;
         r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
         continue;
       }
@@ -802,6 +809,7 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
     }
     // A group stop (SIGSTOP to another thread) or a stray trap: our call goes on; detach
     // puts the thread back into a group stop that is still in effect.
+    restart_block_at_risk = true;
     r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
   }
 }
@@ -809,6 +817,7 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
 int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
   const long long ms = static_cast<long long>(options.timeout.count());
   const Clock::time_point deadline = Clock::now() + options.timeout;
+  restart_block_at_risk = true;
   Stop stop;
   int rc = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0}) == 0
                ? wait_stop(tid, deadline, &stop)
@@ -855,7 +864,14 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
     note(ptrace_call(PTRACE_SETFPREGS, tid, 0, fpu.data()), "PTRACE_SETFPREGS");
   }
   user_regs_struct regs = saved;
-  if (stopped_at.restart_instead_of_eintr) regs.rax = static_cast<unsigned long long>(-kErestartNoHand);
+  // Restarting the thread's own system call from its arguments, in place of
+  // restart_syscall, where the restart block may be another's: the same call, only a
+  // relative timeout starts over.
+  const bool own_block_lost = restart_block_at_risk && stopped_at.syscall >= 0 &&
+                              stopped_at.result == -kErestartRestartBlock;
+  if (stopped_at.restart_instead_of_eintr || own_block_lost) {
+    regs.rax = static_cast<unsigned long long>(-kErestartNoHand);
+  }
   note(ptrace_call(PTRACE_SETREGS, tid, 0, &regs), "PTRACE_SETREGS");
   note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
   long d = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});

@@ -111,7 +111,10 @@ class PtraceSession {
   // SIGSYS: the kernel resets a program's handler of a blocked one to SIG_DFL when it
   // forces it on a fault); threads the call starts inherit that mask. A signal sent to the
   // thread that gets through meanwhile (SIGSTOP, a SIGSEGV from kill) is kept and sent
-  // again after detach. 0, or:
+  // again after detach. Such a stop inside a call may replace the thread's restart block
+  // (a timed wait the call was in); a thread that was itself in nanosleep or poll then
+  // restarts its call from its arguments rather than through restart_syscall: the same
+  // call, with its relative timeout started over. 0, or:
   //   -EFAULT     the call faulted (the message names signal, ip and address); its
   //               registers are dropped, but what it changed in memory stays (a lock it
   //               took, for one)

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -45,6 +46,7 @@ constexpr auto kWait = 30s;
 // The fds the targets find the report pipe and the shared memory at.
 constexpr int kReportFd = 10;
 constexpr int kSharedFd = 11;
+constexpr int kNapFd = 12;
 
 // A target that exits early must fail the test, not kill it through a write to its pipe.
 const bool sigpipe_ignored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
@@ -118,7 +120,7 @@ struct Target {
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;
   ~Target() {
-    for (int fd : {in, out, report}) {
+    for (int fd : {in, out, report, nap}) {
       if (fd >= 0) close(fd);
     }
     if (pid > 0) {
@@ -144,6 +146,7 @@ struct Target {
   int in = -1;
   int out = -1;
   int report = -1;
+  int nap = -1;
   probefs_inject_shared* shared = nullptr;
 };
 
@@ -156,7 +159,8 @@ int high_fd(int fd) {
 }
 
 void spawn(Target* t, const char* exe, const char* mode) {
-  int in_pipe[2], out_pipe[2], report_pipe[2];
+  int in_pipe[2], out_pipe[2], report_pipe[2], nap_pipe[2];
+  ASSERT_EQ(pipe2(nap_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(in_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(out_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(report_pipe, O_CLOEXEC), 0);
@@ -166,7 +170,9 @@ void spawn(Target* t, const char* exe, const char* mode) {
   void* map = mmap(nullptr, sizeof(probefs_inject_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
   ASSERT_NE(map, MAP_FAILED);
   t->shared = static_cast<probefs_inject_shared*>(map);
-  for (int* fd : {&in_pipe[0], &out_pipe[1], &report_pipe[1], &shm}) *fd = high_fd(*fd);
+  for (int* fd : {&in_pipe[0], &out_pipe[1], &report_pipe[1], &nap_pipe[0], &shm}) {
+    *fd = high_fd(*fd);
+  }
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -174,9 +180,11 @@ void spawn(Target* t, const char* exe, const char* mode) {
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, report_pipe[1], kReportFd);
   posix_spawn_file_actions_adddup2(&actions, shm, kSharedFd);
+  posix_spawn_file_actions_adddup2(&actions, nap_pipe[0], kNapFd);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" + std::to_string(kReportFd));
+  env_strings.push_back(std::string(PROBEFS_INJECT_NAP_FD_ENV) + "=" + std::to_string(kNapFd));
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -198,10 +206,12 @@ void spawn(Target* t, const char* exe, const char* mode) {
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(report_pipe[1]);
+  close(nap_pipe[0]);
   close(shm);
   t->in = in_pipe[1];
   t->out = out_pipe[0];
   t->report = report_pipe[0];
+  t->nap = nap_pipe[1];
   ASSERT_EQ(rc, 0);
 }
 
@@ -334,6 +344,61 @@ TEST_P(InjectSleep, RestartsAndSleepsItsFullTime) {
 
 INSTANTIATE_TEST_SUITE_P(Inject, InjectSleep, ::testing::Values("nanosleep", "clock_nanosleep"));
 
+bool signal_pending(pid_t pid, int sig) {
+  const std::string status = proc_text(pid, pid, "status");
+  for (const char* field : {"SigPnd:", "ShdPnd:"}) {
+    size_t at = status.find(field);
+    if (at == std::string::npos) continue;
+    const unsigned long long mask = std::strtoull(status.c_str() + at + 7, nullptr, 16);
+    if ((mask >> (sig - 1)) & 1) return true;
+  }
+  return false;
+}
+
+// SIGSTOP cannot be blocked: sent while a call sits in a timed wait (poll here), it
+// interrupts that wait, whose restart block then replaces the one of the thread's own
+// nanosleep. The session holds the SIGSTOP, sends it again after detach, and has the
+// thread restart its nanosleep from its arguments: the sleep is whole, not cut short by
+// a restart of our poll.
+TEST(Inject, StopSignalDuringATimedWaitInACall) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "nanosleep"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_nanosleep}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  ASSERT_EQ(session->stopped_at().result, -516);  // -ERESTART_RESTARTBLOCK
+  InjectedLibrary lib;
+  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
+  EXPECT_EQ(read_line(t.report), "loaded");
+  uintptr_t nap = 0;
+  ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_nap", &nap), 0);
+  bool stopped_in_nap = false;
+  std::thread stopper([&] {
+    if (read_line(t.report) != "napping") return;
+    if (!wait_blocked_in(t.pid, {SYS_poll, SYS_ppoll})) return;
+    kill(t.pid, SIGSTOP);
+    // Taken by the session (the call's poll interrupted), then the nap may end.
+    stopped_in_nap = wait_until([&] { return !signal_pending(t.pid, SIGSTOP); });
+    (void)!write(t.nap, "x", 1);
+  });
+  uint64_t result = 0;
+  PtraceError error;
+  const int rc = session->call(nap, {}, &result, &error);
+  stopper.join();
+  ASSERT_EQ(rc, 0) << error.message;
+  EXPECT_TRUE(stopped_in_nap);
+  EXPECT_EQ(result, 1u);
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  // The SIGSTOP, sent again, stops the process now.
+  int status = 0;
+  ASSERT_TRUE(wait_until([&] { return waitpid(t.pid, &status, WUNTRACED | WNOHANG) == t.pid; }));
+  EXPECT_TRUE(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP) << status;
+  ASSERT_EQ(kill(t.pid, SIGCONT), 0);
+  EXPECT_EQ(read_line(t.out), "sleep r=0 errno=1234 slept_enough=1");
+  status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 class InjectPoll : public ::testing::TestWithParam<const char*> {};
 
 // poll restarts by itself; epoll_wait returns EINTR when stopped, which the session turns
@@ -419,14 +484,6 @@ TEST(Inject, MainThreadExitedAnotherThreadIsHeld) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-bool sigusr1_pending(pid_t pid) {
-  const std::string status = proc_text(pid, pid, "status");
-  size_t at = status.find("ShdPnd:");
-  if (at == std::string::npos) return false;
-  const unsigned long long mask = std::strtoull(status.c_str() + at + 7, nullptr, 16);
-  return (mask >> (SIGUSR1 - 1)) & 1;
-}
-
 // Sent while the thread is held, the signal waits (blocked) and is delivered once, after.
 TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   Target t;
@@ -436,10 +493,10 @@ TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   ASSERT_NE(session, nullptr);
   ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "signal"));
-  EXPECT_TRUE(sigusr1_pending(t.pid));
+  EXPECT_TRUE(signal_pending(t.pid, SIGUSR1));
   PtraceError error;
   ASSERT_EQ(session->detach(&error), 0) << error.message;
-  ASSERT_TRUE(wait_until([&] { return !sigusr1_pending(t.pid); }));
+  ASSERT_TRUE(wait_until([&] { return !signal_pending(t.pid, SIGUSR1); }));
   t.send("x");
   EXPECT_EQ(read_line(t.out), "usr1 count=1 read=1 errno=1234");
   const int status = t.wait_exit();
