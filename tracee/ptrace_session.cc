@@ -466,7 +466,8 @@ struct PtraceSession::Impl {
   user_regs_struct saved{};
   std::vector<uint8_t> fpu;  // the XSAVE image, or the 512-byte FXSAVE one
   bool fpu_is_xstate = false;
-  bool call_fpu_ready = false;
+  bool call_fpu_ready = false;   // the ABI's FPU state is set for calls
+  bool signals_blocked = false;  // the calls' signal mask is set
   uint64_t saved_mask = 0;
   bool errno_saved = false;
   uintptr_t errno_addr = 0;
@@ -483,7 +484,6 @@ struct PtraceSession::Impl {
   // the thread, in place of the one the thread's own interrupted wait needs.
   bool restart_block_at_risk = false;
 
-  Clock::time_point seize_time;
   Clock::time_point held_since;
   PtraceTimings timings;
 
@@ -554,7 +554,6 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
                        "an attach: send it SIGCONT first",
                        static_cast<int>(pid)));
     }
-    seize_time = Clock::now();
     long r = ptrace_call(PTRACE_SEIZE, best, 0, uintptr_t{0});
     if (r == 0) {
       tid = best;
@@ -618,8 +617,7 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
   }
   held_since = Clock::now();
 
-  // Until the signal mask below, nothing of the thread has changed: a failure lets it go
-  // as it is.
+  // Nothing of the thread changes before the first call: a failure lets it go as it is.
   auto let_go = [&](int err) {
     state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached
                                                                    : State::kGone;
@@ -665,14 +663,6 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     rseq_saved = read_mem(rseq_cs_addr, &saved_rseq_cs, sizeof saved_rseq_cs) == 0;
   }
 
-  // Nothing may be delivered into our calls; what arrives waits until detach. The
-  // signals the kernel forces on a fault stay open: forcing a blocked one resets the
-  // program's handler to SIG_DFL. We see those first anyway, as the tracer.
-  uint64_t block = ~uint64_t{0};
-  for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) block &= ~(uint64_t{1} << (s - 1));
-  if (long g = ptrace_call(PTRACE_SETSIGMASK, tid, sizeof block, &block); g < 0) {
-    return request_failed(g, "PTRACE_SETSIGMASK");
-  }
   state = State::kHeld;
 
   stopped_at.syscall = static_cast<long>(saved.orig_rax);
@@ -728,6 +718,21 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
                                   uint64_t* result, PtraceError* error) {
   if (state != State::kHeld) return fail(error, -EIO, "the session no longer holds the thread");
   if (args.size() > 6) return fail(error, -EINVAL, "a call takes at most 6 integer arguments");
+  if (!signals_blocked) {
+    // Nothing may be delivered into our calls; what arrives waits until detach. The
+    // signals the kernel forces on a fault stay open: forcing a blocked one resets the
+    // program's handler to SIG_DFL. We see those first anyway, as the tracer.
+    uint64_t block = ~uint64_t{0};
+    for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) {
+      block &= ~(uint64_t{1} << (s - 1));
+    }
+    if (long r = ptrace_call(PTRACE_SETSIGMASK, tid, sizeof block, &block); r < 0) {
+      return fail(error, static_cast<int>(r), strf("PTRACE_SETSIGMASK of thread %d: %s",
+                                                   static_cast<int>(tid),
+                                                   errno_name(static_cast<int>(-r)).c_str()));
+    }
+    signals_blocked = true;
+  }
   if (!call_fpu_ready) {
     // The ABI's state at a call: empty x87 stack, default control words. The thread may
     // have stopped in the middle of its own floating-point code.
@@ -873,7 +878,14 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
     regs.rax = static_cast<unsigned long long>(-kErestartNoHand);
   }
   note(ptrace_call(PTRACE_SETREGS, tid, 0, &regs), "PTRACE_SETREGS");
-  note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
+  // PTRACE_GETSIGMASK gave the program's own mask where a call like sigsuspend, ppoll or
+  // epoll_pwait had put a temporary one in place. Setting it ends that call's claim to
+  // restore it (TIF_RESTORE_SIGMASK), which is right because the call restarts and puts
+  // its temporary mask in place again. Untouched when no call was made.
+  if (signals_blocked) {
+    note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask),
+         "PTRACE_SETSIGMASK");
+  }
   long d = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
   timings.held = Clock::now() - held_since;
   if (d < 0) {

@@ -26,6 +26,19 @@
 // one session from one thread at a time. While a session is open the caller's process must
 // not reap arbitrary children (wait(), waitpid(-1, ...)): such a wait can take the held
 // thread's stop reports. Each stop also sends SIGCHLD to the caller's process.
+//
+// Limits, all of ptrace's making:
+// - Nothing of the held thread changes before the first call. A caller that dies while
+//   it holds a thread after that lets the thread go in our frame (inside the call, or at
+//   our return's SIGSEGV): the process dies of SIGSEGV. Nothing can put its registers
+//   back without us, so keep sessions short.
+// - Our return is a SIGSEGV the kernel forces; a program that set SIGSEGV to SIG_IGN
+//   finds it back at SIG_DFL afterwards (force_sig resets an ignored handler).
+// - While a thread is held, signals its process ignores by default (SIGCHLD, SIGWINCH,
+//   SIGURG, SIGCONT) are queued rather than dropped, as for any traced thread, and may
+//   wake another thread of the process from epoll_wait with EINTR.
+// - A call runs on the stack the thread was on. A thread stopped inside a signal handler
+//   on a small sigaltstack may overflow it: the call then faults (-EFAULT).
 #pragma once
 
 #include <sys/types.h>

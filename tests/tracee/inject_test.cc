@@ -503,6 +503,28 @@ TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// A thread in sigsuspend runs under a temporary mask, the program's own saved aside. The
+// session gives back the program's mask and sigsuspend puts its own in place again when
+// it restarts: the signal it waits for ends it once, and the mask after it is the
+// program's.
+TEST(Inject, SigsuspendKeepsBothMasks) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "sigsuspend"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  EXPECT_EQ(session->stopped_at().syscall, SYS_rt_sigsuspend);
+  EXPECT_EQ(session->stopped_at().result, -514);  // -ERESTARTNOHAND
+  ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "sigsuspend"));
+  PtraceError error;
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
+  ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
+  EXPECT_EQ(read_line(t.out), "sigsuspend r=-1 errno=4 count=1 waits=1 usr1_blocked_after=1");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 // A call that faults is an error; the thread's registers are put back and it lives on.
 TEST(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
   Target t;
