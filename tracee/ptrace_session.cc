@@ -261,7 +261,7 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
 // Waits for the held thread ------------------------------------------------------------
 
 struct Stop {
-  enum Kind { kExited, kSignal, kGroupStop, kInterrupt, kEvent } kind = kExited;
+  enum Kind { kExited, kSignal, kGroupStop, kInterrupt, kExec, kEvent } kind = kExited;
   int sig = 0;
 };
 
@@ -291,7 +291,7 @@ int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
       if (event == PTRACE_EVENT_STOP) {
         out->kind = is_stop_signal(out->sig) ? Stop::kGroupStop : Stop::kInterrupt;
       } else if (event != 0) {
-        out->kind = Stop::kEvent;
+        out->kind = event == PTRACE_EVENT_EXEC ? Stop::kExec : Stop::kEvent;
       } else {
         out->kind = Stop::kSignal;
       }
@@ -439,6 +439,7 @@ struct PtraceSession::Impl {
                PtraceError* error);
   int save_errno(PtraceError* error);
   int abandon_call(uintptr_t fn, PtraceError* error);
+  int exec_during_call(PtraceError* error);
   int restore_and_detach(PtraceError* error);
   void release_held_signals();
 
@@ -468,6 +469,7 @@ struct PtraceSession::Impl {
   bool fpu_is_xstate = false;
   bool call_fpu_ready = false;   // the ABI's FPU state is set for calls
   bool signals_blocked = false;  // the calls' signal mask is set
+  bool exec_seen = false;        // the process executed a new program as we attached
   uint64_t saved_mask = 0;
   bool errno_saved = false;
   uintptr_t errno_addr = 0;
@@ -554,7 +556,9 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
                        "an attach: send it SIGCONT first",
                        static_cast<int>(pid)));
     }
-    long r = ptrace_call(PTRACE_SEIZE, best, 0, uintptr_t{0});
+    // PTRACE_O_TRACEEXEC: an exec must not pass unseen, since it replaces every address
+    // we know (and, in another thread, the held thread itself).
+    long r = ptrace_call(PTRACE_SEIZE, best, 0, uintptr_t{PTRACE_O_TRACEEXEC});
     if (r == 0) {
       tid = best;
       state = State::kSeized;
@@ -610,7 +614,8 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     }
     // A signal on its way to the thread (a signal-delivery-stop takes the place of the
     // interrupt's stop): let it take its course, as it would have without us, and ask
-    // again.
+    // again. Likewise after an exec, whose new image the symbols must be read from.
+    if (stop.kind == Stop::kExec) exec_seen = true;
     const int pass = stop.kind == Stop::kSignal ? stop.sig : 0;
     r = ptrace_call(PTRACE_CONT, tid, 0, static_cast<uintptr_t>(pass));
     if (r == 0) r = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0});
@@ -663,6 +668,14 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     rseq_saved = read_mem(rseq_cs_addr, &saved_rseq_cs, sizeof saved_rseq_cs) == 0;
   }
 
+  if (exec_seen) {
+    if (int e = symbols->reload(); e != 0) {
+      return let_go(fail(error, e,
+                         strf("process %d executed a new program as we attached, and its "
+                              "objects could not be read: %s",
+                              static_cast<int>(pid), errno_name(-e).c_str())));
+    }
+  }
   state = State::kHeld;
 
   stopped_at.syscall = static_cast<long>(saved.orig_rax);
@@ -784,6 +797,7 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
       return fail(error, -ESRCH, strf("process %d exited during a call to %#llx",
                                       static_cast<int>(pid), static_cast<unsigned long long>(fn)));
     }
+    if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
       user_regs_struct now{};
       if (long g = ptrace_call(PTRACE_GETREGS, tid, 0, &now); g < 0) {
@@ -832,6 +846,7 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
       state = State::kGone;
       return fail(error, -ESRCH, strf("process %d exited during a call", static_cast<int>(pid)));
     }
+    if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
       siginfo_t si{};
       ptrace_call(PTRACE_GETSIGINFO, tid, 0, &si);
@@ -849,6 +864,21 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
                    "thread did not stop either; it was let go and will fault at ip 0 when "
                    "the call returns",
                    static_cast<unsigned long long>(fn), static_cast<int>(tid), ms));
+}
+
+// The process executed a new program in a call: by the call itself, or by another thread,
+// which then took the held thread's place. Nothing of the old thread is left to restore
+// but the signal mask, which exec keeps and the new program should not get from us.
+int PtraceSession::Impl::exec_during_call(PtraceError* error) {
+  if (signals_blocked) ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask);
+  ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
+  state = State::kGone;
+  timings.held = Clock::now() - held_since;
+  release_held_signals();
+  return fail(error, -ESRCH,
+              strf("process %d executed a new program during a call; it was let go in its "
+                   "new image",
+                   static_cast<int>(pid)));
 }
 
 int PtraceSession::Impl::restore_and_detach(PtraceError* error) {

@@ -134,7 +134,8 @@ class PtraceSession {
   //   -ETIMEDOUT  it did not return in time; it was stopped and abandoned midway, with
   //               the same caveat. When it could not even be stopped, the session lets
   //               the thread go: it then runs the call to its end and faults at ip 0
-  //   -ESRCH      the process exited
+  //   -ESRCH      the process exited, or executed a new program (the session then lets
+  //               it go in its new image, with its own signal mask)
   //   -ENOENT     errno cannot be saved: no __errno_location in the process
   //   -EINVAL     more than 6 arguments; -EIO the session is no longer holding the thread
   [[nodiscard]] int call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,

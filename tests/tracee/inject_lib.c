@@ -62,6 +62,12 @@ long probefs_inject_nap(void) {
   return poll(&p, 1, 60000);
 }
 
+// Executes another program: a call after which there is nothing to return to.
+long probefs_inject_exec(const char* path) {
+  execl(path, path, (char*)NULL);
+  return -1;
+}
+
 // Faults: a call that crashes.
 long probefs_inject_crash(void) {
   volatile long* volatile p = NULL;

@@ -550,6 +550,33 @@ TEST(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// A call that executes a program: the session lets the process go in its new image,
+// with the program's own signal mask, not the calls' one.
+TEST(Inject, CallThatExecutesAProgram) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  InjectedLibrary lib;
+  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
+  EXPECT_EQ(read_line(t.report), "loaded");
+  uintptr_t exec = 0;
+  ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_exec", &exec), 0);
+  PtraceError error;
+  uintptr_t path = 0;
+  ASSERT_EQ(session->push_string("/bin/sh", &path, &error), 0) << error.message;
+  uint64_t result = 0;
+  EXPECT_EQ(session->call(exec, std::array<uint64_t, 1>{path}, &result, &error), -ESRCH);
+  EXPECT_NE(error.message.find("executed a new program"), std::string::npos) << error.message;
+  EXPECT_EQ(session->detach(&error), -ESRCH);
+  // The shell reads its commands from the target's standard input.
+  t.send("grep SigBlk /proc/self/status; exit 3\n");
+  EXPECT_EQ(read_line(t.out), "SigBlk:\t0000000000000000");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+}
+
 TEST(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
