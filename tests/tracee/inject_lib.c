@@ -63,8 +63,8 @@ long probefs_inject_nap(void) {
 }
 
 // Executes another program: a call after which there is nothing to return to.
-long probefs_inject_exec(const char* path) {
-  execl(path, path, (char*)NULL);
+long probefs_inject_exec(const char* path, const char* arg1, const char* arg2) {
+  execl(path, path, arg1, arg2, (char*)NULL);
   return -1;
 }
 
