@@ -522,6 +522,9 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
     return fail(error, -EINVAL, strf("process %d is this process; it cannot trace itself",
                                      static_cast<int>(pid)));
   }
+  if (status_field(status, "Kthread") == "1") {
+    return fail(error, -EPERM, strf("process %d is a kernel thread", static_cast<int>(pid)));
+  }
   for (int attempt = 0; attempt < 3; ++attempt) {
     const char leader_state = thread_state(pid, pid);
     if (leader_state == 0) return fail(error, -ESRCH, strf("no process %d", static_cast<int>(pid)));
@@ -564,8 +567,12 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
       state = State::kSeized;
       return 0;
     }
-    if (r == -EPERM) return fail(error, -EPERM, explain_ptrace_refusal(gather_refusal(pid, best)));
-    if (r != -ESRCH) {
+    // The kernel refuses a thread that is exiting with EPERM, too.
+    const bool exiting = thread_is_dead(thread_state(pid, best)) || thread_state(pid, best) == 0;
+    if (r == -EPERM && !exiting) {
+      return fail(error, -EPERM, explain_ptrace_refusal(gather_refusal(pid, best)));
+    }
+    if (r != -ESRCH && r != -EPERM) {
       return fail(error, static_cast<int>(r),
                   strf("cannot attach to process %d: PTRACE_SEIZE of thread %d: %s",
                        static_cast<int>(pid), static_cast<int>(best),

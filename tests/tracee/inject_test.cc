@@ -698,6 +698,18 @@ TEST(Inject, NoSuchProcess) {
   EXPECT_EQ(inject_library(gone, PROBEFS_INJECT_LIB, {}, &lib, &error), -ESRCH);
 }
 
+TEST(Inject, KernelThreadIsRefused) {
+  pid_t kthread = 0;
+  for (pid_t p = 2; p < 200 && kthread == 0; ++p) {
+    if (proc_text(p, p, "status").find("Kthread:\t1") != std::string::npos) kthread = p;
+  }
+  if (kthread == 0) GTEST_SKIP() << "no kernel thread visible";
+  PtraceError error;
+  EXPECT_EQ(PtraceSession::attach(kthread, {}, &error), nullptr);
+  EXPECT_EQ(error.err, -EPERM);
+  EXPECT_NE(error.message.find("kernel thread"), std::string::npos) << error.message;
+}
+
 TEST(Inject, ZombieIsRefused) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "exit"));
