@@ -77,25 +77,27 @@ struct StoppedAt {
 };
 
 struct PtraceTimings {
-  std::chrono::nanoseconds to_stop{0};  // PTRACE_SEIZE until the thread's state is saved
+  std::chrono::nanoseconds to_stop{0};  // PTRACE_INTERRUPT until the thread's state is saved
   std::chrono::nanoseconds held{0};     // thread stopped until detached (0 while held)
 };
 
 class PtraceSession {
  public:
   // Seizes one thread of process `pid` and stops it. The thread is the main thread unless
-  // it has exited (pthread_exit from main) or is blocked where a stop has a visible
-  // effect; then another thread, chosen from /proc/PID/task. A thread id given as `pid`
-  // stands for its process. On failure nullptr, with error->err:
+  // it has exited (pthread_exit from main) or a stop would disturb it more than another
+  // (a call that returns EINTR when stopped, uninterruptible sleep, vfork); then the
+  // thread of /proc/PID/task a stop disturbs least, one in user code first. A thread id
+  // given as `pid` stands for its process. The objects of the process are read after the
+  // seize and before the stop. On failure nullptr, with error->err:
   //   -ESRCH      no such process, or it has exited (a zombie) or exits meanwhile
   //   -EPERM      ptrace refused; the message says why: another user and no
   //               CAP_SYS_PTRACE, already traced (by whom), not dumpable, Yama's
-  //               ptrace_scope (named), or a security module
+  //               ptrace_scope (named), a kernel thread, or a security module
   //   -EBUSY      the process is stopped by job control (state T): it is refused rather
   //               than resumed for the call; send it SIGCONT first
   //   -ETIMEDOUT  the thread did not stop within the timeout (uninterruptible sleep, a
   //               vfork parent); it was let go without a signal
-  //   -EINVAL     the thread runs 32-bit code
+  //   -EINVAL     the thread runs 32-bit code, or `pid` is the caller's own process
   static std::unique_ptr<PtraceSession> attach(pid_t pid, const PtraceOptions& options,
                                                PtraceError* error);
   // Detaches as detach() does when still attached; its errors are dropped.
