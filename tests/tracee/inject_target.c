@@ -271,6 +271,29 @@ static int mode_threads(void) {
   return 0;
 }
 
+// The main thread in epoll_wait, where a stop would end the wait with EINTR, and one
+// thread in a hot loop: the session should hold the hot one.
+static int mode_epoll_hot(void) {
+  pthread_t hot;
+  pthread_create(&hot, NULL, hot_thread, (void*)(intptr_t)0);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = 0};
+  epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
+  say("ready\n");
+  SET_ERRNO();
+  int r = epoll_wait(ep, &ev, 1, -1);
+  int e = GET_ERRNO();
+  char buf[64];
+  ssize_t n = read(0, buf, sizeof buf);
+  shared->stop = 1;
+  void* w;
+  pthread_join(hot, &w);
+  say_work("hot", 0, w);
+  free(w);
+  say("epoll r=%d errno=%d read=%zd\n", r, e, n);
+  return 0;
+}
+
 static void* leader_exit_worker(void* arg) {
   (void)arg;
   char buf[64];
@@ -314,6 +337,10 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "threads") == 0) {
     map_shared(argc, argv);
     return mode_threads();
+  }
+  if (strcmp(mode, "epoll_hot") == 0) {
+    map_shared(argc, argv);
+    return mode_epoll_hot();
   }
   if (strcmp(mode, "read") == 0) return mode_read();
   if (strcmp(mode, "usr1") == 0) return mode_usr1();

@@ -467,6 +467,28 @@ TEST(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// The main thread waits in epoll_wait, which a stop would end with EINTR; another thread
+// runs user code, where a stop changes nothing. The session holds that one.
+TEST(Inject, PrefersAThreadWhereAStopChangesNothing) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "epoll_hot"));
+  ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_epoll_wait, SYS_epoll_pwait}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  EXPECT_NE(session->tid(), t.pid);
+  EXPECT_EQ(session->stopped_at().syscall, -1);
+  ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "hot thread"));
+  PtraceError error;
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  t.send("x");
+  const std::string line = read_line(t.out);
+  EXPECT_EQ(line, expected_work_line("hot", 0, steps_of(line)));
+  EXPECT_EQ(read_line(t.out), "epoll r=1 errno=1234 read=1");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 TEST(Inject, MainThreadExitedAnotherThreadIsHeld) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "leader_exit"));
