@@ -271,7 +271,7 @@ bool is_stop_signal(int sig) {
 
 // Waits for the next report about `tid` until `deadline`. There is no waitpid with a
 // timeout, and a signal to interrupt one would be the caller's process's business, so it
-// polls: a few yields for the quick cases, then sleeps that double up to 1 ms. 0,
+// polls: a few yields for the quick cases, then sleeps that double up to 250 us. 0,
 // -ETIMEDOUT, or waitpid's error (-ECHILD: not our tracee any more).
 int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
   long delay_ns = 20'000;
@@ -308,7 +308,7 @@ int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
     const long left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     timespec ts{0, std::min(delay_ns, left_ns)};
     nanosleep(&ts, nullptr);
-    delay_ns = std::min(delay_ns * 2, 1'000'000L);
+    delay_ns = std::min(delay_ns * 2, 250'000L);
   }
 }
 
