@@ -220,7 +220,8 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
   f.pid = pid;
   std::string status;
   if (read_text(proc_path(pid, tid, "status"), &status) == 0) {
-    f.tracer = static_cast<pid_t>(std::strtol(status_field(status, "TracerPid").c_str(), nullptr, 10));
+    f.tracer =
+        static_cast<pid_t>(std::strtol(status_field(status, "TracerPid").c_str(), nullptr, 10));
     unsigned ids[3];
     parse_ids(status_field(status, "Uid"), ids);
     for (int i = 0; i < 3; ++i) f.target_uids[i] = ids[i];
@@ -305,7 +306,8 @@ int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
       sched_yield();
       continue;
     }
-    const long left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    const long left_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     timespec ts{0, std::min(delay_ns, left_ns)};
     nanosleep(&ts, nullptr);
     delay_ns = std::min(delay_ns * 2, 250'000L);
@@ -371,60 +373,66 @@ class TracerThread {
 std::string explain_ptrace_refusal(const PtraceRefusal& f) {
   const std::string head = strf("cannot attach to process %d: ", static_cast<int>(f.pid));
   if (f.tracer != 0) {
-    return head + strf("it is already traced by process %d%s%s%s, and a thread has one "
-                       "tracer at a time",
-                       static_cast<int>(f.tracer), f.tracer_name.empty() ? "" : " (",
-                       f.tracer_name.c_str(), f.tracer_name.empty() ? "" : ")");
+    return head + strf(
+                      "it is already traced by process %d%s%s%s, and a thread has one "
+                      "tracer at a time",
+                      static_cast<int>(f.tracer), f.tracer_name.empty() ? "" : " (",
+                      f.tracer_name.c_str(), f.tracer_name.empty() ? "" : ")");
   }
   bool same_user = true;
   for (uid_t u : f.target_uids) same_user &= u == f.our_uid;
   for (gid_t g : f.target_gids) same_user &= g == f.our_gid;
   if (!f.cap_sys_ptrace && !same_user) {
-    return head + strf("it runs as uid %u (real/effective/saved %u/%u/%u, gid %u/%u/%u) and "
-                       "we as uid %u gid %u; tracing another user's process needs "
-                       "CAP_SYS_PTRACE",
-                       f.target_uids[1], f.target_uids[0], f.target_uids[1], f.target_uids[2],
-                       f.target_gids[0], f.target_gids[1], f.target_gids[2], f.our_uid,
-                       f.our_gid);
+    return head + strf(
+                      "it runs as uid %u (real/effective/saved %u/%u/%u, gid %u/%u/%u) and "
+                      "we as uid %u gid %u; tracing another user's process needs "
+                      "CAP_SYS_PTRACE",
+                      f.target_uids[1], f.target_uids[0], f.target_uids[1], f.target_uids[2],
+                      f.target_gids[0], f.target_gids[1], f.target_gids[2], f.our_uid, f.our_gid);
   }
   if (!f.cap_sys_ptrace && !f.target_dumpable) {
-    return head + "it is not dumpable (a set-user-ID or file-capability program, or it "
-                  "called prctl(PR_SET_DUMPABLE, 0)); tracing it needs CAP_SYS_PTRACE";
+    return head +
+           "it is not dumpable (a set-user-ID or file-capability program, or it "
+           "called prctl(PR_SET_DUMPABLE, 0)); tracing it needs CAP_SYS_PTRACE";
   }
   switch (f.yama_scope) {
     case 3:
-      return head + "Yama forbids every attach: kernel.yama.ptrace_scope is 3 (no attach), "
-                    "which stays until reboot";
+      return head +
+             "Yama forbids every attach: kernel.yama.ptrace_scope is 3 (no attach), "
+             "which stays until reboot";
     case 2:
       if (!f.cap_sys_ptrace) {
-        return head + "kernel.yama.ptrace_scope is 2 (admin-only attach): only a process "
-                      "with CAP_SYS_PTRACE may attach";
+        return head +
+               "kernel.yama.ptrace_scope is 2 (admin-only attach): only a process "
+               "with CAP_SYS_PTRACE may attach";
       }
       break;
     case 1:
       if (!f.cap_sys_ptrace && !f.we_are_ancestor) {
-        return head + strf("kernel.yama.ptrace_scope is 1 (restricted ptrace): only an "
-                           "ancestor of process %d may attach, or a process it names with "
-                           "prctl(PR_SET_PTRACER), or one with CAP_SYS_PTRACE (run as root, "
-                           "or set the sysctl to 0)",
-                           static_cast<int>(f.pid));
+        return head + strf(
+                          "kernel.yama.ptrace_scope is 1 (restricted ptrace): only an "
+                          "ancestor of process %d may attach, or a process it names with "
+                          "prctl(PR_SET_PTRACER), or one with CAP_SYS_PTRACE (run as root, "
+                          "or set the sysctl to 0)",
+                          static_cast<int>(f.pid));
       }
       break;
     default:
       break;
   }
-  return head + "the kernel refused ptrace (EPERM): a security module (SELinux, AppArmor), "
-                "another user namespace, or a process that may not be traced";
+  return head +
+         "the kernel refused ptrace (EPERM): a security module (SELinux, AppArmor), "
+         "another user namespace, or a process that may not be traced";
 }
 
 struct PtraceSession::Impl {
   enum class State {
-    kNone,      // not seized
-    kSeized,    // seized, not stopped yet
-    kHeld,      // stopped by us, state saved
+    kNone,    // not seized
+    kSeized,  // seized, not stopped yet
+    kHeld,    // stopped by us, state saved
     kDetached,
-    kLost,      // did not stop in time; the tracer thread's end lets it go
-    kGone,      // the process or thread exited
+    kLost,  // did not stop in time; the tracer thread's end lets it go
+    kGone,  // the process or thread exited
   };
 
   explicit Impl(const PtraceOptions& o) : options(o) {}
@@ -435,8 +443,7 @@ struct PtraceSession::Impl {
   // All of these run on the tracer thread.
   int seize(pid_t requested, PtraceError* error);
   int stop_and_save(PtraceError* error);
-  int raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
-               PtraceError* error);
+  int raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result, PtraceError* error);
   int save_errno(PtraceError* error);
   int abandon_call(uintptr_t fn, PtraceError* error);
   int exec_during_call(PtraceError* error);
@@ -478,7 +485,7 @@ struct PtraceSession::Impl {
   uintptr_t rseq_cs_addr = 0;
   uint64_t saved_rseq_cs = 0;
   StoppedAt stopped_at;
-  uintptr_t scratch_top = 0;    // scratch strings grow down from below the red zone
+  uintptr_t scratch_top = 0;  // scratch strings grow down from below the red zone
   uintptr_t scratch_limit = 0;
   std::vector<siginfo_t> held_signals;  // sent meanwhile, to send again after detach
   // A call stopped other than at its return (a stop signal, our own interrupt): a timed
@@ -509,18 +516,19 @@ int PtraceSession::Impl::write_mem(uintptr_t addr, const void* buf, size_t len) 
 // Picks the thread to hold and seizes it. The main thread unless a stop would disturb it
 // more than another thread (see stop_cost) or it has exited.
 int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
-  if (requested <= 0) return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
+  if (requested <= 0)
+    return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
   std::string status;
   int rc = read_text(proc_path(requested, 0, "status"), &status);
   if (rc != 0) {
-    return fail(error, -ESRCH, strf("no process %d (%s)", static_cast<int>(requested),
-                                    errno_name(-rc).c_str()));
+    return fail(error, -ESRCH,
+                strf("no process %d (%s)", static_cast<int>(requested), errno_name(-rc).c_str()));
   }
   pid = static_cast<pid_t>(std::strtol(status_field(status, "Tgid").c_str(), nullptr, 10));
   if (pid <= 0) pid = requested;
   if (pid == getpid()) {
-    return fail(error, -EINVAL, strf("process %d is this process; it cannot trace itself",
-                                     static_cast<int>(pid)));
+    return fail(error, -EINVAL,
+                strf("process %d is this process; it cannot trace itself", static_cast<int>(pid)));
   }
   if (status_field(status, "Kthread") == "1") {
     return fail(error, -EPERM, strf("process %d is a kernel thread", static_cast<int>(pid)));
@@ -573,10 +581,10 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
       return fail(error, -EPERM, explain_ptrace_refusal(gather_refusal(pid, best)));
     }
     if (r != -ESRCH && r != -EPERM) {
-      return fail(error, static_cast<int>(r),
-                  strf("cannot attach to process %d: PTRACE_SEIZE of thread %d: %s",
-                       static_cast<int>(pid), static_cast<int>(best),
-                       errno_name(static_cast<int>(-r)).c_str()));
+      return fail(
+          error, static_cast<int>(r),
+          strf("cannot attach to process %d: PTRACE_SEIZE of thread %d: %s", static_cast<int>(pid),
+               static_cast<int>(best), errno_name(static_cast<int>(-r)).c_str()));
     }
     // That thread exited meanwhile; look again.
   }
@@ -592,7 +600,8 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
   for (;;) {
     if (r < 0) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited while we attached", static_cast<int>(pid)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited while we attached", static_cast<int>(pid)));
     }
     Stop stop;
     int rc = wait_stop(tid, deadline, &stop);
@@ -607,7 +616,8 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     }
     if (rc != 0 || stop.kind == Stop::kExited) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited while we attached", static_cast<int>(pid)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited while we attached", static_cast<int>(pid)));
     }
     if (stop.kind == Stop::kInterrupt) break;
     if (stop.kind == Stop::kGroupStop) {
@@ -631,8 +641,7 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
 
   // Nothing of the thread changes before the first call: a failure lets it go as it is.
   auto let_go = [&](int err) {
-    state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached
-                                                                   : State::kGone;
+    state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached : State::kGone;
     return err;
   };
   auto request_failed = [&](long g, const char* what) {
@@ -645,10 +654,10 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     return request_failed(g, "PTRACE_GETREGS");
   }
   if (saved.cs != kUserCs64) {
-    return let_go(fail(error, -EINVAL,
-                       strf("thread %d of process %d runs 32-bit code (cs %#llx)",
-                            static_cast<int>(tid), static_cast<int>(pid),
-                            static_cast<unsigned long long>(saved.cs))));
+    return let_go(
+        fail(error, -EINVAL,
+             strf("thread %d of process %d runs 32-bit code (cs %#llx)", static_cast<int>(tid),
+                  static_cast<int>(pid), static_cast<unsigned long long>(saved.cs))));
   }
   fpu.assign(kMaxXstate, 0);
   iovec iov{fpu.data(), fpu.size()};
@@ -711,8 +720,9 @@ int PtraceSession::Impl::save_errno(PtraceError* error) {
   if (rc != 0) return rc;
   int value = 0;
   if (int r = read_mem(addr, &value, sizeof value); r != 0) {
-    return fail(error, r, strf("cannot read errno of thread %d at %#llx: %s", static_cast<int>(tid),
-                               static_cast<unsigned long long>(addr), errno_name(-r).c_str()));
+    return fail(error, r,
+                strf("cannot read errno of thread %d at %#llx: %s", static_cast<int>(tid),
+                     static_cast<unsigned long long>(addr), errno_name(-r).c_str()));
   }
   errno_addr = addr;
   saved_errno = value;
@@ -734,8 +744,8 @@ int PtraceSession::Impl::save_errno(PtraceError* error) {
 // The function returns to 0 and faults there: a SIGSEGV at ip 0 with rsp at frame + 8 is
 // our return. orig_rax = -1 keeps the kernel's system call restart away from our
 // registers; rax = 0 says no vector registers carry arguments (varargs).
-int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
-                                  uint64_t* result, PtraceError* error) {
+int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
+                                  PtraceError* error) {
   if (state != State::kHeld) return fail(error, -EIO, "the session no longer holds the thread");
   if (args.size() > 6) return fail(error, -EINVAL, "a call takes at most 6 integer arguments");
   if (!signals_blocked) {
@@ -747,9 +757,9 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
       block &= ~(uint64_t{1} << (s - 1));
     }
     if (long r = ptrace_call(PTRACE_SETSIGMASK, tid, sizeof block, &block); r < 0) {
-      return fail(error, static_cast<int>(r), strf("PTRACE_SETSIGMASK of thread %d: %s",
-                                                   static_cast<int>(tid),
-                                                   errno_name(static_cast<int>(-r)).c_str()));
+      return fail(error, static_cast<int>(r),
+                  strf("PTRACE_SETSIGMASK of thread %d: %s", static_cast<int>(tid),
+                       errno_name(static_cast<int>(-r)).c_str()));
     }
     signals_blocked = true;
   }
@@ -763,18 +773,19 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
     f.ftw = 0;
     f.mxcsr = 0x1f80;
     if (long r = ptrace_call(PTRACE_SETFPREGS, tid, 0, &f); r < 0) {
-      return fail(error, static_cast<int>(r), strf("PTRACE_SETFPREGS of thread %d: %s",
-                                                   static_cast<int>(tid),
-                                                   errno_name(static_cast<int>(-r)).c_str()));
+      return fail(error, static_cast<int>(r),
+                  strf("PTRACE_SETFPREGS of thread %d: %s", static_cast<int>(tid),
+                       errno_name(static_cast<int>(-r)).c_str()));
     }
     call_fpu_ready = true;
   }
   const uintptr_t frame = (scratch_top & ~uintptr_t{15}) - 8;
   const uint64_t zero = 0;
   if (int r = write_mem(frame, &zero, sizeof zero); r != 0) {
-    return fail(error, r, strf("cannot write a call frame on thread %d's stack at %#llx: %s",
-                               static_cast<int>(tid), static_cast<unsigned long long>(frame),
-                               errno_name(-r).c_str()));
+    return fail(
+        error, r,
+        strf("cannot write a call frame on thread %d's stack at %#llx: %s", static_cast<int>(tid),
+             static_cast<unsigned long long>(frame), errno_name(-r).c_str()));
   }
   user_regs_struct regs = saved;
   regs.rip = fn;
@@ -782,12 +793,13 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
   regs.rax = 0;
   regs.orig_rax = ~0ULL;
   regs.eflags &= ~(kFlagTf | kFlagDf);
-  unsigned long long* arg_regs[6] = {&regs.rdi, &regs.rsi, &regs.rdx, &regs.rcx, &regs.r8, &regs.r9};
+  unsigned long long* arg_regs[6] = {&regs.rdi, &regs.rsi, &regs.rdx,
+                                     &regs.rcx, &regs.r8,  &regs.r9};
   for (size_t i = 0; i < args.size(); ++i) *arg_regs[i] = args[i];
   if (long r = ptrace_call(PTRACE_SETREGS, tid, 0, &regs); r < 0) {
-    return fail(error, static_cast<int>(r), strf("PTRACE_SETREGS of thread %d: %s",
-                                                 static_cast<int>(tid),
-                                                 errno_name(static_cast<int>(-r)).c_str()));
+    return fail(error, static_cast<int>(r),
+                strf("PTRACE_SETREGS of thread %d: %s", static_cast<int>(tid),
+                     errno_name(static_cast<int>(-r)).c_str()));
   }
   const Clock::time_point deadline = Clock::now() + options.timeout;
   long r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
@@ -801,8 +813,9 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
     if (rc == -ETIMEDOUT) return abandon_call(fn, error);
     if (rc != 0 || stop.kind == Stop::kExited) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited during a call to %#llx",
-                                      static_cast<int>(pid), static_cast<unsigned long long>(fn)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited during a call to %#llx", static_cast<int>(pid),
+                       static_cast<unsigned long long>(fn)));
     }
     if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
@@ -824,14 +837,14 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
         r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
         continue;
       }
-      return fail(error, -EFAULT,
-                  strf("the call to %#llx in thread %d faulted: %s (si_code %d) at ip %#llx, "
-                       "address %#llx; its registers were dropped, what it changed in memory "
-                       "stays",
-                       static_cast<unsigned long long>(fn), static_cast<int>(tid),
-                       sig_name(stop.sig).c_str(), si.si_code,
-                       static_cast<unsigned long long>(now.rip),
-                       static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(si.si_addr))));
+      return fail(
+          error, -EFAULT,
+          strf("the call to %#llx in thread %d faulted: %s (si_code %d) at ip %#llx, "
+               "address %#llx; its registers were dropped, what it changed in memory "
+               "stays",
+               static_cast<unsigned long long>(fn), static_cast<int>(tid),
+               sig_name(stop.sig).c_str(), si.si_code, static_cast<unsigned long long>(now.rip),
+               static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(si.si_addr))));
     }
     // A group stop (SIGSTOP to another thread) or a stray trap: our call goes on; detach
     // puts the thread back into a group stop that is still in effect.
@@ -920,8 +933,7 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
   // restore it (TIF_RESTORE_SIGMASK), which is right because the call restarts and puts
   // its temporary mask in place again. Untouched when no call was made.
   if (signals_blocked) {
-    note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask),
-         "PTRACE_SETSIGMASK");
+    note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
   }
   long d = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
   timings.held = Clock::now() - held_since;
@@ -979,8 +991,9 @@ std::unique_ptr<PtraceSession> PtraceSession::attach(pid_t pid, const PtraceOpti
   int err = 0;
   s->symbols = ProcessSymbols::load(s->tid, &err);
   if (s->symbols == nullptr) {
-    fail(error, err, strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
-                          errno_name(-err).c_str()));
+    fail(error, err,
+         strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
+              errno_name(-err).c_str()));
     return nullptr;
   }
 
@@ -994,7 +1007,9 @@ pid_t PtraceSession::tid() const { return impl_->tid; }
 const StoppedAt& PtraceSession::stopped_at() const { return impl_->stopped_at; }
 PtraceTimings PtraceSession::timings() const { return impl_->timings; }
 ProcessSymbols& PtraceSession::symbols() { return *impl_->symbols; }
-void PtraceSession::set_timeout(std::chrono::milliseconds timeout) { impl_->options.timeout = timeout; }
+void PtraceSession::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->options.timeout = timeout;
+}
 
 int PtraceSession::call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
                         PtraceError* error) {
@@ -1020,15 +1035,16 @@ int PtraceSession::push_string(std::string_view str, uintptr_t* addr, PtraceErro
     return fail(error, -EIO, "the session no longer holds a thread of the process");
   }
   if (str.size() + 1 + 64 > s->scratch_top - s->scratch_limit) {
-    return fail(error, -E2BIG, strf("scratch space on thread %d's stack is limited to %zu bytes",
-                                    static_cast<int>(s->tid), static_cast<size_t>(kMaxScratch)));
+    return fail(error, -E2BIG,
+                strf("scratch space on thread %d's stack is limited to %zu bytes",
+                     static_cast<int>(s->tid), static_cast<size_t>(kMaxScratch)));
   }
   const uintptr_t at = (s->scratch_top - str.size() - 1) & ~uintptr_t{15};
   std::string copy(str);
   if (int r = s->write_mem(at, copy.c_str(), copy.size() + 1); r != 0) {
-    return fail(error, r, strf("cannot write to thread %d's stack at %#llx: %s",
-                               static_cast<int>(s->tid), static_cast<unsigned long long>(at),
-                               errno_name(-r).c_str()));
+    return fail(error, r,
+                strf("cannot write to thread %d's stack at %#llx: %s", static_cast<int>(s->tid),
+                     static_cast<unsigned long long>(at), errno_name(-r).c_str()));
   }
   s->scratch_top = at;
   *addr = at;

@@ -2,9 +2,9 @@
 // giving it back exactly as it was. Daemon side: attach (tracee/inject.h) is built on it.
 //
 // A session seizes ONE thread of the target (PTRACE_SEIZE, then PTRACE_INTERRUPT), saves
-// everything of it that a call could change, blocks its signals, runs calls on its stack
-// and, on detach, puts every register back so that a system call the thread was blocked in
-// restarts as though nothing happened:
+// everything of it that a call could change, runs calls on its stack with its signals
+// blocked and, on detach, puts every register back so that a system call the thread was
+// blocked in restarts as though nothing happened:
 //
 //   saved                        how                               restored
 //   general registers, orig_rax  PTRACE_GETREGS                    PTRACE_SETREGS
@@ -12,7 +12,7 @@
 //                                (NT_PRFPREG where XSAVE is absent)
 //   signal mask                  PTRACE_GETSIGMASK                 PTRACE_SETSIGMASK
 //   errno                        __errno_location() called in the  written back through
-//                                target, the int read              /proc/PID/mem
+//                                target, the int read              /proc/TID/mem
 //   rseq critical section        PTRACE_GET_RSEQ_CONFIGURATION,    written back, so that
 //                                rseq_cs read                      the kernel still aborts
 //                                                                  a section we preempted
@@ -67,8 +67,8 @@ struct PtraceOptions {
 
 // What the held thread was doing when it stopped, from its saved registers.
 struct StoppedAt {
-  long syscall = -1;       // orig_rax: the system call it was in, -1 in user code
-  long result = 0;         // rax: the call's result so far (-ERESTARTSYS, -EINTR, ...)
+  long syscall = -1;  // orig_rax: the system call it was in, -1 in user code
+  long result = 0;    // rax: the call's result so far (-ERESTARTSYS, -EINTR, ...)
   // The call returned -EINTR only because the thread stopped, and it is one that the
   // kernel never restarts (epoll_wait, sigtimedwait, semop, socket calls with a timeout):
   // the session gives it -ERESTARTNOHAND instead, so the kernel restarts it unless a
@@ -172,17 +172,17 @@ class PtraceSession {
 // Yama, for one).
 struct PtraceRefusal {
   pid_t pid = 0;
-  pid_t tracer = 0;               // TracerPid of the thread, 0 when none
-  std::string tracer_name;        // its comm, when readable
-  uid_t our_uid = 0;              // our real uid
+  pid_t tracer = 0;                  // TracerPid of the thread, 0 when none
+  std::string tracer_name;           // its comm, when readable
+  uid_t our_uid = 0;                 // our real uid
   uid_t target_uids[3] = {0, 0, 0};  // real, effective, saved
   gid_t our_gid = 0;
   gid_t target_gids[3] = {0, 0, 0};
-  bool cap_sys_ptrace = false;    // in our effective set
-  bool target_dumpable = true;    // false when /proc/PID is owned by root for a non-root
-                                  // process (the kernel's sign of a non-dumpable one)
-  int yama_scope = -1;            // /proc/sys/kernel/yama/ptrace_scope; -1 without Yama
-  bool we_are_ancestor = false;   // what Yama's scope 1 allows without a declaration
+  bool cap_sys_ptrace = false;   // in our effective set
+  bool target_dumpable = true;   // false when /proc/PID is owned by root for a non-root
+                                 // process (the kernel's sign of a non-dumpable one)
+  int yama_scope = -1;           // /proc/sys/kernel/yama/ptrace_scope; -1 without Yama
+  bool we_are_ancestor = false;  // what Yama's scope 1 allows without a declaration
 };
 std::string explain_ptrace_refusal(const PtraceRefusal& facts);
 

@@ -6,8 +6,8 @@
 #include "tracee/inject.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -66,7 +66,8 @@ std::string read_line(int fd) {
   std::string line;
   const Clock::time_point deadline = Clock::now() + kWait;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return line;
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -131,7 +132,9 @@ struct Target {
     if (shared != nullptr) munmap(shared, sizeof *shared);
   }
 
-  void send(const char* text) const { ASSERT_EQ(write(in, text, std::strlen(text)), static_cast<ssize_t>(std::strlen(text))); }
+  void send(const char* text) const {
+    ASSERT_EQ(write(in, text, std::strlen(text)), static_cast<ssize_t>(std::strlen(text)));
+  }
 
   // Waits for the exit and returns the status (-1 on timeout).
   int wait_exit() {
@@ -167,7 +170,8 @@ void spawn(Target* t, const char* exe, const char* mode) {
   int shm = memfd_create("probefs-inject-test", MFD_CLOEXEC);
   ASSERT_GE(shm, 0);
   ASSERT_EQ(ftruncate(shm, sizeof(probefs_inject_shared)), 0);
-  void* map = mmap(nullptr, sizeof(probefs_inject_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
+  void* map =
+      mmap(nullptr, sizeof(probefs_inject_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
   ASSERT_NE(map, MAP_FAILED);
   t->shared = static_cast<probefs_inject_shared*>(map);
   for (int* fd : {&in_pipe[0], &out_pipe[1], &report_pipe[1], &nap_pipe[0], &shm}) {
@@ -183,14 +187,15 @@ void spawn(Target* t, const char* exe, const char* mode) {
   posix_spawn_file_actions_adddup2(&actions, nap_pipe[0], kNapFd);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" + std::to_string(kReportFd));
+  env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" +
+                        std::to_string(kReportFd));
   env_strings.push_back(std::string(PROBEFS_INJECT_NAP_FD_ENV) + "=" + std::to_string(kNapFd));
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   const std::string shm_arg = std::to_string(kSharedFd);
-  char* argv[] = {const_cast<char*>(exe), const_cast<char*>(mode), const_cast<char*>(shm_arg.c_str()),
-                  nullptr};
+  char* argv[] = {const_cast<char*>(exe), const_cast<char*>(mode),
+                  const_cast<char*>(shm_arg.c_str()), nullptr};
   // The target gets SIGPIPE's default back.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -593,8 +598,9 @@ TEST(Inject, CallThatExecutesAProgram) {
     ASSERT_EQ(session->push_string(strings[i], &args[i], &error), 0) << error.message;
   }
   uint64_t result = 0;
-  EXPECT_EQ(session->call(exec, std::array<uint64_t, 3>{args[0], args[1], args[2]}, &result, &error),
-            -ESRCH);
+  EXPECT_EQ(
+      session->call(exec, std::array<uint64_t, 3>{args[0], args[1], args[2]}, &result, &error),
+      -ESRCH);
   EXPECT_NE(error.message.find("executed a new program"), std::string::npos) << error.message;
   EXPECT_EQ(session->detach(&error), -ESRCH);
   EXPECT_EQ(read_line(t.out), "SigBlk:\t0000000000000000");
@@ -639,7 +645,9 @@ TEST(Inject, ThreadThatDoesNotStopTimesOutAndIsLetGo) {
   EXPECT_EQ(session, nullptr);
   EXPECT_EQ(error.err, -ETIMEDOUT);
   EXPECT_NE(error.message.find("did not stop"), std::string::npos) << error.message;
-  ASSERT_TRUE(wait_until([&] { return proc_text(t.pid, t.pid, "status").find("TracerPid:\t0\n") != std::string::npos; }));
+  ASSERT_TRUE(wait_until([&] {
+    return proc_text(t.pid, t.pid, "status").find("TracerPid:\t0\n") != std::string::npos;
+  }));
   t.send("go\n");
   EXPECT_EQ(read_line(t.out), "vfork done 0");
   const int status = t.wait_exit();
@@ -692,7 +700,8 @@ TEST(Inject, StaticExecutableHasNoDlopen) {
   ASSERT_EQ(session->symbols().resolve("probefs_inject_twice", &twice), 0);
   uint64_t result = 0;
   PtraceError error;
-  ASSERT_EQ(session->call(twice.addr, std::array<uint64_t, 1>{21}, &result, &error), 0) << error.message;
+  ASSERT_EQ(session->call(twice.addr, std::array<uint64_t, 1>{21}, &result, &error), 0)
+      << error.message;
   EXPECT_EQ(result, 42u);
   InjectedLibrary lib;
   EXPECT_EQ(inject_library(*session, PROBEFS_INJECT_LIB, &lib, &error), -ENOENT);
@@ -868,13 +877,17 @@ TEST(Inject, RefusalMessagesNameTheReason) {
       {[](PtraceRefusal* f) { f->target_uids[1] = 0; }, "runs as uid 0"},
       {[](PtraceRefusal* f) { f->target_gids[2] = 5; }, "needs CAP_SYS_PTRACE"},
       {[](PtraceRefusal* f) { f->target_dumpable = false; }, "not dumpable"},
-      {[](PtraceRefusal* f) { f->yama_scope = 1; }, "kernel.yama.ptrace_scope is 1 (restricted ptrace)"},
-      {[](PtraceRefusal* f) { f->yama_scope = 2; }, "kernel.yama.ptrace_scope is 2 (admin-only attach)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 1; },
+       "kernel.yama.ptrace_scope is 1 (restricted ptrace)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 2; },
+       "kernel.yama.ptrace_scope is 2 (admin-only attach)"},
       {[](PtraceRefusal* f) { f->yama_scope = 2, f->cap_sys_ptrace = true; }, "security module"},
-      {[](PtraceRefusal* f) { f->yama_scope = 3, f->cap_sys_ptrace = true; }, "ptrace_scope is 3 (no attach)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 3, f->cap_sys_ptrace = true; },
+       "ptrace_scope is 3 (no attach)"},
       {[](PtraceRefusal* f) { f->yama_scope = 1, f->we_are_ancestor = true; }, "security module"},
       {[](PtraceRefusal* f) { f->yama_scope = 0; }, "security module"},
-      {[](PtraceRefusal* f) { f->target_uids[0] = 0, f->cap_sys_ptrace = true; }, "security module"},
+      {[](PtraceRefusal* f) { f->target_uids[0] = 0, f->cap_sys_ptrace = true; },
+       "security module"},
   };
   for (const Case& c : cases) {
     PtraceRefusal f = base;
@@ -909,9 +922,10 @@ TEST(Inject, AttachTime) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("attach + dlopen + detach, median of %d: %.2f ms total (attach, read the "
-              "objects, dlopen, detach), %.2f ms held stopped, %.3f ms to stop\n",
-              kRuns, median(total_ms), median(held_ms), median(stop_ms));
+  std::printf(
+      "attach + dlopen + detach, median of %d: %.2f ms total (attach, read the "
+      "objects, dlopen, detach), %.2f ms held stopped, %.3f ms to stop\n",
+      kRuns, median(total_ms), median(held_ms), median(stop_ms));
   RecordProperty("attach_total_ms_median", std::to_string(median(total_ms)));
 }
 
