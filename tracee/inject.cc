@@ -46,9 +46,9 @@ bool find_loader(const ProcessSymbols& symbols, Loader* out) {
     uint64_t mode;
   };
   static constexpr Candidate kCandidates[] = {
-      {"libc:dlopen", "libc:dlerror", RTLD_NOW},                         // glibc >= 2.34, musl
-      {"libdl:dlopen", "libdl:dlerror", RTLD_NOW},                       // older glibc
-      {"libc:__libc_dlopen_mode", nullptr, RTLD_NOW | kRtldDlopen},      // older glibc
+      {"libc:dlopen", "libc:dlerror", RTLD_NOW},                     // glibc >= 2.34, musl
+      {"libdl:dlopen", "libdl:dlerror", RTLD_NOW},                   // older glibc
+      {"libc:__libc_dlopen_mode", nullptr, RTLD_NOW | kRtldDlopen},  // older glibc
   };
   for (const Candidate& c : kCandidates) {
     ResolvedSymbol sym;
@@ -137,12 +137,14 @@ int inject_library(PtraceSession& session, std::string_view path, InjectedLibrar
   }
   out->handle = handle;
   if (int rc = session.symbols().reload(); rc != 0) {
-    return fail(error, rc, "process " + std::to_string(pid) + " loaded " + quoted +
-                               ", but its objects could not be read again");
+    return fail(error, rc,
+                "process " + std::to_string(pid) + " loaded " + quoted +
+                    ", but its objects could not be read again");
   }
   if (!find_object(session, handle, path, &out->object)) {
-    return fail(error, -ENOENT, "process " + std::to_string(pid) + " loaded " + quoted +
-                                    ", but the object is not in its mappings");
+    return fail(error, -ENOENT,
+                "process " + std::to_string(pid) + " loaded " + quoted +
+                    ", but the object is not in its mappings");
   }
   return 0;
 }

@@ -43,9 +43,11 @@ constexpr size_t kFxsaveSize = 512;
 constexpr uint64_t kUserCs64 = 0x33;  // __USER_CS: 64-bit user code
 constexpr unsigned long long kFlagTf = 0x100;
 constexpr unsigned long long kFlagDf = 0x400;
-// The kernel's "restart unless a handler runs" code (include/linux/errno.h); it never
-// reaches user space.
+// The kernel's restart codes (include/linux/errno.h), which never reach user space:
+// restart unless a handler runs, and restart through restart_syscall and the thread's
+// restart block.
 constexpr long kErestartNoHand = 514;
+constexpr long kErestartRestartBlock = 516;
 // How many threads of a process the choice looks at, so a huge one cannot keep us busy.
 constexpr size_t kMaxThreadsScanned = 4096;
 
@@ -218,7 +220,8 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
   f.pid = pid;
   std::string status;
   if (read_text(proc_path(pid, tid, "status"), &status) == 0) {
-    f.tracer = static_cast<pid_t>(std::strtol(status_field(status, "TracerPid").c_str(), nullptr, 10));
+    f.tracer =
+        static_cast<pid_t>(std::strtol(status_field(status, "TracerPid").c_str(), nullptr, 10));
     unsigned ids[3];
     parse_ids(status_field(status, "Uid"), ids);
     for (int i = 0; i < 3; ++i) f.target_uids[i] = ids[i];
@@ -259,7 +262,7 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
 // Waits for the held thread ------------------------------------------------------------
 
 struct Stop {
-  enum Kind { kExited, kSignal, kGroupStop, kInterrupt, kEvent } kind = kExited;
+  enum Kind { kExited, kSignal, kGroupStop, kInterrupt, kExec, kEvent } kind = kExited;
   int sig = 0;
 };
 
@@ -269,7 +272,7 @@ bool is_stop_signal(int sig) {
 
 // Waits for the next report about `tid` until `deadline`. There is no waitpid with a
 // timeout, and a signal to interrupt one would be the caller's process's business, so it
-// polls: a few yields for the quick cases, then sleeps that double up to 1 ms. 0,
+// polls: a few yields for the quick cases, then sleeps that double up to 250 us. 0,
 // -ETIMEDOUT, or waitpid's error (-ECHILD: not our tracee any more).
 int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
   long delay_ns = 20'000;
@@ -289,7 +292,7 @@ int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
       if (event == PTRACE_EVENT_STOP) {
         out->kind = is_stop_signal(out->sig) ? Stop::kGroupStop : Stop::kInterrupt;
       } else if (event != 0) {
-        out->kind = Stop::kEvent;
+        out->kind = event == PTRACE_EVENT_EXEC ? Stop::kExec : Stop::kEvent;
       } else {
         out->kind = Stop::kSignal;
       }
@@ -303,10 +306,11 @@ int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
       sched_yield();
       continue;
     }
-    const long left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    const long left_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     timespec ts{0, std::min(delay_ns, left_ns)};
     nanosleep(&ts, nullptr);
-    delay_ns = std::min(delay_ns * 2, 1'000'000L);
+    delay_ns = std::min(delay_ns * 2, 250'000L);
   }
 }
 
@@ -369,60 +373,66 @@ class TracerThread {
 std::string explain_ptrace_refusal(const PtraceRefusal& f) {
   const std::string head = strf("cannot attach to process %d: ", static_cast<int>(f.pid));
   if (f.tracer != 0) {
-    return head + strf("it is already traced by process %d%s%s%s, and a thread has one "
-                       "tracer at a time",
-                       static_cast<int>(f.tracer), f.tracer_name.empty() ? "" : " (",
-                       f.tracer_name.c_str(), f.tracer_name.empty() ? "" : ")");
+    return head + strf(
+                      "it is already traced by process %d%s%s%s, and a thread has one "
+                      "tracer at a time",
+                      static_cast<int>(f.tracer), f.tracer_name.empty() ? "" : " (",
+                      f.tracer_name.c_str(), f.tracer_name.empty() ? "" : ")");
   }
   bool same_user = true;
   for (uid_t u : f.target_uids) same_user &= u == f.our_uid;
   for (gid_t g : f.target_gids) same_user &= g == f.our_gid;
   if (!f.cap_sys_ptrace && !same_user) {
-    return head + strf("it runs as uid %u (real/effective/saved %u/%u/%u, gid %u/%u/%u) and "
-                       "we as uid %u gid %u; tracing another user's process needs "
-                       "CAP_SYS_PTRACE",
-                       f.target_uids[1], f.target_uids[0], f.target_uids[1], f.target_uids[2],
-                       f.target_gids[0], f.target_gids[1], f.target_gids[2], f.our_uid,
-                       f.our_gid);
+    return head + strf(
+                      "it runs as uid %u (real/effective/saved %u/%u/%u, gid %u/%u/%u) and "
+                      "we as uid %u gid %u; tracing another user's process needs "
+                      "CAP_SYS_PTRACE",
+                      f.target_uids[1], f.target_uids[0], f.target_uids[1], f.target_uids[2],
+                      f.target_gids[0], f.target_gids[1], f.target_gids[2], f.our_uid, f.our_gid);
   }
   if (!f.cap_sys_ptrace && !f.target_dumpable) {
-    return head + "it is not dumpable (a set-user-ID or file-capability program, or it "
-                  "called prctl(PR_SET_DUMPABLE, 0)); tracing it needs CAP_SYS_PTRACE";
+    return head +
+           "it is not dumpable (a set-user-ID or file-capability program, or it "
+           "called prctl(PR_SET_DUMPABLE, 0)); tracing it needs CAP_SYS_PTRACE";
   }
   switch (f.yama_scope) {
     case 3:
-      return head + "Yama forbids every attach: kernel.yama.ptrace_scope is 3 (no attach), "
-                    "which stays until reboot";
+      return head +
+             "Yama forbids every attach: kernel.yama.ptrace_scope is 3 (no attach), "
+             "which stays until reboot";
     case 2:
       if (!f.cap_sys_ptrace) {
-        return head + "kernel.yama.ptrace_scope is 2 (admin-only attach): only a process "
-                      "with CAP_SYS_PTRACE may attach";
+        return head +
+               "kernel.yama.ptrace_scope is 2 (admin-only attach): only a process "
+               "with CAP_SYS_PTRACE may attach";
       }
       break;
     case 1:
       if (!f.cap_sys_ptrace && !f.we_are_ancestor) {
-        return head + strf("kernel.yama.ptrace_scope is 1 (restricted ptrace): only an "
-                           "ancestor of process %d may attach, or a process it names with "
-                           "prctl(PR_SET_PTRACER), or one with CAP_SYS_PTRACE (run as root, "
-                           "or set the sysctl to 0)",
-                           static_cast<int>(f.pid));
+        return head + strf(
+                          "kernel.yama.ptrace_scope is 1 (restricted ptrace): only an "
+                          "ancestor of process %d may attach, or a process it names with "
+                          "prctl(PR_SET_PTRACER), or one with CAP_SYS_PTRACE (run as root, "
+                          "or set the sysctl to 0)",
+                          static_cast<int>(f.pid));
       }
       break;
     default:
       break;
   }
-  return head + "the kernel refused ptrace (EPERM): a security module (SELinux, AppArmor), "
-                "another user namespace, or a process that may not be traced";
+  return head +
+         "the kernel refused ptrace (EPERM): a security module (SELinux, AppArmor), "
+         "another user namespace, or a process that may not be traced";
 }
 
 struct PtraceSession::Impl {
   enum class State {
-    kNone,      // not seized
-    kSeized,    // seized, not stopped yet
-    kHeld,      // stopped by us, state saved
+    kNone,    // not seized
+    kSeized,  // seized, not stopped yet
+    kHeld,    // stopped by us, state saved
     kDetached,
-    kLost,      // did not stop in time; the tracer thread's end lets it go
-    kGone,      // the process or thread exited
+    kLost,  // did not stop in time; the tracer thread's end lets it go
+    kGone,  // the process or thread exited
   };
 
   explicit Impl(const PtraceOptions& o) : options(o) {}
@@ -433,10 +443,10 @@ struct PtraceSession::Impl {
   // All of these run on the tracer thread.
   int seize(pid_t requested, PtraceError* error);
   int stop_and_save(PtraceError* error);
-  int raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
-               PtraceError* error);
+  int raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result, PtraceError* error);
   int save_errno(PtraceError* error);
   int abandon_call(uintptr_t fn, PtraceError* error);
+  int exec_during_call(PtraceError* error);
   int restore_and_detach(PtraceError* error);
   void release_held_signals();
 
@@ -464,7 +474,9 @@ struct PtraceSession::Impl {
   user_regs_struct saved{};
   std::vector<uint8_t> fpu;  // the XSAVE image, or the 512-byte FXSAVE one
   bool fpu_is_xstate = false;
-  bool call_fpu_ready = false;
+  bool call_fpu_ready = false;   // the ABI's FPU state is set for calls
+  bool signals_blocked = false;  // the calls' signal mask is set
+  bool exec_seen = false;        // the process executed a new program as we attached
   uint64_t saved_mask = 0;
   bool errno_saved = false;
   uintptr_t errno_addr = 0;
@@ -473,11 +485,14 @@ struct PtraceSession::Impl {
   uintptr_t rseq_cs_addr = 0;
   uint64_t saved_rseq_cs = 0;
   StoppedAt stopped_at;
-  uintptr_t scratch_top = 0;    // scratch strings grow down from below the red zone
+  uintptr_t scratch_top = 0;  // scratch strings grow down from below the red zone
   uintptr_t scratch_limit = 0;
   std::vector<siginfo_t> held_signals;  // sent meanwhile, to send again after detach
+  // A call stopped other than at its return (a stop signal, our own interrupt): a timed
+  // wait it was in (nanosleep, poll, a futex wait) may have left ITS restart block in
+  // the thread, in place of the one the thread's own interrupted wait needs.
+  bool restart_block_at_risk = false;
 
-  Clock::time_point seize_time;
   Clock::time_point held_since;
   PtraceTimings timings;
 
@@ -501,18 +516,22 @@ int PtraceSession::Impl::write_mem(uintptr_t addr, const void* buf, size_t len) 
 // Picks the thread to hold and seizes it. The main thread unless a stop would disturb it
 // more than another thread (see stop_cost) or it has exited.
 int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
-  if (requested <= 0) return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
+  if (requested <= 0)
+    return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
   std::string status;
   int rc = read_text(proc_path(requested, 0, "status"), &status);
   if (rc != 0) {
-    return fail(error, -ESRCH, strf("no process %d (%s)", static_cast<int>(requested),
-                                    errno_name(-rc).c_str()));
+    return fail(error, -ESRCH,
+                strf("no process %d (%s)", static_cast<int>(requested), errno_name(-rc).c_str()));
   }
   pid = static_cast<pid_t>(std::strtol(status_field(status, "Tgid").c_str(), nullptr, 10));
   if (pid <= 0) pid = requested;
   if (pid == getpid()) {
-    return fail(error, -EINVAL, strf("process %d is this process; it cannot trace itself",
-                                     static_cast<int>(pid)));
+    return fail(error, -EINVAL,
+                strf("process %d is this process; it cannot trace itself", static_cast<int>(pid)));
+  }
+  if (status_field(status, "Kthread") == "1") {
+    return fail(error, -EPERM, strf("process %d is a kernel thread", static_cast<int>(pid)));
   }
   for (int attempt = 0; attempt < 3; ++attempt) {
     const char leader_state = thread_state(pid, pid);
@@ -548,19 +567,24 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
                        "an attach: send it SIGCONT first",
                        static_cast<int>(pid)));
     }
-    seize_time = Clock::now();
-    long r = ptrace_call(PTRACE_SEIZE, best, 0, uintptr_t{0});
+    // PTRACE_O_TRACEEXEC: an exec must not pass unseen, since it replaces every address
+    // we know (and, in another thread, the held thread itself).
+    long r = ptrace_call(PTRACE_SEIZE, best, 0, uintptr_t{PTRACE_O_TRACEEXEC});
     if (r == 0) {
       tid = best;
       state = State::kSeized;
       return 0;
     }
-    if (r == -EPERM) return fail(error, -EPERM, explain_ptrace_refusal(gather_refusal(pid, best)));
-    if (r != -ESRCH) {
-      return fail(error, static_cast<int>(r),
-                  strf("cannot attach to process %d: PTRACE_SEIZE of thread %d: %s",
-                       static_cast<int>(pid), static_cast<int>(best),
-                       errno_name(static_cast<int>(-r)).c_str()));
+    // The kernel refuses a thread that is exiting with EPERM, too.
+    const bool exiting = thread_is_dead(thread_state(pid, best)) || thread_state(pid, best) == 0;
+    if (r == -EPERM && !exiting) {
+      return fail(error, -EPERM, explain_ptrace_refusal(gather_refusal(pid, best)));
+    }
+    if (r != -ESRCH && r != -EPERM) {
+      return fail(
+          error, static_cast<int>(r),
+          strf("cannot attach to process %d: PTRACE_SEIZE of thread %d: %s", static_cast<int>(pid),
+               static_cast<int>(best), errno_name(static_cast<int>(-r)).c_str()));
     }
     // That thread exited meanwhile; look again.
   }
@@ -576,7 +600,8 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
   for (;;) {
     if (r < 0) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited while we attached", static_cast<int>(pid)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited while we attached", static_cast<int>(pid)));
     }
     Stop stop;
     int rc = wait_stop(tid, deadline, &stop);
@@ -591,7 +616,8 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     }
     if (rc != 0 || stop.kind == Stop::kExited) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited while we attached", static_cast<int>(pid)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited while we attached", static_cast<int>(pid)));
     }
     if (stop.kind == Stop::kInterrupt) break;
     if (stop.kind == Stop::kGroupStop) {
@@ -605,18 +631,17 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     }
     // A signal on its way to the thread (a signal-delivery-stop takes the place of the
     // interrupt's stop): let it take its course, as it would have without us, and ask
-    // again.
+    // again. Likewise after an exec, whose new image the symbols must be read from.
+    if (stop.kind == Stop::kExec) exec_seen = true;
     const int pass = stop.kind == Stop::kSignal ? stop.sig : 0;
     r = ptrace_call(PTRACE_CONT, tid, 0, static_cast<uintptr_t>(pass));
     if (r == 0) r = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0});
   }
   held_since = Clock::now();
 
-  // Until the signal mask below, nothing of the thread has changed: a failure lets it go
-  // as it is.
+  // Nothing of the thread changes before the first call: a failure lets it go as it is.
   auto let_go = [&](int err) {
-    state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached
-                                                                   : State::kGone;
+    state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached : State::kGone;
     return err;
   };
   auto request_failed = [&](long g, const char* what) {
@@ -629,10 +654,10 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     return request_failed(g, "PTRACE_GETREGS");
   }
   if (saved.cs != kUserCs64) {
-    return let_go(fail(error, -EINVAL,
-                       strf("thread %d of process %d runs 32-bit code (cs %#llx)",
-                            static_cast<int>(tid), static_cast<int>(pid),
-                            static_cast<unsigned long long>(saved.cs))));
+    return let_go(
+        fail(error, -EINVAL,
+             strf("thread %d of process %d runs 32-bit code (cs %#llx)", static_cast<int>(tid),
+                  static_cast<int>(pid), static_cast<unsigned long long>(saved.cs))));
   }
   fpu.assign(kMaxXstate, 0);
   iovec iov{fpu.data(), fpu.size()};
@@ -659,13 +684,13 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     rseq_saved = read_mem(rseq_cs_addr, &saved_rseq_cs, sizeof saved_rseq_cs) == 0;
   }
 
-  // Nothing may be delivered into our calls; what arrives waits until detach. The
-  // signals the kernel forces on a fault stay open: forcing a blocked one resets the
-  // program's handler to SIG_DFL. We see those first anyway, as the tracer.
-  uint64_t block = ~uint64_t{0};
-  for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) block &= ~(uint64_t{1} << (s - 1));
-  if (long g = ptrace_call(PTRACE_SETSIGMASK, tid, sizeof block, &block); g < 0) {
-    return request_failed(g, "PTRACE_SETSIGMASK");
+  if (exec_seen) {
+    if (int e = symbols->reload(); e != 0) {
+      return let_go(fail(error, e,
+                         strf("process %d executed a new program as we attached, and its "
+                              "objects could not be read: %s",
+                              static_cast<int>(pid), errno_name(-e).c_str())));
+    }
   }
   state = State::kHeld;
 
@@ -695,8 +720,9 @@ int PtraceSession::Impl::save_errno(PtraceError* error) {
   if (rc != 0) return rc;
   int value = 0;
   if (int r = read_mem(addr, &value, sizeof value); r != 0) {
-    return fail(error, r, strf("cannot read errno of thread %d at %#llx: %s", static_cast<int>(tid),
-                               static_cast<unsigned long long>(addr), errno_name(-r).c_str()));
+    return fail(error, r,
+                strf("cannot read errno of thread %d at %#llx: %s", static_cast<int>(tid),
+                     static_cast<unsigned long long>(addr), errno_name(-r).c_str()));
   }
   errno_addr = addr;
   saved_errno = value;
@@ -718,10 +744,25 @@ int PtraceSession::Impl::save_errno(PtraceError* error) {
 // The function returns to 0 and faults there: a SIGSEGV at ip 0 with rsp at frame + 8 is
 // our return. orig_rax = -1 keeps the kernel's system call restart away from our
 // registers; rax = 0 says no vector registers carry arguments (varargs).
-int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
-                                  uint64_t* result, PtraceError* error) {
+int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
+                                  PtraceError* error) {
   if (state != State::kHeld) return fail(error, -EIO, "the session no longer holds the thread");
   if (args.size() > 6) return fail(error, -EINVAL, "a call takes at most 6 integer arguments");
+  if (!signals_blocked) {
+    // Nothing may be delivered into our calls; what arrives waits until detach. The
+    // signals the kernel forces on a fault stay open: forcing a blocked one resets the
+    // program's handler to SIG_DFL. We see those first anyway, as the tracer.
+    uint64_t block = ~uint64_t{0};
+    for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) {
+      block &= ~(uint64_t{1} << (s - 1));
+    }
+    if (long r = ptrace_call(PTRACE_SETSIGMASK, tid, sizeof block, &block); r < 0) {
+      return fail(error, static_cast<int>(r),
+                  strf("PTRACE_SETSIGMASK of thread %d: %s", static_cast<int>(tid),
+                       errno_name(static_cast<int>(-r)).c_str()));
+    }
+    signals_blocked = true;
+  }
   if (!call_fpu_ready) {
     // The ABI's state at a call: empty x87 stack, default control words. The thread may
     // have stopped in the middle of its own floating-point code.
@@ -732,18 +773,19 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
     f.ftw = 0;
     f.mxcsr = 0x1f80;
     if (long r = ptrace_call(PTRACE_SETFPREGS, tid, 0, &f); r < 0) {
-      return fail(error, static_cast<int>(r), strf("PTRACE_SETFPREGS of thread %d: %s",
-                                                   static_cast<int>(tid),
-                                                   errno_name(static_cast<int>(-r)).c_str()));
+      return fail(error, static_cast<int>(r),
+                  strf("PTRACE_SETFPREGS of thread %d: %s", static_cast<int>(tid),
+                       errno_name(static_cast<int>(-r)).c_str()));
     }
     call_fpu_ready = true;
   }
   const uintptr_t frame = (scratch_top & ~uintptr_t{15}) - 8;
   const uint64_t zero = 0;
   if (int r = write_mem(frame, &zero, sizeof zero); r != 0) {
-    return fail(error, r, strf("cannot write a call frame on thread %d's stack at %#llx: %s",
-                               static_cast<int>(tid), static_cast<unsigned long long>(frame),
-                               errno_name(-r).c_str()));
+    return fail(
+        error, r,
+        strf("cannot write a call frame on thread %d's stack at %#llx: %s", static_cast<int>(tid),
+             static_cast<unsigned long long>(frame), errno_name(-r).c_str()));
   }
   user_regs_struct regs = saved;
   regs.rip = fn;
@@ -751,12 +793,13 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
   regs.rax = 0;
   regs.orig_rax = ~0ULL;
   regs.eflags &= ~(kFlagTf | kFlagDf);
-  unsigned long long* arg_regs[6] = {&regs.rdi, &regs.rsi, &regs.rdx, &regs.rcx, &regs.r8, &regs.r9};
+  unsigned long long* arg_regs[6] = {&regs.rdi, &regs.rsi, &regs.rdx,
+                                     &regs.rcx, &regs.r8,  &regs.r9};
   for (size_t i = 0; i < args.size(); ++i) *arg_regs[i] = args[i];
   if (long r = ptrace_call(PTRACE_SETREGS, tid, 0, &regs); r < 0) {
-    return fail(error, static_cast<int>(r), strf("PTRACE_SETREGS of thread %d: %s",
-                                                 static_cast<int>(tid),
-                                                 errno_name(static_cast<int>(-r)).c_str()));
+    return fail(error, static_cast<int>(r),
+                strf("PTRACE_SETREGS of thread %d: %s", static_cast<int>(tid),
+                     errno_name(static_cast<int>(-r)).c_str()));
   }
   const Clock::time_point deadline = Clock::now() + options.timeout;
   long r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
@@ -770,9 +813,11 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
     if (rc == -ETIMEDOUT) return abandon_call(fn, error);
     if (rc != 0 || stop.kind == Stop::kExited) {
       state = State::kGone;
-      return fail(error, -ESRCH, strf("process %d exited during a call to %#llx",
-                                      static_cast<int>(pid), static_cast<unsigned long long>(fn)));
+      return fail(error, -ESRCH,
+                  strf("process %d exited during a call to %#llx", static_cast<int>(pid),
+                       static_cast<unsigned long long>(fn)));
     }
+    if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
       user_regs_struct now{};
       if (long g = ptrace_call(PTRACE_GETREGS, tid, 0, &now); g < 0) {
@@ -788,20 +833,22 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
       if (si.si_code <= 0) {
         // Sent by someone (kill, tgkill, sigqueue), not raised by our call.
         held_signals.push_back(si);
+        restart_block_at_risk = true;
         r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
         continue;
       }
-      return fail(error, -EFAULT,
-                  strf("the call to %#llx in thread %d faulted: %s (si_code %d) at ip %#llx, "
-                       "address %#llx; its registers were dropped, what it changed in memory "
-                       "stays",
-                       static_cast<unsigned long long>(fn), static_cast<int>(tid),
-                       sig_name(stop.sig).c_str(), si.si_code,
-                       static_cast<unsigned long long>(now.rip),
-                       static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(si.si_addr))));
+      return fail(
+          error, -EFAULT,
+          strf("the call to %#llx in thread %d faulted: %s (si_code %d) at ip %#llx, "
+               "address %#llx; its registers were dropped, what it changed in memory "
+               "stays",
+               static_cast<unsigned long long>(fn), static_cast<int>(tid),
+               sig_name(stop.sig).c_str(), si.si_code, static_cast<unsigned long long>(now.rip),
+               static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(si.si_addr))));
     }
     // A group stop (SIGSTOP to another thread) or a stray trap: our call goes on; detach
     // puts the thread back into a group stop that is still in effect.
+    restart_block_at_risk = true;
     r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
   }
 }
@@ -809,6 +856,7 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args,
 int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
   const long long ms = static_cast<long long>(options.timeout.count());
   const Clock::time_point deadline = Clock::now() + options.timeout;
+  restart_block_at_risk = true;
   Stop stop;
   int rc = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0}) == 0
                ? wait_stop(tid, deadline, &stop)
@@ -818,6 +866,7 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
       state = State::kGone;
       return fail(error, -ESRCH, strf("process %d exited during a call", static_cast<int>(pid)));
     }
+    if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
       siginfo_t si{};
       ptrace_call(PTRACE_GETSIGINFO, tid, 0, &si);
@@ -835,6 +884,21 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
                    "thread did not stop either; it was let go and will fault at ip 0 when "
                    "the call returns",
                    static_cast<unsigned long long>(fn), static_cast<int>(tid), ms));
+}
+
+// The process executed a new program in a call: by the call itself, or by another thread,
+// which then took the held thread's place. Nothing of the old thread is left to restore
+// but the signal mask, which exec keeps and the new program should not get from us.
+int PtraceSession::Impl::exec_during_call(PtraceError* error) {
+  if (signals_blocked) ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask);
+  ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
+  state = State::kGone;
+  timings.held = Clock::now() - held_since;
+  release_held_signals();
+  return fail(error, -ESRCH,
+              strf("process %d executed a new program during a call; it was let go in its "
+                   "new image",
+                   static_cast<int>(pid)));
 }
 
 int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
@@ -855,9 +919,22 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
     note(ptrace_call(PTRACE_SETFPREGS, tid, 0, fpu.data()), "PTRACE_SETFPREGS");
   }
   user_regs_struct regs = saved;
-  if (stopped_at.restart_instead_of_eintr) regs.rax = static_cast<unsigned long long>(-kErestartNoHand);
+  // Restarting the thread's own system call from its arguments, in place of
+  // restart_syscall, where the restart block may be another's: the same call, only a
+  // relative timeout starts over.
+  const bool own_block_lost = restart_block_at_risk && stopped_at.syscall >= 0 &&
+                              stopped_at.result == -kErestartRestartBlock;
+  if (stopped_at.restart_instead_of_eintr || own_block_lost) {
+    regs.rax = static_cast<unsigned long long>(-kErestartNoHand);
+  }
   note(ptrace_call(PTRACE_SETREGS, tid, 0, &regs), "PTRACE_SETREGS");
-  note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
+  // PTRACE_GETSIGMASK gave the program's own mask where a call like sigsuspend, ppoll or
+  // epoll_pwait had put a temporary one in place. Setting it ends that call's claim to
+  // restore it (TIF_RESTORE_SIGMASK), which is right because the call restarts and puts
+  // its temporary mask in place again. Untouched when no call was made.
+  if (signals_blocked) {
+    note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
+  }
   long d = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
   timings.held = Clock::now() - held_since;
   if (d < 0) {
@@ -914,8 +991,9 @@ std::unique_ptr<PtraceSession> PtraceSession::attach(pid_t pid, const PtraceOpti
   int err = 0;
   s->symbols = ProcessSymbols::load(s->tid, &err);
   if (s->symbols == nullptr) {
-    fail(error, err, strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
-                          errno_name(-err).c_str()));
+    fail(error, err,
+         strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
+              errno_name(-err).c_str()));
     return nullptr;
   }
 
@@ -929,7 +1007,9 @@ pid_t PtraceSession::tid() const { return impl_->tid; }
 const StoppedAt& PtraceSession::stopped_at() const { return impl_->stopped_at; }
 PtraceTimings PtraceSession::timings() const { return impl_->timings; }
 ProcessSymbols& PtraceSession::symbols() { return *impl_->symbols; }
-void PtraceSession::set_timeout(std::chrono::milliseconds timeout) { impl_->options.timeout = timeout; }
+void PtraceSession::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->options.timeout = timeout;
+}
 
 int PtraceSession::call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
                         PtraceError* error) {
@@ -955,15 +1035,16 @@ int PtraceSession::push_string(std::string_view str, uintptr_t* addr, PtraceErro
     return fail(error, -EIO, "the session no longer holds a thread of the process");
   }
   if (str.size() + 1 + 64 > s->scratch_top - s->scratch_limit) {
-    return fail(error, -E2BIG, strf("scratch space on thread %d's stack is limited to %zu bytes",
-                                    static_cast<int>(s->tid), static_cast<size_t>(kMaxScratch)));
+    return fail(error, -E2BIG,
+                strf("scratch space on thread %d's stack is limited to %zu bytes",
+                     static_cast<int>(s->tid), static_cast<size_t>(kMaxScratch)));
   }
   const uintptr_t at = (s->scratch_top - str.size() - 1) & ~uintptr_t{15};
   std::string copy(str);
   if (int r = s->write_mem(at, copy.c_str(), copy.size() + 1); r != 0) {
-    return fail(error, r, strf("cannot write to thread %d's stack at %#llx: %s",
-                               static_cast<int>(s->tid), static_cast<unsigned long long>(at),
-                               errno_name(-r).c_str()));
+    return fail(error, r,
+                strf("cannot write to thread %d's stack at %#llx: %s", static_cast<int>(s->tid),
+                     static_cast<unsigned long long>(at), errno_name(-r).c_str()));
   }
   s->scratch_top = at;
   *addr = at;

@@ -2,9 +2,9 @@
 // giving it back exactly as it was. Daemon side: attach (tracee/inject.h) is built on it.
 //
 // A session seizes ONE thread of the target (PTRACE_SEIZE, then PTRACE_INTERRUPT), saves
-// everything of it that a call could change, blocks its signals, runs calls on its stack
-// and, on detach, puts every register back so that a system call the thread was blocked in
-// restarts as though nothing happened:
+// everything of it that a call could change, runs calls on its stack with its signals
+// blocked and, on detach, puts every register back so that a system call the thread was
+// blocked in restarts as though nothing happened:
 //
 //   saved                        how                               restored
 //   general registers, orig_rax  PTRACE_GETREGS                    PTRACE_SETREGS
@@ -12,7 +12,7 @@
 //                                (NT_PRFPREG where XSAVE is absent)
 //   signal mask                  PTRACE_GETSIGMASK                 PTRACE_SETSIGMASK
 //   errno                        __errno_location() called in the  written back through
-//                                target, the int read              /proc/PID/mem
+//                                target, the int read              /proc/TID/mem
 //   rseq critical section        PTRACE_GET_RSEQ_CONFIGURATION,    written back, so that
 //                                rseq_cs read                      the kernel still aborts
 //                                                                  a section we preempted
@@ -26,6 +26,19 @@
 // one session from one thread at a time. While a session is open the caller's process must
 // not reap arbitrary children (wait(), waitpid(-1, ...)): such a wait can take the held
 // thread's stop reports. Each stop also sends SIGCHLD to the caller's process.
+//
+// Limits, all of ptrace's making:
+// - Nothing of the held thread changes before the first call. A caller that dies while
+//   it holds a thread after that lets the thread go in our frame (inside the call, or at
+//   our return's SIGSEGV): the process dies of SIGSEGV. Nothing can put its registers
+//   back without us, so keep sessions short.
+// - Our return is a SIGSEGV the kernel forces; a program that set SIGSEGV to SIG_IGN
+//   finds it back at SIG_DFL afterwards (force_sig resets an ignored handler).
+// - While a thread is held, signals its process ignores by default (SIGCHLD, SIGWINCH,
+//   SIGURG, SIGCONT) are queued rather than dropped, as for any traced thread, and may
+//   wake another thread of the process from epoll_wait with EINTR.
+// - A call runs on the stack the thread was on. A thread stopped inside a signal handler
+//   on a small sigaltstack may overflow it: the call then faults (-EFAULT).
 #pragma once
 
 #include <sys/types.h>
@@ -54,8 +67,8 @@ struct PtraceOptions {
 
 // What the held thread was doing when it stopped, from its saved registers.
 struct StoppedAt {
-  long syscall = -1;       // orig_rax: the system call it was in, -1 in user code
-  long result = 0;         // rax: the call's result so far (-ERESTARTSYS, -EINTR, ...)
+  long syscall = -1;  // orig_rax: the system call it was in, -1 in user code
+  long result = 0;    // rax: the call's result so far (-ERESTARTSYS, -EINTR, ...)
   // The call returned -EINTR only because the thread stopped, and it is one that the
   // kernel never restarts (epoll_wait, sigtimedwait, semop, socket calls with a timeout):
   // the session gives it -ERESTARTNOHAND instead, so the kernel restarts it unless a
@@ -64,25 +77,27 @@ struct StoppedAt {
 };
 
 struct PtraceTimings {
-  std::chrono::nanoseconds to_stop{0};  // PTRACE_SEIZE until the thread's state is saved
+  std::chrono::nanoseconds to_stop{0};  // PTRACE_INTERRUPT until the thread's state is saved
   std::chrono::nanoseconds held{0};     // thread stopped until detached (0 while held)
 };
 
 class PtraceSession {
  public:
   // Seizes one thread of process `pid` and stops it. The thread is the main thread unless
-  // it has exited (pthread_exit from main) or is blocked where a stop has a visible
-  // effect; then another thread, chosen from /proc/PID/task. A thread id given as `pid`
-  // stands for its process. On failure nullptr, with error->err:
+  // it has exited (pthread_exit from main) or a stop would disturb it more than another
+  // (a call that returns EINTR when stopped, uninterruptible sleep, vfork); then the
+  // thread of /proc/PID/task a stop disturbs least, one in user code first. A thread id
+  // given as `pid` stands for its process. The objects of the process are read after the
+  // seize and before the stop. On failure nullptr, with error->err:
   //   -ESRCH      no such process, or it has exited (a zombie) or exits meanwhile
   //   -EPERM      ptrace refused; the message says why: another user and no
   //               CAP_SYS_PTRACE, already traced (by whom), not dumpable, Yama's
-  //               ptrace_scope (named), or a security module
+  //               ptrace_scope (named), a kernel thread, or a security module
   //   -EBUSY      the process is stopped by job control (state T): it is refused rather
   //               than resumed for the call; send it SIGCONT first
   //   -ETIMEDOUT  the thread did not stop within the timeout (uninterruptible sleep, a
   //               vfork parent); it was let go without a signal
-  //   -EINVAL     the thread runs 32-bit code
+  //   -EINVAL     the thread runs 32-bit code, or `pid` is the caller's own process
   static std::unique_ptr<PtraceSession> attach(pid_t pid, const PtraceOptions& options,
                                                PtraceError* error);
   // Detaches as detach() does when still attached; its errors are dropped.
@@ -111,14 +126,18 @@ class PtraceSession {
   // SIGSYS: the kernel resets a program's handler of a blocked one to SIG_DFL when it
   // forces it on a fault); threads the call starts inherit that mask. A signal sent to the
   // thread that gets through meanwhile (SIGSTOP, a SIGSEGV from kill) is kept and sent
-  // again after detach. 0, or:
+  // again after detach. Such a stop inside a call may replace the thread's restart block
+  // (a timed wait the call was in); a thread that was itself in nanosleep or poll then
+  // restarts its call from its arguments rather than through restart_syscall: the same
+  // call, with its relative timeout started over. 0, or:
   //   -EFAULT     the call faulted (the message names signal, ip and address); its
   //               registers are dropped, but what it changed in memory stays (a lock it
   //               took, for one)
   //   -ETIMEDOUT  it did not return in time; it was stopped and abandoned midway, with
   //               the same caveat. When it could not even be stopped, the session lets
   //               the thread go: it then runs the call to its end and faults at ip 0
-  //   -ESRCH      the process exited
+  //   -ESRCH      the process exited, or executed a new program (the session then lets
+  //               it go in its new image, with its own signal mask)
   //   -ENOENT     errno cannot be saved: no __errno_location in the process
   //   -EINVAL     more than 6 arguments; -EIO the session is no longer holding the thread
   [[nodiscard]] int call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
@@ -153,17 +172,17 @@ class PtraceSession {
 // Yama, for one).
 struct PtraceRefusal {
   pid_t pid = 0;
-  pid_t tracer = 0;               // TracerPid of the thread, 0 when none
-  std::string tracer_name;        // its comm, when readable
-  uid_t our_uid = 0;              // our real uid
+  pid_t tracer = 0;                  // TracerPid of the thread, 0 when none
+  std::string tracer_name;           // its comm, when readable
+  uid_t our_uid = 0;                 // our real uid
   uid_t target_uids[3] = {0, 0, 0};  // real, effective, saved
   gid_t our_gid = 0;
   gid_t target_gids[3] = {0, 0, 0};
-  bool cap_sys_ptrace = false;    // in our effective set
-  bool target_dumpable = true;    // false when /proc/PID is owned by root for a non-root
-                                  // process (the kernel's sign of a non-dumpable one)
-  int yama_scope = -1;            // /proc/sys/kernel/yama/ptrace_scope; -1 without Yama
-  bool we_are_ancestor = false;   // what Yama's scope 1 allows without a declaration
+  bool cap_sys_ptrace = false;   // in our effective set
+  bool target_dumpable = true;   // false when /proc/PID is owned by root for a non-root
+                                 // process (the kernel's sign of a non-dumpable one)
+  int yama_scope = -1;           // /proc/sys/kernel/yama/ptrace_scope; -1 without Yama
+  bool we_are_ancestor = false;  // what Yama's scope 1 allows without a declaration
 };
 std::string explain_ptrace_refusal(const PtraceRefusal& facts);
 

@@ -2,6 +2,7 @@
 // ran by writing to the pipe the target inherited (PROBEFS_INJECT_REPORT_FD); its
 // functions are called from outside through PtraceSession::call.
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +51,21 @@ long probefs_inject_echo(const char* s) {
   errno = EILSEQ;
   clobber_vector_state();
   return result;
+}
+
+// Waits in poll, with a timeout, until the nap pipe has data: a call that sits in a
+// timed wait, whose restart block the kernel sets if a stop interrupts it.
+long probefs_inject_nap(void) {
+  const char* fd = getenv(PROBEFS_INJECT_NAP_FD_ENV);
+  struct pollfd p = {fd != NULL ? atoi(fd) : -1, POLLIN, 0};
+  report("napping", "");
+  return poll(&p, 1, 60000);
+}
+
+// Executes another program: a call after which there is nothing to return to.
+long probefs_inject_exec(const char* path, const char* arg1, const char* arg2) {
+  execl(path, path, arg1, arg2, (char*)NULL);
+  return -1;
 }
 
 // Faults: a call that crashes.

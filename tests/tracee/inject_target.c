@@ -145,6 +145,32 @@ static int mode_usr1(void) {
   return 0;
 }
 
+// The classic sigsuspend loop: SIGUSR1 blocked but while waiting. Afterwards the mask
+// must be the program's again (SIGUSR1 blocked), not sigsuspend's temporary one.
+static int mode_sigsuspend(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigset_t block, wait_mask, after;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &block, NULL);
+  sigemptyset(&wait_mask);
+  say("ready\n");
+  SET_ERRNO();
+  int r = 0, e = 0, waits = 0;
+  while (usr1_count == 0) {
+    r = sigsuspend(&wait_mask);
+    e = GET_ERRNO();
+    ++waits;
+  }
+  sigprocmask(SIG_BLOCK, NULL, &after);
+  say("sigsuspend r=%d errno=%d count=%d waits=%d usr1_blocked_after=%d\n", r, e,
+      (int)usr1_count, waits, sigismember(&after, SIGUSR1));
+  return 0;
+}
+
 static int mode_poll(int use_epoll) {
   say("ready\n");
   int r;
@@ -245,6 +271,29 @@ static int mode_threads(void) {
   return 0;
 }
 
+// The main thread in epoll_wait, where a stop would end the wait with EINTR, and one
+// thread in a hot loop: the session should hold the hot one.
+static int mode_epoll_hot(void) {
+  pthread_t hot;
+  pthread_create(&hot, NULL, hot_thread, (void*)(intptr_t)0);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = 0};
+  epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
+  say("ready\n");
+  SET_ERRNO();
+  int r = epoll_wait(ep, &ev, 1, -1);
+  int e = GET_ERRNO();
+  char buf[64];
+  ssize_t n = read(0, buf, sizeof buf);
+  shared->stop = 1;
+  void* w;
+  pthread_join(hot, &w);
+  say_work("hot", 0, w);
+  free(w);
+  say("epoll r=%d errno=%d read=%zd\n", r, e, n);
+  return 0;
+}
+
 static void* leader_exit_worker(void* arg) {
   (void)arg;
   char buf[64];
@@ -289,8 +338,13 @@ int main(int argc, char** argv) {
     map_shared(argc, argv);
     return mode_threads();
   }
+  if (strcmp(mode, "epoll_hot") == 0) {
+    map_shared(argc, argv);
+    return mode_epoll_hot();
+  }
   if (strcmp(mode, "read") == 0) return mode_read();
   if (strcmp(mode, "usr1") == 0) return mode_usr1();
+  if (strcmp(mode, "sigsuspend") == 0) return mode_sigsuspend();
   if (strcmp(mode, "poll") == 0) return mode_poll(0);
   if (strcmp(mode, "epoll") == 0) return mode_poll(1);
   if (strcmp(mode, "nanosleep") == 0) return mode_sleep(0);

@@ -6,8 +6,8 @@
 #include "tracee/inject.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +25,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -45,6 +46,7 @@ constexpr auto kWait = 30s;
 // The fds the targets find the report pipe and the shared memory at.
 constexpr int kReportFd = 10;
 constexpr int kSharedFd = 11;
+constexpr int kNapFd = 12;
 
 // A target that exits early must fail the test, not kill it through a write to its pipe.
 const bool sigpipe_ignored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
@@ -64,7 +66,8 @@ std::string read_line(int fd) {
   std::string line;
   const Clock::time_point deadline = Clock::now() + kWait;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return line;
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -118,7 +121,7 @@ struct Target {
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;
   ~Target() {
-    for (int fd : {in, out, report}) {
+    for (int fd : {in, out, report, nap}) {
       if (fd >= 0) close(fd);
     }
     if (pid > 0) {
@@ -129,7 +132,9 @@ struct Target {
     if (shared != nullptr) munmap(shared, sizeof *shared);
   }
 
-  void send(const char* text) const { ASSERT_EQ(write(in, text, std::strlen(text)), static_cast<ssize_t>(std::strlen(text))); }
+  void send(const char* text) const {
+    ASSERT_EQ(write(in, text, std::strlen(text)), static_cast<ssize_t>(std::strlen(text)));
+  }
 
   // Waits for the exit and returns the status (-1 on timeout).
   int wait_exit() {
@@ -144,6 +149,7 @@ struct Target {
   int in = -1;
   int out = -1;
   int report = -1;
+  int nap = -1;
   probefs_inject_shared* shared = nullptr;
 };
 
@@ -156,17 +162,21 @@ int high_fd(int fd) {
 }
 
 void spawn(Target* t, const char* exe, const char* mode) {
-  int in_pipe[2], out_pipe[2], report_pipe[2];
+  int in_pipe[2], out_pipe[2], report_pipe[2], nap_pipe[2];
+  ASSERT_EQ(pipe2(nap_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(in_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(out_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(report_pipe, O_CLOEXEC), 0);
   int shm = memfd_create("probefs-inject-test", MFD_CLOEXEC);
   ASSERT_GE(shm, 0);
   ASSERT_EQ(ftruncate(shm, sizeof(probefs_inject_shared)), 0);
-  void* map = mmap(nullptr, sizeof(probefs_inject_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
+  void* map =
+      mmap(nullptr, sizeof(probefs_inject_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
   ASSERT_NE(map, MAP_FAILED);
   t->shared = static_cast<probefs_inject_shared*>(map);
-  for (int* fd : {&in_pipe[0], &out_pipe[1], &report_pipe[1], &shm}) *fd = high_fd(*fd);
+  for (int* fd : {&in_pipe[0], &out_pipe[1], &report_pipe[1], &nap_pipe[0], &shm}) {
+    *fd = high_fd(*fd);
+  }
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -174,15 +184,18 @@ void spawn(Target* t, const char* exe, const char* mode) {
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, report_pipe[1], kReportFd);
   posix_spawn_file_actions_adddup2(&actions, shm, kSharedFd);
+  posix_spawn_file_actions_adddup2(&actions, nap_pipe[0], kNapFd);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" + std::to_string(kReportFd));
+  env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" +
+                        std::to_string(kReportFd));
+  env_strings.push_back(std::string(PROBEFS_INJECT_NAP_FD_ENV) + "=" + std::to_string(kNapFd));
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   const std::string shm_arg = std::to_string(kSharedFd);
-  char* argv[] = {const_cast<char*>(exe), const_cast<char*>(mode), const_cast<char*>(shm_arg.c_str()),
-                  nullptr};
+  char* argv[] = {const_cast<char*>(exe), const_cast<char*>(mode),
+                  const_cast<char*>(shm_arg.c_str()), nullptr};
   // The target gets SIGPIPE's default back.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -198,10 +211,12 @@ void spawn(Target* t, const char* exe, const char* mode) {
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(report_pipe[1]);
+  close(nap_pipe[0]);
   close(shm);
   t->in = in_pipe[1];
   t->out = out_pipe[0];
   t->report = report_pipe[0];
+  t->nap = nap_pipe[1];
   ASSERT_EQ(rc, 0);
 }
 
@@ -334,6 +349,61 @@ TEST_P(InjectSleep, RestartsAndSleepsItsFullTime) {
 
 INSTANTIATE_TEST_SUITE_P(Inject, InjectSleep, ::testing::Values("nanosleep", "clock_nanosleep"));
 
+bool signal_pending(pid_t pid, int sig) {
+  const std::string status = proc_text(pid, pid, "status");
+  for (const char* field : {"SigPnd:", "ShdPnd:"}) {
+    size_t at = status.find(field);
+    if (at == std::string::npos) continue;
+    const unsigned long long mask = std::strtoull(status.c_str() + at + 7, nullptr, 16);
+    if ((mask >> (sig - 1)) & 1) return true;
+  }
+  return false;
+}
+
+// SIGSTOP cannot be blocked: sent while a call sits in a timed wait (poll here), it
+// interrupts that wait, whose restart block then replaces the one of the thread's own
+// nanosleep. The session holds the SIGSTOP, sends it again after detach, and has the
+// thread restart its nanosleep from its arguments: the sleep is whole, not cut short by
+// a restart of our poll.
+TEST(Inject, StopSignalDuringATimedWaitInACall) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "nanosleep"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_nanosleep}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  ASSERT_EQ(session->stopped_at().result, -516);  // -ERESTART_RESTARTBLOCK
+  InjectedLibrary lib;
+  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
+  EXPECT_EQ(read_line(t.report), "loaded");
+  uintptr_t nap = 0;
+  ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_nap", &nap), 0);
+  bool stopped_in_nap = false;
+  std::thread stopper([&] {
+    if (read_line(t.report) != "napping") return;
+    if (!wait_blocked_in(t.pid, {SYS_poll, SYS_ppoll})) return;
+    kill(t.pid, SIGSTOP);
+    // Taken by the session (the call's poll interrupted), then the nap may end.
+    stopped_in_nap = wait_until([&] { return !signal_pending(t.pid, SIGSTOP); });
+    (void)!write(t.nap, "x", 1);
+  });
+  uint64_t result = 0;
+  PtraceError error;
+  const int rc = session->call(nap, {}, &result, &error);
+  stopper.join();
+  ASSERT_EQ(rc, 0) << error.message;
+  EXPECT_TRUE(stopped_in_nap);
+  EXPECT_EQ(result, 1u);
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  // The SIGSTOP, sent again, stops the process now.
+  int status = 0;
+  ASSERT_TRUE(wait_until([&] { return waitpid(t.pid, &status, WUNTRACED | WNOHANG) == t.pid; }));
+  EXPECT_TRUE(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP) << status;
+  ASSERT_EQ(kill(t.pid, SIGCONT), 0);
+  EXPECT_EQ(read_line(t.out), "sleep r=0 errno=1234 slept_enough=1");
+  status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 class InjectPoll : public ::testing::TestWithParam<const char*> {};
 
 // poll restarts by itself; epoll_wait returns EINTR when stopped, which the session turns
@@ -402,6 +472,28 @@ TEST(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// The main thread waits in epoll_wait, which a stop would end with EINTR; another thread
+// runs user code, where a stop changes nothing. The session holds that one.
+TEST(Inject, PrefersAThreadWhereAStopChangesNothing) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "epoll_hot"));
+  ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_epoll_wait, SYS_epoll_pwait}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  EXPECT_NE(session->tid(), t.pid);
+  EXPECT_EQ(session->stopped_at().syscall, -1);
+  ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "hot thread"));
+  PtraceError error;
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  t.send("x");
+  const std::string line = read_line(t.out);
+  EXPECT_EQ(line, expected_work_line("hot", 0, steps_of(line)));
+  EXPECT_EQ(read_line(t.out), "epoll r=1 errno=1234 read=1");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 TEST(Inject, MainThreadExitedAnotherThreadIsHeld) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "leader_exit"));
@@ -419,14 +511,6 @@ TEST(Inject, MainThreadExitedAnotherThreadIsHeld) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-bool sigusr1_pending(pid_t pid) {
-  const std::string status = proc_text(pid, pid, "status");
-  size_t at = status.find("ShdPnd:");
-  if (at == std::string::npos) return false;
-  const unsigned long long mask = std::strtoull(status.c_str() + at + 7, nullptr, 16);
-  return (mask >> (SIGUSR1 - 1)) & 1;
-}
-
 // Sent while the thread is held, the signal waits (blocked) and is delivered once, after.
 TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   Target t;
@@ -436,12 +520,34 @@ TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   ASSERT_NE(session, nullptr);
   ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "signal"));
-  EXPECT_TRUE(sigusr1_pending(t.pid));
+  EXPECT_TRUE(signal_pending(t.pid, SIGUSR1));
   PtraceError error;
   ASSERT_EQ(session->detach(&error), 0) << error.message;
-  ASSERT_TRUE(wait_until([&] { return !sigusr1_pending(t.pid); }));
+  ASSERT_TRUE(wait_until([&] { return !signal_pending(t.pid, SIGUSR1); }));
   t.send("x");
   EXPECT_EQ(read_line(t.out), "usr1 count=1 read=1 errno=1234");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A thread in sigsuspend runs under a temporary mask, the program's own saved aside. The
+// session gives back the program's mask and sigsuspend puts its own in place again when
+// it restarts: the signal it waits for ends it once, and the mask after it is the
+// program's.
+TEST(Inject, SigsuspendKeepsBothMasks) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "sigsuspend"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  EXPECT_EQ(session->stopped_at().syscall, SYS_rt_sigsuspend);
+  EXPECT_EQ(session->stopped_at().result, -514);  // -ERESTARTNOHAND
+  ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "sigsuspend"));
+  PtraceError error;
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
+  ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
+  EXPECT_EQ(read_line(t.out), "sigsuspend r=-1 errno=4 count=1 waits=1 usr1_blocked_after=1");
   const int status = t.wait_exit();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
@@ -467,6 +573,37 @@ TEST(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
   ASSERT_EQ(session->detach(&error), 0) << error.message;
   t.send("data");
   EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
+  const int status = t.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A call that executes a program: the session lets the process go in its new image,
+// with the program's own signal mask, not the calls' one.
+TEST(Inject, CallThatExecutesAProgram) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
+  auto session = attach_ok(t.pid);
+  ASSERT_NE(session, nullptr);
+  InjectedLibrary lib;
+  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
+  EXPECT_EQ(read_line(t.report), "loaded");
+  uintptr_t exec = 0;
+  ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_exec", &exec), 0);
+  PtraceError error;
+  // grep prints the signal mask it was started with: the program's (none blocked).
+  uintptr_t args[3];
+  const char* strings[3] = {"/bin/grep", "SigBlk", "/proc/self/status"};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(session->push_string(strings[i], &args[i], &error), 0) << error.message;
+  }
+  uint64_t result = 0;
+  EXPECT_EQ(
+      session->call(exec, std::array<uint64_t, 3>{args[0], args[1], args[2]}, &result, &error),
+      -ESRCH);
+  EXPECT_NE(error.message.find("executed a new program"), std::string::npos) << error.message;
+  EXPECT_EQ(session->detach(&error), -ESRCH);
+  EXPECT_EQ(read_line(t.out), "SigBlk:\t0000000000000000");
   const int status = t.wait_exit();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
@@ -508,7 +645,9 @@ TEST(Inject, ThreadThatDoesNotStopTimesOutAndIsLetGo) {
   EXPECT_EQ(session, nullptr);
   EXPECT_EQ(error.err, -ETIMEDOUT);
   EXPECT_NE(error.message.find("did not stop"), std::string::npos) << error.message;
-  ASSERT_TRUE(wait_until([&] { return proc_text(t.pid, t.pid, "status").find("TracerPid:\t0\n") != std::string::npos; }));
+  ASSERT_TRUE(wait_until([&] {
+    return proc_text(t.pid, t.pid, "status").find("TracerPid:\t0\n") != std::string::npos;
+  }));
   t.send("go\n");
   EXPECT_EQ(read_line(t.out), "vfork done 0");
   const int status = t.wait_exit();
@@ -561,7 +700,8 @@ TEST(Inject, StaticExecutableHasNoDlopen) {
   ASSERT_EQ(session->symbols().resolve("probefs_inject_twice", &twice), 0);
   uint64_t result = 0;
   PtraceError error;
-  ASSERT_EQ(session->call(twice.addr, std::array<uint64_t, 1>{21}, &result, &error), 0) << error.message;
+  ASSERT_EQ(session->call(twice.addr, std::array<uint64_t, 1>{21}, &result, &error), 0)
+      << error.message;
   EXPECT_EQ(result, 42u);
   InjectedLibrary lib;
   EXPECT_EQ(inject_library(*session, PROBEFS_INJECT_LIB, &lib, &error), -ENOENT);
@@ -587,6 +727,18 @@ TEST(Inject, NoSuchProcess) {
   EXPECT_NE(error.message.find(std::to_string(gone)), std::string::npos) << error.message;
   InjectedLibrary lib;
   EXPECT_EQ(inject_library(gone, PROBEFS_INJECT_LIB, {}, &lib, &error), -ESRCH);
+}
+
+TEST(Inject, KernelThreadIsRefused) {
+  pid_t kthread = 0;
+  for (pid_t p = 2; p < 200 && kthread == 0; ++p) {
+    if (proc_text(p, p, "status").find("Kthread:\t1") != std::string::npos) kthread = p;
+  }
+  if (kthread == 0) GTEST_SKIP() << "no kernel thread visible";
+  PtraceError error;
+  EXPECT_EQ(PtraceSession::attach(kthread, {}, &error), nullptr);
+  EXPECT_EQ(error.err, -EPERM);
+  EXPECT_NE(error.message.find("kernel thread"), std::string::npos) << error.message;
 }
 
 TEST(Inject, ZombieIsRefused) {
@@ -725,13 +877,17 @@ TEST(Inject, RefusalMessagesNameTheReason) {
       {[](PtraceRefusal* f) { f->target_uids[1] = 0; }, "runs as uid 0"},
       {[](PtraceRefusal* f) { f->target_gids[2] = 5; }, "needs CAP_SYS_PTRACE"},
       {[](PtraceRefusal* f) { f->target_dumpable = false; }, "not dumpable"},
-      {[](PtraceRefusal* f) { f->yama_scope = 1; }, "kernel.yama.ptrace_scope is 1 (restricted ptrace)"},
-      {[](PtraceRefusal* f) { f->yama_scope = 2; }, "kernel.yama.ptrace_scope is 2 (admin-only attach)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 1; },
+       "kernel.yama.ptrace_scope is 1 (restricted ptrace)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 2; },
+       "kernel.yama.ptrace_scope is 2 (admin-only attach)"},
       {[](PtraceRefusal* f) { f->yama_scope = 2, f->cap_sys_ptrace = true; }, "security module"},
-      {[](PtraceRefusal* f) { f->yama_scope = 3, f->cap_sys_ptrace = true; }, "ptrace_scope is 3 (no attach)"},
+      {[](PtraceRefusal* f) { f->yama_scope = 3, f->cap_sys_ptrace = true; },
+       "ptrace_scope is 3 (no attach)"},
       {[](PtraceRefusal* f) { f->yama_scope = 1, f->we_are_ancestor = true; }, "security module"},
       {[](PtraceRefusal* f) { f->yama_scope = 0; }, "security module"},
-      {[](PtraceRefusal* f) { f->target_uids[0] = 0, f->cap_sys_ptrace = true; }, "security module"},
+      {[](PtraceRefusal* f) { f->target_uids[0] = 0, f->cap_sys_ptrace = true; },
+       "security module"},
   };
   for (const Case& c : cases) {
     PtraceRefusal f = base;
@@ -766,9 +922,10 @@ TEST(Inject, AttachTime) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("attach + dlopen + detach, median of %d: %.2f ms total (attach, read the "
-              "objects, dlopen, detach), %.2f ms held stopped, %.3f ms to stop\n",
-              kRuns, median(total_ms), median(held_ms), median(stop_ms));
+  std::printf(
+      "attach + dlopen + detach, median of %d: %.2f ms total (attach, read the "
+      "objects, dlopen, detach), %.2f ms held stopped, %.3f ms to stop\n",
+      kRuns, median(total_ms), median(held_ms), median(stop_ms));
   RecordProperty("attach_total_ms_median", std::to_string(median(total_ms)));
 }
 
