@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <map>
 #include <set>
@@ -496,6 +498,61 @@ TEST(Tracer, TenThousandChangesUnderAHotLoop) {
   EXPECT_EQ(stable_records, expected);
   EXPECT_EQ(t->profile(stable.id).hits, expected);
   EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// An attached program that execs leaves the trace: the new image has no agent (nothing
+// preloads it there), the tracer says so (kLeft), and the program runs on untouched.
+TEST(Tracer, AttachedProgramThatExecsLeavesTheTrace) {
+  std::vector<TargetNotice> notices;
+  std::mutex nm;
+  std::condition_variable ncv;
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  t->on_target_notice([&](const TargetNotice& n) {
+    std::lock_guard l(nm);
+    notices.push_back(n);
+    ncv.notify_all();
+  });
+  ProgPipes pipes;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipes.child_stdin(), 0);
+    dup2(pipes.child_stdout(), 1);
+    execl(kProg.c_str(), kProg.c_str(), nullptr);
+    _exit(127);
+  }
+  KillGuard guard(pid);
+  pipes.parent_side();
+  ASSERT_EQ(pipes.line(), "ready");
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 90);
+  std::string err;
+  ASSERT_EQ(t->attach(pid, &err), 0) << err;
+  EXPECT_EQ(pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  EXPECT_EQ(drain(*t).size(), 5u);
+  ASSERT_TRUE(pipes.send("exec"));
+  EXPECT_EQ(pipes.line(), "exec'd");
+  {
+    std::unique_lock l(nm);
+    EXPECT_TRUE(ncv.wait_for(l, std::chrono::seconds(10), [&] {
+      for (const auto& n : notices)
+        if (n.kind == TargetNotice::Kind::kLeft && n.pid == pid) return true;
+      return false;
+    }));
+  }
+  EXPECT_TRUE(t->targets().empty());
+  EXPECT_EQ(pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(pipes.ask("quit", 10000), "");
+  guard.release();
+  int st;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 }  // namespace
