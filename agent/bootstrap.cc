@@ -34,6 +34,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -59,7 +60,8 @@ constexpr const char* kStartedEnv = "PROBEFS_AGENT_PID";
 
 std::mutex g_send_mu;
 int g_link_fd = -1;                       // g_send_mu to use; g_ctl_mu and g_send_mu to change
-std::string g_link_name;                  // g_ctl_mu
+// Plain data only in this file: its constructor runs before its own dynamic initialisers.
+char g_link_name[108];                    // g_ctl_mu
 pid_t g_daemon_pid = 0;                   // g_ctl_mu
 std::atomic<bool> g_linked{false};        // a link exists (written under g_ctl_mu)
 std::atomic<bool> g_control_running{false};
@@ -272,7 +274,7 @@ void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
     std::lock_guard s(g_send_mu);
     g_link_fd = fd;
   }
-  g_link_name = name;
+  std::snprintf(g_link_name, sizeof g_link_name, "%s", name.c_str());
   g_daemon_pid = daemon_pid;
   g_linked.store(true);
   dl_mailbox_open();

@@ -10,9 +10,10 @@
 //   target exec N            execs itself as `target calls N`
 //   target dlopen LIB N      dlopen(LIB) (whose constructor calls probefs_late_ctor_fn(7)),
 //                            probefs_late_ctor_fn(i) for i in [0, N), dlclose, `calls 1`
-//   target attach AGENT N    reads a link name from stdin, dlopen(AGENT), calls
-//                            probefs_agent_attach(name), prints its result, then like
-//                            `phases N` for as long as stdin gives lines
+//   target attach AGENT N    dlopen(AGENT), then for each line of stdin: "go" runs
+//                            `calls N` and prints "done"; anything else is a link name
+//                            for probefs_agent_attach, whose result it prints
+//                            ("attach RC")
 //   target dlopen-agent AGENT  dlopen(AGENT) with RTLD_NOW and prints "ok"
 //
 // Each call's result is checked, so a probe that changed a register or the stack would
@@ -123,8 +124,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!strcmp(mode, "attach") && argc == 4) {
-    char name[256];
-    if (!read_line(name, sizeof name)) return 8;
     void* agent = dlopen(argv[2], RTLD_NOW);
     if (!agent) {
       fprintf(stderr, "%s\n", dlerror());
@@ -132,17 +131,18 @@ int main(int argc, char** argv) {
     }
     int (*attach)(const char*) = (int (*)(const char*))dlsym(agent, "probefs_agent_attach");
     if (!attach) return 10;
-    for (;;) {
-      printf("attach %d\n", attach(name));
+    const long n = atol(argv[3]);
+    char line[256];
+    while (read_line(line, sizeof line)) {
+      if (!strcmp(line, "go")) {
+        calls(n, 1000);
+        printf("done\n");
+      } else {
+        printf("attach %d\n", attach(line));
+      }
       fflush(stdout);
-      // Another name on the next line attaches again (after a detach); "go" runs phases.
-      if (!read_line(name, sizeof name)) return 0;
-      if (!strcmp(name, "go")) break;
     }
-    calls(atol(argv[3]), 1000);
-    printf("done\n");
-    fflush(stdout);
-    return phases(atol(argv[3]));
+    return 0;
   }
   if (!strcmp(mode, "dlopen-agent") && argc == 3) {
     void* agent = dlopen(argv[2], RTLD_NOW);
