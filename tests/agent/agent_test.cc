@@ -1,6 +1,8 @@
 // The agent in real processes: launched with the agent preloaded, driven over the link by
 // a test daemon (agent_test_util.h), its records read back from the ring area.
 #include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -372,6 +374,339 @@ TEST(AgentLibraries, LibraryLoadedLaterIsProbedBeforeItsCodeRuns) {
   EXPECT_EQ(late.field(lates[0], "x"), 7);  // from the library's constructor
   for (long i = 0; i < kN; ++i) EXPECT_EQ(late.field(lates[i + 1], "x"), i);
   EXPECT_EQ(of_event(all, 1).size(), 1u);
+}
+
+// A daemon end written by hand, to put bytes on the link that the real one never sends.
+struct RawDaemon {
+  int listen_fd = -1;
+  int fd = -1;
+  std::string name;
+  uint32_t seq = 100;
+
+  RawDaemon() {
+    name = link::make_link_name(getpid());
+    listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const socklen_t len =
+        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    EXPECT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(listen_fd, 4), 0);
+  }
+  ~RawDaemon() {
+    if (fd >= 0) close(fd);
+    close(listen_fd);
+  }
+  bool accept_one() {
+    pollfd p{listen_fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) != 1) return false;
+    fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    return fd >= 0;
+  }
+  bool recv(link::Message* m) {
+    std::vector<uint8_t> buf;
+    if (link::recv_packet(fd, &buf, kWait) <= 0) return false;
+    return link::decode(buf.data(), buf.size(), m) == 0;
+  }
+  bool send_raw(const std::vector<uint8_t>& bytes) {
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // Sends a request and returns its reply (the one REPLY the agent sends for it).
+  link::Reply request(link::MsgType type, link::Body body = {}) {
+    link::Message m;
+    m.type = type;
+    m.seq = ++seq;
+    m.body = std::move(body);
+    EXPECT_EQ(link::send_message(fd, m, kWait), 0);
+    link::Message r;
+    EXPECT_TRUE(recv(&r));
+    EXPECT_EQ(r.type, link::MsgType::kReply);
+    EXPECT_EQ(r.seq, m.seq);
+    return r.body.index() == link::body_index(link::MsgType::kReply) ? std::get<link::Reply>(r.body)
+                                                                     : link::Reply{-1, "?", {}};
+  }
+};
+
+std::vector<uint8_t> header(uint32_t magic, uint16_t type, uint16_t flags, uint32_t seq,
+                            uint32_t len) {
+  std::vector<uint8_t> h(16);
+  std::memcpy(&h[0], &magic, 4);
+  std::memcpy(&h[4], &type, 2);
+  std::memcpy(&h[6], &flags, 2);
+  std::memcpy(&h[8], &seq, 4);
+  std::memcpy(&h[12], &len, 4);
+  return h;
+}
+
+// Malformed and hostile messages each get an error reply and change nothing.
+TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
+  RawDaemon raw;
+  Child c;
+  int in[2], out[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  c.pid = fork();
+  ASSERT_GE(c.pid, 0);
+  if (c.pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    setenv("LD_PRELOAD", PROBEFS_AGENT_LIB, 1);
+    setenv(link::kLinkEnv, raw.name.c_str(), 1);
+    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "phases", "10", nullptr);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  c.in = in[1];
+  c.out = out[0];
+  ASSERT_TRUE(raw.accept_one());
+  link::Message hello;
+  ASSERT_TRUE(raw.recv(&hello));
+  ASSERT_EQ(hello.type, link::MsgType::kHello);
+  EXPECT_EQ(std::get<link::Hello>(hello.body).pid, c.pid);
+  const std::string list_before = raw.request(link::MsgType::kList).message;
+
+  // Each of these gets one REPLY with a negative error; the ones whose header is sound
+  // get it with their seq.
+  struct Bad {
+    std::vector<uint8_t> bytes;
+    uint32_t seq;  // 0: header unsound
+  };
+  std::vector<Bad> bad;
+  bad.push_back({{1, 2, 3}, 0});
+  bad.push_back({header(0xdeadbeef, 2, 0, 7, 0), 0});
+  bad.push_back({header(link::kMagic + 1, 2, 0, 7, 0), 0});  // another version
+  bad.push_back({header(link::kMagic, 77, 0, 8, 0), 8});     // unknown type
+  bad.push_back({header(link::kMagic, 3, 0x80, 9, 4), 9});   // unknown flag
+  {
+    auto h = header(link::kMagic, 3, 0, 10, 8);  // REMOVE with bytes left over
+    h.resize(24, 0);
+    bad.push_back({h, 10});
+  }
+  {
+    auto h = header(link::kMagic, 3, 0, 11, 100);  // length beyond the packet
+    h.resize(20, 0);
+    bad.push_back({h, 11});
+  }
+  {
+    auto h = header(link::kMagic, 12, link::kFlagMore, 12, 0);  // 'more' on a request
+    bad.push_back({h, 12});
+  }
+  // A DEFINE that decodes but for its program, whose magic is broken.
+  {
+    link::Define d;
+    d.probe_id = 5;
+    d.address = 0x1000;
+    d.program.header_size = 16;
+    d.program.fixed_size = 16;
+    link::Message m;
+    m.type = link::MsgType::kDefine;
+    m.seq = 13;
+    m.body = d;
+    auto packets = link::encode(m);
+    ASSERT_EQ(packets.size(), 1u);
+    std::vector<uint8_t> p = packets[0];
+    // The program block follows the module string; find its magic "PFP1" and break it.
+    const uint8_t magic[4] = {'P', 'F', 'P', '1'};
+    auto at = std::search(p.begin(), p.end(), magic, magic + 4);
+    ASSERT_NE(at, p.end());
+    *at = 'X';
+    bad.push_back({p, 13});
+  }
+  // Random payloads under sound headers of requests that take a payload.
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  const uint16_t kTypes[] = {1, 2, 3, 4, 5, 6};
+  for (uint32_t i = 0; i < 300; ++i) {
+    const uint16_t type = kTypes[next() % 6];
+    const uint32_t len = static_cast<uint32_t>(next() % 200);
+    auto h = header(link::kMagic, type, 0, 1000 + i, len);
+    for (uint32_t k = 0; k < len; ++k) h.push_back(static_cast<uint8_t>(next()));
+    bad.push_back({h, 1000 + i});
+  }
+  for (const Bad& b : bad) {
+    ASSERT_TRUE(raw.send_raw(b.bytes));
+    link::Message r;
+    ASSERT_TRUE(raw.recv(&r));
+    ASSERT_EQ(r.type, link::MsgType::kReply);
+    if (b.seq) {
+      EXPECT_EQ(r.seq, b.seq);
+    }
+    EXPECT_LT(std::get<link::Reply>(r.body).error, 0) << std::get<link::Reply>(r.body).message;
+  }
+  // Nothing changed: no probe, and the program runs as it should.
+  EXPECT_EQ(raw.request(link::MsgType::kList).message, list_before);
+  EXPECT_EQ(raw.request(link::MsgType::kProfile).profile.size(), 0u);
+  EXPECT_EQ(raw.request(link::MsgType::kGo).error, 0);
+  run_phase(&c);
+  c.close_stdin();
+  ASSERT_TRUE(c.wait_exit());
+  EXPECT_TRUE(c.exited_ok());
+}
+
+// Runs `fn` in a child process and returns its exit status (0: it did what it should).
+template <class Fn>
+int in_child(Fn fn) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  int status = -1;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+// Connects to `name`, says HELLO as told, and reports whether the daemon ended the
+// connection (0) or kept it (1, after a bounded wait).
+int hello_is_refused(const std::string& name, link::HelloReason reason, int32_t pid,
+                     int32_t ppid) {
+  const int fd = link::connect_link(name, 2s);
+  if (fd < 0) return 0;  // not even connected
+  link::Message m;
+  m.type = link::MsgType::kHello;
+  m.seq = 1;
+  m.body = link::Hello{link::kAgentAbiVersion, pid, ppid, reason};
+  (void)link::send_message(fd, m, 2s);
+  // Then a request only a link would answer: MAPPED gets an answer or nothing.
+  m.type = link::MsgType::kMapped;
+  m.seq = 2;
+  m.body = link::Mapped{};
+  (void)link::send_message(fd, m, 2s);
+  std::vector<uint8_t> buf;
+  // A refused connection ends (EOF); a link keeps quiet, since nobody answers MAPPED.
+  const long n = link::recv_packet(fd, &buf, 2s);
+  close(fd);
+  return n == 0 || n == -ECONNRESET ? 0 : 1;
+}
+
+// Only the processes the daemon launched or attached (and their fork children and new
+// images) become links: another uid, a pid that was not expected, a HELLO that lies about
+// its pid or parent are refused.
+TEST(AgentLink, ConnectionsFromOtherProcessesAreRefused) {
+  TestDaemon d;
+  const std::string name = d.listener().name();
+  // Another uid: refused before HELLO is even read.
+  EXPECT_EQ(in_child([&] {
+              if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+                return 2;
+              return hello_is_refused(name, link::HelloReason::kLaunch, getpid(), getppid());
+            }),
+            0);
+  // Our uid, but a pid nobody expects.
+  EXPECT_EQ(in_child([&] {
+              return hello_is_refused(name, link::HelloReason::kLaunch, getpid(), getppid());
+            }),
+            0);
+  // Claims to be a fork child of a process with no link.
+  EXPECT_EQ(in_child([&] {
+              return hello_is_refused(name, link::HelloReason::kFork, getpid(), getppid());
+            }),
+            0);
+  // An expected pid, but the HELLO names another.
+  const pid_t self = getpid();
+  d.listener().expect(self);
+  EXPECT_EQ(hello_is_refused(name, link::HelloReason::kAttach, self + 1, 1), 0);
+  int err = 0;
+  EXPECT_EQ(d.listener().wait_for(self, 0ms, &err), nullptr);
+  EXPECT_TRUE(d.listener().links().empty());
+  // The check of the checker: the same HELLO with the true pid becomes a link.
+  EXPECT_EQ(hello_is_refused(name, link::HelloReason::kAttach, self, getppid()), 1);
+  EXPECT_NE(d.listener().wait_for(self, kWait, &err), nullptr);
+}
+
+// Attach: the injector's call into the agent, made here by the program itself while the
+// test traces it (the agent accepts only its tracer). Detach leaves the agent idle with
+// the code as it was; a second attach works.
+TEST(AgentAttach, AttachDetachAttachAgain) {
+  constexpr long kN = 50;
+  TestDaemon d;
+  Child c;
+  int in[2], out[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  c.pid = fork();
+  ASSERT_GE(c.pid, 0);
+  if (c.pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB,
+          std::to_string(kN).c_str(), nullptr);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  c.in = in[1];
+  c.out = out[0];
+  std::string line;
+
+  // Not traced by the daemon: refused.
+  ASSERT_TRUE(c.send_line(d.listener().name()));
+  ASSERT_TRUE(c.read_line(&line));
+  EXPECT_EQ(line, "attach " + std::to_string(-EPERM));
+  ASSERT_TRUE(c.send_line("not-a-link-name"));
+  ASSERT_TRUE(c.read_line(&line));
+  EXPECT_EQ(line, "attach " + std::to_string(-EINVAL));
+
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
+    d.listener().expect(c.pid);
+    ASSERT_TRUE(c.send_line(d.listener().name()));
+    int err = 0;
+    Target t;
+    t.pid = c.pid;
+    t.link = d.listener().wait_for(c.pid, kWait, &err);
+    ASSERT_NE(t.link, nullptr) << err;
+    EXPECT_EQ(t.link->hello().reason, link::HelloReason::kAttach);
+    ASSERT_TRUE(c.read_line(&line));
+    EXPECT_EQ(line, "attach 0");
+    // The injector's ptrace ends here.
+    ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
+    ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, nullptr), 0);
+
+    ASSERT_TRUE(d.setup(&t));
+    Event add, sq;
+    ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64 b=%si:s64", 1, 0, &add));
+    ASSERT_TRUE(d.define(&t, "r:test/sq probefs_target_square ret=$retval:s64", 2, 1, &sq));
+    const uint64_t add_addr = address_of(&t, "probefs_target_add");
+    ASSERT_TRUE(c.send_line("go"));
+    ASSERT_TRUE(c.read_line(&line));
+    ASSERT_EQ(line, "done");
+    const std::vector<Rec> all = TestDaemon::drain(&t);
+    const std::vector<Rec> adds = of_event(all, 1), sqs = of_event(all, 2);
+    ASSERT_EQ(adds.size(), static_cast<size_t>(kN));
+    ASSERT_EQ(sqs.size(), static_cast<size_t>(kN));
+    for (long i = 0; i < kN; ++i) {
+      EXPECT_EQ(add.field(adds[i], "b"), 1000 + i);
+      EXPECT_EQ(sq.field(sqs[i], "ret"), i * i);
+    }
+    // A second attach while linked is refused.
+    ASSERT_TRUE(c.send_line(d.listener().name()));
+    ASSERT_TRUE(c.read_line(&line));
+    EXPECT_EQ(line, "attach " + std::to_string(-EBUSY));
+
+    const tracee::LinkResult r = t.link->detach();
+    EXPECT_EQ(r.error, 0) << r.message;
+    EXPECT_TRUE(t.link->closed());
+    const std::vector<uint8_t> now = read_mem(c.pid, add_addr, 1);
+    ASSERT_EQ(now.size(), 1u);
+    EXPECT_NE(now[0], 0xcc);
+    EXPECT_NE(now[0], 0xe9);
+    // Idle: the program runs untraced (nothing more in the old area).
+    ASSERT_TRUE(c.send_line("go"));
+    ASSERT_TRUE(c.read_line(&line));
+    ASSERT_EQ(line, "done");
+    EXPECT_EQ(TestDaemon::drain(&t).size(), 0u);
+  }
+  c.close_stdin();
+  ASSERT_TRUE(c.wait_exit());
+  EXPECT_TRUE(c.exited_ok());
 }
 
 }  // namespace
