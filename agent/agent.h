@@ -124,6 +124,8 @@ bool fault_fixup_installed();
 // Registers the hook probe on the dynamic linker's r_brk. 0 or a negative errno.
 int install_dl_hook();
 void remove_dl_hook();
+// The hook's address while it is registered, else 0.
+uintptr_t dl_hook_address();
 // The control thread received a message that belongs to a MAPPED exchange in flight
 // (a DEFINE with kFlagAnswer, or the REPLY to MAPPED): true when the mailbox took it.
 bool dl_mailbox_offer(const link::Message& m);

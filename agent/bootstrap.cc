@@ -96,7 +96,6 @@ int ensure_engine() {
   if (g_engine_ready) return 0;
   probecore::set_symbol_resolver(&defined_symbols());
   (void)probecore::within_kprobe_blacklist(0);  // initialises the engine
-  if (int rc = install_guards(); rc) return rc;
   if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) return -ENOMEM;
   g_engine_ready = true;
   return 0;
@@ -268,7 +267,8 @@ int send_hello(link::HelloReason reason) {
   return send_on_link(m);
 }
 
-// Takes fd as the link: g_ctl_mu held.
+// Takes fd as the link, on a thread of the program's (the signal guards adopt its mask):
+// g_ctl_mu held.
 void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
   {
     std::lock_guard s(g_send_mu);
@@ -278,6 +278,9 @@ void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
   g_daemon_pid = daemon_pid;
   g_linked.store(true);
   dl_mailbox_open();
+  // Without the guards the program could displace the engine's signals, and fetch reads
+  // go through system calls (AreaState::fault_tolerant stays off); tracing goes on.
+  (void)install_guards();
 }
 
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
