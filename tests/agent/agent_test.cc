@@ -15,6 +15,18 @@ namespace {
 
 constexpr long kCalls = 1000;
 
+// Whether process pid has a handler for sig (/proc/PID/status SigCgt).
+bool catches_signal(pid_t pid, int sig) {
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long mask = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
+  fclose(f);
+  return (mask >> (sig - 1)) & 1;
+}
+
 // The agent is dlopen'ed at attach: its static TLS must fit what glibc keeps for that.
 TEST(AgentLoad, DlopenIntoAProgramThatDoesNotLinkIt) {
   Child c;
@@ -49,11 +61,20 @@ TEST(AgentLaunch, EntryAndReturnEventsFromMainOn) {
   ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64 b=%si:s64", 1, 0, &add));
   ASSERT_TRUE(d.define(&t, "r:test/sq probefs_target_square ret=$retval:s64 x=$arg1:s64", 2, 1,
                        &sq));
+  Event greet;
+  ASSERT_TRUE(d.define(&t, "p:test/greet probefs_target_greet s=+0(%di):string", 3, 2, &greet));
+  // The agent owns SIGSEGV now (its fault fixup reads the strings).
+  EXPECT_TRUE(catches_signal(t.pid, SIGSEGV));
   ASSERT_EQ(t.link->go().error, 0);
   ASSERT_TRUE(c.wait_exit());
   ASSERT_TRUE(c.exited_ok());
 
   const std::vector<Rec> all = TestDaemon::drain(&t);
+  const std::vector<Rec> greets = of_event(all, 3);
+  ASSERT_EQ(greets.size(), 3u);
+  EXPECT_EQ(greet.str(greets[0], "s"), "hello");
+  EXPECT_EQ(greet.str(greets[1], "s"), "(fault)");
+  EXPECT_EQ(greet.str(greets[2], "s"), "(fault)");
   const std::vector<Rec> adds = of_event(all, 1), sqs = of_event(all, 2);
   ASSERT_EQ(adds.size(), static_cast<size_t>(kCalls));
   ASSERT_EQ(sqs.size(), static_cast<size_t>(kCalls));

@@ -1,6 +1,7 @@
 // The program the agent tests trace: calls with known arguments and known results.
 //
-//   target calls N           add(i, 1000 + i) and square(i) for i in [0, N), then exits 0
+//   target calls N           add(i, 1000 + i) and square(i) for i in [0, N), then
+//                            greet("hello"), greet(NULL), greet((char*)8); exits 0
 //   target phases N K        K phases: waits for a line on stdin, runs `calls N`, prints
 //                            "done\n"; exits 0 at EOF
 //   target loop              add(i, 1) until stdin ends, aborting on a wrong result; prints
@@ -34,6 +35,12 @@ __attribute__((noinline)) long probefs_target_add(long a, long b) {
 __attribute__((noinline)) long probefs_target_square(long x) {
   __asm__ volatile("" ::: "memory");
   return x * x;
+}
+
+// Takes a string and never reads it: the tests pass bad pointers.
+__attribute__((noinline)) int probefs_target_greet(const char* s) {
+  __asm__ volatile("" ::: "memory");
+  return s != NULL;
 }
 
 static void check(int ok, const char* what) {
@@ -72,6 +79,9 @@ int main(int argc, char** argv) {
   const char* mode = argv[1];
   if (!strcmp(mode, "calls") && argc == 3) {
     calls(atol(argv[2]), 1000);
+    check(probefs_target_greet("hello") == 1, "greet");
+    check(probefs_target_greet(NULL) == 0, "greet");
+    check(probefs_target_greet((const char*)8) == 1, "greet");
     return 0;
   }
   if (!strcmp(mode, "phases") && argc == 3) return phases(atol(argv[2]));
