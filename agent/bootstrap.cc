@@ -147,6 +147,29 @@ void send_reply(uint32_t seq, link::Reply r) {
 
 enum class Outcome { kContinue, kGo, kDetached };
 
+// DETACH: everything goes and the agent is idle before the reply leaves, so that the
+// daemon may attach again as soon as it has it. The link is closed after the reply; the
+// serving thread then ends without touching the agent's state again.
+void detach_now(uint32_t seq) {
+  dl_mailbox_close();
+  int fd;
+  {
+    std::lock_guard l(g_ctl_mu);
+    teardown();
+    std::lock_guard s(g_send_mu);
+    fd = g_link_fd;
+    g_link_fd = -1;
+    g_linked.store(false);
+    g_control_running.store(false);
+  }
+  link::Message m;
+  m.type = link::MsgType::kReply;
+  m.seq = seq;
+  m.body = link::Reply{};
+  (void)link::send_message(fd, m, kSendTimeout);
+  ::close(fd);
+}
+
 Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
   link::Message m;
   m.type = static_cast<link::MsgType>(0);  // stays 0 when even the header is unsound
@@ -173,15 +196,10 @@ Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
       if (received_fd >= 0) ::close(received_fd);
       send_reply(m.seq, {});
       return Outcome::kGo;
-    case link::MsgType::kDetach: {
+    case link::MsgType::kDetach:
       if (received_fd >= 0) ::close(received_fd);
-      {
-        std::lock_guard l(g_ctl_mu);
-        teardown();
-      }
-      send_reply(m.seq, {});
+      detach_now(m.seq);
       return Outcome::kDetached;
-    }
     default: {
       link::Reply r;
       {
@@ -194,11 +212,11 @@ Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
   }
 }
 
-// The link ended (EOF, DETACH, a failed handshake): everything goes, the agent idles.
-void end_link(bool torn_down) {
+// The link ended (EOF, an error, a failed handshake): everything goes, the agent idles.
+void end_link() {
   dl_mailbox_close();
   std::lock_guard l(g_ctl_mu);
-  if (!torn_down) teardown();
+  teardown();
   {
     std::lock_guard s(g_send_mu);
     if (g_link_fd >= 0) ::close(g_link_fd);
@@ -231,7 +249,7 @@ void* control_main(void*) {
       break;
     }
   }
-  end_link(torn_down);
+  if (!torn_down) end_link();  // after DETACH, detach_now() has done it all
   return nullptr;
 }
 
@@ -298,7 +316,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
     adopt_link(fd, name, daemon_pid);
   }
   if (send_hello(reason) != 0) {
-    end_link(false);
+    end_link();
     return false;
   }
   const auto deadline = Clock::now() + kGoTimeout;
@@ -314,14 +332,11 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
       continue;
     }
     if (n <= 0) {
-      end_link(false);
+      end_link();
       return false;
     }
     const Outcome o = serve_packet(buf, received);
-    if (o == Outcome::kDetached) {
-      end_link(true);
-      return false;
-    }
+    if (o == Outcome::kDetached) return false;
     if (o == Outcome::kGo) break;
   }
   {
@@ -329,7 +344,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
     (void)install_dl_hook();
   }
   if (start_control_thread() != 0) {
-    end_link(false);
+    end_link();
     return false;
   }
   return true;
@@ -461,7 +476,7 @@ extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const
   }
   if (rc == 0) rc = send_hello(probefs::events::link::HelloReason::kAttach);
   if (rc == 0) rc = start_control_thread();
-  if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link(false);
+  if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link();
   probefs::probecore::set_engine_thread(was);
   return rc;
 }

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <set>
 
-#include "tests/agent/agent_test_util.h"
+#include "tests/tracee/agent_test_util.h"
 
 namespace probefs::agent_test {
 namespace {
@@ -639,6 +639,27 @@ TEST(AgentLink, ConnectionsFromOtherProcessesAreRefused) {
   EXPECT_NE(d.listener().wait_for(self, kWait, &err), nullptr);
 }
 
+// Waits for the link of a process this thread ptrace-seized, passing on the signals that
+// stop it meanwhile (the engine's own, while the agent registers its probes), as an
+// injector does.
+std::shared_ptr<tracee::AgentLink> wait_link_while_tracing(TestDaemon& d, pid_t pid) {
+  const auto deadline = Clock::now() + kWait;
+  while (Clock::now() < deadline) {
+    int err = 0;
+    if (auto lk = d.listener().wait_for(pid, 5ms, &err)) return lk;
+    int status = 0;
+    const pid_t w = waitpid(pid, &status, WNOHANG | __WALL);
+    if (w == pid && WIFSTOPPED(status)) {
+      const int sig = WSTOPSIG(status);
+      const bool event_stop = (status >> 16) != 0;  // PTRACE_EVENT_STOP and the like
+      ptrace(PTRACE_CONT, pid, nullptr, event_stop ? 0 : sig);
+    } else if (w == pid) {
+      return nullptr;  // it died
+    }
+  }
+  return nullptr;
+}
+
 // Attach: the injector's call into the agent, made here by the program itself while the
 // test traces it (the agent accepts only its tracer). Detach leaves the agent idle with
 // the code as it was; a second attach works.
@@ -677,11 +698,11 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
     ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
     d.listener().expect(c.pid);
     ASSERT_TRUE(c.send_line(d.listener().name()));
-    int err = 0;
     Target t;
     t.pid = c.pid;
-    t.link = d.listener().wait_for(c.pid, kWait, &err);
-    ASSERT_NE(t.link, nullptr) << err;
+    t.link = wait_link_while_tracing(d, c.pid);
+    if (!t.link && c.read_line(&line, 1s)) ADD_FAILURE() << "the program says: " << line;
+    ASSERT_NE(t.link, nullptr);
     EXPECT_EQ(t.link->hello().reason, link::HelloReason::kAttach);
     ASSERT_TRUE(c.read_line(&line));
     EXPECT_EQ(line, "attach 0");
@@ -689,7 +710,10 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
     ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
     int status = 0;
     ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
-    ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, nullptr), 0);
+    ASSERT_TRUE(WIFSTOPPED(status));
+    // A signal that stopped it first goes on with the detach.
+    const int pending = (status >> 16) == 0 ? WSTOPSIG(status) : 0;
+    ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, pending), 0);
 
     ASSERT_TRUE(d.setup(&t));
     Event add, sq;
