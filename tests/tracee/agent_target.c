@@ -14,13 +14,15 @@
 //   target attach AGENT N    dlopen(AGENT), then for each line of stdin: "go" runs
 //                            `calls N` and prints "done"; anything else is a link name
 //                            for probefs_agent_attach, whose result it prints
-//                            ("attach RC")
+//                            ("attach RC"); "exec" execs `target calls N`
+//   target threads T N       T threads started after main, each add(k, i) for i in [0, N)
 //   target dlopen-agent AGENT  dlopen(AGENT) with RTLD_NOW and prints "ok"
 //
 // Each call's result is checked, so a probe that changed a register or the stack would
 // make the program fail.
 #include <dlfcn.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,14 @@ static void calls(long n, long base) {
     check(probefs_target_add(i, base + i) == base + 2 * i, "add");
     check(probefs_target_square(i) == i * i, "square");
   }
+}
+
+static long g_thread_calls;
+
+static void* thread_calls(void* arg) {
+  const long k = (long)arg;
+  for (long i = 0; i < g_thread_calls; ++i) check(probefs_target_add(k, i) == k + i, "add");
+  return NULL;
 }
 
 static int read_line(char* buf, size_t cap) {
@@ -147,11 +157,25 @@ int main(int argc, char** argv) {
       if (!strcmp(line, "go")) {
         calls(n, 1000);
         printf("done\n");
+      } else if (!strcmp(line, "exec")) {
+        char* args[] = {argv[0], (char*)"calls", argv[3], NULL};
+        execv("/proc/self/exe", args);
+        return 12;
       } else {
         printf("attach %d\n", attach(line));
       }
       fflush(stdout);
     }
+    return 0;
+  }
+  if (!strcmp(mode, "threads") && argc == 4) {
+    const long nthreads = atol(argv[2]);
+    g_thread_calls = atol(argv[3]);
+    pthread_t t[64];
+    if (nthreads < 1 || nthreads > 64) return 13;
+    for (long k = 0; k < nthreads; ++k)
+      if (pthread_create(&t[k], NULL, thread_calls, (void*)k) != 0) return 14;
+    for (long k = 0; k < nthreads; ++k) pthread_join(t[k], NULL);
     return 0;
   }
   if (!strcmp(mode, "dlopen-agent") && argc == 3) {

@@ -1,5 +1,6 @@
 // The agent in real processes: launched with the agent preloaded, driven over the link by
 // a test daemon (agent_test_util.h), its records read back from the ring area.
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -752,6 +753,181 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
   c.close_stdin();
   ASSERT_TRUE(c.wait_exit());
   EXPECT_TRUE(c.exited_ok());
+}
+
+// Threads started after the probes were placed: each claims its own ring, every call is
+// recorded once, with its thread's id.
+TEST(AgentThreads, ThreadsStartedLaterEachRecordInTheirOwnRing) {
+  constexpr long kThreads = 8, kN = 2000;
+  TestDaemon d;
+  Child c;
+  Target t;
+  ASSERT_TRUE(d.launch({PROBEFS_AGENT_TARGET, "threads", std::to_string(kThreads),
+                        std::to_string(kN)},
+                       &c, &t));
+  ASSERT_TRUE(d.setup(&t));
+  Event add;
+  ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64 b=%si:s64", 1, 0, &add));
+  ASSERT_EQ(t.link->go().error, 0);
+  ASSERT_TRUE(c.wait_exit());
+  ASSERT_TRUE(c.exited_ok());
+  const std::vector<Rec> adds = of_event(TestDaemon::drain(&t), 1);
+  ASSERT_EQ(adds.size(), static_cast<size_t>(kThreads * kN));
+  std::map<int32_t, std::vector<int64_t>> by_tid;  // b values in ring order
+  std::map<int32_t, int64_t> thread_of;
+  for (const Rec& r : adds) {
+    by_tid[r.tid].push_back(add.field(r, "b"));
+    const int64_t k = add.field(r, "a");
+    auto [it, fresh] = thread_of.emplace(r.tid, k);
+    EXPECT_EQ(it->second, k) << "one thread, one k";
+  }
+  ASSERT_EQ(by_tid.size(), static_cast<size_t>(kThreads));
+  std::set<int64_t> ks;
+  for (const auto& [tid, bs] : by_tid) {
+    EXPECT_NE(tid, t.pid);  // not the main thread
+    ks.insert(thread_of[tid]);
+    ASSERT_EQ(bs.size(), static_cast<size_t>(kN));
+    for (long i = 0; i < kN; ++i) EXPECT_EQ(bs[i], i);
+  }
+  EXPECT_EQ(ks.size(), static_cast<size_t>(kThreads));
+  EXPECT_EQ(t.reader->hits(0), static_cast<uint64_t>(kThreads * kN));
+  EXPECT_EQ(t.reader->stats().corrupt, 0u);
+}
+
+// The daemon really killed: a process of its own launches the target and is then killed
+// with SIGKILL. The target's probes go, and it runs on with correct results.
+TEST(AgentTracerDeath, DaemonKilledWithSigkill) {
+  // The target outlives its parent (the daemon): it comes back to this process to reap.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int in[2], report[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child daemon;
+  daemon.pid = fork();
+  ASSERT_GE(daemon.pid, 0);
+  if (daemon.pid == 0) {
+    close(in[1]);
+    close(report[0]);
+    TestDaemon d;
+    Target t;
+    int out = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    tracee::LaunchOptions o;
+    o.argv = {PROBEFS_AGENT_TARGET, "loop"};
+    o.agent_path = PROBEFS_AGENT_LIB;
+    o.stdin_fd = in[0];
+    o.stdout_fd = out;
+    tracee::Launched l;
+    std::string why;
+    if (tracee::launch(d.listener(), o, &l, &why) != 0) _exit(2);
+    t.pid = l.pid;
+    t.link = l.link;
+    if (!d.setup(&t)) _exit(3);
+    int err = 0;
+    t.symbols = tracee::ProcessSymbols::load(t.pid, &err);
+    if (!t.symbols) _exit(4);
+    tracee::ResolvedSymbol rs;
+    if (t.symbols->resolve("probefs_target_add", &rs) != 0) _exit(5);
+    const std::vector<uint8_t> original = read_mem(t.pid, rs.addr, 8);
+    Event add;
+    if (original.size() != 8 || !d.define(&t, "p:test/add probefs_target_add a=%di:s64", 1, 0, &add))
+      _exit(6);
+    if (t.link->go().error != 0) _exit(7);
+    const auto deadline = Clock::now() + kWait;
+    while (t.reader->hits(0) == 0 && Clock::now() < deadline) sched_yield();
+    if (t.reader->hits(0) == 0) _exit(8);
+    struct {
+      pid_t pid;
+      uint64_t addr;
+      uint8_t bytes[8];
+    } msg{t.pid, rs.addr, {}};
+    std::memcpy(msg.bytes, original.data(), 8);
+    if (write(report[1], &msg, sizeof msg) != sizeof msg) _exit(9);
+    for (;;) pause();  // until killed
+  }
+  close(in[0]);
+  close(report[1]);
+  struct {
+    pid_t pid;
+    uint64_t addr;
+    uint8_t bytes[8];
+  } msg{};
+  pollfd p{report[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())), 1);
+  ASSERT_EQ(read(report[0], &msg, sizeof msg), static_cast<ssize_t>(sizeof msg));
+  close(report[0]);
+  Child target;
+  target.pid = msg.pid;
+  target.in = in[1];
+  const std::vector<uint8_t> original(msg.bytes, msg.bytes + 8);
+  ASSERT_NE(read_mem(target.pid, msg.addr, 8), original);
+
+  const auto killed_at = Clock::now();
+  ASSERT_EQ(kill(daemon.pid, SIGKILL), 0);
+  ASSERT_TRUE(daemon.wait_exit());
+  bool restored = false;
+  while (!restored && Clock::now() < killed_at + 10s) {
+    restored = read_mem(target.pid, msg.addr, 8) == original;
+    if (!restored) sched_yield();
+  }
+  EXPECT_TRUE(restored);
+  std::printf("probes removed %lld ms after the daemon was killed\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         Clock::now() - killed_at).count()));
+  target.close_stdin();
+  ASSERT_TRUE(target.wait_exit());
+  EXPECT_TRUE(target.exited_ok());
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+// An attached program that execs: its link ends (CLOEXEC) and the new image, which has no
+// agent (nothing preloads it), runs untraced. (A launched program's new image is traced:
+// ExecImageIsTraced.)
+TEST(AgentAttach, ExecOfAnAttachedProgramEndsItsTracing) {
+  TestDaemon d;
+  Child c;
+  int in[2], out[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  c.pid = fork();
+  ASSERT_GE(c.pid, 0);
+  if (c.pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB, "10",
+          nullptr);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  c.in = in[1];
+  c.out = out[0];
+  ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
+  d.listener().expect(c.pid);
+  ASSERT_TRUE(c.send_line(d.listener().name()));
+  Target t;
+  t.pid = c.pid;
+  t.link = wait_link_while_tracing(d, c.pid);
+  ASSERT_NE(t.link, nullptr);
+  std::string line;
+  ASSERT_TRUE(c.read_line(&line));
+  EXPECT_EQ(line, "attach 0");
+  ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
+  ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, (status >> 16) == 0 ? WSTOPSIG(status) : 0), 0);
+  ASSERT_TRUE(d.setup(&t));
+  Event add;
+  ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64", 1, 0, &add));
+  ASSERT_TRUE(c.send_line("exec"));
+  tracee::LinkEvent ev;
+  ASSERT_TRUE(d.next_event(&ev));
+  EXPECT_EQ(ev.kind, tracee::LinkEvent::kClosed);
+  EXPECT_EQ(ev.link, t.link);
+  c.close_stdin();
+  ASSERT_TRUE(c.wait_exit());
+  EXPECT_TRUE(c.exited_ok());
+  EXPECT_EQ(TestDaemon::drain(&t).size(), 0u);
+  EXPECT_FALSE(d.next_event(&ev, 0ms));
 }
 
 }  // namespace
