@@ -63,7 +63,7 @@ struct AreaState {
   events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread
   uint32_t generation = 0;  // distinct for every area this process ever had
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
-  bool fault_tolerant = false;  // read through the SIGSEGV fixup (link::kSetupFaultTolerantReads)
+  bool fault_tolerant = false;  // read through the SIGSEGV fixup (see link::kSetupSyscallReads)
 };
 
 extern std::atomic<AreaState*> g_area;

@@ -106,7 +106,7 @@ void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
   as->generation = ++g_area_generation;
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());
-  as->fault_tolerant = (s.options & link::kSetupFaultTolerantReads) && fault_fixup_installed();
+  as->fault_tolerant = !(s.options & link::kSetupSyscallReads) && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();
   replace_area(as);

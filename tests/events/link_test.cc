@@ -73,11 +73,11 @@ TEST(Link, EveryMessageRoundTrips) {
   m.seq = 9;
 
   m.type = MsgType::kSetup;
-  m.body = SetupMsg{1 << 20, 2, kSetupFaultTolerantReads};
+  m.body = SetupMsg{1 << 20, 2, kSetupSyscallReads};
   SetupMsg s = std::get<SetupMsg>(roundtrip(m).body);
   EXPECT_EQ(s.area_size, 1u << 20);
   EXPECT_EQ(s.trace_clock, 2u);
-  EXPECT_EQ(s.options, kSetupFaultTolerantReads);
+  EXPECT_EQ(s.options, kSetupSyscallReads);
 
   m.type = MsgType::kDefine;
   m.flags = kFlagAnswer;

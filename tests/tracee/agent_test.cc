@@ -115,6 +115,26 @@ uint64_t address_of(Target* t, const std::string& sym) {
   return rs.addr;
 }
 
+// Fetch reads through a system call each (SETUP's kSetupSyscallReads) give the same
+// values as through the fault fixup.
+TEST(AgentLaunch, StringsThroughSystemCalls) {
+  TestDaemon d;
+  Child c;
+  Target t;
+  ASSERT_TRUE(d.launch({PROBEFS_AGENT_TARGET, "calls", "3"}, &c, &t));
+  ASSERT_TRUE(d.setup(&t, 256 * 1024, link::kSetupSyscallReads));
+  Event greet;
+  ASSERT_TRUE(d.define(&t, "p:test/greet probefs_target_greet s=+0(%di):string", 3, 2, &greet));
+  ASSERT_EQ(t.link->go().error, 0);
+  ASSERT_TRUE(c.wait_exit());
+  ASSERT_TRUE(c.exited_ok());
+  const std::vector<Rec> greets = of_event(TestDaemon::drain(&t), 3);
+  ASSERT_EQ(greets.size(), 3u);
+  EXPECT_EQ(greet.str(greets[0], "s"), "hello");
+  EXPECT_EQ(greet.str(greets[1], "s"), "(fault)");
+  EXPECT_EQ(greet.str(greets[2], "s"), "(fault)");
+}
+
 // Disable, enable, filters, remove, LIST and PROFILE while the program runs; between
 // phases the counts are exact.
 TEST(AgentControl, DisableFilterRemoveListProfile) {

@@ -198,7 +198,7 @@ class TestDaemon {
 
   // A ring area for the target, handed over with SETUP.
   bool setup(Target* t, uint32_t ring_bytes = 256 * 1024,
-             uint32_t options = link::kSetupFaultTolerantReads) {
+             uint32_t options = 0) {
     events::RingGeometry g;
     g.ring_count = 16;
     g.ring_bytes = ring_bytes;
