@@ -37,8 +37,11 @@
 // semantics (commit): the consumer reads head with acquire and then only the bytes before
 // it. Nothing a producer does between reserve and commit is visible, so a thread killed
 // there leaves the ring as it was before the reservation. The consumer stores tail with
-// release once it is done with a record; the producer writes over those bytes only after
-// it read that tail (acquire).
+// release once it is done with records; the producer writes over those bytes only after
+// it read that tail (acquire). The consumer stores its tail in batches (a sixteenth of
+// the ring, or whenever it has caught up) rather than per record, as each store costs a
+// cache-line transfer between the two; so a busy reader may hold back up to that much
+// room from the producer.
 //
 // Full ring: the new record is dropped (the kernel's non-overwrite mode) and counted in
 // `lost`; the next record that fits carries the cumulative count, so the consumer tells
@@ -55,9 +58,11 @@
 //
 // Timestamps are read in process without a system call (RingAreaHeader::stamp_mode):
 // the TSC with the CPU number from TSC_AUX, which Linux sets to cpu | node << 12 on every
-// CPU, read by rdpid (one cheap instruction next to rdtsc) or rdtscp; or, for the
-// `counter` trace clock, an atomic increment of the area's counter. The daemon converts
-// TSC stamps to the chosen trace clock (events/trace_clock.h).
+// CPU, read by rdtsc + rdpid (about 10 ns together on our VMs, rdpid alone under 1 ns) or,
+// on CPUs without rdpid, rdtscp (about 19 ns: it waits for the instructions before it);
+// or, for the `counter` trace clock, an atomic increment of the area's counter. The
+// daemon converts TSC stamps to the chosen trace clock (events/trace_clock.h). A process
+// that disables the TSC for itself (prctl PR_SET_TSC) faults on its first record.
 //
 // Waking the reader costs no system call per record: the consumer sets `sleeping` before
 // it futex-waits on wake_seq (with a bounded timeout), and a producer that finds the flag
@@ -69,8 +74,8 @@
 // the reader its timeout in latency, never a hang.
 //
 // Threads: the producer functions run on the hit path of the thread that owns the
-// RingProducer: no allocation, no locks, no library calls, no system call except the wake
-// and the rare claim; they compile with -O2 -mgeneral-regs-only.
+// RingProducer: no allocation, no locks, no library calls, no system call but the wake;
+// they compile with -O2 -mgeneral-regs-only (tests/events/check_ring_hit_path.sh).
 //
 // The area is writable by the traced process, so the daemon treats every byte of it as
 // hostile (ring_consumer.h). The producer trusts the header, which only the daemon writes:
@@ -303,7 +308,11 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
   if (need >= p->size) return false;
   const uint32_t n = static_cast<uint32_t>(need);
   if (fits(p->head, p->tail_cache, n, p->size, off)) return true;
-  p->tail_cache = load_acquire(&p->ctl->tail);
+  uint32_t tail = load_acquire(&p->ctl->tail);
+  // Only the daemon writes the tail, but it lies in memory the process can scribble on:
+  // whatever it reads, the producer writes inside its ring.
+  if (tail >= p->size || tail % 8 != 0) tail = p->head;
+  p->tail_cache = tail;
   return fits(p->head, p->tail_cache, n, p->size, off);
 }
 
@@ -387,8 +396,9 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p) {
     // from its head. A head the daemon could not have left (odd or out of range) starts
     // over at the tail.
     uint32_t head = load_relaxed(&ctl->head);
-    const uint32_t tail = load_acquire(&ctl->tail);
-    if (head >= p->size || head % 8 != 0) head = tail < p->size && tail % 8 == 0 ? tail : 0;
+    uint32_t tail = load_acquire(&ctl->tail);
+    if (tail >= p->size || tail % 8 != 0) tail = 0;
+    if (head >= p->size || head % 8 != 0) head = tail;
     p->head = head;
     p->tail_cache = tail;
     p->lost = load_relaxed(&ctl->lost);

@@ -147,13 +147,13 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   geometry_ = g;
   layout_ = l;
   states_.assign(g.ring_count, State{});
-  // Start where the rings are now (an area reused by a new reader, or one the process
-  // wrote into before it was attached): a tail out of range starts at the head.
+  // Start where the rings are now: at the first record no reader consumed (all of them,
+  // in an area the process wrote into before the reader attached); a tail out of range
+  // starts at the head. Every loss counted so far is still to be reported.
   for (uint32_t i = 0; i < g.ring_count; ++i) {
     const uint32_t t = load_relaxed(&control(i)->tail);
     uint32_t h;
     states_[i].tail = head_ok(t, g.ring_bytes) ? t : (head(i, &h) ? h : 0);
-    states_[i].lost_reported = load_relaxed(&control(i)->lost);
   }
   folded_hits_.assign(g.probe_slots, 0);
   hits_base_.assign(g.probe_slots, 0);
@@ -163,16 +163,16 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   return 0;
 }
 
-RingControl* RingAreaReader::control(uint32_t ring) const {
+inline RingControl* RingAreaReader::control(uint32_t ring) const {
   return reinterpret_cast<RingControl*>(base_ + layout_.rings_offset +
                                         uint64_t{ring} * layout_.ring_stride);
 }
 
-const uint8_t* RingAreaReader::data(uint32_t ring) const {
+inline const uint8_t* RingAreaReader::data(uint32_t ring) const {
   return reinterpret_cast<const uint8_t*>(control(ring)) + layout_.data_offset;
 }
 
-const uint64_t* RingAreaReader::ring_hits(uint32_t ring) const {
+inline const uint64_t* RingAreaReader::ring_hits(uint32_t ring) const {
   return reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(control(ring)) +
                                            layout_.hits_offset);
 }
@@ -185,7 +185,7 @@ const uint64_t* RingAreaReader::misses_array() const {
   return fallback_hits() + geometry_.probe_slots;
 }
 
-bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
+inline bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
   const uint32_t h = load_acquire(&control(ring)->head);
   if (!head_ok(h, geometry_.ring_bytes)) return false;
   *out = h;
@@ -194,8 +194,8 @@ bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
 
 // Reads the record at `off` (a padding marker first, at most one) of the records that end
 // at `head`. Every value comes from shared memory once and is checked before it is used.
-RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off, uint32_t head,
-                                                  Parsed* out) const {
+inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off,
+                                                         uint32_t head, Parsed* out) const {
   const uint32_t size = geometry_.ring_bytes;
   const uint8_t* d = data(ring);
   uint32_t cur = off;
@@ -240,13 +240,14 @@ RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off, u
   return ParseResult::kCorrupt;  // padding right after padding
 }
 
-uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) {
+inline uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) {
   if (!(p.flags & kRingFlagLostCount) || p.lost_count < reported) return 0;
   return p.lost_count - reported;
 }
 
-void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
-                          std::vector<uint8_t>* buf, RingRecord* out) const {
+inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
+                                 uint32_t owner, std::vector<uint8_t>* buf,
+                                 RingRecord* out) const {
   const uint32_t extra = (p.flags & kRingFlagLostCount) ? 8 : 0;
   if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
   // parse() checked that the payload lies inside the ring's data.
@@ -254,13 +255,13 @@ void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
   out->stamp = p.stamp;
   out->lost_before = lost;
   out->cpu = p.cpu & 0xfff;
-  out->tid = owner(ring) & kRingOwnerTidMask;
+  out->tid = owner & kRingOwnerTidMask;
   out->ring = ring;
   out->counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
   out->payload = std::span<const uint8_t>(buf->data(), p.len);
 }
 
-void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
+inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
   State& st = states_[ring];
   const uint64_t lost = lost_before(p, st.lost_reported);
   if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
@@ -269,6 +270,14 @@ void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
   st.consumed += p.advance;
   ++stats_.records;
   stats_.lost_reported += lost;
+  st.unpublished += p.advance;
+  if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
+}
+
+inline void RingAreaReader::publish(uint32_t ring) {
+  State& st = states_[ring];
+  if (st.unpublished == 0) return;
+  st.unpublished = 0;
   store_release(&control(ring)->tail, st.tail);
 }
 
@@ -288,6 +297,7 @@ void RingAreaReader::skip_corrupt(uint32_t ring) {
   ++stats_.corrupt;
   st.consumed += distance(st.tail, h, geometry_.ring_bytes);
   st.tail = h;
+  st.unpublished = 0;
   store_release(&control(ring)->tail, st.tail);
 }
 
@@ -300,9 +310,11 @@ bool RingAreaReader::front(uint32_t ring, RingRecord* out) {
     skip_corrupt(ring);
     return false;
   }
+  const uint32_t owner_now = owner(ring);
   Parsed p;
   switch (parse(ring, st.tail, h, &p)) {
     case ParseResult::kEmpty:
+      publish(ring);
       return false;
     case ParseResult::kCorrupt:
       skip_corrupt(ring);
@@ -310,7 +322,7 @@ bool RingAreaReader::front(uint32_t ring, RingRecord* out) {
     case ParseResult::kRecord:
       break;
   }
-  fill(ring, p, lost_before(p, st.lost_reported), &buf_, out);
+  fill(ring, p, lost_before(p, st.lost_reported), owner_now, &buf_, out);
   front_ = p;
   front_ring_ = ring;
   front_valid_ = true;
@@ -357,7 +369,7 @@ bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
     case ParseResult::kRecord:
       break;
   }
-  fill(c->ring, p, lost_before(p, c->lost_reported), &buf_, out);
+  fill(c->ring, p, lost_before(p, c->lost_reported), owner(c->ring), &buf_, out);
   if (p.flags & kRingFlagLostCount) c->lost_reported = std::max(c->lost_reported, p.lost_count);
   c->off = p.next;
   c->pos += p.advance;
@@ -381,6 +393,7 @@ void RingAreaReader::clear() {
     st.consumed += distance(st.tail, h, geometry_.ring_bytes);
     st.tail = h;
     st.lost_reported = std::max(st.lost_reported, load_relaxed(&control(i)->lost));
+    st.unpublished = 0;
     store_release(&control(i)->tail, st.tail);
   }
 }
@@ -403,6 +416,8 @@ uint32_t RingAreaReader::reclaim() {
     } else if (h != st.tail) {
       continue;  // records still to read; freed on a later call
     }
+    // The next owner starts from the tail it reads.
+    publish(i);
     // The owner is gone: nobody writes these counters any more.
     uint64_t* hits = const_cast<uint64_t*>(ring_hits(i));
     for (uint32_t s = 0; s < geometry_.probe_slots; ++s) {
@@ -476,28 +491,36 @@ void RingMerger::add(RingAreaReader* reader, uint32_t tag) {
     lanes_.push_back(l);
   }
   heap_.clear();  // the next call takes a snapshot that includes the new area
+  current_ = kNoLane;
 }
 
 void RingMerger::remove(RingAreaReader* reader) {
   std::erase_if(sources_, [&](const auto& s) { return s.first == reader; });
   std::erase_if(lanes_, [&](const Lane& l) { return l.reader == reader; });
   heap_.clear();
+  current_ = kNoLane;
+}
+
+bool RingMerger::heap_greater(const Item& a, const Item& b) {
+  return less_item(b.stamp, b.lane, a.stamp, a.lane);
 }
 
 void RingMerger::push(uint32_t lane) {
   heap_.push_back({lanes_[lane].rec.stamp, lane});
-  std::push_heap(heap_.begin(), heap_.end(), [](const Item& a, const Item& b) {
-    return less_item(b.stamp, b.lane, a.stamp, a.lane);
-  });
+  std::push_heap(heap_.begin(), heap_.end(), heap_greater);
 }
 
 bool RingMerger::load(uint32_t lane) {
   Lane& l = lanes_[lane];
-  if (l.cursor.off == l.head) return false;
+  if (l.cursor.off == l.head) {
+    if (consume_) l.reader->publish(l.ring);
+    return false;
+  }
   switch (l.reader->parse(l.ring, l.cursor.off, l.head, &l.rec)) {
     case RingAreaReader::ParseResult::kRecord:
       return true;
     case RingAreaReader::ParseResult::kEmpty:
+      if (consume_) l.reader->publish(l.ring);
       return false;
     case RingAreaReader::ParseResult::kCorrupt:
       break;
@@ -515,6 +538,7 @@ bool RingMerger::load(uint32_t lane) {
 
 void RingMerger::refresh() {
   heap_.clear();
+  current_ = kNoLane;
   for (uint32_t i = 0; i < lanes_.size(); ++i) {
     Lane& l = lanes_[i];
     const RingAreaReader::State& st = l.reader->states_[l.ring];
@@ -524,25 +548,29 @@ void RingMerger::refresh() {
       l.head = l.cursor.off;
       continue;
     }
+    l.owner = l.reader->owner(l.ring);
     if (load(i)) push(i);
   }
 }
 
 bool RingMerger::next(RingRecord* out) {
-  const auto greater = [](const Item& a, const Item& b) {
-    return less_item(b.stamp, b.lane, a.stamp, a.lane);
-  };
   bool refreshed = false;
   for (;;) {
-    if (heap_.empty()) {
-      if (refreshed) return false;
-      refresh();
-      refreshed = true;
-      if (heap_.empty()) return false;
+    uint32_t lane;
+    if (current_ != kNoLane) {
+      lane = current_;
+      current_ = kNoLane;
+    } else {
+      if (heap_.empty()) {
+        if (refreshed) return false;
+        refresh();
+        refreshed = true;
+        if (heap_.empty()) return false;
+      }
+      std::pop_heap(heap_.begin(), heap_.end(), heap_greater);
+      lane = heap_.back().lane;
+      heap_.pop_back();
     }
-    std::pop_heap(heap_.begin(), heap_.end(), greater);
-    const uint32_t lane = heap_.back().lane;
-    heap_.pop_back();
     Lane& l = lanes_[lane];
     RingAreaReader* r = l.reader;
     const RingAreaReader::State& st = r->states_[l.ring];
@@ -552,21 +580,34 @@ bool RingMerger::next(RingRecord* out) {
       if (load(lane)) push(lane);
       continue;
     }
-    r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), &buf_,
-            out);
+    r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), l.owner,
+            &buf_, out);
     out->tag = l.tag;
     if (consume_) {
       r->advance(l.ring, l.rec);
-      l.cursor = r->cursor(l.ring);
+      l.cursor.off = st.tail;
+      l.cursor.pos = st.consumed;
+      l.cursor.lost_reported = st.lost_reported;
     } else {
       if (l.rec.flags & kRingFlagLostCount)
         l.cursor.lost_reported = std::max(l.cursor.lost_reported, l.rec.lost_count);
       l.cursor.off = l.rec.next;
       l.cursor.pos += l.rec.advance;
     }
-    if (load(lane)) push(lane);
+    if (load(lane)) {
+      // Still the oldest: no heap operation (the common case of one busy ring).
+      if (heap_.empty() || !heap_greater(Item{l.rec.stamp, lane}, heap_.front()))
+        current_ = lane;
+      else
+        push(lane);
+    }
     return true;
   }
+}
+
+void RingMerger::publish() {
+  if (!consume_) return;
+  for (const Lane& l : lanes_) l.reader->publish(l.ring);
 }
 
 void RingMerger::rewind() {
@@ -575,13 +616,15 @@ void RingMerger::rewind() {
     l.head = l.cursor.off;
   }
   heap_.clear();
+  current_ = kNoLane;
 }
 
 // --- sleeping ---------------------------------------------------------------------------
 
 namespace {
 
-constexpr int kSpins = 64;
+constexpr uint64_t kSpins = 64;
+constexpr uint64_t kSpinHeads = 4096;
 constexpr int kManyAreasTimeoutMs = 10;
 
 bool global_barrier_available() {
@@ -602,7 +645,13 @@ bool any_data(std::span<RingAreaReader* const> readers) {
 
 RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms) {
   if (timeout_ms < 0) timeout_ms = 0;
-  for (int i = 0; i < kSpins; ++i) {
+  // A short spin first (a few microseconds: as many heads read in all however many areas
+  // there are), so that a reader that keeps up with busy producers never pays for the
+  // barrier and the system calls.
+  uint64_t rings = 0;
+  for (RingAreaReader* r : readers) rings += r->ring_count();
+  const uint64_t spins = rings ? std::clamp<uint64_t>(kSpinHeads / rings, 1, kSpins) : 0;
+  for (uint64_t i = 0; i < spins; ++i) {
     if (any_data(readers)) return RingWaitResult::kReady;
     for (int k = 0; k < 16; ++k) _mm_pause();
   }

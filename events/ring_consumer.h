@@ -15,6 +15,19 @@
 // Threads: a RingAreaReader and a RingMerger belong to one thread at a time (the daemon
 // serialises the `trace` and `trace_pipe` readers over one lock). ring_wait may run on
 // that thread only, too.
+//
+// Typical use by the daemon:
+//   per target:  RingArea::create(geometry, ring_detect_stamp_mode(clock stamp), &area);
+//                pass area.fd() to the agent; reader.attach(area.mem(), area.size(), pid);
+//                pipe.add(&reader, target id); look.add(&reader, target id)
+//   trace_pipe:  while (pipe.next(&rec)) { if (rec.lost_before) "CPU:N [LOST n EVENTS]";
+//                  format rec.payload at converter.convert(rec.stamp, rec.counter_stamp) }
+//                pipe.publish() at the end of the read; ring_wait(readers, 100) when a
+//                blocking read found nothing
+//   trace:       look.rewind(), then look.next() to the end
+//   now and then (each second, and when a thread-exit notice arrives): reader.reclaim(),
+//                converter.update()
+//   trace_clock: ring_set_stamp_mode on every area, reader.clear(), converter.calibrate()
 #pragma once
 
 #include <sys/types.h>
@@ -164,6 +177,7 @@ class RingAreaReader {
     uint32_t bad_head = 0;       // the last head found out of range (counted once)
     uint64_t consumed = 0;       // bytes consumed ever (advances with tail)
     uint64_t lost_reported = 0;  // cumulative lost count already reported or folded
+    uint32_t unpublished = 0;    // bytes consumed since the tail was last stored
   };
   // A record parsed out of the ring (values copied once from shared memory).
   struct Parsed {
@@ -188,10 +202,15 @@ class RingAreaReader {
   ParseResult parse(uint32_t ring, uint32_t off, uint32_t head, Parsed* out) const;
   // The lost count a record reports before itself, given what was reported so far.
   static uint64_t lost_before(const Parsed& p, uint64_t reported);
-  void fill(uint32_t ring, const Parsed& p, uint64_t lost, std::vector<uint8_t>* buf,
-            RingRecord* out) const;
-  // Consumes `p` (the record at the ring's tail): advances and publishes the tail.
+  void fill(uint32_t ring, const Parsed& p, uint64_t lost, uint32_t owner,
+            std::vector<uint8_t>* buf, RingRecord* out) const;
+  // Consumes `p` (the record at the ring's tail): advances the tail, and stores it for
+  // the producer once a sixteenth of the ring is consumed. Storing it for every record
+  // would move the cache line to the reader and back for each one.
   void advance(uint32_t ring, const Parsed& p);
+  // Stores the tail if it moved since it was last stored: whenever the reader has caught
+  // up with a head, and before a ring changes hands.
+  void publish(uint32_t ring);
   // Skips everything up to `head` (or to the current head when it is bad) and counts it.
   void skip_corrupt(uint32_t ring);
   uint64_t sum_hits(uint32_t slot) const;
@@ -234,13 +253,17 @@ class RingMerger {
   bool next(RingRecord* out);
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
+  // Consuming mode: gives the producers the room of every record returned so far now
+  // (the reader otherwise does so in batches); at the end of a trace_pipe read.
+  void publish();
 
  private:
   struct Lane {
     RingAreaReader* reader;
     uint32_t tag;
     uint32_t ring;
-    uint32_t head;  // of the snapshot
+    uint32_t head;   // of the snapshot
+    uint32_t owner;  // read with the head (the producer's cache line: not per record)
     RingAreaReader::Cursor cursor;
     RingAreaReader::Parsed rec;  // the record at cursor.off
   };
@@ -248,6 +271,8 @@ class RingMerger {
     uint64_t stamp;
     uint32_t lane;
   };
+  static constexpr uint32_t kNoLane = UINT32_MAX;
+  static bool heap_greater(const Item& a, const Item& b);
   // Takes a snapshot: lanes for every ring with records, the heap of their first ones.
   void refresh();
   // Parses the lane's record at its cursor; true when there is one before the snapshot.
@@ -258,7 +283,8 @@ class RingMerger {
   bool rewound_ = true;
   std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;
   std::vector<Lane> lanes_;
-  std::vector<Item> heap_;
+  std::vector<Item> heap_;       // lanes with a record in the snapshot, oldest first
+  uint32_t current_ = kNoLane;   // the oldest of all, kept out of the heap
   std::vector<uint8_t> buf_;
 };
 

@@ -13,6 +13,8 @@ constexpr size_t kMaxPieces = 64;
 constexpr int64_t kStepNs = 10'000'000;        // a larger difference is a step of the clock
 constexpr uint64_t kNsPerUptimeTick = 10'000'000;  // USER_HZ = 100
 constexpr int64_t kCalibrationNs = 10'000'000;
+constexpr int64_t kLongRunNs = 1'000'000'000;
+constexpr int64_t kMaxSlewDivisor = 1000;  // 1000 ppm
 
 struct Names {
   TraceClock clock;
@@ -182,16 +184,20 @@ void TraceClockConverter::update() {
   } else {
     // Continue without a jump; over the next interval (as long as the last one) run at
     // the clock's long-run rate plus what takes up the difference.
+    // The long-run rate once the anchor is far enough back to be precise.
     next.ns = predicted;
-    uint64_t rate = mult_between(first_tsc_, first_ns_, tsc, ns);
+    uint64_t rate = ns - first_ns_ >= kLongRunNs ? mult_between(first_tsc_, first_ns_, tsc, ns)
+                                                 : base_mult_;
     if (rate == 0) rate = base_mult_;
     const uint64_t interval = tsc - last_update_tsc_;
-    const __int128 correction =
+    __int128 correction =
         interval ? (static_cast<__int128>(err) << 32) / static_cast<__int128>(interval) : 0;
-    __int128 mult = static_cast<__int128>(rate) + correction;
-    if (mult < static_cast<__int128>(rate / 2)) mult = rate / 2;
-    if (mult > static_cast<__int128>(rate) * 2) mult = static_cast<__int128>(rate) * 2;
-    next.mult = static_cast<uint64_t>(mult);
+    // At most what NTP slews by (500 ppm), twice over: frequent updates cannot swing the
+    // rate, and a larger difference is taken up over several intervals.
+    const __int128 limit = static_cast<__int128>(rate) / kMaxSlewDivisor;
+    if (correction > limit) correction = limit;
+    if (correction < -limit) correction = -limit;
+    next.mult = static_cast<uint64_t>(static_cast<__int128>(rate) + correction);
   }
   last_update_tsc_ = tsc;
   if (pieces_.size() == kMaxPieces) pieces_.erase(pieces_.begin());

@@ -34,11 +34,12 @@
 // Conversion: ns = anchor_ns + (tsc - anchor_tsc) * mult >> 32, piecewise. The TSC rate
 // is measured once per daemon against CLOCK_MONOTONIC_RAW (over about 10 ms); each clock
 // then takes one (TSC, clock) pair as its anchor. update(), called about once a second,
-// starts a new piece at the current TSC that continues the last one without a jump and
-// whose slope takes up the drift from the POSIX clock over the next interval (NTP slews
-// CLOCK_MONOTONIC); a difference of more than 10 ms (a suspend for `boot`, a settime for
-// `tai`) is taken as a step instead, as the clock itself stepped. So converted values
-// never decrease as the TSC grows, except where the POSIX clock itself stepped back.
+// starts a new piece at the current TSC that continues the last one without a jump, at
+// the clock's rate measured since its anchor (once that is a second old), corrected by at
+// most 1000 ppm towards the POSIX clock (NTP slews CLOCK_MONOTONIC by up to 500 ppm); a
+// difference of more than 10 ms (a suspend for `boot`, a settime for `tai`) is taken as a
+// step instead, as the clock itself stepped. So converted values never decrease as the
+// TSC grows, except where the POSIX clock itself stepped back.
 //
 // Threads: a converter belongs to one thread (the daemon's consumer); the functions of
 // names and text are pure.
