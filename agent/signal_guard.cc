@@ -185,7 +185,6 @@ int take_signals_locked() {
     if (int rc = arch::engine_signal_action(sig, &engine); rc) return rc;
     if (int rc = arch::program_signal_action(sig, &program); rc) return rc;
     g_ours[idx] = through_libc(from_libc(engine));
-    g_ours[idx].mask = reinterpret_cast<const uint64_t*>(&engine.sa_mask)[0] & ~kUnblockable;
     store_virtual(idx, from_libc(program));
     // The engine's handler may have been displaced since it was installed (an earlier
     // install was undone, and the program set its own): that one is the program's.
