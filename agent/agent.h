@@ -63,7 +63,7 @@ struct AreaState {
   events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread
   uint32_t generation = 0;  // distinct for every area this process ever had
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
-  bool fault_tolerant = false;  // read through the SIGSEGV fixup (link::kSetupFaultTolerantReads)
+  bool fault_tolerant = false;  // read through the SIGSEGV fixup (see link::kSetupSyscallReads)
 };
 
 extern std::atomic<AreaState*> g_area;
@@ -124,6 +124,8 @@ bool fault_fixup_installed();
 // Registers the hook probe on the dynamic linker's r_brk. 0 or a negative errno.
 int install_dl_hook();
 void remove_dl_hook();
+// The hook's address while it is registered, else 0.
+uintptr_t dl_hook_address();
 // The control thread received a message that belongs to a MAPPED exchange in flight
 // (a DEFINE with kFlagAnswer, or the REPLY to MAPPED): true when the mailbox took it.
 bool dl_mailbox_offer(const link::Message& m);

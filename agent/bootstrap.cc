@@ -34,6 +34,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -59,7 +60,8 @@ constexpr const char* kStartedEnv = "PROBEFS_AGENT_PID";
 
 std::mutex g_send_mu;
 int g_link_fd = -1;                       // g_send_mu to use; g_ctl_mu and g_send_mu to change
-std::string g_link_name;                  // g_ctl_mu
+// Plain data only in this file: its constructor runs before its own dynamic initialisers.
+char g_link_name[108];                    // g_ctl_mu
 pid_t g_daemon_pid = 0;                   // g_ctl_mu
 std::atomic<bool> g_linked{false};        // a link exists (written under g_ctl_mu)
 std::atomic<bool> g_control_running{false};
@@ -94,7 +96,6 @@ int ensure_engine() {
   if (g_engine_ready) return 0;
   probecore::set_symbol_resolver(&defined_symbols());
   (void)probecore::within_kprobe_blacklist(0);  // initialises the engine
-  if (int rc = install_guards(); rc) return rc;
   if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) return -ENOMEM;
   g_engine_ready = true;
   return 0;
@@ -146,6 +147,29 @@ void send_reply(uint32_t seq, link::Reply r) {
 
 enum class Outcome { kContinue, kGo, kDetached };
 
+// DETACH: everything goes and the agent is idle before the reply leaves, so that the
+// daemon may attach again as soon as it has it. The link is closed after the reply; the
+// serving thread then ends without touching the agent's state again.
+void detach_now(uint32_t seq) {
+  dl_mailbox_close();
+  int fd;
+  {
+    std::lock_guard l(g_ctl_mu);
+    teardown();
+    std::lock_guard s(g_send_mu);
+    fd = g_link_fd;
+    g_link_fd = -1;
+    g_linked.store(false);
+    g_control_running.store(false);
+  }
+  link::Message m;
+  m.type = link::MsgType::kReply;
+  m.seq = seq;
+  m.body = link::Reply{};
+  (void)link::send_message(fd, m, kSendTimeout);
+  ::close(fd);
+}
+
 Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
   link::Message m;
   m.type = static_cast<link::MsgType>(0);  // stays 0 when even the header is unsound
@@ -172,15 +196,10 @@ Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
       if (received_fd >= 0) ::close(received_fd);
       send_reply(m.seq, {});
       return Outcome::kGo;
-    case link::MsgType::kDetach: {
+    case link::MsgType::kDetach:
       if (received_fd >= 0) ::close(received_fd);
-      {
-        std::lock_guard l(g_ctl_mu);
-        teardown();
-      }
-      send_reply(m.seq, {});
+      detach_now(m.seq);
       return Outcome::kDetached;
-    }
     default: {
       link::Reply r;
       {
@@ -193,11 +212,11 @@ Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
   }
 }
 
-// The link ended (EOF, DETACH, a failed handshake): everything goes, the agent idles.
-void end_link(bool torn_down) {
+// The link ended (EOF, an error, a failed handshake): everything goes, the agent idles.
+void end_link() {
   dl_mailbox_close();
   std::lock_guard l(g_ctl_mu);
-  if (!torn_down) teardown();
+  teardown();
   {
     std::lock_guard s(g_send_mu);
     if (g_link_fd >= 0) ::close(g_link_fd);
@@ -230,7 +249,7 @@ void* control_main(void*) {
       break;
     }
   }
-  end_link(torn_down);
+  if (!torn_down) end_link();  // after DETACH, detach_now() has done it all
   return nullptr;
 }
 
@@ -266,16 +285,20 @@ int send_hello(link::HelloReason reason) {
   return send_on_link(m);
 }
 
-// Takes fd as the link: g_ctl_mu held.
+// Takes fd as the link, on a thread of the program's (the signal guards adopt its mask):
+// g_ctl_mu held.
 void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
   {
     std::lock_guard s(g_send_mu);
     g_link_fd = fd;
   }
-  g_link_name = name;
+  std::snprintf(g_link_name, sizeof g_link_name, "%s", name.c_str());
   g_daemon_pid = daemon_pid;
   g_linked.store(true);
   dl_mailbox_open();
+  // Without the guards the program could displace the engine's signals, and fetch reads
+  // go through system calls (AreaState::fault_tolerant stays off); tracing goes on.
+  (void)install_guards();
 }
 
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
@@ -293,7 +316,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
     adopt_link(fd, name, daemon_pid);
   }
   if (send_hello(reason) != 0) {
-    end_link(false);
+    end_link();
     return false;
   }
   const auto deadline = Clock::now() + kGoTimeout;
@@ -309,14 +332,11 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
       continue;
     }
     if (n <= 0) {
-      end_link(false);
+      end_link();
       return false;
     }
     const Outcome o = serve_packet(buf, received);
-    if (o == Outcome::kDetached) {
-      end_link(true);
-      return false;
-    }
+    if (o == Outcome::kDetached) return false;
     if (o == Outcome::kGo) break;
   }
   {
@@ -324,7 +344,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
     (void)install_dl_hook();
   }
   if (start_control_thread() != 0) {
-    end_link(false);
+    end_link();
     return false;
   }
   return true;
@@ -456,7 +476,7 @@ extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const
   }
   if (rc == 0) rc = send_hello(probefs::events::link::HelloReason::kAttach);
   if (rc == 0) rc = start_control_thread();
-  if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link(false);
+  if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link();
   probefs::probecore::set_engine_thread(was);
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/signal_guard.h"
 #include "agent/symbols.h"
 #include "probecore/rcu.h"
 
@@ -105,7 +106,7 @@ void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
   as->generation = ++g_area_generation;
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());
-  as->fault_tolerant = (s.options & link::kSetupFaultTolerantReads) && fault_fixup_installed();
+  as->fault_tolerant = !(s.options & link::kSetupSyscallReads) && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();
   replace_area(as);
@@ -219,6 +220,31 @@ void do_profile(link::Reply* reply) {
   }
 }
 
+// `kprobes/list` without the agent's own probes (the r_brk hook, the signal guards),
+// unless a probe of the daemon's shares the address.
+std::string daemon_probes_list() {
+  const std::string all = probecore::kprobes_list();
+  std::vector<uintptr_t> own(64);
+  own.resize(signal_guard_addresses(own.data(), own.size()));
+  if (uintptr_t hook = dl_hook_address()) own.push_back(hook);
+  std::erase_if(own, [](uintptr_t a) {
+    return std::any_of(g_probes.begin(), g_probes.end(),
+                       [&](const auto& p) { return p.second->hit->address == a; });
+  });
+  if (own.empty()) return all;
+  std::string out;
+  size_t at = 0;
+  while (at < all.size()) {
+    size_t nl = all.find('\n', at);
+    if (nl == std::string::npos) nl = all.size() - 1;
+    const std::string_view line(all.data() + at, nl + 1 - at);
+    const uintptr_t addr = std::strtoull(std::string(line.substr(0, 16)).c_str(), nullptr, 16);
+    if (std::find(own.begin(), own.end(), addr) == own.end()) out.append(line);
+    at = nl + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 void handle_request(const link::Message& m, int received_fd, link::Reply* reply) {
@@ -244,6 +270,8 @@ void handle_request(const link::Message& m, int received_fd, link::Reply* reply)
       break;
     case link::MsgType::kArmAll:
       if (int rc = probecore::arm_all_kprobes(); rc) set_error(reply, rc, errno_text("arm", rc));
+      // The guards were disarmed too: take back what the program changed meanwhile.
+      if (signal_guards_installed()) (void)reconcile_signal_guards();
       break;
     case link::MsgType::kDisarmAll:
       if (int rc = probecore::disarm_all_kprobes(); rc)
@@ -253,7 +281,7 @@ void handle_request(const link::Message& m, int received_fd, link::Reply* reply)
       probecore::set_kprobes_optimization(std::get<link::Optimization>(m.body).on);
       break;
     case link::MsgType::kList:
-      reply->message = probecore::kprobes_list();
+      reply->message = daemon_probes_list();
       break;
     case link::MsgType::kProfile:
       do_profile(reply);
@@ -268,17 +296,18 @@ void handle_request(const link::Message& m, int received_fd, link::Reply* reply)
 }
 
 void teardown() {
-  remove_dl_hook();
-  uninstall_guards();
   std::vector<AgentProbe*> all;
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them
   g_probes.clear();
+  remove_dl_hook();
   defined_symbols().clear();
   replace_area(nullptr);
   // The next daemon starts from the defaults.
   (void)probecore::arm_all_kprobes();
   probecore::set_kprobes_optimization(true);
+  // Last: until no handler can read a bad pointer, the fault fixup must stay.
+  uninstall_guards();
 }
 
 void drop_area_in_child() {

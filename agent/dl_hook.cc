@@ -151,6 +151,8 @@ void remove_dl_hook() {
   g_hook_registered = false;
 }
 
+uintptr_t dl_hook_address() { return g_hook_registered ? g_hook_addr : 0; }
+
 bool dl_mailbox_offer(const link::Message& m) {
   std::lock_guard l(g_mail_mu);
   if (!g_mail.active) return false;

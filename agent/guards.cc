@@ -1,12 +1,13 @@
-// The agent's signal guard, as the rest of the agent calls it. Until the guard is part of
-// the agent, nothing is installed and fetch arguments are read through system calls
-// (events::LiveMemoryReader), which need no SIGSEGV handler.
+// The agent's signal guard (agent/signal_guard.h), as the rest of the agent calls it.
 #include "agent/agent.h"
+#include "agent/signal_guard.h"
 
 namespace probefs::agent {
 
-int install_guards() { return 0; }
-void uninstall_guards() {}
-bool fault_fixup_installed() { return false; }
+int install_guards() { return install_signal_guards(); }
+void uninstall_guards() {
+  if (signal_guards_installed()) uninstall_signal_guards();
+}
+bool fault_fixup_installed() { return signal_guards_installed(); }
 
 }  // namespace probefs::agent

@@ -42,7 +42,7 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
 // descriptor's address (tcbhead_t.self), and the kernel writes the tid field itself
 // (CLONE_CHILD_SETTID, in fork children too). 0 when the offset is unknown.
 [[gnu::always_inline]] inline int32_t descriptor_tid() {
-  const long off = g_tid_offset;
+  const long off = __atomic_load_n(&g_tid_offset, __ATOMIC_RELAXED);
   if (off < 0) return 0;
   uintptr_t self;
   asm volatile("mov %%fs:0x10, %0" : "=r"(self));
@@ -66,6 +66,9 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
   }
   const auto real = static_cast<int32_t>(arch::raw_syscall(__NR_gettid));
   *tid = real;
+  // In this very process the descriptor must say the same: if not, the offset found at
+  // startup is wrong, and every thread asks the kernel from now on.
+  if (g_tid_offset >= 0 && descriptor_tid() != real) __atomic_store_n(&g_tid_offset, -1, __ATOMIC_RELAXED);
   if (t_gen == as->generation && t_prod != nullptr && t_tid == real) return t_prod;
   events::RingProducer fresh{};
   t_gen = as->generation;

@@ -450,7 +450,7 @@ std::vector<std::vector<uint8_t>> encode(const Message& m) {
   if (m.type == MsgType::kReply) {
     // Split a long text or profile: each packet carries a slice of both.
     const auto& r = std::get<Reply>(m.body);
-    constexpr size_t kRoom = kMaxMessageSize - kHeaderSize - 16;
+    constexpr size_t kRoom = kMaxMessageText;  // text and profile of one packet
     std::vector<std::vector<uint8_t>> out;
     size_t text_at = 0, prof_at = 0;
     do {

@@ -121,11 +121,11 @@ struct Setup {
   uint32_t trace_clock = 0;  // the area's clock as the ring layer numbers it
   uint32_t options = 0;      // kSetup* bits; unknown bits are refused
 };
-// Read target memory through the agent's SIGSEGV/SIGBUS fixup (when the signal guard is
-// installed) rather than one system call per read. Default off until the daemon knows
-// the guard is in place.
-inline constexpr uint32_t kSetupFaultTolerantReads = 1u << 0;
-inline constexpr uint32_t kKnownSetupOptions = kSetupFaultTolerantReads;
+// Fetch arguments read target memory through the agent's SIGSEGV/SIGBUS fault fixup where
+// its signal guard is in place (no system call per read), else through a system call per
+// read. This option asks for system calls always (to tell the two apart when debugging).
+inline constexpr uint32_t kSetupSyscallReads = 1u << 0;
+inline constexpr uint32_t kKnownSetupOptions = kSetupSyscallReads;
 
 enum class ProbeKind : uint8_t { kEntry = 0, kReturn = 1 };
 

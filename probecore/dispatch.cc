@@ -25,7 +25,11 @@ bool on_breakpoint(PtRegs* regs) {
     return false;
   }
   if (t_current) {  // a handler hit a probe: run the instruction, count the miss
-    if (t_current != &g_engine_mark) count_missed(ag);
+    if (t_current != &g_engine_mark &&
+        run_nested(ag, [&](Kprobe* p) { return p->pre_handler && p->pre_handler(p, regs); })) {
+      rcu_read_unlock();  // a nested probe's handler changed the execution path
+      return true;
+    }
     if (arch::run_probed_insn(ag->site, regs, &g_missed_cookie, false) !=
         arch::Resume::kStepping)
       rcu_read_unlock();

@@ -7,10 +7,24 @@
 
 namespace probefs::probecore::detail {
 
-inline void count_missed(const Aggregate* ag) {
-  const Children* ch = ag->children.load(std::memory_order_acquire);
-  for (Kprobe* p : ch->probes)
-    if (probe_enabled(p)) p->nmissed.fetch_add(1, std::memory_order_relaxed);
+// A hit inside another probe's handler (a signal handler interrupted it) on a program
+// thread: the KPROBE_FLAG_NESTED probes run, with this aggregate as the running one for
+// their duration; the others count a miss. run(p) returns true when p's handler changed
+// the execution path (the rest do not run then).
+template <typename Run>
+[[gnu::noinline]] bool run_nested(const Aggregate* ag, Run run) {
+  const void* outer = t_current;
+  bool moved = false;
+  t_current = ag;
+  for (Kprobe* p : ag->children.load(std::memory_order_acquire)->probes) {
+    if (!probe_enabled(p)) continue;
+    if (!(__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & KPROBE_FLAG_NESTED))
+      p->nmissed.fetch_add(1, std::memory_order_relaxed);
+    else if (!moved && run(p))
+      moved = true;
+  }
+  t_current = outer;
+  return moved;
 }
 
 // The frame of an optimized hit: the aggregate behind the detour's context, read inside
@@ -21,7 +35,10 @@ template <typename Run>
   const auto* ag = static_cast<const Aggregate*>(__atomic_load_n(ctx, __ATOMIC_ACQUIRE));
   if (__builtin_expect(ag != nullptr, 1)) {
     if (__builtin_expect(t_current != nullptr, 0)) {
-      if (t_current != &g_engine_mark) count_missed(ag);
+      if (t_current != &g_engine_mark) run_nested(ag, [&](Kprobe* p) {
+        run(p);
+        return false;
+      });
     } else {
       t_current = ag;
       for (Kprobe* p : ag->children.load(std::memory_order_acquire)->probes) run(p);

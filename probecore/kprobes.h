@@ -45,6 +45,16 @@ enum KprobeFlags : uint32_t {
   // The handlers touch general-purpose registers only (built with -mgeneral-regs-only):
   // an optimized hit need not save the vector registers. Set before registration.
   KPROBE_FLAG_GPR_ONLY = 1u << 3,
+  // An int3 here would be fatal (code that runs with SIGTRAP blocked or in a spawned child
+  // before exec, which the engine knows by name only where a resolver names it): the
+  // site is only ever a jmp, as on the functions the engine knows (see
+  // set_kprobes_optimization). Set before registration.
+  KPROBE_FLAG_NO_INT3 = 1u << 4,
+  // The pre_handler runs also on a hit inside another probe's handler (a signal handler
+  // that interrupted one), where other probes count a miss; never on the engine's own
+  // threads. For guards that must not be skipped; the handler must be async-signal-safe
+  // and reentrant. Set before registration.
+  KPROBE_FLAG_NESTED = 1u << 5,
 };
 
 namespace detail {

@@ -306,7 +306,9 @@ int register_locked(Kprobe* p) {
     reinterpret_cast<Kretprobe*>(p)->pool_->returns_twice = returns_twice_name(where.name);
   }
 
-  p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY;  // what the caller may ask for
+  // What the caller may ask for.
+  p->flags &= KPROBE_FLAG_DISABLED | KPROBE_FLAG_GPR_ONLY | KPROBE_FLAG_NO_INT3 |
+              KPROBE_FLAG_NESTED;
   p->nmissed.store(0, std::memory_order_relaxed);
   // A kretprobe's own entry handler reads sp alone; any other handler may read every
   // register, and the vector ones unless it promised not to.
@@ -320,10 +322,17 @@ int register_locked(Kprobe* p) {
   auto refused_without_jmp = [](Aggregate* ag) {
     return ag->no_int3 && !prepare_detour_or_unoptimize(ag).empty();
   };
+  const bool asks_no_int3 = p->flags & KPROBE_FLAG_NO_INT3;
+  if (asks_no_int3 && p->post_handler) return -EINVAL;  // it would need an int3
   Aggregate* ag = table_lookup(addr);
   if (ag) {
     if (ag->no_int3 && p->post_handler) return -EINVAL;  // it would need an int3
+    if (asks_no_int3 && std::any_of(children_of(ag).begin(), children_of(ag).end(),
+                                     [](const Kprobe* q) { return q->post_handler; }))
+      return -EINVAL;
     if (p->post_handler) unoptimize_aggregate(ag);  // detours run no post handlers
+    const bool was_no_int3 = ag->no_int3;
+    ag->no_int3 = was_no_int3 || asks_no_int3;
     std::vector<Kprobe*> probes = children_of(ag);
     probes.push_back(p);
     publish_children(ag, std::move(probes));
@@ -331,8 +340,14 @@ int register_locked(Kprobe* p) {
       std::vector<Kprobe*> back = children_of(ag);
       std::erase(back, p);
       publish_children(ag, std::move(back));
+      ag->no_int3 = was_no_int3;
       prepare_detour_or_unoptimize(ag);  // the detour the others need
       return -EINVAL;
+    }
+    // An int3 standing here for the probes before must go: the jmp replaces it when the
+    // operation settles, or nothing stands until it can.
+    if (ag->no_int3 && !was_no_int3 && ag->armed && !arch::site_optimized(ag->site)) {
+      if (arch::disarm(ag->site) == 0) ag->armed = false;
     }
   } else {
     unoptimize_covering(addr);  // never an int3 inside a written jmp
@@ -348,7 +363,7 @@ int register_locked(Kprobe* p) {
       ag->symbol_offset = addr - where.addr;
       ag->module = where.module;
     }
-    ag->no_int3 = runs_with_signals_blocked(ag->module, ag->symbol);
+    ag->no_int3 = asks_no_int3 || runs_with_signals_blocked(ag->module, ag->symbol);
     ObjectQuery q = object_containing(addr);
     if (q.found) {
       ag->object_base = q.base;

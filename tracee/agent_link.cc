@@ -340,8 +340,13 @@ struct AgentListener::Impl {
       return Verdict::kEvent;
     }
     if (h.reason == link::HelloReason::kExec || h.reason == link::HelloReason::kLaunch) {
+      // The new image of a process with a link, or of a child that a traced process
+      // started without fork's handlers (posix_spawn, vfork) and that exec'd.
       auto self = known.find(cred.pid);
-      if (self == known.end() || self->second != cred.uid) return Verdict::kRefuse;
+      if (self != known.end()) return self->second == cred.uid ? Verdict::kEvent : Verdict::kRefuse;
+      auto parent = known.find(h.ppid);
+      if (parent == known.end() || parent->second != cred.uid) return Verdict::kRefuse;
+      if (proc_ppid(cred.pid) != h.ppid) return Verdict::kRefuse;
       return Verdict::kEvent;
     }
     return Verdict::kRefuse;

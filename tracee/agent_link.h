@@ -8,8 +8,9 @@
 //   - its uid is the daemon's, or the daemon runs as root,
 //   - and its pid is expected: announced with expect() before the process could connect
 //     (launch, attach), or a fork child (HELLO kFork) whose parent in /proc is, and whose
-//     HELLO says is, a process with a link and the same uid, or an exec (HELLO kExec or
-//     kLaunch) of a pid that has or had a link and has the same uid.
+//     HELLO says is, a process with a link and the same uid, or a new image (HELLO kExec
+//     or kLaunch) of a pid that has or had a link, or of a child of one (posix_spawn,
+//     vfork + exec), with the same uid.
 // Anything else is closed at once: another user's process cannot drive or be driven.
 //
 // Delivery: a connection of an expected pid goes to wait_for(pid); every other accepted

@@ -1,7 +1,9 @@
 #include "arch/x86_64/thread_fixup.h"
 
 #include "arch/self_memory.h"
+#include "arch/signals.h"
 #include "arch/syscall.h"
+#include "arch/x86_64/foreign_signals.h"
 #include "arch/x86_64/site.h"
 
 #include <dirent.h>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -87,11 +90,21 @@ const IpMove* find_move(const IpMove* moves, size_t n, uintptr_t pc) {
   return lo < n && moves[lo].from == pc ? &moves[lo] : nullptr;
 }
 
+// The upper half of the value our fixup signals carry (the lower half is the generation),
+// so that a program's own signal of this number is told from ours and passed on.
+constexpr uint64_t kFixupMagic = 0x70665846;  // "FXfp"
+
 // Runs in the parked thread: no library call (the library may be what is being patched).
-void on_fixup_signal(int, siginfo_t* info, void* ucv) {
+void on_fixup_signal(int sig, siginfo_t* info, void* ucv) {
+  const auto value = reinterpret_cast<uint64_t>(info->si_value.sival_ptr);
+  if (info->si_code != SI_QUEUE || value >> 32 != kFixupMagic ||
+      info->si_pid != self_pid()) {
+    x86_64::pass_on_foreign(sig, info, ucv);
+    return;
+  }
   // A signal of an older batch that was blocked until now: the batch is over.
-  const int generation = info->si_value.sival_int;
-  if (info->si_code != SI_QUEUE || generation != g_generation.load()) return;
+  const int generation = static_cast<int>(static_cast<uint32_t>(value));
+  if (generation != g_generation.load()) return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   const auto ip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   const IpMove* moves = g_moves.load(std::memory_order_acquire);
@@ -114,8 +127,13 @@ void on_fixup_signal(int, siginfo_t* info, void* ucv) {
     raw_futex(&g_released, FUTEX_WAIT_PRIVATE, r);
 }
 
+// From the engine's parking (under its lock) or install_thread_fixup_handler() (the
+// agent's install): the two may race once.
 bool install_handler() {
   static std::atomic<int> state{0};  // 1 installed, -1 failed
+  static std::mutex mu;
+  if (state.load() != 0) return state.load() == 1;
+  std::lock_guard lock(mu);
   if (state.load() == 0) {
     struct sigaction sa {};
     sa.sa_sigaction = on_fixup_signal;
@@ -123,7 +141,9 @@ bool install_handler() {
     // Every signal waits while a thread is parked here: a program's handler run on top of
     // it could reach the region being written, often with SIGTRAP blocked.
     sigfillset(&sa.sa_mask);
-    state = sigaction(thread_fixup_signal(), &sa, nullptr) == 0 ? 1 : -1;
+    struct sigaction previous {};
+    state = sigaction(thread_fixup_signal(), &sa, &previous) == 0 ? 1 : -1;
+    if (state.load() == 1) x86_64::remember_actions(thread_fixup_signal(), sa, previous);
   }
   return state.load() == 1;
 }
@@ -195,7 +215,8 @@ int queue_signal(long tid, int generation) {
   info.si_code = SI_QUEUE;
   info.si_pid = static_cast<pid_t>(self_pid());
   info.si_uid = getuid();
-  info.si_value.sival_int = generation;
+  info.si_value.sival_ptr =
+      reinterpret_cast<void*>(kFixupMagic << 32 | static_cast<uint32_t>(generation));
   return static_cast<int>(raw_syscall(__NR_rt_tgsigqueueinfo, info.si_pid, tid,
                                       thread_fixup_signal(), reinterpret_cast<long>(&info)));
 }
@@ -287,3 +308,9 @@ void unpark_threads() {
 }
 
 }  // namespace probefs::arch::x86_64
+
+namespace probefs::arch {
+
+int install_thread_fixup_handler() { return x86_64::install_handler() ? 0 : -EINVAL; }
+
+}  // namespace probefs::arch

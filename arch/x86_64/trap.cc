@@ -13,6 +13,7 @@
 
 #include "arch/syscall.h"
 #include "arch/x86_64/cpu_state.h"
+#include "arch/x86_64/foreign_signals.h"
 #include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/near_alloc.h"
 #include "arch/x86_64/site.h"
@@ -72,7 +73,6 @@ struct ThreadTrapState {
 
 thread_local ThreadTrapState t_trap __attribute__((tls_model("initial-exec")));
 
-struct sigaction g_previous{};  // the program's SIGTRAP action, for traps that are not ours
 std::atomic<uintptr_t> g_restorer{0};  // where our handler returns to: the sigreturn stub
 std::atomic<bool> g_installed{false};
 
@@ -95,24 +95,6 @@ void store_regs(const PtRegs& r, mcontext_t* m) {
   g[REG_R9] = r.r9; g[REG_R8] = r.r8; g[REG_RAX] = r.ax; g[REG_RCX] = r.cx;
   g[REG_RDX] = r.dx; g[REG_RSI] = r.si; g[REG_RDI] = r.di;
   g[REG_RIP] = r.ip; g[REG_EFL] = r.flags; g[REG_RSP] = r.sp;
-}
-
-// A trap that is none of ours: hand it to the program's own handler, or, where the program
-// has none, take the default action (the process dies as it would have without probefs).
-void chain(int sig, siginfo_t* info, void* uc) {
-  if (g_previous.sa_flags & SA_SIGINFO) {
-    if (g_previous.sa_sigaction) return g_previous.sa_sigaction(sig, info, uc);
-  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
-    return g_previous.sa_handler(sig);
-  }
-  struct {
-    void* handler;
-    unsigned long flags;
-    void* restorer;
-    uint64_t mask;
-  } dfl{};  // SIG_DFL, as the kernel's struct sigaction
-  raw_syscall(__NR_rt_sigaction, SIGTRAP, reinterpret_cast<long>(&dfl), 0, 8);
-  raw_syscall(__NR_tgkill, raw_syscall(__NR_getpid), raw_syscall(__NR_gettid), SIGTRAP);
 }
 
 void emulate(const Insn& in, PtRegs* r) {
@@ -169,41 +151,45 @@ bool finish_step(PtRegs* r) {
   return true;
 }
 
-void handle_sigtrap(int sig, siginfo_t* info, void* ucv);
+// Returns true when the trap is none of ours: the caller passes it on to the program.
+bool handle_sigtrap(siginfo_t* info, void* ucv);
 
 // The whole handler counts as "in the trap path" for thread_in_trap_path(): a thread in it
-// may be about to resume at an address it chose before an optimization began.
+// may be about to resume at an address it chose before an optimization began. A trap that
+// is none of ours goes on to the program outside that bracket: the program's handler is
+// the program's code (and may leave by longjmp).
 void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
   ++t_trap.in_handler;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  handle_sigtrap(sig, info, ucv);
+  const bool foreign = handle_sigtrap(info, ucv);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   --t_trap.in_handler;
+  if (foreign) pass_on_foreign(sig, info, ucv);
 }
 
-void handle_sigtrap(int sig, siginfo_t* info, void* ucv) {
+bool handle_sigtrap(siginfo_t* info, void* ucv) {
   auto* uc = static_cast<ucontext_t*>(ucv);
   PtRegs regs;
   load_regs(uc->uc_mcontext, &regs);
 
   if ((regs.flags & kTrapFlag) && t_trap.depth > 0 && info->si_code != SI_KERNEL) {
     if (finish_step(&regs)) store_regs(regs, &uc->uc_mcontext);
-    return;
+    return false;
   }
-  if (info->si_code != SI_KERNEL) return chain(sig, info, ucv);  // not an int3
+  if (info->si_code != SI_KERNEL) return true;  // not an int3
 
   if (g_callbacks.breakpoint(&regs)) {
     store_regs(regs, &uc->uc_mcontext);
-    return;
+    return false;
   }
   // No probe here. If the int3 is gone too, a probe was removed between the trap and this
   // lookup: run the original instruction, which is back in place.
   const uintptr_t addr = regs.ip - 1;
   if (*reinterpret_cast<const volatile uint8_t*>(addr) != kInt3) {
     uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(addr);
-    return;
+    return false;
   }
-  chain(sig, info, ucv);
+  return true;
 }
 
 }  // namespace
@@ -267,7 +253,9 @@ int install(const Callbacks& callbacks) {
   // a blocked synchronous signal; probecore counts such a hit as missed.
   sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGTRAP, &sa, &g_previous) != 0) return -errno;
+  struct sigaction previous {};
+  if (sigaction(SIGTRAP, &sa, &previous) != 0) return -errno;
+  remember_actions(SIGTRAP, sa, previous);
   TextRange r[1];
   if (blacklist(r, 1) == 1) g_restorer.store(r[0].start, std::memory_order_release);
   g_installed.store(true, std::memory_order_release);

@@ -1,6 +1,7 @@
 // The program the agent tests trace: calls with known arguments and known results.
 //
-//   target calls N           add(i, 1000 + i) and square(i) for i in [0, N), then exits 0
+//   target calls N           add(i, 1000 + i) and square(i) for i in [0, N), then
+//                            greet("hello"), greet(NULL), greet((char*)8); exits 0
 //   target phases N K        K phases: waits for a line on stdin, runs `calls N`, prints
 //                            "done\n"; exits 0 at EOF
 //   target loop              add(i, 1) until stdin ends, aborting on a wrong result; prints
@@ -10,15 +11,18 @@
 //   target exec N            execs itself as `target calls N`
 //   target dlopen LIB N      dlopen(LIB) (whose constructor calls probefs_late_ctor_fn(7)),
 //                            probefs_late_ctor_fn(i) for i in [0, N), dlclose, `calls 1`
-//   target attach AGENT N    reads a link name from stdin, dlopen(AGENT), calls
-//                            probefs_agent_attach(name), prints its result, then like
-//                            `phases N` for as long as stdin gives lines
+//   target attach AGENT N    dlopen(AGENT), then for each line of stdin: "go" runs
+//                            `calls N` and prints "done"; anything else is a link name
+//                            for probefs_agent_attach, whose result it prints
+//                            ("attach RC"); "exec" execs `target calls N`
+//   target threads T N       T threads started after main, each add(k, i) for i in [0, N)
 //   target dlopen-agent AGENT  dlopen(AGENT) with RTLD_NOW and prints "ok"
 //
 // Each call's result is checked, so a probe that changed a register or the stack would
 // make the program fail.
 #include <dlfcn.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,12 @@ __attribute__((noinline)) long probefs_target_square(long x) {
   return x * x;
 }
 
+// Takes a string and never reads it: the tests pass bad pointers.
+__attribute__((noinline)) int probefs_target_greet(const char* s) {
+  __asm__ volatile("" ::: "memory");
+  return s != NULL;
+}
+
 static void check(int ok, const char* what) {
   if (!ok) {
     fprintf(stderr, "wrong result: %s\n", what);
@@ -47,6 +57,14 @@ static void calls(long n, long base) {
     check(probefs_target_add(i, base + i) == base + 2 * i, "add");
     check(probefs_target_square(i) == i * i, "square");
   }
+}
+
+static long g_thread_calls;
+
+static void* thread_calls(void* arg) {
+  const long k = (long)arg;
+  for (long i = 0; i < g_thread_calls; ++i) check(probefs_target_add(k, i) == k + i, "add");
+  return NULL;
 }
 
 static int read_line(char* buf, size_t cap) {
@@ -71,6 +89,9 @@ int main(int argc, char** argv) {
   const char* mode = argv[1];
   if (!strcmp(mode, "calls") && argc == 3) {
     calls(atol(argv[2]), 1000);
+    check(probefs_target_greet("hello") == 1, "greet");
+    check(probefs_target_greet(NULL) == 0, "greet");
+    check(probefs_target_greet((const char*)8) == 1, "greet");
     return 0;
   }
   if (!strcmp(mode, "phases") && argc == 3) return phases(atol(argv[2]));
@@ -123,8 +144,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!strcmp(mode, "attach") && argc == 4) {
-    char name[256];
-    if (!read_line(name, sizeof name)) return 8;
     void* agent = dlopen(argv[2], RTLD_NOW);
     if (!agent) {
       fprintf(stderr, "%s\n", dlerror());
@@ -132,17 +151,32 @@ int main(int argc, char** argv) {
     }
     int (*attach)(const char*) = (int (*)(const char*))dlsym(agent, "probefs_agent_attach");
     if (!attach) return 10;
-    for (;;) {
-      printf("attach %d\n", attach(name));
+    const long n = atol(argv[3]);
+    char line[256];
+    while (read_line(line, sizeof line)) {
+      if (!strcmp(line, "go")) {
+        calls(n, 1000);
+        printf("done\n");
+      } else if (!strcmp(line, "exec")) {
+        char* args[] = {argv[0], (char*)"calls", argv[3], NULL};
+        execv("/proc/self/exe", args);
+        return 12;
+      } else {
+        printf("attach %d\n", attach(line));
+      }
       fflush(stdout);
-      // Another name on the next line attaches again (after a detach); "go" runs phases.
-      if (!read_line(name, sizeof name)) return 0;
-      if (!strcmp(name, "go")) break;
     }
-    calls(atol(argv[3]), 1000);
-    printf("done\n");
-    fflush(stdout);
-    return phases(atol(argv[3]));
+    return 0;
+  }
+  if (!strcmp(mode, "threads") && argc == 4) {
+    const long nthreads = atol(argv[2]);
+    g_thread_calls = atol(argv[3]);
+    pthread_t t[64];
+    if (nthreads < 1 || nthreads > 64) return 13;
+    for (long k = 0; k < nthreads; ++k)
+      if (pthread_create(&t[k], NULL, thread_calls, (void*)k) != 0) return 14;
+    for (long k = 0; k < nthreads; ++k) pthread_join(t[k], NULL);
+    return 0;
   }
   if (!strcmp(mode, "dlopen-agent") && argc == 3) {
     void* agent = dlopen(argv[2], RTLD_NOW);

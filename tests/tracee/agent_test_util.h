@@ -151,6 +151,15 @@ struct Event {
     ADD_FAILURE() << "no field " << name;
     return 0;
   }
+
+  // A string field: its bytes without the NUL, or "(fault)" for a zero-length one.
+  std::string str(const Rec& r, const std::string& name) const {
+    const uint32_t loc = static_cast<uint32_t>(field(r, name));
+    const uint32_t len = loc >> 16, off = loc & 0xffff;
+    if (len == 0) return "(fault)";
+    if (off + len > r.bytes.size()) return "(bad __data_loc)";
+    return std::string(reinterpret_cast<const char*>(r.bytes.data()) + off, len - 1);
+  }
 };
 
 class TestDaemon {
@@ -188,7 +197,8 @@ class TestDaemon {
   }
 
   // A ring area for the target, handed over with SETUP.
-  bool setup(Target* t, uint32_t ring_bytes = 256 * 1024) {
+  bool setup(Target* t, uint32_t ring_bytes = 256 * 1024,
+             uint32_t options = 0) {
     events::RingGeometry g;
     g.ring_count = 16;
     g.ring_bytes = ring_bytes;
@@ -197,7 +207,7 @@ class TestDaemon {
     EXPECT_EQ(events::RingArea::create(g, mode, &t->area), 0);
     t->reader = std::make_unique<events::RingAreaReader>();
     EXPECT_EQ(t->reader->attach(t->area.mem(), t->area.size(), t->pid), 0);
-    const tracee::LinkResult r = t->link->setup(t->area.fd(), t->area.size(), 0);
+    const tracee::LinkResult r = t->link->setup(t->area.fd(), t->area.size(), 0, options);
     EXPECT_EQ(r.error, 0) << r.message;
     return r.error == 0;
   }

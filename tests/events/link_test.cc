@@ -1,0 +1,376 @@
+// The agent link's messages (events/link.h): every message round-trips, every malformed
+// packet is refused with a reason, long replies split and reassemble, link names parse.
+#include "events/link.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "events/compile.h"
+#include "events/filter.h"
+#include "events/parse.h"
+
+namespace probefs::events::link {
+namespace {
+
+using namespace std::chrono_literals;
+// Inside a TEST body, `Setup` would name gtest's misspelling trap.
+using SetupMsg = Setup;
+
+CompiledEvent compiled(const std::string& line) {
+  ParseResult pr = parse_kprobe_command(line);
+  EXPECT_EQ(pr.status, ParseStatus::kDefine) << line;
+  CompiledEvent ev;
+  Diagnostic d;
+  EXPECT_TRUE(compile(pr.def, {}, &ev, &d));
+  return ev;
+}
+
+Define sample_define() {
+  const CompiledEvent ev = compiled("r:g/e f ret=$retval:s32 s=+0($arg1):string");
+  Define d;
+  d.probe_id = 42;
+  d.counter_slot = 7;
+  d.event_id = 1234;
+  d.kind = ProbeKind::kReturn;
+  d.enabled = true;
+  d.maxactive = 16;
+  d.address = 0x401000;
+  d.bounds.start = 0x401000;
+  d.bounds.end = 0x401100;
+  d.bounds.landing_pads = {0x401020, 0x401080};
+  d.bounds.related = {{0x402000, 0x402040}};
+  d.symbol = "f";
+  d.symbol_addr = 0x401000;
+  d.module = "libx.so.1";
+  d.program = ev.program;
+  CompiledFilter f;
+  Diagnostic diag;
+  EXPECT_TRUE(compile_filter("ret > 3 && s ~ \"a*\"", ev, &f, &diag));
+  d.filter = f;
+  return d;
+}
+
+Message roundtrip(const Message& m) {
+  auto packets = encode(m);
+  EXPECT_EQ(packets.size(), 1u);
+  Message out;
+  std::string why;
+  EXPECT_EQ(decode(packets[0].data(), packets[0].size(), &out, &why), 0) << why;
+  EXPECT_EQ(out.type, m.type);
+  EXPECT_EQ(out.flags, m.flags);
+  EXPECT_EQ(out.seq, m.seq);
+  return out;
+}
+
+TEST(Link, EveryMessageRoundTrips) {
+  Message m;
+  m.seq = 9;
+
+  m.type = MsgType::kSetup;
+  m.body = SetupMsg{1 << 20, 2, kSetupSyscallReads};
+  SetupMsg s = std::get<SetupMsg>(roundtrip(m).body);
+  EXPECT_EQ(s.area_size, 1u << 20);
+  EXPECT_EQ(s.trace_clock, 2u);
+  EXPECT_EQ(s.options, kSetupSyscallReads);
+
+  m.type = MsgType::kDefine;
+  m.flags = kFlagAnswer;
+  const Define d0 = sample_define();
+  m.body = d0;
+  const Define d = std::get<Define>(roundtrip(m).body);
+  m.flags = 0;
+  EXPECT_EQ(d.probe_id, d0.probe_id);
+  EXPECT_EQ(d.counter_slot, d0.counter_slot);
+  EXPECT_EQ(d.event_id, d0.event_id);
+  EXPECT_EQ(d.kind, d0.kind);
+  EXPECT_EQ(d.enabled, d0.enabled);
+  EXPECT_EQ(d.maxactive, d0.maxactive);
+  EXPECT_EQ(d.address, d0.address);
+  EXPECT_EQ(d.bounds.start, d0.bounds.start);
+  EXPECT_EQ(d.bounds.end, d0.bounds.end);
+  EXPECT_EQ(d.bounds.landing_pads, d0.bounds.landing_pads);
+  ASSERT_EQ(d.bounds.related.size(), 1u);
+  EXPECT_EQ(d.bounds.related[0].start, 0x402000u);
+  EXPECT_EQ(d.symbol, "f");
+  EXPECT_EQ(d.module, "libx.so.1");
+  EXPECT_EQ(d.program.insns.size(), d0.program.insns.size());
+  EXPECT_EQ(d.program.fixed_size, d0.program.fixed_size);
+  EXPECT_EQ(d.program.entry_args, 1u);
+  ASSERT_TRUE(d.filter.has_value());
+  EXPECT_EQ(d.filter->text, d0.filter->text);
+  EXPECT_EQ(d.filter->insns.size(), d0.filter->insns.size());
+
+  for (MsgType t : {MsgType::kRemove, MsgType::kEnable, MsgType::kDisable}) {
+    m.type = t;
+    m.body = ProbeRef{77};
+    EXPECT_EQ(std::get<ProbeRef>(roundtrip(m).body).probe_id, 77u);
+  }
+
+  m.type = MsgType::kSetFilter;
+  m.body = SetFilter{3, std::nullopt};
+  EXPECT_FALSE(std::get<SetFilter>(roundtrip(m).body).filter.has_value());
+  m.body = SetFilter{3, d0.filter};
+  EXPECT_EQ(std::get<SetFilter>(roundtrip(m).body).filter->text, d0.filter->text);
+
+  m.type = MsgType::kOptimization;
+  m.body = Optimization{false};
+  EXPECT_FALSE(std::get<Optimization>(roundtrip(m).body).on);
+
+  for (MsgType t : {MsgType::kArmAll, MsgType::kDisarmAll, MsgType::kList, MsgType::kProfile,
+                    MsgType::kGo, MsgType::kDetach}) {
+    m.type = t;
+    m.body = std::monostate{};
+    EXPECT_EQ(roundtrip(m).body.index(), 0u);
+  }
+
+  m.type = MsgType::kHello;
+  m.body = Hello{kAgentAbiVersion, 123, 45, HelloReason::kFork};
+  Hello h = std::get<Hello>(roundtrip(m).body);
+  EXPECT_EQ(h.pid, 123);
+  EXPECT_EQ(h.ppid, 45);
+  EXPECT_EQ(h.reason, HelloReason::kFork);
+
+  m.type = MsgType::kMapped;
+  m.body = Mapped{MappedKind::kUnmapped};
+  EXPECT_EQ(std::get<Mapped>(roundtrip(m).body).kind, MappedKind::kUnmapped);
+
+  m.type = MsgType::kReply;
+  m.body = Reply{-ENOENT, "no such probe", {{1, 2}, {3, 4}}};
+  Reply r = std::get<Reply>(roundtrip(m).body);
+  EXPECT_EQ(r.error, -ENOENT);
+  EXPECT_EQ(r.message, "no such probe");
+  ASSERT_EQ(r.profile.size(), 2u);
+  EXPECT_EQ(r.profile[1].nmissed, 4u);
+}
+
+TEST(Link, EncodeRefusesWhatCannotBeSent) {
+  Message m;
+  m.type = MsgType::kDefine;
+  m.body = ProbeRef{1};  // not a DEFINE's body
+  EXPECT_TRUE(encode(m).empty());
+  Define d = sample_define();
+  d.program.fixed_size = 1;  // does not validate
+  m.body = d;
+  EXPECT_TRUE(encode(m).empty());
+  d = sample_define();
+  d.symbol.assign(kMaxNameLen + 1, 'x');
+  m.body = d;
+  EXPECT_TRUE(encode(m).empty());
+  m.type = MsgType::kSetup;
+  m.body = SetupMsg{4096, 0, 0x80};  // unknown option
+  EXPECT_TRUE(encode(m).empty());
+  m.type = MsgType::kGo;
+  m.flags = 0x40;
+  m.body = std::monostate{};
+  EXPECT_TRUE(encode(m).empty());
+}
+
+// Each case: a mutation of a valid packet, and the fact that it must not decode.
+TEST(Link, DecodeRefusesMalformedPackets) {
+  Message m;
+  m.type = MsgType::kDefine;
+  m.seq = 5;
+  m.body = sample_define();
+  const std::vector<uint8_t> good = encode(m)[0];
+  Message out;
+  ASSERT_EQ(decode(good.data(), good.size(), &out), 0);
+
+  auto refused = [](std::vector<uint8_t> p, const char* what) {
+    Message o;
+    std::string why;
+    EXPECT_EQ(decode(p.data(), p.size(), &o, &why), -EBADMSG) << what;
+    EXPECT_FALSE(why.empty()) << what;
+  };
+  // Every truncation.
+  for (size_t n = 0; n < good.size(); ++n)
+    refused(std::vector<uint8_t>(good.begin(), good.begin() + n), "truncated");
+  // A byte more (the header's length left as it was, and adjusted).
+  {
+    auto p = good;
+    p.push_back(0);
+    refused(p, "longer than its header says");
+    uint32_t len;
+    std::memcpy(&len, &p[12], 4);
+    ++len;
+    std::memcpy(&p[12], &len, 4);
+    refused(p, "a byte after the payload");
+  }
+  auto with = [&](size_t at, uint8_t v) {
+    auto p = good;
+    p[at] = v;
+    return p;
+  };
+  refused(with(0, 0x02), "another version");
+  refused(with(3, 0x51), "another magic");
+  refused(with(4, 0x7f), "unknown type");
+  refused(with(6, 0x10), "unknown flag");
+  refused(with(16 + 10, 9), "unknown probe kind");
+  refused(with(16 + 11, 2), "bool out of range");
+  // Every single-byte corruption either decodes to a message that encodes again (the
+  // byte was a value, not structure) or is refused: never a crash or an over-read.
+  for (size_t at = 0; at < good.size(); ++at) {
+    for (uint8_t v : {uint8_t{0}, uint8_t{0xff}, uint8_t{0x80}}) {
+      auto p = with(at, v);
+      Message o;
+      if (decode(p.data(), p.size(), &o) == 0) {
+        EXPECT_FALSE(encode(o).empty()) << at;
+      }
+    }
+  }
+  // Bounds out of order, pads outside, an address outside its bounds.
+  Define d = sample_define();
+  d.bounds.landing_pads = {0x401080, 0x401020};
+  m.body = d;
+  auto p = encode(m);
+  ASSERT_EQ(p.size(), 1u);
+  refused(p[0], "pads not sorted");
+  d = sample_define();
+  d.bounds.landing_pads = {0x409000};
+  m.body = d;
+  refused(encode(m)[0], "pad outside");
+  d = sample_define();
+  d.address = 0x500000;
+  m.body = d;
+  refused(encode(m)[0], "address outside its bounds");
+  d = sample_define();
+  d.kind = ProbeKind::kEntry;  // the program is a return probe's
+  d.maxactive = 0;
+  m.body = d;
+  refused(encode(m)[0], "program kind");
+  // A REPLY with a positive error.
+  m.type = MsgType::kReply;
+  m.body = Reply{5, "", {}};
+  refused(encode(m)[0], "positive errno");
+  // A HELLO with a pid of 0.
+  m.type = MsgType::kHello;
+  m.body = Hello{kAgentAbiVersion, 0, 1, HelloReason::kLaunch};
+  refused(encode(m)[0], "pid 0");
+}
+
+TEST(Link, DecodeSurvivesRandomBytes) {
+  uint64_t x = 88172645463325252ull;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> p(next() % 300);
+    for (uint8_t& b : p) b = static_cast<uint8_t>(next());
+    if (p.size() >= 16 && (i & 1)) {  // a sound header more often than chance gives
+      const uint32_t magic = kMagic;
+      std::memcpy(&p[0], &magic, 4);
+      const uint16_t type = static_cast<uint16_t>(1 + next() % 13);
+      std::memcpy(&p[4], &type, 2);
+      p[6] = p[7] = 0;
+      const uint32_t len = static_cast<uint32_t>(p.size() - 16);
+      std::memcpy(&p[12], &len, 4);
+    }
+    Message o;
+    if (decode(p.data(), p.size(), &o) == 0) {
+      EXPECT_FALSE(encode(o).empty());
+    }
+  }
+}
+
+TEST(Link, LongRepliesSplitAndReassemble) {
+  Message m;
+  m.type = MsgType::kReply;
+  m.seq = 17;
+  Reply r;
+  r.message.assign(kMaxMessageSize * 2 + 123, 'l');
+  for (uint32_t i = 0; i < 40000; ++i) r.profile.push_back({i, i * 3ull});
+  m.body = r;
+  const auto packets = encode(m);
+  ASSERT_GT(packets.size(), 2u);
+  ReplyAssembler as;
+  int done = 0;
+  for (size_t i = 0; i < packets.size(); ++i) {
+    EXPECT_LE(packets[i].size(), kMaxMessageSize);
+    Message o;
+    ASSERT_EQ(decode(packets[i].data(), packets[i].size(), &o), 0);
+    EXPECT_EQ((o.flags & kFlagMore) != 0, i + 1 < packets.size());
+    done = as.add(o);
+  }
+  ASSERT_EQ(done, 1);
+  EXPECT_EQ(as.seq(), 17u);
+  Reply got = as.take();
+  EXPECT_EQ(got.message, r.message);
+  ASSERT_EQ(got.profile.size(), r.profile.size());
+  EXPECT_EQ(got.profile.back().nmissed, r.profile.back().nmissed);
+  // A packet of another reply in the middle is refused.
+  Message first, other;
+  ASSERT_EQ(decode(packets[0].data(), packets[0].size(), &first), 0);
+  other.type = MsgType::kReply;
+  other.seq = 18;
+  other.body = Reply{};
+  ReplyAssembler as2;
+  EXPECT_EQ(as2.add(first), 0);
+  EXPECT_EQ(as2.add(other), -EBADMSG);
+}
+
+TEST(Link, Names) {
+  const std::string n = make_link_name(4321);
+  pid_t pid = 0;
+  ASSERT_TRUE(parse_link_name(n, &pid)) << n;
+  EXPECT_EQ(pid, 4321);
+  EXPECT_NE(make_link_name(4321), n);  // random
+  for (const char* bad : {"", "probefs.", "probefs.12", "probefs.12.", "probefs.x.0123",
+                          "probefs.0.0123456789abcdef0123456789abcdef",
+                          "probefs.12.0123456789ABCDEF0123456789abcdef",
+                          "probefs.12.0123456789abcdef0123456789abcde",
+                          "other.12.0123456789abcdef0123456789abcdef"})
+    EXPECT_FALSE(parse_link_name(bad, &pid)) << bad;
+}
+
+TEST(Link, SocketsCarryMessagesAndDescriptors) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  PeerCred pc;
+  ASSERT_EQ(peer_cred(sv[0], &pc), 0);
+  EXPECT_EQ(pc.pid, getpid());
+  int pipefd[2];
+  ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);
+  Message m;
+  m.type = MsgType::kSetup;
+  m.seq = 1;
+  m.body = SetupMsg{4096, 0, 0};
+  ASSERT_EQ(send_message(sv[0], m, 1s, pipefd[0]), 0);
+  std::vector<uint8_t> buf;
+  int fd = -1;
+  ASSERT_GT(recv_packet(sv[1], &buf, 1s, &fd), 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(fd, pipefd[0]);
+  ASSERT_EQ(write(pipefd[1], "z", 1), 1);
+  char c = 0;
+  EXPECT_EQ(read(fd, &c, 1), 1);
+  EXPECT_EQ(c, 'z');
+  close(fd);
+  Message got;
+  ASSERT_EQ(decode(buf.data(), buf.size(), &got), 0);
+  EXPECT_EQ(got.type, MsgType::kSetup);
+  // Nothing to read: a bounded wait.
+  EXPECT_EQ(recv_packet(sv[1], &buf, 10ms), -ETIMEDOUT);
+  // A packet too long for the link is dropped with its descriptor.
+  std::vector<uint8_t> big(kMaxMessageSize + 1, 0);
+  int bigbuf = 1 << 20;
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &bigbuf, sizeof bigbuf);
+  if (send(sv[0], big.data(), big.size(), 0) == static_cast<ssize_t>(big.size())) {
+    EXPECT_EQ(recv_packet(sv[1], &buf, 1s), -EMSGSIZE);
+  }
+  close(sv[0]);
+  EXPECT_EQ(recv_packet(sv[1], &buf, 1s), 0);  // EOF
+  close(sv[1]);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+}  // namespace
+}  // namespace probefs::events::link
