@@ -368,10 +368,7 @@ struct Tracer::Impl {
       std::lock_guard rl(read_mu);
       clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
     }
-    // Fetch reads go through the agent's fault fixup (no system call per read) wherever
-    // the agent has its signal guards in place; it falls back to system calls otherwise.
-    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk,
-                                 lk::kSetupFaultTolerantReads);
+    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
     if (!r.ok()) {
       if (error) *error = "agent refused its ring area: " + r.message;
       return r.error;
@@ -653,14 +650,20 @@ int Tracer::attach(pid_t pid, std::string* error) {
   if (err == 0) err = resolve_injected_symbol(session->symbols(), agent, lk::kAttachSymbol, &entry);
   if (err != 0 && perr.message.empty()) perr.message = "the agent has no attach entry point";
   if (err == 0) err = session->push_string(listener.name(), &name, &perr);
-  if (err == 0) {
+  // probefs_agent_attach returns an int: the low half of rax. -EBUSY while the agent still
+  // lets go of a previous daemon (which it does within a second of that daemon's end).
+  int agent_rc = 0;
+  for (int attempt = 0; err == 0; ++attempt) {
     const uint64_t args[1] = {name};
     err = session->call(entry, args, &rc, &perr);
+    agent_rc = static_cast<int32_t>(static_cast<uint32_t>(rc));
+    if (err != 0 || agent_rc != -EBUSY || attempt >= 40) break;
+    std::this_thread::sleep_for(milliseconds(25));
   }
   PtraceError derr;
   int detach_err = session->detach(&derr);
-  if (err == 0 && static_cast<int64_t>(rc) < 0) {
-    err = static_cast<int>(static_cast<int64_t>(rc));
+  if (err == 0 && agent_rc < 0) {
+    err = agent_rc;
     perr.message = "the agent refused to attach: " + std::string(strerror(-err));
   }
   if (err == 0 && detach_err != 0) {
@@ -1103,8 +1106,7 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
       }
       if (t->rings) t->rings->reader.clear();
     }
-    LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk,
-                                     lk::kSetupFaultTolerantReads);
+    LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
     if (!res.ok()) return res.error;
     t->rings = r;
   }
