@@ -107,6 +107,19 @@ std::vector<Rec> drain(Tracer& t) {
   return out;
 }
 
+// traced_prog as a plain child of the test, for attach; the pipes keep the parent's side.
+pid_t start_untraced(ProgPipes& pipes) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipes.child_stdin(), 0);
+    dup2(pipes.child_stdout(), 1);
+    execl(kProg.c_str(), kProg.c_str(), nullptr);
+    _exit(127);
+  }
+  pipes.parent_side();
+  return pid;
+}
+
 // A launched traced_prog with pipes, killed at the end.
 struct Launched {
   ProgPipes pipes;
@@ -333,15 +346,8 @@ TEST(Tracer, AttachToARunningProgramAndDetach) {
   auto t = make_tracer();
   ASSERT_NE(t, nullptr);
   ProgPipes pipes;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipes.child_stdin(), 0);
-    dup2(pipes.child_stdout(), 1);
-    execl(kProg.c_str(), kProg.c_str(), nullptr);
-    _exit(127);
-  }
+  const pid_t pid = start_untraced(pipes);
   KillGuard guard(pid);
-  pipes.parent_side();
   ASSERT_EQ(pipes.line(), "ready");
   Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 70);
   std::string err;
@@ -373,15 +379,8 @@ namespace {
 // on correctly, and the next daemon attaches again.
 TEST(Tracer, DaemonKilledTwentyTimesLeavesTheProgramWhole) {
   ProgPipes pipes;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipes.child_stdin(), 0);
-    dup2(pipes.child_stdout(), 1);
-    execl(kProg.c_str(), kProg.c_str(), nullptr);
-    _exit(127);
-  }
+  const pid_t pid = start_untraced(pipes);
   KillGuard guard(pid);
-  pipes.parent_side();
   ASSERT_EQ(pipes.line(), "ready");
   ASSERT_EQ(pipes.ask("hot 2"), "ok");
 
@@ -520,15 +519,8 @@ TEST(Tracer, AttachedProgramThatExecsLeavesTheTrace) {
     ncv.notify_all();
   });
   ProgPipes pipes;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipes.child_stdin(), 0);
-    dup2(pipes.child_stdout(), 1);
-    execl(kProg.c_str(), kProg.c_str(), nullptr);
-    _exit(127);
-  }
+  const pid_t pid = start_untraced(pipes);
   KillGuard guard(pid);
-  pipes.parent_side();
   ASSERT_EQ(pipes.line(), "ready");
   Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 90);
   std::string err;
