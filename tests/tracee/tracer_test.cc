@@ -549,3 +549,53 @@ TEST(Tracer, AttachedProgramThatExecsLeavesTheTrace) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// A user who is not root traces a program of their own: attach as the same uid needs no
+// privilege (Yama permitting). The whole daemon runs as uid 65534 in a child of the test.
+TEST(Tracer, SameUserAttachWithoutRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  pid_t daemon = fork();
+  if (daemon == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    ProgPipes pipes;
+    const pid_t pid = start_untraced(pipes);
+    KillGuard guard(pid);
+    if (pipes.line() != "ready") _exit(11);
+    Tracer::Options o;
+    o.agent_path = PROBEFS_AGENT_PATH;
+    std::string err;
+    auto t = Tracer::create(o, &err);
+    if (!t) _exit(12);
+    events::ParseResult r = events::parse_dynamic_command("p:t/add " + kProgName + ":traced_add");
+    ProbeSpec spec;
+    spec.def = r.def;
+    events::Diagnostic d;
+    if (!events::compile(spec.def, {}, &spec.compiled, &d)) _exit(13);
+    spec.event_id = 95;
+    spec.enabled = true;
+    ProbeId id;
+    if (t->define_probe(spec, &id, &d) != 0) _exit(14);
+    if (t->attach(pid, &err) != 0) {
+      fprintf(stderr, "attach as uid 65534: %s\n", err.c_str());
+      _exit(15);
+    }
+    if (pipes.ask("call 10") != "ok " + std::to_string(sum_calls(10))) _exit(16);
+    size_t n = 0;
+    TraceRecord rec;
+    while (t->next_record(&rec)) ++n;
+    _exit(n == 10 ? 0 : 17);
+  }
+  ASSERT_GT(daemon, 0);
+  KillGuard guard(daemon);
+  ASSERT_TRUE(testing::wait_gone(daemon, 60000));
+  int st = -1;
+  ASSERT_EQ(waitpid(daemon, &st, 0), daemon);
+  guard.release();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "exit status " << st;
+}
+
+}  // namespace
+}  // namespace probefs::tracee
