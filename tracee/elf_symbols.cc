@@ -34,11 +34,29 @@ std::string_view basename_of(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-struct FuncSymbol {
+struct ElfSymbol {
   uintptr_t value = 0;  // ELF virtual address
   uint64_t size = 0;
-  uint32_t name = 0;    // offset into ElfFile::names
+  uint32_t name = 0;    // offset into SymbolTable::names
   uint8_t rank = 0;     // higher wins when several symbols share a name or an address
+};
+
+// The symbols of one kind that an object defines, from .symtab and .dynsym together. Each
+// keeps its version in its name ("NAME@@VERSION", "NAME@VERSION"), which .symtab carries
+// and .dynsym gets from its versioning sections.
+struct SymbolTable {
+  std::string names;                // NUL-separated symbol names
+  std::vector<ElfSymbol> by_addr;   // sorted by value
+  std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
+  std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
+};
+
+// Which symbols a SymbolTable keeps.
+enum class SymbolKind : uint8_t {
+  kFunction,  // STT_FUNC, STT_GNU_IFUNC
+  // STT_OBJECT and STT_COMMON: variables with an address of their own. Not STT_TLS, whose
+  // value is an offset into each thread's block: no one address names the variable.
+  kData,
 };
 
 // One ELF object's file, or its bytes for an object given as bytes (load_image): what
@@ -63,17 +81,19 @@ struct ElfFile {
   std::mutex mu;
   Elf* elf = nullptr;
 
-  bool symbols_loaded = false;
-  std::string names;                   // NUL-separated symbol names
-  std::vector<FuncSymbol> by_addr;     // sorted by value
-  std::vector<uintptr_t> max_end;      // max_end[i]: highest value + size in by_addr[0..i]
-  std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
-  std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
+  bool functions_loaded = false;
+  SymbolTable functions;
+  std::vector<uintptr_t> max_end;  // max_end[i]: highest value + size in functions.by_addr[0..i]
+
+  // Variables, for `@SYM` fetch arguments only: a table of their own, read the first time
+  // one is looked up, so that function lookups neither pay for them nor see them.
+  bool data_loaded = false;
+  SymbolTable data;
 
   EhFrame eh_frame;  // FDE ranges and landing pads, read on first use
 
-  // Parts GCC split off a function ("foo.cold" for "foo"): the indexes in by_addr of the
-  // sized ones, by the name of the function they belong to. Built on first use.
+  // Parts GCC split off a function ("foo.cold" for "foo"): the indexes in functions.by_addr
+  // of the sized ones, by the name of the function they belong to. Built on first use.
   bool split_parts_loaded = false;
   std::unordered_map<std::string_view, std::vector<uint32_t>> split_parts;
 };
@@ -121,6 +141,7 @@ struct FileCache {
   // For elf_file_cache_stats(): monotonic, read without mu.
   std::atomic<uint64_t> files_parsed{0};
   std::atomic<uint64_t> symbol_tables_read{0};
+  std::atomic<uint64_t> data_tables_read{0};
 };
 
 FileCache& file_cache() {
@@ -288,10 +309,21 @@ std::string versioned_name(const DynsymVersions& v, size_t i, const char* name) 
   return std::string(name) + ((word & 0x8000) ? "@" : "@@") + it->second;
 }
 
-// Appends the function symbols of one symbol table to f.by_addr and f.names. `dynamic`:
+bool is_kind(unsigned type, SymbolKind kind) {
+  switch (kind) {
+    case SymbolKind::kFunction:
+      return type == STT_FUNC || type == STT_GNU_IFUNC;
+    case SymbolKind::kData:
+      return type == STT_OBJECT || type == STT_COMMON;
+  }
+  return false;
+}
+
+// Appends the symbols of `kind` of one symbol table to t's by_addr and names. `dynamic`:
 // the table is .dynsym, whose versions come from its versioning sections; `versioned_only`:
 // only its versioned symbols.
-void append_function_symbols(ElfFile& f, Elf_Scn* table, bool dynamic, bool versioned_only) {
+void append_symbols(Elf* elf, Elf_Scn* table, SymbolKind kind, bool dynamic,
+                    bool versioned_only, SymbolTable* t) {
   GElf_Shdr sh;
   if (gelf_getshdr(table, &sh) == nullptr || sh.sh_entsize == 0) return;
   Elf_Data* data = elf_getdata(table, nullptr);
@@ -299,7 +331,7 @@ void append_function_symbols(ElfFile& f, Elf_Scn* table, bool dynamic, bool vers
   // Section indexes beyond SHN_LORESERVE live in a companion SHT_SYMTAB_SHNDX section.
   Elf_Data* xdata = nullptr;
   const size_t table_index = elf_ndxscn(table);
-  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
     GElf_Shdr xsh;
     if (gelf_getshdr(scn, &xsh) != nullptr && xsh.sh_type == SHT_SYMTAB_SHNDX &&
         xsh.sh_link == table_index) {
@@ -309,20 +341,22 @@ void append_function_symbols(ElfFile& f, Elf_Scn* table, bool dynamic, bool vers
   }
 
   const DynsymVersions versions =
-      dynamic ? read_dynsym_versions(f.elf, table_index) : DynsymVersions{};
+      dynamic ? read_dynsym_versions(elf, table_index) : DynsymVersions{};
   const size_t count = sh.sh_size / sh.sh_entsize;
   std::string decorated;
   for (size_t i = 1; i < count; ++i) {
     GElf_Sym sym;
     Elf32_Word xndx = 0;
     if (gelf_getsymshndx(data, xdata, static_cast<int>(i), &sym, &xndx) == nullptr) continue;
-    const unsigned type = GELF_ST_TYPE(sym.st_info);
-    if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
+    if (!is_kind(GELF_ST_TYPE(sym.st_info), kind)) continue;
     // Undefined symbols (imports, and the canonical PLT entries a non-PIE executable gives
-    // to functions whose address it takes) and absolute ones are not code of this object.
+    // to functions whose address it takes) and absolute ones are not code or data of this
+    // object, nor is a common symbol, which only a relocatable file has. A variable that
+    // the executable copied out of a library (R_X86_64_COPY) is defined in the executable,
+    // and that copy is the one the whole process uses.
     if (sym.st_shndx == SHN_UNDEF) continue;
     if (sym.st_shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) continue;
-    const char* name = elf_strptr(f.elf, sh.sh_link, sym.st_name);
+    const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
     if (name == nullptr || name[0] == '\0') continue;
     if (dynamic) {
       decorated = versioned_name(versions, i, name);
@@ -333,66 +367,86 @@ void append_function_symbols(ElfFile& f, Elf_Scn* table, bool dynamic, bool vers
     const char* at = std::strchr(name, '@');
     if (versioned_only && at == nullptr) continue;
     const bool default_version = at == nullptr || at[1] == '@';
-    FuncSymbol fs;
-    fs.value = sym.st_value;
-    fs.size = sym.st_size;
-    fs.name = static_cast<uint32_t>(f.names.size());
-    fs.rank = static_cast<uint8_t>(binding_rank(GELF_ST_BIND(sym.st_info)) +
+    ElfSymbol es;
+    es.value = sym.st_value;
+    es.size = sym.st_size;
+    es.name = static_cast<uint32_t>(t->names.size());
+    es.rank = static_cast<uint8_t>(binding_rank(GELF_ST_BIND(sym.st_info)) +
                                    (default_version ? 4 : 0));
-    f.names.append(name);
-    f.names.push_back('\0');
-    f.by_addr.push_back(fs);
+    t->names.append(name);
+    t->names.push_back('\0');
+    t->by_addr.push_back(es);
   }
 }
 
-// Reads the function symbols of .symtab and .dynsym. Each keeps its version in its name
-// ("NAME@@VERSION", "NAME@VERSION"), which .symtab carries and .dynsym gets from its
-// versioning sections.
-void load_symbols(ElfFile& f) {
-  if (f.symbols_loaded) return;
-  f.symbols_loaded = true;
-  if (f.fd >= 0) file_cache().symbol_tables_read.fetch_add(1, std::memory_order_relaxed);
+// Reads the symbols of `kind` of .symtab and .dynsym into t, sorted by address and indexed
+// by name.
+void read_symbols(Elf* elf, SymbolKind kind, SymbolTable* t) {
   Elf_Scn* symtab = nullptr;
   Elf_Scn* dynsym = nullptr;
-  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) continue;
     if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
     if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
   }
-  if (symtab != nullptr) append_function_symbols(f, symtab, false, false);
+  if (symtab != nullptr) append_symbols(elf, symtab, kind, false, false, t);
   // .dynsym alone, or beside .symtab for the versions that only its versioning sections
   // record (ld writes "NAME@VERSION" into .symtab for .symver aliases, not for versions a
   // version script gives).
-  if (dynsym != nullptr) append_function_symbols(f, dynsym, true, symtab != nullptr);
+  if (dynsym != nullptr) append_symbols(elf, dynsym, kind, true, symtab != nullptr, t);
 
-  std::stable_sort(f.by_addr.begin(), f.by_addr.end(),
-                   [](const FuncSymbol& a, const FuncSymbol& b) { return a.value < b.value; });
-  f.max_end.resize(f.by_addr.size());
-  uintptr_t reach = 0;
-  for (size_t i = 0; i < f.by_addr.size(); ++i) {
-    reach = std::max<uintptr_t>(reach, f.by_addr[i].value + f.by_addr[i].size);
-    f.max_end[i] = reach;
-  }
+  std::stable_sort(t->by_addr.begin(), t->by_addr.end(),
+                   [](const ElfSymbol& a, const ElfSymbol& b) { return a.value < b.value; });
   // The names are complete, so views into them stay valid.
-  auto add_name = [&f](std::string_view key, uint32_t index) {
-    auto [it, inserted] = f.by_name.emplace(key, index);
-    if (!inserted && f.by_addr[index].rank > f.by_addr[it->second].rank) it->second = index;
+  auto add_name = [t](std::string_view key, uint32_t index) {
+    auto [it, inserted] = t->by_name.emplace(key, index);
+    if (!inserted && t->by_addr[index].rank > t->by_addr[it->second].rank) it->second = index;
   };
   // Keys: "NAME" (the default version, as ld.so binds it), "NAME@VERSION" for every version,
   // and "NAME@@VERSION" for the default one, as it is spelled in .symtab.
-  for (size_t i = 0; i < f.by_addr.size(); ++i) {
-    std::string_view full(f.names.data() + f.by_addr[i].name);
+  for (size_t i = 0; i < t->by_addr.size(); ++i) {
+    std::string_view full(t->names.data() + t->by_addr[i].name);
     size_t at = full.find('@');
     add_name(full.substr(0, at), static_cast<uint32_t>(i));
     if (at == std::string_view::npos) continue;
     add_name(full, static_cast<uint32_t>(i));
     if (full.substr(at).starts_with("@@")) {
       // A deque never moves its strings, so the view stays valid.
-      f.version_keys.push_back(std::string(full.substr(0, at)) + std::string(full.substr(at + 1)));
-      add_name(f.version_keys.back(), static_cast<uint32_t>(i));
+      t->version_keys.push_back(std::string(full.substr(0, at)) +
+                                std::string(full.substr(at + 1)));
+      add_name(t->version_keys.back(), static_cast<uint32_t>(i));
     }
   }
+}
+
+// The function table, and how far the functions before each one reach (covering_symbol).
+void load_symbols(ElfFile& f) {
+  if (f.functions_loaded) return;
+  f.functions_loaded = true;
+  if (f.fd >= 0) file_cache().symbol_tables_read.fetch_add(1, std::memory_order_relaxed);
+  read_symbols(f.elf, SymbolKind::kFunction, &f.functions);
+  f.max_end.resize(f.functions.by_addr.size());
+  uintptr_t reach = 0;
+  for (size_t i = 0; i < f.functions.by_addr.size(); ++i) {
+    const ElfSymbol& s = f.functions.by_addr[i];
+    reach = std::max<uintptr_t>(reach, s.value + s.size);
+    f.max_end[i] = reach;
+  }
+}
+
+// The table of variables: only `@SYM` lookups (resolve_data) read it.
+void load_data_symbols(ElfFile& f) {
+  if (f.data_loaded) return;
+  f.data_loaded = true;
+  if (f.fd >= 0) file_cache().data_tables_read.fetch_add(1, std::memory_order_relaxed);
+  read_symbols(f.elf, SymbolKind::kData, &f.data);
+}
+
+// The symbol that `name` (bare or with a version) stands for in t, or nullptr.
+const ElfSymbol* named(const SymbolTable& t, std::string_view name) {
+  auto it = t.by_name.find(name);
+  return it == t.by_name.end() ? nullptr : &t.by_addr[it->second];
 }
 
 // How a symbol is named to a reader (describe, `kprobes/list`): the default version by its
@@ -404,13 +458,13 @@ std::string display_name(std::string_view full) {
 
 // The best sized function symbol covering `vaddr`: the innermost one, then the one with the
 // strongest binding (a global FUNC over its local aliases).
-const FuncSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
-  auto it = std::upper_bound(f.by_addr.begin(), f.by_addr.end(), vaddr,
-                             [](uintptr_t a, const FuncSymbol& s) { return a < s.value; });
-  const FuncSymbol* best = nullptr;
-  for (size_t i = static_cast<size_t>(it - f.by_addr.begin()); i-- > 0;) {
+const ElfSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
+  auto it = std::upper_bound(f.functions.by_addr.begin(), f.functions.by_addr.end(), vaddr,
+                             [](uintptr_t a, const ElfSymbol& s) { return a < s.value; });
+  const ElfSymbol* best = nullptr;
+  for (size_t i = static_cast<size_t>(it - f.functions.by_addr.begin()); i-- > 0;) {
     if (f.max_end[i] <= vaddr) break;  // nothing at or before i reaches vaddr
-    const FuncSymbol& s = f.by_addr[i];
+    const ElfSymbol& s = f.functions.by_addr[i];
     if (s.size == 0 || s.value + s.size <= vaddr) continue;
     if (best == nullptr || s.value > best->value ||
         (s.value == best->value &&
@@ -422,11 +476,11 @@ const FuncSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
 }
 
 // A function symbol that starts exactly at `vaddr`, to name code bounded by an FDE.
-const FuncSymbol* symbol_at(const ElfFile& f, uintptr_t vaddr) {
-  auto it = std::lower_bound(f.by_addr.begin(), f.by_addr.end(), vaddr,
-                             [](const FuncSymbol& s, uintptr_t a) { return s.value < a; });
-  const FuncSymbol* best = nullptr;
-  for (; it != f.by_addr.end() && it->value == vaddr; ++it) {
+const ElfSymbol* symbol_at(const ElfFile& f, uintptr_t vaddr) {
+  auto it = std::lower_bound(f.functions.by_addr.begin(), f.functions.by_addr.end(), vaddr,
+                             [](const ElfSymbol& s, uintptr_t a) { return s.value < a; });
+  const ElfSymbol* best = nullptr;
+  for (; it != f.functions.by_addr.end() && it->value == vaddr; ++it) {
     if (best == nullptr || it->rank > best->rank) best = &*it;
   }
   return best;
@@ -451,9 +505,9 @@ size_t split_suffix(std::string_view name) {
 void load_split_parts(ElfFile& f) {
   if (f.split_parts_loaded) return;
   f.split_parts_loaded = true;
-  for (size_t i = 0; i < f.by_addr.size(); ++i) {
-    const FuncSymbol& s = f.by_addr[i];
-    std::string_view name(f.names.data() + s.name);
+  for (size_t i = 0; i < f.functions.by_addr.size(); ++i) {
+    const ElfSymbol& s = f.functions.by_addr[i];
+    std::string_view name(f.functions.names.data() + s.name);
     const size_t at = split_suffix(name);
     if (at != std::string_view::npos && s.size > 0) {
       f.split_parts[name.substr(0, at)].push_back(static_cast<uint32_t>(i));
@@ -464,22 +518,22 @@ void load_split_parts(ElfFile& f) {
 // The other parts of the function `sym` belongs to: foo's cold parts, or foo and its other
 // cold parts for a cold part. Static functions of the same name in several sources make
 // this a superset, which only adds code to check.
-std::vector<const FuncSymbol*> related_parts(ElfFile& f, const FuncSymbol& sym) {
+std::vector<const ElfSymbol*> related_parts(ElfFile& f, const ElfSymbol& sym) {
   load_split_parts(f);
-  std::vector<const FuncSymbol*> out;
-  std::string_view name(f.names.data() + sym.name);
+  std::vector<const ElfSymbol*> out;
+  std::string_view name(f.functions.names.data() + sym.name);
   name = name.substr(0, name.find('@'));
   std::string_view stem = name;
   if (const size_t at = split_suffix(name); at != std::string_view::npos) {
     stem = name.substr(0, at);
-    auto hot = f.by_name.find(stem);
-    if (hot != f.by_name.end() && f.by_addr[hot->second].size > 0) {
-      out.push_back(&f.by_addr[hot->second]);
+    auto hot = f.functions.by_name.find(stem);
+    if (hot != f.functions.by_name.end() && f.functions.by_addr[hot->second].size > 0) {
+      out.push_back(&f.functions.by_addr[hot->second]);
     }
   }
   if (auto it = f.split_parts.find(stem); it != f.split_parts.end()) {
     for (uint32_t i : it->second) {
-      if (&f.by_addr[i] != &sym) out.push_back(&f.by_addr[i]);
+      if (&f.functions.by_addr[i] != &sym) out.push_back(&f.functions.by_addr[i]);
     }
   }
   return out;
@@ -488,7 +542,7 @@ std::vector<const FuncSymbol*> related_parts(ElfFile& f, const FuncSymbol& sym) 
 // [lo, hi) (ELF virtual addresses) at run time, with the ways into it that its own code
 // does not show: the landing pads inside it and the parts split off from it.
 void function_bounds(ElfFile& f, uintptr_t bias, uintptr_t lo, uintptr_t hi,
-                     const FuncSymbol* sym, FunctionBounds* out) {
+                     const ElfSymbol* sym, FunctionBounds* out) {
   *out = FunctionBounds{};
   out->start = lo + bias;
   out->end = hi + bias;
@@ -498,7 +552,7 @@ void function_bounds(ElfFile& f, uintptr_t bias, uintptr_t lo, uintptr_t hi,
   f.eh_frame.landing_pads_in(lo, hi, &pads);
   for (uint64_t pad : pads) out->landing_pads.push_back(static_cast<uintptr_t>(pad) + bias);
   if (sym == nullptr) return;
-  for (const FuncSymbol* part : related_parts(f, *sym)) {
+  for (const ElfSymbol* part : related_parts(f, *sym)) {
     out->related.push_back({part->value + bias, part->value + part->size + bias});
   }
 }
@@ -555,9 +609,26 @@ struct ProcessSymbols::Impl {
   std::vector<std::unique_ptr<ElfObject>> objects;  // search order
 
   int scan();
+  // Offers each object that `mod` names (any object when empty) in search order to
+  // found(object, file), with the file's mutex held, until found returns true. With a
+  // module, objects that carry exactly that basename go before those that only match
+  // without their version suffix. Requires mu.
+  template <class Found>
+  bool search(std::string_view mod, Found&& found) const {
+    const int passes = mod.empty() ? 1 : 2;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (const auto& o : objects) {
+        if (!mod.empty() && module_match(o->module, mod) != 2 - pass) continue;
+        ElfFile& f = *o->file;
+        std::lock_guard file_lock(f.mu);
+        if (found(*o, f)) return true;
+      }
+    }
+    return false;
+  }
   // Names the code at vaddr (by sym) and bounds its function: by `bounded_by` when given,
   // else by sym's size, else by the FDE around vaddr. Requires o.file->mu.
-  void fill(const ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
+  void fill(const ElfObject& o, const ElfSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
             const FdeRange* bounded_by = nullptr) const;
 };
 
@@ -652,13 +723,13 @@ int ProcessSymbols::Impl::scan() {
   return 0;
 }
 
-void ProcessSymbols::Impl::fill(const ElfObject& o, const FuncSymbol* sym, uintptr_t vaddr,
+void ProcessSymbols::Impl::fill(const ElfObject& o, const ElfSymbol* sym, uintptr_t vaddr,
                                 ResolvedSymbol* out, const FdeRange* bounded_by) const {
   ElfFile& f = *o.file;
   out->module = o.executable ? std::string() : o.module;
   out->path = o.path;
   out->addr = vaddr + o.bias;
-  out->name = sym != nullptr ? display_name(f.names.data() + sym->name) : std::string();
+  out->name = sym != nullptr ? display_name(f.functions.names.data() + sym->name) : std::string();
   if (bounded_by == nullptr && (sym == nullptr || sym->size == 0)) {
     bounded_by = covering_fde(f, vaddr);
   }
@@ -710,27 +781,38 @@ int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {
   std::string_view mod, sym;
   if (int err = split_name(name, &mod, &sym); err != 0) return err;
   std::lock_guard lock(impl_->mu);
-  // With a module, objects that carry exactly that basename go before those that only
-  // match without their version suffix.
-  const int passes = mod.empty() ? 1 : 2;
-  for (int pass = 0; pass < passes; ++pass) {
-    for (const auto& o : impl_->objects) {
-      if (!mod.empty() && module_match(o->module, mod) != 2 - pass) continue;
-      ElfFile& f = *o->file;
-      std::lock_guard file_lock(f.mu);
-      load_symbols(f);
-      auto it = f.by_name.find(sym);
-      if (it == f.by_name.end()) continue;
-      const FuncSymbol& s = f.by_addr[it->second];
-      // For a GNU_IFUNC symbol this is the resolver's address, as the kernel's kallsyms
-      // lookup gives the symbol's own address: the implementation the resolver picks is
-      // only known after it runs and would be a different function.
-      impl_->fill(*o, &s, s.value, out);
-      out->name.assign(sym);
-      return 0;
-    }
-  }
-  return -ENOENT;
+  const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
+    load_symbols(f);
+    const ElfSymbol* s = named(f.functions, sym);
+    if (s == nullptr) return false;
+    // For a GNU_IFUNC symbol this is the resolver's address, as the kernel's kallsyms
+    // lookup gives the symbol's own address: the implementation the resolver picks is
+    // only known after it runs and would be a different function.
+    impl_->fill(o, s, s->value, out);
+    out->name.assign(sym);
+    return true;
+  });
+  return found ? 0 : -ENOENT;
+}
+
+int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
+  std::string_view mod, sym;
+  if (int err = split_name(name, &mod, &sym); err != 0) return err;
+  std::lock_guard lock(impl_->mu);
+  const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
+    load_data_symbols(f);
+    load_symbols(f);
+    const ElfSymbol* s = named(f.data, sym);
+    // One name for a variable and a function in one object: static ones of different
+    // sources in .symtab. The stronger binding wins, as among functions; a tie goes to the
+    // variable, which is what `@SYM` is for.
+    const ElfSymbol* fn = named(f.functions, sym);
+    if (fn != nullptr && (s == nullptr || fn->rank > s->rank)) s = fn;
+    if (s == nullptr) return false;
+    *addr = s->value + o.bias;
+    return true;
+  });
+  return found ? 0 : -ENOENT;
 }
 
 int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {
@@ -741,7 +823,7 @@ int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {
     ElfFile& f = *o->file;
     std::lock_guard file_lock(f.mu);
     load_symbols(f);
-    if (const FuncSymbol* s = covering_symbol(f, vaddr)) {
+    if (const ElfSymbol* s = covering_symbol(f, vaddr)) {
       impl_->fill(*o, s, s->value, out);
       return 0;
     }
@@ -821,6 +903,7 @@ ElfFileCacheStats elf_file_cache_stats() {
   }
   s.files_parsed = cache.files_parsed.load(std::memory_order_relaxed);
   s.symbol_tables_read = cache.symbol_tables_read.load(std::memory_order_relaxed);
+  s.data_tables_read = cache.data_tables_read.load(std::memory_order_relaxed);
   return s;
 }
 

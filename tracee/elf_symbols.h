@@ -79,6 +79,17 @@ class ProcessSymbols {
   // "", ":", "libc:", ":sym", a name with blanks).
   [[nodiscard]] int resolve(std::string_view name, ResolvedSymbol* out) const;
 
+  // The run-time address of `SYM` or `MOD:SYM` as a data symbol, for the kprobe syntax's
+  // `@SYM` fetch argument (the kernel looks it up in kallsyms): a variable (OBJECT or COMMON
+  // symbol), or a function as resolve() finds it. Objects, tables, versions and errors as
+  // for resolve(). A thread-local variable (TLS symbol) has an address only per thread
+  // and is not found (-ENOENT), nor is a symbol without a type (NOTYPE: assembly labels,
+  // the linker's _end). A variable the executable copied from a library (copy relocation)
+  // is found in the executable first: that copy is the one the process uses. The table of
+  // variables is read on first use and kept apart: resolve() and describe() stay as fast
+  // and still name functions only. *addr is written only on success.
+  [[nodiscard]] int resolve_data(std::string_view name, uint64_t* addr) const;
+
   // The function containing `addr`: from the symbol table (symbol size), or, where the code
   // has no symbol (stripped objects), from the .eh_frame FDE that covers it. 0 or -ENOENT.
   // resolve() and describe() fill in the function's landing pads (.eh_frame LSDAs) and the
@@ -102,7 +113,8 @@ class ProcessSymbols {
 struct ElfFileCacheStats {
   size_t files = 0;                 // files some ProcessSymbols holds now
   uint64_t files_parsed = 0;        // files opened and parsed so far (each a cache miss)
-  uint64_t symbol_tables_read = 0;  // symbol tables read so far (at most one per parse)
+  uint64_t symbol_tables_read = 0;  // function tables read so far (at most one per parse)
+  uint64_t data_tables_read = 0;    // variable tables read so far (at most one per parse)
 };
 ElfFileCacheStats elf_file_cache_stats();
 

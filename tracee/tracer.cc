@@ -273,11 +273,9 @@ struct Tracer::Impl {
     events::CompiledEvent own;
     if (p.per_target_compile) {
       const ProcessSymbols* syms = t.syms.get();
+      // `@SYM`: a variable or a function of this target, as the kernel finds kernel data.
       events::DataSymbolResolver resolve = [syms](std::string_view sym, uint64_t* addr) {
-        ResolvedSymbol rs;
-        if (syms->resolve(sym, &rs) != 0) return false;
-        *addr = rs.addr;
-        return true;
+        return syms->resolve_data(sym, addr) == 0;
       };
       if (!events::compile(p.spec.def, resolve, &own, diag)) return PlaceStatus::kError;
       ev = &own;

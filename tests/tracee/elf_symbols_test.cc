@@ -22,11 +22,24 @@
 
 #include <gtest/gtest.h>
 
+#include "events/compile.h"
+#include "events/fetch.h"
+#include "events/memory_reader.h"
+#include "events/parse.h"
 #include "tests/tracee/dl_helpers.h"
 #include "tests/tracee/libc_dynsym.h"
 #include "tests/tracee/test_functions.h"
 
 extern char** environ;
+
+// Variables of the test executable for data symbols (`@SYM`): one exported (the executable
+// exports its symbols), one file-local (in .symtab only) and one thread-local. Named as C
+// names them (C++ would mangle the file-local one: _ZL23...).
+extern "C" {
+int probefs_test_global_var = 11;
+__thread int probefs_test_tls_var = 13;
+}
+static int probefs_test_static_var __asm__("probefs_test_static_var") = 12;
 
 namespace probefs::tracee {
 namespace {
@@ -852,6 +865,11 @@ TEST(ProcessSymbols, ThreadsOnSharedFiles) {
   const std::string stripped_exported =
       basename_of(stripped.path) + ":probefs_stripped_exported";
   const std::string versioned_v1 = basename_of(versioned.path) + ":probefs_versioned_fn@PROBEFS_1";
+  const uintptr_t data_v1 =
+      addr_of(dlvsym(versioned_lib.handle, "probefs_versioned_data", "PROBEFS_1"));
+  ASSERT_NE(data_v1, 0u);
+  const std::string versioned_data_v1 =
+      basename_of(versioned.path) + ":probefs_versioned_data@PROBEFS_1";
 
   Child child;
   ASSERT_TRUE(fork_waiting(&child));
@@ -878,6 +896,8 @@ TEST(ProcessSymbols, ThreadsOnSharedFiles) {
     if (syms.resolve(versioned_v1, &r) != 0 || r.addr != v1) ++wrong;
     if (syms.resolve("getpid", &r) != 0 || r.addr != getpid_addr) ++wrong;
     if (syms.describe(fn_a + 1, &r) != 0 || r.function.start != fn_a) ++wrong;
+    uint64_t data = 0;
+    if (syms.resolve_data(versioned_data_v1, &data) != 0 || data != data_v1) ++wrong;
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -910,6 +930,274 @@ TEST(ProcessSymbols, ThreadsOnSharedFiles) {
   EXPECT_EQ(after.files, before.files);
   EXPECT_LE(after.symbol_tables_read - before.symbol_tables_read, before.files);
   EXPECT_GT(after.symbol_tables_read, before.symbol_tables_read);
+  EXPECT_EQ(after.data_tables_read - before.data_tables_read, 1u);  // the versioned copy's
+}
+
+// ---- data symbols (`@SYM`) ----
+
+TEST(ProcessSymbols, DataSymbolsOfTheExecutable) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  uint64_t a = 0;
+  ASSERT_EQ(syms->resolve_data("probefs_test_global_var", &a), 0);
+  EXPECT_EQ(a, addr_of(&probefs_test_global_var));
+  EXPECT_EQ(addr_of(dlsym(RTLD_DEFAULT, "probefs_test_global_var")), a);
+
+  // A file-local variable is only in .symtab.
+  ASSERT_EQ(dlsym(RTLD_DEFAULT, "probefs_test_static_var"), nullptr);
+  ASSERT_EQ(syms->resolve_data("probefs_test_static_var", &a), 0);
+  EXPECT_EQ(a, addr_of(&probefs_test_static_var));
+
+  // The executable answers to its basename as MOD.
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  exe[n] = '\0';
+  ASSERT_EQ(syms->resolve_data(basename_of(exe) + ":probefs_test_global_var", &a), 0);
+  EXPECT_EQ(a, addr_of(&probefs_test_global_var));
+  EXPECT_EQ(syms->resolve_data("libc:probefs_test_global_var", &a), -ENOENT);
+
+  // environ: a copy relocation may have moved libc's variable into the executable; either
+  // way `SYM` is the one the program uses, and `libc:SYM` libc's own definition.
+  ASSERT_EQ(syms->resolve_data("environ", &a), 0);
+  EXPECT_EQ(a, addr_of(&environ));
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  for (const char* name : {"environ", "stdout", "_IO_2_1_stdout_", "program_invocation_name"}) {
+    SCOPED_TRACE(name);
+    const uintptr_t expected = addr_of(dlsym(libc, name));
+    ASSERT_NE(expected, 0u);
+    for (const char* mod : {"libc:", "libc.so.6:"}) {
+      ASSERT_EQ(syms->resolve_data(std::string(mod) + name, &a), 0);
+      EXPECT_EQ(a, expected);
+    }
+  }
+  dlclose(libc);
+
+  // The variables stay out of resolve() and describe(), which know functions only, also
+  // once their table is loaded.
+  ResolvedSymbol r;
+  EXPECT_EQ(syms->resolve("probefs_test_global_var", &r), -ENOENT);
+  EXPECT_EQ(syms->resolve("environ", &r), -ENOENT);
+  EXPECT_EQ(syms->describe(addr_of(&probefs_test_global_var), &r), -ENOENT);
+  EXPECT_EQ(syms->describe(addr_of(&probefs_test_static_var), &r), -ENOENT);
+}
+
+// `@SYM` also names functions, as the kernel's kallsyms does: where resolve() finds them.
+TEST(ProcessSymbols, DataSymbolsAlsoNameFunctions) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  for (const char* name : {"probefs_test_fn_a", "getpid", "libc:getpid", "libc:strlen",
+                           "probefs_test_ifunc", "probefs_dup_fn",
+                           "libprobefs_tracee_dup_b:probefs_dup_fn"}) {
+    SCOPED_TRACE(name);
+    ResolvedSymbol r;
+    ASSERT_EQ(syms->resolve(name, &r), 0);
+    uint64_t a = 0;
+    ASSERT_EQ(syms->resolve_data(name, &a), 0);
+    EXPECT_EQ(a, r.addr);
+  }
+  uint64_t a = 0;
+  ASSERT_EQ(syms->resolve_data("probefs_test_fn_a", &a), 0);
+  EXPECT_EQ(a, fn_addr(&probefs_test_fn_a));
+  ASSERT_EQ(syms->resolve_data("getpid", &a), 0);
+  EXPECT_EQ(a, libc_symbol("getpid"));
+}
+
+TEST(ProcessSymbols, DataSymbolsOfLibrariesInLoadOrder) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ASSERT_EQ(probefs_dup_a_id() + probefs_dup_b_id(), 2);
+  uint64_t a = 0;
+  // Both libraries define it; the first loaded wins, as for the dynamic linker.
+  const uintptr_t first = addr_of(dlsym(RTLD_DEFAULT, "probefs_dup_data"));
+  ASSERT_NE(first, 0u);
+  ASSERT_EQ(syms->resolve_data("probefs_dup_data", &a), 0);
+  EXPECT_EQ(a, first);
+  ASSERT_EQ(syms->resolve_data("libprobefs_tracee_dup_a:probefs_dup_data", &a), 0);
+  EXPECT_EQ(a, first);
+
+  Dl_info b;
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&probefs_dup_b_id), &b), 0);
+  void* handle = dlopen(b.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr);
+  const uintptr_t in_b = addr_of(dlsym(handle, "probefs_dup_data"));
+  dlclose(handle);
+  ASSERT_NE(in_b, 0u);
+  ASSERT_NE(in_b, first);
+  for (const char* name : {"libprobefs_tracee_dup_b:probefs_dup_data",
+                           "libprobefs_tracee_dup_b.so:probefs_dup_data"}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(syms->resolve_data(name, &a), 0);
+    EXPECT_EQ(a, in_b);
+  }
+}
+
+// Versions as for functions, in an object with .symtab and a stripped one, and libc's
+// sys_errlist, which only has hidden versions.
+TEST(ProcessSymbols, DataSymbolVersions) {
+  for (const char* path : {PROBEFS_VERSIONED_SYMTAB_LIB, PROBEFS_VERSIONED_STRIPPED_LIB}) {
+    SCOPED_TRACE(path);
+    Library lib(path);
+    ASSERT_NE(lib.handle, nullptr) << dlerror();
+    const uintptr_t v1 = addr_of(dlvsym(lib.handle, "probefs_versioned_data", "PROBEFS_1"));
+    const uintptr_t v2 = addr_of(dlvsym(lib.handle, "probefs_versioned_data", "PROBEFS_2"));
+    ASSERT_NE(v1, 0u);
+    ASSERT_NE(v2, 0u);
+    ASSERT_NE(v1, v2);
+    EXPECT_EQ(addr_of(dlsym(lib.handle, "probefs_versioned_data")), v2);
+    auto syms = load_self();
+    ASSERT_NE(syms, nullptr);
+    const std::string mod = basename_of(path) + ":";
+    uint64_t a = 0;
+    ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_data", &a), 0);
+    EXPECT_EQ(a, v2);
+    ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_data@PROBEFS_2", &a), 0);
+    EXPECT_EQ(a, v2);
+    ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_data@@PROBEFS_2", &a), 0);
+    EXPECT_EQ(a, v2);
+    ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_data@PROBEFS_1", &a), 0);
+    EXPECT_EQ(a, v1);
+    EXPECT_EQ(syms->resolve_data(mod + "probefs_versioned_data@PROBEFS_3", &a), -ENOENT);
+    // The library is opened RTLD_LOCAL but is mapped: SYM searches it after the others.
+    ASSERT_EQ(syms->resolve_data("probefs_versioned_data", &a), 0);
+    EXPECT_EQ(a, v2);
+  }
+
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  const uintptr_t errlist = addr_of(dlvsym(libc, "sys_errlist", "GLIBC_2.12"));
+  dlclose(libc);
+  if (errlist == 0) GTEST_SKIP() << "this libc has no sys_errlist@GLIBC_2.12";
+  uint64_t a = 0;
+  ASSERT_EQ(syms->resolve_data("libc:sys_errlist@GLIBC_2.12", &a), 0);
+  EXPECT_EQ(a, errlist);
+  ASSERT_EQ(syms->resolve_data("libc:sys_errlist", &a), 0);  // no default: a hidden one
+  EXPECT_EQ(a, errlist);  // all its versions share one address
+}
+
+// A thread-local variable has no one address: its symbol's value is an offset into each
+// thread's block. It is not found (-ENOENT), as an unknown name is not; a malformed name
+// is -EINVAL as for resolve().
+TEST(ProcessSymbols, DataSymbolsRefuseThreadLocalsAndUnknownNames) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  probefs_test_tls_var += 1;  // keeps the variable, in case the compiler would drop it
+  uint64_t a = 0;
+  EXPECT_EQ(syms->resolve_data("probefs_test_tls_var", &a), -ENOENT);
+  EXPECT_EQ(syms->resolve_data("libc:errno", &a), -ENOENT);  // errno is glibc's TLS symbol
+  EXPECT_EQ(syms->resolve_data("probefs_no_such_variable", &a), -ENOENT);
+  EXPECT_EQ(syms->resolve_data("probefs_no_such_object:environ", &a), -ENOENT);
+  EXPECT_EQ(syms->resolve_data("lib:environ", &a), -ENOENT);  // a prefix is not a module
+  EXPECT_EQ(a, 0u);  // untouched on failure
+  for (const char* name : {"", ":", "libc:", ":environ", "libc:env iron", "a:b:c", " environ"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(syms->resolve_data(name, &a), -EINVAL);
+  }
+}
+
+// The table of variables is read once per file, on the first data lookup: function lookups
+// never read it, and data lookups use the function table that is already there.
+TEST(ProcessSymbols, DataTableIsReadOnlyForDataLookups) {
+  TempCopy copy(PROBEFS_VERSIONED_SYMTAB_LIB);  // cold: parsed for this test only
+  ASSERT_FALSE(copy.path.empty());
+  Library lib(copy.path.c_str());
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  const std::string mod = basename_of(copy.path) + ":";
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+
+  ElfFileCacheStats before = elf_file_cache_stats();
+  ResolvedSymbol r;
+  ASSERT_EQ(syms->resolve(mod + "probefs_versioned_fn", &r), 0);
+  ASSERT_EQ(syms->describe(r.addr, &r), 0);
+  ElfFileCacheStats after = elf_file_cache_stats();
+  EXPECT_EQ(after.symbol_tables_read, before.symbol_tables_read + 1);
+  EXPECT_EQ(after.data_tables_read, before.data_tables_read);
+
+  uint64_t a = 0;
+  before = after;
+  ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_data", &a), 0);
+  ASSERT_EQ(syms->resolve_data(mod + "probefs_versioned_plain", &a), 0);
+  EXPECT_EQ(syms->resolve_data(mod + "probefs_no_such_variable", &a), -ENOENT);
+  after = elf_file_cache_stats();
+  EXPECT_EQ(after.symbol_tables_read, before.symbol_tables_read);
+  EXPECT_EQ(after.data_tables_read, before.data_tables_read + 1);
+
+  // describe() still names the function, not a variable, and knows no variable.
+  const uintptr_t v2 = addr_of(dlvsym(lib.handle, "probefs_versioned_fn", "PROBEFS_2"));
+  ASSERT_EQ(syms->describe(v2, &r), 0);
+  EXPECT_EQ(r.name, "probefs_versioned_fn");
+  const uintptr_t data = addr_of(dlsym(lib.handle, "probefs_versioned_data"));
+  ASSERT_NE(data, 0u);
+  EXPECT_EQ(syms->describe(data, &r), -ENOENT);
+}
+
+// `p ... @SYM` end to end: the parser leaves the symbol, compile() resolves it through
+// resolve_data into the program's immediate, and the program reads the variable.
+TEST(ProcessSymbols, AtSymbolCompilesToTheVariablesAddress) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  events::DataSymbolResolver resolve = [&syms](std::string_view sym, uint64_t* addr) {
+    return syms->resolve_data(sym, addr) == 0;
+  };
+  events::ParseResult pr = events::parse_kprobe_command(
+      "p:t/e probefs_test_fn_a @probefs_test_global_var:s32 "
+      "s=@probefs_test_static_var:s32 o=@probefs_test_global_var+4:u32 "
+      "f=@probefs_test_fn_a:u8");
+  ASSERT_EQ(pr.status, events::ParseStatus::kDefine);
+  events::CompiledEvent ev;
+  events::Diagnostic diag;
+  ASSERT_TRUE(events::compile(pr.def, resolve, &ev, &diag)) << diag.message();
+
+  // One immediate per argument, in order: the resolved address plus the offset.
+  std::vector<uint64_t> imms;
+  for (const events::FetchInsn& in : ev.program.insns) {
+    EXPECT_NE(in.op, events::FetchOp::kSymbol);
+    if (in.op == events::FetchOp::kImm) imms.push_back(in.imm);
+  }
+  ASSERT_EQ(imms.size(), 4u);
+  EXPECT_EQ(imms[0], addr_of(&probefs_test_global_var));
+  EXPECT_EQ(imms[1], addr_of(&probefs_test_static_var));
+  EXPECT_EQ(imms[2], addr_of(&probefs_test_global_var) + 4);
+  EXPECT_EQ(imms[3], fn_addr(&probefs_test_fn_a));
+
+  // The program reads the variables of this very process.
+  probefs_test_global_var = -7;
+  probefs_test_static_var = 12345;
+  PtRegs regs{};
+  events::HitContext hc;
+  hc.regs = &regs;
+  hc.ip = fn_addr(&probefs_test_fn_a);
+  hc.comm = "test";
+  events::LiveMemoryReader reader = events::LiveMemoryReader::for_self();
+  std::vector<uint8_t> rec(ev.program.max_record_size());
+  const uint32_t size = events::write_record(events::view_of(ev.program), hc, reader,
+                                             rec.data(), static_cast<uint32_t>(rec.size()));
+  ASSERT_GE(size, ev.program.fixed_size);
+  ASSERT_EQ(ev.fields.size(), 4u);
+  int32_t global = 0, local = 0;
+  uint8_t first_byte = 0;
+  std::memcpy(&global, rec.data() + ev.fields[0].offset, sizeof global);
+  std::memcpy(&local, rec.data() + ev.fields[1].offset, sizeof local);
+  std::memcpy(&first_byte, rec.data() + ev.fields[3].offset, sizeof first_byte);
+  EXPECT_EQ(global, -7);
+  EXPECT_EQ(local, 12345);
+  EXPECT_EQ(first_byte, *reinterpret_cast<const uint8_t*>(fn_addr(&probefs_test_fn_a)));
+  probefs_test_global_var = 11;
+
+  // A name that is no data symbol fails the compile as the kernel fails the registration.
+  for (const char* line : {"p:t/e probefs_test_fn_a @probefs_test_tls_var:s32",
+                           "p:t/e probefs_test_fn_a @probefs_no_such_variable:s32"}) {
+    SCOPED_TRACE(line);
+    events::ParseResult bad = events::parse_kprobe_command(line);
+    ASSERT_EQ(bad.status, events::ParseStatus::kDefine);
+    EXPECT_FALSE(events::compile(bad.def, resolve, &ev, &diag));
+    EXPECT_EQ(diag.err, ENOENT);
+    EXPECT_EQ(diag.message(), "Invalid probed address or symbol");
+  }
 }
 
 }  // namespace

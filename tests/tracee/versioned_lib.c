@@ -11,3 +11,9 @@ __asm__(".symver probefs_versioned_fn_v2, probefs_versioned_fn@@PROBEFS_2");
 // Unversioned beside them (the version script's global: * of PROBEFS_1 gives it a version;
 // it is the one default version of its name).
 int probefs_versioned_plain(int x) { return x * 3; }
+
+// A variable in two versions, as glibc keeps sys_errlist.
+int probefs_versioned_data_v1 = 1;
+int probefs_versioned_data_v2 = 2;
+__asm__(".symver probefs_versioned_data_v1, probefs_versioned_data@PROBEFS_1");
+__asm__(".symver probefs_versioned_data_v2, probefs_versioned_data@@PROBEFS_2");
