@@ -79,7 +79,8 @@ using ProbeId = uint32_t;
 // One probe of an event, as fs defines it: the parsed line, the event it belongs to
 // (`event_id` becomes each record's common_type) and the event compiled once for its
 // record layout and format. The tracer compiles again per target where the definition
-// names data symbols (`@SYM`), whose addresses differ between processes.
+// names data symbols (`@SYM`), whose addresses differ between processes: for `compiled`,
+// a resolver that gives any address will do (the layout does not depend on it).
 struct ProbeSpec {
   events::ProbeDefinition def;
   events::CompiledEvent compiled;

@@ -25,6 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Read by @traced_global fetch arguments. */
+volatile long traced_global = 4242;
+
 __attribute__((noinline)) long traced_add(long a, long b) {
   __asm__ volatile("" ::: "memory");
   return a + b;

@@ -56,7 +56,12 @@ Event define(Tracer& t, const std::string& line, uint16_t eid, bool enabled = tr
   EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
   e.spec.def = r.def;
   events::Diagnostic d;
-  EXPECT_TRUE(events::compile(e.spec.def, {}, &e.spec.compiled, &d)) << line;
+  // For the layout only: the tracer compiles again in each target, with its data symbols.
+  auto any_address = [](std::string_view, uint64_t* addr) {
+    *addr = 0;
+    return true;
+  };
+  EXPECT_TRUE(events::compile(e.spec.def, any_address, &e.spec.compiled, &d)) << line;
   e.spec.event_id = eid;
   e.spec.enabled = enabled;
   int err = t.define_probe(e.spec, &e.id, &d);
@@ -595,6 +600,25 @@ TEST(Tracer, SameUserAttachWithoutRoot) {
   ASSERT_EQ(waitpid(daemon, &st, 0), daemon);
   guard.release();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "exit status " << st;
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// `@SYM` in kprobe syntax names a variable of the traced program, resolved in each target.
+TEST(Tracer, DataSymbolArgumentsReadTheProgramsVariable) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  Event e = define(*t, "p:t/g " + kProgName + ":traced_add g=@traced_global:s64", 96);
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 3u);
+  for (const auto& x : recs) EXPECT_EQ(field(e, x.r, "g"), 4242u);
 }
 
 }  // namespace
