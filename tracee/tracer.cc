@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -134,7 +135,8 @@ struct Tracer::Impl {
     pid_t pid = 0;
     pid_t parent = 0;
     TargetOrigin origin = TargetOrigin::kLaunched;
-    bool our_child = false;  // launched by us: we reap it
+    bool folded = false;     // its counts joined its probes' totals
+    std::chrono::steady_clock::time_point unlinked_since;  // when its link ended
     std::string exe;
     std::shared_ptr<AgentLink> link;
     std::unique_ptr<ProcessSymbols> syms;
@@ -157,7 +159,10 @@ struct Tracer::Impl {
   bool armed = true;
   bool optimization = true;
   std::function<void(const TargetNotice&)> notice_listener;
-  std::mutex notice_mu;  // serialises notices; never held with mu
+  std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
+  std::set<pid_t> children;          // launched by us: we reap them
+  // How long a launched program's new image may take to connect after its exec.
+  static constexpr std::chrono::seconds kExecGrace{10};
 
   // Exits: pid -> wait status, for wait_exit().
   std::map<pid_t, int> exits;
@@ -174,7 +179,6 @@ struct Tracer::Impl {
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
   uint64_t consumed = 0;
-  std::atomic<int> waiters{0};
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
   uint32_t buffer_kb;
@@ -183,17 +187,6 @@ struct Tracer::Impl {
   std::atomic<bool> stop{false};
 
   // ---- helpers (mu held unless said) ----
-
-  void notify(const TargetNotice& n) {
-    std::function<void(const TargetNotice&)> fn;
-    {
-      std::lock_guard l(mu);
-      fn = notice_listener;
-    }
-    if (!fn) return;
-    std::lock_guard l(notice_mu);
-    fn(n);
-  }
 
   uint32_t stamp_mode() const {
     return events::ring_detect_stamp_mode(events::trace_clock_stamp(clock));
@@ -228,8 +221,8 @@ struct Tracer::Impl {
   void retire_rings(const std::shared_ptr<Rings>&) {}
 
   // Frees areas whose target is gone and that hold nothing more. read_mu held.
+  // (A waiter in wait_for_records holds its own references to the areas it waits on.)
   void free_drained_rings(const std::set<Rings*>& live) {
-    if (waiters.load() != 0) return;
     for (auto it = rings.begin(); it != rings.end();) {
       Rings* r = it->get();
       if (live.count(r) || r->reader.has_data()) {
@@ -389,8 +382,34 @@ struct Tracer::Impl {
     exit_cv.notify_all();
   }
 
-  // The target's counters are folded into its probes' totals before it goes. mu held.
+  // Notices go out from the service thread only, in the order they happened, with no
+  // lock held (a listener may call back in). mu held.
+  void queue_notice(TargetNotice::Kind kind, pid_t pid, pid_t parent = 0, int status = -1) {
+    TargetNotice n;
+    n.kind = kind;
+    n.pid = pid;
+    n.parent = parent;
+    n.status = status;
+    notices.push_back(n);
+  }
+
+  void deliver_notices() {
+    std::deque<TargetNotice> out;
+    std::function<void(const TargetNotice&)> fn;
+    {
+      std::lock_guard l(mu);
+      out.swap(notices);
+      fn = notice_listener;
+    }
+    if (fn)
+      for (const TargetNotice& n : out) fn(n);
+  }
+
+  // The target's counts join its probes' totals, once, when it stops counting (exit,
+  // exec, detach). mu held.
   void fold_counts(Target& t) {
+    if (t.folded) return;
+    t.folded = true;
     std::vector<lk::ProfileEntry> prof;
     if (t.link && !t.link->closed()) {
       LinkResult r = t.link->profile();
@@ -407,50 +426,80 @@ struct Tracer::Impl {
     }
   }
 
+  // A target leaves the table: its counts are folded and its exit recorded. mu held.
+  void drop_target(pid_t pid, TargetNotice::Kind kind, int status) {
+    auto it = targets.find(pid);
+    if (it == targets.end()) return;
+    fold_counts(*it->second);
+    if (it->second->link) it->second->link->close();
+    targets.erase(it);
+    record_exit(pid, status);
+    queue_notice(kind, pid, 0, status);
+  }
+
+  // A fork child's code carries the probes its parent had at the fork, under the same
+  // ids. What the child really has is what it reports (PROFILE lists every probe it
+  // holds): those the daemon still knows stay, the others (removed from the parent since,
+  // or of a parent no longer traced) are removed; place_pending adds the ones defined
+  // since. mu held.
+  void adopt_inherited_probes(Target& child, const Target* parent) {
+    LinkResult r = child.link->profile();
+    if (!r.ok()) return;
+    std::set<uint32_t> held;
+    for (const auto& e : r.profile)
+      if (e.probe_id != 0) held.insert(e.probe_id);
+    if (parent != nullptr) {
+      for (const auto& [id, sites] : parent->sites) {
+        if (!probes.count(id)) continue;
+        for (const Site& s : sites) {
+          if (held.erase(s.agent_id)) child.sites[id].push_back(s);
+        }
+      }
+    }
+    for (uint32_t stale : held) (void)child.link->remove(stale);
+  }
+
   // ---- the service thread ----
 
   void handle_connected(const std::shared_ptr<AgentLink>& link) {
     const lk::Hello& h = link->hello();
-    TargetNotice n;
-    n.pid = link->pid();
-    {
-      std::lock_guard l(mu);
-      auto t = std::make_unique<Target>();
-      t->pid = link->pid();
-      t->link = link;
-      if (h.reason == lk::HelloReason::kFork) {
-        auto parent = targets.find(h.ppid);
-        t->parent = h.ppid;
-        t->origin = TargetOrigin::kForked;
-        // The child's code carries its parent's probes, under the same ids.
-        if (parent != targets.end()) t->sites = parent->second->sites;
-        n.kind = TargetNotice::Kind::kForked;
-        n.parent = h.ppid;
-      } else {
-        // An exec'd image of a target: a new program, none of the old probes.
-        auto old = targets.find(t->pid);
-        if (old != targets.end()) {
-          fold_counts(*old->second);
-          t->origin = old->second->origin;
-          t->parent = old->second->parent;
-          t->our_child = old->second->our_child;
-          if (old->second->link) old->second->link->close();
-          targets.erase(old);
-        }
-        n.kind = TargetNotice::Kind::kExeced;
+    std::lock_guard l(mu);
+    auto t = std::make_unique<Target>();
+    t->pid = link->pid();
+    t->link = link;
+    TargetNotice::Kind kind;
+    if (h.reason == lk::HelloReason::kFork) {
+      t->parent = h.ppid;
+      t->origin = TargetOrigin::kForked;
+      auto parent = targets.find(h.ppid);
+      adopt_inherited_probes(*t, parent == targets.end() ? nullptr : parent->second.get());
+      kind = TargetNotice::Kind::kForked;
+    } else {
+      // An exec'd image of a target: a new program, none of the old probes.
+      auto old = targets.find(t->pid);
+      if (old != targets.end()) {
+        fold_counts(*old->second);
+        t->origin = old->second->origin;
+        t->parent = old->second->parent;
+        if (old->second->link) old->second->link->close();
+        targets.erase(old);
       }
-      ever.insert(t->pid);
-      Target& ref = *t;
-      targets[t->pid] = std::move(t);
-      std::string err;
-      if (set_up(ref, &err) != 0) {
-        ref.link->close();
-        targets.erase(ref.pid);
-        return;
-      }
-      (void)ref.link->go();
+      kind = TargetNotice::Kind::kExeced;
     }
-    notify(n);
+    exits.erase(t->pid);
+    ever.insert(t->pid);
+    const pid_t pid = t->pid;
+    const pid_t parent = t->parent;
+    Target& ref = *t;
+    targets[pid] = std::move(t);
+    std::string err;
+    if (set_up(ref, &err) != 0) {
+      ref.link->close();
+      targets.erase(pid);
+      return;
+    }
+    (void)ref.link->go();
+    queue_notice(kind, pid, kind == TargetNotice::Kind::kForked ? parent : 0);
   }
 
   void handle_mapped(const LinkEvent& ev) {
@@ -458,68 +507,90 @@ struct Tracer::Impl {
     Target* t = target_of_link(ev.link);
     std::vector<lk::Define> defs;
     std::vector<ProbeId> ids;
-    if (t != nullptr && ev.mapped.kind == lk::MappedKind::kMapped && refresh_symbols(*t) == 0)
-      place_pending(*t, &defs, &ids);
-    else if (t != nullptr)
-      (void)refresh_symbols(*t);
+    const bool mapped = ev.mapped.kind == lk::MappedKind::kMapped;
+    if (t != nullptr && refresh_symbols(*t) == 0 && mapped) place_pending(*t, &defs, &ids);
     std::vector<LinkResult> res = ev.link->answer_mapped(ev.seq, defs);
     if (t == nullptr) return;
     for (size_t i = 0; i < defs.size() && i < res.size(); ++i)
       if (res[i].ok()) t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
+    if (!mapped) forget_unmapped_sites(*t);
+  }
+
+  // After dlclose: the probes of objects no longer mapped are the engine's [GONE]; they
+  // are removed, so that the object's next load gets them again. mu held.
+  void forget_unmapped_sites(Target& t) {
+    auto mapped = [&](uintptr_t a) {
+      for (const Mapping& m : t.maps)
+        if (m.exec && m.start <= a && a < m.end) return true;
+      return false;
+    };
+    for (auto it = t.sites.begin(); it != t.sites.end();) {
+      auto& v = it->second;
+      for (auto s = v.begin(); s != v.end();) {
+        if (mapped(s->addr)) {
+          ++s;
+          continue;
+        }
+        (void)t.link->remove(s->agent_id);
+        s = v.erase(s);
+      }
+      it = v.empty() ? t.sites.erase(it) : std::next(it);
+    }
   }
 
   void handle_closed(const std::shared_ptr<AgentLink>& link) {
-    TargetNotice n;
-    {
-      std::lock_guard l(mu);
-      Target* t = target_of_link(link);
-      if (t == nullptr) return;  // replaced by its exec'd image, or detached
-      n.pid = t->pid;
-      fold_counts(*t);
-      if (process_running(t->pid)) {
-        // The program exec'd. A launched one's new image connects again (kExeced); an
-        // attached one has no agent there any more.
-        if (t->origin != TargetOrigin::kAttached) return;
-        n.kind = TargetNotice::Kind::kLeft;
-        targets.erase(t->pid);
-        record_exit(n.pid, -1);
-      } else if (t->our_child) {
-        return;  // reaped below, with its status
-      } else {
-        n.kind = TargetNotice::Kind::kExited;
-        targets.erase(t->pid);
-        record_exit(n.pid, -1);
-      }
-    }
-    notify(n);
+    std::lock_guard l(mu);
+    Target* t = target_of_link(link);
+    if (t == nullptr) return;  // replaced by its exec'd image, or detached
+    fold_counts(*t);
+    // Exited, or exec'd (an attached program's new image has no agent; a launched one's
+    // connects again): the service tick sorts it out (sweep_unlinked).
+    t->unlinked_since = std::chrono::steady_clock::now();
   }
 
+  // Targets whose link ended: gone once the process is (our own children when reaped),
+  // and left when the process runs on without an agent (an attached program that
+  // exec'd at once; a launched one whose new image did not connect within kExecGrace:
+  // a static or setuid program, or one that cleared its environment). mu held.
+  void sweep_unlinked() {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<pid_t, TargetNotice::Kind>> drop;
+    for (auto& [pid, t] : targets) {
+      if (!t->link || !t->link->closed()) continue;
+      if (children.count(pid)) {
+        if (process_running(pid) && now - t->unlinked_since > kExecGrace)
+          drop.emplace_back(pid, TargetNotice::Kind::kLeft);
+        continue;  // reap_children reports its exit with its status
+      }
+      if (!process_running(pid))
+        drop.emplace_back(pid, TargetNotice::Kind::kExited);
+      else if (t->origin == TargetOrigin::kAttached || now - t->unlinked_since > kExecGrace)
+        drop.emplace_back(pid, TargetNotice::Kind::kLeft);
+    }
+    for (auto& [pid, kind] : drop) drop_target(pid, kind, -1);
+  }
+
+  // Our own children (launched targets), reaped whether they are targets still or not.
   void reap_children() {
-    std::vector<TargetNotice> out;
-    {
-      std::lock_guard l(mu);
-      for (auto it = targets.begin(); it != targets.end();) {
-        Target& t = *it->second;
-        int st = 0;
-        if (t.our_child && waitpid(t.pid, &st, WNOHANG) == t.pid) {
-          fold_counts(t);
-          TargetNotice n;
-          n.kind = TargetNotice::Kind::kExited;
-          n.pid = t.pid;
-          n.status = st;
-          out.push_back(n);
-          record_exit(t.pid, st);
-          it = targets.erase(it);
-        } else {
-          ++it;
-        }
+    std::lock_guard l(mu);
+    for (auto it = children.begin(); it != children.end();) {
+      int st = 0;
+      const pid_t pid = *it;
+      if (waitpid(pid, &st, WNOHANG) != pid) {
+        ++it;
+        continue;
+      }
+      it = children.erase(it);
+      if (targets.count(pid)) {
+        drop_target(pid, TargetNotice::Kind::kExited, st);
+      } else {
+        record_exit(pid, st);
       }
     }
-    for (const TargetNotice& n : out) notify(n);
   }
 
   void service_loop() {
-    auto last_update = std::chrono::steady_clock::now();
+    auto last_tick = std::chrono::steady_clock::now();
     while (!stop.load()) {
       LinkEvent ev;
       if (listener->next_event(&ev, milliseconds(20))) {
@@ -530,18 +601,19 @@ struct Tracer::Impl {
         }
       }
       reap_children();
+      {
+        std::lock_guard l(mu);
+        sweep_unlinked();
+      }
+      deliver_notices();
       auto now = std::chrono::steady_clock::now();
-      if (now - last_update > std::chrono::seconds(1)) {
-        last_update = now;
-        std::set<Rings*> live;
-        {
-          std::lock_guard l(mu);
-          live = live_rings();
-        }
+      if (now - last_tick > std::chrono::seconds(1)) {
+        last_tick = now;
+        std::lock_guard l(mu);
         std::lock_guard rl(read_mu);
         conv.update();
         for (auto& r : rings) r->reader.reclaim();
-        free_drained_rings(live);
+        free_drained_rings(live_rings());
       }
     }
   }
@@ -592,13 +664,13 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
   lo.stderr_fd = spec.stderr_fd;
   Launched l;
   if (int err = tracee::launch(*impl_->listener, lo, &l, error); err != 0) return err;
-  TargetNotice n;
   {
     std::lock_guard lock(impl_->mu);
+    impl_->children.insert(l.pid);
+    impl_->exits.erase(l.pid);
     auto t = std::make_unique<Impl::Target>();
     t->pid = l.pid;
     t->origin = TargetOrigin::kLaunched;
-    t->our_child = true;
     t->link = l.link;
     Impl::Target& ref = *t;
     impl_->targets[l.pid] = std::move(t);
@@ -606,20 +678,14 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
     if (int err = impl_->set_up(ref, error); err != 0) {
       ref.link->close();
       kill(l.pid, SIGKILL);
-      int st;
-      waitpid(l.pid, &st, 0);
-      impl_->targets.erase(l.pid);
+      impl_->targets.erase(l.pid);  // reaped by the service thread
       return err;
     }
     LinkResult r = ref.link->go();
-    if (!r.ok()) {
-      if (error) *error = "the agent did not start the program: " + r.message;
-    }
-    n.kind = TargetNotice::Kind::kJoined;
-    n.pid = l.pid;
+    if (!r.ok() && error) *error = "the agent did not start the program: " + r.message;
+    impl_->queue_notice(TargetNotice::Kind::kJoined, l.pid);
   }
   *pid = l.pid;
-  impl_->notify(n);
   return 0;
 }
 
@@ -680,7 +746,6 @@ int Tracer::attach(pid_t pid, std::string* error) {
     if (error) *error = "the agent did not connect";
     return werr ? werr : -ETIMEDOUT;
   }
-  TargetNotice n;
   {
     std::lock_guard lock(impl_->mu);
     auto t = std::make_unique<Impl::Target>();
@@ -696,30 +761,24 @@ int Tracer::attach(pid_t pid, std::string* error) {
       impl_->targets.erase(pid);
       return e;
     }
-    n.kind = TargetNotice::Kind::kJoined;
-    n.pid = pid;
+    impl_->queue_notice(TargetNotice::Kind::kJoined, pid);
   }
-  impl_->notify(n);
   return 0;
 }
 
 int Tracer::detach(pid_t pid) {
-  TargetNotice n;
-  {
-    std::lock_guard lock(impl_->mu);
-    auto it = impl_->targets.find(pid);
-    if (it == impl_->targets.end()) return -ESRCH;
-    impl_->fold_counts(*it->second);
-    std::shared_ptr<AgentLink> link = it->second->link;
-    const bool child = it->second->our_child;
-    impl_->targets.erase(it);
-    LinkResult r = link->detach();
-    if (!child) impl_->record_exit(pid, -1);
-    n.kind = TargetNotice::Kind::kDetached;
-    n.pid = pid;
-    if (!r.ok() && r.error != -ENOTCONN) return r.error;
-  }
-  impl_->notify(n);
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->targets.find(pid);
+  if (it == impl_->targets.end()) return -ESRCH;
+  impl_->fold_counts(*it->second);
+  std::shared_ptr<AgentLink> link = it->second->link;
+  impl_->targets.erase(it);
+  LinkResult r = link->detach();
+  // A launched program that runs on untraced is still ours to reap: its exit is
+  // recorded then.
+  if (!impl_->children.count(pid)) impl_->record_exit(pid, -1);
+  impl_->queue_notice(TargetNotice::Kind::kDetached, pid);
+  if (!r.ok() && r.error != -ENOTCONN) return r.error;
   return 0;
 }
 
@@ -885,7 +944,7 @@ ProbeProfile Tracer::profile(ProbeId id) {
   out.misses = p.gone_misses;
   for (auto& [pid, t] : impl_->targets) {
     auto s = t->sites.find(id);
-    if (s == t->sites.end()) continue;
+    if (s == t->sites.end() || t->folded) continue;
     if (t->rings) {
       std::lock_guard rl(impl_->read_mu);
       out.hits += t->rings->reader.hits(p.slot);
@@ -988,7 +1047,6 @@ bool Tracer::wait_for_records(int timeout_ms) {
   {
     std::lock_guard rl(impl_->read_mu);
     hold = impl_->rings;
-    impl_->waiters++;
   }
   for (auto& r : hold) readers.push_back(&r->reader);
   bool woken;
@@ -1002,7 +1060,6 @@ bool Tracer::wait_for_records(int timeout_ms) {
     impl_->interrupted.store(false);
     woken = r != events::RingWaitResult::kTimeout;
   }
-  impl_->waiters--;
   return woken;
 }
 
