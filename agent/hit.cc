@@ -109,7 +109,8 @@ template <class Reader>
   return events::write_record(hp->view, hc, rd, rec, hp->record_cap);
 }
 
-[[gnu::always_inline]] inline void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
+// Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
+[[gnu::noinline]] void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
                                         uint64_t ret_ip, const uint64_t* entry_args) {
   AreaState* as = g_area.load(std::memory_order_acquire);
   if (__builtin_expect(as == nullptr, 0)) return;  // no area yet, or the tracer is gone
@@ -162,6 +163,73 @@ template <class Reader>
   events::ring_commit(p, len);
 }
 
+// A hit of a thread that has no ring: counted in the area's shared counters.
+[[gnu::noinline, gnu::cold]] void count_unowned(AreaState* as, const HitProbe* hp) {
+  events::ring_count_hit_unowned(as->area, hp->counter_slot);
+  events::ring_drop_unowned(as->area);
+}
+
+// The filter of a probe that has one (emit_fast): whether the record stays.
+[[gnu::noinline]] bool fast_filter_keeps(const events::CompiledFilter* f,
+                                         const events::RingProducer* p, const uint8_t* rec,
+                                         uint32_t len) {
+  const auto* rh = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off);
+  events::FilterContext fc;
+  fc.cpu = rh->cpu;
+  fc.comm = "";
+  return events::filter_match(*f, rec, len, fc);
+}
+
+// emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads
+// no thread name: the record is the common header, ip (and ret_ip), and register stores,
+// written here directly. No call on the way but the cold ones.
+[[gnu::always_inline]] inline void emit_fast(const HitProbe* hp, const PtRegs* regs,
+                                             uint64_t ret_ip) {
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  if (__builtin_expect(as == nullptr, 0)) return;
+  int32_t tid = 0;
+  events::RingProducer* p = this_thread_ring(as, &tid);
+  if (__builtin_expect(p == nullptr, 0)) {
+    if (tid != 0) count_unowned(as, hp);
+    return;
+  }
+  events::ring_count_hit(p, hp->counter_slot);
+  auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+  if (__builtin_expect(rec == nullptr, 0)) return;
+  // event id, common_flags 0, common_preempt_count 0, pid: one store.
+  const uint64_t common = hp->event_id | uint64_t{static_cast<uint32_t>(tid)} << 32;
+  __builtin_memcpy(rec, &common, 8);
+  __builtin_memcpy(rec + 8, &hp->address, 8);
+  if (hp->view.is_return) __builtin_memcpy(rec + 16, &ret_ip, 8);
+  const auto* r = reinterpret_cast<const uint8_t*>(regs);
+  for (uint32_t a = 0, n = hp->fast_nargs; a < n; ++a) {
+    const uint32_t f = hp->fast_args[a];
+    uint64_t v;
+    __builtin_memcpy(&v, r + (f & 0xff), 8);
+    uint8_t* d = rec + (f >> 16);
+    switch ((f >> 8) & 0xff) {
+      case 8: __builtin_memcpy(d, &v, 8); break;
+      case 4: { const auto x = static_cast<uint32_t>(v); __builtin_memcpy(d, &x, 4); break; }
+      case 2: { const auto x = static_cast<uint16_t>(v); __builtin_memcpy(d, &x, 2); break; }
+      default: *d = static_cast<uint8_t>(v); break;
+    }
+  }
+  const uint32_t len = hp->view.fixed_size;
+  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+    if (!fast_filter_keeps(f, p, rec, len)) {
+      events::ring_discard(p);
+      return;
+    }
+  }
+  events::ring_commit(p, len);
+}
+
+// The straight path applies while no one asked for the thread's name (needs_comm only
+// grows: a filter that reads COMM may come later).
+[[gnu::always_inline]] inline bool takes_fast_path(const HitProbe* hp) {
+  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED);
+}
+
 inline HitProbe* from_kprobe(probecore::Kprobe* kp) { return reinterpret_cast<HitProbe*>(kp); }
 
 }  // namespace
@@ -171,6 +239,10 @@ static_assert(std::is_standard_layout_v<probecore::Kretprobe>);
 
 int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs) {
   const HitProbe* hp = from_kprobe(kp);
+  if (__builtin_expect(takes_fast_path(hp), 1)) {
+    emit_fast(hp, regs, 0);
+    return 0;
+  }
   emit(hp, regs, hp->address, 0, nullptr);
   return 0;
 }
@@ -197,6 +269,10 @@ int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs) {
   probecore::Kretprobe* rp = probecore::get_kretprobe(ri);
   if (!rp) return 0;
   const HitProbe* hp = reinterpret_cast<const HitProbe*>(rp);
+  if (__builtin_expect(takes_fast_path(hp), 1)) {
+    emit_fast(hp, regs, ri->ret_addr);
+    return 0;
+  }
   emit(hp, regs, hp->address, ri->ret_addr, reinterpret_cast<const uint64_t*>(ri->data));
   return 0;
 }
