@@ -9,11 +9,11 @@
 // libc function, and the detours of probes whose handlers all promise KPROBE_FLAG_GPR_ONLY
 // save no vector registers.
 //
-// Thread state lives in three initial-exec TLS words (the agent is dlopen'ed at attach:
-// its static TLS comes from the small surplus glibc keeps for that):
-//   t_prod  the ring this thread claimed in the area of generation t_gen
-//   t_tid   the thread id it claimed it with
-//   t_gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
+// Thread state lives in one initial-exec TLS block, t_ring (the agent is dlopen'ed at
+// attach: its static TLS comes from the small surplus glibc keeps for that):
+//   prod  the ring this thread claimed in the area of generation `gen`
+//   tid   the thread id it claimed it with
+//   gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
 #include <linux/prctl.h>
 
 #include <cstddef>
@@ -30,13 +30,16 @@ long g_tid_offset = -1;
 
 namespace {
 
-constinit thread_local events::RingProducer* t_prod
-    __attribute__((tls_model("initial-exec"))) = nullptr;
-constinit thread_local uint32_t t_gen __attribute__((tls_model("initial-exec"))) = 0;
-constinit thread_local int32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
-// The area's free_generation when this thread last failed to claim a ring; with t_prod
-// null and t_gen current, the thread retries only once the daemon freed rings since.
-constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initial-exec"))) = 0;
+// One TLS block, so that the handler finds all of it from one offset.
+struct ThreadRing {
+  events::RingProducer* prod;
+  uint32_t gen;
+  int32_t tid;
+  // The area's free_generation when this thread last failed to claim a ring; with prod
+  // null and gen current, the thread retries only once the daemon freed rings since.
+  uint32_t claim_free_gen;
+};
+constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"))) = {};
 
 // This thread's id as glibc's thread descriptor holds it: the word at %fs:0x10 is the
 // descriptor's address (tcbhead_t.self), and the kernel writes the tid field itself
@@ -55,9 +58,9 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
 // its parent's). Returns the thread's ring, or nullptr (no ring: every ring is taken, or
 // the process is not the area's).
 [[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
-  if (t_gen == as->generation && t_prod == nullptr && t_tid != 0 &&
-      t_claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
-    *tid = t_tid;
+  if (t_ring.gen == as->generation && t_ring.prod == nullptr && t_ring.tid != 0 &&
+      t_ring.claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
+    *tid = t_ring.tid;
     return nullptr;  // claimed in vain before, and nothing was freed since
   }
   if (static_cast<int32_t>(arch::raw_syscall(__NR_getpid)) != as->pid) {
@@ -69,27 +72,27 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
   // In this very process the descriptor must say the same: if not, the offset found at
   // startup is wrong, and every thread asks the kernel from now on.
   if (g_tid_offset >= 0 && descriptor_tid() != real) __atomic_store_n(&g_tid_offset, -1, __ATOMIC_RELAXED);
-  if (t_gen == as->generation && t_prod != nullptr && t_tid == real) return t_prod;
+  if (t_ring.gen == as->generation && t_ring.prod != nullptr && t_ring.tid == real) return t_ring.prod;
   events::RingProducer fresh{};
-  t_gen = as->generation;
-  t_tid = real;
+  t_ring.gen = as->generation;
+  t_ring.tid = real;
   if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh)) {
-    t_prod = nullptr;
-    t_claim_free_gen = fresh.claim_generation;
+    t_ring.prod = nullptr;
+    t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;
   }
   as->producers[fresh.ring] = fresh;
-  t_prod = &as->producers[fresh.ring];
-  return t_prod;
+  t_ring.prod = &as->producers[fresh.ring];
+  return t_ring.prod;
 }
 
 [[gnu::always_inline]] inline events::RingProducer* this_thread_ring(AreaState* as,
                                                                      int32_t* tid) {
-  events::RingProducer* p = t_prod;
-  if (__builtin_expect(p != nullptr && t_gen == as->generation, 1)) {
+  events::RingProducer* p = t_ring.prod;
+  if (__builtin_expect(p != nullptr && t_ring.gen == as->generation, 1)) {
     const int32_t live = descriptor_tid();
-    if (__builtin_expect(live == t_tid || live == 0, 1)) {
-      *tid = t_tid;
+    if (__builtin_expect(live == t_ring.tid || live == 0, 1)) {
+      *tid = t_ring.tid;
       return p;
     }
   }
@@ -289,10 +292,10 @@ int dl_hook_pre_handler(probecore::Kprobe*, PtRegs* regs) {
 void dl_hook_post_handler(probecore::Kprobe*, PtRegs*, unsigned long) {}
 
 void forget_thread_ring() {
-  t_prod = nullptr;
-  t_gen = 0;
-  t_tid = 0;
-  t_claim_free_gen = 0;
+  t_ring.prod = nullptr;
+  t_ring.gen = 0;
+  t_ring.tid = 0;
+  t_ring.claim_free_gen = 0;
 }
 
 }  // namespace probefs::agent
