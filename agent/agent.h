@@ -52,6 +52,14 @@ struct HitProbe {
   uint32_t record_cap = 0;  // bytes reserved per record (strings are cut to fit)
   uint16_t event_id = 0;
   bool needs_comm = false;  // the program or the filter reads the thread's name
+  // The straight path (hit.cc): when every argument is a register or $retval stored as
+  // it is, the handler writes the record itself from these, packed as in
+  // FetchProgram::fast_regs (reg byte offset | size << 8 | field offset << 16), with no
+  // interpreter, reader or context. Set at DEFINE (control.cc); fast_nargs <= kMaxFastArgs.
+  static constexpr uint32_t kMaxFastArgs = 8;
+  bool fast = false;
+  uint8_t fast_nargs = 0;
+  uint32_t fast_args[kMaxFastArgs] = {};
 };
 
 // The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer

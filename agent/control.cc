@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -112,6 +113,30 @@ void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
   replace_area(as);
 }
 
+// Whether every argument is a register (or $retval) stored as it is, and if so the
+// stores the handler does for it (HitProbe::fast_args). Decided once here, so that the
+// handler of the most common definitions runs no interpreter.
+void set_fast_path(const events::FetchProgram& p, HitProbe* h) {
+  using events::FetchOp;
+  h->fast = false;
+  if (p.nargs > HitProbe::kMaxFastArgs || p.insns.size() != size_t{p.nargs} * 3) return;
+  for (uint32_t a = 0; a < p.nargs; ++a) {
+    const events::FetchInsn* in = &p.insns[size_t{a} * 3];
+    uint32_t reg;
+    if (in[0].op == FetchOp::kReg) reg = in[0].param;
+    else if (in[0].op == FetchOp::kRetval) reg = offsetof(PtRegs, ax);
+    else return;
+    if (in[1].op != FetchOp::kStRaw || in[2].op != FetchOp::kEnd) return;
+    const uint32_t size = in[1].size, at = in[1].param;
+    if (reg > sizeof(PtRegs) - 8 || (size != 1 && size != 2 && size != 4 && size != 8) ||
+        at + size > p.fixed_size || at > 0xffff)
+      return;
+    h->fast_args[a] = reg | size << 8 | at << 16;
+  }
+  h->fast_nargs = static_cast<uint8_t>(p.nargs);
+  h->fast = p.fixed_size >= p.header_size && p.fixed_size <= h->record_cap;
+}
+
 void do_define(const link::Message& m, link::Reply* reply) {
   const auto& d = std::get<link::Define>(m.body);
   if (g_probes.count(d.probe_id))
@@ -131,6 +156,7 @@ void do_define(const link::Message& m, link::Reply* reply) {
   const uint32_t most = ap->program.max_record_size();
   h.record_cap = std::max(ap->program.fixed_size, std::min(most, kMaxRecordBytes));
   h.needs_comm = program_reads_comm(ap->program) || filter_reads_comm(ap->filter.get());
+  set_fast_path(ap->program, &h);
   probecore::Kprobe& kp = h.rp.kp;
   kp.addr = d.address;
   kp.bounds = to_bounds(d.bounds);

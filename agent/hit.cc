@@ -9,11 +9,11 @@
 // libc function, and the detours of probes whose handlers all promise KPROBE_FLAG_GPR_ONLY
 // save no vector registers.
 //
-// Thread state lives in three initial-exec TLS words (the agent is dlopen'ed at attach:
-// its static TLS comes from the small surplus glibc keeps for that):
-//   t_prod  the ring this thread claimed in the area of generation t_gen
-//   t_tid   the thread id it claimed it with
-//   t_gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
+// Thread state lives in one initial-exec TLS block, t_ring (the agent is dlopen'ed at
+// attach: its static TLS comes from the small surplus glibc keeps for that):
+//   prod  the ring this thread claimed in the area of generation `gen`
+//   tid   the thread id it claimed it with
+//   gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
 #include <linux/prctl.h>
 
 #include <cstddef>
@@ -30,13 +30,16 @@ long g_tid_offset = -1;
 
 namespace {
 
-constinit thread_local events::RingProducer* t_prod
-    __attribute__((tls_model("initial-exec"))) = nullptr;
-constinit thread_local uint32_t t_gen __attribute__((tls_model("initial-exec"))) = 0;
-constinit thread_local int32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
-// The area's free_generation when this thread last failed to claim a ring; with t_prod
-// null and t_gen current, the thread retries only once the daemon freed rings since.
-constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initial-exec"))) = 0;
+// One TLS block, so that the handler finds all of it from one offset.
+struct ThreadRing {
+  events::RingProducer* prod;
+  uint32_t gen;
+  int32_t tid;
+  // The area's free_generation when this thread last failed to claim a ring; with prod
+  // null and gen current, the thread retries only once the daemon freed rings since.
+  uint32_t claim_free_gen;
+};
+constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"))) = {};
 
 // This thread's id as glibc's thread descriptor holds it: the word at %fs:0x10 is the
 // descriptor's address (tcbhead_t.self), and the kernel writes the tid field itself
@@ -55,9 +58,9 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
 // its parent's). Returns the thread's ring, or nullptr (no ring: every ring is taken, or
 // the process is not the area's).
 [[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
-  if (t_gen == as->generation && t_prod == nullptr && t_tid != 0 &&
-      t_claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
-    *tid = t_tid;
+  if (t_ring.gen == as->generation && t_ring.prod == nullptr && t_ring.tid != 0 &&
+      t_ring.claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
+    *tid = t_ring.tid;
     return nullptr;  // claimed in vain before, and nothing was freed since
   }
   if (static_cast<int32_t>(arch::raw_syscall(__NR_getpid)) != as->pid) {
@@ -69,27 +72,27 @@ constinit thread_local uint32_t t_claim_free_gen __attribute__((tls_model("initi
   // In this very process the descriptor must say the same: if not, the offset found at
   // startup is wrong, and every thread asks the kernel from now on.
   if (g_tid_offset >= 0 && descriptor_tid() != real) __atomic_store_n(&g_tid_offset, -1, __ATOMIC_RELAXED);
-  if (t_gen == as->generation && t_prod != nullptr && t_tid == real) return t_prod;
+  if (t_ring.gen == as->generation && t_ring.prod != nullptr && t_ring.tid == real) return t_ring.prod;
   events::RingProducer fresh{};
-  t_gen = as->generation;
-  t_tid = real;
+  t_ring.gen = as->generation;
+  t_ring.tid = real;
   if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh)) {
-    t_prod = nullptr;
-    t_claim_free_gen = fresh.claim_generation;
+    t_ring.prod = nullptr;
+    t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;
   }
   as->producers[fresh.ring] = fresh;
-  t_prod = &as->producers[fresh.ring];
-  return t_prod;
+  t_ring.prod = &as->producers[fresh.ring];
+  return t_ring.prod;
 }
 
 [[gnu::always_inline]] inline events::RingProducer* this_thread_ring(AreaState* as,
                                                                      int32_t* tid) {
-  events::RingProducer* p = t_prod;
-  if (__builtin_expect(p != nullptr && t_gen == as->generation, 1)) {
+  events::RingProducer* p = t_ring.prod;
+  if (__builtin_expect(p != nullptr && t_ring.gen == as->generation, 1)) {
     const int32_t live = descriptor_tid();
-    if (__builtin_expect(live == t_tid || live == 0, 1)) {
-      *tid = t_tid;
+    if (__builtin_expect(live == t_ring.tid || live == 0, 1)) {
+      *tid = t_ring.tid;
       return p;
     }
   }
@@ -109,7 +112,8 @@ template <class Reader>
   return events::write_record(hp->view, hc, rd, rec, hp->record_cap);
 }
 
-[[gnu::always_inline]] inline void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
+// Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
+[[gnu::noinline]] void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
                                         uint64_t ret_ip, const uint64_t* entry_args) {
   AreaState* as = g_area.load(std::memory_order_acquire);
   if (__builtin_expect(as == nullptr, 0)) return;  // no area yet, or the tracer is gone
@@ -162,6 +166,73 @@ template <class Reader>
   events::ring_commit(p, len);
 }
 
+// A hit of a thread that has no ring: counted in the area's shared counters.
+[[gnu::noinline, gnu::cold]] void count_unowned(AreaState* as, const HitProbe* hp) {
+  events::ring_count_hit_unowned(as->area, hp->counter_slot);
+  events::ring_drop_unowned(as->area);
+}
+
+// The filter of a probe that has one (emit_fast): whether the record stays.
+[[gnu::noinline]] bool fast_filter_keeps(const events::CompiledFilter* f,
+                                         const events::RingProducer* p, const uint8_t* rec,
+                                         uint32_t len) {
+  const auto* rh = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off);
+  events::FilterContext fc;
+  fc.cpu = rh->cpu;
+  fc.comm = "";
+  return events::filter_match(*f, rec, len, fc);
+}
+
+// emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads
+// no thread name: the record is the common header, ip (and ret_ip), and register stores,
+// written here directly. No call on the way but the cold ones.
+[[gnu::always_inline]] inline void emit_fast(const HitProbe* hp, const PtRegs* regs,
+                                             uint64_t ret_ip) {
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  if (__builtin_expect(as == nullptr, 0)) return;
+  int32_t tid = 0;
+  events::RingProducer* p = this_thread_ring(as, &tid);
+  if (__builtin_expect(p == nullptr, 0)) {
+    if (tid != 0) count_unowned(as, hp);
+    return;
+  }
+  events::ring_count_hit(p, hp->counter_slot);
+  auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+  if (__builtin_expect(rec == nullptr, 0)) return;
+  // event id, common_flags 0, common_preempt_count 0, pid: one store.
+  const uint64_t common = hp->event_id | uint64_t{static_cast<uint32_t>(tid)} << 32;
+  __builtin_memcpy(rec, &common, 8);
+  __builtin_memcpy(rec + 8, &hp->address, 8);
+  if (hp->view.is_return) __builtin_memcpy(rec + 16, &ret_ip, 8);
+  const auto* r = reinterpret_cast<const uint8_t*>(regs);
+  for (uint32_t a = 0, n = hp->fast_nargs; a < n; ++a) {
+    const uint32_t f = hp->fast_args[a];
+    uint64_t v;
+    __builtin_memcpy(&v, r + (f & 0xff), 8);
+    uint8_t* d = rec + (f >> 16);
+    switch ((f >> 8) & 0xff) {
+      case 8: __builtin_memcpy(d, &v, 8); break;
+      case 4: { const auto x = static_cast<uint32_t>(v); __builtin_memcpy(d, &x, 4); break; }
+      case 2: { const auto x = static_cast<uint16_t>(v); __builtin_memcpy(d, &x, 2); break; }
+      default: *d = static_cast<uint8_t>(v); break;
+    }
+  }
+  const uint32_t len = hp->view.fixed_size;
+  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+    if (!fast_filter_keeps(f, p, rec, len)) {
+      events::ring_discard(p);
+      return;
+    }
+  }
+  events::ring_commit(p, len);
+}
+
+// The straight path applies while no one asked for the thread's name (needs_comm only
+// grows: a filter that reads COMM may come later).
+[[gnu::always_inline]] inline bool takes_fast_path(const HitProbe* hp) {
+  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED);
+}
+
 inline HitProbe* from_kprobe(probecore::Kprobe* kp) { return reinterpret_cast<HitProbe*>(kp); }
 
 }  // namespace
@@ -171,6 +242,10 @@ static_assert(std::is_standard_layout_v<probecore::Kretprobe>);
 
 int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs) {
   const HitProbe* hp = from_kprobe(kp);
+  if (__builtin_expect(takes_fast_path(hp), 1)) {
+    emit_fast(hp, regs, 0);
+    return 0;
+  }
   emit(hp, regs, hp->address, 0, nullptr);
   return 0;
 }
@@ -197,6 +272,10 @@ int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs) {
   probecore::Kretprobe* rp = probecore::get_kretprobe(ri);
   if (!rp) return 0;
   const HitProbe* hp = reinterpret_cast<const HitProbe*>(rp);
+  if (__builtin_expect(takes_fast_path(hp), 1)) {
+    emit_fast(hp, regs, ri->ret_addr);
+    return 0;
+  }
   emit(hp, regs, hp->address, ri->ret_addr, reinterpret_cast<const uint64_t*>(ri->data));
   return 0;
 }
@@ -213,10 +292,10 @@ int dl_hook_pre_handler(probecore::Kprobe*, PtRegs* regs) {
 void dl_hook_post_handler(probecore::Kprobe*, PtRegs*, unsigned long) {}
 
 void forget_thread_ring() {
-  t_prod = nullptr;
-  t_gen = 0;
-  t_tid = 0;
-  t_claim_free_gen = 0;
+  t_ring.prod = nullptr;
+  t_ring.gen = 0;
+  t_ring.tid = 0;
+  t_ring.claim_free_gen = 0;
 }
 
 }  // namespace probefs::agent

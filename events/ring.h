@@ -243,8 +243,10 @@ inline bool ring_area_header_valid(const RingAreaHeader* a, uint64_t size) {
 
 // The calling thread's hold on its ring, kept in the thread's own memory (the agent keeps
 // it in thread-local storage): pointers and the positions only this thread changes.
-// Zero-initialised means "no ring yet".
-struct RingProducer {
+// Zero-initialised means "no ring yet". A cache line of its own: the owner writes it on
+// every record, and kept in an array (one per ring) neighbours would share lines between
+// threads on different CPUs.
+struct alignas(64) RingProducer {
   uint8_t* data = nullptr;          // the ring's data; null until claimed
   RingControl* ctl = nullptr;
   RingAreaHeader* area = nullptr;

@@ -129,12 +129,13 @@ struct Run {
 };
 
 // Launches bench_target under the tracer with the events given, drains while it runs.
-Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps) {
+Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps,
+               uint32_t buffer_size_kb = 4096) {
   Run run;
   std::string err;
   tracee::Tracer::Options o;
   o.agent_path = PROBEFS_AGENT_PATH;
-  o.buffer_size_kb = 4096;
+  o.buffer_size_kb = buffer_size_kb;
   auto t = tracee::Tracer::create(o, &err);
   if (!t) {
     std::fprintf(stderr, "tracer: %s\n", err.c_str());
@@ -246,6 +247,28 @@ int main(int argc, char** argv) {
   g_target = PROBEFS_BENCH_TARGET;
   const long n = argc > 1 ? std::atol(argv[1]) : 2000000;
   const int reps = 5;
+  // `event_bench N one|ret|str [KB]` runs only the 2-args, entry + return or string
+  // case, long enough to profile it (perf record -a -g); it prints that case's figures and
+  // nothing else. KB sets the ring's size: one that holds every record shows the
+  // producer's cost without drops (a dropped record takes a cheaper path), though then
+  // each record's first write to a fresh page of the ring counts too.
+  if (argc > 2 && (std::string(argv[2]) == "one" || std::string(argv[2]) == "ret" ||
+                   std::string(argv[2]) == "str")) {
+    const std::string which = argv[2];
+    const auto kb = static_cast<uint32_t>(argc > 3 ? std::atol(argv[3]) : 4096);
+    std::vector<std::string> defs = {"p:bench/add bench_target:bench_add a=%di b=%si"};
+    if (which == "ret") defs.push_back("r:bench/addret bench_target:bench_add rv=$retval");
+    if (which == "str") defs = {"p:bench/str bench_target:bench_str s=+0(%di):string"};
+    const char* mode = which == "str" ? "str" : "add";
+    Run b1 = traced_run({}, n, mode, reps, kb);
+    Run e1 = traced_run(defs, n, mode, reps, kb);
+    std::printf("%s: baseline %.1f ns/call, with events %.1f ns/call (%.1f ns/hit), records "
+                "%llu, lost %llu\n",
+                which.c_str(), median(b1.ns), median(e1.ns), median(e1.ns) - median(b1.ns),
+                static_cast<unsigned long long>(e1.records),
+                static_cast<unsigned long long>(e1.lost));
+    return 0;
+  }
 
   Run base = traced_run({}, n, "add", reps);
   Run base_str = traced_run({}, n, "str", reps);
