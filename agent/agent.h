@@ -141,6 +141,11 @@ bool dl_mailbox_offer(const link::Message& m);
 void dl_mailbox_close();
 // A new link: MAPPED exchanges may start.
 void dl_mailbox_open();
+// Around fork (the atfork handlers): the mailbox's lock is held across the fork, taken
+// after the agent's other locks, so that the child never inherits it locked by a thread
+// that does not exist there.
+void dl_mailbox_lock_for_fork();
+void dl_mailbox_unlock_after_fork();
 extern "C" void probefs_agent_dl_stub();
 
 }  // namespace probefs::agent

@@ -356,14 +356,17 @@ bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason re
 void atfork_prepare() {
   g_ctl_mu.lock();
   g_send_mu.lock();
+  dl_mailbox_lock_for_fork();
 }
 
 void atfork_parent() {
+  dl_mailbox_unlock_after_fork();
   g_send_mu.unlock();
   g_ctl_mu.unlock();
 }
 
 void atfork_child() {
+  dl_mailbox_unlock_after_fork();
   g_send_mu.unlock();
   g_ctl_mu.unlock();
   forget_thread_ring();

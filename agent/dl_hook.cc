@@ -179,6 +179,10 @@ void dl_mailbox_open() {
   g_mail = Mailbox{};
 }
 
+void dl_mailbox_lock_for_fork() { g_mail_mu.lock(); }
+
+void dl_mailbox_unlock_after_fork() { g_mail_mu.unlock(); }
+
 extern "C" void probefs_agent_dl_stub() {
   const int saved_errno = errno;
   const int state = static_cast<int>(__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE));
