@@ -137,7 +137,9 @@ template <class Reader>
   hc.entry_args = entry_args;
   hc.pid = tid;
   hc.event_id = hp->event_id;
-  if (__builtin_expect(hp->needs_comm, 0)) {
+  // Read once: a SET_FILTER may turn it on while this hit runs (it never turns off).
+  const bool with_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(with_comm, 0)) {
     read_comm(comm);
     hc.comm = comm;
   }
@@ -157,7 +159,7 @@ template <class Reader>
     const auto* rh = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off);
     events::FilterContext fc;
     fc.cpu = rh->cpu;
-    fc.comm = hp->needs_comm ? comm : "";
+    fc.comm = with_comm ? comm : "";
     if (!events::filter_match(*f, rec, len, fc)) {
       events::ring_discard(p);
       return;
