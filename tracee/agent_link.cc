@@ -557,9 +557,19 @@ void AgentListener::expect(pid_t pid) {
 }
 
 void AgentListener::unexpect(pid_t pid) {
-  std::lock_guard l(impl_->mu);
-  impl_->expected.erase(pid);
-  impl_->arrived.erase(pid);
+  std::shared_ptr<AgentLink> late;
+  {
+    std::lock_guard l(impl_->mu);
+    impl_->expected.erase(pid);
+    auto it = impl_->arrived.find(pid);
+    if (it != impl_->arrived.end()) {
+      late = std::move(it->second);
+      impl_->arrived.erase(it);
+    }
+  }
+  // A link that came after its waiter gave up is ended, so that the agent sees EOF and
+  // goes idle (a later attach would otherwise find it linked to nobody).
+  if (late) late->close();
 }
 
 std::shared_ptr<AgentLink> AgentListener::wait_for(pid_t pid, std::chrono::milliseconds timeout,
