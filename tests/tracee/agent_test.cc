@@ -28,6 +28,13 @@ bool catches_signal(pid_t pid, int sig) {
   return (mask >> (sig - 1)) & 1;
 }
 
+// Closes the program's stdin, which ends it, and checks it exits cleanly.
+void end_stdin_and_expect_exit_ok(Child& c) {
+  c.close_stdin();
+  ASSERT_TRUE(c.wait_exit());
+  EXPECT_TRUE(c.exited_ok());
+}
+
 // Forks and executes `argv` with its stdout (and, if `with_stdin`, its stdin) piped to
 // the test and `env` set in it; the child's guard kills and reaps it.
 void fork_exec(Child* c, const std::vector<std::string>& argv, bool with_stdin = true,
@@ -258,9 +265,7 @@ TEST(AgentControl, DisableFilterRemoveListProfile) {
   run_phase(&c);
   EXPECT_EQ(of_event(TestDaemon::drain(&t), 2).size(), static_cast<size_t>(kN));
 
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // The daemon's end of the link closes abruptly (as when it is killed): the agent removes
@@ -593,9 +598,7 @@ TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
   EXPECT_EQ(raw.request(link::MsgType::kProfile).profile.size(), 0u);
   EXPECT_EQ(raw.request(link::MsgType::kGo).error, 0);
   run_phase(&c);
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // Runs `fn` in a child process and returns its exit status (0: it did what it should).
@@ -770,9 +773,7 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
     ASSERT_EQ(line, "done");
     EXPECT_EQ(TestDaemon::drain(&t).size(), 0u);
   }
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // Threads started after the probes were placed: each claims its own ring, every call is
