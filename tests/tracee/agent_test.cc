@@ -28,21 +28,48 @@ bool catches_signal(pid_t pid, int sig) {
   return (mask >> (sig - 1)) & 1;
 }
 
+// Closes the program's stdin, which ends it, and checks it exits cleanly.
+void end_stdin_and_expect_exit_ok(Child& c) {
+  c.close_stdin();
+  ASSERT_TRUE(c.wait_exit());
+  EXPECT_TRUE(c.exited_ok());
+}
+
+// Forks and executes `argv` with its stdout (and, if `with_stdin`, its stdin) piped to
+// the test and `env` set in it; the child's guard kills and reaps it.
+void fork_exec(Child* c, const std::vector<std::string>& argv, bool with_stdin = true,
+               const std::vector<std::pair<const char*, std::string>>& env = {}) {
+  // Made before the fork: the child only calls what is safe there.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int in[2] = {-1, -1}, out[2];
+  if (with_stdin) {
+    ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  }
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  c->pid = fork();
+  ASSERT_GE(c->pid, 0);
+  if (c->pid == 0) {
+    if (with_stdin) dup2(in[0], 0);
+    dup2(out[1], 1);
+    for (const auto& [name, value] : env) setenv(name, value.c_str(), 1);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (with_stdin) {
+    close(in[0]);
+    c->in = in[1];
+  }
+  close(out[1]);
+  c->out = out[0];
+}
+
 // The agent is dlopen'ed at attach: its static TLS must fit what glibc keeps for that.
 TEST(AgentLoad, DlopenIntoAProgramThatDoesNotLinkIt) {
   Child c;
-  int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  c.pid = fork();
-  ASSERT_GE(c.pid, 0);
-  if (c.pid == 0) {
-    dup2(out[1], 1);
-    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "dlopen-agent", PROBEFS_AGENT_LIB,
-          nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  c.out = out[0];
+  ASSERT_NO_FATAL_FAILURE(
+      fork_exec(&c, {PROBEFS_AGENT_TARGET, "dlopen-agent", PROBEFS_AGENT_LIB}, false));
   std::string line;
   ASSERT_TRUE(c.read_line(&line));
   EXPECT_EQ(line, "ok");
@@ -238,9 +265,7 @@ TEST(AgentControl, DisableFilterRemoveListProfile) {
   run_phase(&c);
   EXPECT_EQ(of_event(TestDaemon::drain(&t), 2).size(), static_cast<size_t>(kN));
 
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // The daemon's end of the link closes abruptly (as when it is killed): the agent removes
@@ -485,23 +510,9 @@ std::vector<uint8_t> header(uint32_t magic, uint16_t type, uint16_t flags, uint3
 TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
   RawDaemon raw;
   Child c;
-  int in[2], out[2];
-  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  c.pid = fork();
-  ASSERT_GE(c.pid, 0);
-  if (c.pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    setenv("LD_PRELOAD", PROBEFS_AGENT_LIB, 1);
-    setenv(link::kLinkEnv, raw.name.c_str(), 1);
-    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "phases", "10", nullptr);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  c.in = in[1];
-  c.out = out[0];
+  ASSERT_NO_FATAL_FAILURE(
+      fork_exec(&c, {PROBEFS_AGENT_TARGET, "phases", "10"}, true,
+                {{"LD_PRELOAD", PROBEFS_AGENT_LIB}, {link::kLinkEnv, raw.name}}));
   ASSERT_TRUE(raw.accept_one());
   link::Message hello;
   ASSERT_TRUE(raw.recv(&hello));
@@ -587,9 +598,7 @@ TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
   EXPECT_EQ(raw.request(link::MsgType::kProfile).profile.size(), 0u);
   EXPECT_EQ(raw.request(link::MsgType::kGo).error, 0);
   run_phase(&c);
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // Runs `fn` in a child process and returns its exit status (0: it did what it should).
@@ -681,6 +690,30 @@ std::shared_ptr<tracee::AgentLink> wait_link_while_tracing(TestDaemon& d, pid_t 
   return nullptr;
 }
 
+// Attaches `c` to `d` as the injector does: seizes it, has the program call its agent
+// with the link name (the program answers "attach 0"), waits for the link, and ends the
+// ptrace.
+void attach_as_injector(TestDaemon& d, Child& c, Target* t) {
+  std::string line;
+  ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
+  d.listener().expect(c.pid);
+  ASSERT_TRUE(c.send_line(d.listener().name()));
+  t->pid = c.pid;
+  t->link = wait_link_while_tracing(d, c.pid);
+  if (!t->link && c.read_line(&line, 1s)) ADD_FAILURE() << "the program says: " << line;
+  ASSERT_NE(t->link, nullptr);
+  ASSERT_TRUE(c.read_line(&line));
+  EXPECT_EQ(line, "attach 0");
+  // The injector's ptrace ends here.
+  ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  // A signal that stopped it first goes on with the detach.
+  const int pending = (status >> 16) == 0 ? WSTOPSIG(status) : 0;
+  ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, pending), 0);
+}
+
 // Attach: the injector's call into the agent, made here by the program itself while the
 // test traces it (the agent accepts only its tracer). Detach leaves the agent idle with
 // the code as it was; a second attach works.
@@ -688,22 +721,8 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
   constexpr long kN = 50;
   TestDaemon d;
   Child c;
-  int in[2], out[2];
-  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  c.pid = fork();
-  ASSERT_GE(c.pid, 0);
-  if (c.pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB,
-          std::to_string(kN).c_str(), nullptr);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  c.in = in[1];
-  c.out = out[0];
+  ASSERT_NO_FATAL_FAILURE(
+      fork_exec(&c, {PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB, std::to_string(kN)}));
   std::string line;
 
   // Not traced by the daemon: refused.
@@ -716,25 +735,9 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
 
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
-    d.listener().expect(c.pid);
-    ASSERT_TRUE(c.send_line(d.listener().name()));
     Target t;
-    t.pid = c.pid;
-    t.link = wait_link_while_tracing(d, c.pid);
-    if (!t.link && c.read_line(&line, 1s)) ADD_FAILURE() << "the program says: " << line;
-    ASSERT_NE(t.link, nullptr);
+    ASSERT_NO_FATAL_FAILURE(attach_as_injector(d, c, &t));
     EXPECT_EQ(t.link->hello().reason, link::HelloReason::kAttach);
-    ASSERT_TRUE(c.read_line(&line));
-    EXPECT_EQ(line, "attach 0");
-    // The injector's ptrace ends here.
-    ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
-    int status = 0;
-    ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
-    ASSERT_TRUE(WIFSTOPPED(status));
-    // A signal that stopped it first goes on with the detach.
-    const int pending = (status >> 16) == 0 ? WSTOPSIG(status) : 0;
-    ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, pending), 0);
 
     ASSERT_TRUE(d.setup(&t));
     Event add, sq;
@@ -770,9 +773,7 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
     ASSERT_EQ(line, "done");
     EXPECT_EQ(TestDaemon::drain(&t).size(), 0u);
   }
-  c.close_stdin();
-  ASSERT_TRUE(c.wait_exit());
-  EXPECT_TRUE(c.exited_ok());
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
 
 // Threads started after the probes were placed: each claims its own ring, every call is
@@ -905,36 +906,9 @@ TEST(AgentTracerDeath, DaemonKilledWithSigkill) {
 TEST(AgentAttach, ExecOfAnAttachedProgramEndsItsTracing) {
   TestDaemon d;
   Child c;
-  int in[2], out[2];
-  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  c.pid = fork();
-  ASSERT_GE(c.pid, 0);
-  if (c.pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    execl(PROBEFS_AGENT_TARGET, PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB, "10",
-          nullptr);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  c.in = in[1];
-  c.out = out[0];
-  ASSERT_EQ(ptrace(PTRACE_SEIZE, c.pid, nullptr, nullptr), 0) << strerror(errno);
-  d.listener().expect(c.pid);
-  ASSERT_TRUE(c.send_line(d.listener().name()));
+  ASSERT_NO_FATAL_FAILURE(fork_exec(&c, {PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB, "10"}));
   Target t;
-  t.pid = c.pid;
-  t.link = wait_link_while_tracing(d, c.pid);
-  ASSERT_NE(t.link, nullptr);
-  std::string line;
-  ASSERT_TRUE(c.read_line(&line));
-  EXPECT_EQ(line, "attach 0");
-  ASSERT_EQ(ptrace(PTRACE_INTERRUPT, c.pid, nullptr, nullptr), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(c.pid, &status, __WALL), c.pid);
-  ASSERT_EQ(ptrace(PTRACE_DETACH, c.pid, nullptr, (status >> 16) == 0 ? WSTOPSIG(status) : 0), 0);
+  ASSERT_NO_FATAL_FAILURE(attach_as_injector(d, c, &t));
   ASSERT_TRUE(d.setup(&t));
   Event add;
   ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64", 1, 0, &add));

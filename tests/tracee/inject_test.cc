@@ -286,17 +286,58 @@ uint64_t steps_of(const std::string& work_line) {
   return steps;
 }
 
-TEST(Inject, BusyThreadComputesTheExactResult) {
+// Each test's target and the session that holds it. Members go in reverse order: the
+// session lets the thread go first, then the target is killed and reaped, whatever
+// happened.
+class Inject : public ::testing::Test {
+ protected:
+  // A target in `mode`, asleep in one of `calls`.
+  void start(const char* mode, std::initializer_list<long> calls,
+             const char* exe = PROBEFS_INJECT_TARGET) {
+    ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, mode, exe));
+    ASSERT_TRUE(wait_blocked_in(t.pid, calls));
+  }
+
+  void attach() {
+    session = attach_ok(t.pid);
+    ASSERT_NE(session, nullptr);
+  }
+
+  // Loads the library and checks its constructor ran.
+  void load_reported(InjectedLibrary* lib) {
+    ASSERT_NO_FATAL_FAILURE(load(*session, lib));
+    EXPECT_EQ(read_line(t.report), "loaded");
+  }
+
+  void detach() {
+    PtraceError error;
+    ASSERT_EQ(session->detach(&error), 0) << error.message;
+  }
+
+  void expect_exit_ok() {
+    const int status = t.wait_exit();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+
+  // A target of mode "read", let go: its read gets the data, whole, and it exits cleanly.
+  void finish_read() {
+    t.send("data");
+    EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
+    expect_exit_ok();
+  }
+
   Target t;
+  std::unique_ptr<PtraceSession> session;
+};
+
+TEST_F(Inject, BusyThreadComputesTheExactResult) {
   ASSERT_NO_FATAL_FAILURE(spawn(&t, PROBEFS_INJECT_TARGET, "busy"));
   ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_EQ(session->tid(), t.pid);
   EXPECT_EQ(session->stopped_at().syscall, -1);  // in user code
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "hello from probefs"));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   const uint64_t seen = t.shared->progress[0];
   ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > seen; }));  // it runs on
   t.shared->stop = 1;
@@ -304,47 +345,34 @@ TEST(Inject, BusyThreadComputesTheExactResult) {
   EXPECT_EQ(line, expected_work_line("busy", 0, steps_of(line)));
   EXPECT_GT(steps_of(line), 0u);
   EXPECT_EQ(read_line(t.out), "errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
-TEST(Inject, BlockedInReadRestartsWithoutEintr) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, BlockedInReadRestartsWithoutEintr) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_EQ(session->stopped_at().syscall, SYS_read);
   EXPECT_EQ(session->stopped_at().result, -512);  // -ERESTARTSYS
   EXPECT_FALSE(session->stopped_at().restart_instead_of_eintr);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "read"));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_NO_FATAL_FAILURE(detach());
+  finish_read();
 }
 
-class InjectSleep : public ::testing::TestWithParam<const char*> {};
+class InjectSleep : public Inject, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(InjectSleep, RestartsAndSleepsItsFullTime) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, GetParam()));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_nanosleep, SYS_clock_nanosleep}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(start(GetParam(), {SYS_nanosleep, SYS_clock_nanosleep}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_TRUE(session->stopped_at().syscall == SYS_nanosleep ||
               session->stopped_at().syscall == SYS_clock_nanosleep);
   // -ERESTART_RESTARTBLOCK: the thread resumes in restart_syscall, which needs the
   // kernel's restart block to be left alone by our calls.
   EXPECT_EQ(session->stopped_at().result, -516);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, GetParam()));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   EXPECT_EQ(read_line(t.out), "sleep r=0 errno=1234 slept_enough=1");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 INSTANTIATE_TEST_SUITE_P(Inject, InjectSleep, ::testing::Values("nanosleep", "clock_nanosleep"));
@@ -365,16 +393,12 @@ bool signal_pending(pid_t pid, int sig) {
 // nanosleep. The session holds the SIGSTOP, sends it again after detach, and has the
 // thread restart its nanosleep from its arguments: the sleep is whole, not cut short by
 // a restart of our poll.
-TEST(Inject, StopSignalDuringATimedWaitInACall) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "nanosleep"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_nanosleep}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, StopSignalDuringATimedWaitInACall) {
+  ASSERT_NO_FATAL_FAILURE(start("nanosleep", {SYS_nanosleep}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   ASSERT_EQ(session->stopped_at().result, -516);  // -ERESTART_RESTARTBLOCK
   InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
-  EXPECT_EQ(read_line(t.report), "loaded");
+  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
   uintptr_t nap = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_nap", &nap), 0);
   bool stopped_in_nap = false;
@@ -400,44 +424,38 @@ TEST(Inject, StopSignalDuringATimedWaitInACall) {
   EXPECT_TRUE(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP) << status;
   ASSERT_EQ(kill(t.pid, SIGCONT), 0);
   EXPECT_EQ(read_line(t.out), "sleep r=0 errno=1234 slept_enough=1");
-  status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
-class InjectPoll : public ::testing::TestWithParam<const char*> {};
+class InjectPoll : public Inject, public ::testing::WithParamInterface<const char*> {};
 
 // poll restarts by itself; epoll_wait returns EINTR when stopped, which the session turns
 // into a restart.
 TEST_P(InjectPoll, SeesNoEintr) {
   const bool epoll = std::strcmp(GetParam(), "epoll") == 0;
-  Target t;
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, GetParam()));
   if (epoll) {
     ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_epoll_wait, SYS_epoll_pwait}));
   } else {
     ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_poll, SYS_ppoll}));
   }
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_EQ(session->stopped_at().restart_instead_of_eintr, epoll);
   if (epoll) {
     EXPECT_EQ(session->stopped_at().result, -EINTR);
   }
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, GetParam()));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   t.send("x");
   EXPECT_EQ(read_line(t.out), std::string(GetParam()) + " r=1 errno=1234 read=1");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 INSTANTIATE_TEST_SUITE_P(Inject, InjectPoll, ::testing::Values("poll", "epoll"));
 
 // Four threads in hot loops run on while the main thread, in pthread_cond_wait (a futex
 // wait), loads a library.
-TEST(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
-  Target t;
+TEST_F(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "threads"));
   ASSERT_TRUE(wait_until([&] {
     for (int i = 0; i < PROBEFS_INJECT_HOT_THREADS; ++i) {
@@ -446,8 +464,7 @@ TEST(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
     return true;
   }));
   ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_futex}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_EQ(session->tid(), t.pid);
   EXPECT_EQ(session->stopped_at().syscall, SYS_futex);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "threads"));
@@ -460,108 +477,84 @@ TEST(Inject, MultiThreadedTargetWithHotLoopsAndACondWait) {
     }
     return true;
   }));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   t.send("go");
   for (int i = 0; i < PROBEFS_INJECT_HOT_THREADS; ++i) {
     const std::string line = read_line(t.out);
     EXPECT_EQ(line, expected_work_line("hot", i, steps_of(line)));
   }
   EXPECT_EQ(read_line(t.out), "main errno=1234 waits=1");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 // The main thread waits in epoll_wait, which a stop would end with EINTR; another thread
 // runs user code, where a stop changes nothing. The session holds that one.
-TEST(Inject, PrefersAThreadWhereAStopChangesNothing) {
-  Target t;
+TEST_F(Inject, PrefersAThreadWhereAStopChangesNothing) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "epoll_hot"));
   ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
   ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_epoll_wait, SYS_epoll_pwait}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_NE(session->tid(), t.pid);
   EXPECT_EQ(session->stopped_at().syscall, -1);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "hot thread"));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   t.send("x");
   const std::string line = read_line(t.out);
   EXPECT_EQ(line, expected_work_line("hot", 0, steps_of(line)));
   EXPECT_EQ(read_line(t.out), "epoll r=1 errno=1234 read=1");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
-TEST(Inject, MainThreadExitedAnotherThreadIsHeld) {
-  Target t;
+TEST_F(Inject, MainThreadExitedAnotherThreadIsHeld) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "leader_exit"));
   ASSERT_TRUE(wait_until([&] { return state_of(t.pid, t.pid) == 'Z'; }));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_NE(session->tid(), t.pid);
   EXPECT_EQ(session->pid(), t.pid);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "leader gone"));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   t.send("ok");
   EXPECT_EQ(read_line(t.out), "worker read=2 errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 // Sent while the thread is held, the signal waits (blocked) and is delivered once, after.
-TEST(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "usr1"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
+  ASSERT_NO_FATAL_FAILURE(start("usr1", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "signal"));
   EXPECT_TRUE(signal_pending(t.pid, SIGUSR1));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   ASSERT_TRUE(wait_until([&] { return !signal_pending(t.pid, SIGUSR1); }));
   t.send("x");
   EXPECT_EQ(read_line(t.out), "usr1 count=1 read=1 errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 // A thread in sigsuspend runs under a temporary mask, the program's own saved aside. The
 // session gives back the program's mask and sigsuspend puts its own in place again when
 // it restarts: the signal it waits for ends it once, and the mask after it is the
 // program's.
-TEST(Inject, SigsuspendKeepsBothMasks) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "sigsuspend"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, SigsuspendKeepsBothMasks) {
+  ASSERT_NO_FATAL_FAILURE(start("sigsuspend", {SYS_rt_sigsuspend}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   EXPECT_EQ(session->stopped_at().syscall, SYS_rt_sigsuspend);
   EXPECT_EQ(session->stopped_at().result, -514);  // -ERESTARTNOHAND
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "sigsuspend"));
-  PtraceError error;
-  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  ASSERT_NO_FATAL_FAILURE(detach());
   ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_rt_sigsuspend}));
   ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
   EXPECT_EQ(read_line(t.out), "sigsuspend r=-1 errno=4 count=1 waits=1 usr1_blocked_after=1");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
 // A call that faults is an error; the thread's registers are put back and it lives on.
-TEST(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
-  EXPECT_EQ(read_line(t.report), "loaded");
+  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
   PtraceError error;
   uintptr_t crash = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_crash", &crash), 0);
@@ -571,23 +564,16 @@ TEST(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
   // The session still holds the thread, and further calls work.
   ASSERT_NO_FATAL_FAILURE(echo(*session, lib, t, "after"));
   ASSERT_EQ(session->detach(&error), 0) << error.message;
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  finish_read();
 }
 
 // A call that executes a program: the session lets the process go in its new image,
 // with the program's own signal mask, not the calls' one.
-TEST(Inject, CallThatExecutesAProgram) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, CallThatExecutesAProgram) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
-  EXPECT_EQ(read_line(t.report), "loaded");
+  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
   uintptr_t exec = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_exec", &exec), 0);
   PtraceError error;
@@ -604,19 +590,14 @@ TEST(Inject, CallThatExecutesAProgram) {
   EXPECT_NE(error.message.find("executed a new program"), std::string::npos) << error.message;
   EXPECT_EQ(session->detach(&error), -ESRCH);
   EXPECT_EQ(read_line(t.out), "SigBlk:\t0000000000000000");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
-TEST(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
   InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load(*session, &lib));
-  EXPECT_EQ(read_line(t.report), "loaded");
+  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
   PtraceError error;
   uintptr_t spin = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_spin", &spin), 0);
@@ -626,22 +607,18 @@ TEST(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
   EXPECT_NE(error.message.find("abandoned"), std::string::npos) << error.message;
   session->set_timeout(10s);
   ASSERT_EQ(session->detach(&error), 0) << error.message;
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  finish_read();
 }
 
 // A vfork parent does not stop for PTRACE_INTERRUPT. The attach gives up, and the thread
 // is let go without a signal, not left in a stop no one ends.
-TEST(Inject, ThreadThatDoesNotStopTimesOutAndIsLetGo) {
-  Target t;
+TEST_F(Inject, ThreadThatDoesNotStopTimesOutAndIsLetGo) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "vfork"));
   ASSERT_TRUE(wait_until([&] { return blocked_in(t.pid, t.pid) == SYS_vfork; }));
   PtraceError error;
   PtraceOptions options;
   options.timeout = 300ms;
-  auto session = PtraceSession::attach(t.pid, options, &error);
+  session = PtraceSession::attach(t.pid, options, &error);
   EXPECT_EQ(session, nullptr);
   EXPECT_EQ(error.err, -ETIMEDOUT);
   EXPECT_NE(error.message.find("did not stop"), std::string::npos) << error.message;
@@ -650,29 +627,21 @@ TEST(Inject, ThreadThatDoesNotStopTimesOutAndIsLetGo) {
   }));
   t.send("go\n");
   EXPECT_EQ(read_line(t.out), "vfork done 0");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
 }
 
-TEST(Inject, DlopenFailureCarriesDlerror) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
+TEST_F(Inject, DlopenFailureCarriesDlerror) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
   InjectedLibrary lib;
   PtraceError error;
   EXPECT_EQ(inject_library(t.pid, "/nonexistent/probefs/lib.so", {}, &lib, &error), -ENOENT);
   EXPECT_NE(error.message.find("No such file or directory"), std::string::npos) << error.message;
   EXPECT_NE(error.message.find("/nonexistent/probefs/lib.so"), std::string::npos) << error.message;
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  finish_read();
 }
 
-TEST(Inject, InjectingTwiceGivesTheSameHandle) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
+TEST_F(Inject, InjectingTwiceGivesTheSameHandle) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
   InjectedLibrary first, second;
   PtraceError error;
   ASSERT_EQ(inject_library(t.pid, PROBEFS_INJECT_LIB, {}, &first, &error), 0) << error.message;
@@ -684,17 +653,13 @@ TEST(Inject, InjectingTwiceGivesTheSameHandle) {
   t.send("data");
   EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
   // The constructor ran once: nothing more on the report pipe once the target is gone.
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_exit_ok();
   EXPECT_EQ(read_line(t.report), "");
 }
 
-TEST(Inject, StaticExecutableHasNoDlopen) {
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read", PROBEFS_INJECT_STATIC_TARGET));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
-  auto session = attach_ok(t.pid);
-  ASSERT_NE(session, nullptr);
+TEST_F(Inject, StaticExecutableHasNoDlopen) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}, PROBEFS_INJECT_STATIC_TARGET));
+  ASSERT_NO_FATAL_FAILURE(attach());
   // Calls work without a dynamic loader.
   ResolvedSymbol twice;
   ASSERT_EQ(session->symbols().resolve("probefs_inject_twice", &twice), 0);
@@ -707,13 +672,10 @@ TEST(Inject, StaticExecutableHasNoDlopen) {
   EXPECT_EQ(inject_library(*session, PROBEFS_INJECT_LIB, &lib, &error), -ENOENT);
   EXPECT_NE(error.message.find("no dlopen"), std::string::npos) << error.message;
   ASSERT_EQ(session->detach(&error), 0) << error.message;
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  const int status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  finish_read();
 }
 
-TEST(Inject, NoSuchProcess) {
+TEST_F(Inject, NoSuchProcess) {
   pid_t gone = fork();
   ASSERT_GE(gone, 0);
   if (gone == 0) _exit(0);
@@ -729,7 +691,7 @@ TEST(Inject, NoSuchProcess) {
   EXPECT_EQ(inject_library(gone, PROBEFS_INJECT_LIB, {}, &lib, &error), -ESRCH);
 }
 
-TEST(Inject, KernelThreadIsRefused) {
+TEST_F(Inject, KernelThreadIsRefused) {
   pid_t kthread = 0;
   for (pid_t p = 2; p < 200 && kthread == 0; ++p) {
     if (proc_text(p, p, "status").find("Kthread:\t1") != std::string::npos) kthread = p;
@@ -741,8 +703,7 @@ TEST(Inject, KernelThreadIsRefused) {
   EXPECT_NE(error.message.find("kernel thread"), std::string::npos) << error.message;
 }
 
-TEST(Inject, ZombieIsRefused) {
-  Target t;
+TEST_F(Inject, ZombieIsRefused) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "exit"));
   ASSERT_TRUE(wait_until([&] { return state_of(t.pid, t.pid) == 'Z'; }));
   PtraceError error;
@@ -752,8 +713,7 @@ TEST(Inject, ZombieIsRefused) {
 }
 
 // Refused rather than resumed for the call: a stopped process stays stopped.
-TEST(Inject, StoppedProcessIsRefused) {
-  Target t;
+TEST_F(Inject, StoppedProcessIsRefused) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
   ASSERT_EQ(kill(t.pid, SIGSTOP), 0);
   int status = 0;
@@ -765,14 +725,10 @@ TEST(Inject, StoppedProcessIsRefused) {
   EXPECT_NE(error.message.find("SIGCONT"), std::string::npos) << error.message;
   EXPECT_EQ(state_of(t.pid, t.pid), 'T');
   ASSERT_EQ(kill(t.pid, SIGCONT), 0);
-  t.send("data");
-  EXPECT_EQ(read_line(t.out), "read 4 data errno=1234");
-  status = t.wait_exit();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  finish_read();
 }
 
-TEST(Inject, AlreadyTracedProcessIsRefused) {
-  Target t;
+TEST_F(Inject, AlreadyTracedProcessIsRefused) {
   ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
   // Another tracer: a child that seizes the target and holds it until its pipe closes.
   int ready[2], hold[2];
@@ -814,11 +770,9 @@ TEST(Inject, AlreadyTracedProcessIsRefused) {
 }
 
 // The injector as uid 65534 against a process of root: EPERM, and the message says why.
-TEST(Inject, AnotherUsersProcessIsRefused) {
+TEST_F(Inject, AnotherUsersProcessIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a process of another user";
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "read"));
-  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
   int result[2];
   ASSERT_EQ(pipe2(result, O_CLOEXEC), 0);
   pid_t child = fork();
@@ -860,7 +814,7 @@ TEST(Inject, AnotherUsersProcessIsRefused) {
 }
 
 // Every reason ptrace gives EPERM for, including Yama's, which this kernel may not have.
-TEST(Inject, RefusalMessagesNameTheReason) {
+TEST_F(Inject, RefusalMessagesNameTheReason) {
   PtraceRefusal base;
   base.pid = 4242;
   base.our_uid = 1000;
@@ -900,22 +854,22 @@ TEST(Inject, RefusalMessagesNameTheReason) {
 
 // Attach to a busy process, load the library, detach: the median of a few runs, for the
 // issue's budget (attach until the first event fires, <= 200 ms). Printed, not asserted.
-TEST(Inject, AttachTime) {
+TEST_F(Inject, AttachTime) {
   constexpr int kRuns = 5;
   std::vector<double> total_ms, held_ms, stop_ms;
   for (int i = 0; i < kRuns; ++i) {
-    Target t;
-    ASSERT_NO_FATAL_FAILURE(spawn(&t, PROBEFS_INJECT_TARGET, "busy"));
-    ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
+    Target busy;
+    ASSERT_NO_FATAL_FAILURE(spawn(&busy, PROBEFS_INJECT_TARGET, "busy"));
+    ASSERT_TRUE(wait_until([&] { return busy.shared->progress[0] > 0; }));
     InjectedLibrary lib;
     PtraceError error;
-    ASSERT_EQ(inject_library(t.pid, PROBEFS_INJECT_LIB, {}, &lib, &error), 0) << error.message;
-    EXPECT_EQ(read_line(t.report), "loaded");
+    ASSERT_EQ(inject_library(busy.pid, PROBEFS_INJECT_LIB, {}, &lib, &error), 0) << error.message;
+    EXPECT_EQ(read_line(busy.report), "loaded");
     total_ms.push_back(std::chrono::duration<double, std::milli>(lib.total).count());
     held_ms.push_back(std::chrono::duration<double, std::milli>(lib.timings.held).count());
     stop_ms.push_back(std::chrono::duration<double, std::milli>(lib.timings.to_stop).count());
-    t.shared->stop = 1;
-    const std::string line = read_line(t.out);
+    busy.shared->stop = 1;
+    const std::string line = read_line(busy.out);
     EXPECT_EQ(line, expected_work_line("busy", 0, steps_of(line)));
   }
   auto median = [](std::vector<double> v) {
