@@ -842,7 +842,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     for (auto& r : impl_->rings) r->reader.reset_counters(p.slot);
   }
 
-  bool absent_everywhere = !impl_->targets.empty();
+  bool absent_everywhere = true;  // no target at all included
   std::vector<Impl::Target*> done;
   int err = 0;
   for (auto& [pid, t] : impl_->targets) {

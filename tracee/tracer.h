@@ -17,11 +17,12 @@
 //     later gets the probe before its code runs (the agent stops the dynamic linker at its
 //     r_brk while the probe is placed).
 //   - kprobe syntax SYM[+OFFS]: resolved in each target (executable first, then libraries
-//     in load order). With no target at all, the probe waits for the next; when targets
-//     exist and none has SYM, the definition fails with ENOENT, as a kernel kprobe on an
-//     unknown symbol does. MOD:SYM[+OFFS]: in targets that have loaded MOD (a basename,
-//     with or without its version suffix); where MOD is not loaded yet, it waits for it,
-//     as a kernel kprobe waits for its module. MEMADDR: that address in every target.
+//     in load order). When no current target has SYM (none at all included), the
+//     definition fails with ENOENT, as a kernel kprobe on an unknown symbol does.
+//     MOD:SYM[+OFFS]: in targets that have loaded MOD (a basename, with or without its
+//     version suffix, the executable's included); where MOD is not loaded yet, it waits
+//     for it, as a kernel kprobe waits for its module: the way to define a probe before
+//     the program is launched. MEMADDR: that address in every target.
 //
 // Errors follow the kernel: every call that can fail returns 0 or a negative errno, and
 // the calls that take a definition also fill in a Diagnostic (message, caret position)

@@ -631,3 +631,25 @@ TEST(Tracer, DataSymbolArgumentsReadTheProgramsVariable) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// A plain SYM must resolve in a target that exists now; MOD:SYM waits for MOD.
+TEST(Tracer, PlainSymbolWithNoTargetIsRefusedModuleSymbolWaits) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  int err = 0;
+  events::Diagnostic d;
+  define(*t, "p:t/plain traced_add", 97, true, &err, &d);
+  EXPECT_EQ(err, -ENOENT);
+  EXPECT_EQ(d.code, events::ErrorCode::kBadProbeAddr);
+  Event e = define(*t, "p:t/mod " + kProgName + ":traced_add", 98);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 4"), "ok " + std::to_string(sum_calls(4)));
+  EXPECT_EQ(drain(*t).size(), 4u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
