@@ -906,23 +906,22 @@ int for_each_site(Tracer::Impl& impl, ProbeId id, Fn fn) {
   return first;
 }
 
+// ENABLE or DISABLE in every target that holds the probe; remembered for targets to come.
+int set_enabled(Tracer::Impl& impl, ProbeId id, bool on) {
+  std::lock_guard lock(impl.mu);
+  auto it = impl.probes.find(id);
+  if (it == impl.probes.end()) return -ENOENT;
+  it->second.spec.enabled = on;
+  return for_each_site(impl, id, [on](AgentLink& l, uint32_t a) {
+    return on ? l.enable(a) : l.disable(a);
+  });
+}
+
 }  // namespace
 
-int Tracer::enable_probe(ProbeId id) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->probes.find(id);
-  if (it == impl_->probes.end()) return -ENOENT;
-  it->second.spec.enabled = true;
-  return for_each_site(*impl_, id, [](AgentLink& l, uint32_t a) { return l.enable(a); });
-}
+int Tracer::enable_probe(ProbeId id) { return set_enabled(*impl_, id, true); }
 
-int Tracer::disable_probe(ProbeId id) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->probes.find(id);
-  if (it == impl_->probes.end()) return -ENOENT;
-  it->second.spec.enabled = false;
-  return for_each_site(*impl_, id, [](AgentLink& l, uint32_t a) { return l.disable(a); });
-}
+int Tracer::disable_probe(ProbeId id) { return set_enabled(*impl_, id, false); }
 
 int Tracer::set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f) {
   std::lock_guard lock(impl_->mu);

@@ -125,6 +125,16 @@ pid_t start_untraced(ProgPipes& pipes) {
   return pid;
 }
 
+// Ends a program started with start_untraced through its own "quit", and checks that it
+// exited cleanly: every computation it checked itself was right.
+void expect_quits_cleanly(ProgPipes& pipes, KillGuard& guard, pid_t pid) {
+  EXPECT_EQ(pipes.ask("quit", 10000), "");
+  guard.release();
+  int st = -1;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "wait status " << st;
+}
+
 // A launched traced_prog with pipes, killed at the end.
 struct Launched {
   ProgPipes pipes;
@@ -373,11 +383,7 @@ TEST(Tracer, AttachToARunningProgramAndDetach) {
   ASSERT_EQ(t->attach(pid, &err), 0) << err;
   EXPECT_EQ(pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
   EXPECT_EQ(drain(*t).size(), 10u);
-  EXPECT_EQ(pipes.ask("quit", 10000), "");
-  guard.release();
-  int st;
-  waitpid(pid, &st, 0);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  expect_quits_cleanly(pipes, guard, pid);
 }
 
 }  // namespace
@@ -553,11 +559,7 @@ TEST(Tracer, AttachedProgramThatExecsLeavesTheTrace) {
   EXPECT_TRUE(t->targets().empty());
   EXPECT_EQ(pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
   EXPECT_EQ(drain(*t).size(), 0u);
-  EXPECT_EQ(pipes.ask("quit", 10000), "");
-  guard.release();
-  int st;
-  waitpid(pid, &st, 0);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  expect_quits_cleanly(pipes, guard, pid);
 }
 
 }  // namespace
