@@ -148,6 +148,13 @@ class Tracer {
   // Waits at most `timeout_ms` for target `pid` to end: 0 and its wait status (-1 for a
   // process the tracer did not start), -ETIMEDOUT, or -ESRCH when pid was never a target.
   [[nodiscard]] int wait_exit(pid_t pid, int timeout_ms, int* status);
+  // `probefs exec`: process `pid` (of user `uid`) is about to exec a program itself, with
+  // LD_PRELOAD=agent_path() first and link::kLinkEnv set to *link_name. Its agent's
+  // connection makes it a launched target, served as launch() serves one (definitions,
+  // then GO); it is not the tracer's child, so its exit is a kExited notice with status
+  // -1. The expectation lapses when no agent connects within `timeout_ms`.
+  [[nodiscard]] int prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name);
+  const std::string& agent_path() const;
   // Replaces the listener (nullptr: none).
   void on_target_notice(std::function<void(const TargetNotice&)> listener);
 
@@ -174,13 +181,26 @@ class Tracer {
 
   // ---- records --------------------------------------------------------------------------
 
+  // tracing_on: while off, hits are counted and nothing is recorded (every target, and
+  // targets to come).
+  [[nodiscard]] int set_tracing_on(bool on);
+  bool tracing_on() const;
+
+  // Adds a record written by the daemon itself (trace_marker): stamped now in the current
+  // trace clock on the calling CPU, merged with the targets' records; its TraceRecord has
+  // pid 0. -ENOSPC when the daemon's own buffer is full (counted as lost).
+  [[nodiscard]] int write_record(const void* data, uint32_t len);
+
   // The next record of all targets in timestamp order, consumed (trace_pipe). false when
   // there is none now.
   bool next_record(TraceRecord* out);
   // Consumes records in timestamp order, handing each to `fn` (valid during the call),
   // until `fn` returns false, `max` were consumed, or none is left: the consumer's fast
-  // path (one lock for the batch). The number consumed.
-  size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max);
+  // path (one lock for the batch). The number consumed. `cpu` >= 0 takes only records of
+  // that CPU (per_cpu/cpuN/trace_pipe): a thread's ring whose next record was written on
+  // another CPU holds back its later records until that one is consumed.
+  size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max,
+                         int cpu = -1);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
   bool wait_for_records(int timeout_ms);
@@ -201,6 +221,10 @@ class Tracer {
   // their unconsumed records are dropped, as a kernel resize keeps none either).
   [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
   uint32_t buffer_size_kb() const;
+
+  // kprobes/blacklist: "0xSTART-0xEND\tSYMBOL\n" lines, the code no probe may be put on
+  // in the targets (the agent's own text, the engine's blacklist).
+  std::string kprobes_blacklist();
 
   // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).
   // nullptr when pid is not a target. Valid until the target leaves.

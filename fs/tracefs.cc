@@ -1,0 +1,93 @@
+#include "fs/tracefs.h"
+
+#include <unistd.h>
+
+#include "fs/dynamic_events.h"
+#include "fs/trace_files.h"
+
+namespace probefs::fs {
+
+// ---- EventTable --------------------------------------------------------------------------
+
+uint16_t EventTable::allocate_id() {
+  std::lock_guard l(mu_);
+  const uint32_t span = kLastEventId - kFirstEventId + 1;
+  for (uint32_t i = 0; i < span; ++i) {
+    uint16_t id = static_cast<uint16_t>(kFirstEventId + (next_ - kFirstEventId + i) % span);
+    if (!used_[id]) {
+      used_[id] = true;
+      // Consecutive ids for consecutive events, as the kernel gives them.
+      next_ = id == kLastEventId ? kFirstEventId : static_cast<uint16_t>(id + 1);
+      return id;
+    }
+  }
+  return 0;
+}
+
+void EventTable::release_id(uint16_t id) {
+  std::lock_guard l(mu_);
+  used_.erase(id);
+}
+
+void EventTable::publish(std::shared_ptr<const EventView> view) {
+  std::lock_guard l(mu_);
+  uint16_t id = view->id;
+  views_[id] = std::move(view);
+}
+
+void EventTable::unpublish(uint16_t id) {
+  std::lock_guard l(mu_);
+  views_.erase(id);
+}
+
+std::shared_ptr<const EventView> EventTable::find(uint16_t id) const {
+  std::lock_guard l(mu_);
+  auto it = views_.find(id);
+  return it == views_.end() ? nullptr : it->second;
+}
+
+void EventTable::set_gate(Gate gate) {
+  std::lock_guard l(mu_);
+  gate_ = std::move(gate);
+}
+
+bool EventTable::admit(const EventView& ev, const tracee::TraceRecord& rec) const {
+  Gate g;
+  {
+    std::lock_guard l(mu_);
+    g = gate_;
+  }
+  return g ? g(ev, rec) : true;
+}
+
+// ---- Tracefs -------------------------------------------------------------------------------
+
+Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer), opts_(opts) {
+  if (opts_.cpus <= 0) opts_.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_CONF));
+  if (opts_.cpus <= 0) opts_.cpus = 1;
+  // The order in which the parts add their files is the root's readdir order.
+  add_control_files(*this);
+  trace_ = std::make_unique<TraceFiles>(*this);
+  dynamic_ = std::make_unique<DynamicEvents>(*this);
+}
+
+Tracefs::~Tracefs() {
+  shutdown();
+  dynamic_->clear_all();
+}
+
+bool Tracefs::tracing_on() const { return tracer_.tracing_on(); }
+
+void Tracefs::set_tracing_on(bool on) {
+  (void)tracer_.set_tracing_on(on);
+  trace_->wake_readers();
+}
+
+void Tracefs::shutdown() {
+  shutdown_ = true;
+  if (trace_) trace_->wake_readers();
+}
+
+bool Tracefs::shutting_down() const { return shutdown_; }
+
+}  // namespace probefs::fs

@@ -1,0 +1,126 @@
+// The tracefs model: the file tree of a probefs mount and the state behind it, built on a
+// tracee::Tracer (the processes, probes and records). FUSE is not involved here
+// (fs/fuse_server.h serves this tree); tests build a Tracefs and open its files directly.
+//
+//   Tracefs
+//   ├─ DynamicEvents (fs/dynamic_events.h): kprobe_events, uprobe_events, dynamic_events,
+//   │     kprobe_profile, uprobe_profile, error_log, events/ (groups, events, enable,
+//   │     filter, format, id, trigger), available_events, set_event
+//   ├─ TraceFiles (fs/trace_files.h): trace, trace_pipe, per_cpu/, tracing_on, trace_marker,
+//   │     trace_clock, buffer_size_kb, buffer_total_size_kb, current_tracer,
+//   │     available_tracers, saved_cmdlines, options/
+//   └─ control files (fs/control_files.cc): README, targets, kprobes/ (list, enabled,
+//         blacklist, optimization)
+//
+// The parts meet in two places: the EventTable (event id -> what a reader needs to print a
+// record of that event) and the record gate (triggers and soft-disabled events decide,
+// once per record and in timestamp order, whether a record is shown at all).
+//
+// Threads: every method may be called from any FUSE thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "events/compile.h"
+#include "fs/vfs.h"
+#include "tracee/tracer.h"
+
+namespace probefs::fs {
+
+// Event ids (common_type) are taken from the top of the 16-bit range, which the kernel
+// never reaches (it hands its own ids out from the bottom), so that `perf record -e` on a
+// probefs event finds no kernel tracepoint with that id and fails rather than recording
+// something else.
+inline constexpr uint16_t kFirstEventId = 0xF000;   // 61440
+inline constexpr uint16_t kLastEventId = 0xFFFE;
+// The id of trace_marker's records (the kernel's ftrace/print event).
+inline constexpr uint16_t kMarkerEventId = 0xFFFF;
+
+// What printing a record of one event needs. Immutable once published.
+struct EventView {
+  uint16_t id = 0;
+  std::string system;  // group
+  std::string name;
+  events::CompiledEvent compiled;
+  bool kprobe_style = false;  // (sym+off/size) rather than (0xADDR)
+};
+
+class EventTable {
+ public:
+  // A free id, or 0 when every id of the range is in use.
+  uint16_t allocate_id();
+  void release_id(uint16_t id);
+
+  void publish(std::shared_ptr<const EventView> view);
+  void unpublish(uint16_t id);
+  std::shared_ptr<const EventView> find(uint16_t id) const;
+
+  // Decides whether a record is shown: soft-disabled events and triggers. Trace readers
+  // call admit() exactly once per record, in timestamp order, before anyone sees it.
+  using Gate = std::function<bool(const EventView& ev, const tracee::TraceRecord& rec)>;
+  void set_gate(Gate gate);
+  bool admit(const EventView& ev, const tracee::TraceRecord& rec) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint16_t, std::shared_ptr<const EventView>> views_;
+  std::unordered_map<uint16_t, bool> used_;
+  uint16_t next_ = kFirstEventId;
+  Gate gate_;
+};
+
+class DynamicEvents;  // fs/dynamic_events.h
+class TraceFiles;     // fs/trace_files.h
+
+class Tracefs {
+ public:
+  struct Options {
+    int cpus = 0;  // CPUs for per_cpu/ and "#P:"; 0: the machine's configured CPUs
+    // What `targets` and the command need to start a program themselves (probefs exec).
+    std::string agent_path;
+  };
+
+  Tracefs(tracee::Tracer& tracer, const Options& opts);
+  ~Tracefs();
+  Tracefs(const Tracefs&) = delete;
+  Tracefs& operator=(const Tracefs&) = delete;
+
+  Tree& tree() { return tree_; }
+  tracee::Tracer& tracer() { return tracer_; }
+  EventTable& events() { return events_; }
+  const Options& options() const { return opts_; }
+  int cpus() const { return opts_.cpus; }
+
+  DynamicEvents& dynamic_events() { return *dynamic_; }
+  TraceFiles& trace_files() { return *trace_; }
+
+  // tracing_on: the file, and the traceon/traceoff triggers. Hits are still counted while
+  // it is off; nothing is recorded.
+  bool tracing_on() const;
+  void set_tracing_on(bool on);
+
+  // The mount is going away: blocked readers return.
+  void shutdown();
+  bool shutting_down() const;
+
+ private:
+  tracee::Tracer& tracer_;
+  Options opts_;
+  Tree tree_;
+  EventTable events_;
+  std::unique_ptr<DynamicEvents> dynamic_;
+  std::unique_ptr<TraceFiles> trace_;
+  std::atomic<bool> shutdown_{false};
+};
+
+// The control files (fs/control_files.cc): README, targets, kprobes/.
+void add_control_files(Tracefs& fs);
+
+}  // namespace probefs::fs
