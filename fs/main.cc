@@ -1,0 +1,266 @@
+// The probefs command (fs/command.h): argument parsing and the daemon's life.
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fs/command.h"
+#include "fs/fuse_server.h"
+#include "fs/tracefs.h"
+#include "tracee/tracer.h"
+
+#ifndef PROBEFS_VERSION
+#define PROBEFS_VERSION "0"
+#endif
+
+namespace probefs::fs {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: probefs [-f] [-d] [-o OPTIONS] MOUNTPOINT\n"
+    "       probefs exec MOUNTPOINT [--] CMD [ARGS...]\n"
+    "       probefs attach MOUNTPOINT PID...\n"
+    "       probefs detach MOUNTPOINT PID...\n"
+    "\n"
+    "Mounts a tracefs for user-space processes: define probes in kprobe_events,\n"
+    "uprobe_events or dynamic_events, enable them under events/, read trace_pipe.\n"
+    "\n"
+    "  -f              stay in the foreground (the daemon's messages go to stderr)\n"
+    "  -d              foreground, with FUSE's request log\n"
+    "  -o OPTIONS      FUSE mount options, comma-separated (e.g. allow_other)\n"
+    "  -h, --help      this text\n"
+    "  -V, --version   the version\n"
+    "\n"
+    "  exec    runs CMD with its stdio, in the foreground, as a traced process;\n"
+    "          its exit status is probefs's\n"
+    "  attach  injects the probefs agent into running processes (ptrace)\n"
+    "  detach  removes every probe from them; they run on\n"
+    "\n"
+    "Unmount with `fusermount3 -u MOUNTPOINT` (or umount): every probe goes, the\n"
+    "traced processes run on, and the daemon ends.\n";
+
+void say(const std::string& line) { fprintf(stderr, "probefs: %s\n", line.c_str()); }
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+// The agent library: $PROBEFS_AGENT, next to an installed probefs, or in the build tree.
+std::string find_agent() {
+  if (const char* env = getenv("PROBEFS_AGENT"); env && *env) return env;
+  const std::string dir = self_dir();
+  for (const std::string& c : {dir + "/../lib/probefs/libprobefs-agent.so",
+                               dir + "/../agent/libprobefs-agent.so",
+                               std::string(PROBEFS_AGENT_BUILD_PATH)}) {
+    char real[PATH_MAX];
+    if (access(c.c_str(), R_OK) == 0 && realpath(c.c_str(), real)) return real;
+  }
+  return {};
+}
+
+// A probefs mount at `mnt` already (compared by the mount point's real path).
+bool probefs_mounted_at(const std::string& real_mnt) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point, opts, field;
+    f >> id >> parent >> dev >> root >> point >> opts;
+    while (f >> field && field != "-") {
+    }
+    std::string type;
+    f >> type;
+    if (point == real_mnt && type == "fuse.probefs") return true;
+  }
+  return false;
+}
+
+struct MountArgs {
+  std::string mountpoint;
+  std::vector<std::string> options;
+  bool foreground = false;
+  bool debug = false;
+};
+
+// Checks what can be checked before anything starts: one line of what is wrong.
+std::string preflight(const MountArgs& a, std::string* real_mnt) {
+  struct stat st;
+  if (stat(a.mountpoint.c_str(), &st) != 0) return a.mountpoint + ": " + strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return a.mountpoint + ": not a directory";
+  char real[PATH_MAX];
+  if (!realpath(a.mountpoint.c_str(), real)) return a.mountpoint + ": " + strerror(errno);
+  *real_mnt = real;
+  if (probefs_mounted_at(*real_mnt)) return a.mountpoint + ": already mounted (probefs)";
+  if (access("/dev/fuse", R_OK | W_OK) != 0)
+    return std::string("/dev/fuse: ") + strerror(errno) + " (FUSE is not available here)";
+  return {};
+}
+
+// The daemon proper: builds the tracer and the tree, mounts, reports readiness on
+// `ready_fd` (one line: "ok" or the error), then serves until the mount goes.
+int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
+  auto report = [&](const std::string& msg) {
+    if (ready_fd < 0) {
+      if (msg != "ok") say(msg);
+      return;
+    }
+    std::string line = msg + "\n";
+    (void)!write(ready_fd, line.data(), line.size());
+    close(ready_fd);
+    ready_fd = -1;
+  };
+  std::string agent = find_agent();
+  if (agent.empty()) {
+    report("cannot find libprobefs-agent.so (set PROBEFS_AGENT to its path)");
+    return 1;
+  }
+  tracee::Tracer::Options topts;
+  topts.agent_path = agent;
+  std::string err;
+  std::unique_ptr<tracee::Tracer> tracer = tracee::Tracer::create(topts, &err);
+  if (!tracer) {
+    report("cannot start the tracer: " + err);
+    return 1;
+  }
+  Tracefs::Options fopts;
+  fopts.agent_path = agent;
+  auto fs = std::make_unique<Tracefs>(*tracer, fopts);
+  FuseServer::Options sopts;
+  sopts.mountpoint = real_mnt;
+  sopts.mount_options = a.options;
+  sopts.debug = a.debug;
+  std::unique_ptr<FuseServer> server = FuseServer::mount(*fs, sopts, &err);
+  if (!server) {
+    report(a.mountpoint + ": " + err);
+    return 1;
+  }
+  report("ok");
+  if (!a.foreground) {
+    // Detached from the terminal: nothing may write to it any more.
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+      dup2(null, STDIN_FILENO);
+      dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
+      close(null);
+    }
+    if (chdir("/") != 0) {
+    }
+  }
+  int rc = server->run();
+  // The mount is gone or going: every probe leaves every target, then the tracer lets
+  // the targets go, then the mount is taken down if it still is up.
+  fs.reset();
+  tracer.reset();
+  server.reset();
+  return rc == 0 ? 0 : 1;
+}
+
+int mount_main(const MountArgs& a) {
+  std::string real_mnt;
+  std::string problem = preflight(a, &real_mnt);
+  if (!problem.empty()) {
+    say(problem);
+    return 1;
+  }
+  if (a.foreground) return serve(a, real_mnt, -1);
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    say(std::string("pipe: ") + strerror(errno));
+    return 1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    say(std::string("fork: ") + strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    close(pipefd[0]);
+    setsid();
+    // Targets the daemon launches must not inherit a terminal's job-control signals.
+    signal(SIGTTOU, SIG_IGN);
+    signal(SIGTTIN, SIG_IGN);
+    _exit(serve(a, real_mnt, pipefd[1]));
+  }
+  close(pipefd[1]);
+  // The daemon says "ok" once the mount is ready, or why it is not.
+  std::string answer;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) answer.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  if (answer == "ok") return 0;
+  say(answer.empty() ? "the daemon ended before the mount was ready" : answer);
+  return 1;
+}
+
+}  // namespace
+
+int probefs_main(int argc, char** argv) {
+  if (argc >= 2) {
+    std::string sub = argv[1];
+    if (sub == "exec") {
+      if (argc < 4) {
+        fputs(kUsage, stderr);
+        return 2;
+      }
+      int first = 3;
+      if (std::string(argv[first]) == "--") ++first;
+      if (first >= argc) {
+        fputs(kUsage, stderr);
+        return 2;
+      }
+      return exec_command(argv[2], std::vector<std::string>(argv + first, argv + argc));
+    }
+    if (sub == "attach" || sub == "detach") {
+      if (argc < 4) {
+        fputs(kUsage, stderr);
+        return 2;
+      }
+      return attach_command(argv[2], std::vector<std::string>(argv + 3, argv + argc),
+                            sub == "attach");
+    }
+  }
+  static const option longopts[] = {{"help", no_argument, nullptr, 'h'},
+                                    {"version", no_argument, nullptr, 'V'},
+                                    {nullptr, 0, nullptr, 0}};
+  MountArgs a;
+  int c;
+  while ((c = getopt_long(argc, argv, "+fdo:hV", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'f': a.foreground = true; break;
+      case 'd': a.foreground = a.debug = true; break;
+      case 'o': a.options.push_back(optarg); break;
+      case 'h': fputs(kUsage, stdout); return 0;
+      case 'V': printf("probefs %s\n", PROBEFS_VERSION); return 0;
+      default: fputs(kUsage, stderr); return 2;
+    }
+  }
+  if (optind != argc - 1) {
+    fputs(kUsage, stderr);
+    return 2;
+  }
+  a.mountpoint = argv[optind];
+  return mount_main(a);
+}
+
+}  // namespace probefs::fs
+
+int main(int argc, char** argv) { return probefs::fs::probefs_main(argc, argv); }
