@@ -58,6 +58,7 @@ struct FuseServer::Impl {
   pthread_t loop_thread{};
   std::atomic<bool> loop_running{false};
   std::atomic<bool> stopping{false};
+  std::atomic<bool> stop_requested{false};  // stop(), a signal, or the mount left
   std::thread watcher;
   int watcher_wake[2] = {-1, -1};
 
@@ -399,6 +400,7 @@ void FuseServer::Impl::watch_mounts() {
     if (r < 0 && errno != EINTR) break;
     if (p[1].revents) break;
     if (!still_mounted()) {
+      stop_requested = true;
       fs.shutdown();
       end_loop();
       break;
@@ -469,10 +471,16 @@ int FuseServer::run() {
     s.watcher.join();
   }
   fuse_remove_signal_handlers(s.se);
-  return rc < 0 ? rc : (rc > 0 ? -EIO : 0);
+  // The kernel ending the connection (an unmount) and stop() are the normal ways out;
+  // libfuse reports the former as an error of its own.
+  if (rc != 0 && (!s.still_mounted() || s.stop_requested || fuse_session_exited(s.se))) rc = 0;
+  return rc < 0 ? rc : (rc > 0 ? -rc : 0);
 }
 
-void FuseServer::stop() { impl_->end_loop(); }
+void FuseServer::stop() {
+  impl_->stop_requested = true;
+  impl_->end_loop();
+}
 
 FuseServer::~FuseServer() {
   Impl& s = *impl_;

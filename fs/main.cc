@@ -164,6 +164,7 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
     }
   }
   int rc = server->run();
+  if (rc != 0 && a.foreground) say(std::string("the FUSE loop failed: ") + strerror(-rc));
   // The mount is gone or going: every probe leaves every target, then the tracer lets
   // the targets go, then the mount is taken down if it still is up.
   fs.reset();

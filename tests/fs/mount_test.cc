@@ -1,0 +1,193 @@
+// The probefs command on a real mount: mounting, the files it always has, attach and
+// detach through the command, every one-line error, unmount and daemon death leaving
+// the targets running.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/fs/mount_fixture.h"
+#include "tests/tracee/traced_prog_driver.h"
+
+namespace probefs::fs {
+namespace {
+
+using testing::CommandResult;
+using testing::Mount;
+using testing::run_command;
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return names;
+  while (dirent* e = readdir(d))
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode;
+}
+
+// A traced program started by the test (not by probefs), ended and reaped at the end.
+class Program {
+ public:
+  Program() {
+    pipes_.ok();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(pipes_.child_stdin(), 0);
+      dup2(pipes_.child_stdout(), 1);
+      execl(PROBEFS_TRACED_PROG, PROBEFS_TRACED_PROG, nullptr);
+      _exit(127);
+    }
+    pipes_.parent_side();
+    ready_ = pipes_.line() == "ready";
+  }
+  bool ready() const { return ready_; }
+  ~Program() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      testing::wait_child(pid_, 10000);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::string ask(const std::string& cmd) { return pipes_.ask(cmd); }
+  // Quits and returns the wait status.
+  int quit() {
+    pipes_.send("quit");
+    int st = testing::wait_child(pid_, 20000);
+    pid_ = -1;
+    return st;
+  }
+
+ private:
+  tracee::testing::ProgPipes pipes_;
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+TEST(ProbefsCommand, MountsWithTheKernelsModesAndUnmountsCleanly) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  for (const char* f : {"README", "targets", "kprobes"})
+    EXPECT_NE(mode_of(m.path(f)), 0u) << f;
+  EXPECT_EQ(mode_of(m.path("README")), S_IFREG | 0440);
+  EXPECT_EQ(mode_of(m.path("targets")), S_IFREG | 0640);
+  EXPECT_EQ(mode_of(m.path("kprobes")), S_IFDIR | 0755);
+  EXPECT_EQ(list_dir(m.path("kprobes")),
+            (std::vector<std::string>{"blacklist", "enabled", "list", "optimization"}));
+  EXPECT_EQ(mode_of(m.path("kprobes/list")), S_IFREG | 0400);
+  EXPECT_EQ(mode_of(m.path("kprobes/enabled")), S_IFREG | 0600);
+  struct stat st;
+  ASSERT_EQ(stat(m.path("README").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);  // and yet cat shows it: direct I/O
+  std::string readme = m.read("README");
+  // The lines perf probe looks for to learn what the probe syntax supports.
+  for (const char* feature : {"Create/append/", "place (kretprobe): ", "ref_ctr_offset",
+                              "u]<offset>", "\\imm-value,", " x8/16/32/64,"})
+    EXPECT_NE(readme.find(feature), std::string::npos) << feature;
+  EXPECT_EQ(m.unmount(), 0) << "the daemon ends with status 0 after fusermount3 -u";
+}
+
+TEST(ProbefsCommand, BackgroundModeReturnsOnceTheMountIsReady) {
+  char tmpl[] = "/tmp/probefs-bg-XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmpl));
+  std::string dir = tmpl;
+  CommandResult r = run_command({PROBEFS_BIN, dir}, 30000);
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  // Ready when the command returned: no waiting here.
+  EXPECT_TRUE(testing::probefs_mounted(dir));
+  EXPECT_EQ(access((dir + "/targets").c_str(), R_OK), 0);
+  CommandResult again = run_command({PROBEFS_BIN, dir}, 30000);
+  EXPECT_EQ(again.exit_code(), 1);
+  EXPECT_EQ(again.err, "probefs: " + dir + ": already mounted (probefs)\n");
+  CommandResult u = run_command({"fusermount3", "-u", dir}, 30000);
+  EXPECT_EQ(u.exit_code(), 0) << u.err;
+  EXPECT_TRUE(testing::wait_mounted(dir, false, 20000));
+  if (testing::probefs_mounted(dir)) umount2(dir.c_str(), MNT_DETACH);
+  rmdir(dir.c_str());
+}
+
+TEST(ProbefsCommand, OneLineErrors) {
+  CommandResult r = run_command({PROBEFS_BIN, "/nonexistent/dir"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: /nonexistent/dir: No such file or directory\n");
+  r = run_command({PROBEFS_BIN, "/etc/passwd"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: /etc/passwd: not a directory\n");
+  r = run_command({PROBEFS_BIN, "attach", "/tmp", "1"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: /tmp: not a probefs mount\n");
+  r = run_command({PROBEFS_BIN});
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(r.err.find("usage: probefs"), std::string::npos);
+  r = run_command({PROBEFS_BIN, "--help"});
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_NE(r.out.find("probefs exec MOUNTPOINT"), std::string::npos);
+  r = run_command({PROBEFS_BIN, "--version"});
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.out.rfind("probefs ", 0), 0u);
+
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  r = run_command({PROBEFS_BIN, "attach", m.dir(), "99999999999"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: attach 99999999999: not a pid: 99999999999\n");
+  r = run_command({PROBEFS_BIN, "attach", m.dir(), "4194303"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: attach 4194303: no such process\n");
+  r = run_command({PROBEFS_BIN, "detach", m.dir(), "1"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: detach 1: pid 1 is not a target\n");
+  // Garbage to the command channel: EINVAL, and the reason on the same open file.
+  EXPECT_EQ(m.write("targets", "launch the rockets"), EINVAL);
+  EXPECT_EQ(m.read("targets"), "");
+}
+
+TEST(ProbefsCommand, AttachAndDetachListTheTarget) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  Program p;
+  ASSERT_EQ(p.ask("call 1").rfind("ok", 0), 0u);
+  CommandResult r = run_command({PROBEFS_BIN, "attach", m.dir(), std::to_string(p.pid())});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  std::string targets = m.read("targets");
+  EXPECT_EQ(targets.rfind(std::to_string(p.pid()) + " traced_prog attached ", 0), 0u) << targets;
+  r = run_command({PROBEFS_BIN, "attach", m.dir(), std::to_string(p.pid())});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(r.err.find("is traced already"), std::string::npos) << r.err;
+  r = run_command({PROBEFS_BIN, "detach", m.dir(), std::to_string(p.pid())});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(m.read("targets"), "");
+  EXPECT_EQ(p.ask("call 10"), "ok 135");
+  EXPECT_EQ(p.quit(), 0);
+}
+
+TEST(ProbefsCommand, UnmountAndDaemonDeathLeaveTargetsRunning) {
+  Program a, b;
+  {
+    Mount m;
+    ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+    ASSERT_EQ(run_command({PROBEFS_BIN, "attach", m.dir(), std::to_string(a.pid())}).exit_code(), 0);
+    EXPECT_EQ(m.unmount(), 0);
+  }
+  EXPECT_EQ(a.ask("call 10"), "ok 135");
+  {
+    Mount m;
+    ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+    ASSERT_EQ(run_command({PROBEFS_BIN, "attach", m.dir(), std::to_string(b.pid())}).exit_code(), 0);
+    kill(m.daemon(), SIGKILL);
+    EXPECT_EQ(b.ask("call 10"), "ok 135");
+  }  // the dead daemon's mount is taken down by the fixture
+  EXPECT_EQ(b.ask("call 10"), "ok 135");
+  EXPECT_EQ(a.quit(), 0);
+  EXPECT_EQ(b.quit(), 0);
+}
+
+}  // namespace
+}  // namespace probefs::fs
