@@ -411,10 +411,40 @@ void FuseServer::Impl::watch_mounts() {
 
 void FuseServer::Impl::end_loop() {
   if (se) fuse_session_exit(se);
-  // The loop's main thread waits on a semaphore that only a signal interrupts; libfuse's
+  // The loop's main thread waits on a semaphore that only a signal interrupts; our
   // handler for SIGHUP ends the session as well.
   if (loop_running) pthread_kill(loop_thread, SIGHUP);
 }
+
+namespace {
+
+// SIGINT, SIGTERM and SIGHUP end the loop (the daemon then unmounts and lets its targets
+// go). libfuse has handlers of its own, but its loop forgets why it ended.
+std::atomic<FuseServer::Impl*> g_signalled_server{nullptr};
+
+void on_exit_signal(int) {
+  if (FuseServer::Impl* s = g_signalled_server.load()) {
+    s->stop_requested = true;
+    fuse_session_exit(s->se);
+  }
+}
+
+void install_exit_signals(FuseServer::Impl* s) {
+  g_signalled_server = s;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_exit_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void remove_exit_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+  g_signalled_server = nullptr;
+}
+
+}  // namespace
 
 FuseServer::FuseServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -453,7 +483,7 @@ std::unique_ptr<FuseServer> FuseServer::mount(Tracefs& fs, const Options& opts,
 
 int FuseServer::run() {
   Impl& s = *impl_;
-  if (fuse_set_signal_handlers(s.se) != 0) return -EIO;
+  install_exit_signals(&s);
   s.loop_thread = pthread_self();
   s.loop_running = true;
   if (pipe2(s.watcher_wake, O_CLOEXEC) == 0) s.watcher = std::thread([&s] { s.watch_mounts(); });
@@ -470,10 +500,10 @@ int FuseServer::run() {
     (void)!write(s.watcher_wake[1], "x", 1);
     s.watcher.join();
   }
-  fuse_remove_signal_handlers(s.se);
+  remove_exit_signals();
   // The kernel ending the connection (an unmount) and stop() are the normal ways out;
   // libfuse reports the former as an error of its own.
-  if (rc != 0 && (!s.still_mounted() || s.stop_requested || fuse_session_exited(s.se))) rc = 0;
+  if (rc != 0 && (!s.still_mounted() || s.stop_requested)) rc = 0;
   return rc < 0 ? rc : (rc > 0 ? -rc : 0);
 }
 
