@@ -74,6 +74,10 @@ void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode) {
   store_relaxed(&area->stamp_mode, stamp_mode);
 }
 
+void ring_set_record_disabled(RingAreaHeader* area, bool disabled) {
+  store_relaxed(&area->record_disabled, disabled ? 1u : 0u);
+}
+
 RingArea::~RingArea() { reset(); }
 
 RingArea::RingArea(RingArea&& o) noexcept : fd_(o.fd_), mem_(o.mem_), size_(o.size_) {

@@ -161,7 +161,6 @@ struct Tracer::Impl {
   std::function<void(const TargetNotice&)> notice_listener;
   std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
   std::set<pid_t> children;          // launched by us: we reap them
-  bool tracing_on_stub = true;       // replaced by the areas' recording switch
   // How long a launched program's new image may take to connect after its exec.
   static constexpr std::chrono::seconds kExecGrace{10};
 
@@ -179,6 +178,7 @@ struct Tracer::Impl {
   events::RingMerger peeker{false};
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
+  bool tracing_on = true;  // every area's record_disabled is its negation
   uint64_t consumed = 0;
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
@@ -209,6 +209,10 @@ struct Tracer::Impl {
     if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid)) != 0) return nullptr;
     r->pid = pid;
     std::lock_guard rl(read_mu);
+    // The clock and the switch as they are now: either may have changed since `mode` was
+    // read, and from here on their setters see this area.
+    events::ring_set_stamp_mode(r->area.header(), stamp_mode());
+    events::ring_set_record_disabled(r->area.header(), !tracing_on);
     r->tag = next_tag++;
     tag_pid.resize(r->tag + 1);
     tag_pid[r->tag] = pid;
@@ -962,11 +966,6 @@ ProbeProfile Tracer::profile(ProbeId id) {
 
 int Tracer::prepare_exec(pid_t, uid_t, int, std::string*) { return -ENOSYS; }
 const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
-int Tracer::set_tracing_on(bool on) {
-  impl_->tracing_on_stub = on;
-  return 0;
-}
-bool Tracer::tracing_on() const { return impl_->tracing_on_stub; }
 int Tracer::write_record(const void*, uint32_t) { return -ENOSYS; }
 std::string Tracer::kprobes_blacklist() { return {}; }
 
@@ -1118,6 +1117,18 @@ void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
   for (auto& r : impl_->rings) lost += r->reader.stats().lost_reported + r->reader.unowned_lost();
   *entries = n;
   *written = n + impl_->consumed + lost;
+}
+
+int Tracer::set_tracing_on(bool on) {
+  std::lock_guard rl(impl_->read_mu);
+  impl_->tracing_on = on;
+  for (auto& r : impl_->rings) events::ring_set_record_disabled(r->area.header(), !on);
+  return 0;
+}
+
+bool Tracer::tracing_on() const {
+  std::lock_guard rl(impl_->read_mu);
+  return impl_->tracing_on;
 }
 
 int Tracer::set_trace_clock(const std::string& name) {

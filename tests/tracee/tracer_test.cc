@@ -655,3 +655,45 @@ TEST(Tracer, PlainSymbolWithNoTargetIsRefusedModuleSymbolWaits) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// tracing_on 0: every hit is counted (kprobe_profile) and nothing is recorded, nor counted
+// as lost, in every target, those that join while it is off included; 1 records again.
+TEST(Tracer, TracingOffCountsHitsAndRecordsNothing) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(t->tracing_on());
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 100);
+  ASSERT_EQ(t->set_tracing_on(false), 0);
+  EXPECT_FALSE(t->tracing_on());
+  Launched p;
+  ASSERT_TRUE(p.start(*t));  // joins while recording is off
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  // A fork child joins later still, with an area of its own.
+  std::string ans = p.pipes.ask("fork 20");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 120u);
+  uint64_t entries = 0, written = 0;
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);  // nothing was dropped either
+
+  ASSERT_EQ(t->set_tracing_on(true), 0);
+  EXPECT_TRUE(t->tracing_on());
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 10u);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_EQ(field(e, recs[i].r, "a"), i);
+    EXPECT_EQ(recs[i].r.lost_before, 0u);
+  }
+  EXPECT_EQ(t->profile(e.id).hits, 130u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
