@@ -466,7 +466,8 @@ struct Tracer::Impl {
 
   // ---- the service thread ----
 
-  void handle_connected(const std::shared_ptr<AgentLink>& link) {
+  // A fork child, an exec'd image, or a process prepared for `probefs exec`.
+  void handle_connected(const std::shared_ptr<AgentLink>& link, bool prepared) {
     const lk::Hello& h = link->hello();
     std::lock_guard l(mu);
     auto t = std::make_unique<Target>();
@@ -479,6 +480,10 @@ struct Tracer::Impl {
       auto parent = targets.find(h.ppid);
       adopt_inherited_probes(*t, parent == targets.end() ? nullptr : parent->second.get());
       kind = TargetNotice::Kind::kForked;
+    } else if (prepared && !targets.count(t->pid)) {
+      // `probefs exec`: a launched target that is not our child (nobody here reaps it).
+      t->origin = TargetOrigin::kLaunched;
+      kind = TargetNotice::Kind::kJoined;
     } else {
       // An exec'd image of a target: a new program, none of the old probes.
       auto old = targets.find(t->pid);
@@ -600,7 +605,7 @@ struct Tracer::Impl {
       LinkEvent ev;
       if (listener->next_event(&ev, milliseconds(20))) {
         switch (ev.kind) {
-          case LinkEvent::kConnected: handle_connected(ev.link); break;
+          case LinkEvent::kConnected: handle_connected(ev.link, ev.prepared); break;
           case LinkEvent::kMapped: handle_mapped(ev); break;
           case LinkEvent::kClosed: handle_closed(ev.link); break;
         }
@@ -770,6 +775,24 @@ int Tracer::attach(pid_t pid, std::string* error) {
   }
   return 0;
 }
+
+int Tracer::prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name) {
+  if (pid <= 0 || timeout_ms < 0) return -EINVAL;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return -ESRCH;
+  // The listener takes no other user's connection unless the daemon is root.
+  if (geteuid() != 0 && uid != geteuid()) return -EPERM;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->targets.count(pid)) return -EEXIST;
+  }
+  // The service thread serves the connection (handle_connected): no thread waits here.
+  impl_->listener->expect_exec(pid, uid,
+                               std::chrono::steady_clock::now() + milliseconds(timeout_ms));
+  if (link_name) *link_name = impl_->listener->name();
+  return 0;
+}
+
+const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
 
 int Tracer::detach(pid_t pid) {
   std::lock_guard lock(impl_->mu);
@@ -964,8 +987,6 @@ ProbeProfile Tracer::profile(ProbeId id) {
 
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
-int Tracer::prepare_exec(pid_t, uid_t, int, std::string*) { return -ENOSYS; }
-const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
 int Tracer::write_record(const void*, uint32_t) { return -ENOSYS; }
 std::string Tracer::kprobes_blacklist() { return {}; }
 

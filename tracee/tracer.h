@@ -148,11 +148,18 @@ class Tracer {
   // Waits at most `timeout_ms` for target `pid` to end: 0 and its wait status (-1 for a
   // process the tracer did not start), -ETIMEDOUT, or -ESRCH when pid was never a target.
   [[nodiscard]] int wait_exit(pid_t pid, int timeout_ms, int* status);
-  // `probefs exec`: process `pid` (of user `uid`) is about to exec a program itself, with
-  // LD_PRELOAD=agent_path() first and link::kLinkEnv set to *link_name. Its agent's
-  // connection makes it a launched target, served as launch() serves one (definitions,
-  // then GO); it is not the tracer's child, so its exit is a kExited notice with status
-  // -1. The expectation lapses when no agent connects within `timeout_ms`.
+  // `probefs exec`: process `pid` (of user `uid`, the requester's) is about to exec a
+  // program itself, with the environment tracee::agent_environment(agent_path(),
+  // *link_name, its LD_PRELOAD) gives (tracee/launch.h: the agent preloaded first,
+  // link::kLinkEnv). Its agent's connection, from a process of that uid (SO_PEERCRED),
+  // makes it a launched target, served as launch() serves one (its ring area and every
+  // probe that applies, then GO, then a kJoined notice), so probes defined before fire
+  // from main's first instruction on. It is not the tracer's child: nothing here reaps
+  // it, and its exit is a kExited notice with status -1 (wait_exit too). The expectation
+  // lapses when no agent connects within `timeout_ms` (0: at once); a later connection is
+  // refused, and the agent lets the program run on untraced. No thread waits meanwhile.
+  // -EINVAL (pid <= 0, timeout_ms < 0), -ESRCH (no such process), -EPERM (another uid
+  // than the daemon's, unless the daemon is root), -EEXIST (pid is a target already).
   [[nodiscard]] int prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name);
   const std::string& agent_path() const;
   // Replaces the listener (nullptr: none).

@@ -22,6 +22,7 @@
 #include "events/filter.h"
 #include "events/parse.h"
 #include "tests/tracee/traced_prog_driver.h"
+#include "tracee/launch.h"
 #include "tracee/probe_places.h"
 
 namespace probefs::tracee {
@@ -693,6 +694,195 @@ TEST(Tracer, TracingOffCountsHitsAndRecordsNothing) {
     EXPECT_EQ(recs[i].r.lost_before, 0u);
   }
   EXPECT_EQ(t->profile(e.id).hits, 130u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+extern "C" char** environ;
+
+// A stand-in for `probefs exec`: a child of the test that waits for its environment on a
+// pipe and then execs traced_prog with it itself. The test reaps it (the tracer does not:
+// it is not the tracer's child).
+struct PreparedChild {
+  ProgPipes pipes;
+  KillGuard guard;
+  pid_t pid = -1;
+  int env_fd = -1;
+
+  ~PreparedChild() {
+    if (env_fd >= 0) close(env_fd);
+  }
+
+  bool start() {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    pid = fork();
+    if (pid == 0) {
+      // Async-signal-safe calls only: the test has threads.
+      static char buf[1 << 16];
+      static char* envp[1024];
+      close(p[1]);
+      size_t n = 0;
+      for (;;) {
+        ssize_t r = read(p[0], buf + n, sizeof buf - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0 || n + static_cast<size_t>(r) >= sizeof buf - 1) break;
+        n += static_cast<size_t>(r);
+      }
+      buf[n] = 0;
+      size_t k = 0;
+      for (size_t i = 0; i < n && k + 1 < std::size(envp); i += strlen(buf + i) + 1)
+        envp[k++] = buf + i;
+      envp[k] = nullptr;
+      dup2(pipes.child_stdin(), 0);
+      dup2(pipes.child_stdout(), 1);
+      char* argv[] = {const_cast<char*>(kProg.c_str()), nullptr};
+      execve(kProg.c_str(), argv, envp);
+      _exit(127);
+    }
+    close(p[0]);
+    if (pid < 0) {
+      close(p[1]);
+      return false;
+    }
+    env_fd = p[1];
+    guard.set(pid);
+    pipes.parent_side();
+    return true;
+  }
+
+  // Lets the child exec with this process's environment and the agent's entries.
+  bool exec(const Tracer& t, const std::string& link_name) {
+    std::string block;
+    const char* preload = getenv("LD_PRELOAD");
+    for (char** e = environ; *e; ++e)
+      if (strncmp(*e, "LD_PRELOAD=", 11) != 0) block.append(*e).push_back('\0');
+    for (const std::string& e : agent_environment(t.agent_path(), link_name, preload))
+      block.append(e).push_back('\0');
+    bool ok = write(env_fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
+    close(env_fd);
+    env_fd = -1;
+    return ok;
+  }
+
+  // Ends the program through its "quit" and reaps it: 0 exit status expected.
+  void quit_and_reap() {
+    EXPECT_EQ(pipes.ask("quit", 10000), "");
+    guard.release();
+    int st = -1;
+    EXPECT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "wait status " << st;
+  }
+};
+
+// `probefs exec`: a process the tracer did not start execs the program itself with the
+// agent preloaded; probes defined before (MOD:SYM waiting for the executable's name, and
+// PATH:OFFSET) fire from main on, and its exit is a kExited notice with status -1.
+TEST(Tracer, PreparedExecIsTracedFromMain) {
+  std::vector<TargetNotice> notices;
+  std::mutex nm;
+  std::condition_variable ncv;
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  t->on_target_notice([&](const TargetNotice& n) {
+    std::lock_guard l(nm);
+    notices.push_back(n);
+    ncv.notify_all();
+  });
+  Event m = define(*t, "p:t/main " + kProgName + ":main", 110);
+  uint64_t off = 0;
+  ASSERT_EQ(symbol_file_offset(kProg, "traced_add", &off), 0);
+  char line[1024];
+  snprintf(line, sizeof line, "p:u/add %s:0x%llx a=%%di", kProg.c_str(),
+           static_cast<unsigned long long>(off));
+  Event u = define(*t, line, 111);
+
+  PreparedChild c;
+  ASSERT_TRUE(c.start());
+  std::string name;
+  ASSERT_EQ(t->prepare_exec(c.pid, getuid(), 10000, &name), 0);
+  EXPECT_FALSE(name.empty());
+  ASSERT_TRUE(c.exec(*t, name));
+  ASSERT_EQ(c.pipes.line(10000), "ready");
+  EXPECT_EQ(c.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 6u);
+  EXPECT_EQ(event_id_of(recs[0].r), 110);  // main's first instruction
+  for (size_t i = 1; i < recs.size(); ++i) {
+    EXPECT_EQ(event_id_of(recs[i].r), 111);
+    EXPECT_EQ(field(u, recs[i].r, "a"), i - 1);
+  }
+  for (const Rec& x : recs) EXPECT_EQ(x.r.pid, c.pid);
+  std::vector<TargetInfo> ts = t->targets();
+  ASSERT_EQ(ts.size(), 1u);
+  EXPECT_EQ(ts[0].pid, c.pid);
+  EXPECT_EQ(ts[0].origin, TargetOrigin::kLaunched);
+  EXPECT_EQ(ts[0].exe, kProg);
+  EXPECT_EQ(t->prepare_exec(c.pid, getuid(), 10000, &name), -EEXIST);
+
+  EXPECT_EQ(c.pipes.ask("quit", 10000), "");
+  int st = 0;
+  EXPECT_EQ(t->wait_exit(c.pid, 10000, &st), 0);
+  EXPECT_EQ(st, -1);  // not the tracer's child: the test reaps it
+  c.guard.release();
+  int real = -1;
+  EXPECT_EQ(waitpid(c.pid, &real, 0), c.pid);
+  EXPECT_TRUE(WIFEXITED(real) && WEXITSTATUS(real) == 0) << "wait status " << real;
+  std::unique_lock l(nm);
+  EXPECT_TRUE(ncv.wait_for(l, std::chrono::seconds(10), [&] {
+    bool joined = false;
+    for (const auto& n : notices) {
+      joined |= n.kind == TargetNotice::Kind::kJoined && n.pid == c.pid;
+      if (joined && n.kind == TargetNotice::Kind::kExited && n.pid == c.pid)
+        return n.status == -1;
+    }
+    return false;
+  }));
+  (void)m;
+}
+
+// An expectation that lapsed, or a process of another uid, is refused: the agent lets the
+// program run on untraced at once (it does not wait for GO).
+TEST(Tracer, PreparedExecLapsedOrOfAnotherUserRunsUntraced) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 112);
+  std::string name;
+  EXPECT_EQ(t->prepare_exec(0, getuid(), 1000, &name), -EINVAL);
+  EXPECT_EQ(t->prepare_exec(getpid(), getuid(), -1, &name), -EINVAL);
+
+  // Lapsed: 0 ms, so the connection comes after the deadline whatever the machine's load.
+  PreparedChild late;
+  ASSERT_TRUE(late.start());
+  ASSERT_EQ(t->prepare_exec(late.pid, getuid(), 0, &name), 0);
+  ASSERT_TRUE(late.exec(*t, name));
+  ASSERT_EQ(late.pipes.line(10000), "ready");
+  EXPECT_EQ(late.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+
+  // Another user's expectation: the daemon (root here) is asked for uid+1, the process
+  // connects as the test's uid.
+  PreparedChild other;
+  ASSERT_TRUE(other.start());
+  if (geteuid() == 0) {
+    ASSERT_EQ(t->prepare_exec(other.pid, getuid() + 1, 10000, &name), 0);
+  } else {
+    EXPECT_EQ(t->prepare_exec(other.pid, getuid() + 1, 10000, &name), -EPERM);
+  }
+  ASSERT_TRUE(other.exec(*t, name));
+  ASSERT_EQ(other.pipes.line(10000), "ready");
+  EXPECT_EQ(other.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+
+  EXPECT_TRUE(t->targets().empty());
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 0u);
+  late.quit_and_reap();
+  other.quit_and_reap();
+  // A pid that is gone.
+  EXPECT_EQ(t->prepare_exec(late.pid, getuid(), 1000, &name), -ESRCH);
 }
 
 }  // namespace
