@@ -127,7 +127,7 @@ struct Tracer::Impl {
   struct Rings {
     events::RingArea area;
     events::RingAreaReader reader;
-    pid_t pid = 0;
+    pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
   };
 
@@ -180,6 +180,14 @@ struct Tracer::Impl {
   events::TraceClockConverter conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
   uint64_t consumed = 0;
+  // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
+  // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
+  // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
+  // marker_mu; write_record takes marker_mu alone.
+  std::mutex marker_mu;
+  std::shared_ptr<Rings> own;      // replaced (buffer size) with read_mu and marker_mu
+  events::RingProducer own_prod;   // marker_mu
+  uint64_t own_last_tsc = 0;       // marker_mu: the last TSC stamp written there
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
   uint32_t buffer_kb;
@@ -193,20 +201,22 @@ struct Tracer::Impl {
     return events::ring_detect_stamp_mode(events::trace_clock_stamp(clock));
   }
 
-  // A new ring area for a target, registered with the readers. nullptr on failure.
+  // A new ring area for a target (pid 0: the daemon's own, one ring), registered with the
+  // readers. nullptr on failure.
   std::shared_ptr<Rings> new_rings(pid_t pid, int* err) {
     auto r = std::make_shared<Rings>();
     events::RingGeometry g;
-    g.ring_count = opts.rings_per_target;
+    g.ring_count = pid != 0 ? opts.rings_per_target : 1;
     g.ring_bytes = buffer_kb * 1024;
-    g.probe_slots = kProbeSlots;
+    g.probe_slots = pid != 0 ? kProbeSlots : 8;
     uint32_t mode;
     {
       std::lock_guard rl(read_mu);
       mode = stamp_mode();
     }
     if ((*err = events::RingArea::create(g, mode, &r->area)) != 0) return nullptr;
-    if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid)) != 0) return nullptr;
+    if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid != 0 ? pid : getpid())) != 0)
+      return nullptr;
     r->pid = pid;
     std::lock_guard rl(read_mu);
     // The clock and the switch as they are now: either may have changed since `mode` was
@@ -240,8 +250,31 @@ struct Tracer::Impl {
     }
   }
 
+  // The daemon's own area, new (at start, and for a new buffer size): the old one, if
+  // any, leaves the readers with its records. Takes read_mu and marker_mu.
+  int new_own_rings() {
+    int err = 0;
+    std::shared_ptr<Rings> r = new_rings(0, &err);
+    if (!r) return err;
+    // The owner word names the daemon; the service thread never reclaims this ring.
+    events::RingProducer prod{};
+    if (!events::ring_claim(r->area.header(), static_cast<uint32_t>(getpid()), &prod))
+      return -ENOSPC;
+    std::lock_guard rl(read_mu);
+    std::lock_guard ml(marker_mu);
+    if (own) {
+      std::erase(rings, own);
+      merger.remove(&own->reader);
+      peeker.remove(&own->reader);
+    }
+    own = std::move(r);
+    own_prod = prod;
+    return 0;
+  }
+
   std::set<Rings*> live_rings() const {
     std::set<Rings*> live;
+    if (own) live.insert(own.get());
     for (const auto& [pid, t] : targets)
       if (t->rings) live.insert(t->rings.get());
     return live;
@@ -622,7 +655,8 @@ struct Tracer::Impl {
         std::lock_guard l(mu);
         std::lock_guard rl(read_mu);
         conv.update();
-        for (auto& r : rings) r->reader.reclaim();
+        for (auto& r : rings)
+          if (r != own) r->reader.reclaim();
         free_drained_rings(live_rings());
       }
     }
@@ -643,6 +677,10 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
   }
   if (int e = impl->conv.calibrate(impl->clock); e != 0) {
     if (error) *error = "cannot read the trace clock: " + std::string(strerror(-e));
+    return nullptr;
+  }
+  if (int e = impl->new_own_rings(); e != 0) {
+    if (error) *error = "cannot create the daemon's ring area: " + std::string(strerror(-e));
     return nullptr;
   }
   Impl* raw = impl.get();
@@ -987,7 +1025,6 @@ ProbeProfile Tracer::profile(ProbeId id) {
 
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
-int Tracer::write_record(const void*, uint32_t) { return -ENOSYS; }
 std::string Tracer::kprobes_blacklist() { return {}; }
 
 std::string Tracer::kprobes_list() {
@@ -1044,6 +1081,33 @@ void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* 
 }
 
 }  // namespace
+
+int Tracer::write_record(const void* data, uint32_t len) {
+  if (data == nullptr || len == 0) return -EINVAL;
+  std::lock_guard ml(impl_->marker_mu);
+  events::RingProducer* p = &impl_->own_prod;
+  // Room for the header and a lost count: what can never fit is refused, not lost.
+  if (uint64_t{len} + events::kRingRecordHeaderSize + 16 > p->size) return -EINVAL;
+  // The kernel's trace_marker with tracing_on 0: "as if not open for write".
+  if (events::ring_record_disabled(p->area)) return -EBADF;
+  void* rec = events::ring_reserve(p, len);  // stamped here, on this CPU, in the area's mode
+  if (rec == nullptr) return -ENOSPC;        // counted as lost, like a target's full ring
+  // Writers on different CPUs take turns on one ring: a TSC a few cycles behind the
+  // previous writer's (the CPUs' counters differ by that much) is raised to it, so that
+  // the ring stays in stamp order, as each of the kernel's per-CPU buffers is.
+  auto* h = reinterpret_cast<events::RingRecordHeader*>(p->data + p->pending_off);
+  if (!(h->flags & events::kRingFlagCounterStamp)) {
+    h->stamp = std::max(h->stamp, impl_->own_last_tsc);
+    impl_->own_last_tsc = h->stamp;
+  }
+  std::memcpy(rec, data, len);
+  events::ring_commit(p, len);
+  // The reader's wake: a full fence here stands for the barrier the targets' producers
+  // get from the reader's membarrier (the daemon does not register for it).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  events::ring_wake(p->area);
+  return 0;
+}
 
 bool Tracer::next_record(TraceRecord* out) {
   std::lock_guard rl(impl_->read_mu);
@@ -1189,6 +1253,7 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     impl_->buffer_kb = old;
     return -EINVAL;
   }
+  if (int err = impl_->new_own_rings(); err != 0) return err;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
     int err = 0;

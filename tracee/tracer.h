@@ -193,9 +193,15 @@ class Tracer {
   [[nodiscard]] int set_tracing_on(bool on);
   bool tracing_on() const;
 
-  // Adds a record written by the daemon itself (trace_marker): stamped now in the current
-  // trace clock on the calling CPU, merged with the targets' records; its TraceRecord has
-  // pid 0. -ENOSPC when the daemon's own buffer is full (counted as lost).
+  // Adds a record written by the daemon itself (trace_marker): `len` bytes of an events
+  // record (events/compile.h), stamped now as the targets' records are (the TSC, or for
+  // the `counter` clock the daemon's own counter: converted alike) on the calling CPU,
+  // and merged with the targets' records in timestamp order; its TraceRecord has pid 0.
+  // The daemon's buffer is one ring of buffer_size_kb, emptied by clear_records and by a
+  // clock or size change like the others. Any thread may call it. -ENOSPC when that
+  // buffer is full (the record is lost, and the next one reports it in lost_before, as a
+  // target's ring does), -EBADF while tracing_on is 0 (the kernel's answer for
+  // trace_marker then), -EINVAL for no bytes or more than the buffer can ever hold.
   [[nodiscard]] int write_record(const void* data, uint32_t len);
 
   // The next record of all targets in timestamp order, consumed (trace_pipe). false when

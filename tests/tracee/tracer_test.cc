@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "events/compile.h"
@@ -883,6 +885,154 @@ TEST(Tracer, PreparedExecLapsedOrOfAnotherUserRunsUntraced) {
   other.quit_and_reap();
   // A pid that is gone.
   EXPECT_EQ(t->prepare_exec(late.pid, getuid(), 1000, &name), -ESRCH);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// A record as trace_marker's would start: common_type, flags, preempt count, pid 0, then
+// the text.
+std::vector<uint8_t> marker_record(uint16_t type, const std::string& text) {
+  std::vector<uint8_t> r(8 + text.size());
+  memcpy(r.data(), &type, 2);
+  memcpy(r.data() + 8, text.data(), text.size());
+  return r;
+}
+
+std::string marker_text(const TraceRecord& r) {
+  return r.len > 8 ? std::string(reinterpret_cast<const char*>(r.data) + 8, r.len - 8) : "";
+}
+
+int write_marker(Tracer& t, uint16_t type, const std::string& text) {
+  std::vector<uint8_t> r = marker_record(type, text);
+  return t.write_record(r.data(), static_cast<uint32_t>(r.size()));
+}
+
+// The daemon's records (trace_marker) come out between the target's records in the order
+// they were written, with pid 0, the writer's CPU and the target's clock.
+TEST(Tracer, MarkersInterleaveWithATargetsRecordsInTimestampOrder) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 120);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+    ASSERT_EQ(write_marker(*t, 5, "mark " + std::to_string(round)), 0);
+  }
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 12u);
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  uint64_t last = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const TraceRecord& r = recs[i].r;
+    EXPECT_GE(r.ts_ns, last) << i;
+    last = r.ts_ns;
+    if (i % 4 == 3) {
+      EXPECT_EQ(event_id_of(r), 5) << i;
+      EXPECT_EQ(marker_text(r), "mark " + std::to_string(i / 4));
+      EXPECT_EQ(r.pid, 0);
+      EXPECT_LT(r.cpu, static_cast<uint32_t>(cpus));
+    } else {
+      EXPECT_EQ(event_id_of(r), 120) << i;
+      EXPECT_EQ(field(e, r, "a"), i % 4);
+      EXPECT_EQ(r.pid, p.pid);
+    }
+  }
+  // The counter clock: the daemon's records count as the targets' do (raw values, no
+  // conversion), each after the last.
+  ASSERT_EQ(t->set_trace_clock("counter"), 0);
+  EXPECT_EQ(p.pipes.ask("call 2"), "ok " + std::to_string(sum_calls(2)));
+  ASSERT_EQ(write_marker(*t, 5, "c0"), 0);
+  ASSERT_EQ(write_marker(*t, 5, "c1"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 4u);
+  std::vector<uint64_t> marks, targets;
+  for (const Rec& x : recs) (x.r.pid == 0 ? marks : targets).push_back(x.r.ts_ns);
+  ASSERT_EQ(marks.size(), 2u);
+  ASSERT_EQ(targets.size(), 2u);
+  EXPECT_EQ(marks[1], marks[0] + 1);
+  EXPECT_EQ(targets[1], targets[0] + 1);
+  EXPECT_LT(marks[1], 1000000u);  // counts, not nanoseconds
+  EXPECT_LT(targets[1], 1000000u);
+}
+
+// The daemon's buffer: full is -ENOSPC and the next record reports the loss; tracing_on
+// 0 is -EBADF and no loss; clear drops the records; several threads at once lose nothing.
+TEST(Tracer, MarkerBufferFullOffClearedAndShared) {
+  auto t = make_tracer(4);  // one 4 KiB ring
+  ASSERT_NE(t, nullptr);
+  const std::string text(100, 'x');
+  int ok = 0, full = 0;
+  while (full < 3 && ok < 1000) {
+    const int rc = write_marker(*t, 6, text);
+    if (rc == 0) ++ok;
+    else if (rc == -ENOSPC) ++full;
+    else FAIL() << rc;
+  }
+  EXPECT_EQ(full, 3);
+  EXPECT_GT(ok, 10);
+  EXPECT_LT(ok, 40);
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(recs.size(), static_cast<size_t>(ok));
+  for (const Rec& x : recs) EXPECT_EQ(x.r.lost_before, 0u);
+  ASSERT_EQ(write_marker(*t, 6, "after"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].r.lost_before, 3u);
+  EXPECT_EQ(marker_text(recs[0].r), "after");
+  EXPECT_EQ(t->write_record(nullptr, 0), -EINVAL);
+  std::vector<uint8_t> huge(8192);
+  EXPECT_EQ(t->write_record(huge.data(), static_cast<uint32_t>(huge.size())), -EINVAL);
+
+  ASSERT_EQ(t->set_tracing_on(false), 0);
+  EXPECT_EQ(write_marker(*t, 6, "off"), -EBADF);
+  ASSERT_EQ(t->set_tracing_on(true), 0);
+  ASSERT_EQ(write_marker(*t, 6, "on"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].r.lost_before, 0u);
+
+  ASSERT_EQ(write_marker(*t, 6, "gone"), 0);
+  t->clear_records();
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  // A reader asleep in wait_for_records wakes for the daemon's record (a missed wake
+  // would show as the timeout: false).
+  std::atomic<bool> woken{false};
+  std::thread waiter([&] { woken = t->wait_for_records(20000); });
+  ASSERT_EQ(write_marker(*t, 6, "wake"), 0);
+  waiter.join();
+  EXPECT_TRUE(woken.load());
+  EXPECT_EQ(drain(*t).size(), 1u);
+
+  // Four threads at once, into a buffer large enough for all of them.
+  ASSERT_EQ(t->set_buffer_size_kb(256), 0);
+  constexpr int kThreads = 4, kEach = 500;
+  std::vector<std::thread> ths;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kThreads; ++w) {
+    ths.emplace_back([&, w] {
+      for (int i = 0; i < kEach; ++i)
+        if (write_marker(*t, static_cast<uint16_t>(10 + w), std::to_string(i)) != 0) ++failures;
+    });
+  }
+  for (auto& th : ths) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), static_cast<size_t>(kThreads * kEach));
+  std::map<uint16_t, int> next;
+  uint64_t last = 0;
+  for (const Rec& x : recs) {
+    const uint16_t w = event_id_of(x.r);
+    EXPECT_EQ(marker_text(x.r), std::to_string(next[w]++));
+    EXPECT_GE(x.r.ts_ns, last);
+    last = x.r.ts_ns;
+  }
+  for (int w = 0; w < kThreads; ++w) EXPECT_EQ(next[static_cast<uint16_t>(10 + w)], kEach);
 }
 
 }  // namespace
