@@ -557,7 +557,13 @@ void RingMerger::refresh() {
   }
 }
 
-bool RingMerger::next(RingRecord* out) {
+bool RingMerger::next(RingRecord* out, int cpu) {
+  if (cpu != cpu_) {
+    // Lanes set aside for another CPU (or none) come back: a new snapshot.
+    cpu_ = cpu;
+    heap_.clear();
+    current_ = kNoLane;
+  }
   bool refreshed = false;
   for (;;) {
     uint32_t lane;
@@ -582,6 +588,11 @@ bool RingMerger::next(RingRecord* out) {
       // Consumed behind the merger's back (a reader call, clear()): start the lane over.
       l.cursor = r->cursor(l.ring);
       if (load(lane)) push(lane);
+      continue;
+    }
+    if (cpu >= 0 && (l.rec.cpu & 0xfff) != static_cast<uint32_t>(cpu)) {
+      // Another CPU's record first: the lane waits, out of the heap, with everything
+      // behind it, until the snapshot ends.
       continue;
     }
     r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), l.owner,

@@ -254,8 +254,11 @@ class RingMerger {
   void remove(RingAreaReader* reader);
 
   // The next record, or false when none is left in this snapshot and a fresh one finds
-  // none either.
-  bool next(RingRecord* out);
+  // none either. `cpu` >= 0 takes only records written on that CPU (per_cpu/cpuN): a ring
+  // whose next record is of another CPU is passed over with every record behind it
+  // (a ring is read in order), until a call with another `cpu` or a fresh snapshot finds
+  // it free. Nothing is skipped for good: a record is returned once, whatever the calls.
+  bool next(RingRecord* out, int cpu = -1);
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
   // Consuming mode: gives the producers the room of every record returned so far now
@@ -286,6 +289,7 @@ class RingMerger {
 
   bool consume_;
   bool rewound_ = true;
+  int cpu_ = -1;                 // the CPU the current snapshot was taken for (-1: any)
   std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;
   std::vector<Lane> lanes_;
   std::vector<Item> heap_;       // lanes with a record in the snapshot, oldest first

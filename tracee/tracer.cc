@@ -1123,12 +1123,11 @@ bool Tracer::next_record(TraceRecord* out) {
 
 size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
                                size_t max, int cpu) {
-  if (cpu >= 0) return 0;  // per-CPU consumption: not yet
   std::lock_guard rl(impl_->read_mu);
   size_t n = 0;
   events::RingRecord rr;
   TraceRecord t;
-  while (n < max && impl_->merger.next(&rr)) {
+  while (n < max && impl_->merger.next(&rr, cpu)) {
     fill_record(*impl_, rr, &t);
     ++n;
     if (!fn(t)) break;

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1033,6 +1034,68 @@ TEST(Tracer, MarkerBufferFullOffClearedAndShared) {
     last = x.r.ts_ns;
   }
   for (int w = 0; w < kThreads; ++w) EXPECT_EQ(next[static_cast<uint16_t>(10 + w)], kEach);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// Records of CPU `cpu` consumed (per_cpu/cpuN/trace_pipe), each checked to be of it.
+std::vector<Rec> consume_cpu(Tracer& t, int cpu, size_t max = 100000) {
+  std::vector<Rec> out;
+  t.consume_records(
+      [&](const TraceRecord& r) {
+        EXPECT_EQ(r.cpu, static_cast<uint32_t>(cpu));
+        Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+        x.r.data = x.bytes.data();
+        out.push_back(std::move(x));
+        return true;
+      },
+      max, cpu);
+  return out;
+}
+
+// Per-CPU consumption on real threads pinned to CPU 0 and CPU 1: each CPU's records alone,
+// and a thread that moved from one CPU to the other holds back its later records until
+// the earlier ones of the other CPU are consumed. Nothing lost, nothing twice.
+TEST(Tracer, PerCpuConsumptionOfPinnedThreads) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    GTEST_SKIP() << "needs CPUs 0 and 1";
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 130);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+
+  // Two threads at once, one on each CPU.
+  EXPECT_EQ(p.pipes.ask("pinned 200"), "ok " + std::to_string(2 * sum_calls(200)));
+  for (int cpu : {1, 0}) {
+    std::vector<Rec> recs = consume_cpu(*t, cpu);
+    ASSERT_EQ(recs.size(), 200u) << "cpu " << cpu;
+    const int32_t tid = tid_of(recs[0].r);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      EXPECT_EQ(tid_of(recs[i].r), tid);  // one thread: it stayed on its CPU
+      EXPECT_EQ(field(e, recs[i].r, "a"), i);
+    }
+  }
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  // One thread on CPU 0, then 1, then 0 again: one ring, three runs.
+  EXPECT_EQ(p.pipes.ask("cpuseq 50 0 1 0"), "ok " + std::to_string(3 * sum_calls(50)));
+  EXPECT_EQ(consume_cpu(*t, 0).size(), 50u);  // the first run; the rest waits behind CPU 1
+  EXPECT_EQ(consume_cpu(*t, 0).size(), 0u);
+  EXPECT_EQ(consume_cpu(*t, 1, 20).size(), 20u);  // max respected
+  EXPECT_EQ(consume_cpu(*t, 1).size(), 30u);
+  std::vector<Rec> last = consume_cpu(*t, 0);
+  ASSERT_EQ(last.size(), 50u);
+  for (size_t i = 0; i < last.size(); ++i) EXPECT_EQ(field(e, last[i].r, "a"), i);
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 550u);
 }
 
 }  // namespace
