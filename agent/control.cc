@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -271,6 +272,19 @@ std::string daemon_probes_list() {
   return out;
 }
 
+// kprobes/blacklist as the engine has it: the daemon names the ranges (it reads the
+// objects' symbols, the agent does not).
+std::string blacklist_text() {
+  std::string out;
+  for (const arch::TextRange& r : probecore::kprobe_blacklist()) {
+    char line[64];
+    std::snprintf(line, sizeof line, "0x%016lx-0x%016lx\n", static_cast<unsigned long>(r.start),
+                  static_cast<unsigned long>(r.end));
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace
 
 void handle_request(const link::Message& m, int received_fd, link::Reply* reply) {
@@ -311,6 +325,9 @@ void handle_request(const link::Message& m, int received_fd, link::Reply* reply)
       break;
     case link::MsgType::kProfile:
       do_profile(reply);
+      break;
+    case link::MsgType::kBlacklist:
+      reply->message = blacklist_text();
       break;
     case link::MsgType::kGo:
       break;  // the serving loop acts on it; a running program has nothing to wait for

@@ -188,6 +188,7 @@ LinkResult AgentLink::set_optimization(bool on) {
 
 LinkResult AgentLink::list() { return impl_->request(link::MsgType::kList, {}); }
 LinkResult AgentLink::profile() { return impl_->request(link::MsgType::kProfile, {}); }
+LinkResult AgentLink::blacklist() { return impl_->request(link::MsgType::kBlacklist, {}); }
 LinkResult AgentLink::go() { return impl_->request(link::MsgType::kGo, {}); }
 
 LinkResult AgentLink::detach() {

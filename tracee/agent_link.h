@@ -85,6 +85,7 @@ class AgentLink {
   LinkResult set_optimization(bool on);
   LinkResult list();     // message: the agent's `kprobes/list` text
   LinkResult profile();  // profile: nmissed per probe id
+  LinkResult blacklist();  // message: the engine's blacklist ranges (link.h, BLACKLIST)
   LinkResult go();       // a launched, exec'd or fork child program runs on
   // Removes every probe in the target and ends the link (the agent stays loaded, idle,
   // and can be attached again). The link is closed when this returns.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -101,6 +102,24 @@ class TargetSymbolizer : public events::Symbolizer {
   const ProcessSymbols* syms_;
   std::string name_, module_;
 };
+
+// A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
+// " [module]" for a library (the kernel's modules); the object alone where no symbol
+// covers it (a stripped library's local code); the address where nothing is known.
+std::string blacklist_name(const ProcessSymbols& syms, uintptr_t start) {
+  ResolvedSymbol rs;
+  std::string module;
+  if (syms.describe(start, &rs) == 0) {
+    if (!rs.name.empty()) return rs.module.empty() ? rs.name : rs.name + " [" + rs.module + "]";
+    module = rs.module;
+  }
+  for (const MappedObject& o : syms.objects())
+    if (module.empty() && !o.executable && o.start <= start && start < o.end) module = o.module;
+  if (!module.empty()) return "[" + module + "]";
+  char hex[32];
+  snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(start));
+  return hex;
+}
 
 }  // namespace
 
@@ -1025,7 +1044,6 @@ ProbeProfile Tracer::profile(ProbeId id) {
 
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
-std::string Tracer::kprobes_blacklist() { return {}; }
 
 std::string Tracer::kprobes_list() {
   std::lock_guard lock(impl_->mu);
@@ -1034,6 +1052,31 @@ std::string Tracer::kprobes_list() {
     if (!t->link || t->link->closed()) continue;
     LinkResult r = t->link->list();
     if (r.ok()) out += r.message;
+  }
+  return out;
+}
+
+std::string Tracer::kprobes_blacklist() {
+  std::lock_guard lock(impl_->mu);
+  std::string out;
+  std::set<std::string> seen;  // a fork child has its parent's addresses: listed once
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->syms) continue;
+    LinkResult r = t->link->blacklist();
+    if (!r.ok()) continue;
+    size_t at = 0;
+    while (at < r.message.size()) {
+      size_t nl = r.message.find('\n', at);
+      if (nl == std::string::npos) nl = r.message.size();
+      const std::string l = r.message.substr(at, nl - at);
+      at = nl + 1;
+      unsigned long start = 0, end = 0;
+      if (sscanf(l.c_str(), "0x%lx-0x%lx", &start, &end) != 2 || start >= end) continue;
+      char range[64];
+      snprintf(range, sizeof range, "0x%016lx-0x%016lx\t", start, end);
+      std::string line = range + blacklist_name(*t->syms, start) + "\n";
+      if (seen.insert(line).second) out += line;
+    }
   }
   return out;
 }

@@ -235,8 +235,12 @@ class Tracer {
   [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
   uint32_t buffer_size_kb() const;
 
-  // kprobes/blacklist: "0xSTART-0xEND\tSYMBOL\n" lines, the code no probe may be put on
-  // in the targets (the agent's own text, the engine's blacklist).
+  // kprobes/blacklist: "0x%016lx-0x%016lx\tNAME\n" lines ([start, end), the kernel's
+  // format), the code no probe may be put on in the targets: what each target's engine
+  // refuses (asked over the link: the agent's own text, the signal-return path), named
+  // as the kernel's %ps names the start (the symbol there, " [module]" for a library;
+  // "[module]" where no symbol covers it; the address where nothing is known). A line
+  // that two targets share (a fork child's) is listed once.
   std::string kprobes_blacklist();
 
   // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "tests/tracee/traced_prog_driver.h"
 #include "tracee/launch.h"
 #include "tracee/probe_places.h"
+#include "tracee/proc_maps.h"
 
 namespace probefs::tracee {
 namespace {
@@ -1096,6 +1098,71 @@ TEST(Tracer, PerCpuConsumptionOfPinnedThreads) {
   for (size_t i = 0; i < last.size(); ++i) EXPECT_EQ(field(e, last[i].r, "a"), i);
   EXPECT_EQ(drain(*t).size(), 0u);
   EXPECT_EQ(t->profile(e.id).hits, 550u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// kprobes/blacklist lists the agent's own text in each target, and a probe there is
+// refused as the kernel refuses one on its blacklist.
+TEST(Tracer, BlacklistListsTheAgentsTextAndProbesThereFail) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->kprobes_blacklist(), "");  // no target: nothing to list
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  const std::string text = t->kprobes_blacklist();
+  std::vector<Mapping> maps;
+  ASSERT_EQ(read_maps(p.pid, &maps), 0);
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(PROBEFS_AGENT_PATH, real), nullptr);
+  const std::string agent = real;
+  const std::string agent_name = agent.substr(agent.rfind('/') + 1);
+  size_t lines = 0, in_agent = 0;
+  uintptr_t agent_start = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    ASSERT_NE(nl, std::string::npos) << text;
+    const std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    ++lines;
+    unsigned long start = 0, end = 0;
+    char name[256] = {};
+    ASSERT_EQ(sscanf(line.c_str(), "0x%16lx-0x%16lx\t%255[^\n]", &start, &end, name), 3) << line;
+    EXPECT_EQ(line.substr(0, 2), "0x");
+    EXPECT_EQ(line[18], '-') << line;  // 16 hex digits each
+    EXPECT_EQ(line[37], '\t') << line;
+    EXPECT_LT(start, end);
+    for (const Mapping& m : maps) {
+      if (!m.exec || m.path != agent || start < m.start || end > m.end) continue;
+      ++in_agent;
+      agent_start = start;
+      // The symbol there in the agent, or the agent alone where none covers the start.
+      const std::string n = name;
+      const std::string tag = "[" + agent_name + "]";
+      EXPECT_TRUE(n == tag || (n.size() > tag.size() + 1 &&
+                               n.substr(n.size() - tag.size() - 1) == " " + tag))
+          << line;
+    }
+  }
+  EXPECT_GE(in_agent, 1u) << text;
+  EXPECT_GE(lines, in_agent);
+  ASSERT_NE(agent_start, 0u);
+
+  // A probe on the agent's code: refused where it would go.
+  char def[128];
+  snprintf(def, sizeof def, "p:t/bl 0x%lx", static_cast<unsigned long>(agent_start + 16));
+  int err = 0;
+  events::Diagnostic d;
+  define(*t, def, 140, true, &err, &d);
+  EXPECT_EQ(err, -EINVAL);
+  EXPECT_EQ(d.code, events::ErrorCode::kFailRegProbe);
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  EXPECT_EQ(drain(*t).size(), 0u);
 }
 
 }  // namespace
