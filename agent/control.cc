@@ -37,7 +37,10 @@ struct AgentProbe {
   std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
 };
 
-std::map<uint32_t, std::unique_ptr<AgentProbe>> g_probes;  // g_ctl_mu
+// Never destroyed, like all the agent's state: the control thread (detached) may still
+// be tearing down while exit() runs the process's static destructors.
+std::map<uint32_t, std::unique_ptr<AgentProbe>>& g_probes =
+    *new std::map<uint32_t, std::unique_ptr<AgentProbe>>;  // g_ctl_mu
 uint32_t g_area_generation = 0;                             // g_ctl_mu
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
 
