@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -36,7 +37,10 @@ struct AgentProbe {
   std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
 };
 
-std::map<uint32_t, std::unique_ptr<AgentProbe>> g_probes;  // g_ctl_mu
+// Never destroyed, like all the agent's state: the control thread (detached) may still
+// be tearing down while exit() runs the process's static destructors.
+std::map<uint32_t, std::unique_ptr<AgentProbe>>& g_probes =
+    *new std::map<uint32_t, std::unique_ptr<AgentProbe>>;  // g_ctl_mu
 uint32_t g_area_generation = 0;                             // g_ctl_mu
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
 
@@ -271,6 +275,19 @@ std::string daemon_probes_list() {
   return out;
 }
 
+// kprobes/blacklist as the engine has it: the daemon names the ranges (it reads the
+// objects' symbols, the agent does not).
+std::string blacklist_text() {
+  std::string out;
+  for (const arch::TextRange& r : probecore::kprobe_blacklist()) {
+    char line[64];
+    std::snprintf(line, sizeof line, "0x%016lx-0x%016lx\n", static_cast<unsigned long>(r.start),
+                  static_cast<unsigned long>(r.end));
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace
 
 void handle_request(const link::Message& m, int received_fd, link::Reply* reply) {
@@ -311,6 +328,9 @@ void handle_request(const link::Message& m, int received_fd, link::Reply* reply)
       break;
     case link::MsgType::kProfile:
       do_profile(reply);
+      break;
+    case link::MsgType::kBlacklist:
+      reply->message = blacklist_text();
       break;
     case link::MsgType::kGo:
       break;  // the serving loop acts on it; a running program has nothing to wait for

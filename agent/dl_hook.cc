@@ -44,7 +44,9 @@ namespace {
 // How long a loading thread waits for the daemon's answer.
 constexpr auto kAnswerTimeout = std::chrono::seconds(10);
 
-std::unique_ptr<probecore::Kprobe> g_hook;  // g_ctl_mu
+// The agent's state is never destroyed: its threads may run on while exit() runs the
+// static destructors (the hook stays registered until teardown, whenever that is).
+probecore::Kprobe* g_hook = nullptr;  // g_ctl_mu
 bool g_hook_registered = false;  // g_ctl_mu
 uintptr_t g_hook_addr = 0;     // g_ctl_mu
 
@@ -60,8 +62,8 @@ struct Mailbox {
   std::vector<link::Message> answers;  // DEFINEs with kFlagAnswer, in order
 };
 std::mutex g_mail_mu;
-std::condition_variable g_mail_cv;
-Mailbox g_mail;  // g_mail_mu
+std::condition_variable& g_mail_cv = *new std::condition_variable;
+Mailbox& g_mail = *new Mailbox;  // g_mail_mu
 
 void exchange(link::MappedKind kind) {
   const uint32_t seq = next_agent_seq();
@@ -137,7 +139,7 @@ int install_dl_hook() {
     defined_symbols().remove(brk);
     return rc;
   }
-  g_hook = std::move(hook);
+  g_hook = hook.release();
   g_hook_addr = brk;
   g_hook_registered = true;
   return 0;
@@ -145,8 +147,9 @@ int install_dl_hook() {
 
 void remove_dl_hook() {
   if (!g_hook_registered) return;
-  (void)probecore::unregister_kprobe(g_hook.get());
-  g_hook.reset();  // the engine waited for a grace period: no handler runs it
+  (void)probecore::unregister_kprobe(g_hook);
+  delete g_hook;  // the engine waited for a grace period: no handler runs it
+  g_hook = nullptr;
   defined_symbols().remove(g_hook_addr);
   g_hook_registered = false;
 }

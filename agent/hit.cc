@@ -2,7 +2,8 @@
 // fires in this process. Each finds the thread's ring, reserves room for the largest
 // record its program can write, runs the fetch program (events/fetch.h) into it, applies
 // the event's filter and commits or drops the record; each counts the hit for
-// kprobe_profile.
+// kprobe_profile, first, so that a hit counts while tracing_on is 0 (the area's
+// record_disabled, checked before the reservation) and nothing is recorded.
 //
 // Built -O2 -mgeneral-regs-only, never instrumented, and calling no library function
 // (DESIGN.md §3; tests/agent/check_hit_path.sh checks this object): probes may sit on any
@@ -112,6 +113,13 @@ template <class Reader>
   return events::write_record(hp->view, hc, rd, rec, hp->record_cap);
 }
 
+// A hit of a thread that has no ring: counted in the area's shared counters, and its
+// record as lost unless recording is off.
+[[gnu::noinline, gnu::cold]] void count_unowned(AreaState* as, const HitProbe* hp) {
+  events::ring_count_hit_unowned(as->area, hp->counter_slot);
+  if (!events::ring_record_disabled(as->area)) events::ring_drop_unowned(as->area);
+}
+
 // Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
 [[gnu::noinline]] void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
                                         uint64_t ret_ip, const uint64_t* entry_args) {
@@ -120,13 +128,11 @@ template <class Reader>
   int32_t tid = 0;
   events::RingProducer* p = this_thread_ring(as, &tid);
   if (__builtin_expect(p == nullptr, 0)) {
-    if (tid != 0) {  // a thread of this process without a ring
-      events::ring_count_hit_unowned(as->area, hp->counter_slot);
-      events::ring_drop_unowned(as->area);
-    }
+    if (tid != 0) count_unowned(as, hp);  // a thread of this process without a ring
     return;
   }
   events::ring_count_hit(p, hp->counter_slot);
+  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;  // full: counted as lost
   char comm[16];
@@ -168,12 +174,6 @@ template <class Reader>
   events::ring_commit(p, len);
 }
 
-// A hit of a thread that has no ring: counted in the area's shared counters.
-[[gnu::noinline, gnu::cold]] void count_unowned(AreaState* as, const HitProbe* hp) {
-  events::ring_count_hit_unowned(as->area, hp->counter_slot);
-  events::ring_drop_unowned(as->area);
-}
-
 // The filter of a probe that has one (emit_fast): whether the record stays.
 [[gnu::noinline]] bool fast_filter_keeps(const events::CompiledFilter* f,
                                          const events::RingProducer* p, const uint8_t* rec,
@@ -199,6 +199,7 @@ template <class Reader>
     return;
   }
   events::ring_count_hit(p, hp->counter_slot);
+  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;
   // event id, common_flags 0, common_preempt_count 0, pid: one store.

@@ -53,7 +53,9 @@ constexpr size_t kNumGuards = sizeof kGuards / sizeof kGuards[0];
 // All of the below: g_mu.
 std::mutex g_mu;
 bool g_installed = false;
-probecore::Kprobe g_probes[kNumGuards];
+// Never destroyed: registered with the engine until the guards come out, which the
+// agent's control thread may do while exit() runs the static destructors.
+probecore::Kprobe* const g_probes = new probecore::Kprobe[kNumGuards];
 const char* g_probe_names[kNumGuards];
 bool g_registered[kNumGuards];
 // The handler the kernel keeps for each owned signal while installed: the agent's (SIGSEGV,

@@ -256,7 +256,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kDetach)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kBlacklist)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kReply);
 }
@@ -437,6 +437,7 @@ const char* type_name(MsgType type) {
     case MsgType::kProfile: return "PROFILE";
     case MsgType::kGo: return "GO";
     case MsgType::kDetach: return "DETACH";
+    case MsgType::kBlacklist: return "BLACKLIST";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kReply: return "REPLY";

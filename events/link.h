@@ -38,7 +38,7 @@
 //   attach/fork:  agent HELLO -> daemon SETUP, DEFINE... (the program runs meanwhile; a
 //                 fork child waits for GO like a launched program, its code already probed)
 //   any time:     daemon DEFINE, REMOVE, ENABLE, DISABLE, SET_FILTER, ARM_ALL, DISARM_ALL,
-//                 OPTIMIZATION, LIST, PROFILE -> agent REPLY
+//                 OPTIMIZATION, LIST, PROFILE, BLACKLIST -> agent REPLY
 //   dlopen:       agent MAPPED (seq S) -> daemon DEFINE... with kFlagAnswer, then REPLY(S);
 //                 the agent then answers each of those DEFINEs with a REPLY (see MAPPED)
 //   detach:       daemon DETACH -> agent removes every probe, REPLY, closes the link
@@ -96,6 +96,8 @@ enum class MsgType : uint16_t {
   kProfile = 11,      // no payload; the REPLY carries one ProfileEntry per probe
   kGo = 12,           // no payload: let a launched (or exec'd, or fork) program run on
   kDetach = 13,       // no payload: remove everything, REPLY, close, go idle
+  kBlacklist = 14,    // no payload; the REPLY's text: the engine's blacklist, one
+                      // "0x%016lx-0x%016lx\n" line per range [start, end)
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped

@@ -6,8 +6,9 @@
 // header and a fixed number of RINGS, each a single-producer, single-consumer byte ring
 // that belongs to one thread of the process at a time:
 //
-//   offset 0               RingAreaHeader        geometry, clock mode, the counter clock,
-//                                                the reader's wake word
+//   offset 0               RingAreaHeader        geometry, clock mode, the recording
+//                                                switch, the counter clock, the reader's
+//                                                wake word
 //   fallback_offset        u64 fallback_hits[probe_slots]   atomic; hits of a thread that
 //                          u64 misses[probe_slots]          has no ring; misses (nmissed)
 //   rings_offset           ring 0, ring 1, ... ring_count - 1, each ring_stride bytes:
@@ -141,7 +142,8 @@ static_assert(sizeof(RingRecordHeader) == kRingRecordHeaderSize);
 
 struct RingAreaHeader {
   // Line 0: written by the daemon before it hands the area out; read-only afterwards but
-  // for stamp_mode, which the daemon may change when the trace clock changes.
+  // for stamp_mode, which the daemon may change when the trace clock changes, and
+  // record_disabled, which it changes with tracing_on.
   uint32_t magic;
   uint32_t version;
   uint64_t area_bytes;
@@ -152,7 +154,8 @@ struct RingAreaHeader {
   uint32_t fallback_offset;  // from the area's start: fallback_hits, then misses
   uint32_t rings_offset;     // from the area's start: ring 0
   uint32_t stamp_mode;       // ring_stamp_mode(); read by every reserve (relaxed)
-  uint32_t reserved0[5];
+  uint32_t record_disabled;  // nonzero: tracing_on is 0 (ring_record_disabled)
+  uint32_t reserved0[4];
   // Line 1: the counter clock, atomic (kRingStampCounter).
   alignas(64) uint64_t counter;
   // Line 2: written rarely.
@@ -513,6 +516,15 @@ inline void ring_count_hit_unowned(RingAreaHeader* area, uint32_t slot) {
 // A record of a thread that has no ring.
 inline void ring_drop_unowned(RingAreaHeader* area) {
   __atomic_add_fetch(&area->unowned_lost, 1, __ATOMIC_RELAXED);
+}
+
+// tracing_on (the kernel's ring_buffer_record_off/on): while the daemon has recording
+// switched off, the hit glue counts each hit and stops there, before it reserves: no
+// record and no lost count. One relaxed load of the header's first line, which every
+// reserve reads anyway (stamp_mode); no fence: a hit that races with the switch may
+// still record, as in the kernel.
+[[gnu::always_inline]] inline bool ring_record_disabled(const RingAreaHeader* area) {
+  return ring_detail::load_relaxed(&area->record_disabled) != 0;
 }
 
 // A missed hit of probe slot `slot` (kprobe_profile's misses: the probe hit inside

@@ -74,6 +74,10 @@ void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode) {
   store_relaxed(&area->stamp_mode, stamp_mode);
 }
 
+void ring_set_record_disabled(RingAreaHeader* area, bool disabled) {
+  store_relaxed(&area->record_disabled, disabled ? 1u : 0u);
+}
+
 RingArea::~RingArea() { reset(); }
 
 RingArea::RingArea(RingArea&& o) noexcept : fd_(o.fd_), mem_(o.mem_), size_(o.size_) {
@@ -553,7 +557,13 @@ void RingMerger::refresh() {
   }
 }
 
-bool RingMerger::next(RingRecord* out) {
+bool RingMerger::next(RingRecord* out, int cpu) {
+  if (cpu != cpu_) {
+    // Lanes set aside for another CPU (or none) come back: a new snapshot.
+    cpu_ = cpu;
+    heap_.clear();
+    current_ = kNoLane;
+  }
   bool refreshed = false;
   for (;;) {
     uint32_t lane;
@@ -578,6 +588,11 @@ bool RingMerger::next(RingRecord* out) {
       // Consumed behind the merger's back (a reader call, clear()): start the lane over.
       l.cursor = r->cursor(l.ring);
       if (load(lane)) push(lane);
+      continue;
+    }
+    if (cpu >= 0 && (l.rec.cpu & 0xfff) != static_cast<uint32_t>(cpu)) {
+      // Another CPU's record first: the lane waits, out of the heap, with everything
+      // behind it, until the snapshot ends.
       continue;
     }
     r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), l.owner,

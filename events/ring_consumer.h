@@ -28,6 +28,7 @@
 //   now and then (each second, and when a thread-exit notice arrives): reader.reclaim(),
 //                converter.update()
 //   trace_clock: ring_set_stamp_mode on every area, reader.clear(), converter.calibrate()
+//   tracing_on:  ring_set_record_disabled on every area
 #pragma once
 
 #include <sys/types.h>
@@ -54,6 +55,10 @@ uint32_t ring_detect_stamp_mode(RingStampClock clock);
 // Changes the stamp the producers take (a new trace clock). Records already in the rings
 // keep theirs: clear the readers, as the kernel empties its buffers on a clock change.
 void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode);
+
+// tracing_on: recording off (disabled) or on in the area from now on (ring.h,
+// ring_record_disabled). Hits are still counted while it is off.
+void ring_set_record_disabled(RingAreaHeader* area, bool disabled);
 
 // An area in a memfd: created, sized, sealed against shrinking and growing (so that the
 // traced process cannot truncate it under the daemon's feet: an access past the end would
@@ -249,8 +254,11 @@ class RingMerger {
   void remove(RingAreaReader* reader);
 
   // The next record, or false when none is left in this snapshot and a fresh one finds
-  // none either.
-  bool next(RingRecord* out);
+  // none either. `cpu` >= 0 takes only records written on that CPU (per_cpu/cpuN): a ring
+  // whose next record is of another CPU is passed over with every record behind it
+  // (a ring is read in order), until a call with another `cpu` or a fresh snapshot finds
+  // it free. Nothing is skipped for good: a record is returned once, whatever the calls.
+  bool next(RingRecord* out, int cpu = -1);
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
   // Consuming mode: gives the producers the room of every record returned so far now
@@ -281,6 +289,7 @@ class RingMerger {
 
   bool consume_;
   bool rewound_ = true;
+  int cpu_ = -1;                 // the CPU the current snapshot was taken for (-1: any)
   std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;
   std::vector<Lane> lanes_;
   std::vector<Item> heap_;       // lanes with a record in the snapshot, oldest first

@@ -88,4 +88,11 @@ bool within_kprobe_blacklist(uintptr_t addr) {
   return blacklisted_locked(addr);
 }
 
+std::vector<arch::TextRange> kprobe_blacklist() {
+  EngineSection engine;
+  std::lock_guard lock(g_mu);
+  if (init_locked() != 0) return {};
+  return g_blacklist;
+}
+
 }  // namespace probefs::probecore

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "arch/regs.h"
 #include "probecore/symbol_resolver.h"
@@ -141,6 +142,9 @@ void set_symbol_resolver(SymbolResolver* resolver);
 
 // Is addr inside probefs's own code or another place that must never be probed?
 bool within_kprobe_blacklist(uintptr_t addr);
+// The ranges within_kprobe_blacklist() refuses, [start, end) each: the engine's own text,
+// then arch's (the kernel's debugfs kprobes/blacklist).
+std::vector<arch::TextRange> kprobe_blacklist();
 
 // Jump optimization (the kernel's debug.kprobes_optimization): a probe that passes the
 // safety checks is armed as a 5-byte jmp into a detour, written from the original bytes

@@ -188,6 +188,7 @@ LinkResult AgentLink::set_optimization(bool on) {
 
 LinkResult AgentLink::list() { return impl_->request(link::MsgType::kList, {}); }
 LinkResult AgentLink::profile() { return impl_->request(link::MsgType::kProfile, {}); }
+LinkResult AgentLink::blacklist() { return impl_->request(link::MsgType::kBlacklist, {}); }
 LinkResult AgentLink::go() { return impl_->request(link::MsgType::kGo, {}); }
 
 LinkResult AgentLink::detach() {
@@ -268,6 +269,11 @@ struct AgentListener::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::set<pid_t> expected;                                // mu
+  struct ExecExpectation {
+    uid_t uid;
+    Clock::time_point deadline;
+  };
+  std::map<pid_t, ExecExpectation> exec_expected;          // mu
   std::map<pid_t, std::shared_ptr<AgentLink>> arrived;     // mu: for wait_for()
   std::deque<LinkEvent> events;                            // mu
   std::map<pid_t, uid_t> known;                            // mu: pids that had a link
@@ -324,12 +330,20 @@ struct AgentListener::Impl {
   }
 
   // Decides whether a HELLO may become a link: see the header.
-  enum class Verdict { kRefuse, kExpected, kEvent };
+  enum class Verdict { kRefuse, kExpected, kEvent, kPrepared };
   Verdict judge(const link::PeerCred& cred, const link::Hello& h) {
     if (h.pid != cred.pid) return Verdict::kRefuse;
     if (h.abi_version != link::kAgentAbiVersion) return Verdict::kRefuse;
     std::lock_guard l(mu);
     if (expected.count(cred.pid)) return Verdict::kExpected;
+    const auto now = Clock::now();
+    std::erase_if(exec_expected, [&](const auto& e) { return e.second.deadline < now; });
+    if (auto ex = exec_expected.find(cred.pid); ex != exec_expected.end()) {
+      const bool ok = ex->second.uid == cred.uid && (h.reason == link::HelloReason::kLaunch ||
+                                                     h.reason == link::HelloReason::kExec);
+      exec_expected.erase(ex);
+      return ok ? Verdict::kPrepared : Verdict::kRefuse;
+    }
     // Forget processes that are gone, so a recycled pid is not taken for one of ours.
     for (auto it = known.begin(); it != known.end();)
       it = process_exists(it->first) ? std::next(it) : known.erase(it);
@@ -385,7 +399,7 @@ struct AgentListener::Impl {
       }
     }
     if (v == Verdict::kExpected) cv.notify_all();
-    else push_event({LinkEvent::kConnected, lk, 0, {}});
+    else push_event({LinkEvent::kConnected, lk, v == Verdict::kPrepared, 0, {}});
     // Packets that came right behind the HELLO.
     on_link_readable(fd, lk);
   }
@@ -397,7 +411,7 @@ struct AgentListener::Impl {
       std::lock_guard l(mu);
       links.erase(fd);
     }
-    push_event({LinkEvent::kClosed, lk, 0, {}});
+    push_event({LinkEvent::kClosed, lk, false, 0, {}});
   }
 
   void on_link_readable(int fd, const std::shared_ptr<AgentLink>& lk) {
@@ -432,7 +446,7 @@ struct AgentListener::Impl {
           break;
         }
         case link::MsgType::kMapped: {
-          LinkEvent ev{LinkEvent::kMapped, lk, m.seq, std::get<link::Mapped>(m.body)};
+          LinkEvent ev{LinkEvent::kMapped, lk, false, m.seq, std::get<link::Mapped>(m.body)};
           push_event(std::move(ev));
           break;
         }
@@ -554,6 +568,11 @@ const std::string& AgentListener::name() const { return impl_->name; }
 void AgentListener::expect(pid_t pid) {
   std::lock_guard l(impl_->mu);
   impl_->expected.insert(pid);
+}
+
+void AgentListener::expect_exec(pid_t pid, uid_t uid, Clock::time_point deadline) {
+  std::lock_guard l(impl_->mu);
+  impl_->exec_expected[pid] = {uid, deadline};
 }
 
 void AgentListener::unexpect(pid_t pid) {

@@ -7,15 +7,16 @@
 //   - its first packet, within kHelloTimeout, is a HELLO whose pid is the SO_PEERCRED pid,
 //   - its uid is the daemon's, or the daemon runs as root,
 //   - and its pid is expected: announced with expect() before the process could connect
-//     (launch, attach), or a fork child (HELLO kFork) whose parent in /proc is, and whose
+//     (launch, attach), or with expect_exec() (`probefs exec`: HELLO kLaunch or kExec of
+//     that pid and uid, before its deadline), or a fork child (HELLO kFork) whose parent in /proc is, and whose
 //     HELLO says is, a process with a link and the same uid, or a new image (HELLO kExec
 //     or kLaunch) of a pid that has or had a link, or of a child of one (posix_spawn,
 //     vfork + exec), with the same uid.
 // Anything else is closed at once: another user's process cannot drive or be driven.
 //
-// Delivery: a connection of an expected pid goes to wait_for(pid); every other accepted
-// connection, each MAPPED request and each link's end go to the event queue (next_event,
-// event_fd). The I/O thread itself never waits for anything but the sockets, so a caller
+// Delivery: a connection of a pid announced with expect() goes to wait_for(pid); every
+// other accepted connection, each MAPPED request and each link's end go to the event queue
+// (next_event, event_fd). The I/O thread itself never waits for anything but the sockets, so a caller
 // may send requests and wait for their replies from any thread, including the one that
 // handles events.
 //
@@ -84,6 +85,7 @@ class AgentLink {
   LinkResult set_optimization(bool on);
   LinkResult list();     // message: the agent's `kprobes/list` text
   LinkResult profile();  // profile: nmissed per probe id
+  LinkResult blacklist();  // message: the engine's blacklist ranges (link.h, BLACKLIST)
   LinkResult go();       // a launched, exec'd or fork child program runs on
   // Removes every probe in the target and ends the link (the agent stays loaded, idle,
   // and can be attached again). The link is closed when this returns.
@@ -118,6 +120,7 @@ struct LinkEvent {
   };
   Kind kind = kClosed;
   std::shared_ptr<AgentLink> link;
+  bool prepared = false;  // kConnected: the pid was announced with expect_exec()
   uint32_t seq = 0;       // kMapped: the request's seq, for answer_mapped()
   link::Mapped mapped;    // kMapped
 };
@@ -140,6 +143,12 @@ class AgentListener {
   // Withdraws an expectation (the launch or attach failed); a connection that arrives
   // later is refused.
   void unexpect(pid_t pid);
+  // Announces that process `pid`, of user `uid`, will exec a program with the agent
+  // preloaded itself (`probefs exec`): its HELLO kLaunch (or kExec) becomes a kConnected
+  // event with `prepared` set, if it comes before `deadline` from a process of that uid.
+  // One connection per announcement; after the deadline the pid is judged by the other
+  // rules again (a new pid is refused). A second announcement replaces the first.
+  void expect_exec(pid_t pid, uid_t uid, std::chrono::steady_clock::time_point deadline);
   // Waits for the link of an expected pid. nullptr and *err = -ETIMEDOUT when none came in
   // time; the expectation stays until unexpect() or a connection.
   std::shared_ptr<AgentLink> wait_for(pid_t pid, std::chrono::milliseconds timeout, int* err);

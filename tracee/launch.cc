@@ -66,6 +66,14 @@ void kill_and_reap(pid_t pid) {
 
 }  // namespace
 
+std::vector<std::string> agent_environment(const std::string& agent_path,
+                                           const std::string& link_name,
+                                           const char* ld_preload) {
+  std::string preload = "LD_PRELOAD=" + agent_path;
+  if (ld_preload && *ld_preload) preload += std::string(":") + ld_preload;
+  return {preload, std::string(link::kLinkEnv) + "=" + link_name};
+}
+
 int launch(AgentListener& listener, const LaunchOptions& opts, Launched* out,
            std::string* error) {
   auto fail = [&](int e, std::string why) {
@@ -89,10 +97,11 @@ int launch(AgentListener& listener, const LaunchOptions& opts, Launched* out,
     if (e.find('=') == std::string::npos) return fail(-EINVAL, "environment entry without '='");
     set_env(&env, e);
   }
-  std::string preload = opts.agent_path;
-  if (const std::string* old = find_env(env, "LD_PRELOAD")) preload += ":" + old->substr(11);
-  set_env(&env, "LD_PRELOAD=" + preload);
-  set_env(&env, std::string(link::kLinkEnv) + "=" + listener.name());
+  const std::string* old_preload = find_env(env, "LD_PRELOAD");
+  for (const std::string& e : agent_environment(
+           opts.agent_path, listener.name(),
+           old_preload ? old_preload->c_str() + std::strlen("LD_PRELOAD=") : nullptr))
+    set_env(&env, e);
 
   const std::string program = find_program(opts.argv[0], env);
   if (program.empty()) return fail(-ENOENT, opts.argv[0] + ": command not found");

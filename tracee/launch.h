@@ -66,4 +66,13 @@ struct Launched {
 
 // The launcher sets link::kLinkEnv (PROBEFS_AGENT_LINK) to the listener's name.
 
+// The two environment entries that make a program load the agent and connect to the link
+// `link_name`: "LD_PRELOAD=<agent_path>[:<ld_preload>]" (the agent first, before what the
+// environment preloads already: `ld_preload`, null or empty for nothing) and
+// "PROBEFS_AGENT_LINK=<link_name>". For launch() and `probefs exec`
+// (Tracer::prepare_exec).
+std::vector<std::string> agent_environment(const std::string& agent_path,
+                                           const std::string& link_name,
+                                           const char* ld_preload);
+
 }  // namespace probefs::tracee

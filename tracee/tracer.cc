@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -102,6 +103,24 @@ class TargetSymbolizer : public events::Symbolizer {
   std::string name_, module_;
 };
 
+// A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
+// " [module]" for a library (the kernel's modules); the object alone where no symbol
+// covers it (a stripped library's local code); the address where nothing is known.
+std::string blacklist_name(const ProcessSymbols& syms, uintptr_t start) {
+  ResolvedSymbol rs;
+  std::string module;
+  if (syms.describe(start, &rs) == 0) {
+    if (!rs.name.empty()) return rs.module.empty() ? rs.name : rs.name + " [" + rs.module + "]";
+    module = rs.module;
+  }
+  for (const MappedObject& o : syms.objects())
+    if (module.empty() && !o.executable && o.start <= start && start < o.end) module = o.module;
+  if (!module.empty()) return "[" + module + "]";
+  char hex[32];
+  snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(start));
+  return hex;
+}
+
 }  // namespace
 
 struct Tracer::Impl {
@@ -127,7 +146,7 @@ struct Tracer::Impl {
   struct Rings {
     events::RingArea area;
     events::RingAreaReader reader;
-    pid_t pid = 0;
+    pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
   };
 
@@ -161,7 +180,6 @@ struct Tracer::Impl {
   std::function<void(const TargetNotice&)> notice_listener;
   std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
   std::set<pid_t> children;          // launched by us: we reap them
-  bool tracing_on_stub = true;       // replaced by the areas' recording switch
   // How long a launched program's new image may take to connect after its exec.
   static constexpr std::chrono::seconds kExecGrace{10};
 
@@ -179,7 +197,16 @@ struct Tracer::Impl {
   events::RingMerger peeker{false};
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
+  bool tracing_on = true;  // every area's record_disabled is its negation
   uint64_t consumed = 0;
+  // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
+  // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
+  // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
+  // marker_mu; write_record takes marker_mu alone.
+  std::mutex marker_mu;
+  std::shared_ptr<Rings> own;      // replaced (buffer size) with read_mu and marker_mu
+  events::RingProducer own_prod;   // marker_mu
+  uint64_t own_last_tsc = 0;       // marker_mu: the last TSC stamp written there
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
   uint32_t buffer_kb;
@@ -193,22 +220,28 @@ struct Tracer::Impl {
     return events::ring_detect_stamp_mode(events::trace_clock_stamp(clock));
   }
 
-  // A new ring area for a target, registered with the readers. nullptr on failure.
+  // A new ring area for a target (pid 0: the daemon's own, one ring), registered with the
+  // readers. nullptr on failure.
   std::shared_ptr<Rings> new_rings(pid_t pid, int* err) {
     auto r = std::make_shared<Rings>();
     events::RingGeometry g;
-    g.ring_count = opts.rings_per_target;
+    g.ring_count = pid != 0 ? opts.rings_per_target : 1;
     g.ring_bytes = buffer_kb * 1024;
-    g.probe_slots = kProbeSlots;
+    g.probe_slots = pid != 0 ? kProbeSlots : 8;
     uint32_t mode;
     {
       std::lock_guard rl(read_mu);
       mode = stamp_mode();
     }
     if ((*err = events::RingArea::create(g, mode, &r->area)) != 0) return nullptr;
-    if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid)) != 0) return nullptr;
+    if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid != 0 ? pid : getpid())) != 0)
+      return nullptr;
     r->pid = pid;
     std::lock_guard rl(read_mu);
+    // The clock and the switch as they are now: either may have changed since `mode` was
+    // read, and from here on their setters see this area.
+    events::ring_set_stamp_mode(r->area.header(), stamp_mode());
+    events::ring_set_record_disabled(r->area.header(), !tracing_on);
     r->tag = next_tag++;
     tag_pid.resize(r->tag + 1);
     tag_pid[r->tag] = pid;
@@ -236,8 +269,31 @@ struct Tracer::Impl {
     }
   }
 
+  // The daemon's own area, new (at start, and for a new buffer size): the old one, if
+  // any, leaves the readers with its records. Takes read_mu and marker_mu.
+  int new_own_rings() {
+    int err = 0;
+    std::shared_ptr<Rings> r = new_rings(0, &err);
+    if (!r) return err;
+    // The owner word names the daemon; the service thread never reclaims this ring.
+    events::RingProducer prod{};
+    if (!events::ring_claim(r->area.header(), static_cast<uint32_t>(getpid()), &prod))
+      return -ENOSPC;
+    std::lock_guard rl(read_mu);
+    std::lock_guard ml(marker_mu);
+    if (own) {
+      std::erase(rings, own);
+      merger.remove(&own->reader);
+      peeker.remove(&own->reader);
+    }
+    own = std::move(r);
+    own_prod = prod;
+    return 0;
+  }
+
   std::set<Rings*> live_rings() const {
     std::set<Rings*> live;
+    if (own) live.insert(own.get());
     for (const auto& [pid, t] : targets)
       if (t->rings) live.insert(t->rings.get());
     return live;
@@ -462,7 +518,8 @@ struct Tracer::Impl {
 
   // ---- the service thread ----
 
-  void handle_connected(const std::shared_ptr<AgentLink>& link) {
+  // A fork child, an exec'd image, or a process prepared for `probefs exec`.
+  void handle_connected(const std::shared_ptr<AgentLink>& link, bool prepared) {
     const lk::Hello& h = link->hello();
     std::lock_guard l(mu);
     auto t = std::make_unique<Target>();
@@ -475,6 +532,10 @@ struct Tracer::Impl {
       auto parent = targets.find(h.ppid);
       adopt_inherited_probes(*t, parent == targets.end() ? nullptr : parent->second.get());
       kind = TargetNotice::Kind::kForked;
+    } else if (prepared && !targets.count(t->pid)) {
+      // `probefs exec`: a launched target that is not our child (nobody here reaps it).
+      t->origin = TargetOrigin::kLaunched;
+      kind = TargetNotice::Kind::kJoined;
     } else {
       // An exec'd image of a target: a new program, none of the old probes.
       auto old = targets.find(t->pid);
@@ -596,7 +657,7 @@ struct Tracer::Impl {
       LinkEvent ev;
       if (listener->next_event(&ev, milliseconds(20))) {
         switch (ev.kind) {
-          case LinkEvent::kConnected: handle_connected(ev.link); break;
+          case LinkEvent::kConnected: handle_connected(ev.link, ev.prepared); break;
           case LinkEvent::kMapped: handle_mapped(ev); break;
           case LinkEvent::kClosed: handle_closed(ev.link); break;
         }
@@ -613,7 +674,8 @@ struct Tracer::Impl {
         std::lock_guard l(mu);
         std::lock_guard rl(read_mu);
         conv.update();
-        for (auto& r : rings) r->reader.reclaim();
+        for (auto& r : rings)
+          if (r != own) r->reader.reclaim();
         free_drained_rings(live_rings());
       }
     }
@@ -634,6 +696,10 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
   }
   if (int e = impl->conv.calibrate(impl->clock); e != 0) {
     if (error) *error = "cannot read the trace clock: " + std::string(strerror(-e));
+    return nullptr;
+  }
+  if (int e = impl->new_own_rings(); e != 0) {
+    if (error) *error = "cannot create the daemon's ring area: " + std::string(strerror(-e));
     return nullptr;
   }
   Impl* raw = impl.get();
@@ -766,6 +832,24 @@ int Tracer::attach(pid_t pid, std::string* error) {
   }
   return 0;
 }
+
+int Tracer::prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name) {
+  if (pid <= 0 || timeout_ms < 0) return -EINVAL;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return -ESRCH;
+  // The listener takes no other user's connection unless the daemon is root.
+  if (geteuid() != 0 && uid != geteuid()) return -EPERM;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->targets.count(pid)) return -EEXIST;
+  }
+  // The service thread serves the connection (handle_connected): no thread waits here.
+  impl_->listener->expect_exec(pid, uid,
+                               std::chrono::steady_clock::now() + milliseconds(timeout_ms));
+  if (link_name) *link_name = impl_->listener->name();
+  return 0;
+}
+
+const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
 
 int Tracer::detach(pid_t pid) {
   std::lock_guard lock(impl_->mu);
@@ -960,15 +1044,6 @@ ProbeProfile Tracer::profile(ProbeId id) {
 
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
-int Tracer::prepare_exec(pid_t, uid_t, int, std::string*) { return -ENOSYS; }
-const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
-int Tracer::set_tracing_on(bool on) {
-  impl_->tracing_on_stub = on;
-  return 0;
-}
-bool Tracer::tracing_on() const { return impl_->tracing_on_stub; }
-int Tracer::write_record(const void*, uint32_t) { return -ENOSYS; }
-std::string Tracer::kprobes_blacklist() { return {}; }
 
 std::string Tracer::kprobes_list() {
   std::lock_guard lock(impl_->mu);
@@ -977,6 +1052,31 @@ std::string Tracer::kprobes_list() {
     if (!t->link || t->link->closed()) continue;
     LinkResult r = t->link->list();
     if (r.ok()) out += r.message;
+  }
+  return out;
+}
+
+std::string Tracer::kprobes_blacklist() {
+  std::lock_guard lock(impl_->mu);
+  std::string out;
+  std::set<std::string> seen;  // a fork child has its parent's addresses: listed once
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->syms) continue;
+    LinkResult r = t->link->blacklist();
+    if (!r.ok()) continue;
+    size_t at = 0;
+    while (at < r.message.size()) {
+      size_t nl = r.message.find('\n', at);
+      if (nl == std::string::npos) nl = r.message.size();
+      const std::string l = r.message.substr(at, nl - at);
+      at = nl + 1;
+      unsigned long start = 0, end = 0;
+      if (sscanf(l.c_str(), "0x%lx-0x%lx", &start, &end) != 2 || start >= end) continue;
+      char range[64];
+      snprintf(range, sizeof range, "0x%016lx-0x%016lx\t", start, end);
+      std::string line = range + blacklist_name(*t->syms, start) + "\n";
+      if (seen.insert(line).second) out += line;
+    }
   }
   return out;
 }
@@ -1025,6 +1125,33 @@ void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* 
 
 }  // namespace
 
+int Tracer::write_record(const void* data, uint32_t len) {
+  if (data == nullptr || len == 0) return -EINVAL;
+  std::lock_guard ml(impl_->marker_mu);
+  events::RingProducer* p = &impl_->own_prod;
+  // Room for the header and a lost count: what can never fit is refused, not lost.
+  if (uint64_t{len} + events::kRingRecordHeaderSize + 16 > p->size) return -EINVAL;
+  // The kernel's trace_marker with tracing_on 0: "as if not open for write".
+  if (events::ring_record_disabled(p->area)) return -EBADF;
+  void* rec = events::ring_reserve(p, len);  // stamped here, on this CPU, in the area's mode
+  if (rec == nullptr) return -ENOSPC;        // counted as lost, like a target's full ring
+  // Writers on different CPUs take turns on one ring: a TSC a few cycles behind the
+  // previous writer's (the CPUs' counters differ by that much) is raised to it, so that
+  // the ring stays in stamp order, as each of the kernel's per-CPU buffers is.
+  auto* h = reinterpret_cast<events::RingRecordHeader*>(p->data + p->pending_off);
+  if (!(h->flags & events::kRingFlagCounterStamp)) {
+    h->stamp = std::max(h->stamp, impl_->own_last_tsc);
+    impl_->own_last_tsc = h->stamp;
+  }
+  std::memcpy(rec, data, len);
+  events::ring_commit(p, len);
+  // The reader's wake: a full fence here stands for the barrier the targets' producers
+  // get from the reader's membarrier (the daemon does not register for it).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  events::ring_wake(p->area);
+  return 0;
+}
+
 bool Tracer::next_record(TraceRecord* out) {
   std::lock_guard rl(impl_->read_mu);
   events::RingRecord rr;
@@ -1039,12 +1166,11 @@ bool Tracer::next_record(TraceRecord* out) {
 
 size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
                                size_t max, int cpu) {
-  if (cpu >= 0) return 0;  // per-CPU consumption: not yet
   std::lock_guard rl(impl_->read_mu);
   size_t n = 0;
   events::RingRecord rr;
   TraceRecord t;
-  while (n < max && impl_->merger.next(&rr)) {
+  while (n < max && impl_->merger.next(&rr, cpu)) {
     fill_record(*impl_, rr, &t);
     ++n;
     if (!fn(t)) break;
@@ -1120,6 +1246,18 @@ void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
   *written = n + impl_->consumed + lost;
 }
 
+int Tracer::set_tracing_on(bool on) {
+  std::lock_guard rl(impl_->read_mu);
+  impl_->tracing_on = on;
+  for (auto& r : impl_->rings) events::ring_set_record_disabled(r->area.header(), !on);
+  return 0;
+}
+
+bool Tracer::tracing_on() const {
+  std::lock_guard rl(impl_->read_mu);
+  return impl_->tracing_on;
+}
+
 int Tracer::set_trace_clock(const std::string& name) {
   events::TraceClock c;
   if (!events::parse_trace_clock(name, &c)) return -EINVAL;
@@ -1157,6 +1295,7 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     impl_->buffer_kb = old;
     return -EINVAL;
   }
+  if (int err = impl_->new_own_rings(); err != 0) return err;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
     int err = 0;

@@ -148,11 +148,18 @@ class Tracer {
   // Waits at most `timeout_ms` for target `pid` to end: 0 and its wait status (-1 for a
   // process the tracer did not start), -ETIMEDOUT, or -ESRCH when pid was never a target.
   [[nodiscard]] int wait_exit(pid_t pid, int timeout_ms, int* status);
-  // `probefs exec`: process `pid` (of user `uid`) is about to exec a program itself, with
-  // LD_PRELOAD=agent_path() first and link::kLinkEnv set to *link_name. Its agent's
-  // connection makes it a launched target, served as launch() serves one (definitions,
-  // then GO); it is not the tracer's child, so its exit is a kExited notice with status
-  // -1. The expectation lapses when no agent connects within `timeout_ms`.
+  // `probefs exec`: process `pid` (of user `uid`, the requester's) is about to exec a
+  // program itself, with the environment tracee::agent_environment(agent_path(),
+  // *link_name, its LD_PRELOAD) gives (tracee/launch.h: the agent preloaded first,
+  // link::kLinkEnv). Its agent's connection, from a process of that uid (SO_PEERCRED),
+  // makes it a launched target, served as launch() serves one (its ring area and every
+  // probe that applies, then GO, then a kJoined notice), so probes defined before fire
+  // from main's first instruction on. It is not the tracer's child: nothing here reaps
+  // it, and its exit is a kExited notice with status -1 (wait_exit too). The expectation
+  // lapses when no agent connects within `timeout_ms` (0: at once); a later connection is
+  // refused, and the agent lets the program run on untraced. No thread waits meanwhile.
+  // -EINVAL (pid <= 0, timeout_ms < 0), -ESRCH (no such process), -EPERM (another uid
+  // than the daemon's, unless the daemon is root), -EEXIST (pid is a target already).
   [[nodiscard]] int prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name);
   const std::string& agent_path() const;
   // Replaces the listener (nullptr: none).
@@ -186,9 +193,15 @@ class Tracer {
   [[nodiscard]] int set_tracing_on(bool on);
   bool tracing_on() const;
 
-  // Adds a record written by the daemon itself (trace_marker): stamped now in the current
-  // trace clock on the calling CPU, merged with the targets' records; its TraceRecord has
-  // pid 0. -ENOSPC when the daemon's own buffer is full (counted as lost).
+  // Adds a record written by the daemon itself (trace_marker): `len` bytes of an events
+  // record (events/compile.h), stamped now as the targets' records are (the TSC, or for
+  // the `counter` clock the daemon's own counter: converted alike) on the calling CPU,
+  // and merged with the targets' records in timestamp order; its TraceRecord has pid 0.
+  // The daemon's buffer is one ring of buffer_size_kb, emptied by clear_records and by a
+  // clock or size change like the others. Any thread may call it. -ENOSPC when that
+  // buffer is full (the record is lost, and the next one reports it in lost_before, as a
+  // target's ring does), -EBADF while tracing_on is 0 (the kernel's answer for
+  // trace_marker then), -EINVAL for no bytes or more than the buffer can ever hold.
   [[nodiscard]] int write_record(const void* data, uint32_t len);
 
   // The next record of all targets in timestamp order, consumed (trace_pipe). false when
@@ -222,8 +235,12 @@ class Tracer {
   [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
   uint32_t buffer_size_kb() const;
 
-  // kprobes/blacklist: "0xSTART-0xEND\tSYMBOL\n" lines, the code no probe may be put on
-  // in the targets (the agent's own text, the engine's blacklist).
+  // kprobes/blacklist: "0x%016lx-0x%016lx\tNAME\n" lines ([start, end), the kernel's
+  // format), the code no probe may be put on in the targets: what each target's engine
+  // refuses (asked over the link: the agent's own text, the signal-return path), named
+  // as the kernel's %ps names the start (the symbol there, " [module]" for a library;
+  // "[module]" where no symbol covers it; the address where nothing is known). A line
+  // that two targets share (a fork child's) is listed once.
   std::string kprobes_blacklist();
 
   // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).

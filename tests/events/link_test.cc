@@ -123,7 +123,7 @@ TEST(Link, EveryMessageRoundTrips) {
   EXPECT_FALSE(std::get<Optimization>(roundtrip(m).body).on);
 
   for (MsgType t : {MsgType::kArmAll, MsgType::kDisarmAll, MsgType::kList, MsgType::kProfile,
-                    MsgType::kGo, MsgType::kDetach}) {
+                    MsgType::kGo, MsgType::kDetach, MsgType::kBlacklist}) {
     m.type = t;
     m.body = std::monostate{};
     EXPECT_EQ(roundtrip(m).body.index(), 0u);

@@ -316,6 +316,34 @@ TEST(AgentTracerDeath, ProbesGoWhenTheLinkEnds) {
   EXPECT_LE(t.reader->hits(0), hits + 1);
 }
 
+// The program ends (exit: the static destructors run) while its agent is still taking the
+// probes out after the link ended: the agent's state outlives exit's destructors, so the
+// control thread's teardown never touches freed memory. Several rounds: the two overlap
+// differently each time.
+TEST(AgentTracerDeath, ProgramExitingDuringTheTeardownEndsCleanly) {
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    TestDaemon d;
+    Child c;
+    Target t;
+    ASSERT_TRUE(d.launch({PROBEFS_AGENT_TARGET, "loop"}, &c, &t));
+    ASSERT_TRUE(d.setup(&t));
+    Event add;
+    ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64 b=%si:s64", 1, 0, &add));
+    ASSERT_EQ(t.link->go().error, 0);
+    std::string line;
+    ASSERT_TRUE(c.read_line(&line));
+    ASSERT_EQ(line, "running");
+    const auto deadline = Clock::now() + kWait;
+    while (t.reader->hits(0) == 0 && Clock::now() < deadline) sched_yield();
+    ASSERT_GT(t.reader->hits(0), 0u);
+    t.link->close();
+    c.close_stdin();  // at once: exit races the agent's teardown
+    ASSERT_TRUE(c.wait_exit());
+    EXPECT_TRUE(c.exited_ok()) << "wait status " << c.status;
+  }
+}
+
 // A fork child is a target of its own: HELLO kFork, its own ring area, the probes it
 // inherited.
 TEST(AgentProcesses, ForkChildIsTracedWithTheSameEvents) {

@@ -5,6 +5,10 @@
  *   call N          traced_add(i, 2*i) for i in [0, N): prints "ok SUM"
  *   str N           traced_str("name-<i % 10>", i) N times: "ok SUM"
  *   threads T N     T new threads, each calling traced_add N times: "ok SUM"
+ *   pinned N        two threads at once, one pinned to CPU 0 and one to CPU 1, each
+ *                   calling traced_add N times: "ok SUM"
+ *   cpuseq N C...   one thread that, for each CPU C in turn (at most 8), pins itself there
+ *                   and calls traced_add N times: "ok SUM"
  *   hot T           T threads calling traced_hot in a loop until "cool": "ok"
  *   cool            stops them: "ok CALLS" (the calls they made; their results are checked)
  *   fork N          a child calls traced_add N times and exits; "ok CHILD_PID STATUS"
@@ -17,7 +21,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +73,31 @@ struct thread_arg {
 static void *calls_thread(void *p) {
   struct thread_arg *a = p;
   a->sum = run_calls(a->n);
+  return NULL;
+}
+
+/* Moves the calling thread to CPU `cpu` (and keeps it there). */
+static void pin_to(long cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET((int)cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) wrong("sched_setaffinity", errno, 0);
+}
+
+struct pinned_arg {
+  long n;
+  long ncpus;
+  long cpus[8];
+  long sum;
+};
+
+static void *pinned_thread(void *p) {
+  struct pinned_arg *a = p;
+  a->sum = 0;
+  for (long i = 0; i < a->ncpus; i++) {
+    pin_to(a->cpus[i]);
+    a->sum += run_calls(a->n);
+  }
   return NULL;
 }
 
@@ -120,6 +151,34 @@ int main(int argc, char **argv) {
         sum += a[i].sum;
       }
       printf("ok %ld\n", sum);
+    } else if (sscanf(line, "pinned %ld", &n) == 1) {
+      pthread_t th[2];
+      struct pinned_arg a[2];
+      for (long i = 0; i < 2; i++) {
+        a[i].n = n;
+        a[i].ncpus = 1;
+        a[i].cpus[0] = i;
+        pthread_create(&th[i], NULL, pinned_thread, &a[i]);
+      }
+      for (long i = 0; i < 2; i++) pthread_join(th[i], NULL);
+      printf("ok %ld\n", a[0].sum + a[1].sum);
+    } else if (sscanf(line, "cpuseq %ld", &n) == 1) {
+      struct pinned_arg a;
+      pthread_t th;
+      char *at = line + 7;
+      strtol(at, &at, 10);  /* N */
+      a.n = n;
+      a.ncpus = 0;
+      for (;;) {
+        char *end;
+        long c = strtol(at, &end, 10);
+        if (end == at || a.ncpus == 8) break;
+        a.cpus[a.ncpus++] = c;
+        at = end;
+      }
+      pthread_create(&th, NULL, pinned_thread, &a);
+      pthread_join(th, NULL);
+      printf("ok %ld\n", a.sum);
     } else if (sscanf(line, "hot %ld", &t) == 1 && t > 0 && t <= 16 && g_nhot == 0) {
       atomic_store(&g_hot_stop, 0);
       atomic_store(&g_hot_calls, 0);

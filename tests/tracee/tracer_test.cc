@@ -5,10 +5,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -16,13 +19,16 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "events/compile.h"
 #include "events/filter.h"
 #include "events/parse.h"
 #include "tests/tracee/traced_prog_driver.h"
+#include "tracee/launch.h"
 #include "tracee/probe_places.h"
+#include "tracee/proc_maps.h"
 
 namespace probefs::tracee {
 namespace {
@@ -651,6 +657,512 @@ TEST(Tracer, PlainSymbolWithNoTargetIsRefusedModuleSymbolWaits) {
   ASSERT_TRUE(p.start(*t));
   EXPECT_EQ(p.pipes.ask("call 4"), "ok " + std::to_string(sum_calls(4)));
   EXPECT_EQ(drain(*t).size(), 4u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// tracing_on 0: every hit is counted (kprobe_profile) and nothing is recorded, nor counted
+// as lost, in every target, those that join while it is off included; 1 records again.
+TEST(Tracer, TracingOffCountsHitsAndRecordsNothing) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(t->tracing_on());
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 100);
+  ASSERT_EQ(t->set_tracing_on(false), 0);
+  EXPECT_FALSE(t->tracing_on());
+  Launched p;
+  ASSERT_TRUE(p.start(*t));  // joins while recording is off
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  // A fork child joins later still, with an area of its own.
+  std::string ans = p.pipes.ask("fork 20");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 120u);
+  uint64_t entries = 0, written = 0;
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);  // nothing was dropped either
+
+  ASSERT_EQ(t->set_tracing_on(true), 0);
+  EXPECT_TRUE(t->tracing_on());
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 10u);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_EQ(field(e, recs[i].r, "a"), i);
+    EXPECT_EQ(recs[i].r.lost_before, 0u);
+  }
+  EXPECT_EQ(t->profile(e.id).hits, 130u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+extern "C" char** environ;
+
+// A stand-in for `probefs exec`: a child of the test that waits for its environment on a
+// pipe and then execs traced_prog with it itself. The test reaps it (the tracer does not:
+// it is not the tracer's child).
+struct PreparedChild {
+  ProgPipes pipes;
+  KillGuard guard;
+  pid_t pid = -1;
+  int env_fd = -1;
+
+  ~PreparedChild() {
+    if (env_fd >= 0) close(env_fd);
+  }
+
+  bool start() {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    pid = fork();
+    if (pid == 0) {
+      // Async-signal-safe calls only: the test has threads.
+      static char buf[1 << 16];
+      static char* envp[1024];
+      close(p[1]);
+      size_t n = 0;
+      for (;;) {
+        ssize_t r = read(p[0], buf + n, sizeof buf - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0 || n + static_cast<size_t>(r) >= sizeof buf - 1) break;
+        n += static_cast<size_t>(r);
+      }
+      buf[n] = 0;
+      size_t k = 0;
+      for (size_t i = 0; i < n && k + 1 < std::size(envp); i += strlen(buf + i) + 1)
+        envp[k++] = buf + i;
+      envp[k] = nullptr;
+      dup2(pipes.child_stdin(), 0);
+      dup2(pipes.child_stdout(), 1);
+      char* argv[] = {const_cast<char*>(kProg.c_str()), nullptr};
+      execve(kProg.c_str(), argv, envp);
+      _exit(127);
+    }
+    close(p[0]);
+    if (pid < 0) {
+      close(p[1]);
+      return false;
+    }
+    env_fd = p[1];
+    guard.set(pid);
+    pipes.parent_side();
+    return true;
+  }
+
+  // Lets the child exec with this process's environment and the agent's entries.
+  bool exec(const Tracer& t, const std::string& link_name) {
+    std::string block;
+    const char* preload = getenv("LD_PRELOAD");
+    for (char** e = environ; *e; ++e)
+      if (strncmp(*e, "LD_PRELOAD=", 11) != 0) block.append(*e).push_back('\0');
+    for (const std::string& e : agent_environment(t.agent_path(), link_name, preload))
+      block.append(e).push_back('\0');
+    bool ok = write(env_fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
+    close(env_fd);
+    env_fd = -1;
+    return ok;
+  }
+
+  // Ends the program through its "quit" and reaps it: 0 exit status expected.
+  void quit_and_reap() {
+    EXPECT_EQ(pipes.ask("quit", 10000), "");
+    guard.release();
+    int st = -1;
+    EXPECT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "wait status " << st;
+  }
+};
+
+// `probefs exec`: a process the tracer did not start execs the program itself with the
+// agent preloaded; probes defined before (MOD:SYM waiting for the executable's name, and
+// PATH:OFFSET) fire from main on, and its exit is a kExited notice with status -1.
+TEST(Tracer, PreparedExecIsTracedFromMain) {
+  std::vector<TargetNotice> notices;
+  std::mutex nm;
+  std::condition_variable ncv;
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  t->on_target_notice([&](const TargetNotice& n) {
+    std::lock_guard l(nm);
+    notices.push_back(n);
+    ncv.notify_all();
+  });
+  Event m = define(*t, "p:t/main " + kProgName + ":main", 110);
+  uint64_t off = 0;
+  ASSERT_EQ(symbol_file_offset(kProg, "traced_add", &off), 0);
+  char line[1024];
+  snprintf(line, sizeof line, "p:u/add %s:0x%llx a=%%di", kProg.c_str(),
+           static_cast<unsigned long long>(off));
+  Event u = define(*t, line, 111);
+
+  PreparedChild c;
+  ASSERT_TRUE(c.start());
+  std::string name;
+  ASSERT_EQ(t->prepare_exec(c.pid, getuid(), 10000, &name), 0);
+  EXPECT_FALSE(name.empty());
+  ASSERT_TRUE(c.exec(*t, name));
+  ASSERT_EQ(c.pipes.line(10000), "ready");
+  EXPECT_EQ(c.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 6u);
+  EXPECT_EQ(event_id_of(recs[0].r), 110);  // main's first instruction
+  for (size_t i = 1; i < recs.size(); ++i) {
+    EXPECT_EQ(event_id_of(recs[i].r), 111);
+    EXPECT_EQ(field(u, recs[i].r, "a"), i - 1);
+  }
+  for (const Rec& x : recs) EXPECT_EQ(x.r.pid, c.pid);
+  std::vector<TargetInfo> ts = t->targets();
+  ASSERT_EQ(ts.size(), 1u);
+  EXPECT_EQ(ts[0].pid, c.pid);
+  EXPECT_EQ(ts[0].origin, TargetOrigin::kLaunched);
+  EXPECT_EQ(ts[0].exe, kProg);
+  EXPECT_EQ(t->prepare_exec(c.pid, getuid(), 10000, &name), -EEXIST);
+
+  EXPECT_EQ(c.pipes.ask("quit", 10000), "");
+  int st = 0;
+  EXPECT_EQ(t->wait_exit(c.pid, 10000, &st), 0);
+  EXPECT_EQ(st, -1);  // not the tracer's child: the test reaps it
+  c.guard.release();
+  int real = -1;
+  EXPECT_EQ(waitpid(c.pid, &real, 0), c.pid);
+  EXPECT_TRUE(WIFEXITED(real) && WEXITSTATUS(real) == 0) << "wait status " << real;
+  std::unique_lock l(nm);
+  EXPECT_TRUE(ncv.wait_for(l, std::chrono::seconds(10), [&] {
+    bool joined = false;
+    for (const auto& n : notices) {
+      joined |= n.kind == TargetNotice::Kind::kJoined && n.pid == c.pid;
+      if (joined && n.kind == TargetNotice::Kind::kExited && n.pid == c.pid)
+        return n.status == -1;
+    }
+    return false;
+  }));
+  (void)m;
+}
+
+// An expectation that lapsed, or a process of another uid, is refused: the agent lets the
+// program run on untraced at once (it does not wait for GO).
+TEST(Tracer, PreparedExecLapsedOrOfAnotherUserRunsUntraced) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 112);
+  std::string name;
+  EXPECT_EQ(t->prepare_exec(0, getuid(), 1000, &name), -EINVAL);
+  EXPECT_EQ(t->prepare_exec(getpid(), getuid(), -1, &name), -EINVAL);
+
+  // Lapsed: 0 ms, so the connection comes after the deadline whatever the machine's load.
+  PreparedChild late;
+  ASSERT_TRUE(late.start());
+  ASSERT_EQ(t->prepare_exec(late.pid, getuid(), 0, &name), 0);
+  ASSERT_TRUE(late.exec(*t, name));
+  ASSERT_EQ(late.pipes.line(10000), "ready");
+  EXPECT_EQ(late.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+
+  // Another user's expectation: the daemon (root here) is asked for uid+1, the process
+  // connects as the test's uid.
+  PreparedChild other;
+  ASSERT_TRUE(other.start());
+  if (geteuid() == 0) {
+    ASSERT_EQ(t->prepare_exec(other.pid, getuid() + 1, 10000, &name), 0);
+  } else {
+    EXPECT_EQ(t->prepare_exec(other.pid, getuid() + 1, 10000, &name), -EPERM);
+  }
+  ASSERT_TRUE(other.exec(*t, name));
+  ASSERT_EQ(other.pipes.line(10000), "ready");
+  EXPECT_EQ(other.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+
+  EXPECT_TRUE(t->targets().empty());
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 0u);
+  late.quit_and_reap();
+  other.quit_and_reap();
+  // A pid that is gone.
+  EXPECT_EQ(t->prepare_exec(late.pid, getuid(), 1000, &name), -ESRCH);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// A record as trace_marker's would start: common_type, flags, preempt count, pid 0, then
+// the text.
+std::vector<uint8_t> marker_record(uint16_t type, const std::string& text) {
+  std::vector<uint8_t> r(8 + text.size());
+  memcpy(r.data(), &type, 2);
+  memcpy(r.data() + 8, text.data(), text.size());
+  return r;
+}
+
+std::string marker_text(const TraceRecord& r) {
+  return r.len > 8 ? std::string(reinterpret_cast<const char*>(r.data) + 8, r.len - 8) : "";
+}
+
+int write_marker(Tracer& t, uint16_t type, const std::string& text) {
+  std::vector<uint8_t> r = marker_record(type, text);
+  return t.write_record(r.data(), static_cast<uint32_t>(r.size()));
+}
+
+// The daemon's records (trace_marker) come out between the target's records in the order
+// they were written, with pid 0, the writer's CPU and the target's clock.
+TEST(Tracer, MarkersInterleaveWithATargetsRecordsInTimestampOrder) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 120);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+    ASSERT_EQ(write_marker(*t, 5, "mark " + std::to_string(round)), 0);
+  }
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 12u);
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  uint64_t last = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const TraceRecord& r = recs[i].r;
+    EXPECT_GE(r.ts_ns, last) << i;
+    last = r.ts_ns;
+    if (i % 4 == 3) {
+      EXPECT_EQ(event_id_of(r), 5) << i;
+      EXPECT_EQ(marker_text(r), "mark " + std::to_string(i / 4));
+      EXPECT_EQ(r.pid, 0);
+      EXPECT_LT(r.cpu, static_cast<uint32_t>(cpus));
+    } else {
+      EXPECT_EQ(event_id_of(r), 120) << i;
+      EXPECT_EQ(field(e, r, "a"), i % 4);
+      EXPECT_EQ(r.pid, p.pid);
+    }
+  }
+  // The counter clock: the daemon's records count as the targets' do (raw values, no
+  // conversion), each after the last.
+  ASSERT_EQ(t->set_trace_clock("counter"), 0);
+  EXPECT_EQ(p.pipes.ask("call 2"), "ok " + std::to_string(sum_calls(2)));
+  ASSERT_EQ(write_marker(*t, 5, "c0"), 0);
+  ASSERT_EQ(write_marker(*t, 5, "c1"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 4u);
+  std::vector<uint64_t> marks, targets;
+  for (const Rec& x : recs) (x.r.pid == 0 ? marks : targets).push_back(x.r.ts_ns);
+  ASSERT_EQ(marks.size(), 2u);
+  ASSERT_EQ(targets.size(), 2u);
+  EXPECT_EQ(marks[1], marks[0] + 1);
+  EXPECT_EQ(targets[1], targets[0] + 1);
+  EXPECT_LT(marks[1], 1000000u);  // counts, not nanoseconds
+  EXPECT_LT(targets[1], 1000000u);
+}
+
+// The daemon's buffer: full is -ENOSPC and the next record reports the loss; tracing_on
+// 0 is -EBADF and no loss; clear drops the records; several threads at once lose nothing.
+TEST(Tracer, MarkerBufferFullOffClearedAndShared) {
+  auto t = make_tracer(4);  // one 4 KiB ring
+  ASSERT_NE(t, nullptr);
+  const std::string text(100, 'x');
+  int ok = 0, full = 0;
+  while (full < 3 && ok < 1000) {
+    const int rc = write_marker(*t, 6, text);
+    if (rc == 0) ++ok;
+    else if (rc == -ENOSPC) ++full;
+    else FAIL() << rc;
+  }
+  EXPECT_EQ(full, 3);
+  EXPECT_GT(ok, 10);
+  EXPECT_LT(ok, 40);
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(recs.size(), static_cast<size_t>(ok));
+  for (const Rec& x : recs) EXPECT_EQ(x.r.lost_before, 0u);
+  ASSERT_EQ(write_marker(*t, 6, "after"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].r.lost_before, 3u);
+  EXPECT_EQ(marker_text(recs[0].r), "after");
+  EXPECT_EQ(t->write_record(nullptr, 0), -EINVAL);
+  std::vector<uint8_t> huge(8192);
+  EXPECT_EQ(t->write_record(huge.data(), static_cast<uint32_t>(huge.size())), -EINVAL);
+
+  ASSERT_EQ(t->set_tracing_on(false), 0);
+  EXPECT_EQ(write_marker(*t, 6, "off"), -EBADF);
+  ASSERT_EQ(t->set_tracing_on(true), 0);
+  ASSERT_EQ(write_marker(*t, 6, "on"), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].r.lost_before, 0u);
+
+  ASSERT_EQ(write_marker(*t, 6, "gone"), 0);
+  t->clear_records();
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  // A reader asleep in wait_for_records wakes for the daemon's record (a missed wake
+  // would show as the timeout: false).
+  std::atomic<bool> woken{false};
+  std::thread waiter([&] { woken = t->wait_for_records(20000); });
+  ASSERT_EQ(write_marker(*t, 6, "wake"), 0);
+  waiter.join();
+  EXPECT_TRUE(woken.load());
+  EXPECT_EQ(drain(*t).size(), 1u);
+
+  // Four threads at once, into a buffer large enough for all of them.
+  ASSERT_EQ(t->set_buffer_size_kb(256), 0);
+  constexpr int kThreads = 4, kEach = 500;
+  std::vector<std::thread> ths;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kThreads; ++w) {
+    ths.emplace_back([&, w] {
+      for (int i = 0; i < kEach; ++i)
+        if (write_marker(*t, static_cast<uint16_t>(10 + w), std::to_string(i)) != 0) ++failures;
+    });
+  }
+  for (auto& th : ths) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  recs = drain(*t);
+  ASSERT_EQ(recs.size(), static_cast<size_t>(kThreads * kEach));
+  std::map<uint16_t, int> next;
+  uint64_t last = 0;
+  for (const Rec& x : recs) {
+    const uint16_t w = event_id_of(x.r);
+    EXPECT_EQ(marker_text(x.r), std::to_string(next[w]++));
+    EXPECT_GE(x.r.ts_ns, last);
+    last = x.r.ts_ns;
+  }
+  for (int w = 0; w < kThreads; ++w) EXPECT_EQ(next[static_cast<uint16_t>(10 + w)], kEach);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// Records of CPU `cpu` consumed (per_cpu/cpuN/trace_pipe), each checked to be of it.
+std::vector<Rec> consume_cpu(Tracer& t, int cpu, size_t max = 100000) {
+  std::vector<Rec> out;
+  t.consume_records(
+      [&](const TraceRecord& r) {
+        EXPECT_EQ(r.cpu, static_cast<uint32_t>(cpu));
+        Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+        x.r.data = x.bytes.data();
+        out.push_back(std::move(x));
+        return true;
+      },
+      max, cpu);
+  return out;
+}
+
+// Per-CPU consumption on real threads pinned to CPU 0 and CPU 1: each CPU's records alone,
+// and a thread that moved from one CPU to the other holds back its later records until
+// the earlier ones of the other CPU are consumed. Nothing lost, nothing twice.
+TEST(Tracer, PerCpuConsumptionOfPinnedThreads) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    GTEST_SKIP() << "needs CPUs 0 and 1";
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 130);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+
+  // Two threads at once, one on each CPU.
+  EXPECT_EQ(p.pipes.ask("pinned 200"), "ok " + std::to_string(2 * sum_calls(200)));
+  for (int cpu : {1, 0}) {
+    std::vector<Rec> recs = consume_cpu(*t, cpu);
+    ASSERT_EQ(recs.size(), 200u) << "cpu " << cpu;
+    const int32_t tid = tid_of(recs[0].r);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      EXPECT_EQ(tid_of(recs[i].r), tid);  // one thread: it stayed on its CPU
+      EXPECT_EQ(field(e, recs[i].r, "a"), i);
+    }
+  }
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  // One thread on CPU 0, then 1, then 0 again: one ring, three runs.
+  EXPECT_EQ(p.pipes.ask("cpuseq 50 0 1 0"), "ok " + std::to_string(3 * sum_calls(50)));
+  EXPECT_EQ(consume_cpu(*t, 0).size(), 50u);  // the first run; the rest waits behind CPU 1
+  EXPECT_EQ(consume_cpu(*t, 0).size(), 0u);
+  EXPECT_EQ(consume_cpu(*t, 1, 20).size(), 20u);  // max respected
+  EXPECT_EQ(consume_cpu(*t, 1).size(), 30u);
+  std::vector<Rec> last = consume_cpu(*t, 0);
+  ASSERT_EQ(last.size(), 50u);
+  for (size_t i = 0; i < last.size(); ++i) EXPECT_EQ(field(e, last[i].r, "a"), i);
+  EXPECT_EQ(drain(*t).size(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 550u);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// kprobes/blacklist lists the agent's own text in each target, and a probe there is
+// refused as the kernel refuses one on its blacklist.
+TEST(Tracer, BlacklistListsTheAgentsTextAndProbesThereFail) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->kprobes_blacklist(), "");  // no target: nothing to list
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  const std::string text = t->kprobes_blacklist();
+  std::vector<Mapping> maps;
+  ASSERT_EQ(read_maps(p.pid, &maps), 0);
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(PROBEFS_AGENT_PATH, real), nullptr);
+  const std::string agent = real;
+  const std::string agent_name = agent.substr(agent.rfind('/') + 1);
+  size_t lines = 0, in_agent = 0;
+  uintptr_t agent_start = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    ASSERT_NE(nl, std::string::npos) << text;
+    const std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    ++lines;
+    unsigned long start = 0, end = 0;
+    char name[256] = {};
+    ASSERT_EQ(sscanf(line.c_str(), "0x%16lx-0x%16lx\t%255[^\n]", &start, &end, name), 3) << line;
+    EXPECT_EQ(line.substr(0, 2), "0x");
+    EXPECT_EQ(line[18], '-') << line;  // 16 hex digits each
+    EXPECT_EQ(line[37], '\t') << line;
+    EXPECT_LT(start, end);
+    for (const Mapping& m : maps) {
+      if (!m.exec || m.path != agent || start < m.start || end > m.end) continue;
+      ++in_agent;
+      agent_start = start;
+      // The symbol there in the agent, or the agent alone where none covers the start.
+      const std::string n = name;
+      const std::string tag = "[" + agent_name + "]";
+      EXPECT_TRUE(n == tag || (n.size() > tag.size() + 1 &&
+                               n.substr(n.size() - tag.size() - 1) == " " + tag))
+          << line;
+    }
+  }
+  EXPECT_GE(in_agent, 1u) << text;
+  EXPECT_GE(lines, in_agent);
+  ASSERT_NE(agent_start, 0u);
+
+  // A probe on the agent's code: refused where it would go.
+  char def[128];
+  snprintf(def, sizeof def, "p:t/bl 0x%lx", static_cast<unsigned long>(agent_start + 16));
+  int err = 0;
+  events::Diagnostic d;
+  define(*t, def, 140, true, &err, &d);
+  EXPECT_EQ(err, -EINVAL);
+  EXPECT_EQ(d.code, events::ErrorCode::kFailRegProbe);
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  EXPECT_EQ(drain(*t).size(), 0u);
 }
 
 }  // namespace
