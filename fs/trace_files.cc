@@ -461,6 +461,8 @@ int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
   if (!events::kstrtoull(data, 10, &v) || v == 0) return -EINVAL;
   if (v > UINT32_MAX / 1024) return -ENOMEM;
   const uint32_t kb = static_cast<uint32_t>(kernel_buffer_kb(v));
+  // The size it has already: nothing to do (a resize would empty the buffer).
+  if (kb == kernel_buffer_kb(fs.tracer().buffer_size_kb())) return static_cast<int64_t>(data.size());
   int err = reader->reset_buffer([&] { return fs.tracer().set_buffer_size_kb(kb); });
   if (err == -EINVAL) return -ENOMEM;  // more than a ring can be
   if (err < 0) return err;

@@ -130,9 +130,9 @@ void SavedCmdlines::save(pid_t tid, std::string_view comm) {
     if (it->second != comm) it->second.assign(comm);
     return;
   }
-  order_.emplace_back(tid, std::string());
+  order_.push_back(tid);
   while (order_.size() > capacity_) {
-    comm_.erase(order_.front().first);
+    comm_.erase(order_.front());
     order_.pop_front();
   }
 }
@@ -140,7 +140,7 @@ void SavedCmdlines::save(pid_t tid, std::string_view comm) {
 std::string SavedCmdlines::show() const {
   std::lock_guard l(mu_);
   std::string out;
-  for (const auto& [tid, unused] : order_) {
+  for (pid_t tid : order_) {
     auto it = comm_.find(tid);
     if (it == comm_.end()) continue;
     append_number(out, tid);
@@ -160,7 +160,7 @@ void SavedCmdlines::resize(uint32_t n) {
   std::lock_guard l(mu_);
   capacity_ = n;
   while (order_.size() > capacity_) {
-    comm_.erase(order_.front().first);
+    comm_.erase(order_.front());
     order_.pop_front();
   }
 }
@@ -333,7 +333,6 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
       dropped_events_[h.cpu] += h.lost_before;
     }
   }
-  consumed_total_.fetch_add(n, std::memory_order_relaxed);
   if (gates_.size() > kMaxIdleGates) {
     // A thread with nothing decided ahead of the consumers needs no entry: its records
     // still in the buffer were never passed by a cursor.
@@ -353,14 +352,13 @@ void TraceReader::revalidate(Batch* b) {
 
 void TraceReader::discard(int cpu) {
   std::lock_guard l(mu_);
-  const size_t n = tracer_.consume_records(
+  tracer_.consume_records(
       [this](const tracee::TraceRecord& r) {
         skip_consumed(gate(key_of(r.pid, tid_of(r.data, r.len))));
         lost_consumed_ += r.lost_before;
         return true;
       },
       SIZE_MAX, cpu);
-  consumed_total_.fetch_add(n, std::memory_order_relaxed);
 }
 
 // ---- walking (trace) -----------------------------------------------------------------------
@@ -510,8 +508,9 @@ void TraceReader::append_line(std::string& out, const Held& h, const uint8_t* da
   }
   // Other columns: the line with blank ones, then ours in their place.
   const size_t at = out.size();
-  if (!events::format_trace_line(out, v->compiled, events::LineContext{}, data, h.len, sym))
-    return;
+  events::LineContext blank;
+  blank.comm = std::string_view("", 0);  // not a null pointer: it is copied with memcpy
+  if (!events::format_trace_line(out, v->compiled, blank, data, h.len, sym)) return;
   if (out.size() - at < kBlankContext || out.compare(at + kBlankContext - 2, 2, ": ") != 0)
     return;
   std::string context;

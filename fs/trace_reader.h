@@ -80,7 +80,7 @@ class SavedCmdlines {
  private:
   mutable std::mutex mu_;
   uint32_t capacity_ = kDefaultSize;
-  std::deque<std::pair<pid_t, std::string>> order_;  // oldest first
+  std::deque<pid_t> order_;  // oldest first
   std::unordered_map<pid_t, std::string> comm_;
 };
 
@@ -91,73 +91,74 @@ class TraceReader {
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
 
-  // ---- reading (under lock()) --------------------------------------------------------
+  // ---- reading: the calls in this part need lock() held ------------------------------
 
+  // The reader lock, with this holder's view of the options, clock and events.
   std::unique_lock<std::mutex> lock();
 
-  // Records a consumer took, copied, each decided by the gate.
+  // A record a consumer took: copied out of the tracer, and decided.
   struct Held {
     pid_t pid = 0;
     uint32_t cpu = 0;
     uint64_t ts = 0;
     uint64_t lost_before = 0;
-    uint32_t off = 0;  // into bytes
+    uint32_t off = 0;  // into Batch::bytes
     uint32_t len = 0;
     bool shown = false;
   };
+  // The records one trace_pipe file took and has not printed yet.
   struct Batch {
     std::vector<uint8_t> bytes;
     std::vector<Held> recs;
-    size_t next = 0;         // the first not yet formatted
-    uint64_t clear_gen = 0;  // records held across a clear are dropped
+    size_t next = 0;         // the first not yet printed
+    uint64_t clear_gen = 0;  // records held across an emptying of the buffers are dropped
     size_t left() const { return recs.size() - next; }
   };
-  // Consumes up to `max` records (of CPU `cpu`, or all for -1) into `b`. How many.
+  // Consumes up to `max` records (of CPU `cpu`, or of all for -1) into `b`: how many.
   size_t consume(Batch* b, size_t max, int cpu);
+  // Drops what `b` holds from before the buffers were last emptied.
+  void revalidate(Batch* b);
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before
   // it, then its line if it is shown.
   void append(std::string& out, const Batch& b, const Held& h, bool lost_lines);
-  // Drops what `b` holds from before the buffers were last emptied.
-  void revalidate(Batch* b);
 
-  // ---- under their own locking (not under lock()) -----------------------------------------
+  // Where a `trace` reader is in the buffer: per thread (key), the incarnation of its
+  // gate entry and the number of its first record not passed yet.
+  struct Cursor {
+    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> passed;
+    uint64_t clear_gen = 0;
+  };
+  // Appends the next chunk of `trace` text (records of CPU `cpu`, or all for -1). false
+  // at the end of the buffer, or once the buffer was emptied under the reader.
+  bool trace_chunk(Cursor* c, int cpu, std::string* out);
 
+  // ---- the calls from here on take what locks they need ---------------------------------
+
+  Cursor start_cursor();
+  // The `trace` header, as the options shape it. Its counts are the kernel's: the records
+  // in the buffer, and those plus the ones lost since it was last emptied (consumed
+  // records count in neither).
+  std::string header();
   // Drops the records of CPU `cpu` (-1: all) without showing them.
   void discard(int cpu);
   // Learns the names of the threads whose records are in the buffer (saved_cmdlines).
   void learn_comms();
-
-  // `trace`: where a reader is in the buffer. Start with start_cursor().
-  struct Cursor {
-    // Per thread (key): the incarnation of its gate entry and the number of its first
-    // record not passed yet.
-    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> passed;
-    uint64_t clear_gen = 0;
-  };
-  Cursor start_cursor();
-  // Appends the next chunk of `trace` text (records of CPU `cpu`, or all for -1). false
-  // at the end of the buffer (or once it was cleared under the reader).
-  bool trace_chunk(Cursor* c, int cpu, std::string* out);
-  // The `trace` header, as the options shape it.
-  std::string header();
-
-  // ---- state (any thread, not under lock()) ---------------------------------------------
-
   // per_cpu/cpuN/stats.
   std::string stats(int cpu);
   // Threads whose records are in the buffer now (buffer_total_size_kb).
   uint64_t threads_with_records();
 
   // Runs `op`, a tracer call that empties the buffers (clear, clock change, resize),
-  // between readers; when it returns 0, every decision is forgotten and readers holding
-  // records or a cursor from before drop them. Returns what `op` returned.
+  // between readers; when it returns 0, every decision is forgotten, the per-CPU counts
+  // start again, and readers holding records or a cursor from before drop them. Returns
+  // what `op` returned.
   int reset_buffer(const std::function<int()>& op);
   void set_clock(events::TraceClock c) { clock_.store(c); }
   events::TraceClock clock() const { return clock_.load(); }
   void set_options(const TextOptions& o);
   TextOptions options() const;
 
-  // ---- waiting -------------------------------------------------------------------------
+  // ---- waiting (never under lock()) -------------------------------------------------------
 
   // A number that changes whenever records may have arrived or readers must look again.
   uint64_t data_gen();
@@ -256,7 +257,6 @@ class TraceReader {
   std::vector<std::function<void()>> poll_wakes_;
   std::thread waiter_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> consumed_total_{0};
 };
 
 }  // namespace probefs::fs
