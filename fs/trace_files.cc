@@ -212,6 +212,7 @@ class PipeHandle : public Handle {
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
     const size_t want = std::min(size, kTracePipeReadMax);
+    out->reserve(want + 512);
     for (;;) {
       if (!carry_.empty()) {
         if (!out->empty() && out->size() + carry_.size() > kTracePipeReadMax) return;

@@ -644,16 +644,19 @@ void TraceReader::add_poll_wake(std::function<void()> wake) {
 }
 
 void TraceReader::wake_all() {
-  std::vector<std::function<void()>> wakes;
   {
     std::lock_guard l(wait_mu_);
     ++data_gen_;
     poll_armed_ = false;
-    wakes = poll_wakes_;
+    // The poll wakes run on the waiter thread: this may be called under the reader lock
+    // (a traceoff trigger, through the gate), and a wake asks readable(), which takes it.
+    if (!poll_wakes_.empty() && !stop_) {
+      wake_polls_ = true;
+      if (!waiter_.joinable()) waiter_ = std::thread([this] { waiter_main(); });
+    }
   }
   readers_cv_.notify_all();
   waiter_cv_.notify_all();
-  for (auto& w : wakes) w();
   tracer_.interrupt_wait();  // the waiter thread looks again
 }
 
@@ -672,14 +675,25 @@ void TraceReader::stop() {
 void TraceReader::waiter_main() {
   bool pause = false;
   std::unique_lock l(wait_mu_);
+  auto call_wakes = [&] {
+    std::vector<std::function<void()>> wakes = poll_wakes_;
+    l.unlock();
+    for (auto& w : wakes) w();
+    l.lock();
+  };
   for (;;) {
-    waiter_cv_.wait(l, [&] { return stop_ || blocked_ > 0 || poll_armed_; });
+    waiter_cv_.wait(l, [&] { return stop_ || wake_polls_ || blocked_ > 0 || poll_armed_; });
     if (stop_) return;
+    if (wake_polls_) {
+      wake_polls_ = false;
+      call_wakes();
+      continue;
+    }
     if (pause) {
       // Records were there at once and the readers were woken for them: if they were not
       // theirs (per_cpu readers of another CPU), asking again at once would spin.
       const uint64_t gen = data_gen_;
-      waiter_cv_.wait_for(l, kRecheck, [&] { return stop_ || data_gen_ != gen; });
+      waiter_cv_.wait_for(l, kRecheck, [&] { return stop_ || wake_polls_ || data_gen_ != gen; });
       pause = false;
       continue;
     }
@@ -691,17 +705,11 @@ void TraceReader::waiter_main() {
     if (stop_) return;
     if (!woke) continue;
     ++data_gen_;
-    std::vector<std::function<void()>> wakes;
-    if (poll_armed_) {
-      poll_armed_ = false;
-      wakes = poll_wakes_;
-    }
     readers_cv_.notify_all();
     pause = at_once;
-    if (!wakes.empty()) {
-      l.unlock();
-      for (auto& w : wakes) w();
-      l.lock();
+    if (poll_armed_) {
+      poll_armed_ = false;
+      call_wakes();
     }
   }
 }

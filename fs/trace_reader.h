@@ -254,6 +254,7 @@ class TraceReader {
   uint64_t data_gen_ = 0;
   int blocked_ = 0;
   bool poll_armed_ = false;
+  bool wake_polls_ = false;  // wake_all() left the poll wakes to the waiter thread
   std::vector<std::function<void()>> poll_wakes_;
   std::thread waiter_;
   std::atomic<bool> stop_{false};

@@ -265,7 +265,14 @@ struct BlockedRead {
     });
   }
   bool wait_blocked() { return blocked.get_future().wait_for(kBound) == std::future_status::ready; }
-  bool done() { return result.wait_for(kBound) == std::future_status::ready; }
+  // Whether the read returned in time; if not, the mount's end releases it (so that the
+  // test fails rather than hangs).
+  bool done(Tracefs& fs) {
+    if (result.wait_for(kBound) == std::future_status::ready) return true;
+    interrupt = true;
+    fs.shutdown();
+    return false;
+  }
 };
 
 TEST_F(TraceFilesTest, FilesHaveTheKernelsModes) {
@@ -446,7 +453,7 @@ TEST_F(TraceFilesTest, BlockedReadReturnsOnInterruptShutdownAndRecords) {
     r.start(*h);
     ASSERT_TRUE(r.wait_blocked());
     r.interrupt = true;
-    ASSERT_TRUE(r.done());
+    ASSERT_TRUE(r.done(*fs_));
     EXPECT_EQ(r.result.get(), -EINTR);
   }
   {
@@ -455,7 +462,7 @@ TEST_F(TraceFilesTest, BlockedReadReturnsOnInterruptShutdownAndRecords) {
     r.start(*h);
     ASSERT_TRUE(r.wait_blocked());
     call(1);
-    ASSERT_TRUE(r.done());
+    ASSERT_TRUE(r.done(*fs_));
     EXPECT_EQ(r.result.get(), 0);
     std::vector<std::string> lines = body(r.text);
     ASSERT_EQ(lines.size(), 1u);
@@ -468,7 +475,7 @@ TEST_F(TraceFilesTest, BlockedReadReturnsOnInterruptShutdownAndRecords) {
     r.start(*h);
     ASSERT_TRUE(r.wait_blocked());
     fs_->shutdown();
-    ASSERT_TRUE(r.done());
+    ASSERT_TRUE(r.done(*fs_));
     EXPECT_EQ(r.result.get(), 0);
     EXPECT_TRUE(r.text.empty());
   }
@@ -503,13 +510,13 @@ TEST_F(TraceFilesTest, BlockedReaderSeesTracingOffAtOnce) {
   auto h = open("trace_pipe", O_RDONLY);
   BlockedRead first;
   first.start(*h);
-  ASSERT_TRUE(first.done());
+  ASSERT_TRUE(first.done(*fs_));
   ASSERT_EQ(first.result.get(), 0);
   BlockedRead r;
   r.start(*h);
   ASSERT_TRUE(r.wait_blocked());
   ASSERT_EQ(write("tracing_on", "0"), 1);  // wakes it: it looks again, and ends
-  ASSERT_TRUE(r.done());
+  ASSERT_TRUE(r.done(*fs_));
   EXPECT_EQ(r.result.get(), 0);
   EXPECT_TRUE(r.text.empty());
 }
@@ -896,6 +903,52 @@ TEST_F(TraceFilesTest, TheGateDecidesEachRecordOnceInOrder) {
   EXPECT_TRUE(body(read_file("trace")).empty());
   EXPECT_TRUE(drain("trace_pipe").empty());
   EXPECT_EQ(seen.size(), 10u);
+  fs_->events().set_gate(nullptr);
+}
+
+// A traceoff trigger turns tracing off from inside the gate, while a reader holds the
+// reader lock; the poll wake that follows asks readable(), as the FUSE server does.
+TEST_F(TraceFilesTest, TheGateMayTurnTracingOffUnderAReader) {
+  define_add();
+  struct Poller {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unique_ptr<Handle> handle;
+    int asked = 0;
+  };
+  auto poller = std::make_shared<Poller>();
+  poller->handle = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  fs_->tree().walk("trace_pipe")->file()->set_wakeup([poller] {
+    std::lock_guard l(poller->mu);
+    if (poller->handle) poller->handle->readable();
+    ++poller->asked;
+    poller->cv.notify_all();
+  });
+  Tracefs* fs = fs_.get();
+  fs_->events().set_gate([fs](const EventView&, const tracee::TraceRecord& r) {
+    uint64_t a = 0;
+    if (r.len >= 24) memcpy(&a, r.data + 16, 8);
+    if (a == 1) fs->set_tracing_on(false);
+    return true;
+  });
+  ASSERT_TRUE(launch());
+  call(3);
+  auto h = open("trace_pipe", O_RDONLY);
+  auto read = std::async(std::launch::async, [&] {
+    Request rq;
+    rq.flags = O_RDONLY;
+    std::string all, part;
+    while (h->read(rq, 0, 4096, &part) == 0 && !part.empty()) all += part;
+    return all;
+  });
+  ASSERT_EQ(read.wait_for(kBound), std::future_status::ready);
+  EXPECT_EQ(body(read.get()).size(), 3u);  // then the EOF rule: tracing is off
+  EXPECT_FALSE(fs_->tracing_on());
+  {
+    std::unique_lock l(poller->mu);
+    EXPECT_TRUE(poller->cv.wait_for(l, kBound, [&] { return poller->asked > 0; }));
+    poller->handle.reset();
+  }
   fs_->events().set_gate(nullptr);
 }
 
