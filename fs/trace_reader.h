@@ -18,12 +18,19 @@
 // records (a few MiB of text), so a full buffer is never one giant snapshot; the price is
 // one walk of the buffer per chunk.
 //
+// Waiting. One background thread waits on the tracer (wait_for_records) while a reader is
+// blocked or a poll is armed, and sleeps otherwise; it wakes the blocked readers (who wait
+// on a condition variable, in bounded slices, looking at their Request between them) and
+// calls the poll wake-ups. wake_all() (wake_readers) wakes everyone at once. When the
+// tracer says records are there at once and the woken readers do not take them (per_cpu
+// readers of another CPU), the thread asks again only after a short pause, not in a spin.
+//
 // Threads: any FUSE thread. Everything that takes or formats records runs under lock()
 // (one reader at a time, as the kernel serialises its trace readers); the gate is called
 // with that lock held but outside every lock of the tracer, so it may call back into the
-// Tracer and into Tracefs::set_tracing_on(). Waiting (wait(), arm_poll(), wake_all()) has
-// its own lock and never takes the reader lock. One background thread waits on the tracer
-// while a reader is blocked or a poll is armed, and sleeps otherwise.
+// Tracer and into Tracefs::set_tracing_on() (and so into wake_all()). Waiting has its own
+// lock and never takes the reader lock; the poll wake-ups run on the background thread
+// with no lock held, since the FUSE server's wake-up asks readable(), which takes it.
 #pragma once
 
 #include <sys/types.h>
