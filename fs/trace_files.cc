@@ -1,16 +1,491 @@
 #include "fs/trace_files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "events/kstrto.h"
+#include "events/trace_clock.h"
+#include "fs/trace_reader.h"
 #include "fs/tracefs.h"
 
 namespace probefs::fs {
+namespace {
 
-struct TraceFiles::Impl {
-  explicit Impl(Tracefs& f) : fs(f) {}
-  Tracefs& fs;
+// options/ and per_cpu/ (and each cpuN/) are drwxr-x--- in the kernel's tracefs.
+constexpr mode_t kModeDirPrivate = 0750;
+// A blocked read looks at Request::is_interrupted() this often.
+constexpr int kReaderSliceMs = 20;
+// Records a trace_pipe read takes from the tracer at once, at most.
+constexpr size_t kMaxBatch = 512;
+// The kernel's ring pages hold 4080 bytes of events; a buffer has at least two.
+constexpr uint64_t kPageData = 4080;
+
+std::string_view trim(std::string_view s) {
+  const char* ws = " \t\n\r\f\v";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// buffer_size_kb as the kernel shows a size of `kb` KiB: whole pages, at least two.
+uint64_t kernel_buffer_kb(uint64_t kb) {
+  const uint64_t pages = std::max<uint64_t>(2, (kb * 1024 + kPageData - 1) / kPageData);
+  return pages * kPageData / 1024;
+}
+
+std::string read_small_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string number_line(uint64_t v) { return std::to_string(v) + "\n"; }
+
+// ---- trace and per_cpu/cpuN/trace -------------------------------------------------------
+
+class TraceHandle : public Handle {
+ public:
+  TraceHandle(std::shared_ptr<TraceReader> r, int cpu) : reader_(std::move(r)), cpu_(cpu) {}
+
+  int read(const Request&, uint64_t off, size_t size, std::string* out) override {
+    out->clear();
+    std::lock_guard l(mu_);
+    // From the start: a new header and a new walk (cat, or a reader that seeks back).
+    if (off == 0 || !started_ || off < base_) restart();
+    while (off >= base_ + text_.size() && !ended_) {
+      base_ += text_.size();
+      text_.clear();
+      auto lk = reader_->lock();
+      if (!reader_->trace_chunk(&cursor_, cpu_, &text_)) ended_ = true;
+    }
+    if (off >= base_ && off - base_ < text_.size()) {
+      const size_t at = static_cast<size_t>(off - base_);
+      out->assign(text_, at, std::min(size, text_.size() - at));
+    }
+    return 0;
+  }
+
+  // Writing to trace does nothing (only O_TRUNC clears), and says it took everything.
+  int64_t write(const Request&, uint64_t, std::string_view data) override {
+    return static_cast<int64_t>(data.size());
+  }
+
+ private:
+  void restart() {
+    text_ = reader_->header();
+    base_ = 0;
+    cursor_ = reader_->start_cursor();
+    ended_ = false;
+    started_ = true;
+  }
+
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+  std::mutex mu_;
+  std::string text_;   // the file's bytes [base_, base_ + size)
+  uint64_t base_ = 0;
+  TraceReader::Cursor cursor_;
+  bool started_ = false;
+  bool ended_ = false;
 };
 
-TraceFiles::TraceFiles(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {}
-TraceFiles::~TraceFiles() = default;
-void TraceFiles::wake_readers() {}
+class TraceFile : public File {
+ public:
+  TraceFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+
+  int open(const Request& rq, int flags, std::unique_ptr<Handle>* out) override {
+    if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) truncate(rq);
+    *out = std::make_unique<ClearingHandle>(*this);
+    return 0;
+  }
+
+  // `echo > trace` empties the buffer; per_cpu/cpuN/trace drops that CPU's records.
+  int truncate(const Request&) override {
+    if (cpu_ >= 0) {
+      reader_->discard(cpu_);
+      return 0;
+    }
+    return reader_->reset_buffer([this] {
+      fs_.tracer().clear_records();
+      return 0;
+    });
+  }
+
+ private:
+  class ClearingHandle : public TraceHandle {
+   public:
+    explicit ClearingHandle(TraceFile& f) : TraceHandle(f.reader_, f.cpu_), file_(f) {}
+    int truncate(const Request& rq) override { return file_.truncate(rq); }
+
+   private:
+    TraceFile& file_;
+  };
+
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+};
+
+// ---- trace_pipe and per_cpu/cpuN/trace_pipe ----------------------------------------------
+
+// One open trace_pipe: the kernel's iterator. A read formats whole lines into the caller's
+// buffer until it holds `size` bytes or kTracePipeReadMax would be passed; bytes past
+// `size` (the end of the last line) stay for the next read on this open file, which
+// returns them alone. A line that does not fit waits, formatted, for the next read.
+class PipeHandle : public Handle {
+ public:
+  PipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+
+  int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
+    out->clear();
+    if (size == 0) return 0;
+    std::unique_lock l(mu_);
+    for (;;) {
+      if (take_rest(size, out)) return 0;
+      const uint64_t gen = reader_->data_gen();
+      fill(size, out);
+      if (!out->empty()) {
+        if (out->size() > size) {
+          rest_.assign(*out, size);
+          rest_pos_ = 0;
+          out->resize(size);
+        }
+        returned_data_ = true;
+        return 0;
+      }
+      if (rq.nonblocking()) return -EAGAIN;
+      if (fs_.shutting_down() || reader_->stopped()) return 0;
+      // Once this file returned data, tracing off ends it (the kernel's EOF rule).
+      if (returned_data_ && !fs_.tracing_on()) return 0;
+      if (rq.is_interrupted()) return -EINTR;
+      l.unlock();
+      reader_->wait(gen, kReaderSliceMs);
+      l.lock();
+    }
+  }
+
+  bool readable() override {
+    std::lock_guard l(mu_);
+    if (rest_pos_ < rest_.size() || !carry_.empty()) return true;
+    if (fs_.shutting_down() || reader_->stopped()) return true;
+    if (returned_data_ && !fs_.tracing_on()) return true;
+    {
+      auto lk = reader_->lock();
+      reader_->revalidate(&batch_);
+      // Takes a record at a time until one would print (the kernel asks the ring whether
+      // it is empty; the tracer can only hand records out).
+      for (int tries = 0; tries < 64; ++tries) {
+        for (size_t k = batch_.next; k < batch_.recs.size(); ++k)
+          if (batch_.recs[k].shown || batch_.recs[k].lost_before) return true;
+        if (reader_->consume(&batch_, 1, cpu_) == 0) break;
+      }
+    }
+    reader_->arm_poll();
+    return false;
+  }
+
+ private:
+  bool take_rest(size_t size, std::string* out) {
+    if (rest_pos_ >= rest_.size()) return false;
+    const size_t n = std::min(size, rest_.size() - rest_pos_);
+    out->assign(rest_, rest_pos_, n);
+    rest_pos_ += n;
+    if (rest_pos_ == rest_.size()) {
+      rest_.clear();
+      rest_pos_ = 0;
+    }
+    return true;
+  }
+
+  void fill(size_t size, std::string* out) {
+    auto lk = reader_->lock();
+    reader_->revalidate(&batch_);
+    const size_t want = std::min(size, kTracePipeReadMax);
+    out->reserve(want + 512);
+    for (;;) {
+      if (!carry_.empty()) {
+        if (!out->empty() && out->size() + carry_.size() > kTracePipeReadMax) return;
+        out->append(carry_);
+        carry_.clear();
+        if (out->size() >= want) return;
+        continue;
+      }
+      if (batch_.left() == 0) {
+        // About as many records as the room left takes, so that few are held past this
+        // read (records held when the file closes are lost, as the kernel loses the rest
+        // of its last line).
+        const size_t room = want - out->size();
+        const size_t guess = std::clamp<size_t>(room / std::max<size_t>(avg_line_, 1) + 1, 1,
+                                                kMaxBatch);
+        if (reader_->consume(&batch_, guess, cpu_) == 0) return;
+      }
+      const TraceReader::Held& h = batch_.recs[batch_.next++];
+      const size_t at = out->size();
+      reader_->append(*out, batch_, h, /*lost_lines=*/true);
+      const size_t added = out->size() - at;
+      if (added == 0) continue;
+      avg_line_ = (avg_line_ * 7 + added) / 8;
+      if (out->size() > kTracePipeReadMax && at > 0) {
+        carry_.assign(*out, at);
+        out->resize(at);
+        return;
+      }
+      if (out->size() >= want) return;
+    }
+  }
+
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+  std::mutex mu_;
+  std::string rest_;  // the end of the last read's text, for the next read alone
+  size_t rest_pos_ = 0;
+  std::string carry_;  // one record's text that did not fit the last read
+  TraceReader::Batch batch_;
+  size_t avg_line_ = 100;
+  bool returned_data_ = false;
+};
+
+class PipeFile : public File {
+ public:
+  PipeFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
+    *out = std::make_unique<PipeHandle>(fs_, reader_, cpu_);
+    return 0;
+  }
+  void set_wakeup(std::function<void()> wake) override {
+    reader_->add_poll_wake(std::move(wake));
+  }
+  bool stream() const override { return true; }
+
+ private:
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+};
+
+// ---- trace_marker --------------------------------------------------------------------------
+
+class MarkerFile : public File {
+ public:
+  using Write = std::function<int64_t(const Request&, std::string_view)>;
+  explicit MarkerFile(Write w) : write_(std::move(w)) {}
+  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
+    *out = std::make_unique<MarkerHandle>(write_);
+    return 0;
+  }
+
+ private:
+  class MarkerHandle : public Handle {
+   public:
+    explicit MarkerHandle(Write w) : write_(std::move(w)) {}
+    int read(const Request&, uint64_t, size_t, std::string*) override { return -EINVAL; }
+    int64_t write(const Request& rq, uint64_t, std::string_view data) override {
+      return write_(rq, data);
+    }
+
+   private:
+    Write write_;
+  };
+  Write write_;
+};
+
+}  // namespace
+
+// ---- TraceFiles ------------------------------------------------------------------------------
+
+struct TraceFiles::Impl {
+  explicit Impl(Tracefs& f)
+      : fs(f), reader(std::make_shared<TraceReader>(f, cmdlines)) {}
+
+  void add_files();
+  void add_options(const NodePtr& dir);
+  void add_per_cpu(const NodePtr& dir);
+  int64_t write_marker(const Request& rq, std::string_view data);
+  int64_t write_buffer_size(std::string_view data);
+  int64_t write_trace_clock(std::string_view data);
+
+  Tracefs& fs;
+  SavedCmdlines cmdlines;
+  std::shared_ptr<TraceReader> reader;
+  std::atomic<bool> markers{true};
+};
+
+void TraceFiles::Impl::add_files() {
+  Tree& t = fs.tree();
+  const NodePtr root = t.root();
+  tracee::Tracer& tracer = fs.tracer();
+  t.add_file(root, "trace", kModeReadWrite, std::make_shared<TraceFile>(fs, reader, -1));
+  t.add_file(root, "trace_pipe", kModeRead, std::make_shared<PipeFile>(fs, reader, -1));
+  t.add_file(root, "tracing_on", kModeReadWrite,
+             make_text_file([this] { return std::string(fs.tracing_on() ? "1\n" : "0\n"); },
+                            [this](const Request&, std::string_view d) -> int64_t {
+                              uint64_t v;
+                              if (!events::kstrtoull(d, 10, &v)) return -EINVAL;
+                              fs.set_tracing_on(v != 0);
+                              return static_cast<int64_t>(d.size());
+                            }));
+  t.add_file(root, "trace_marker", kModeWrite,
+             std::make_shared<MarkerFile>(
+                 [this](const Request& rq, std::string_view d) { return write_marker(rq, d); }));
+  t.add_file(root, "trace_clock", kModeReadWrite,
+             make_text_file([&tracer] { return tracer.trace_clock_text(); },
+                            [this](const Request&, std::string_view d) {
+                              return write_trace_clock(d);
+                            }));
+  t.add_file(root, "buffer_size_kb", kModeReadWrite,
+             make_text_file(
+                 [&tracer] { return number_line(kernel_buffer_kb(tracer.buffer_size_kb())); },
+                 [this](const Request&, std::string_view d) { return write_buffer_size(d); }));
+  t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([this, &tracer] {
+               return number_line(kernel_buffer_kb(tracer.buffer_size_kb()) *
+                                  reader->threads_with_records());
+             }));
+  t.add_file(root, "current_tracer", kModeReadWrite,
+             make_text_file([] { return std::string("nop\n"); },
+                            [](const Request&, std::string_view d) -> int64_t {
+                              // Only nop is here: any other name is an unknown tracer.
+                              if (trim(d) != "nop") return -EINVAL;
+                              return static_cast<int64_t>(d.size());
+                            }));
+  t.add_file(root, "available_tracers", kModeRead,
+             make_text_file([] { return std::string("nop\n"); }));
+  t.add_file(root, "saved_cmdlines", kModeRead, make_text_file([this] {
+               reader->learn_comms();
+               return cmdlines.show();
+             }));
+  t.add_file(root, "saved_cmdlines_size", kModeReadWrite,
+             make_text_file([this] { return number_line(cmdlines.size()); },
+                            [this](const Request&, std::string_view d) -> int64_t {
+                              uint64_t v;
+                              if (!events::kstrtoull(d, 10, &v) || v == 0 ||
+                                  v > SavedCmdlines::kMaxSize)
+                                return -EINVAL;
+                              cmdlines.resize(static_cast<uint32_t>(v));
+                              return static_cast<int64_t>(d.size());
+                            }));
+  add_options(t.mkdir(root, "options", kModeDirPrivate));
+  add_per_cpu(t.mkdir(root, "per_cpu", kModeDirPrivate));
+}
+
+// The options that change what probefs prints; the kernel's others have nothing to change
+// in these lines (print-parent, sym-offset, sym-addr act on kernel addresses only) or
+// belong to tracers and formats probefs does not have.
+void TraceFiles::Impl::add_options(const NodePtr& dir) {
+  Tree& t = fs.tree();
+  auto add = [&](const char* name, std::function<bool()> get, std::function<void(bool)> set) {
+    t.add_file(dir, name, kModeReadWrite,
+               make_text_file([get] { return std::string(get() ? "1\n" : "0\n"); },
+                              [set](const Request&, std::string_view d) -> int64_t {
+                                uint64_t v;
+                                if (!events::kstrtoull(d, 10, &v) || v > 1) return -EINVAL;
+                                set(v == 1);
+                                return static_cast<int64_t>(d.size());
+                              }));
+  };
+  auto text_option = [&](const char* name, bool TextOptions::*field) {
+    add(name, [this, field] { return reader->options().*field; },
+        [this, field](bool on) {
+          TextOptions o = reader->options();
+          o.*field = on;
+          reader->set_options(o);
+        });
+  };
+  text_option("context-info", &TextOptions::context_info);
+  text_option("irq-info", &TextOptions::irq_info);
+  add("markers", [this] { return markers.load(); }, [this](bool on) { markers = on; });
+  text_option("record-tgid", &TextOptions::record_tgid);
+}
+
+void TraceFiles::Impl::add_per_cpu(const NodePtr& dir) {
+  Tree& t = fs.tree();
+  for (int cpu = 0; cpu < fs.cpus(); ++cpu) {
+    NodePtr d = t.mkdir(dir, "cpu" + std::to_string(cpu), kModeDirPrivate);
+    t.add_file(d, "stats", kModeRead,
+               make_text_file([r = reader, cpu] { return r->stats(cpu); }));
+    t.add_file(d, "trace", kModeReadWrite, std::make_shared<TraceFile>(fs, reader, cpu));
+    t.add_file(d, "trace_pipe", kModeRead, std::make_shared<PipeFile>(fs, reader, cpu));
+  }
+}
+
+// A write to trace_marker is one record: the writer's thread, process and name (read now,
+// as the kernel takes them from the writing task) and the text as written, cut to
+// kMarkerMaxText, with a newline added when it has none.
+int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data) {
+  if (!markers) return -EINVAL;
+  if (!fs.tracing_on()) return -EBADF;  // the kernel's answer when the buffer takes nothing
+  const std::string_view text = data.substr(0, std::min(data.size(), kMarkerMaxText));
+  const bool add_newline = text.empty() || text.back() != '\n';
+  std::string comm = "<...>";
+  int32_t tgid = 0;
+  if (rq.pid > 0) {
+    const std::string proc = "/proc/" + std::to_string(rq.pid);
+    std::string c = read_small_file(proc + "/comm");
+    if (!c.empty()) comm = c.substr(0, c.find('\n'));
+    const std::string status = read_small_file(proc + "/status");
+    if (size_t at = status.find("\nTgid:"); at != std::string::npos)
+      tgid = static_cast<int32_t>(strtol(status.c_str() + at + 6, nullptr, 10));
+  }
+  const uint32_t text_len = static_cast<uint32_t>(text.size() + (add_newline ? 1 : 0));
+  std::vector<uint8_t> rec(kMarkerHeaderSize + text_len, 0);
+  const uint16_t id = kMarkerEventId;
+  const int32_t tid = rq.pid;
+  std::memcpy(rec.data(), &id, 2);
+  rec[3] = 1;  // preempt depth 1, as the kernel's write path has it ("...1.")
+  std::memcpy(rec.data() + 4, &tid, 4);
+  std::memcpy(rec.data() + 8, &tgid, 4);
+  std::memcpy(rec.data() + 12, &text_len, 4);
+  std::memcpy(rec.data() + 16, comm.data(), std::min<size_t>(comm.size(), 16));
+  std::memcpy(rec.data() + kMarkerHeaderSize, text.data(), text.size());
+  if (add_newline) rec.back() = '\n';
+  const int err = fs.tracer().write_record(rec.data(), static_cast<uint32_t>(rec.size()));
+  if (err == -ENOSPC) return -EBADF;
+  if (err < 0) return err;
+  if (tid > 0) cmdlines.save(tid, comm);
+  return static_cast<int64_t>(text.size());
+}
+
+int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
+  uint64_t v;
+  if (!events::kstrtoull(data, 10, &v) || v == 0) return -EINVAL;
+  if (v > UINT32_MAX / 1024) return -ENOMEM;
+  const uint32_t kb = static_cast<uint32_t>(kernel_buffer_kb(v));
+  // The size it has already: nothing to do (a resize would empty the buffer).
+  if (kb == kernel_buffer_kb(fs.tracer().buffer_size_kb())) return static_cast<int64_t>(data.size());
+  int err = reader->reset_buffer([&] { return fs.tracer().set_buffer_size_kb(kb); });
+  if (err == -EINVAL) return -ENOMEM;  // more than a ring can be
+  if (err < 0) return err;
+  return static_cast<int64_t>(data.size());
+}
+
+int64_t TraceFiles::Impl::write_trace_clock(std::string_view data) {
+  events::TraceClock c;
+  if (!events::parse_trace_clock(data, &c)) return -EINVAL;
+  int err = reader->reset_buffer([&] {
+    int e = fs.tracer().set_trace_clock(std::string(data));
+    if (e == 0) reader->set_clock(c);
+    return e;
+  });
+  if (err < 0) return err;
+  return static_cast<int64_t>(data.size());
+}
+
+TraceFiles::TraceFiles(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) { impl_->add_files(); }
+
+TraceFiles::~TraceFiles() { impl_->reader->stop(); }
+
+void TraceFiles::wake_readers() { impl_->reader->wake_all(); }
 
 }  // namespace probefs::fs

@@ -2,14 +2,33 @@
 // truncation clears it), trace_pipe (consuming; blocks until data, O_NONBLOCK gives
 // EAGAIN, poll works, a blocked read returns on a signal and on unmount), per_cpu/cpuN/
 // (trace, trace_pipe, stats), tracing_on, trace_marker, trace_clock, buffer_size_kb,
-// buffer_total_size_kb, current_tracer, available_tracers, saved_cmdlines and options/.
+// buffer_total_size_kb, current_tracer, available_tracers, saved_cmdlines,
+// saved_cmdlines_size and options/ (context-info, irq-info, markers, record-tgid).
+//
+// Where the kernel's buffer is per CPU, probefs's is per thread (events/ring.h):
+//   - buffer_size_kb is the size of each thread's ring, rounded as the kernel rounds a
+//     per-CPU buffer (to 4080-byte pages, at least two); buffer_total_size_kb is that
+//     times the threads whose records are in the buffer now (the rings holding data).
+//   - per_cpu/cpuN/ shows the records written on CPU N, from every thread's ring.
+//   - a record lost because its thread's ring was full is the kernel's non-overwrite
+//     loss: trace_pipe prints "CPU:N [LOST n EVENTS]" before the next record of that
+//     ring, and per_cpu stats count it under "dropped events".
+//
+// The reading side (the gate, formatting, waiting) is fs/trace_reader.h.
+//
+// Threads: any FUSE thread; see fs/trace_reader.h.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 namespace probefs::fs {
 
 class Tracefs;
+
+// The most a trace_pipe read returns (whole lines, unless one line alone is longer): the
+// kernel formats a read into one trace_seq of 8156 bytes, its NUL included.
+inline constexpr size_t kTracePipeReadMax = 8155;
 
 class TraceFiles {
  public:
@@ -19,7 +38,8 @@ class TraceFiles {
   TraceFiles(const TraceFiles&) = delete;
   TraceFiles& operator=(const TraceFiles&) = delete;
 
-  // Wakes every blocked reader (tracing_on changed, the mount is going away).
+  // Wakes every blocked reader and poll waiter (tracing_on changed, the mount is going
+  // away): each looks again.
   void wake_readers();
 
  private:

@@ -1,0 +1,270 @@
+// The reading side of the trace files (fs/trace_files.h): what `trace`, `trace_pipe` and
+// per_cpu/cpuN/ share. It takes records from the tracer, passes each through the record
+// gate (EventTable::admit) exactly once, formats the kernel's lines under the text
+// options, and puts blocked readers and poll waiters to sleep until records may be there.
+//
+// The gate. A record is decided once, by the first reader that reaches it, in timestamp
+// order: `trace` (non-consuming) may reach a record long before trace_pipe consumes it, and
+// may show it again and again. Decisions are kept per thread: each thread's records come in
+// the order of its ring, so a thread's records are numbered from the first one still in the
+// buffer (`consumed` counts the ones taken out), and the gate remembers how many of them it
+// has decided (`decided`) and which of those it refused. A consumer pops decisions; a `trace`
+// pass finds them by number. Records of an event no longer in the EventTable are never
+// shown (and never offered to the gate).
+//
+// `trace` streams: the tracer can only walk every record (for_each_record), so a reader
+// makes its text one chunk at a time, each chunk from a fresh walk that skips, per thread,
+// the records earlier chunks passed. A chunk holds at most kTraceChunkRecordBytes of
+// records (a few MiB of text), so a full buffer is never one giant snapshot; the price is
+// one walk of the buffer per chunk.
+//
+// Waiting. One background thread waits on the tracer (wait_for_records) while a reader is
+// blocked or a poll is armed, and sleeps otherwise; it wakes the blocked readers (who wait
+// on a condition variable, in bounded slices, looking at their Request between them) and
+// calls the poll wake-ups. wake_all() (wake_readers) wakes everyone at once. When the
+// tracer says records are there at once and the woken readers do not take them (per_cpu
+// readers of another CPU), the thread asks again only after a short pause, not in a spin.
+//
+// Threads: any FUSE thread. Everything that takes or formats records runs under lock()
+// (one reader at a time, as the kernel serialises its trace readers); the gate is called
+// with that lock held but outside every lock of the tracer, so it may call back into the
+// Tracer and into Tracefs::set_tracing_on() (and so into wake_all()). Waiting has its own
+// lock and never takes the reader lock; the poll wake-ups run on the background thread
+// with no lock held, since the FUSE server's wake-up asks readable(), which takes it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "events/trace_clock.h"
+#include "fs/tracefs.h"
+
+namespace probefs::fs {
+
+// The records of one `trace` chunk: the tracer is walked once per chunk.
+inline constexpr size_t kTraceChunkRecordBytes = 4u << 20;
+
+// trace_marker's records (kMarkerEventId): the writer, then the text as written, with a
+// newline added when it has none (the kernel's print entry, own layout):
+//   0 u16 common_type   2 u8 flags (0)   3 u8 preempt count (1, as a write() has it)
+//   4 s32 common_pid (writer's thread)   8 s32 writer's tgid   12 u32 text length
+//   16 char comm[16] (the writer's name at the write)   32 text
+inline constexpr uint32_t kMarkerHeaderSize = 32;
+// The most text one write() records: the kernel's limit with 4 KiB sub-buffers (a longer
+// write is cut to this and returns it).
+inline constexpr size_t kMarkerMaxText = 4054;
+
+// The options that change the text (options/).
+struct TextOptions {
+  bool irq_info = true;      // the flags column
+  bool context_info = true;  // TASK-PID, TGID, CPU, flags and TIMESTAMP columns
+  bool record_tgid = false;  // the TGID column
+};
+
+// "PID COMM" of the threads seen (saved_cmdlines), the newest kept, oldest dropped.
+class SavedCmdlines {
+ public:
+  static constexpr uint32_t kDefaultSize = 6552;  // the kernel's default
+  static constexpr uint32_t kMaxSize = 32768;     // PID_MAX_DEFAULT
+
+  void save(pid_t tid, std::string_view comm);
+  std::string show() const;
+  uint32_t size() const;
+  void resize(uint32_t n);
+
+ private:
+  mutable std::mutex mu_;
+  uint32_t capacity_ = kDefaultSize;
+  std::deque<pid_t> order_;  // oldest first
+  std::unordered_map<pid_t, std::string> comm_;
+};
+
+class TraceReader {
+ public:
+  TraceReader(Tracefs& fs, SavedCmdlines& cmdlines);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  // ---- reading: the calls in this part need lock() held ------------------------------
+
+  // The reader lock, with this holder's view of the options, clock and events.
+  std::unique_lock<std::mutex> lock();
+
+  // A record a consumer took: copied out of the tracer, and decided.
+  struct Held {
+    pid_t pid = 0;
+    uint32_t cpu = 0;
+    uint64_t ts = 0;
+    uint64_t lost_before = 0;
+    uint32_t off = 0;  // into Batch::bytes
+    uint32_t len = 0;
+    bool shown = false;
+  };
+  // The records one trace_pipe file took and has not printed yet.
+  struct Batch {
+    std::vector<uint8_t> bytes;
+    std::vector<Held> recs;
+    size_t next = 0;         // the first not yet printed
+    uint64_t clear_gen = 0;  // records held across an emptying of the buffers are dropped
+    size_t left() const { return recs.size() - next; }
+  };
+  // Consumes up to `max` records (of CPU `cpu`, or of all for -1) into `b`: how many.
+  size_t consume(Batch* b, size_t max, int cpu);
+  // Drops what `b` holds from before the buffers were last emptied.
+  void revalidate(Batch* b);
+  // Appends a record's text: the LOST line when `lost_lines` and records were lost before
+  // it, then its line if it is shown.
+  void append(std::string& out, const Batch& b, const Held& h, bool lost_lines);
+
+  // Where a `trace` reader is in the buffer: per thread (key), the incarnation of its
+  // gate entry and the number of its first record not passed yet.
+  struct Cursor {
+    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> passed;
+    uint64_t clear_gen = 0;
+  };
+  // Appends the next chunk of `trace` text (records of CPU `cpu`, or all for -1). false
+  // at the end of the buffer, or once the buffer was emptied under the reader.
+  bool trace_chunk(Cursor* c, int cpu, std::string* out);
+
+  // ---- the calls from here on take what locks they need ---------------------------------
+
+  Cursor start_cursor();
+  // The `trace` header, as the options shape it. Its counts are the kernel's: the records
+  // in the buffer, and those plus the ones lost since it was last emptied (consumed
+  // records count in neither).
+  std::string header();
+  // Drops the records of CPU `cpu` (-1: all) without showing them.
+  void discard(int cpu);
+  // Learns the names of the threads whose records are in the buffer (saved_cmdlines).
+  void learn_comms();
+  // per_cpu/cpuN/stats.
+  std::string stats(int cpu);
+  // Threads whose records are in the buffer now (buffer_total_size_kb).
+  uint64_t threads_with_records();
+
+  // Runs `op`, a tracer call that empties the buffers (clear, clock change, resize),
+  // between readers; when it returns 0, every decision is forgotten, the per-CPU counts
+  // start again, and readers holding records or a cursor from before drop them. Returns
+  // what `op` returned.
+  int reset_buffer(const std::function<int()>& op);
+  void set_clock(events::TraceClock c) { clock_.store(c); }
+  events::TraceClock clock() const { return clock_.load(); }
+  void set_options(const TextOptions& o);
+  TextOptions options() const;
+
+  // ---- waiting (never under lock()) -------------------------------------------------------
+
+  // A number that changes whenever records may have arrived or readers must look again.
+  uint64_t data_gen();
+  // Sleeps at most `timeout_ms` until data_gen() is no longer `seen`.
+  void wait(uint64_t seen, int timeout_ms);
+  // A poll waiter needs waking when records may arrive: the functions given to
+  // add_poll_wake() are called then (once per arming).
+  void arm_poll();
+  void add_poll_wake(std::function<void()> wake);
+  // Wakes every blocked reader and poll waiter (wake_readers()).
+  void wake_all();
+  // Ends waiting for good (the files are going away): waits return at once.
+  void stop();
+  bool stopped() const { return stop_.load(); }
+
+ private:
+  struct ThreadGate {
+    uint64_t incarnation = 0;
+    uint64_t consumed = 0;
+    uint64_t decided = 0;
+    std::deque<uint64_t> rejected;  // ascending, each in [consumed, decided)
+    bool seen = false;              // in the current trace walk
+  };
+  struct PassEntry {
+    ThreadGate* gate = nullptr;
+    uint64_t key = 0;
+    uint64_t count = 0;        // records of the thread met in this walk
+    uint64_t first_unpassed = 0;
+  };
+  struct Peeked {
+    Held h;
+    ThreadGate* gate = nullptr;
+    uint64_t key = 0;
+    uint64_t index = 0;
+  };
+
+  ThreadGate& gate(uint64_t key);
+  bool admit_new(const Held& h, const uint8_t* data);
+  bool decide_consumed(ThreadGate& g, const Held& h, const uint8_t* data);
+  static void skip_consumed(ThreadGate& g);
+  bool decide_peeked(ThreadGate& g, uint64_t index, const Held& h, const uint8_t* data);
+  const EventView* view(uint16_t id);
+  const std::string& comm(pid_t pid, pid_t tid);
+  events::Symbolizer* symbolizer(pid_t pid);
+  void begin_fill();
+  void append_line(std::string& out, const Held& h, const uint8_t* data);
+  void append_marker(std::string& out, const Held& h, const uint8_t* data);
+  void put_context(std::string& out, std::string_view comm, pid_t tid, pid_t tgid,
+                   uint32_t cpu, uint8_t flags, uint8_t pc, uint64_t ts) const;
+  void prune_unseen();
+  void waiter_main();
+
+  Tracefs& fs_;
+  tracee::Tracer& tracer_;
+  SavedCmdlines& cmdlines_;
+  std::atomic<events::TraceClock> clock_{events::TraceClock::kLocal};
+  mutable std::mutex opt_mu_;
+  TextOptions opts_;
+
+  // Guarded by mu_ (the reader lock).
+  std::mutex mu_;
+  std::unordered_map<uint64_t, ThreadGate> gates_;
+  uint64_t next_incarnation_ = 1;
+  uint64_t clear_gen_ = 0;
+  uint64_t lost_consumed_ = 0;   // lost_before of the records consumed since the last reset
+  uint64_t fill_gen_ = 0;        // per lock holder: validity of the caches below
+  TextOptions fill_opts_;
+  events::TraceClock fill_clock_ = events::TraceClock::kLocal;
+  bool fill_fast_ = true;
+  int64_t fill_now_ms_ = 0;
+  struct ViewSlot {
+    uint64_t gen = 0;
+    std::shared_ptr<const EventView> view;
+  };
+  std::vector<ViewSlot> views_;  // by id - kFirstEventId
+  struct CommSlot {
+    std::string comm;
+    int64_t fetched_ms = 0;
+  };
+  std::unordered_map<uint64_t, CommSlot> comms_;
+  std::vector<std::pair<pid_t, events::Symbolizer*>> symbolizers_;  // this fill's
+  std::vector<uint64_t> read_events_;   // per CPU: records consumed
+  std::vector<uint64_t> dropped_events_;  // per CPU: records lost before those
+  // One trace walk's scratch.
+  std::unordered_map<uint64_t, PassEntry> pass_;
+  std::vector<uint8_t> peek_bytes_;
+  std::vector<Peeked> peeked_;
+
+  // Waiting: guarded by wait_mu_.
+  std::mutex wait_mu_;
+  std::condition_variable readers_cv_;  // blocked readers
+  std::condition_variable waiter_cv_;   // the waiter thread, when it has nothing to do
+  uint64_t data_gen_ = 0;
+  int blocked_ = 0;
+  bool poll_armed_ = false;
+  bool wake_polls_ = false;  // wake_all() left the poll wakes to the waiter thread
+  std::vector<std::function<void()>> poll_wakes_;
+  std::thread waiter_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace probefs::fs

@@ -1,0 +1,989 @@
+// The trace files without a mount: a Tracer with the real agent, a Tracefs over it, probes
+// defined straight through the tracer (the definition files are not involved), the
+// bundled traced_prog run, and every file read and written through Tree::open().
+#include "fs/trace_files.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "events/compile.h"
+#include "events/output.h"
+#include "events/parse.h"
+#include "fs/tracefs.h"
+#include "tests/fs/trace_files_test_util.h"
+#include "tracee/probe_places.h"
+#include "tracee/tracer.h"
+
+namespace probefs::fs {
+namespace {
+
+using testing::KillOnExit;
+using testing::ProgramPipes;
+
+const std::string kProg = PROBEFS_TRACED_PROG;
+const std::string kProgName = kProg.substr(kProg.rfind('/') + 1);
+const std::string kComm = kProgName.substr(0, 15);
+constexpr auto kBound = std::chrono::seconds(20);
+
+long sum_calls(long n) { return 3 * (n * (n - 1) / 2); }
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    out.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
+// The lines after the header.
+std::vector<std::string> body(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::string& l : split_lines(text))
+    if (l.empty() || l[0] != '#') out.push_back(std::move(l));
+  return out;
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+std::string header_line(const std::string& text) {
+  for (const std::string& l : split_lines(text))
+    if (l.rfind("# entries-in-buffer", 0) == 0) return l;
+  return "";
+}
+
+// The fields of an `add` line: "%16s-%-7d [%03d] FLAGS %5lu.%06lu: add: (0x%lx) a=0x%lx
+// b=0x%lx".
+struct AddLine {
+  int pid = -1;
+  unsigned cpu = 0;
+  std::string flags;
+  unsigned long sec = 0, usec = 0, ip = 0, a = 0, b = 0;
+};
+
+bool parse_add(const std::string& l, AddLine* out) {
+  if (l.size() < 52) return false;
+  char flags[8] = {};
+  int n = sscanf(l.c_str() + 17, "%d [%u] %5c %lu.%lu: add: (0x%lx) a=0x%lx b=0x%lx", &out->pid,
+                 &out->cpu, flags, &out->sec, &out->usec, &out->ip, &out->a, &out->b);
+  out->flags = flags;
+  return n == 8;
+}
+
+// The line as the kernel lays it out, from its values.
+std::string add_line(const std::string& comm, const AddLine& v) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%16s-%-7d [%03u] %s %5lu.%06lu: add: (0x%lx) a=0x%lx b=0x%lx",
+           comm.c_str(), v.pid, v.cpu, v.flags.c_str(), v.sec, v.usec, v.ip, v.a, v.b);
+  return buf;
+}
+
+class TraceFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tracee::Tracer::Options o;
+    o.agent_path = PROBEFS_AGENT_PATH;
+    std::string err;
+    tracer_ = tracee::Tracer::create(o, &err);
+    ASSERT_NE(tracer_, nullptr) << err;
+    Tracefs::Options fo;
+    fo.agent_path = PROBEFS_AGENT_PATH;
+    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int st;
+      (void)tracer_->wait_exit(pid_, 10000, &st);
+    }
+    fs_.reset();
+    tracer_.reset();
+  }
+
+  // Defines `line` (uprobe or kprobe syntax) as an enabled probe of a new event, which is
+  // published in the EventTable: what the definition files do.
+  uint16_t define(const std::string& line) {
+    events::ParseResult r = line.find(":0x") != std::string::npos
+                                ? events::parse_uprobe_command(line)
+                                : events::parse_kprobe_command(line);
+    EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
+    events::CompiledEvent c;
+    events::Diagnostic d;
+    auto any_address = [](std::string_view, uint64_t* addr) {
+      *addr = 0;
+      return true;
+    };
+    EXPECT_TRUE(events::compile(r.def, any_address, &c, &d)) << line;
+    const uint16_t id = fs_->events().allocate_id();
+    auto v = std::make_shared<EventView>();
+    v->id = id;
+    v->system = r.def.group;
+    v->name = r.def.event;
+    v->compiled = c;
+    v->kprobe_style = r.def.syntax == events::ProbeSyntax::kKprobe;
+    fs_->events().publish(v);
+    tracee::ProbeSpec s;
+    s.def = r.def;
+    s.compiled = c;
+    s.event_id = id;
+    s.enabled = true;
+    tracee::ProbeId pid = 0;
+    EXPECT_EQ(tracer_->define_probe(s, &pid, &d), 0) << line << ": " << d.message();
+    return id;
+  }
+
+  // p:t/add on traced_add, uprobe syntax.
+  uint16_t define_add() {
+    uint64_t off = 0;
+    EXPECT_EQ(tracee::symbol_file_offset(kProg, "traced_add", &off), 0);
+    char line[1024];
+    snprintf(line, sizeof line, "p:t/add %s:0x%llx a=%%di b=%%si", kProg.c_str(),
+             static_cast<unsigned long long>(off));
+    return define(line);
+  }
+
+  bool launch() {
+    tracee::Tracer::LaunchSpec s;
+    s.argv = {kProg};
+    s.stdin_fd = pipes_.child_stdin();
+    s.stdout_fd = pipes_.child_stdout();
+    std::string err;
+    int rc = tracer_->launch(s, &pid_, &err);
+    EXPECT_EQ(rc, 0) << err;
+    if (rc != 0) return false;
+    guard_.set(pid_);
+    pipes_.parent_side();
+    return pipes_.line() == "ready";
+  }
+
+  void call(long n) {
+    ASSERT_EQ(pipes_.ask("call " + std::to_string(n)), "ok " + std::to_string(sum_calls(n)));
+  }
+
+  std::unique_ptr<Handle> open(const std::string& path, int flags, int* err = nullptr) {
+    std::unique_ptr<Handle> h;
+    Request rq;
+    rq.flags = flags;
+    rq.pid = static_cast<pid_t>(gettid());
+    int rc = fs_->tree().open(path, rq, flags, &h);
+    if (err) *err = rc;
+    else EXPECT_EQ(rc, 0) << path;
+    return h;
+  }
+
+  // The whole file from offset 0, `chunk` bytes a read.
+  std::string read_file(const std::string& path, size_t chunk = 4096) {
+    auto h = open(path, O_RDONLY);
+    if (!h) return "";
+    Request rq;
+    std::string all, part;
+    for (uint64_t off = 0;; off += part.size()) {
+      EXPECT_EQ(h->read(rq, off, chunk, &part), 0);
+      if (part.empty()) return all;
+      all += part;
+    }
+  }
+
+  // Every read of a non-blocking trace_pipe until EAGAIN, each read's text apart.
+  std::vector<std::string> drain(const std::string& path, size_t size = 1 << 20) {
+    auto h = open(path, O_RDONLY | O_NONBLOCK);
+    std::vector<std::string> reads;
+    if (!h) return reads;
+    Request rq;
+    rq.flags = O_RDONLY | O_NONBLOCK;
+    for (;;) {
+      std::string part;
+      int rc = h->read(rq, 0, size, &part);
+      if (rc == -EAGAIN) return reads;
+      EXPECT_EQ(rc, 0);
+      EXPECT_FALSE(part.empty());
+      if (rc != 0 || part.empty()) return reads;
+      reads.push_back(part);
+    }
+  }
+
+  std::string drain_text(const std::string& path) {
+    std::string s;
+    for (const std::string& r : drain(path)) s += r;
+    return s;
+  }
+
+  int64_t write(const std::string& path, std::string_view data, int flags = O_WRONLY) {
+    int err = 0;
+    auto h = open(path, flags, &err);
+    if (err != 0) return err;
+    Request rq;
+    rq.pid = static_cast<pid_t>(gettid());
+    return h->write(rq, 0, data);
+  }
+
+  std::unique_ptr<tracee::Tracer> tracer_;
+  std::unique_ptr<Tracefs> fs_;
+  ProgramPipes pipes_;
+  KillOnExit guard_;
+  pid_t pid_ = 0;
+};
+
+// A blocking read in another thread; `blocked` is set when it first asks whether it was
+// interrupted, which it does only when it is about to wait.
+struct BlockedRead {
+  std::atomic<bool> interrupt{false};
+  std::promise<void> blocked;
+  std::atomic<bool> told{false};
+  std::string text;
+  std::future<int> result;
+
+  void start(Handle& h, size_t size = 1 << 20) {
+    result = std::async(std::launch::async, [this, &h, size] {
+      Request rq;
+      rq.flags = O_RDONLY;
+      rq.interrupted = [this] {
+        if (!told.exchange(true)) blocked.set_value();
+        return interrupt.load();
+      };
+      return h.read(rq, 0, size, &text);
+    });
+  }
+  bool wait_blocked() { return blocked.get_future().wait_for(kBound) == std::future_status::ready; }
+  // Whether the read returned in time; if not, the mount's end releases it (so that the
+  // test fails rather than hangs).
+  bool done(Tracefs& fs) {
+    if (result.wait_for(kBound) == std::future_status::ready) return true;
+    interrupt = true;
+    fs.shutdown();
+    return false;
+  }
+};
+
+TEST_F(TraceFilesTest, FilesHaveTheKernelsModes) {
+  const std::map<std::string, mode_t> want = {
+      {"trace", 0640},           {"trace_pipe", 0440},          {"tracing_on", 0640},
+      {"trace_marker", 0220},    {"trace_clock", 0640},         {"buffer_size_kb", 0640},
+      {"buffer_total_size_kb", 0440}, {"current_tracer", 0640}, {"available_tracers", 0440},
+      {"saved_cmdlines", 0440},  {"saved_cmdlines_size", 0640}, {"options", 0750},
+      {"options/context-info", 0640}, {"options/irq-info", 0640}, {"options/markers", 0640},
+      {"options/record-tgid", 0640}, {"per_cpu", 0750},         {"per_cpu/cpu0", 0750},
+      {"per_cpu/cpu0/trace", 0640}, {"per_cpu/cpu0/trace_pipe", 0440},
+      {"per_cpu/cpu0/stats", 0440},
+  };
+  for (const auto& [path, mode] : want) {
+    NodePtr n = fs_->tree().walk(path);
+    ASSERT_NE(n, nullptr) << path;
+    EXPECT_EQ(n->mode(), mode) << path;
+  }
+  for (int cpu = 0; cpu < fs_->cpus(); ++cpu)
+    EXPECT_NE(fs_->tree().walk("per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe"), nullptr);
+  EXPECT_EQ(fs_->tree().walk("per_cpu/cpu" + std::to_string(fs_->cpus())), nullptr);
+  EXPECT_TRUE(fs_->tree().walk("trace_pipe")->file()->stream());
+  EXPECT_TRUE(fs_->tree().walk("per_cpu/cpu0/trace_pipe")->file()->stream());
+  EXPECT_FALSE(fs_->tree().walk("trace")->file()->stream());
+  EXPECT_EQ(read_file("current_tracer"), "nop\n");
+  EXPECT_EQ(read_file("available_tracers"), "nop\n");
+  EXPECT_EQ(write("current_tracer", "nop\n"), 4);
+  EXPECT_EQ(write("current_tracer", "function"), -EINVAL);
+  EXPECT_EQ(write("current_tracer", ""), -EINVAL);
+}
+
+TEST_F(TraceFilesTest, TraceHasTheHeaderAndTheKernelsLines) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(3);
+  const std::string text = read_file("trace", 100);
+  EXPECT_EQ(text.substr(0, text.find("\n#\n") + 3), "# tracer: nop\n#\n");
+  const std::string want_header = events::trace_header(3, 3, fs_->cpus());
+  EXPECT_EQ(text.substr(0, want_header.size()), want_header);
+  EXPECT_EQ(header_line(text), "# entries-in-buffer/entries-written: 3/3   #P:" +
+                                   std::to_string(fs_->cpus()));
+  std::vector<std::string> lines = body(text);
+  ASSERT_EQ(lines.size(), 3u) << text;
+  unsigned long last_us = 0, ip = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    AddLine v;
+    ASSERT_TRUE(parse_add(lines[i], &v)) << lines[i];
+    EXPECT_EQ(v.pid, pid_);
+    EXPECT_EQ(v.a, i);
+    EXPECT_EQ(v.b, 2 * i);
+    EXPECT_EQ(v.flags, ".....");
+    EXPECT_LT(v.cpu, static_cast<unsigned>(fs_->cpus()));
+    EXPECT_GE(v.sec * 1000000 + v.usec, last_us);
+    last_us = v.sec * 1000000 + v.usec;
+    if (i) {
+      EXPECT_EQ(v.ip, ip);
+    }
+    ip = v.ip;
+    // Byte for byte the kernel's layout of those values.
+    EXPECT_EQ(lines[i], add_line(kComm, v));
+  }
+  // trace_pipe's lines are the same bytes.
+  EXPECT_EQ(drain_text("trace_pipe"), join(lines));
+}
+
+TEST_F(TraceFilesTest, KprobeStyleEventsNameTheFunction) {
+  define("p:t/ksym " + kProgName + ":traced_add a=%di");
+  ASSERT_TRUE(launch());
+  call(1);
+  std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(": ksym: (traced_add+0x0/0x"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(") a=0x0"), std::string::npos) << lines[0];
+}
+
+TEST_F(TraceFilesTest, TraceDoesNotConsumeTracePipeDoes) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(5);
+  const std::vector<std::string> first = body(read_file("trace"));
+  ASSERT_EQ(first.size(), 5u);
+  EXPECT_EQ(body(read_file("trace", 7)), first);
+  EXPECT_EQ(drain_text("trace_pipe"), join(first));
+  const std::string after = read_file("trace");
+  EXPECT_TRUE(body(after).empty());
+  // Consumed records leave both counts, as the kernel's do.
+  EXPECT_EQ(header_line(after),
+            "# entries-in-buffer/entries-written: 0/0   #P:" + std::to_string(fs_->cpus()));
+}
+
+TEST_F(TraceFilesTest, PartialReadsKeepTheRestOfTheLineForTheSameFile) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2);
+  const std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 2u);
+  auto h = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string part;
+  ASSERT_EQ(h->read(rq, 0, 10, &part), 0);
+  EXPECT_EQ(part, lines[0].substr(0, 10));
+  ASSERT_EQ(h->read(rq, 0, 10, &part), 0);
+  EXPECT_EQ(part, lines[0].substr(10, 10));
+  // The rest of the line alone, though more would fit.
+  ASSERT_EQ(h->read(rq, 0, 4096, &part), 0);
+  EXPECT_EQ(part, lines[0].substr(20) + "\n");
+  ASSERT_EQ(h->read(rq, 0, 4096, &part), 0);
+  EXPECT_EQ(part, lines[1] + "\n");
+  EXPECT_EQ(h->read(rq, 0, 4096, &part), -EAGAIN);
+
+  // Closing the file loses the rest of its line.
+  call(1);
+  ASSERT_EQ(h->read(rq, 0, 10, &part), 0);
+  EXPECT_EQ(part.size(), 10u);
+  h.reset();
+  EXPECT_TRUE(drain("trace_pipe").empty());
+}
+
+TEST_F(TraceFilesTest, PipeReadsAreWholeLinesUpToTheKernelsLimit) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2000);
+  const std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 2000u);
+  const std::vector<std::string> reads = drain("trace_pipe");
+  std::string all;
+  size_t next = 0;  // the first line of the next read
+  for (const std::string& r : reads) {
+    EXPECT_LE(r.size(), kTracePipeReadMax);
+    ASSERT_EQ(r.back(), '\n');
+    const size_t n = split_lines(r).size();
+    next += n;
+    // Whole lines, as many as fit.
+    if (next < lines.size()) {
+      EXPECT_GT(r.size() + lines[next].size() + 1, kTracePipeReadMax);
+    }
+    all += r;
+  }
+  EXPECT_EQ(all, join(lines));
+
+  // A smaller read: lines until it is full, the end of the last one for the next read.
+  call(100);
+  const std::vector<std::string> more = body(read_file("trace"));
+  ASSERT_EQ(more.size(), 100u);
+  auto h = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string a, b;
+  ASSERT_EQ(h->read(rq, 0, 4096, &a), 0);
+  EXPECT_EQ(a.size(), 4096u);
+  ASSERT_EQ(h->read(rq, 0, 4096, &b), 0);
+  const std::string text = join(more);
+  EXPECT_EQ(a + b, text.substr(0, a.size() + b.size()));
+  EXPECT_EQ(b.back(), '\n');
+  EXPECT_EQ(b.find('\n'), b.size() - 1);  // only what was left of one line
+}
+
+TEST_F(TraceFilesTest, EmptyPipeNonblockingIsEagain) {
+  define_add();
+  ASSERT_TRUE(launch());
+  auto h = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string part;
+  EXPECT_EQ(h->read(rq, 0, 4096, &part), -EAGAIN);
+  EXPECT_FALSE(h->readable());
+  auto h1 = open("per_cpu/cpu0/trace_pipe", O_RDONLY | O_NONBLOCK);
+  EXPECT_EQ(h1->read(rq, 0, 4096, &part), -EAGAIN);
+}
+
+TEST_F(TraceFilesTest, BlockedReadReturnsOnInterruptShutdownAndRecords) {
+  define_add();
+  ASSERT_TRUE(launch());
+  {
+    auto h = open("trace_pipe", O_RDONLY);
+    BlockedRead r;
+    r.start(*h);
+    ASSERT_TRUE(r.wait_blocked());
+    r.interrupt = true;
+    ASSERT_TRUE(r.done(*fs_));
+    EXPECT_EQ(r.result.get(), -EINTR);
+  }
+  {
+    auto h = open("trace_pipe", O_RDONLY);
+    BlockedRead r;
+    r.start(*h);
+    ASSERT_TRUE(r.wait_blocked());
+    call(1);
+    ASSERT_TRUE(r.done(*fs_));
+    EXPECT_EQ(r.result.get(), 0);
+    std::vector<std::string> lines = body(r.text);
+    ASSERT_EQ(lines.size(), 1u);
+    AddLine v;
+    EXPECT_TRUE(parse_add(lines[0], &v)) << lines[0];
+  }
+  {
+    auto h = open("per_cpu/cpu0/trace_pipe", O_RDONLY);
+    BlockedRead r;
+    r.start(*h);
+    ASSERT_TRUE(r.wait_blocked());
+    fs_->shutdown();
+    ASSERT_TRUE(r.done(*fs_));
+    EXPECT_EQ(r.result.get(), 0);
+    EXPECT_TRUE(r.text.empty());
+  }
+}
+
+TEST_F(TraceFilesTest, EmptyReadIsEndOfFileOnceDataWasReadAndTracingIsOff) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(1);
+  Request rq;  // a blocking read that is interrupted whenever it would wait
+  rq.flags = O_RDONLY;
+  rq.interrupted = [] { return true; };
+  auto h = open("trace_pipe", O_RDONLY);
+  std::string part;
+  ASSERT_EQ(h->read(rq, 0, 4096, &part), 0);
+  EXPECT_EQ(body(part).size(), 1u);
+  EXPECT_EQ(h->read(rq, 0, 4096, &part), -EINTR);  // tracing on: it would wait
+  ASSERT_EQ(write("tracing_on", "0\n"), 2);
+  EXPECT_EQ(h->read(rq, 0, 4096, &part), 0);
+  EXPECT_TRUE(part.empty());
+  EXPECT_TRUE(h->readable());
+  // A file that returned nothing yet still waits.
+  auto fresh = open("trace_pipe", O_RDONLY);
+  EXPECT_EQ(fresh->read(rq, 0, 4096, &part), -EINTR);
+  ASSERT_EQ(write("tracing_on", "1"), 1);
+}
+
+TEST_F(TraceFilesTest, BlockedReaderSeesTracingOffAtOnce) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(1);
+  auto h = open("trace_pipe", O_RDONLY);
+  BlockedRead first;
+  first.start(*h);
+  ASSERT_TRUE(first.done(*fs_));
+  ASSERT_EQ(first.result.get(), 0);
+  BlockedRead r;
+  r.start(*h);
+  ASSERT_TRUE(r.wait_blocked());
+  ASSERT_EQ(write("tracing_on", "0"), 1);  // wakes it: it looks again, and ends
+  ASSERT_TRUE(r.done(*fs_));
+  EXPECT_EQ(r.result.get(), 0);
+  EXPECT_TRUE(r.text.empty());
+}
+
+TEST_F(TraceFilesTest, PollIsWokenWhenRecordsArrive) {
+  define_add();
+  ASSERT_TRUE(launch());
+  // The wake function outlives the test's body (the files call it until they go).
+  struct Wakes {
+    std::mutex mu;
+    std::condition_variable cv;
+    int n = 0;
+  };
+  auto w = std::make_shared<Wakes>();
+  fs_->tree().walk("trace_pipe")->file()->set_wakeup([w] {
+    std::lock_guard l(w->mu);
+    ++w->n;
+    w->cv.notify_all();
+  });
+  auto h = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  EXPECT_FALSE(h->readable());
+  call(1);
+  {
+    std::unique_lock l(w->mu);
+    EXPECT_TRUE(w->cv.wait_for(l, kBound, [&] { return w->n > 0; }));
+  }
+  EXPECT_TRUE(h->readable());
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string part;
+  ASSERT_EQ(h->read(rq, 0, 4096, &part), 0);
+  EXPECT_EQ(body(part).size(), 1u);
+  EXPECT_FALSE(h->readable());
+}
+
+TEST_F(TraceFilesTest, TruncationClearsAndPlainWritesDoNothing) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(3);
+  const std::string cpus = std::to_string(fs_->cpus());
+  EXPECT_EQ(write("trace", "x\n"), 2);
+  EXPECT_EQ(write("trace", "x", O_WRONLY | O_APPEND), 1);
+  EXPECT_EQ(open("trace", O_RDONLY | O_TRUNC) != nullptr, true);
+  EXPECT_EQ(header_line(read_file("trace")), "# entries-in-buffer/entries-written: 3/3   #P:" + cpus);
+  EXPECT_EQ(write("trace", "", O_WRONLY | O_TRUNC), 0);
+  EXPECT_EQ(header_line(read_file("trace")), "# entries-in-buffer/entries-written: 0/0   #P:" + cpus);
+  EXPECT_TRUE(drain("trace_pipe").empty());
+
+  call(2);
+  auto h = open("trace", O_WRONLY);
+  ASSERT_EQ(h->truncate(Request{}), 0);
+  EXPECT_TRUE(body(read_file("trace")).empty());
+  call(2);
+  ASSERT_EQ(fs_->tree().walk("trace")->file()->truncate(Request{}), 0);
+  EXPECT_TRUE(body(read_file("trace")).empty());
+  call(4);
+  EXPECT_EQ(body(read_file("trace")).size(), 4u);
+}
+
+TEST_F(TraceFilesTest, PerCpuFilesShowTheirCpusRecords) {
+  define_add();
+  ASSERT_TRUE(launch());
+  ASSERT_EQ(pipes_.ask("threads 4 200"), "ok " + std::to_string(4 * sum_calls(200)));
+  const std::string text = read_file("trace");
+  const std::vector<std::string> lines = body(text);
+  ASSERT_EQ(lines.size(), 800u);
+  std::map<unsigned, std::vector<std::string>> by_cpu;
+  for (const std::string& l : lines) {
+    AddLine v;
+    ASSERT_TRUE(parse_add(l, &v)) << l;
+    by_cpu[v.cpu].push_back(l);
+  }
+  for (int cpu = 0; cpu < fs_->cpus(); ++cpu) {
+    const std::string dir = "per_cpu/cpu" + std::to_string(cpu) + "/";
+    const std::string t = read_file(dir + "trace");
+    // The header is the whole buffer's, as the kernel's per-CPU header is.
+    EXPECT_EQ(header_line(t), header_line(text));
+    EXPECT_EQ(body(t), by_cpu[static_cast<unsigned>(cpu)]) << dir;
+    const std::vector<std::string> stats = split_lines(read_file(dir + "stats"));
+    ASSERT_EQ(stats.size(), 8u);
+    EXPECT_EQ(stats[0], "entries: " + std::to_string(by_cpu[static_cast<unsigned>(cpu)].size()));
+    EXPECT_EQ(stats[1], "overrun: 0");
+    EXPECT_EQ(stats[2], "commit overrun: 0");
+    EXPECT_EQ(stats[3].rfind("bytes: ", 0), 0u);
+    EXPECT_EQ(stats[4].rfind("oldest event ts: ", 0), 0u);
+    EXPECT_EQ(stats[5].rfind("now ts: ", 0), 0u);
+    EXPECT_EQ(stats[6], "dropped events: 0");
+    EXPECT_EQ(stats[7], "read events: 0");
+  }
+  // Consuming per CPU.
+  std::string consumed;
+  size_t taken = 0;
+  for (int cpu = 0; cpu < fs_->cpus(); ++cpu) {
+    const std::string dir = "per_cpu/cpu" + std::to_string(cpu) + "/";
+    const std::string got = drain_text(dir + "trace_pipe");
+    taken += body(got).size();
+    if (!got.empty()) {
+      EXPECT_EQ(body(got), by_cpu[static_cast<unsigned>(cpu)]) << dir;
+      EXPECT_EQ(split_lines(read_file(dir + "stats"))[7],
+                "read events: " + std::to_string(by_cpu[static_cast<unsigned>(cpu)].size()));
+    }
+  }
+  if (taken == 0) GTEST_SKIP() << "the tracer does not consume per CPU yet";
+  EXPECT_EQ(taken, lines.size());
+  EXPECT_TRUE(body(read_file("trace")).empty());
+}
+
+TEST_F(TraceFilesTest, PerCpuTruncationDropsOnlyThatCpusRecords) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(20);
+  const std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 20u);
+  AddLine v;
+  ASSERT_TRUE(parse_add(lines[0], &v));
+  const std::string dir = "per_cpu/cpu" + std::to_string(v.cpu) + "/";
+  ASSERT_EQ(write(dir + "trace", "", O_WRONLY | O_TRUNC), 0);
+  const std::vector<std::string> after = body(read_file("trace"));
+  if (after == lines) GTEST_SKIP() << "the tracer does not consume per CPU yet";
+  for (const std::string& l : after) {
+    AddLine w;
+    ASSERT_TRUE(parse_add(l, &w));
+    EXPECT_NE(w.cpu, v.cpu) << l;
+  }
+}
+
+TEST_F(TraceFilesTest, TracingOnTakesTheKernelsNumbers) {
+  const std::vector<std::pair<std::string, int64_t>> writes = {
+      {"0", 1}, {"1", 1}, {"2", 1}, {"01", 2}, {"+1", 2}, {"1\n", 2}, {"0\n", 2},
+      {"", -EINVAL}, {" 1", -EINVAL}, {"0x1", -EINVAL}, {"1\n\n", -EINVAL}, {"-0", -EINVAL},
+      {"abc", -EINVAL}, {"1 ", -EINVAL},
+  };
+  for (const auto& [text, rc] : writes) {
+    ASSERT_EQ(write("tracing_on", "1"), 1);
+    const int64_t got = write("tracing_on", text);
+    EXPECT_EQ(got, rc) << "'" << text << "'";
+    if (rc < 0) {
+      EXPECT_EQ(read_file("tracing_on"), "1\n") << text;
+      continue;
+    }
+    const bool on = text[0] != '0' || text == "01";
+    EXPECT_EQ(read_file("tracing_on"), on ? "1\n" : "0\n") << text;
+    EXPECT_EQ(fs_->tracing_on(), on);
+  }
+}
+
+TEST_F(TraceFilesTest, TraceMarkerLinesInterleaveWithEvents) {
+  // What the marker refuses, the kernel refuses before anything is recorded.
+  ASSERT_EQ(write("options/markers", "0"), 1);
+  EXPECT_EQ(write("trace_marker", "hello"), -EINVAL);
+  ASSERT_EQ(write("options/markers", "1"), 1);
+  ASSERT_EQ(write("tracing_on", "0"), 1);
+  EXPECT_EQ(write("trace_marker", "hello"), -EBADF);
+  ASSERT_EQ(write("tracing_on", "1"), 1);
+  int err = 0;
+  open("trace_marker", O_WRONLY, &err);
+  EXPECT_EQ(err, 0);
+
+  define_add();
+  ASSERT_TRUE(launch());
+  call(1);
+  const int64_t rc = write("trace_marker", "hello");
+  if (rc == -ENOSYS) GTEST_SKIP() << "the tracer does not take daemon records yet";
+  ASSERT_EQ(rc, 5);
+  call(1);
+  ASSERT_EQ(write("trace_marker", "two\nlines\n"), 10);
+  EXPECT_EQ(write("trace_marker", std::string(5000, 'x')), 4054);
+  const std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 6u);
+  AddLine v;
+  EXPECT_TRUE(parse_add(lines[0], &v)) << lines[0];
+  const std::string comm = split_lines(
+      [] {
+        char b[64] = {};
+        FILE* f = fopen("/proc/thread-self/comm", "r");
+        if (f) {
+          (void)!fgets(b, sizeof b, f);
+          fclose(f);
+        }
+        return std::string(b);
+      }())[0];
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%16s-%-7d [", comm.c_str(), static_cast<int>(gettid()));
+  EXPECT_EQ(lines[1].rfind(prefix, 0), 0u) << lines[1];
+  EXPECT_EQ(lines[1].substr(31, 6), "...1. ") << lines[1];
+  EXPECT_EQ(lines[1].substr(lines[1].find(": tracing_mark_write: ")),
+            ": tracing_mark_write: hello");
+  EXPECT_TRUE(parse_add(lines[2], &v)) << lines[2];
+  EXPECT_NE(lines[3].find(": tracing_mark_write: two"), std::string::npos);
+  EXPECT_EQ(lines[4], "lines");
+  EXPECT_EQ(lines[5].substr(lines[5].find(": tracing_mark_write: ") + 22), std::string(4054, 'x'));
+  EXPECT_NE(read_file("saved_cmdlines").find(std::to_string(gettid()) + " " + comm + "\n"),
+            std::string::npos);
+}
+
+TEST_F(TraceFilesTest, ClockChangeEmptiesTheBufferAndChangesTheStamps) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2);
+  EXPECT_EQ(read_file("trace_clock"),
+            "[local] global counter uptime perf mono mono_raw boot tai x86-tsc\n");
+  EXPECT_EQ(write("trace_clock", "bogus"), -EINVAL);
+  EXPECT_EQ(write("trace_clock", ""), -EINVAL);
+  ASSERT_EQ(write("trace_clock", "x86-tsc\n"), 8);
+  EXPECT_EQ(read_file("trace_clock"),
+            "local global counter uptime perf mono mono_raw boot tai [x86-tsc]\n");
+  EXPECT_TRUE(body(read_file("trace")).empty());
+  call(2);
+  std::vector<std::string> lines = body(read_file("trace"));
+  ASSERT_EQ(lines.size(), 2u);
+  // " %12llu" rather than seconds.microseconds.
+  const std::string& l = lines[0];
+  const size_t ts = l.find("] ..... ") + 8;
+  const size_t colon = l.find(": add: ");
+  ASSERT_NE(colon, std::string::npos);
+  EXPECT_GE(colon - ts, 12u) << l;
+  EXPECT_EQ(l.substr(ts, colon - ts).find('.'), std::string::npos) << l;
+  ASSERT_EQ(write("trace_clock", " mono "), 6);
+  EXPECT_EQ(read_file("trace_clock"),
+            "local global counter uptime perf [mono] mono_raw boot tai x86-tsc\n");
+  ASSERT_EQ(write("trace_clock", "local"), 5);
+}
+
+TEST_F(TraceFilesTest, BufferSizeIsRoundedAsTheKernelRoundsIt) {
+  EXPECT_EQ(read_file("buffer_size_kb"), "1410\n");
+  EXPECT_EQ(read_file("buffer_total_size_kb"), "0\n");  // no ring holds records
+  const std::vector<std::pair<std::string, std::string>> sizes = {
+      {"1", "7\n"}, {"4", "7\n"}, {"8", "11\n"}, {"010", "11\n"}, {"+5", "7\n"}, {"1410", "1410\n"},
+  };
+  for (const auto& [in, out] : sizes) {
+    ASSERT_EQ(write("buffer_size_kb", in), static_cast<int64_t>(in.size())) << in;
+    EXPECT_EQ(read_file("buffer_size_kb"), out) << in;
+  }
+  for (const char* bad : {"0", "", "abc", " 5", "5 ", "0x10", "-1"})
+    EXPECT_EQ(write("buffer_size_kb", bad), -EINVAL) << bad;
+  EXPECT_EQ(write("buffer_size_kb", "99999999999"), -ENOMEM);
+  EXPECT_EQ(read_file("buffer_size_kb"), "1410\n");
+  int err = 0;
+  open("buffer_total_size_kb", O_RDONLY, &err);
+  EXPECT_EQ(err, 0);
+
+  ASSERT_EQ(write("buffer_size_kb", "4"), 1);
+  define_add();
+  ASSERT_TRUE(launch());
+  call(1);
+  EXPECT_EQ(read_file("buffer_total_size_kb"), "7\n");
+  ASSERT_EQ(pipes_.ask("threads 2 1"), "ok 0");
+  EXPECT_EQ(read_file("buffer_total_size_kb"), "21\n");
+}
+
+TEST_F(TraceFilesTest, OptionsChangeTheText) {
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2);
+  const std::string plain = read_file("trace");
+  const std::vector<std::string> lines = body(plain);
+  ASSERT_EQ(lines.size(), 2u);
+  const std::string entries = header_line(plain) + "\n#\n";
+  for (const char* o : {"context-info", "irq-info", "markers"})
+    EXPECT_EQ(read_file(std::string("options/") + o), "1\n") << o;
+  EXPECT_EQ(read_file("options/record-tgid"), "0\n");
+
+  // irq-info: no flags column.
+  ASSERT_EQ(write("options/irq-info", "0\n"), 2);
+  std::string t = read_file("trace");
+  EXPECT_EQ(t.substr(0, t.find(lines[0].substr(0, 10))),
+            "# tracer: nop\n#\n" + entries +
+                "#           TASK-PID     CPU#     TIMESTAMP  FUNCTION\n"
+                "#              | |         |         |         |\n");
+  for (size_t i = 0; i < 2; ++i) {
+    std::string want = lines[i];
+    want.erase(want.find("] ") + 2, 5);
+    EXPECT_EQ(body(t)[i], want);
+  }
+  ASSERT_EQ(write("options/irq-info", "1"), 1);
+
+  // record-tgid: the TGID column.
+  ASSERT_EQ(write("options/record-tgid", "1"), 1);
+  t = read_file("trace");
+  char tgid[32];
+  snprintf(tgid, sizeof tgid, "(%7d) ", pid_);
+  EXPECT_EQ(t.substr(0, t.find(lines[0].substr(0, 10))),
+            "# tracer: nop\n#\n" + entries +
+                "#                                          _-----=> irqs-off/BH-disabled\n"
+                "#                                         / _----=> need-resched\n"
+                "#                                        | / _---=> hardirq/softirq\n"
+                "#                                        || / _--=> preempt-depth\n"
+                "#                                        ||| / _-=> migrate-disable\n"
+                "#                                        |||| /     delay\n"
+                "#           TASK-PID       TGID    CPU#  |||||  TIMESTAMP  FUNCTION\n"
+                "#              | |           |       |   |||||     |         |\n");
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(body(t)[i], lines[i].substr(0, 25) + tgid + lines[i].substr(25));
+  ASSERT_EQ(write("options/irq-info", "0"), 1);
+  t = read_file("trace");
+  EXPECT_NE(t.find("#           TASK-PID       TGID    CPU#     TIMESTAMP  FUNCTION\n"
+                   "#              | |           |       |         |         |\n"),
+            std::string::npos);
+  ASSERT_EQ(write("options/irq-info", "1"), 1);
+  ASSERT_EQ(write("options/record-tgid", "0"), 1);
+
+  // context-info: the event alone.
+  ASSERT_EQ(write("options/context-info", "0"), 1);
+  t = read_file("trace");
+  EXPECT_EQ(t, "# tracer: nop\n#\n" + lines[0].substr(lines[0].find(": add: ") + 2) + "\n" +
+                   lines[1].substr(lines[1].find(": add: ") + 2) + "\n");
+  // trace_pipe prints the same way.
+  EXPECT_EQ(drain_text("trace_pipe"), t.substr(16));
+  ASSERT_EQ(write("options/context-info", "1"), 1);
+
+  for (const char* bad : {"2", "", "x", "0x1", " 1"})
+    EXPECT_EQ(write("options/irq-info", bad), -EINVAL) << bad;
+  EXPECT_EQ(write("options/irq-info", "01"), 2);
+  EXPECT_EQ(write("options/irq-info", "+1"), 2);
+  EXPECT_EQ(read_file("options/irq-info"), "1\n");
+}
+
+TEST_F(TraceFilesTest, LostRecordsPrintTheKernelsLostLine) {
+  ASSERT_EQ(write("buffer_size_kb", "4"), 1);
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2000);
+  const size_t kept = body(drain_text("trace_pipe")).size();
+  ASSERT_GT(kept, 0u);
+  ASSERT_LT(kept, 2000u);
+  // The next record carries the count of those dropped before it.
+  call(1);
+  const std::string header = header_line(read_file("trace"));
+  EXPECT_EQ(header, "# entries-in-buffer/entries-written: 1/" + std::to_string(2001 - kept) +
+                        "   #P:" + std::to_string(fs_->cpus()));
+  const std::vector<std::string> lines = split_lines(drain_text("trace_pipe"));
+  ASSERT_EQ(lines.size(), 2u);
+  AddLine v;
+  ASSERT_TRUE(parse_add(lines[1], &v)) << lines[1];
+  EXPECT_EQ(v.a, 0u);
+  EXPECT_EQ(lines[0], "CPU:" + std::to_string(v.cpu) + " [LOST " + std::to_string(2000 - kept) +
+                          " EVENTS]");
+  const std::string stats =
+      read_file("per_cpu/cpu" + std::to_string(v.cpu) + "/stats");
+  EXPECT_NE(stats.find("dropped events: " + std::to_string(2000 - kept) + "\n"),
+            std::string::npos)
+      << stats;
+}
+
+TEST_F(TraceFilesTest, TheGateDecidesEachRecordOnceInOrder) {
+  const uint16_t id = define_add();
+  std::vector<uint64_t> seen;
+  uint64_t last_ts = 0;
+  bool in_order = true;
+  fs_->events().set_gate([&](const EventView& ev, const tracee::TraceRecord& r) {
+    uint64_t a = 0;
+    if (r.len >= 24) memcpy(&a, r.data + 16, 8);
+    EXPECT_EQ(ev.id, id);
+    seen.push_back(a);
+    if (r.ts_ns < last_ts) in_order = false;
+    last_ts = r.ts_ns;
+    return a % 2 == 0;
+  });
+  ASSERT_TRUE(launch());
+  call(6);
+  const std::vector<std::string> shown = body(read_file("trace"));
+  ASSERT_EQ(shown.size(), 3u);
+  for (size_t i = 0; i < shown.size(); ++i) {
+    AddLine v;
+    ASSERT_TRUE(parse_add(shown[i], &v));
+    EXPECT_EQ(v.a, 2 * i);
+  }
+  EXPECT_EQ(body(read_file("trace")), shown);
+  size_t per_cpu = 0;
+  for (int cpu = 0; cpu < fs_->cpus(); ++cpu)
+    per_cpu += body(read_file("per_cpu/cpu" + std::to_string(cpu) + "/trace")).size();
+  EXPECT_EQ(per_cpu, 3u);
+  EXPECT_EQ(seen.size(), 6u);  // however often `trace` is read
+  EXPECT_EQ(drain_text("trace_pipe"), join(shown));
+  EXPECT_EQ(seen.size(), 6u);
+  call(4);
+  EXPECT_EQ(body(drain_text("trace_pipe")).size(), 2u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3}));
+  EXPECT_TRUE(in_order);
+
+  // Records of an event that is gone are not shown, nor offered to the gate.
+  call(3);
+  fs_->events().unpublish(id);
+  EXPECT_TRUE(body(read_file("trace")).empty());
+  EXPECT_TRUE(drain("trace_pipe").empty());
+  EXPECT_EQ(seen.size(), 10u);
+  fs_->events().set_gate(nullptr);
+}
+
+// A traceoff trigger turns tracing off from inside the gate, while a reader holds the
+// reader lock; the poll wake that follows asks readable(), as the FUSE server does.
+TEST_F(TraceFilesTest, TheGateMayTurnTracingOffUnderAReader) {
+  define_add();
+  struct Poller {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unique_ptr<Handle> handle;
+    int asked = 0;
+  };
+  auto poller = std::make_shared<Poller>();
+  poller->handle = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  fs_->tree().walk("trace_pipe")->file()->set_wakeup([poller] {
+    std::lock_guard l(poller->mu);
+    if (poller->handle) poller->handle->readable();
+    ++poller->asked;
+    poller->cv.notify_all();
+  });
+  Tracefs* fs = fs_.get();
+  fs_->events().set_gate([fs](const EventView&, const tracee::TraceRecord& r) {
+    uint64_t a = 0;
+    if (r.len >= 24) memcpy(&a, r.data + 16, 8);
+    if (a == 1) fs->set_tracing_on(false);
+    return true;
+  });
+  ASSERT_TRUE(launch());
+  call(3);
+  auto h = open("trace_pipe", O_RDONLY);
+  auto read = std::async(std::launch::async, [&] {
+    Request rq;
+    rq.flags = O_RDONLY;
+    std::string all, part;
+    while (h->read(rq, 0, 4096, &part) == 0 && !part.empty()) all += part;
+    return all;
+  });
+  ASSERT_EQ(read.wait_for(kBound), std::future_status::ready);
+  EXPECT_EQ(body(read.get()).size(), 3u);  // then the EOF rule: tracing is off
+  EXPECT_FALSE(fs_->tracing_on());
+  {
+    std::unique_lock l(poller->mu);
+    EXPECT_TRUE(poller->cv.wait_for(l, kBound, [&] { return poller->asked > 0; }));
+    poller->handle.reset();
+  }
+  fs_->events().set_gate(nullptr);
+}
+
+TEST_F(TraceFilesTest, TraceStreamsALargeBufferInChunks) {
+  ASSERT_EQ(write("buffer_size_kb", "16384"), 5);
+  define_add();
+  ASSERT_TRUE(launch());
+  constexpr long kCalls = 150000;  // about 7 MiB of records: more than one chunk
+  call(kCalls);
+  const std::string text = read_file("trace", 128 << 10);
+  EXPECT_EQ(header_line(text), "# entries-in-buffer/entries-written: " +
+                                   std::to_string(kCalls) + "/" + std::to_string(kCalls) +
+                                   "   #P:" + std::to_string(fs_->cpus()));
+  const std::vector<std::string> lines = body(text);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kCalls));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    AddLine v;
+    ASSERT_TRUE(parse_add(lines[i], &v)) << lines[i];
+    ASSERT_EQ(v.a, i);
+  }
+  EXPECT_EQ(drain_text("trace_pipe"), join(lines));
+}
+
+TEST_F(TraceFilesTest, SavedCmdlinesNamesTheThreadsSeen) {
+  EXPECT_EQ(read_file("saved_cmdlines_size"), "6552\n");
+  define_add();
+  ASSERT_TRUE(launch());
+  call(1);
+  EXPECT_NE(read_file("saved_cmdlines").find(std::to_string(pid_) + " " + kComm + "\n"),
+            std::string::npos);
+  EXPECT_EQ(write("saved_cmdlines_size", "0"), -EINVAL);
+  EXPECT_EQ(write("saved_cmdlines_size", "40000"), -EINVAL);
+  EXPECT_EQ(write("saved_cmdlines_size", "10\n"), 3);
+  EXPECT_EQ(read_file("saved_cmdlines_size"), "10\n");
+}
+
+}  // namespace
+}  // namespace probefs::fs
