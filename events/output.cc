@@ -13,6 +13,7 @@ struct Out {
   char* p;
   void put(char c) { *p++ = c; }
   void put(std::string_view s) {
+    if (s.empty()) return;  // an empty view may have no data at all
     std::memcpy(p, s.data(), s.size());
     p += s.size();
   }

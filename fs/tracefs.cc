@@ -74,13 +74,16 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
 Tracefs::~Tracefs() {
   shutdown();
   dynamic_->clear_all();
+  // The definitions go first: their triggers may still call into the trace files.
+  dynamic_.reset();
+  trace_.reset();
 }
 
 bool Tracefs::tracing_on() const { return tracer_.tracing_on(); }
 
 void Tracefs::set_tracing_on(bool on) {
   (void)tracer_.set_tracing_on(on);
-  trace_->wake_readers();
+  if (trace_) trace_->wake_readers();
 }
 
 void Tracefs::shutdown() {
