@@ -36,7 +36,8 @@ class DynamicEvents {
   void log_error(const events::Diagnostic& d);
 
   // Waits until every tracing_on change that a traceon or traceoff trigger made has
-  // reached Tracefs::set_tracing_on (the gate makes them from a thread of its own).
+  // reached Tracefs::set_tracing_on (the gate makes them from a thread of its own); and
+  // when tracing_on is on again after a traceoff, shows records again from now on.
   void sync_triggers();
 
   struct Impl;  // fs/dynamic_events_impl.h

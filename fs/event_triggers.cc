@@ -334,8 +334,11 @@ void TriggerGate::request_tracing(bool on) {
 }
 
 void TriggerGate::sync() {
-  std::unique_lock w(work_mu_);
-  done_cv_.wait(w, [&] { return stop_ || (!pending_ && !applying_); });
+  {
+    std::unique_lock w(work_mu_);
+    done_cv_.wait(w, [&] { return stop_ || (!pending_ && !applying_); });
+  }
+  poll_user_on();
 }
 
 void TriggerGate::stop() {

@@ -127,7 +127,8 @@ class TriggerGate {
   // The EventTable gate: whether the record is shown; fires the event's triggers.
   bool admit(const EventView& view, const tracee::TraceRecord& rec);
 
-  // Waits until every tracing_on change the triggers asked for has been made.
+  // Waits until every tracing_on change the triggers asked for has been made, then
+  // looks at tracing_on at once (rather than at the thread's next look).
   void sync();
   // Stops the gate's thread (the mount is going away): changes asked for later are
   // dropped.
