@@ -355,11 +355,8 @@ void TriggerGate::stop() {
 void TriggerGate::worker() {
   std::unique_lock w(work_mu_);
   for (;;) {
-    bool off;
-    {
-      std::lock_guard l(mu_);
-      off = tracing_off_;
-    }
+    // Never mu_ here: admit() holds mu_ when it takes work_mu_.
+    const bool off = tracing_off_.load(std::memory_order_relaxed);
     // While a traceoff holds, look now and then whether tracing_on was set again by hand.
     if (off) work_cv_.wait_for(w, milliseconds(20), [&] { return stop_ || pending_; });
     else work_cv_.wait(w, [&] { return stop_ || pending_; });

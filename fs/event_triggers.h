@@ -150,13 +150,16 @@ class TriggerGate {
   std::vector<EventPtr> by_id_;  // index: id - kFirstEventId
   size_t trigger_count_ = 0;
   size_t soft_disabled_count_ = 0;
-  bool tracing_off_ = false;     // a traceoff fired: later records are hidden
+  // A traceoff fired: later records are hidden. Written under mu_; the gate's thread
+  // reads it without.
+  std::atomic<bool> tracing_off_{false};
   uint64_t off_generation_ = 0;  // counts the traceoffs that fired
   // True while nothing above can hide a record or fire a trigger: admit() then returns
   // at once, without the lock.
   std::atomic<bool> quiet_{true};
 
-  // ---- guarded by work_mu_: the tracing_on changes for the gate's thread ----
+  // ---- guarded by work_mu_ (taken after mu_, never before): the tracing_on changes for
+  // the gate's thread ----
   std::mutex work_mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
