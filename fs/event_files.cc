@@ -39,7 +39,9 @@ constexpr std::string_view kGroupFilterBanner =
     "# Only events with the given fields will be affected.\n"
     "# If no events are modified, an error message will be displayed here\n";
 
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
