@@ -22,15 +22,12 @@
 
 #include "fs/tracefs.h"
 #include "fs/vfs.h"
-#include "tests/tracee/traced_prog_driver.h"
+#include "tests/fs/dynamic_events_test_prog.h"
 #include "tracee/probe_places.h"
 #include "tracee/tracer.h"
 
 namespace probefs::fs {
 namespace {
-
-using tracee::testing::KillGuard;
-using tracee::testing::ProgPipes;
 
 const std::string kProg = PROBEFS_TRACED_PROG;
 const std::string kProgDir = kProg.substr(0, kProg.rfind('/'));
@@ -1042,29 +1039,13 @@ TEST_F(DynamicEventsTest, SoftModeStates) {
 
 // ---- real programs: hits, records, triggers ------------------------------------------
 
-// A launched traced_prog with its pipes, killed at the end whatever happens.
-struct Program {
-  ProgPipes pipes;
-  KillGuard guard;
-  pid_t pid = 0;
-
+// A launched traced_prog, killed at the end whatever happens.
+struct Program : testing::TracedProgram {
   bool start(tracee::Tracer& t) {
-    tracee::Tracer::LaunchSpec s;
-    s.argv = {kProg};
-    s.stdin_fd = pipes.child_stdin();
-    s.stdout_fd = pipes.child_stdout();
     std::string err;
-    int rc = t.launch(s, &pid, &err);
-    EXPECT_EQ(rc, 0) << err;
-    if (rc != 0) return false;
-    guard.set(pid);
-    pipes.parent_side();
-    return pipes.line() == "ready";
-  }
-  // traced_add(i, 2*i) for i in [0, n): the program checks every result itself.
-  bool call(long n) {
-    return pipes.ask("call " + std::to_string(n)) ==
-           "ok " + std::to_string(3 * (n * (n - 1) / 2));
+    bool ok = TracedProgram::start(t, kProg, &err);
+    EXPECT_TRUE(ok) << err;
+    return ok;
   }
 };
 
@@ -1137,7 +1118,7 @@ TEST_F(DynamicEventsTest, ProfilesCountRealHits) {
   Program p;
   ASSERT_TRUE(p.start(*tracer_));
   ASSERT_TRUE(p.call(100));
-  ASSERT_EQ(p.pipes.ask("str 7"), "ok " + std::to_string(7 * 6 + 21));
+  ASSERT_EQ(p.ask("str 7"), "ok " + std::to_string(7 * 6 + 21));
   std::string expected;
   events::format_profile_line(expected, b, "add", 100);
   events::format_profile_line(expected, b, "off", 0);
