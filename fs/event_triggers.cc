@@ -1,6 +1,7 @@
 #include "fs/event_triggers.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "events/kstrto.h"

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -89,8 +90,8 @@ std::string log_entry(std::string_view subsystem, std::string_view message,
 class LinkDir {
  public:
   LinkDir() {
-    char tmpl[] = "/tmp/probefs-dyn-XXXXXX";
-    if (mkdtemp(tmpl)) dir_ = tmpl;
+    std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-dyn-XXXXXX").string();
+    if (mkdtemp(tmpl.data())) dir_ = tmpl;
   }
   ~LinkDir() {
     for (const std::string& n : names_) unlink((dir_ + "/" + n).c_str());
