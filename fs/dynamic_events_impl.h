@@ -1,0 +1,114 @@
+// The state behind DynamicEvents (fs/dynamic_events.h), shared by its two halves:
+// fs/dynamic_events.cc (the definition files, profiles, error_log, the events' life) and
+// fs/event_files.cc (events/ and what shows or steers the events: enable, filter, trigger,
+// format, id, available_events, set_event). Not for other users.
+//
+// Threads: `mu` guards every probe and event and the tree nodes of events/. Calls into the
+// tracer are made with `mu` held (the tracer has its own lock, and never calls back into
+// fs with it held). The gate (fs/event_triggers.h) has its own lock, taken after `mu`,
+// never before it; the trace readers reach only the gate, never `mu`.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "events/compile.h"
+#include "events/definition.h"
+#include "events/errors.h"
+#include "events/filter.h"
+#include "fs/dynamic_events.h"
+#include "fs/error_log.h"
+#include "fs/event_triggers.h"
+#include "fs/tracefs.h"
+#include "fs/vfs.h"
+#include "tracee/tracer.h"
+
+namespace probefs::fs {
+
+// Which definition file: its syntax, its removals and its truncation.
+enum class DefinitionFile : uint8_t { kKprobe, kUprobe, kDynamic };
+
+struct DynEvent;
+
+// One line of a definition file: one probe in the tracer.
+struct DynProbe {
+  events::ProbeDefinition def;  // as written: read back, profiles, removal
+  tracee::ProbeId id = 0;
+  DynEvent* event = nullptr;
+};
+
+// One event (GROUP/NAME) and its probes.
+struct DynEvent {
+  std::string group;
+  std::string name;
+  events::ProbeSyntax syntax = events::ProbeSyntax::kUprobe;
+  uint16_t id = 0;
+  events::CompiledEvent compiled;  // the first probe's: the fields, the format file
+  std::vector<DynProbe*> probes;   // definition order
+  // Its probes are enabled in the tracer: by `enable`, or by soft mode (the kernel's
+  // EVENT_FILE_FL_ENABLED).
+  bool registered = false;
+  int soft_refs = 0;  // enable_event / disable_event triggers that target it
+  std::shared_ptr<const events::CompiledFilter> filter;
+  std::string filter_text = "none\n";  // what its filter file reads
+  TriggerGate::EventPtr gate;
+  bool removed = false;  // files still open on a removed event find this
+};
+
+struct DynamicEvents::Impl {
+  explicit Impl(Tracefs& f);
+
+  Tracefs& fs;
+  tracee::Tracer& tracer;
+  Tree& tree;
+  ErrorLog error_log;
+  TriggerGate gate;
+
+  std::mutex mu;
+  std::vector<std::unique_ptr<DynProbe>> probes;  // definition order
+  std::vector<std::shared_ptr<DynEvent>> events;  // creation order
+  NodePtr events_dir;
+
+  // ---- fs/dynamic_events.cc: the definition files and the events' life ----
+  void add_root_files();
+  std::string read_back(DefinitionFile which);
+  int64_t write_definitions(DefinitionFile which, const Request& rq, std::string_view data);
+  int truncate_definitions(DefinitionFile which);
+  int define(const events::ProbeDefinition& def, pid_t writer);
+  int remove(DefinitionFile which, const events::RemovalRequest& req);
+  int remove_probe(DynProbe* p);
+  void destroy_event(DynEvent* ev);
+  std::string uprobe_profile();
+  std::string kprobe_profile();
+  void clear_all();
+  DynEvent* find_event(std::string_view group, std::string_view name);
+  DynEvent* event_of(const TriggerGate::Event* gate_event);
+
+  // ---- fs/event_files.cc: events/ and the files that show or steer the events ----
+  void add_events_dir();
+  // The event's directory and files (its group's directory with its first event); false
+  // when a name is taken by something else in the tree.
+  bool names_free(std::string_view group, std::string_view name);
+  void add_event_nodes(const std::shared_ptr<DynEvent>& ev);
+  void remove_event_nodes(const DynEvent& ev);
+  int register_event(DynEvent& ev);
+  void unregister_event(DynEvent& ev);
+  int set_enable(DynEvent& ev, bool on);
+  int soft_on(DynEvent& ev);
+  void soft_off(DynEvent& ev);
+  std::string enable_text(const DynEvent& ev);
+  int64_t write_filter(DynEvent& ev, std::string_view data);
+  int64_t write_group_filter(const std::string& group, std::string_view data);
+  int64_t write_trigger(DynEvent& ev, std::string_view data);
+  std::string available_events();
+  std::string set_event_text();
+  int64_t write_set_event(std::string_view data);
+  int clear_set_event();
+};
+
+}  // namespace probefs::fs

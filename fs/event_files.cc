@@ -1,0 +1,436 @@
+// events/ and the files that show or steer the dynamic events: per event enable, filter,
+// trigger, format and id; per group enable and filter; events/enable, header_page and
+// header_event; available_events and set_event.
+#include <cerrno>
+#include <optional>
+#include <string>
+
+#include "events/kstrto.h"
+#include "fs/dynamic_events_impl.h"
+
+namespace probefs::fs {
+namespace {
+
+// The kernel reads these files' writes into a page at most.
+constexpr size_t kMaxWrite = 4096;
+
+// What the kernel's events/header_page and events/header_event read (its ring buffer's
+// page and entry headers; probefs records have no such headers, tools read these to
+// parse the kernel's raw buffers, which probefs does not offer).
+constexpr std::string_view kHeaderPage =
+    "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+    "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+    "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+    "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;\n";
+constexpr std::string_view kHeaderEvent =
+    "# compressed entry header\n"
+    "\ttype_len    :    5 bits\n"
+    "\ttime_delta  :   27 bits\n"
+    "\tarray       :   32 bits\n"
+    "\n"
+    "\tpadding     : type == 29\n"
+    "\ttime_extend : type == 30\n"
+    "\ttime_stamp : type == 31\n"
+    "\tdata max type_len  == 28\n";
+
+constexpr std::string_view kGroupFilterBanner =
+    "### global filter ###\n"
+    "# Use this to set filters for multiple events.\n"
+    "# Only events with the given fields will be affected.\n"
+    "# If no events are modified, an error message will be displayed here\n";
+
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// An enable file's value: kstrtoul in base 10 (one trailing newline, nothing else), 0 or 1.
+bool parse_enable(std::string_view data, bool* on) {
+  uint64_t v;
+  if (!events::kstrtoull(data, 10, &v) || v > 1) return false;
+  *on = v == 1;
+  return true;
+}
+
+int64_t done(std::string_view data) { return static_cast<int64_t>(data.size()); }
+
+// A group's (or, for no group, every event's) enable: "0", "1", "X" when mixed, and the
+// kernel's "?" when there is no event at all.
+std::string aggregate_enable(const std::vector<std::shared_ptr<DynEvent>>& events,
+                             std::optional<std::string_view> group) {
+  int set = 0;
+  for (const auto& ev : events)
+    if (!group || ev->group == *group) set |= 1 << (ev->registered ? 1 : 0);
+  return std::string(1, "?01X"[set]) + "\n";
+}
+
+}  // namespace
+
+// ---- the tree ----------------------------------------------------------------------------
+
+void DynamicEvents::Impl::add_events_dir() {
+  events_dir = tree.mkdir(tree.root(), "events", kModeDir);
+  tree.add_file(events_dir, "enable", kModeReadWrite,
+                make_text_file(
+                    [this] {
+                      std::lock_guard l(mu);
+                      return aggregate_enable(events, {});
+                    },
+                    [this](const Request&, std::string_view data) -> int64_t {
+                      bool on;
+                      if (!parse_enable(data, &on)) return -EINVAL;
+                      std::lock_guard l(mu);
+                      if (events.empty()) return -EINVAL;
+                      int first = 0;
+                      for (const auto& ev : events)
+                        if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
+                      return first != 0 ? first : done(data);
+                    }));
+  tree.add_file(events_dir, "header_page", kModeRead,
+                make_text_file([] { return std::string(kHeaderPage); }));
+  tree.add_file(events_dir, "header_event", kModeRead,
+                make_text_file([] { return std::string(kHeaderEvent); }));
+}
+
+bool DynamicEvents::Impl::names_free(std::string_view group, std::string_view name) {
+  NodePtr gdir = tree.lookup(events_dir, group);
+  if (!gdir) return group != "." && group != "..";
+  return gdir->is_dir() && !tree.lookup(gdir, name);
+}
+
+void DynamicEvents::Impl::add_event_nodes(const std::shared_ptr<DynEvent>& ev) {
+  NodePtr gdir = tree.lookup(events_dir, ev->group);
+  if (!gdir) {
+    // A group's directory: filter, enable, then its events oldest first.
+    gdir = tree.mkdir(events_dir, ev->group, kModeDir);
+    const std::string group = ev->group;
+    tree.add_file(gdir, "filter", kModeReadWrite,
+                  make_text_file([] { return std::string(kGroupFilterBanner); },
+                                 [this, group](const Request&, std::string_view data) {
+                                   return write_group_filter(group, data);
+                                 }));
+    tree.add_file(
+        gdir, "enable", kModeReadWrite,
+        make_text_file(
+            [this, group] {
+              std::lock_guard l(mu);
+              return aggregate_enable(events, group);
+            },
+            [this, group](const Request&, std::string_view data) -> int64_t {
+              bool on;
+              if (!parse_enable(data, &on)) return -EINVAL;
+              std::lock_guard l(mu);
+              bool any = false;
+              int first = 0;
+              for (const auto& e : events) {
+                if (e->group != group) continue;
+                any = true;
+                if (int err = set_enable(*e, on); err != 0 && first == 0) first = err;
+              }
+              if (!any) return -EINVAL;
+              return first != 0 ? first : done(data);
+            }));
+  }
+  NodePtr edir = tree.mkdir(gdir, ev->name, kModeDir);
+  tree.add_file(edir, "enable", kModeReadWrite,
+                make_text_file(
+                    [this, ev] {
+                      std::lock_guard l(mu);
+                      return ev->removed ? std::string() : enable_text(*ev);
+                    },
+                    [this, ev](const Request&, std::string_view data) -> int64_t {
+                      bool on;
+                      if (!parse_enable(data, &on)) return -EINVAL;
+                      std::lock_guard l(mu);
+                      if (ev->removed) return -ENODEV;
+                      int err = set_enable(*ev, on);
+                      return err != 0 ? err : done(data);
+                    }));
+  tree.add_file(edir, "filter", kModeReadWrite,
+                make_text_file(
+                    [this, ev] {
+                      std::lock_guard l(mu);
+                      return ev->removed ? std::string() : ev->filter_text;
+                    },
+                    [this, ev](const Request&, std::string_view data) {
+                      return write_filter(*ev, data);
+                    }));
+  tree.add_file(edir, "trigger", kModeReadWrite,
+                make_text_file(
+                    [this, ev] {
+                      std::lock_guard l(mu);
+                      return ev->removed ? std::string() : gate.show(*ev->gate);
+                    },
+                    [this, ev](const Request&, std::string_view data) {
+                      return write_trigger(*ev, data);
+                    }));
+  tree.add_file(edir, "format", kModeRead, make_text_file([ev] {
+                  return events::format_file(ev->compiled, ev->id);
+                }));
+  tree.add_file(edir, "id", kModeRead,
+                make_text_file([ev] { return std::to_string(ev->id) + "\n"; }));
+}
+
+void DynamicEvents::Impl::remove_event_nodes(const DynEvent& ev) {
+  NodePtr gdir = tree.lookup(events_dir, ev.group);
+  if (!gdir) return;
+  tree.remove(gdir, ev.name);
+  for (const NodePtr& c : tree.children(gdir))
+    if (c->is_dir()) return;
+  tree.remove(events_dir, ev.group);
+}
+
+// ---- enable ----------------------------------------------------------------------------------
+
+int DynamicEvents::Impl::register_event(DynEvent& ev) {
+  for (size_t i = 0; i < ev.probes.size(); ++i) {
+    if (int err = tracer.enable_probe(ev.probes[i]->id); err != 0) {
+      for (size_t j = 0; j < i; ++j) (void)tracer.disable_probe(ev.probes[j]->id);
+      return err;
+    }
+  }
+  ev.registered = true;
+  return 0;
+}
+
+void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
+  for (DynProbe* p : ev.probes) (void)tracer.disable_probe(p->id);
+  ev.registered = false;
+}
+
+// The enable file, set_event and the group and top-level enables. In soft mode (an
+// enable_event/disable_event trigger targets the event) the probes stay enabled and only
+// the soft-disabled state follows, as in the kernel.
+int DynamicEvents::Impl::set_enable(DynEvent& ev, bool on) {
+  if (on) {
+    gate.set_soft_disabled(*ev.gate, false);
+    return ev.registered ? 0 : register_event(ev);
+  }
+  if (ev.soft_refs > 0) {
+    gate.set_soft_disabled(*ev.gate, true);
+    return 0;
+  }
+  if (ev.registered) unregister_event(ev);
+  gate.set_soft_disabled(*ev.gate, false);
+  return 0;
+}
+
+// A trigger now targets `ev`: its probes run (records flow), and an event that was off
+// stays off to the reader (soft-disabled) until a trigger or a write enables it.
+int DynamicEvents::Impl::soft_on(DynEvent& ev) {
+  if (ev.soft_refs++ > 0) return 0;
+  if (ev.registered) return 0;
+  gate.set_soft_disabled(*ev.gate, true);
+  if (int err = register_event(ev); err != 0) {
+    gate.set_soft_disabled(*ev.gate, false);
+    --ev.soft_refs;
+    return err;
+  }
+  return 0;
+}
+
+// The last trigger that targets `ev` is gone: it leaves soft mode, enabled if it was
+// soft-enabled, else off.
+void DynamicEvents::Impl::soft_off(DynEvent& ev) {
+  if (ev.soft_refs == 0 || --ev.soft_refs > 0) return;
+  if (gate.soft_disabled(*ev.gate) && ev.registered) unregister_event(ev);
+  gate.set_soft_disabled(*ev.gate, false);
+}
+
+// "0" or "1", with '*' in soft mode: "0*" soft-disabled, "1*" soft-enabled.
+std::string DynamicEvents::Impl::enable_text(const DynEvent& ev) {
+  bool soft_disabled = gate.soft_disabled(*ev.gate);
+  std::string s = ev.registered && !soft_disabled ? "1" : "0";
+  if (ev.soft_refs > 0 || soft_disabled) s += "*";
+  return s + "\n";
+}
+
+// ---- filters -----------------------------------------------------------------------------------
+
+namespace {
+
+int set_probe_filters(tracee::Tracer& tracer, DynEvent& ev,
+                      std::shared_ptr<const events::CompiledFilter> f, std::string text) {
+  ev.filter = f;
+  ev.filter_text = std::move(text);
+  int first = 0;
+  for (DynProbe* p : ev.probes)
+    if (int err = tracer.set_filter(p->id, f); err != 0 && first == 0) first = err;
+  return first;
+}
+
+}  // namespace
+
+// `0` clears; a filter that does not compile leaves the event unfiltered, its text and
+// the error in the file, and an entry in error_log.
+int64_t DynamicEvents::Impl::write_filter(DynEvent& ev, std::string_view data) {
+  if (data.size() >= kMaxWrite) return -EINVAL;
+  std::lock_guard l(mu);
+  if (ev.removed) return -ENODEV;
+  if (trim(data) == "0") {
+    int err = set_probe_filters(tracer, ev, nullptr, "none\n");
+    return err != 0 ? err : done(data);
+  }
+  events::CompiledFilter f;
+  events::Diagnostic d;
+  if (!events::compile_filter(data, ev.compiled, &f, &d)) {
+    (void)set_probe_filters(tracer, ev, nullptr, events::filter_error_text(d));
+    error_log.add(d);
+    return -(d.err ? d.err : EINVAL);
+  }
+  auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
+  std::string text = shared->text + "\n";
+  int err = set_probe_filters(tracer, ev, std::move(shared), std::move(text));
+  return err != 0 ? err : done(data);
+}
+
+// A group filter goes to every event of the group that has its fields; the others get
+// the kernel's subsystem error (in their filter file and in error_log) and no filter.
+// The write itself succeeds either way, as the kernel's does.
+int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
+                                                std::string_view data) {
+  if (data.size() >= kMaxWrite) return -EINVAL;
+  std::lock_guard l(mu);
+  const bool clear = trim(data) == "0";
+  for (const auto& ev : events) {
+    if (ev->group != group) continue;
+    if (clear) {
+      (void)set_probe_filters(tracer, *ev, nullptr, "none\n");
+      continue;
+    }
+    events::CompiledFilter f;
+    events::Diagnostic d;
+    if (events::compile_filter(data, ev->compiled, &f, &d)) {
+      auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
+      std::string text = shared->text + "\n";
+      (void)set_probe_filters(tracer, *ev, std::move(shared), std::move(text));
+    } else {
+      events::Diagnostic sub = events::subsystem_filter_error(data);
+      (void)set_probe_filters(tracer, *ev, nullptr, events::filter_error_text(sub));
+      error_log.add(sub);
+    }
+  }
+  return done(data);
+}
+
+// ---- triggers ----------------------------------------------------------------------------------
+
+int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) {
+  if (data.size() >= kMaxWrite) return -EINVAL;
+  TriggerCommand c;
+  if (parse_trigger(data, &c) != 0) return -EINVAL;
+  std::lock_guard l(mu);
+  if (ev.removed) return -ENODEV;
+  DynEvent* target = nullptr;
+  if (c.kind == TriggerKind::kEnableEvent || c.kind == TriggerKind::kDisableEvent) {
+    target = find_event(c.system, c.event);
+    if (!target) return -EINVAL;
+  }
+  const TriggerGate::Event* target_gate = target ? target->gate.get() : nullptr;
+  if (c.remove) {
+    TriggerGate::EventPtr gone;
+    if (gate.remove(*ev.gate, c.kind, target_gate, &gone) && gone)
+      if (DynEvent* t = event_of(gone.get())) soft_off(*t);
+    return done(data);
+  }
+  std::shared_ptr<const events::CompiledFilter> filter;
+  if (c.has_filter) {
+    events::CompiledFilter f;
+    events::Diagnostic d;
+    if (!events::compile_filter(c.filter, ev.compiled, &f, &d)) {
+      error_log.add(d);
+      return -(d.err ? d.err : EINVAL);
+    }
+    filter = std::make_shared<const events::CompiledFilter>(std::move(f));
+  }
+  if (gate.taken(*ev.gate, c.kind, target_gate)) return -EEXIST;
+  if (target)
+    if (int err = soft_on(*target); err != 0) return err;
+  TriggerGate::Trigger t;
+  t.kind = c.kind;
+  t.count = c.count;
+  t.has_filter = c.has_filter;
+  t.filter_text = c.filter;
+  t.filter = std::move(filter);
+  if (target) {
+    t.target = target->gate;
+    t.target_name = c.system + ":" + c.event;
+  }
+  gate.add(*ev.gate, std::move(t));
+  return done(data);
+}
+
+// ---- available_events and set_event ----------------------------------------------------------
+
+// "GROUP:EVENT" lines, the newest event first (the kernel puts a new dynamic event at the
+// top).
+std::string DynamicEvents::Impl::available_events() {
+  std::lock_guard l(mu);
+  std::string out;
+  for (auto it = events.rbegin(); it != events.rend(); ++it)
+    out += (*it)->group + ":" + (*it)->name + "\n";
+  return out;
+}
+
+// The enabled events (soft mode included, as the kernel counts them), in the same order.
+std::string DynamicEvents::Impl::set_event_text() {
+  std::lock_guard l(mu);
+  std::string out;
+  for (auto it = events.rbegin(); it != events.rend(); ++it)
+    if ((*it)->registered) out += (*it)->group + ":" + (*it)->name + "\n";
+  return out;
+}
+
+// One word per write() (the caller writes the rest again): `[!]GROUP:EVENT`, `[!]EVENT`
+// or `[!]GROUP` (a word alone matches an event or a group name), `GROUP:*`, `*:EVENT`,
+// `*:*`; an empty or `*` part matches all. EINVAL when nothing matches.
+int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
+  size_t i = 0;
+  while (i < data.size() && is_blank(data[i])) ++i;
+  if (i == data.size()) return done(data);
+  size_t start = i;
+  while (i < data.size() && !is_blank(data[i])) ++i;
+  std::string_view word = data.substr(start, i - start);
+  const int64_t consumed = static_cast<int64_t>(i < data.size() ? i + 1 : i);
+  // The kernel's parser holds a word of 127 bytes at most.
+  if (word.size() > 127) return -EINVAL;
+  const bool on = word[0] != '!';
+  if (!on) word.remove_prefix(1);
+
+  std::optional<std::string_view> match, group, name;
+  size_t colon = word.find(':');
+  if (colon == std::string_view::npos) {
+    match = word;
+  } else {
+    group = word.substr(0, colon);
+    name = word.substr(colon + 1);
+    if (group->empty() || *group == "*") group.reset();
+    if (name->empty() || *name == "*") name.reset();
+  }
+  std::lock_guard l(mu);
+  bool any = false;
+  int first = 0;
+  for (const auto& ev : events) {
+    if (match && *match != ev->name && *match != ev->group) continue;
+    if (group && *group != ev->group) continue;
+    if (name && *name != ev->name) continue;
+    any = true;
+    if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
+  }
+  if (!any) return -EINVAL;
+  return first != 0 ? first : consumed;
+}
+
+// set_event opened with O_TRUNC: every event off.
+int DynamicEvents::Impl::clear_set_event() {
+  std::lock_guard l(mu);
+  for (const auto& ev : events) (void)set_enable(*ev, false);
+  return 0;
+}
+
+}  // namespace probefs::fs
