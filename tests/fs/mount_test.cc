@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <fstream>
+
 #include "tests/fs/mount_fixture.h"
-#include "tests/tracee/traced_prog_driver.h"
 
 namespace probefs::fs {
 namespace {
@@ -33,42 +35,75 @@ mode_t mode_of(const std::string& path) {
   return st.st_mode;
 }
 
-// A traced program started by the test (not by probefs), ended and reaped at the end.
+// tests/tracee/traced_prog.c started by the test (not by probefs) with its stdin and
+// stdout on pipes; ended and reaped at the end whatever the test did.
 class Program {
  public:
   Program() {
-    pipes_.ok();
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
-      dup2(pipes_.child_stdin(), 0);
-      dup2(pipes_.child_stdout(), 1);
+      dup2(in[0], 0);
+      dup2(out[1], 1);
       execl(PROBEFS_TRACED_PROG, PROBEFS_TRACED_PROG, nullptr);
       _exit(127);
     }
-    pipes_.parent_side();
-    ready_ = pipes_.line() == "ready";
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+    ready_ = line() == "ready";
   }
-  bool ready() const { return ready_; }
   ~Program() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       testing::wait_child(pid_, 10000);
     }
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
   }
+  bool ready() const { return ready_; }
   pid_t pid() const { return pid_; }
-  std::string ask(const std::string& cmd) { return pipes_.ask(cmd); }
+  // One command line in, one answer line out ("" after 30 s or at EOF).
+  std::string ask(const std::string& cmd) {
+    std::string l = cmd + "\n";
+    if (write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "";
+    return line();
+  }
   // Quits and returns the wait status.
   int quit() {
-    pipes_.send("quit");
+    (void)!write(to_, "quit\n", 5);
     int st = testing::wait_child(pid_, 20000);
     pid_ = -1;
     return st;
   }
 
  private:
-  tracee::testing::ProgPipes pipes_;
+  std::string line() {
+    const auto deadline = testing::Clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string l = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return l;
+      }
+      int left = testing::ms_left(deadline);
+      if (left == 0) return "";
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, left) <= 0) continue;
+      char b[4096];
+      ssize_t n = read(from_, b, sizeof b);
+      if (n <= 0) return "";
+      buf_.append(b, static_cast<size_t>(n));
+    }
+  }
+
   pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
   bool ready_ = false;
+  std::string buf_;
 };
 
 TEST(ProbefsCommand, MountsWithTheKernelsModesAndUnmountsCleanly) {
@@ -187,6 +222,82 @@ TEST(ProbefsCommand, UnmountAndDaemonDeathLeaveTargetsRunning) {
   EXPECT_EQ(b.ask("call 10"), "ok 135");
   EXPECT_EQ(a.quit(), 0);
   EXPECT_EQ(b.quit(), 0);
+}
+
+}  // namespace
+}  // namespace probefs::fs
+
+namespace probefs::fs {
+namespace {
+
+// Waits (bounded) until `pid` sits in the read system call: the reader is blocked.
+bool blocked_in_read(pid_t pid, int timeout_ms) {
+  const auto deadline = testing::Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (testing::ms_left(deadline) > 0) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
+    std::string nr;
+    in >> nr;
+    if (nr == "0") return true;  // __NR_read
+    pollfd none{-1, 0, 0};
+    poll(&none, 0, 5);  // re-check: nothing to wait on but the reader's progress
+  }
+  return false;
+}
+
+TEST(ProbefsCommand, ExecRunsTheProgramInTheForegroundAsATarget) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  // Defined before the program exists: MOD:SYM waits for the executable's basename.
+  ASSERT_EQ(m.write("kprobe_events", "p:t/add traced_prog:traced_add a=%di b=%si"), 0);
+  ASSERT_EQ(m.write("events/t/add/enable", "1"), 0);
+  CommandResult r = run_command({PROBEFS_BIN, "exec", m.dir(), "--", PROBEFS_TRACED_PROG}, 60000,
+                                "call 3\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\nok 9\n");
+  std::string trace = m.read("trace");
+  for (int i = 0; i < 3; ++i) {
+    char want[64];
+    snprintf(want, sizeof want, " add: (traced_add+0x0/0x");
+    EXPECT_NE(trace.find(want), std::string::npos) << trace;
+    snprintf(want, sizeof want, ") a=0x%x b=0x%x\n", i, 2 * i);
+    EXPECT_NE(trace.find(want), std::string::npos) << want << "\n" << trace;
+  }
+  // Its exit status is probefs's; a missing command is the shell's 127.
+  r = run_command({PROBEFS_BIN, "exec", m.dir(), "sh", "-c", "exit 7"});
+  EXPECT_EQ(r.exit_code(), 7) << r.err;
+  r = run_command({PROBEFS_BIN, "exec", m.dir(), "--", "/nonexistent/prog"});
+  EXPECT_EQ(r.exit_code(), 127);
+  EXPECT_EQ(r.err, "probefs: /nonexistent/prog: No such file or directory\n");
+}
+
+TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  // Ctrl-C: the reader ends at once.
+  pid_t cat = fork();
+  if (cat == 0) {
+    execlp("cat", "cat", m.path("trace_pipe").c_str(), nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(blocked_in_read(cat, 20000));
+  kill(cat, SIGINT);
+  int st = testing::wait_child(cat, 20000);
+  ASSERT_NE(st, -1) << "the reader did not return on SIGINT";
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT);
+
+  // A lazy unmount while the reader waits: it reads end of file, and the daemon ends.
+  cat = fork();
+  if (cat == 0) {
+    execlp("cat", "cat", m.path("trace_pipe").c_str(), nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(blocked_in_read(cat, 20000));
+  CommandResult u = run_command({"fusermount3", "-u", "-z", m.dir()});
+  EXPECT_EQ(u.exit_code(), 0) << u.err;
+  st = testing::wait_child(cat, 20000);
+  ASSERT_NE(st, -1) << "the reader did not return on unmount";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(testing::wait_child(m.daemon(), 20000), 0);
 }
 
 }  // namespace
