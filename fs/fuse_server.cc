@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -59,8 +61,15 @@ struct FuseServer::Impl {
   std::atomic<bool> loop_running{false};
   std::atomic<bool> stopping{false};
   std::atomic<bool> stop_requested{false};  // stop(), a signal, or the mount left
+  // Reads being served: at the end, blocked readers get their answer (end of file)
+  // before the session goes, rather than a connection abort.
+  std::mutex reads_mu;
+  std::condition_variable reads_cv;
+  int reads_in_flight = 0;
+  int open_files = 0;  // and their closes (flush, release) are answered too
   std::thread watcher;
-  int watcher_wake[2] = {-1, -1};
+  int watcher_wake[2] = {-1, -1};  // ends the watcher
+  int stop_pipe[2] = {-1, -1};      // asks for a graceful end (signals, stop())
 
   std::mutex poll_mu;
   std::map<OpenFile*, std::shared_ptr<File>> pollers;  // open files with a poll handle
@@ -215,7 +224,11 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->keep_cache = 0;
   fi->nonseekable = n->file()->stream() ? 1 : 0;
   fi->fh = reinterpret_cast<uint64_t>(of.get());
-  if (fuse_reply_open(req, fi) == 0) of.release();
+  if (fuse_reply_open(req, fi) == 0) {
+    of.release();
+    std::lock_guard l(s.reads_mu);
+    ++s.open_files;
+  }
 }
 
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
@@ -225,10 +238,18 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
   fuse_req_interrupt_func(
       req, [](fuse_req_t, void* d) { static_cast<Impl*>(d)->fs.trace_files().wake_readers(); },
       &s);
+  {
+    std::lock_guard l(s.reads_mu);
+    ++s.reads_in_flight;
+  }
   std::string out;
   int err = of->handle->read(s.request(req, fi->flags), static_cast<uint64_t>(off), size, &out);
-  if (err < 0) return (void)fuse_reply_err(req, -err);
-  fuse_reply_buf(req, out.data(), out.size());
+  if (err < 0)
+    fuse_reply_err(req, -err);
+  else
+    fuse_reply_buf(req, out.data(), out.size());
+  std::lock_guard l(s.reads_mu);
+  if (--s.reads_in_flight == 0) s.reads_cv.notify_all();
 }
 
 void op_write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
@@ -249,6 +270,8 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   s.drop_poller(of);
   delete of;
   fuse_reply_err(req, 0);
+  std::lock_guard l(s.reads_mu);
+  if (--s.open_files == 0) s.reads_cv.notify_all();
 }
 
 void op_poll(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, fuse_pollhandle* ph) {
@@ -395,13 +418,20 @@ void FuseServer::Impl::watch_mounts() {
   int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   while (!stopping) {
-    pollfd p[2] = {{fd, POLLPRI, 0}, {watcher_wake[0], POLLIN, 0}};
-    int r = ::poll(p, 2, 1000);
+    pollfd p[3] = {{fd, POLLPRI, 0}, {watcher_wake[0], POLLIN, 0}, {stop_pipe[0], POLLIN, 0}};
+    int r = ::poll(p, 3, 1000);
     if (r < 0 && errno != EINTR) break;
     if (p[1].revents) break;
-    if (!still_mounted()) {
+    if (p[2].revents || !still_mounted()) {
       stop_requested = true;
       fs.shutdown();
+      {
+        // Blocked readers see the shutdown within their next check, return end of file
+        // and close; a file someone keeps open is not waited for beyond the bound.
+        std::unique_lock l(reads_mu);
+        reads_cv.wait_for(l, std::chrono::seconds(5), [this] { return reads_in_flight == 0; });
+        reads_cv.wait_for(l, std::chrono::seconds(1), [this] { return open_files == 0; });
+      }
       end_loop();
       break;
     }
@@ -422,10 +452,13 @@ namespace {
 // go). libfuse has handlers of its own, but its loop forgets why it ended.
 std::atomic<FuseServer::Impl*> g_signalled_server{nullptr};
 
+// Only a byte to the watcher, which ends the loop once blocked readers have returned.
+// end_loop()'s own SIGHUP lands here too, harmlessly.
 void on_exit_signal(int) {
   if (FuseServer::Impl* s = g_signalled_server.load()) {
-    s->stop_requested = true;
-    fuse_session_exit(s->se);
+    int saved = errno;
+    (void)!write(s->stop_pipe[1], "s", 1);
+    errno = saved;
   }
 }
 
@@ -483,10 +516,12 @@ std::unique_ptr<FuseServer> FuseServer::mount(Tracefs& fs, const Options& opts,
 
 int FuseServer::run() {
   Impl& s = *impl_;
-  install_exit_signals(&s);
   s.loop_thread = pthread_self();
   s.loop_running = true;
-  if (pipe2(s.watcher_wake, O_CLOEXEC) == 0) s.watcher = std::thread([&s] { s.watch_mounts(); });
+  if (pipe2(s.stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(s.watcher_wake, O_CLOEXEC) != 0)
+    return -errno;
+  install_exit_signals(&s);
+  s.watcher = std::thread([&s] { s.watch_mounts(); });
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   // Each blocked trace_pipe reader holds a thread; never let them starve the others.
   fuse_loop_cfg_set_max_threads(cfg, 1024);
@@ -507,10 +542,7 @@ int FuseServer::run() {
   return rc < 0 ? rc : (rc > 0 ? -rc : 0);
 }
 
-void FuseServer::stop() {
-  impl_->stop_requested = true;
-  impl_->end_loop();
-}
+void FuseServer::stop() { (void)!write(impl_->stop_pipe[1], "s", 1); }
 
 FuseServer::~FuseServer() {
   Impl& s = *impl_;
@@ -519,7 +551,7 @@ FuseServer::~FuseServer() {
     (void)!write(s.watcher_wake[1], "x", 1);
     s.watcher.join();
   }
-  for (int fd : s.watcher_wake)
+  for (int fd : {s.watcher_wake[0], s.watcher_wake[1], s.stop_pipe[0], s.stop_pipe[1]})
     if (fd >= 0) close(fd);
   {
     std::lock_guard l(s.poll_mu);
