@@ -1,8 +1,9 @@
 /* The program scripts/demo traces and README's walkthrough probes: a loop of orders,
  * each priced by price_order() at a pace a person can watch.
  *
- *   probefs_demo_prog [COUNT [INTERVAL_MS]]   (default: 40 orders, 100 ms apart)
+ *   probefs_demo_prog [COUNT [INTERVAL_MS [hold]]]   (default: 40 orders, 100 ms apart)
  *
+ * With `hold`, it waits for a line (or end of file) on stdin before it exits.
  * It prints the total at the end, so a probe that changed a result would show.
  */
 #include <stdio.h>
@@ -27,5 +28,7 @@ int main(int argc, char **argv) {
     if (interval_ms > 0) nanosleep(&ts, NULL);
   }
   printf("%d orders, total %ld\n", count, total);
+  fflush(stdout);
+  if (argc > 3 && strcmp(argv[3], "hold") == 0) (void)getchar();
   return 0;
 }
