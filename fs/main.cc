@@ -107,8 +107,11 @@ std::string preflight(const MountArgs& a, std::string* real_mnt) {
   if (!realpath(a.mountpoint.c_str(), real)) return a.mountpoint + ": " + strerror(errno);
   *real_mnt = real;
   if (probefs_mounted_at(*real_mnt)) return a.mountpoint + ": already mounted (probefs)";
-  if (access("/dev/fuse", R_OK | W_OK) != 0)
-    return std::string("/dev/fuse: ") + strerror(errno) + " (FUSE is not available here)";
+  // Not access(): without root, fusermount3 (setuid) opens /dev/fuse for us.
+  struct stat fuse_dev;
+  if (stat("/dev/fuse", &fuse_dev) != 0 || !S_ISCHR(fuse_dev.st_mode))
+    return std::string("/dev/fuse: ") + strerror(errno ? errno : ENODEV) +
+           " (FUSE is not available here)";
   return {};
 }
 

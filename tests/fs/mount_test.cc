@@ -302,3 +302,59 @@ TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {
 
 }  // namespace
 }  // namespace probefs::fs
+
+namespace probefs::fs {
+namespace {
+
+// As a user without root: the mount is the user's (root itself is kept out), and only
+// the user's own processes can be attached.
+TEST(ProbefsCommand, AUserWithoutRootTracesItsOwnProcessesOnly) {
+  struct stat dev;
+  if (stat("/dev/fuse", &dev) != 0 || (dev.st_mode & 0006) != 0006)
+    GTEST_SKIP() << "/dev/fuse is not open to every user here";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  const std::string nobody = "--reuid=65534";
+  char tmpl[] = "/tmp/probefs-user-XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmpl));
+  std::string dir = tmpl;
+  chown(dir.c_str(), 65534, 65534);
+  auto as_user = [&](std::vector<std::string> argv) {
+    std::vector<std::string> full = {"setpriv", nobody, "--regid=65534", "--clear-groups"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return full;
+  };
+  CommandResult r = run_command(as_user({PROBEFS_BIN, dir}));
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      run_command({"fusermount3", "-u", d});
+      if (testing::probefs_mounted(d)) umount2(d.c_str(), MNT_DETACH);
+      rmdir(d.c_str());
+    }
+  } cleanup{dir};
+  EXPECT_EQ(access((dir + "/README").c_str(), R_OK), -1) << "root must be kept out";
+  EXPECT_EQ(errno, EACCES);
+  // The user's own sleeping process: attached. Another user's (pid 1): refused.
+  pid_t sleeper = fork();
+  if (sleeper == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(1);
+    execlp("sleep", "sleep", "60", nullptr);
+    _exit(127);
+  }
+  r = run_command(as_user({PROBEFS_BIN, "attach", dir, std::to_string(sleeper)}));
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  r = run_command(as_user({"cat", dir + "/targets"}));
+  EXPECT_EQ(r.out.rfind(std::to_string(sleeper) + " sleep attached ", 0), 0u) << r.out;
+  r = run_command(as_user({PROBEFS_BIN, "attach", dir, "1"}));
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.err, "probefs: attach 1: pid 1 belongs to another user\n");
+  r = run_command(as_user({"fusermount3", "-u", dir}));
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_TRUE(testing::wait_mounted(dir, false, 20000));
+  kill(sleeper, SIGKILL);
+  testing::wait_child(sleeper, 10000);
+}
+
+}  // namespace
+}  // namespace probefs::fs
