@@ -1,0 +1,663 @@
+// The tracefs of a real probefs mount, end to end, through ordinary system calls and shell
+// tools only (cat, bash's echo with >> and >, printf): the tree with the kernel's modes,
+// the kernel's captured answers replayed (error table, read-back, truncation, trace_pipe
+// reads and blocking), trace lines of a program run with `probefs exec`, perf probe
+// unchanged against the mount, and the same uprobe on the kernel's own tracefs and on
+// ours giving the same values in the same layout. The expected texts, errno values and
+// error_log entries are the kernel's, as the tracefs reference captured them.
+//
+// Nothing here can hang: every read that may block is non-blocking behind poll with a
+// deadline, or made by a child process that is killed at the end; every command runs with
+// a timeout; mounts, programs and probes are taken down whatever a test did.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/select.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fs/bounded_reads.h"
+#include "tests/fs/elf_symbols.h"
+#include "tests/fs/error_log_text.h"
+#include "tests/fs/kernel_tracefs.h"
+#include "tests/fs/mount_fixture.h"
+#include "tests/fs/program_process.h"
+#include "tests/fs/shell_commands.h"
+#include "tests/fs/trace_lines.h"
+
+namespace probefs::fs {
+namespace {
+
+using testing::bash;
+using testing::cat;
+using testing::ChildReader;
+using testing::CommandResult;
+using testing::echo_append;
+using testing::echo_truncate;
+using testing::echo_write_error;
+using testing::ElfSymbol;
+using testing::error_log_entry;
+using testing::error_log_without_stamps;
+using testing::find_elf_symbol;
+using testing::KernelTracefs;
+using testing::Mount;
+using testing::parse_trace_line;
+using testing::printf_append;
+using testing::ProgramProcess;
+using testing::redirect_error;
+using testing::render_trace_line;
+using testing::run_command;
+using testing::trace_body_lines;
+using testing::TraceLine;
+
+const std::string kProg = PROBEFS_TRACED_PROG;
+const std::string kProgDir = kProg.substr(0, kProg.rfind('/'));
+const std::string kProgName = kProg.substr(kProg.rfind('/') + 1);
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  for (size_t i = s.find(from); i != std::string::npos; i = s.find(from, i + to.size()))
+    s.replace(i, from.size(), to);
+  return s;
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+// The kernel's read-back form of a uprobe offset.
+std::string padded(uint64_t offset) {
+  char b[32];
+  snprintf(b, sizeof b, "0x%016" PRIx64, offset);
+  return b;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+const ElfSymbol& symbol(const char* name) {
+  static std::map<std::string, ElfSymbol> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, find_elf_symbol(kProg, name)).first;
+  EXPECT_TRUE(it->second.found) << name;
+  return it->second;
+}
+
+// Where the traced program's image starts in process `pid` (its mapping at file offset 0).
+[[maybe_unused]] uint64_t load_base(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  const std::string real = std::filesystem::canonical(kProg).string();
+  for (std::string line; std::getline(in, line);) {
+    uint64_t lo = 0, off = 1;
+    char perms[8];
+    int path_at = 0;
+    if (sscanf(line.c_str(), "%" SCNx64 "-%*x %7s %" SCNx64 " %*s %*u %n", &lo, perms, &off,
+               &path_at) < 3 || path_at == 0)
+      continue;
+    if (off == 0 && line.substr(static_cast<size_t>(path_at)) == real) return lo;
+  }
+  return 0;
+}
+
+// `perf probe`'s definition of an offset: "PATH:0xOFF".
+std::string place(const char* sym) { return kProg + ":" + hex(symbol(sym).file_offset); }
+
+class TracefsMountTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(m_.ok()) << m_.daemon_stderr(); }
+
+  std::string path(const std::string& rel) const { return m_.path(rel); }
+  std::string read(const std::string& rel) const { return m_.read(rel); }
+  // echo LINE >> FILE, which must succeed.
+  void echo(const std::string& rel, const std::string& line) {
+    CommandResult r = echo_append(path(rel), line);
+    EXPECT_EQ(r.exit_code(), 0) << rel << " << " << line << ": " << r.err;
+  }
+  void clear_error_log() { ASSERT_EQ(m_.write("error_log", "", O_WRONLY | O_TRUNC), 0); }
+  std::string error_log() const { return error_log_without_stamps(read("error_log")); }
+  // The body lines of `trace` (no header).
+  std::vector<std::string> trace_lines() const { return trace_body_lines(read("trace")); }
+  // A program under `probefs exec` on this mount.
+  std::unique_ptr<ProgramProcess> exec_program() {
+    auto p = std::make_unique<ProgramProcess>(ProgramProcess::under_probefs(m_.dir()));
+    EXPECT_TRUE(p->ready()) << m_.daemon_stderr();
+    return p;
+  }
+
+  Mount m_;
+};
+
+// ---- 1. the tree ------------------------------------------------------------------------
+
+struct Found {
+  mode_t mode;
+  off_t size;
+};
+
+void walk(const std::string& root, const std::string& rel, std::map<std::string, Found>* out) {
+  DIR* d = opendir((root + (rel.empty() ? "" : "/" + rel)).c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  for (const std::string& n : names) {
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    struct stat st;
+    if (lstat((root + "/" + r).c_str(), &st) != 0) continue;
+    (*out)[r] = {st.st_mode, st.st_size};
+    if (S_ISDIR(st.st_mode)) walk(root, r, out);
+  }
+}
+
+// The kernel's mode of a path of the tree (with one uprobe-style event grp/ev and one
+// kprobe-style kgrp/kev defined), or 0 when the kernel has no such file.
+mode_t kernel_mode(const std::string& p) {
+  static const std::map<std::string, mode_t> fixed = {
+      {"README", S_IFREG | 0440},
+      {"available_events", S_IFREG | 0440},
+      {"available_tracers", S_IFREG | 0440},
+      {"buffer_size_kb", S_IFREG | 0640},
+      {"buffer_total_size_kb", S_IFREG | 0440},
+      {"current_tracer", S_IFREG | 0640},
+      {"dynamic_events", S_IFREG | 0640},
+      {"error_log", S_IFREG | 0640},
+      {"kprobe_events", S_IFREG | 0640},
+      {"kprobe_profile", S_IFREG | 0440},
+      {"saved_cmdlines", S_IFREG | 0440},
+      {"saved_cmdlines_size", S_IFREG | 0640},
+      {"set_event", S_IFREG | 0640},
+      {"targets", S_IFREG | 0640},  // probefs's own, as writable as the definition files
+      {"trace", S_IFREG | 0640},
+      {"trace_clock", S_IFREG | 0640},
+      {"trace_marker", S_IFREG | 0220},
+      {"trace_pipe", S_IFREG | 0440},
+      {"tracing_on", S_IFREG | 0640},
+      {"uprobe_events", S_IFREG | 0640},
+      {"uprobe_profile", S_IFREG | 0440},
+      {"events", S_IFDIR | 0755},
+      {"events/enable", S_IFREG | 0640},
+      {"events/header_event", S_IFREG | 0440},
+      {"events/header_page", S_IFREG | 0440},
+      {"options", S_IFDIR | 0750},
+      {"per_cpu", S_IFDIR | 0750},
+      // debugfs's kprobes/ and the debug.kprobes-optimization sysctl
+      {"kprobes", S_IFDIR | 0755},
+      {"kprobes/list", S_IFREG | 0400},
+      {"kprobes/enabled", S_IFREG | 0600},
+      {"kprobes/blacklist", S_IFREG | 0400},
+      {"kprobes/optimization", S_IFREG | 0644},
+  };
+  if (auto it = fixed.find(p); it != fixed.end()) return it->second;
+  std::vector<std::string> part;
+  for (size_t s = 0, e; s <= p.size(); s = e + 1) {
+    e = p.find('/', s);
+    if (e == std::string::npos) e = p.size();
+    part.push_back(p.substr(s, e - s));
+  }
+  if (part[0] == "options" && part.size() == 2) return S_IFREG | 0640;
+  if (part[0] == "per_cpu" && part[1].rfind("cpu", 0) == 0) {
+    if (part.size() == 2) return S_IFDIR | 0750;
+    if (part.size() == 3 && part[2] == "stats") return S_IFREG | 0440;
+    if (part.size() == 3 && part[2] == "trace") return S_IFREG | 0640;
+    if (part.size() == 3 && part[2] == "trace_pipe") return S_IFREG | 0440;
+  }
+  if (part[0] == "events" && (part[1] == "grp" || part[1] == "kgrp")) {
+    if (part.size() == 2) return S_IFDIR | 0755;
+    if (part.size() == 3 && (part[2] == "enable" || part[2] == "filter")) return S_IFREG | 0640;
+    if (part.size() == 3 && (part[2] == "ev" || part[2] == "kev")) return S_IFDIR | 0755;
+    if (part.size() == 4 && (part[3] == "enable" || part[3] == "filter" || part[3] == "trigger"))
+      return S_IFREG | 0640;
+    if (part.size() == 4 && (part[3] == "format" || part[3] == "id")) return S_IFREG | 0440;
+  }
+  return 0;
+}
+
+TEST_F(TracefsMountTest, EveryFileHasTheKernelsModeSizeZeroAndCatShowsIt) {
+  echo("uprobe_events", "p:grp/ev " + place("traced_add") + " a=%di");
+  echo("kprobe_events", "p:kgrp/kev " + kProgName + ":traced_add a=%di");
+  std::map<std::string, Found> found;
+  walk(m_.dir(), "", &found);
+  // Everything the kernel has in these places is there.
+  for (const char* must : {"README", "trace", "trace_pipe", "uprobe_events", "kprobe_events",
+                           "dynamic_events", "events/grp/ev/format", "events/kgrp/kev/id",
+                           "per_cpu/cpu0/trace_pipe", "kprobes/list", "options"})
+    EXPECT_TRUE(found.count(must)) << must;
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < cpus; ++c)
+    EXPECT_TRUE(found.count("per_cpu/cpu" + std::to_string(c) + "/trace")) << c;
+  // The files a fresh mount may show empty; every other readable file has text.
+  const std::set<std::string> may_be_empty = {"error_log", "set_event", "saved_cmdlines",
+                                              "targets", "kprobes/list", "kprobes/blacklist"};
+  for (const auto& [p, f] : found) {
+    SCOPED_TRACE(p);
+    EXPECT_EQ(f.mode, kernel_mode(p)) << std::oct << f.mode << " vs " << kernel_mode(p);
+    if (!S_ISREG(f.mode)) continue;
+    EXPECT_EQ(f.size, 0);
+    const std::string name = p.substr(p.rfind('/') + 1);
+    if (name == "trace_pipe") continue;  // blocks when empty: below
+    if (name == "trace_marker") {
+      EXPECT_EQ(cat(path(p)), "<exit 1: cat: " + path(p) + ": Invalid argument\n>");
+      continue;
+    }
+    // Direct I/O: cat (which trusts no size) sees the text read() sees.
+    std::string text = cat(path(p)), direct = read(p);
+    if (name == "stats") {  // its "now ts:" line moves on between the two reads
+      text = text.substr(0, text.find("now ts:"));
+      direct = direct.substr(0, direct.find("now ts:"));
+    }
+    EXPECT_EQ(text, direct);
+    if (!may_be_empty.count(p)) {
+      EXPECT_NE(text, "");
+    }
+  }
+  // trace_pipe with something in it: cat shows it (and would block for more: the reader
+  // is non-blocking here).
+  ASSERT_EQ(m_.write("trace_marker", "tree-check"), 0);
+  int fd = open(path("trace_pipe").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::string pipe_text = testing::read_lines(fd, 1, 20000);
+  close(fd);
+  EXPECT_NE(pipe_text.find(": tracing_mark_write: tree-check\n"), std::string::npos) << pipe_text;
+}
+
+// ---- 2. the kernel's captured cases ---------------------------------------------------------
+
+struct ErrorRow {
+  const char* title;
+  const char* def;
+  int err;
+  const char* message;  // nullptr: nothing is logged
+  const char* command;
+  int pos;
+};
+
+const ErrorRow kErrorRows[] = {
+#include "tests/fs/dynamic_events_error_table.inc"
+};
+
+// Every captured malformed line written with `echo LINE >> uprobe_events`, the traced
+// program for the captured binary: the shell's exit status and message (the write's
+// errno), and error_log's text with its caret, byte for byte.
+TEST_F(TracefsMountTest, ErrorTableThroughTheShellMatchesTheKernel) {
+  const std::string b = kProg;
+  const int shift = static_cast<int>(b.size()) - 3;
+  echo("uprobe_events", "p:uprobes/ref_add3 " + b +
+                            ":0x1370 a=%di b=%si:u32 c=%dx:s32 cx=%dx:x16 c64=%dx:s64 imm=\\123 "
+                            "imms=\\\"hi\"");
+  echo("uprobe_events", "p:uprobes/ref_negs " + b + ":0x13c0 v=%di:s64");
+  echo("uprobe_events", "r " + b + ":0x13c0");
+  // sched/sched_switch is the kernel's own event; here an event of the other kind holds it.
+  echo("kprobe_events", "p:sched/sched_switch " + kProgName + ":traced_add");
+
+  auto run = [&](const std::string& title, const std::string& def, int err,
+                 const std::string& expected_log) {
+    clear_error_log();
+    CommandResult r = echo_append(path("uprobe_events"), def);
+    EXPECT_EQ(r.exit_code(), err ? 1 : 0) << title;
+    EXPECT_EQ(r.err, err ? echo_write_error(err) : "") << title;
+    EXPECT_EQ(error_log(), expected_log) << title;
+  };
+  for (const ErrorRow& row : kErrorRows) {
+    std::string expected;
+    if (row.message) {
+      std::string command = row.command;
+      size_t at = command.find("@B@");
+      int pos = row.pos + (at != std::string::npos && row.pos > static_cast<int>(at) ? shift : 0);
+      expected = error_log_entry("trace_uprobe", row.message, replace_all(command, "@B@", b), pos);
+    }
+    run(row.title, replace_all(row.def, "@B@", b), row.err, expected);
+    const std::string longest(63, 'g');
+    if (read("uprobe_events").find("uprobes/" + longest + " ") != std::string::npos)
+      echo("uprobe_events", "-:uprobes/" + longest);
+  }
+  std::string args129, args128;
+  for (int i = 0; i < 129; ++i) {
+    if (i < 128) args128 += (i ? " a" : "a") + std::to_string(i) + "=%di";
+    args129 += (i ? " a" : "a") + std::to_string(i) + "=%di";
+  }
+  const std::string many = "p:uprobes/e11 " + b + ":0x1370 " + args129;
+  run("too many args (129)", many, E2BIG,
+      error_log_entry("trace_uprobe", "Too many arguments are specified", many,
+                      static_cast<int>(many.find(" a0=") + 1)));
+  run("128 args (limit ok?)", "p:uprobes/e24 " + b + ":0x1370 " + args128, 0, "");
+  run("line too long (5000 chars)", "p:uprobes/e25 " + b + ":0x1370 " + std::string(5000, 'x'),
+      EINVAL, "");
+  // The log keeps 8 entries; writes without O_TRUNC leave it; `echo > error_log` clears.
+  clear_error_log();
+  std::string expected;
+  for (int i = 1; i <= 10; ++i) {
+    const std::string def = "p:uprobes/ring" + std::to_string(i) + " " + b + ":0x1370 a=%bad";
+    EXPECT_EQ(echo_append(path("uprobe_events"), def).exit_code(), 1);
+    if (i > 2)
+      expected += error_log_entry("trace_uprobe", "Invalid register name", def,
+                                  static_cast<int>(def.find("%bad")));
+  }
+  EXPECT_EQ(error_log(), expected);
+  echo("error_log", "x");
+  EXPECT_EQ(error_log(), expected);
+  ASSERT_EQ(echo_truncate(path("error_log"), "").exit_code(), 0);
+  EXPECT_EQ(read("error_log"), "");
+}
+
+// The reference's read-back normalization capture, written with the shell.
+TEST_F(TracefsMountTest, ReadBackIsNormalizedAsTheKernelDoes) {
+  const std::string b = kProg;
+  const std::string p1370 = b + ":" + padded(0x1370);
+  for (const std::string& d : std::vector<std::string>{
+           "p " + b + ":0x1370", "r " + b + ":0x13c0", "p " + b + ":0x13b0%return",
+        "p:mygrp/ " + b + ":0x1370", "p:ev_only " + b + ":0x1370", "p:grp1/ev2 " + b + ":4976",
+        "p:grp1/ev7   " + b + ":0x1370    a=%di\t b=%si  ", "p:grp1/multi " + b + ":0x1370 a=%di",
+        "p:grp1/multi " + b + ":0x13c0 a=%di", "p:grp1/ev8 " + b + ":0x1370 a=%di # trailing comment",
+        "# a comment line", "p:grp1/ev11 " + b + ":0x01370", "   "})
+    echo("uprobe_events", d);
+  // A relative path is the writer's: written from the program's directory.
+  CommandResult r = bash("cd \"$3\" && echo \"$1\" >> \"$2\"",
+                         {"p:grp1/ev6 ./" + kProgName + ":0x1370", path("uprobe_events"), kProgDir});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  // Two lines in one write().
+  r = printf_append(path("uprobe_events"), "p:grp1/ev9 " + b + ":0x1370 %di +0(%si):u8 $comm\np:grp1/ev10 " +
+                                               b + ":0X1370 a=%di");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  const std::string expected =
+      "p:uprobes/p_traced_0x1370 " + p1370 + "\n"
+      "r:uprobes/p_traced_0x13c0 " + b + ":" + padded(0x13c0) + "\n"
+      "r:uprobes/p_traced_0x13b0 " + b + ":" + padded(0x13b0) + "\n"
+      "p:mygrp/p_traced_0x1370 " + p1370 + "\n"
+      "p:uprobes/ev_only " + p1370 + "\n"
+      "p:grp1/ev2 " + p1370 + "\n"
+      "p:grp1/ev7 " + p1370 + " a=%di b=%si\n"
+      "p:grp1/multi " + p1370 + " a=%di\n"
+      "p:grp1/multi " + b + ":" + padded(0x13c0) + " a=%di\n"
+      "p:grp1/ev8 " + p1370 + " a=%di\n"
+      "p:grp1/ev11 " + p1370 + "\n"
+      "p:grp1/ev6 ./" + kProgName + ":" + padded(0x1370) + "\n"
+      "p:grp1/ev9 " + p1370 + " arg1=%di arg2=+0(%si):u8 arg3=$comm\n"
+      "p:grp1/ev10 " + p1370 + " a=%di\n";
+  EXPECT_EQ(cat(path("uprobe_events")), expected);
+  EXPECT_EQ(cat(path("dynamic_events")), expected);
+  EXPECT_EQ(cat(path("kprobe_events")), "");
+  // Removal forms: an exact probe needs the padded offset.
+  r = echo_append(path("uprobe_events"), "-:grp1/multi " + b + ":0x13c0 a=%di");
+  EXPECT_EQ(r.err, echo_write_error(ENOENT));
+  echo("uprobe_events", "-:grp1/multi " + b + ":" + padded(0x13c0) + " a=%di");
+  echo("uprobe_events", "-:ev2");
+  EXPECT_EQ(echo_append(path("uprobe_events"), "-:grp1/ev2").err, echo_write_error(ENOENT));
+  echo("dynamic_events", "-:mygrp/");
+  EXPECT_EQ(access(path("events/mygrp").c_str(), F_OK), -1);
+  const std::string back = read("uprobe_events");
+  EXPECT_EQ(back.find("grp1/ev2 "), std::string::npos);
+  EXPECT_NE(back.find("p:grp1/multi " + p1370 + " a=%di\n"), std::string::npos);
+  EXPECT_EQ(back.find("p:grp1/multi " + b + ":" + padded(0x13c0)), std::string::npos);
+}
+
+// O_TRUNC (`echo > FILE`) on the definition files, error_log and trace (05c, 05).
+TEST_F(TracefsMountTest, TruncationAsTheKernelTruncates) {
+  const std::string b = kProg;
+  echo("uprobe_events", "p:uprobes/keep " + b + ":0x1370");
+  echo("uprobe_events", "p:uprobes/t0 " + b + ":0x13c0");
+  ASSERT_EQ(echo_truncate(path("events/uprobes/t0/enable"), "1").exit_code(), 0);
+  const std::string before = read("uprobe_events");
+  // Any enabled event: the open itself fails, nothing goes.
+  for (const char* f : {"uprobe_events", "dynamic_events"}) {
+    CommandResult r = echo_truncate(path(f), "");
+    EXPECT_EQ(r.exit_code(), 1) << f;
+    EXPECT_EQ(r.err, redirect_error(path(f), EBUSY)) << f;
+    EXPECT_EQ(read("uprobe_events"), before) << f;
+  }
+  int fd = open(path("uprobe_events").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  EXPECT_EQ(fd, -1);
+  EXPECT_EQ(errno, EBUSY);
+  if (fd >= 0) close(fd);
+  // Removing the enabled event: the write fails.
+  EXPECT_EQ(echo_append(path("uprobe_events"), "-:uprobes/t0").err, echo_write_error(EBUSY));
+  EXPECT_EQ(echo_append(path("dynamic_events"), "-:uprobes/t0").err, echo_write_error(EBUSY));
+  // Appending a probe to an enabled event works.
+  echo("uprobe_events", "p:uprobes/t0 " + b + ":0x1380");
+  ASSERT_EQ(echo_truncate(path("events/uprobes/t0/enable"), "0").exit_code(), 0);
+  // Nothing enabled: `echo 'p:...' > uprobe_events` replaces everything.
+  ASSERT_EQ(echo_truncate(path("uprobe_events"), "p:uprobes/t1 " + b + ":0x1370").exit_code(), 0);
+  ASSERT_EQ(echo_truncate(path("uprobe_events"), "p:uprobes/t2 " + b + ":0x1380").exit_code(), 0);
+  EXPECT_EQ(read("uprobe_events"), "p:uprobes/t2 " + b + ":" + padded(0x1380) + "\n");
+  EXPECT_EQ(read("available_events"), "uprobes:t2\n");
+  ASSERT_EQ(echo_truncate(path("dynamic_events"), "").exit_code(), 0);
+  EXPECT_EQ(read("dynamic_events"), "");
+  EXPECT_EQ(read("uprobe_profile"), "");
+  EXPECT_EQ(read("available_events"), "");
+  EXPECT_EQ(access(path("events/uprobes").c_str(), F_OK), -1);
+  // trace: `echo x >> trace` does nothing, `echo > trace` empties it.
+  ASSERT_EQ(m_.write("trace_marker", "one"), 0);
+  echo("trace", "x");
+  EXPECT_EQ(trace_lines().size(), 1u);
+  ASSERT_EQ(echo_truncate(path("trace"), "").exit_code(), 0);
+  EXPECT_EQ(trace_lines().size(), 0u);
+  EXPECT_NE(read("trace").find("# entries-in-buffer/entries-written: 0/0   #P:"), std::string::npos);
+}
+
+// Definitions written by two shells at once, a reader beside them: every line whole,
+// every event its own id.
+TEST_F(TracefsMountTest, TwoWritersAtOnceNeverCorruptTheDefinitions) {
+  const std::string script =
+      "for i in $(seq 0 59); do echo \"p:$1/e$i $2:0x1370 a=%di\" >> \"$3\" || exit 1; "
+      "if [ $((i % 3)) -eq 0 ]; then echo \"-:$1/e$i\" >> \"$3\" || exit 1; fi; done";
+  CommandResult ra, rb;
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop) (void)read("uprobe_events");
+  });
+  std::thread a([&] { ra = bash(script, {"ta", kProg, path("uprobe_events")}, 60000); });
+  std::thread b([&] { rb = bash(script, {"tb", kProg, path("dynamic_events")}, 60000); });
+  a.join();
+  b.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(ra.exit_code(), 0) << ra.err;
+  EXPECT_EQ(rb.exit_code(), 0) << rb.err;
+  std::set<std::string> expected, ids;
+  for (const char* g : {"ta", "tb"})
+    for (int i = 0; i < 60; ++i)
+      if (i % 3 != 0) {
+        expected.insert(std::string("p:") + g + "/e" + std::to_string(i) + " " + kProg + ":" +
+                        padded(0x1370) + " a=%di");
+        ids.insert(read(std::string("events/") + g + "/e" + std::to_string(i) + "/id"));
+      }
+  const std::vector<std::string> lines = split_lines(read("uprobe_events"));
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()), expected);
+  EXPECT_EQ(lines.size(), expected.size());
+  EXPECT_EQ(ids.size(), expected.size());
+}
+
+// ---- trace_pipe: partial reads and the blocking rules ---------------------------------------
+
+class TracePipeTest : public TracefsMountTest {
+ protected:
+  void SetUp() override {
+    TracefsMountTest::SetUp();
+    echo("uprobe_events", "p:pp/add " + place("traced_add") + " v=%di:s64");
+    ASSERT_EQ(echo_truncate(path("events/pp/add/enable"), "1").exit_code(), 0);
+    prog_ = exec_program();
+    ASSERT_TRUE(prog_->ready());
+  }
+  int open_pipe(int flags = O_NONBLOCK) {
+    return open(path("trace_pipe").c_str(), O_RDONLY | O_CLOEXEC | flags);
+  }
+  std::unique_ptr<ProgramProcess> prog_;
+};
+
+// 05d: a read shorter than the line keeps the rest for the next read on the same open
+// file (which returns it alone); closing the file loses it.
+TEST_F(TracePipeTest, PartialReadsKeepTheRestOfTheLineForTheSameFile) {
+  ASSERT_TRUE(prog_->call(3));
+  std::vector<std::string> lines = trace_lines();
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string all = lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n";
+  int fd = open_pipe();
+  ASSERT_GE(fd, 0);
+  char b[4096];
+  ASSERT_EQ(::read(fd, b, 10), 10);
+  EXPECT_EQ(std::string(b, 10), all.substr(0, 10));
+  ASSERT_EQ(::read(fd, b, 10), 10);
+  EXPECT_EQ(std::string(b, 10), all.substr(10, 10));
+  ssize_t n = ::read(fd, b, sizeof b);
+  EXPECT_EQ(std::string(b, static_cast<size_t>(std::max<ssize_t>(n, 0))), lines[0].substr(20) + "\n");
+  n = ::read(fd, b, sizeof b);
+  EXPECT_EQ(std::string(b, static_cast<size_t>(std::max<ssize_t>(n, 0))),
+            lines[1] + "\n" + lines[2] + "\n");
+  EXPECT_EQ(::read(fd, b, sizeof b), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  close(fd);
+  // A new open file each time: the rest of a partly read line is gone with its file.
+  ASSERT_TRUE(prog_->call(3));
+  lines = trace_lines();
+  ASSERT_EQ(lines.size(), 3u);
+  fd = open_pipe();
+  ASSERT_EQ(::read(fd, b, 10), 10);
+  EXPECT_EQ(std::string(b, 10), lines[0].substr(0, 10));
+  close(fd);
+  fd = open_pipe();
+  n = ::read(fd, b, sizeof b);
+  EXPECT_EQ(std::string(b, static_cast<size_t>(std::max<ssize_t>(n, 0))),
+            lines[1] + "\n" + lines[2] + "\n");
+  EXPECT_EQ(::read(fd, b, sizeof b), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  close(fd);
+}
+
+// Lines read through trace_pipe are the lines of trace, byte for byte, and are consumed.
+TEST_F(TracePipeTest, PipeLinesAreTraceLinesAndAreConsumed) {
+  ASSERT_TRUE(prog_->call(5));
+  const std::string trace = read("trace");
+  const std::vector<std::string> lines = trace_body_lines(trace);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(trace.find("# entries-in-buffer/entries-written: 5/5   #P:"), std::string::npos);
+  int fd = open_pipe();
+  ASSERT_GE(fd, 0);
+  std::string text = testing::read_lines(fd, 5, 20000);
+  close(fd);
+  EXPECT_EQ(split_lines(text), lines);
+  EXPECT_EQ(trace_lines().size(), 0u);
+  EXPECT_NE(read("trace").find("# entries-in-buffer/entries-written: 0/0   #P:"), std::string::npos);
+}
+
+TEST_F(TracePipeTest, EmptyPipeBlocksAndWakesWhenARecordArrives) {
+  // O_NONBLOCK: EAGAIN at once.
+  int fd = open_pipe();
+  ASSERT_GE(fd, 0);
+  char b[256];
+  EXPECT_EQ(::read(fd, b, sizeof b), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  close(fd);
+  // A blocking reader (a child, killed at the end whatever happens) waits in read()...
+  ChildReader reader(path("trace_pipe"));
+  ASSERT_EQ(reader.opened().err, 0);
+  reader.read();
+  ASSERT_TRUE(testing::blocked_in(std::to_string(reader.pid()), {SYS_read}, 20000));
+  // ...until a record arrives.
+  ASSERT_TRUE(prog_->call(1));
+  ChildReader::Outcome o = reader.outcome(30000);
+  ASSERT_TRUE(o.answered) << "the blocked reader did not wake";
+  EXPECT_EQ(o.err, 0);
+  EXPECT_NE(o.data.find(" add: ("), std::string::npos) << o.data;
+  EXPECT_NE(o.data.find(") v=0\n"), std::string::npos) << o.data;
+}
+
+// poll() and select() on trace_pipe sleep while it is empty and wake when a record comes.
+TEST_F(TracePipeTest, PollAndSelectWakeWhenARecordArrives) {
+  int fd = open_pipe();
+  ASSERT_GE(fd, 0);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  for (const char* how : {"poll", "select"}) {
+    SCOPED_TRACE(how);
+    std::atomic<int> ready{-1};
+    std::atomic<pid_t> tid{0};
+    std::thread waiter([&] {
+      tid = static_cast<pid_t>(syscall(SYS_gettid));
+      if (std::string(how) == "poll") {
+        pollfd q{fd, POLLIN, 0};
+        ready = poll(&q, 1, 30000) == 1 && (q.revents & POLLIN) ? 1 : 0;
+      } else {
+        fd_set set;
+        FD_ZERO(&set);
+        FD_SET(fd, &set);
+        timeval tv{30, 0};
+        ready = select(fd + 1, &set, nullptr, nullptr, &tv) == 1 && FD_ISSET(fd, &set) ? 1 : 0;
+      }
+    });
+    while (tid == 0) std::this_thread::yield();
+    const std::string task = "self/task/" + std::to_string(tid.load());
+    EXPECT_TRUE(std::string(how) == "poll"
+                    ? testing::blocked_in(task, {SYS_poll, SYS_ppoll}, 20000)
+                    : testing::blocked_in(task, {SYS_select, SYS_pselect6}, 20000));
+    EXPECT_TRUE(prog_->call(1));
+    waiter.join();
+    EXPECT_EQ(ready, 1);
+    std::string text = testing::read_available(fd);
+    EXPECT_EQ(split_lines(text).size(), 1u) << text;
+    EXPECT_EQ(poll(&p, 1, 0), 0);
+  }
+  close(fd);
+}
+
+// Once a file returned data, tracing_on 0 makes its empty read end of file; a file that
+// never returned data still blocks.
+TEST_F(TracePipeTest, EndOfFileOnceDataWasReadAndTracingIsOff) {
+  ChildReader reader(path("trace_pipe"));
+  ASSERT_EQ(reader.opened().err, 0);
+  ASSERT_TRUE(prog_->call(1));
+  reader.read();
+  ChildReader::Outcome o = reader.outcome(30000);
+  ASSERT_TRUE(o.answered);
+  EXPECT_NE(o.data.find(" add: ("), std::string::npos) << o.data;
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "0").exit_code(), 0);
+  reader.read();
+  o = reader.outcome(30000);
+  ASSERT_TRUE(o.answered) << "the read blocked instead of returning end of file";
+  EXPECT_EQ(o.err, 0);
+  EXPECT_EQ(o.data, "");
+  {
+    // A new file: blocks, tracing on or off.
+    ChildReader fresh(path("trace_pipe"));
+    ASSERT_EQ(fresh.opened().err, 0);
+    fresh.read();
+    EXPECT_TRUE(testing::blocked_in(std::to_string(fresh.pid()), {SYS_read}, 20000));
+  }
+  // A blocked reader that has read before sees tracing go off at once.
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "1").exit_code(), 0);
+  ASSERT_TRUE(prog_->call(1));
+  ChildReader second(path("trace_pipe"));
+  second.read();
+  o = second.outcome(30000);
+  ASSERT_TRUE(o.answered);
+  second.read();
+  ASSERT_TRUE(testing::blocked_in(std::to_string(second.pid()), {SYS_read}, 20000));
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "0").exit_code(), 0);
+  o = second.outcome(30000);
+  ASSERT_TRUE(o.answered) << "tracing off did not end the blocked read";
+  EXPECT_EQ(o.data, "");
+}
+
+}  // namespace
+}  // namespace probefs::fs
