@@ -104,7 +104,7 @@ const ElfSymbol& symbol(const char* name) {
 }
 
 // Where the traced program's image starts in process `pid` (its mapping at file offset 0).
-[[maybe_unused]] uint64_t load_base(pid_t pid) {
+uint64_t load_base(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
   const std::string real = std::filesystem::canonical(kProg).string();
   for (std::string line; std::getline(in, line);) {
@@ -657,6 +657,332 @@ TEST_F(TracePipeTest, EndOfFileOnceDataWasReadAndTracingIsOff) {
   o = second.outcome(30000);
   ASSERT_TRUE(o.answered) << "tracing off did not end the blocked read";
   EXPECT_EQ(o.data, "");
+}
+
+// ---- 3. trace lines end to end ---------------------------------------------------------------
+
+// The kernel's trace header (trace's first 12 lines) for `entries` entries.
+std::string trace_header(size_t entries, size_t written) {
+  return "# tracer: nop\n"
+         "#\n"
+         "# entries-in-buffer/entries-written: " + std::to_string(entries) + "/" +
+         std::to_string(written) + "   #P:" + std::to_string(sysconf(_SC_NPROCESSORS_CONF)) +
+         "\n"
+         "#\n"
+         "#                                _-----=> irqs-off/BH-disabled\n"
+         "#                               / _----=> need-resched\n"
+         "#                              | / _---=> hardirq/softirq\n"
+         "#                              || / _--=> preempt-depth\n"
+         "#                              ||| / _-=> migrate-disable\n"
+         "#                              |||| /     delay\n"
+         "#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n"
+         "#              | |         |   |||||     |         |\n";
+}
+
+// Parses every line, checks the kernel's layout byte for byte (and the program's name and
+// pid, and that stamps never go back), and returns the lines taken apart.
+std::vector<TraceLine> parse_all(const std::vector<std::string>& lines, pid_t pid,
+                                 const std::string& comm) {
+  std::vector<TraceLine> out;
+  unsigned long last = 0;
+  for (const std::string& l : lines) {
+    TraceLine t;
+    EXPECT_TRUE(parse_trace_line(l, &t)) << l;
+    EXPECT_EQ(render_trace_line(t), l);
+    EXPECT_EQ(t.comm, comm) << l;
+    if (pid > 0) {
+      EXPECT_EQ(t.pid, pid) << l;
+    }
+    EXPECT_EQ(t.flags.size(), 5u) << l;
+    EXPECT_LT(t.cpu, sysconf(_SC_NPROCESSORS_CONF)) << l;
+    const unsigned long ts = t.sec * 1000000 + t.usec;
+    EXPECT_GE(ts, last) << l;
+    last = ts;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<std::string> bodies_of(const std::vector<TraceLine>& lines, const std::string& event) {
+  std::vector<std::string> b;
+  for (const TraceLine& t : lines)
+    if (t.event == event) b.push_back(t.body);
+  return b;
+}
+
+std::string profile_line(const std::string& path, const std::string& event, unsigned long hits) {
+  char b[512];
+  snprintf(b, sizeof b, "  %s %-44s %15lu\n", path.c_str(), event.c_str(), hits);
+  return b;
+}
+
+std::string kprobe_profile_line(const std::string& event, unsigned long hits, unsigned long missed) {
+  char b[256];
+  snprintf(b, sizeof b, "  %-44s %15lu %15lu\n", event.c_str(), hits, missed);
+  return b;
+}
+
+// Return addresses of a uprobe-style return line "(0xRET <- 0xFUNC) ...": RET.
+uint64_t return_address(const std::string& body) {
+  uint64_t ret = 0;
+  sscanf(body.c_str(), "(0x%" SCNx64, &ret);
+  return ret;
+}
+
+// uprobe-style and kprobe-style events with every kind of argument, entry and return, on a
+// program run with `probefs exec`: lines in the kernel's layout with the program's values,
+// the profiles counting the hits, kprobes/list showing the probes.
+TEST_F(TracefsMountTest, TraceLinesOfAProgramUnderExecAreTheKernels) {
+  const ElfSymbol& add = symbol("traced_add");
+  const ElfSymbol& str = symbol("traced_str");
+  const ElfSymbol& main_fn = symbol("main");
+  echo("uprobe_events", "p:ut/add " + place("traced_add") +
+                            " a=%di b=%si:s32 bx=%si:x16 comm=$comm g=@+" +
+                            hex(symbol("traced_global").vaddr) + ":s64");
+  echo("uprobe_events", "r:ut/addret " + place("traced_add") + " rv=$retval:s64");
+  echo("uprobe_events", "p:ut/str " + place("traced_str") +
+                            " s=+0(%di):string n=%si:u64 c=+0(%di):char c3=+0(%di):char[3] "
+                            "u=+0(%di):ustring");
+  echo("kprobe_events", "p:kt/kadd " + kProgName + ":traced_add a=%di b=%si");
+  echo("kprobe_events", "r:kt/kstr " + kProgName + ":traced_str rv=$retval");
+  ASSERT_EQ(echo_truncate(path("events/enable"), "1").exit_code(), 0);
+  EXPECT_EQ(read("events/enable"), "1\n");
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(3));
+  ASSERT_TRUE(prog->str(2));
+  const uint64_t base = load_base(prog->pid());
+  ASSERT_NE(base, 0u);
+
+  const std::string trace = read("trace");
+  const std::vector<std::string> raw = trace_body_lines(trace);
+  ASSERT_EQ(raw.size(), 3u * 3 + 2u * 2) << trace;
+  EXPECT_EQ(trace.substr(0, trace_header(13, 13).size()), trace_header(13, 13));
+  const std::vector<TraceLine> lines = parse_all(raw, prog->pid(), "traced_prog");
+  std::vector<std::string> want_add, want_kadd, want_str, want_kstr;
+  for (int i = 0; i < 3; ++i) {
+    want_add.push_back("(" + hex(base + add.vaddr) + ") a=" + hex(i) + " b=" + std::to_string(2 * i) +
+                       " bx=" + hex(2 * i) + " comm=\"traced_prog\" g=4242");
+    want_kadd.push_back("(traced_add+0x0/" + hex(add.size) + ") a=" + hex(i) + " b=" + hex(2 * i));
+  }
+  for (int i = 0; i < 2; ++i)
+    want_str.push_back("(" + hex(base + str.vaddr) + ") s=\"name-" + std::to_string(i) +
+                       "\" n=" + std::to_string(i) + " c='n' c3={'n','a','m'} u=\"name-" +
+                       std::to_string(i) + "\"");
+  EXPECT_EQ(bodies_of(lines, "add"), want_add);
+  EXPECT_EQ(bodies_of(lines, "kadd"), want_kadd);
+  EXPECT_EQ(bodies_of(lines, "str"), want_str);
+  // Return probes: back in main, which called the function.
+  const std::vector<std::string> addret = bodies_of(lines, "addret");
+  ASSERT_EQ(addret.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t ret = return_address(addret[i]);
+    EXPECT_GT(ret, base + main_fn.vaddr) << addret[i];
+    EXPECT_LT(ret, base + main_fn.vaddr + main_fn.size) << addret[i];
+    EXPECT_EQ(addret[i], "(" + hex(ret) + " <- " + hex(base + add.vaddr) + ") rv=" +
+                             std::to_string(3 * i));
+  }
+  const std::vector<std::string> kstr = bodies_of(lines, "kstr");
+  ASSERT_EQ(kstr.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    unsigned off = 0, size = 0;
+    EXPECT_EQ(sscanf(kstr[i].c_str(), "(main+0x%x/0x%x <- ", &off, &size), 2) << kstr[i];
+    EXPECT_EQ(size, main_fn.size);
+    EXPECT_LT(off, main_fn.size);
+    EXPECT_EQ(kstr[i], "(main+" + hex(off) + "/" + hex(main_fn.size) +
+                           " <- traced_str) rv=" + hex(6 + i));
+  }
+  // The order of a call's lines: entry before return.
+  std::string order;
+  for (const TraceLine& t : lines)
+    if (t.event == "add" || t.event == "addret" || t.event == "str" || t.event == "kstr")
+      order += t.event + " ";
+  EXPECT_EQ(order, "add addret add addret add addret str kstr str kstr ");
+
+  EXPECT_EQ(read("uprobe_profile"), profile_line(kProg, "add", 3) +
+                                        profile_line(kProg, "addret", 3) +
+                                        profile_line(kProg, "str", 2));
+  EXPECT_EQ(read("kprobe_profile"), kprobe_profile_line("kadd", 3, 0) +
+                                        kprobe_profile_line("kstr", 2, 0));
+  // kprobes/list: the probes in the program, traced_add's jump-optimized.
+  const std::string list = read("kprobes/list");
+  char want[128];
+  snprintf(want, sizeof want, "%016" PRIx64 "  k  traced_add+0x0    [OPTIMIZED]\n",
+           base + add.vaddr);
+  EXPECT_NE(list.find(want), std::string::npos) << list;
+  snprintf(want, sizeof want, "%016" PRIx64 "  r  traced_add+0x0    [OPTIMIZED]\n",
+           base + add.vaddr);
+  EXPECT_NE(list.find(want), std::string::npos) << list;
+  snprintf(want, sizeof want, "%016" PRIx64 "  r  traced_str+0x0    ", base + str.vaddr);
+  EXPECT_NE(list.find(want), std::string::npos) << list;
+  // trace_pipe gives the same lines.
+  int fd = open(path("trace_pipe").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(split_lines(testing::read_lines(fd, raw.size(), 20000)), raw);
+  close(fd);
+  EXPECT_EQ(prog->quit(), 0);
+}
+
+// Two return probes on one function (one of each style): both see the caller's address, as
+// the kernel's chained return probes do, never the return trampoline.
+TEST_F(TracefsMountTest, TwoReturnProbesOnOneFunctionBothSeeTheCaller) {
+  const ElfSymbol& main_fn = symbol("main");
+  echo("uprobe_events", "r:ut/uret " + place("traced_add") + " rv=$retval");
+  echo("kprobe_events", "r:kt/kret " + kProgName + ":traced_add rv=$retval");
+  ASSERT_EQ(echo_truncate(path("events/enable"), "1").exit_code(), 0);
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(2));
+  const uint64_t base = load_base(prog->pid());
+  const std::vector<TraceLine> lines = parse_all(trace_lines(), prog->pid(), "traced_prog");
+  const std::vector<std::string> uret = bodies_of(lines, "uret"), kret = bodies_of(lines, "kret");
+  ASSERT_EQ(uret.size(), 2u);
+  ASSERT_EQ(kret.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const uint64_t ret = return_address(uret[i]);
+    EXPECT_GT(ret, base + main_fn.vaddr) << uret[i];
+    EXPECT_LT(ret, base + main_fn.vaddr + main_fn.size) << uret[i];
+    EXPECT_EQ(kret[i].rfind("(main+" + hex(ret - base - main_fn.vaddr) + "/" +
+                                hex(main_fn.size) + " <- traced_add) rv=" + hex(3 * i),
+                            0),
+              0u)
+        << kret[i];
+  }
+}
+
+// Filters and triggers written with echo act on the records of a real program.
+TEST_F(TracefsMountTest, FiltersAndTriggersActOnTheProgramsRecords) {
+  echo("uprobe_events", "p:ft/add " + place("traced_add") + " a=%di");
+  echo("uprobe_events", "p:ft/str " + place("traced_str") + " s=+0(%di):string");
+  echo("uprobe_events", "r:ft/ret " + place("traced_add") + " rv=$retval");
+  for (const char* e : {"add", "str"})
+    ASSERT_EQ(echo_truncate(path(std::string("events/ft/") + e + "/enable"), "1").exit_code(), 0);
+  ASSERT_EQ(echo_truncate(path("events/ft/add/filter"), "a == 2 || a == 4").exit_code(), 0);
+  ASSERT_EQ(echo_truncate(path("events/ft/str/filter"), "s ~ \"*-3\"").exit_code(), 0);
+  EXPECT_EQ(read("events/ft/add/filter"), "a == 2 || a == 4\n");
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(6));
+  ASSERT_TRUE(prog->str(5));
+  std::vector<TraceLine> lines = parse_all(trace_lines(), prog->pid(), "traced_prog");
+  std::string seen;
+  for (const TraceLine& t : lines) seen += t.event + ":" + t.body.substr(t.body.find(')') + 1) + "\n";
+  EXPECT_EQ(seen, "add: a=0x2\nadd: a=0x4\nstr: s=\"name-3\"\n");
+  // An invalid filter: EINVAL, the text with its caret in the file, the event unfiltered.
+  CommandResult r = echo_truncate(path("events/ft/add/filter"), "zzz == 1");
+  EXPECT_EQ(r.err, echo_write_error(EINVAL));
+  EXPECT_EQ(read("events/ft/add/filter"), "zzz == 1\n    ^\nparse_error: Field not found\n\n");
+  EXPECT_EQ(error_log(), error_log_entry("event filter parse error", "Field not found", "zzz == 1", 4));
+  ASSERT_EQ(echo_truncate(path("events/ft/str/filter"), "0").exit_code(), 0);
+  EXPECT_EQ(read("events/ft/str/filter"), "none\n");
+  ASSERT_EQ(echo_truncate(path("trace"), "").exit_code(), 0);
+  // Triggers: ret comes on in soft mode once add sees a == 1; tracing goes off after a == 3.
+  ASSERT_EQ(echo_truncate(path("events/ft/add/trigger"), "enable_event:ft:ret:1 if a == 1").exit_code(), 0);
+  EXPECT_EQ(read("events/ft/ret/enable"), "0*\n");
+  echo("events/ft/add/trigger", "traceoff:1 if a == 3");
+  // Newest first.
+  EXPECT_EQ(read("events/ft/add/trigger"),
+            "traceoff:count=1 if a == 3\nenable_event:ft:ret:count=1 if a == 1\n");
+  ASSERT_TRUE(prog->call(6));
+  seen.clear();
+  for (const TraceLine& t : parse_all(trace_lines(), prog->pid(), "traced_prog"))
+    seen += t.event + ":" + t.body.substr(t.body.find(')') + 1) + "\n";
+  EXPECT_EQ(seen, "add: a=0x0\nadd: a=0x1\nret: rv=0x3\nadd: a=0x2\nret: rv=0x6\nadd: a=0x3\n");
+  EXPECT_EQ(read("tracing_on"), "0\n");
+  EXPECT_EQ(read("events/ft/ret/enable"), "1*\n");
+  EXPECT_EQ(read("events/ft/add/trigger"),
+            "traceoff:count=0 if a == 3\nenable_event:ft:ret:count=0 if a == 1\n");
+  // Hits are counted while tracing is off; nothing is recorded.
+  const std::string before = read("uprobe_profile");
+  ASSERT_TRUE(prog->call(2));
+  EXPECT_EQ(trace_lines().size(), 6u);
+  EXPECT_NE(read("uprobe_profile"), before);
+  EXPECT_NE(read("uprobe_profile").find(profile_line(kProg, "add", 14)), std::string::npos)
+      << read("uprobe_profile");
+}
+
+// trace_marker's lines, between a program's lines, with the writer's name and pid.
+TEST_F(TracefsMountTest, TraceMarkerLines) {
+  echo("uprobe_events", "p:mk/add " + place("traced_add") + " a=%di");
+  ASSERT_EQ(echo_truncate(path("events/mk/add/enable"), "1").exit_code(), 0);
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(1));
+  CommandResult r = bash("echo \"$1\" > \"$2\"; echo $$", {"hello marker", path("trace_marker")});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  const long shell = std::stol(r.out);
+  ASSERT_TRUE(prog->call(1));
+  // Without a newline: one is added; with O_TRUNC or not, the same.
+  ASSERT_EQ(m_.write("trace_marker", "no newline", O_WRONLY), 0);
+  const std::vector<std::string> raw = trace_lines();
+  ASSERT_EQ(raw.size(), 4u);
+  TraceLine t;
+  ASSERT_TRUE(parse_trace_line(raw[1], &t)) << raw[1];
+  EXPECT_EQ(render_trace_line(t), raw[1]);
+  EXPECT_EQ(t.comm, "bash");
+  EXPECT_EQ(t.pid, shell);
+  EXPECT_EQ(t.event, "tracing_mark_write");
+  EXPECT_EQ(t.body, "hello marker");
+  EXPECT_NE(raw[0].find(" add: ("), std::string::npos);
+  EXPECT_NE(raw[2].find(" add: ("), std::string::npos);
+  ASSERT_TRUE(parse_trace_line(raw[3], &t)) << raw[3];
+  EXPECT_EQ(t.pid, static_cast<long>(syscall(SYS_gettid)));
+  EXPECT_EQ(t.body, "no newline");
+  // trace_marker cannot be read (root may open it for reading); with tracing off a
+  // write is EBADF.
+  int fd = open(path("trace_marker").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  char b[16];
+  EXPECT_EQ(::read(fd, b, sizeof b), -1);
+  EXPECT_EQ(errno, EINVAL);
+  close(fd);
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "0").exit_code(), 0);
+  r = echo_append(path("trace_marker"), "off");
+  EXPECT_EQ(r.err, echo_write_error(EBADF));
+}
+
+// A burst into a tiny buffer: what does not fit is lost, and trace_pipe says so with the
+// kernel's "CPU:N [LOST M EVENTS]" line before the next record that got in; what was
+// kept plus what was lost is everything.
+TEST_F(TracefsMountTest, ATinyBufferLosesEventsAndSaysSo) {
+  ASSERT_EQ(echo_truncate(path("buffer_size_kb"), "4").exit_code(), 0);
+  EXPECT_EQ(read("buffer_size_kb"), "7\n");
+  echo("uprobe_events", "p:lost/add " + place("traced_add") + " a=%di");
+  ASSERT_EQ(echo_truncate(path("events/lost/add/enable"), "1").exit_code(), 0);
+  auto prog = exec_program();
+  int fd = open(path("trace_pipe").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto drain = [&] {
+    std::string text;
+    for (std::string more; !(more = testing::read_available(fd)).empty();) text += more;
+    return split_lines(text);
+  };
+  ASSERT_TRUE(prog->call(2000));
+  std::vector<std::string> lines = drain();
+  ASSERT_TRUE(prog->call(1));
+  for (const std::string& l : drain()) lines.push_back(l);
+  close(fd);
+  size_t kept = 0, lost = 0, lost_lines = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    unsigned long m = 0;
+    int c = -1;
+    if (sscanf(l.c_str(), "CPU:%d [LOST %lu EVENTS]", &c, &m) == 2) {
+      EXPECT_EQ(l, "CPU:" + std::to_string(c) + " [LOST " + std::to_string(m) + " EVENTS]");
+      lost += m;
+      ++lost_lines;
+      // The next line is a record of that CPU.
+      TraceLine t;
+      ASSERT_LT(i + 1, lines.size());
+      ASSERT_TRUE(parse_trace_line(lines[i + 1], &t)) << lines[i + 1];
+      EXPECT_EQ(t.cpu, c);
+      continue;
+    }
+    TraceLine t;
+    EXPECT_TRUE(parse_trace_line(l, &t)) << l;
+    ++kept;
+  }
+  EXPECT_GE(lost_lines, 1u);
+  EXPECT_GT(kept, 1u);
+  EXPECT_EQ(kept + lost, 2001u);
+  // The last record is the single call's.
+  EXPECT_NE(lines.back().find(") a=0x0"), std::string::npos) << lines.back();
 }
 
 }  // namespace
