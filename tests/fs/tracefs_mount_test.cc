@@ -985,5 +985,214 @@ TEST_F(TracefsMountTest, ATinyBufferLosesEventsAndSaysSo) {
   EXPECT_NE(lines.back().find(") a=0x0"), std::string::npos) << lines.back();
 }
 
+// ---- 4. perf probe, unchanged --------------------------------------------------------------
+
+// perf probe run against the mount only: TRACEFS_PATH names it (checked to be a probefs
+// mount before every run), HOME is a scratch directory of the test (perf keeps its build-id
+// cache and config there), and no debuginfod is asked.
+class PerfProbeTest : public TracefsMountTest {
+ protected:
+  void SetUp() override {
+    TracefsMountTest::SetUp();
+    if (HasFatalFailure()) return;
+    if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/perf (linux-perf)";
+    std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-perf-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    home_ = tmpl;
+  }
+  void TearDown() override {
+    if (!home_.empty()) std::filesystem::remove_all(home_);
+  }
+  // `perf ARGS...` against the mount.
+  CommandResult perf(const std::vector<std::string>& args) {
+    CommandResult r;
+    if (!testing::probefs_mounted(m_.dir())) {
+      ADD_FAILURE() << m_.dir() << " is not a probefs mount: perf is not run";
+      return r;
+    }
+    std::vector<std::string> argv = {"env", "-u", "DEBUGINFOD_URLS", "TRACEFS_PATH=" + m_.dir(),
+                                     "HOME=" + home_, "/usr/bin/perf"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, 60000);
+  }
+
+  std::string home_;
+};
+
+TEST_F(PerfProbeTest, AddsListsAndDeletesEventsOnTheMount) {
+  const std::string add_off = padded(symbol("traced_add").file_offset);
+  CommandResult r = perf({"probe", "-x", kProg, "traced_add", "a=%di", "b=%si"});
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("probe_traced_prog:traced_add (on traced_add in " + kProg +
+                                 " with a=%di b=%si)"),
+            std::string::npos)
+      << r.out << r.err;
+  r = perf({"probe", "-x", kProg, "traced_add%return", "$retval"});
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  r = perf({"probe", "-x", kProg, "traced_str", "s=+0(%di):string"});
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  EXPECT_EQ(read("uprobe_events"),
+            "p:probe_traced_prog/traced_add " + kProg + ":" + add_off + " a=%di b=%si\n"
+            "r:probe_traced_prog/traced_add__return " + kProg + ":" + add_off + " arg1=$retval\n"
+            "p:probe_traced_prog/traced_str " + kProg + ":" +
+                padded(symbol("traced_str").file_offset) + " s=+0(%di):string\n");
+  // perf probe -l reads them back.
+  r = perf({"probe", "-l"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  for (const char* ev : {"probe_traced_prog:traced_add ", "probe_traced_prog:traced_add__return ",
+                         "probe_traced_prog:traced_str "})
+    EXPECT_NE(r.out.find(ev), std::string::npos) << ev << "\n" << r.out;
+  EXPECT_NE(r.out.find("(on traced_add%return"), std::string::npos) << r.out;
+  // A duplicate: perf's EEXIST.
+  r = perf({"probe", "-x", kProg, "traced_add", "a=%di"});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_NE(r.err.find("Error: event \"traced_add\" already exists."), std::string::npos) << r.err;
+  // The events work: a program run on the mount hits them.
+  ASSERT_EQ(echo_truncate(path("events/probe_traced_prog/enable"), "1").exit_code(), 0);
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(2));
+  ASSERT_TRUE(prog->str(1));
+  std::string seen;
+  for (const TraceLine& t : parse_all(trace_lines(), prog->pid(), "traced_prog"))
+    seen += t.event + ":" + t.body.substr(t.body.find(')') + 1) + "\n";
+  EXPECT_EQ(seen,
+            "traced_add: a=0x0 b=0x0\ntraced_add__return: arg1=0x0\n"
+            "traced_add: a=0x1 b=0x2\ntraced_add__return: arg1=0x3\n"
+            "traced_str: s=\"name-0\"\n");
+  ASSERT_EQ(echo_truncate(path("events/probe_traced_prog/enable"), "0").exit_code(), 0);
+  // Deleting one, and one that is not there.
+  r = perf({"probe", "-d", "probe_traced_prog:traced_str"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("Removed event: probe_traced_prog:traced_str"), std::string::npos)
+      << r.out << r.err;
+  EXPECT_EQ(read("uprobe_events").find("traced_str"), std::string::npos);
+  r = perf({"probe", "-d", "probe_traced_prog:nonexist"});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_NE(r.err.find("\"probe_traced_prog:nonexist\" does not hit any event."), std::string::npos)
+      << r.err;
+  r = perf({"probe", "-d", "probe_traced_prog:*"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(read("uprobe_events"), "");
+  EXPECT_EQ(access(path("events/probe_traced_prog").c_str(), F_OK), -1);
+}
+
+// `perf record -e` on one of our events fails: its id is in a range the kernel's own
+// events never use, so the kernel has no such tracepoint. Only run where the kernel's
+// tracefs answers (perf_event_open takes the kernel's event lock); nothing is recorded.
+TEST_F(PerfProbeTest, PerfRecordOnOurEventFails) {
+  CommandResult r = perf({"probe", "-x", kProg, "traced_add", "a=%di"});
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  const long id = std::stol(read("events/probe_traced_prog/traced_add/id"));
+  EXPECT_GE(id, 0xF000);
+  EXPECT_LE(id, 0xFFFE);
+  KernelTracefs k;
+  const std::string why = k.start(5000);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(testing::probefs_mounted(m_.dir()));
+  KernelTracefs::Step s = k.run(
+      "cd \"$1\" && exec env -u DEBUGINFOD_URLS TRACEFS_PATH=\"$2\" HOME=\"$1\" /usr/bin/perf "
+      "record -e probe_traced_prog:traced_add -o \"$1/perf.data\" -- true",
+      {home_, m_.dir()}, 20000);
+  if (!s.answered) GTEST_SKIP() << "perf record did not end: the kernel does not answer";
+  EXPECT_NE(s.exit_code, 0) << s.out << s.err;
+}
+
+// ---- 5. the kernel's uprobe and ours, side by side ------------------------------------------
+
+// A line's body with every address inside the program's image written as its offset from
+// the image's start ("B+0x1ad0"), so that two runs of the program compare.
+std::string normalized(const std::string& body, uint64_t base) {
+  std::string out;
+  for (size_t i = 0; i < body.size();) {
+    if (body.compare(i, 2, "0x") == 0) {
+      size_t j = i + 2;
+      while (j < body.size() && isxdigit(static_cast<unsigned char>(body[j]))) ++j;
+      const uint64_t v = j > i + 2 ? std::stoull(body.substr(i + 2, j - i - 2), nullptr, 16) : 0;
+      if (v >= base && v - base < (1u << 20)) {
+        out += "B+" + hex(v - base);
+        i = j;
+        continue;
+      }
+    }
+    out += body[i++];
+  }
+  return out;
+}
+
+// The same uprobe definitions written to the kernel's uprobe_events (a private mount of the
+// kernel's tracefs, an instance of its own) and to ours, the same program run under each:
+// the same argument values, the same line layout. The probefs half always runs; the kernel
+// half is skipped when the kernel's tracefs does not answer.
+TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
+  KernelTracefs k;
+  const std::string g = k.group();
+  const std::vector<std::pair<std::string, std::string>> defs = {
+      {"cmp_add", "p:" + g + "/cmp_add " + place("traced_add") +
+                      " a=%di b=%si:s32 bx=%si:x16 b8=%si:s8 comm=$comm g=@+" +
+                      hex(symbol("traced_global").vaddr) + ":s64"},
+      {"cmp_ret", "r:" + g + "/cmp_ret " + place("traced_add") + " rv=$retval rvs=$retval:s32"},
+      {"cmp_str", "p:" + g + "/cmp_str " + place("traced_str") +
+                      " s=+0(%di):string n=%si:u64 c=+0(%di):char c3=+0(%di):char[3] "
+                      "by=+0(%di):x8[2] u=+0(%di):ustring"},
+  };
+  auto run_program = [](ProgramProcess& p, uint64_t* base) {
+    EXPECT_TRUE(p.ready());
+    EXPECT_TRUE(p.call(3));
+    EXPECT_TRUE(p.str(2));
+    *base = load_base(p.pid());
+  };
+  auto compared = [](const std::vector<std::string>& raw, pid_t pid, uint64_t base) {
+    std::vector<std::string> out;
+    for (const TraceLine& t : parse_all(raw, pid, "traced_prog"))
+      out.push_back(t.event + ": " + normalized(t.body, base));
+    return out;
+  };
+
+  // probefs.
+  for (const auto& [name, def] : defs) {
+    echo("uprobe_events", def);
+    ASSERT_EQ(echo_truncate(path("events/" + g + "/" + name + "/enable"), "1").exit_code(), 0);
+  }
+  std::vector<std::string> ours;
+  {
+    ProgramProcess p(ProgramProcess::under_probefs(m_.dir()));
+    uint64_t base = 0;
+    run_program(p, &base);
+    ours = compared(trace_lines(), p.pid(), base);
+    EXPECT_EQ(p.quit(), 0);
+  }
+  ASSERT_EQ(ours.size(), 3u * 2 + 2u);
+  EXPECT_EQ(ours[0], "cmp_add: (B+" + hex(symbol("traced_add").vaddr) +
+                         ") a=0x0 b=0 bx=0x0 b8=0 comm=\"traced_prog\" g=4242");
+  EXPECT_EQ(ours[7], "cmp_str: (B+" + hex(symbol("traced_str").vaddr) +
+                         ") s=\"name-1\" n=1 c='n' c3={'n','a','m'} by={0x6e,0x61} u=\"name-1\"");
+
+  // The kernel, each step a child with a deadline.
+  const std::string why = k.start(5000);
+  if (!why.empty()) GTEST_SKIP() << why << "; the probefs half ran";
+  for (const auto& [name, def] : defs) {
+    KernelTracefs::Step s = k.run("echo \"$1\" >> \"$2/uprobe_events\"", {def, k.dir()}, 10000);
+    if (!s.answered) GTEST_SKIP() << "the kernel's uprobe_events did not answer";
+    ASSERT_EQ(s.exit_code, 0) << def << ": " << s.err;
+    k.remember_probe(g + "/" + name);
+    s = k.run("echo 1 > \"$1/events/$2/enable\"", {k.instance(), g + "/" + name}, 10000);
+    if (!s.answered) GTEST_SKIP() << "the kernel's enable file did not answer";
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+  }
+  std::vector<std::string> kernels;
+  {
+    ProgramProcess p(ProgramProcess::plain());
+    uint64_t base = 0;
+    run_program(p, &base);
+    KernelTracefs::Step s = k.run("cat \"$1/trace\"", {k.instance()}, 10000);
+    if (!s.answered) GTEST_SKIP() << "the kernel's trace did not answer";
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    EXPECT_EQ(s.out.substr(0, 2), "# ");
+    kernels = compared(trace_body_lines(s.out), p.pid(), base);
+    EXPECT_EQ(p.quit(), 0);
+  }
+  EXPECT_EQ(ours, kernels);
+}
+
 }  // namespace
 }  // namespace probefs::fs
