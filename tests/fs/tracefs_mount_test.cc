@@ -489,6 +489,68 @@ TEST_F(TracefsMountTest, TwoWritersAtOnceNeverCorruptTheDefinitions) {
   EXPECT_EQ(ids.size(), expected.size());
 }
 
+// The enable and tracing_on files take the kernel's numbers (kstrtoul, base 10, a
+// trailing newline only); a probe past the end of its file cannot be enabled, one at
+// offset 0 or inside an instruction can (and never fires).
+TEST_F(TracefsMountTest, EnableAndTracingOnTakeTheKernelsNumbers) {
+  echo("uprobe_events", "p:en/a " + place("traced_add") + " a=%di");
+  echo("uprobe_events", "p:en/b " + place("traced_str"));
+  const std::string f = path("events/en/a/enable");
+  struct Step {
+    const char* text;
+    bool ok;
+    const char* after;
+  } steps[] = {{"1", true, "1\n"},     {"1", true, "1\n"},    {"0", true, "0\n"},
+               {"0", true, "0\n"},     {"2", false, "0\n"},   {"-1", false, "0\n"},
+               {"abc", false, "0\n"},  {" 1", false, "0\n"},  {"1 ", false, "0\n"},
+               {"0x1", false, "0\n"},  {"01", true, "1\n"},   {"10", false, "1\n"},
+               {"1abc", false, "1\n"}, {"0\n", true, "0\n"}, {"+1", true, "1\n"}};
+  for (const Step& s : steps) {
+    CommandResult r = printf_append(f, s.text);
+    EXPECT_EQ(r.exit_code(), s.ok ? 0 : 1) << s.text;
+    EXPECT_EQ(read("events/en/a/enable"), s.after) << s.text;
+  }
+  // Mixed: the group and the top level read X; the group takes only 0 and 1.
+  EXPECT_EQ(read("events/en/enable"), "X\n");
+  EXPECT_EQ(read("events/enable"), "X\n");
+  EXPECT_EQ(read("set_event"), "en:a\n");
+  EXPECT_EQ(printf_append(path("events/en/enable"), "X").exit_code(), 1);
+  ASSERT_EQ(echo_truncate(path("events/en/enable"), "1").exit_code(), 0);
+  EXPECT_EQ(read("events/en/enable"), "1\n");
+  EXPECT_EQ(read("set_event"), "en:b\nen:a\n");
+  ASSERT_EQ(echo_truncate(path("set_event"), "").exit_code(), 0);
+  EXPECT_EQ(read("events/enable"), "0\n");
+  // tracing_on: any unsigned number (2 reads back 1), nothing else.
+  for (const char* bad : {"abc", "-1", "0x1"})
+    EXPECT_EQ(printf_append(path("tracing_on"), bad).err, "bash: line 1: printf: write error: " +
+                                                              std::string(strerror(EINVAL)) + "\n")
+        << bad;
+  EXPECT_EQ(read("tracing_on"), "1\n");
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "0").exit_code(), 0);
+  EXPECT_EQ(read("tracing_on"), "0\n");
+  ASSERT_EQ(echo_truncate(path("tracing_on"), "2").exit_code(), 0);
+  EXPECT_EQ(read("tracing_on"), "1\n");
+  // Past the end of the file: EINVAL, still off. At 0 and mid-instruction: enabled.
+  struct stat st;
+  ASSERT_EQ(stat(kProg.c_str(), &st), 0);
+  echo("uprobe_events", "p:en/far " + kProg + ":" + hex(static_cast<uint64_t>(st.st_size) + 0x1000));
+  echo("uprobe_events", "p:en/zero " + kProg + ":0x0");
+  echo("uprobe_events", "p:en/mid " + kProg + ":" + hex(symbol("traced_add").file_offset + 1));
+  EXPECT_EQ(echo_truncate(path("events/en/far/enable"), "1").err, echo_write_error(EINVAL));
+  EXPECT_EQ(read("events/en/far/enable"), "0\n");
+  for (const char* e : {"zero", "mid"}) {
+    EXPECT_EQ(echo_truncate(path(std::string("events/en/") + e + "/enable"), "1").exit_code(), 0) << e;
+    EXPECT_EQ(read(std::string("events/en/") + e + "/enable"), "1\n") << e;
+  }
+  // Enabling the group stops at the event that cannot be enabled (the others stay as the
+  // kernel leaves them: enabled in order until the failure).
+  EXPECT_EQ(echo_truncate(path("events/en/enable"), "1").err, echo_write_error(EINVAL));
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(3));
+  for (const std::string& l : trace_lines())
+    EXPECT_TRUE(l.find(" zero: ") == std::string::npos && l.find(" mid: ") == std::string::npos) << l;
+}
+
 // ---- trace_pipe: partial reads and the blocking rules ---------------------------------------
 
 class TracePipeTest : public TracefsMountTest {
@@ -983,6 +1045,36 @@ TEST_F(TracefsMountTest, ATinyBufferLosesEventsAndSaysSo) {
   EXPECT_EQ(kept + lost, 2001u);
   // The last record is the single call's.
   EXPECT_NE(lines.back().find(") a=0x0"), std::string::npos) << lines.back();
+}
+
+// A program started by the test and attached with `probefs attach`: its lines while it is
+// attached; once detached, nothing more, and the lines already there still name the
+// function (the kernel keeps what it printed).
+TEST_F(TracefsMountTest, AnAttachedProgramHitsTheEvents) {
+  ProgramProcess prog(ProgramProcess::plain());
+  ASSERT_TRUE(prog.ready());
+  ASSERT_TRUE(prog.call(1));
+  CommandResult r = run_command({PROBEFS_BIN, "attach", m_.dir(), std::to_string(prog.pid())});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  echo("kprobe_events", "p:at/k " + kProgName + ":traced_add a=%di");
+  echo("uprobe_events", "r:at/u " + place("traced_add") + " rv=$retval");
+  ASSERT_EQ(echo_truncate(path("events/at/enable"), "1").exit_code(), 0);
+  ASSERT_TRUE(prog.call(2));
+  const uint64_t base = load_base(prog.pid());
+  std::vector<std::string> attached = trace_lines();
+  std::vector<TraceLine> lines = parse_all(attached, prog.pid(), "traced_prog");
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].body, "(traced_add+0x0/" + hex(symbol("traced_add").size) + ") a=0x0");
+  EXPECT_EQ(lines[1].event, "u");
+  EXPECT_NE(lines[1].body.find(" <- " + hex(base + symbol("traced_add").vaddr) + ") rv=0x0"),
+            std::string::npos)
+      << lines[1].body;
+  EXPECT_EQ(lines[2].body, "(traced_add+0x0/" + hex(symbol("traced_add").size) + ") a=0x1");
+  r = run_command({PROBEFS_BIN, "detach", m_.dir(), std::to_string(prog.pid())});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  ASSERT_TRUE(prog.call(2));
+  EXPECT_EQ(trace_lines(), attached);
+  EXPECT_EQ(prog.quit(), 0);
 }
 
 // ---- 4. perf probe, unchanged --------------------------------------------------------------
