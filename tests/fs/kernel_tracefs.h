@@ -6,7 +6,9 @@
 // hang in an uninterruptible sleep, which no signal ends. So every step that touches the
 // kernel's tracefs runs as a child process with a deadline; a child that does not end in
 // time is sent SIGKILL and then left alone, never waited for, and from then on nothing
-// more is tried (in this process): the caller skips. The probes a test defined are
+// more is tried: the caller skips. Such a kernel stays so until it reboots, so the finding
+// is kept for this boot (a mark in the temporary directory holding the boot id): later
+// runs skip at once instead of leaving one more unkillable child behind. The probes a test defined are
 // disabled and removed at the end, the instance removed, the mount detached.
 #pragma once
 
@@ -21,6 +23,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,7 +52,8 @@ class KernelTracefs {
   // Mounts the kernel's tracefs and makes the instance: "" once ready, else the reason
   // (the caller skips).
   std::string start(int timeout_ms) {
-    if (wedged().load()) return "the kernel's tracefs did not answer earlier in this run";
+    if (wedged().load() || marked_this_boot())
+      return "the kernel's tracefs did not answer earlier (since this boot)";
     if (dir_.empty()) return "no temporary directory";
     if (geteuid() != 0) return "not root: the kernel's tracefs needs root";
     Step s = run("mount -t tracefs nodev \"$1\"", {dir_}, timeout_ms);
@@ -134,6 +138,7 @@ class KernelTracefs {
       reap(pid, 1000, &status);
     }
     wedged().store(true);
+    mark_this_boot();
     return st;
   }
 
@@ -167,6 +172,23 @@ class KernelTracefs {
     static std::atomic<bool> w{false};
     return w;
   }
+
+  static std::string mark_path() {
+    return (std::filesystem::temp_directory_path() / "probefs-kernel-tracefs-wedged").string();
+  }
+  static std::string boot_id() {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string id;
+    in >> id;
+    return id;
+  }
+  static bool marked_this_boot() {
+    std::ifstream in(mark_path());
+    std::string id;
+    in >> id;
+    return !id.empty() && id == boot_id();
+  }
+  static void mark_this_boot() { std::ofstream(mark_path()) << boot_id() << "\n"; }
 
   // waitpid with a deadline, woken by the child's pidfd; false when it did not end.
   static bool reap(pid_t pid, int timeout_ms, int* status) {
