@@ -413,6 +413,54 @@ TEST_F(TracefsMountTest, ReadBackIsNormalizedAsTheKernelDoes) {
   EXPECT_EQ(back.find("p:grp1/multi " + b + ":" + padded(0x13c0)), std::string::npos);
 }
 
+// 04b and 07: each write() is parsed by itself (lines split on newlines, processing stops
+// at the first bad line, the lines before it stay), dynamic_events takes what
+// uprobe_events takes and logs its errors the same way, and each file removes what the
+// other defined.
+TEST_F(TracefsMountTest, EachWriteIsParsedByItselfInEitherFile) {
+  const std::string b = kProg;
+  clear_error_log();
+  const std::string bad = "p:uprobes/ml2 " + b + ":0x1370 a=%bad";
+  CommandResult r = printf_append(path("uprobe_events"), "p:uprobes/ml1 " + b + ":0x1370\n" + bad +
+                                                             "\np:uprobes/ml3 " + b + ":0x1370");
+  EXPECT_EQ(r.err, "bash: line 1: printf: write error: " + std::string(strerror(EINVAL)) + "\n");
+  EXPECT_EQ(read("uprobe_events"), "p:uprobes/ml1 " + b + ":" + padded(0x1370) + "\n");
+  EXPECT_EQ(error_log(), error_log_entry("trace_uprobe", "Invalid register name", bad,
+                                         static_cast<int>(bad.find("%bad"))));
+  // A definition split across two write() calls on one open file: two definitions.
+  r = bash("{ printf %s \"$1\"; printf %s \"$2\"; } >> \"$3\"",
+           {"p:uprobes/split1 " + b + ":0x1370", " a=%di\n", path("uprobe_events")});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(read("uprobe_events").find("p:uprobes/split1 " + b + ":" + padded(0x1370) + "\n"),
+            std::string::npos);
+  // dynamic_events: the same definitions, errors logged as trace_uprobe, other types'
+  // syntax refused without a log.
+  clear_error_log();
+  echo("dynamic_events", "p:dyn/d1 " + b + ":0x1370 a=%di b=+0(%si):string");
+  echo("dynamic_events", "r:dyn/d2 " + b + ":0x13c0 rv=$retval:s64");
+  echo("dynamic_events", "p:d4 " + b + ":0x1380");
+  const std::string zz = "p:dyn/d6 " + b + ":0x1370 a=%zz";
+  EXPECT_EQ(echo_append(path("dynamic_events"), zz).err, echo_write_error(EINVAL));
+  for (const std::string& other : {std::string("e:dyn/ep sched.sched_switch"),
+                                   std::string("s:dyn/synth u64 lat"), std::string("f:dyn/fp vfs_read"),
+                                   std::string("t:dyn/tp sched_switch"),
+                                   "x:dyn/bad " + b + ":0x1370"})
+    EXPECT_EQ(echo_append(path("dynamic_events"), other).err, echo_write_error(EINVAL)) << other;
+  EXPECT_EQ(error_log(), error_log_entry("trace_uprobe", "Invalid register name", zz,
+                                         static_cast<int>(zz.find("%zz"))));
+  EXPECT_EQ(read("dynamic_events"), read("uprobe_events"));
+  EXPECT_NE(read("uprobe_events").find("p:uprobes/d4 " + b + ":" + padded(0x1380) + "\n"),
+            std::string::npos);
+  // Removal through the other file, and of everything in a group.
+  echo("uprobe_events", "-:dyn/d2");
+  echo("dynamic_events", "-:d4");
+  EXPECT_EQ(echo_append(path("dynamic_events"), "-:nonexistent").err, echo_write_error(ENOENT));
+  echo("uprobe_events", "p:dyn/u2 " + b + ":0x1370");
+  echo("dynamic_events", "-:dyn/");
+  EXPECT_EQ(read("dynamic_events").find("dyn/"), std::string::npos);
+  EXPECT_EQ(access(path("events/dyn").c_str(), F_OK), -1);
+}
+
 // O_TRUNC (`echo > FILE`) on the definition files, error_log and trace (05c, 05).
 TEST_F(TracefsMountTest, TruncationAsTheKernelTruncates) {
   const std::string b = kProg;
