@@ -946,6 +946,25 @@ TEST_F(TracefsMountTest, TraceLinesOfAProgramUnderExecAreTheKernels) {
   EXPECT_EQ(prog->quit(), 0);
 }
 
+// 01b: fetches through a bad pointer print the kernel's fault values (0, (fault) unquoted,
+// a NUL byte for a char), and the program runs on unharmed.
+TEST_F(TracefsMountTest, FetchFaultsPrintTheKernelsValues) {
+  echo("uprobe_events", "p:fl/f " + place("traced_add") +
+                            " a=%di badu32=+0(%di):u32 badx64=+0(%di) bads=+0(%di):string "
+                            "badus=+0(%di):ustring badarr=+0(%di):u8[2] badbf=+0(%di):b4@2/32 "
+                            "badchr=+0(%di):char good=%si:s32");
+  ASSERT_EQ(echo_truncate(path("events/fl/f/enable"), "1").exit_code(), 0);
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(2));
+  const std::vector<TraceLine> lines = parse_all(trace_lines(), prog->pid(), "traced_prog");
+  ASSERT_EQ(lines.size(), 2u);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(lines[i].body.substr(lines[i].body.find(')') + 1),
+              " a=" + hex(i) + " badu32=0 badx64=0x0 bads=(fault) badus=(fault) badarr={0,0} "
+              "badbf=0 badchr='" + std::string(1, '\0') + "' good=" + std::to_string(2 * i));
+  EXPECT_EQ(prog->quit(), 0);
+}
+
 // Two return probes on one function (one of each style): both see the caller's address, as
 // the kernel's chained return probes do, never the return trampoline.
 TEST_F(TracefsMountTest, TwoReturnProbesOnOneFunctionBothSeeTheCaller) {
@@ -1284,7 +1303,8 @@ TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   const std::vector<std::pair<std::string, std::string>> defs = {
       {"cmp_add", "p:" + g + "/cmp_add " + place("traced_add") +
                       " a=%di b=%si:s32 bx=%si:x16 b8=%si:s8 comm=$comm g=@+" +
-                      hex(symbol("traced_global").vaddr) + ":s64"},
+                      hex(symbol("traced_global").vaddr) +
+                      ":s64 fs=+0(%di):string fu=+0(%di):u32 fc=+0(%di):char"},
       {"cmp_ret", "r:" + g + "/cmp_ret " + place("traced_add") + " rv=$retval rvs=$retval:s32"},
       {"cmp_str", "p:" + g + "/cmp_str " + place("traced_str") +
                       " s=+0(%di):string n=%si:u64 c=+0(%di):char c3=+0(%di):char[3] "
@@ -1318,7 +1338,8 @@ TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   }
   ASSERT_EQ(ours.size(), 3u * 2 + 2u);
   EXPECT_EQ(ours[0], "cmp_add: (B+" + hex(symbol("traced_add").vaddr) +
-                         ") a=0x0 b=0 bx=0x0 b8=0 comm=\"traced_prog\" g=4242");
+                         ") a=0x0 b=0 bx=0x0 b8=0 comm=\"traced_prog\" g=4242 fs=(fault) fu=0 fc='" +
+                         std::string(1, '\0') + "'");
   EXPECT_EQ(ours[7], "cmp_str: (B+" + hex(symbol("traced_str").vaddr) +
                          ") s=\"name-1\" n=1 c='n' c3={'n','a','m'} by={0x6e,0x61} u=\"name-1\"");
 
