@@ -44,11 +44,14 @@ class ProgramProcess {
     if (pid_ > 0) ready_ = line() == "ready";
   }
 
-  // traced_prog under `probefs exec MOUNTPOINT --`.
-  static std::vector<std::string> under_probefs(const std::string& mountpoint) {
-    return {PROBEFS_BIN, "exec", mountpoint, "--", PROBEFS_TRACED_PROG};
+  // `program` (traced_prog or a copy of it) under `probefs exec MOUNTPOINT --`, or plain.
+  static std::vector<std::string> under_probefs(const std::string& mountpoint,
+                                                const std::string& program = PROBEFS_TRACED_PROG) {
+    return {PROBEFS_BIN, "exec", mountpoint, "--", program};
   }
-  static std::vector<std::string> plain() { return {PROBEFS_TRACED_PROG}; }
+  static std::vector<std::string> plain(const std::string& program = PROBEFS_TRACED_PROG) {
+    return {program};
+  }
 
   ~ProgramProcess() {
     if (pid_ > 0) {

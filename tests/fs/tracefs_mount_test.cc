@@ -103,10 +103,10 @@ const ElfSymbol& symbol(const char* name) {
   return it->second;
 }
 
-// Where the traced program's image starts in process `pid` (its mapping at file offset 0).
-uint64_t load_base(pid_t pid) {
+// Where the image of `program` starts in process `pid` (its mapping at file offset 0).
+uint64_t load_base(pid_t pid, const std::string& program = kProg) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  const std::string real = std::filesystem::canonical(kProg).string();
+  const std::string real = std::filesystem::canonical(program).string();
   for (std::string line; std::getline(in, line);) {
     uint64_t lo = 0, off = 1;
     char perms[8];
@@ -1298,23 +1298,41 @@ std::string normalized(const std::string& body, uint64_t base) {
 // the same argument values, the same line layout. The probefs half always runs; the kernel
 // half is skipped when the kernel's tracefs does not answer.
 TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
+  // A copy of the program of its own: the kernel's probes reach no other process.
+  std::error_code ec;
+  const std::filesystem::path copy_dir =
+      std::filesystem::temp_directory_path() / ("probefs-cmp-" + std::to_string(getpid()));
+  std::filesystem::create_directories(copy_dir / "copy", ec);
+  const std::string prog = (copy_dir / "copy" / kProgName).string();
+  std::filesystem::copy_file(kProg, prog, std::filesystem::copy_options::overwrite_existing, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  struct RemoveCopy {
+    std::filesystem::path dir;
+    ~RemoveCopy() {
+      std::error_code e;
+      std::filesystem::remove_all(dir, e);
+    }
+  } remove_copy{copy_dir};
+  auto place_in_copy = [&](const char* sym) { return prog + ":" + hex(symbol(sym).file_offset); };
+
   KernelTracefs k;
   const std::string g = k.group();
   const std::vector<std::pair<std::string, std::string>> defs = {
-      {"cmp_add", "p:" + g + "/cmp_add " + place("traced_add") +
+      {"cmp_add", "p:" + g + "/cmp_add " + place_in_copy("traced_add") +
                       " a=%di b=%si:s32 bx=%si:x16 b8=%si:s8 comm=$comm g=@+" +
                       hex(symbol("traced_global").vaddr) +
                       ":s64 fs=+0(%di):string fu=+0(%di):u32 fc=+0(%di):char"},
-      {"cmp_ret", "r:" + g + "/cmp_ret " + place("traced_add") + " rv=$retval rvs=$retval:s32"},
-      {"cmp_str", "p:" + g + "/cmp_str " + place("traced_str") +
+      {"cmp_ret", "r:" + g + "/cmp_ret " + place_in_copy("traced_add") +
+                      " rv=$retval rvs=$retval:s32"},
+      {"cmp_str", "p:" + g + "/cmp_str " + place_in_copy("traced_str") +
                       " s=+0(%di):string n=%si:u64 c=+0(%di):char c3=+0(%di):char[3] "
                       "by=+0(%di):x8[2] u=+0(%di):ustring"},
   };
-  auto run_program = [](ProgramProcess& p, uint64_t* base) {
+  auto run_program = [&](ProgramProcess& p, uint64_t* base) {
     EXPECT_TRUE(p.ready());
     EXPECT_TRUE(p.call(3));
     EXPECT_TRUE(p.str(2));
-    *base = load_base(p.pid());
+    *base = load_base(p.pid(), prog);
   };
   auto compared = [](const std::vector<std::string>& raw, pid_t pid, uint64_t base) {
     std::vector<std::string> out;
@@ -1330,7 +1348,7 @@ TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   }
   std::vector<std::string> ours;
   {
-    ProgramProcess p(ProgramProcess::under_probefs(m_.dir()));
+    ProgramProcess p(ProgramProcess::under_probefs(m_.dir(), prog));
     uint64_t base = 0;
     run_program(p, &base);
     ours = compared(trace_lines(), p.pid(), base);
@@ -1357,7 +1375,7 @@ TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   }
   std::vector<std::string> kernels;
   {
-    ProgramProcess p(ProgramProcess::plain());
+    ProgramProcess p(ProgramProcess::plain(prog));
     uint64_t base = 0;
     run_program(p, &base);
     KernelTracefs::Step s = k.run("cat \"$1/trace\"", {k.instance()}, 10000);
