@@ -247,6 +247,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   }
   auto p = std::make_unique<DynProbe>();
   p->def = def;
+  if (def.syntax == events::ProbeSyntax::kUprobe) p->file = spec.def.path;
   p->id = id;
   p->event = ev;
   ev->probes.push_back(p.get());

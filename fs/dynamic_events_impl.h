@@ -38,6 +38,7 @@ struct DynEvent;
 // One line of a definition file: one probe in the tracer.
 struct DynProbe {
   events::ProbeDefinition def;  // as written: read back, profiles, removal
+  std::string file;             // uprobe syntax: PATH resolved at definition (the writer's cwd)
   tracee::ProbeId id = 0;
   DynEvent* event = nullptr;
 };

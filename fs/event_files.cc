@@ -1,6 +1,8 @@
 // events/ and the files that show or steer the dynamic events: per event enable, filter,
 // trigger, format and id; per group enable and filter; events/enable, header_page and
 // header_event; available_events and set_event.
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <optional>
 #include <string>
@@ -187,7 +189,23 @@ void DynamicEvents::Impl::remove_event_nodes(const DynEvent& ev) {
 
 // ---- enable ----------------------------------------------------------------------------------
 
+namespace {
+
+// A uprobe-syntax probe whose offset lies past the end of its file: the kernel's
+// uprobe_register() refuses it ("just to catch the obvious mistakes"), so enabling its
+// event is EINVAL. A file gone since the definition is not refused here (the kernel holds
+// the file it found at definition).
+bool past_end_of_file(const DynProbe& p) {
+  if (p.def.syntax != events::ProbeSyntax::kUprobe) return false;
+  struct stat st;
+  return stat(p.file.c_str(), &st) == 0 && p.def.offset > static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace
+
 int DynamicEvents::Impl::register_event(DynEvent& ev) {
+  for (const DynProbe* p : ev.probes)
+    if (past_end_of_file(*p)) return -EINVAL;
   for (size_t i = 0; i < ev.probes.size(); ++i) {
     if (int err = tracer.enable_probe(ev.probes[i]->id); err != 0) {
       for (size_t j = 0; j < i; ++j) (void)tracer.disable_probe(ev.probes[j]->id);
