@@ -560,7 +560,7 @@ FuseServer::~FuseServer() {
     s.pollers.clear();
   }
   if (s.se) {
-    if (s.mounted) fuse_session_unmount(s.se);
+    if (s.mounted && s.still_mounted()) fuse_session_unmount(s.se);
     fuse_session_destroy(s.se);
   }
 }

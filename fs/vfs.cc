@@ -79,7 +79,7 @@ Tree::Tree() {
   root_ = std::make_shared<Node>();
   root_->ino_ = 1;
   root_->is_dir_ = true;
-  root_->mode_ = kModeDir;
+  root_->mode_ = 0700;  // tracefs: drwx------
   known_.push_back({1, Known{root_, root_, 1}});
 }
 

@@ -281,6 +281,18 @@ uintptr_t on_function_return(PtRegs* regs) {
   const uintptr_t ret = ri->ret_addr;
   if (__builtin_expect(ri->pool->returns_twice, 0)) remember_return(slot, ret);
   regs->ip = ret;
+  // Another return probe entered this frame first, so what this instance saved is that
+  // one's trampoline, where the return goes on to. The handler is shown the caller's
+  // address, as kernel kretprobes show it: the one the outer instance of the slot holds.
+  if (__builtin_expect(ret == g_trampoline || ret == g_trampoline_twice, 0)) {
+    for (const KretprobeInstance* o = t_ri_head; o && o->ret_slot == slot; o = o->next) {
+      if (o->ret_addr != g_trampoline && o->ret_addr != g_trampoline_twice) {
+        ri->ret_addr = o->ret_addr;
+        regs->ip = o->ret_addr;
+        break;
+      }
+    }
+  }
   Kretprobe* rp = ri->pool->rp.load(std::memory_order_acquire);
   if (__builtin_expect(rp && rp->handler && !t_current, 1)) {
     t_current = rp;

@@ -111,6 +111,7 @@ TEST(ProbefsCommand, MountsWithTheKernelsModesAndUnmountsCleanly) {
   ASSERT_TRUE(m.ok()) << m.daemon_stderr();
   for (const char* f : {"README", "targets", "kprobes"})
     EXPECT_NE(mode_of(m.path(f)), 0u) << f;
+  EXPECT_EQ(mode_of(m.dir()), S_IFDIR | 0700);  // the kernel's tracefs root
   EXPECT_EQ(mode_of(m.path("README")), S_IFREG | 0440);
   EXPECT_EQ(mode_of(m.path("targets")), S_IFREG | 0640);
   EXPECT_EQ(mode_of(m.path("kprobes")), S_IFDIR | 0755);
