@@ -61,8 +61,15 @@ class Worker {
   [[noreturn]] void run() {
     // Its own process group and no terminal signals: a Ctrl-C of the benchmark must leave
     // it alive to clean up when its requests end.
+    // Whatever the benchmark's handlers were, none runs here.
     setpgid(0, 0);
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
     for (int sig : {SIGINT, SIGQUIT, SIGHUP, SIGTSTP, SIGPIPE}) signal(sig, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    alarm(0);
     answer(start());
     std::string line;
     while (next_line(&line)) answer(serve(line));
