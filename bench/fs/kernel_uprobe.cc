@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -102,10 +103,12 @@ class Worker {
       const int64_t t = now_ns();
       if (int err = write_file(mount_ + "/uprobe_events", def, true))
         return "err uprobe_events refused " + def.substr(0, def.size() - 1) + ": " + strerror(err);
+      const int64_t defined = now_ns();
       events_.push_back(f[1]);
       if (int err = write_file(enable_file(f[1]), "1", false))
         return std::string("err enable: ") + strerror(err);
-      return "ok " + std::to_string(t);
+      return "ok " + std::to_string(t) + " " + std::to_string(defined) + " " +
+             std::to_string(now_ns());
     }
     if (f[0] == "clear") {
       for (const std::string& e : events_) (void)remove(e);
@@ -294,10 +297,15 @@ void KernelUprobes::abandon(const std::string& why) {
 }
 
 bool KernelUprobes::add(const std::string& name, bool ret, const std::string& body,
-                        int64_t* started_ns) {
+                        AddTimes* times) {
   std::string answer;
   if (!request("add\t" + name + "\t" + (ret ? "r" : "p") + "\t" + body, &answer)) return false;
-  if (started_ns) *started_ns = std::strtoll(answer.c_str(), nullptr, 10);
+  if (times) {
+    char* at = nullptr;
+    times->started = std::strtoll(answer.c_str(), &at, 10);
+    times->defined = std::strtoll(at, &at, 10);
+    times->enabled = std::strtoll(at, &at, 10);
+  }
   return true;
 }
 

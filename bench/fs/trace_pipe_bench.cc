@@ -26,8 +26,10 @@
 //
 // Everything this program waits for has a deadline; a watchdog ends a run that still
 // takes too long. Ctrl-C, SIGTERM, SIGHUP and the watchdog kill the targets and readers,
-// detach the mount and end the daemon; the kernel's worker removes its events, its
-// instance and its mount by itself once this program is gone.
+// detach the mount and end the daemon; should this program be killed outright, its
+// children get a parent-death signal instead (the daemon SIGTERM, its clean end). The
+// kernel's worker removes its events, its instance and its mount by itself once this
+// program is gone.
 //
 //   trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K] [--no-kernel]
 //                    [--only throughput|latency|first]
@@ -38,6 +40,8 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -52,6 +56,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -156,8 +161,10 @@ void install_signals() {
   alarm(kWatchdogS);
 }
 
-// Children start with the signals as they were before this program changed them.
-void child_signals() {
+// Children start with the signals as they were before this program changed them, and get
+// `on_parent_death` should this program end without its cleanup (SIGKILL).
+void child_signals(int on_parent_death = SIGKILL) {
+  prctl(PR_SET_PDEATHSIG, on_parent_death);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGALRM, SIGPIPE, SIGUSR1}) signal(sig, SIG_DFL);
   alarm(0);
   sigset_t none;
@@ -169,15 +176,22 @@ void child_signals() {
 
 // Waits at most `ms` for `pid` to end: its wait status, or -1 after it had to be killed
 // (then it is waited for at most 2 s more: one asleep in the kernel is left behind).
-int wait_exit(pid_t pid, int ms) {
+// `cpu_s`, when given, gets the CPU time it used (user and system).
+int wait_exit(pid_t pid, int ms, double* cpu_s = nullptr) {
   if (pid <= 0) return -1;
   int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   auto reap = [&](int within_ms) {
     const int64_t deadline = after_ms(within_ms);
     for (;;) {
       int st = 0;
-      pid_t r = waitpid(pid, &st, WNOHANG);
-      if (r == pid) return st;
+      rusage ru{};
+      pid_t r = wait4(pid, &st, WNOHANG, &ru);
+      if (r == pid) {
+        if (cpu_s)
+          *cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                   static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+        return st;
+      }
       if (r < 0) return -2;
       if (ms_until(deadline) == 0 || pfd < 0) return -3;
       pollfd p{pfd, POLLIN, 0};
@@ -193,6 +207,23 @@ int wait_exit(pid_t pid, int ms) {
   if (pfd >= 0) close(pfd);
   untrack(pid);
   return st;
+}
+
+// The CPU time a running process used so far (all its threads), in seconds.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = stat.rfind(')');
+  if (at == std::string::npos) return 0;
+  std::istringstream f(stat.substr(at + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  // Fields 3.. after the name: utime and stime are the 14th and 15th of the line.
+  for (int i = 3; i <= 15 && f >> field; ++i) {
+    if (i == 14) utime = std::atof(field.c_str());
+    if (i == 15) stime = std::atof(field.c_str());
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Lines from a descriptor, each awaited until a deadline.
@@ -354,7 +385,7 @@ class ProbefsMount {
     log_ = memfd_create("probefs-daemon-log", MFD_CLOEXEC);
     pid_t pid = fork();
     if (pid == 0) {
-      child_signals();
+      child_signals(SIGTERM);  // the daemon's clean end: probes removed, unmounted
       int null = open("/dev/null", O_RDWR | O_CLOEXEC);
       dup2(null, 0);
       dup2(null, 1);
@@ -608,8 +639,9 @@ struct Reader {
     finish();
     return found ? l : std::string();
   }
+  double cpu_s = 0;  // the CPU time it used, once it ended
   void finish() {
-    if (pid > 0) wait_exit(pid, 2000);
+    if (pid > 0) wait_exit(pid, 2000, &cpu_s);
     pid = -1;
     if (out.fd() >= 0) close(out.fd());
     out = LineIn();
@@ -681,10 +713,13 @@ struct Setup {
   std::string target = PROBEFS_TRACE_PIPE_TARGET;
   std::string kernel_body;          // PATH:0xOFF a=%di b=%si
   uint64_t next_id = 0x100;
+  // A source whose probe never gave a line is not tried again (each try costs kWarmMs).
+  std::string broken[3];
 };
 
 // Why a source cannot run now ("" when it can).
 std::string unavailable(const Setup& s, Source src) {
+  if (!s.broken[static_cast<int>(src)].empty()) return s.broken[static_cast<int>(src)];
   if (src != Source::kKernel) return {};
   if (!s.kernel) return "not measured (--no-kernel)";
   if (!s.kernel->available()) return s.kernel->why_not();
@@ -736,12 +771,16 @@ struct Throughput {
   uint64_t lines = 0, lost = 0, lost_lines = 0, reads = 0, bytes = 0;
   double seconds = 0;
   bool partial = false;
+  double reader_cpu = 0;  // of one CPU, while the records came
+  double daemon_cpu = -1;  // probefs only
   double rate() const { return seconds > 0 ? static_cast<double>(lines) / seconds : 0; }
 };
 
 // `records` calls at `rate` per second (0: as fast as the target can), or fewer when `ms`
-// milliseconds pass first.
-Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, long ms) {
+// milliseconds pass first; the target keeps its pace busy on its CPU, or asleep between
+// bursts of calls (`sleep`).
+Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, long ms,
+                          bool sleep = false) {
   Throughput t;
   if ((t.why = unavailable(s, src)) != "") return t;
   ReaderSpec spec;
@@ -750,7 +789,9 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
   Reader r;
   Proc target;
   if (!start_run(s, src, spec,
-                 {std::to_string(records), std::to_string(rate), std::to_string(ms)}, &r,
+                 {std::to_string(records), std::to_string(rate), std::to_string(ms),
+                  sleep ? "sleep" : "spin"},
+                 &r,
                  &target, &t.why)) {
     r.stop(nullptr, 2000);
     target.finish(2000);
@@ -760,7 +801,10 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
   if (!warm_up(target, r, kWarmMs)) {
     t.why = "no line of the probe";
     if (target.err.next(&l, after_ms(100))) t.why += ": " + l;
+    s.broken[static_cast<int>(src)] = t.why;
   } else {
+    const int64_t w0 = now_ns();
+    const double d0 = src == Source::kProbefs ? cpu_seconds(s.mount->daemon()) : 0;
     target.send('g');
     if (!target.err.next_with("done ", &l, after_ms(ms + kProduceSlackMs)) ||
         std::sscanf(l.c_str(), "done %" SCNu64 " %lf", &t.records, &t.producer) != 2)
@@ -778,6 +822,8 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
       if (r.out.ended()) break;
     }
     if (!ended) l = r.stop("R ", 3000);
+    if (src == Source::kProbefs)
+      t.daemon_cpu = (cpu_seconds(s.mount->daemon()) - d0) / (static_cast<double>(now_ns() - w0) / 1e9);
     int64_t t0 = 0, t1 = 0;
     int partial = 1;
     if (std::sscanf(l.c_str(), "R %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
@@ -792,6 +838,7 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
   target.send('q');
   target.finish(5000);
   r.stop(nullptr, 2000);
+  if (t.seconds > 0) t.reader_cpu = r.cpu_s / t.seconds;
   return t;
 }
 
@@ -819,6 +866,7 @@ Latency run_latency(Setup& s, Source src, int samples) {
     std::string l;
     if (!warm_up(target, r, kWarmMs)) {
       lat.why = "no line of the probe";
+      s.broken[static_cast<int>(src)] = lat.why;
     } else {
       // Late warm-up lines go by first.
       while (r.out.next(&l, after_ms(20))) {
@@ -919,8 +967,15 @@ FirstHit run_first_hit(Setup& s, Source src, int reps) {
       if (e1 || e2) f.why = std::string("definition refused: ") + strerror(e1 ? e1 : e2);
       f.define_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
       f.enable_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
-    } else if (!s.kernel->add(name, false, s.kernel_body, &t0)) {
-      f.why = s.kernel->why_not();
+    } else {
+      KernelUprobes::AddTimes at;
+      if (s.kernel->add(name, false, s.kernel_body, &at)) {
+        t0 = at.started;
+        f.define_ms.push_back(static_cast<double>(at.defined - at.started) / 1e6);
+        f.enable_ms.push_back(static_cast<double>(at.enabled - at.defined) / 1e6);
+      } else {
+        f.why = s.kernel->why_not();
+      }
     }
     if (f.why.empty()) {
       if (r.out.next_with("T ", &l, after_ms(10000)))
@@ -954,13 +1009,14 @@ std::string ratio_or_why(double v, double base, const std::string& base_why) {
 void throughput_row(const char* what, const Throughput& t, const Throughput& pipe,
                     const Throughput& kernel) {
   if (!t.why.empty()) {
-    std::printf("  %-26s %s\n", what, t.why.c_str());
+    std::printf("  %-31s %s\n", what, t.why.c_str());
     return;
   }
-  std::printf("  %-26s %10.0f %10.0f %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %7.0f %7s  %s%s\n",
+  const std::string daemon = t.daemon_cpu < 0 ? "-" : strprintf("%.0f%%", 100 * t.daemon_cpu);
+  std::printf("  %-31s %9.0f %9.0f %9" PRIu64 " %9" PRIu64 " %7.0f %6.0f%% %6s %7s  %s%s\n",
               what, t.producer, t.rate(), t.lost, t.records - std::min(t.records, t.lines),
-              t.reads, t.reads ? static_cast<double>(t.bytes) / static_cast<double>(t.reads) : 0.0,
-              ratio(t.rate(), pipe.rate()).c_str(),
+              t.reads ? static_cast<double>(t.bytes) / static_cast<double>(t.reads) : 0.0,
+              100 * t.reader_cpu, daemon.c_str(), ratio(t.rate(), pipe.rate()).c_str(),
               ratio_or_why(t.rate(), kernel.rate(), kernel.why).c_str(),
               t.partial ? "  (ended by its deadline)" : "");
 }
@@ -1052,12 +1108,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<KernelUprobes> kernel;
   if (o.kernel) {
     kernel = std::make_unique<KernelUprobes>();
-    if (kernel->available()) kernel->add("hit", false, s.kernel_body);
+    if (kernel->available() && !kernel->add("hit", false, s.kernel_body))
+      s.broken[static_cast<int>(Source::kKernel)] = kernel->why_not();
     s.kernel = kernel.get();
   }
-  const std::string kstate = !s.kernel ? "not measured (--no-kernel)"
-                             : s.kernel->available() ? "a private tracefs mount, an instance"
-                                                     : s.kernel->why_not();
+  const std::string kwhy = unavailable(s, Source::kKernel);
+  const std::string kstate = kwhy.empty() ? "a private tracefs mount, an instance" : kwhy;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   std::printf("probefs trace_pipe: %ld CPUs; probefs buffer_size_kb %s; kernel tracefs: %s\n",
               cpus, mount.read_line("buffer_size_kb").c_str(), kstate.c_str());
@@ -1074,24 +1130,38 @@ int main(int argc, char** argv) {
     Throughput pipe = run_throughput(s, Source::kPipe, n, o.rate, ms);
     Throughput fuse = run_throughput(s, Source::kProbefs, n, o.rate, ms);
     Throughput kern = run_throughput(s, Source::kKernel, kn, o.rate, ms);
+    Throughput pipe_sleep = run_throughput(s, Source::kPipe, n, o.rate, ms, true);
+    Throughput fuse_sleep = run_throughput(s, Source::kProbefs, n, o.rate, ms, true);
+    Throughput kern_sleep = run_throughput(s, Source::kKernel, kn, o.rate, ms, true);
     Throughput pipe_max = run_throughput(s, Source::kPipe, many, 0, kUnthrottledMs);
     Throughput fuse_max = run_throughput(s, Source::kProbefs, many, 0, kUnthrottledMs);
     Throughput kern_max = run_throughput(s, Source::kKernel, many, 0, kUnthrottledMs);
     std::printf("1. trace_pipe throughput: read() of %zu KiB in a loop; %" PRIu64
                 " records (kernel: %" PRIu64 "), unthrottled: %ld ms of calls\n",
                 kReadSize / 1024, n, kn, kUnthrottledMs);
-    std::printf("  %-26s %10s %10s %9s %9s %9s %7s %7s  %s\n", "", "calls/s", "lines/s", "lost",
-                "missing", "reads", "B/read", "x pipe", "x kernel");
+    std::printf("  %-31s %9s %9s %9s %9s %7s %7s %6s %7s  %s\n", "", "calls/s", "lines/s",
+                "lost", "missing", "B/read", "reader", "daemon", "x pipe", "x kernel");
     const std::string r = strprintf("%.1f M/s", static_cast<double>(o.rate) / 1e6);
     throughput_row(("plain pipe, " + r).c_str(), pipe, pipe, kern);
     throughput_row(("probefs, " + r).c_str(), fuse, pipe, kern);
     throughput_row(("kernel tracefs, " + r).c_str(), kern, pipe, kern);
+    throughput_row(("plain pipe, " + r + ", sleeps").c_str(), pipe_sleep, pipe_sleep, kern_sleep);
+    throughput_row(("probefs, " + r + ", sleeps").c_str(), fuse_sleep, pipe_sleep, kern_sleep);
+    throughput_row(("kernel tracefs, " + r + ", sleeps").c_str(), kern_sleep, pipe_sleep,
+                   kern_sleep);
     throughput_row("plain pipe, unthrottled", pipe_max, pipe_max, kern_max);
     throughput_row("probefs, unthrottled", fuse_max, pipe_max, kern_max);
     throughput_row("kernel tracefs, unthrottled", kern_max, pipe_max, kern_max);
-    if (fuse.why.empty())
-      std::printf("  budget: >= 2 M lines/s with 0 lost while the target makes 2 M calls/s: %s\n",
-                  fuse.rate() >= 2e6 && fuse.lost == 0 && fuse.lines == fuse.records ? "met" : "MISSED");
+    auto met = [](const Throughput& t) {
+      return !t.why.empty() ? "not measured"
+             : t.rate() >= 2e6 && t.lost == 0 && t.lines == t.records ? "met" : "MISSED";
+    };
+    std::printf("  budget >= 2 M lines/s, 0 lost, at 2 M calls/s: target busy on its CPU: %s; "
+                "target asleep between bursts: %s\n",
+                met(fuse), met(fuse_sleep));
+    std::printf("  (sleeps: the target makes its calls in bursts of 2048 and sleeps between "
+                "them; otherwise it keeps its pace busy on its CPU. reader, daemon: the CPU "
+                "they used while the records came, %% of one CPU)\n");
     std::printf("\n");
   }
   if (all || o.only == "latency") {

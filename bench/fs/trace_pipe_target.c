@@ -3,11 +3,14 @@
  * writes to stdout, instead of each call, the text line a trace_pipe reader would get for
  * it, so a plain pipe carries the same lines (the baseline).
  *
- *   trace_pipe_target hit|pipe ID [N [RATE [MS]]]
+ *   trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep]]]]
  *     'w'  bench_hit(kWarm, ID): the bench's check that the probe is in place
  *     'g'  bench_hit(kFence, ID), then N calls bench_hit(i, i & 7) at RATE calls per
  *          second (0: as fast as it can), or fewer if MS milliseconds pass first; then
- *          "done <calls> <calls per second>" on stderr
+ *          "done <calls> <calls per second>" on stderr. `spin` (the default) keeps the
+ *          pace with bursts of 64 calls and a busy wait between them: a program busy on
+ *          its CPU. `sleep` makes bursts of 2048 calls and sleeps between them, leaving
+ *          its CPU free most of the time.
  *     'e'  bench_hit(kEnd, ID): the end of the records of a 'g'
  *     'r'  a request: takes CLOCK_MONOTONIC, calls bench_hit(<that time in ns>,
  *          ID << 20 | <request number>)
@@ -80,17 +83,24 @@ static void call(long a, long b, long ts_ns, int now) {
 }
 
 /* N calls at `rate` per second, for at most `ms` milliseconds (0: no limit): a burst of
- * 64 calls, then a wait until the schedule allows the next burst. */
-static void run(long n, long rate, long ms) {
+ * calls, then a wait until the schedule allows the next burst. */
+static void run(long n, long rate, long ms, int sleep) {
+  const long burst = sleep ? 2048 : 64;
   const long t0 = now_ns();
   const long stop = ms > 0 ? t0 + ms * 1000000L : 0;
   long ts = t0, i;
   for (i = 0; i < n; i++) {
-    if ((i & 63) == 0) {
+    if (i % burst == 0) {
       ts = now_ns();
       if (stop && ts >= stop) break;
       if (rate > 0) {
         const long due = t0 + (long)((double)i * 1e9 / (double)rate);
+        if (sleep && ts < due) {
+          struct timespec at = {due / 1000000000L, due % 1000000000L};
+          while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) != 0) {
+          }
+          ts = now_ns();
+        }
         while (ts < due) ts = now_ns();
       }
     }
@@ -115,7 +125,7 @@ static void loop(void) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: trace_pipe_target hit|pipe ID [N [RATE [MS]]]\n");
+    fprintf(stderr, "usage: trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep]]]]\n");
     return 2;
   }
   g_pipe_mode = strcmp(argv[1], "pipe") == 0;
@@ -123,6 +133,7 @@ int main(int argc, char** argv) {
   const long n = argc > 3 ? atol(argv[3]) : 1000000;
   const long rate = argc > 4 ? atol(argv[4]) : 0;
   const long ms = argc > 5 ? atol(argv[5]) : 0;
+  const int sleep = argc > 6 && strcmp(argv[6], "sleep") == 0;
   g_pid = getpid();
   int fd = open("/proc/self/comm", O_RDONLY);
   if (fd >= 0) {
@@ -137,7 +148,7 @@ int main(int argc, char** argv) {
       case 'w': call(kWarm, id, now_ns(), 1); break;
       case 'g':
         call(kFence, id, now_ns(), 1);
-        run(n, rate, ms);
+        run(n, rate, ms, sleep);
         break;
       case 'e': call(kEnd, id, now_ns(), 1); break;
       case 'r': {

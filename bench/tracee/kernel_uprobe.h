@@ -44,12 +44,15 @@ class KernelUprobes {
   // The instance's directory (trace_pipe, trace, ...), "" when not available.
   const std::string& instance() const { return instance_; }
 
+  // CLOCK_MONOTONIC times of an add(), in ns: just before the definition's write, after
+  // it, and after the enable's.
+  struct AddTimes {
+    int64_t started = 0, defined = 0, enabled = 0;
+  };
   // Adds `p:probefs_bench/NAME BODY` (or r: when `ret`) to uprobe_events and enables it in
-  // the instance. `started_ns`, when given, gets the CLOCK_MONOTONIC time taken just
-  // before the definition's write. false when the kernel refused it (why_not() says so)
-  // or did not answer.
+  // the instance. false when the kernel refused it (why_not() says so) or did not answer.
   bool add(const std::string& name, bool ret, const std::string& body,
-           int64_t* started_ns = nullptr);
+           AddTimes* times = nullptr);
   // Disables and removes one event added.
   bool remove(const std::string& name);
   // Disables and removes every event added.
