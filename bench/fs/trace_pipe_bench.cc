@@ -288,7 +288,8 @@ struct Proc {
   }
 };
 
-// Runs argv with stdin and stderr on pipes and stdout on `out_fd` (or /dev/null).
+// Runs argv (found on PATH) with stdin and stderr on pipes and stdout on `out_fd` (or
+// /dev/null).
 bool spawn(const std::vector<std::string>& argv, int out_fd, Proc* p) {
   int in[2], err[2];
   if (pipe2(in, O_CLOEXEC) != 0) return false;
@@ -307,7 +308,7 @@ bool spawn(const std::vector<std::string>& argv, int out_fd, Proc* p) {
     std::vector<char*> a;
     for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
     a.push_back(nullptr);
-    execv(a[0], a.data());
+    execvp(a[0], a.data());
     _exit(127);
   }
   close(in[0]);
@@ -410,7 +411,7 @@ class ProbefsMount {
   // fusermount3 -u, then the daemon must end by itself; bounded, forced otherwise.
   void stop() {
     if (daemon_ > 0) {
-      if (probefs_mounted(dir_)) run_command({"/bin/fusermount3", "-u", dir_}, 10000);
+      if (probefs_mounted(dir_)) run_command({"fusermount3", "-u", dir_}, 10000);
       if (probefs_mounted(dir_)) umount2(dir_.c_str(), MNT_DETACH);
       if (wait_exit(daemon_, 10000) < 0) std::fprintf(stderr, "probefs daemon had to be killed\n");
       daemon_ = -1;
@@ -483,7 +484,8 @@ struct ReaderSpec {
 //   E <errno>         could not open
 //   W                 saw the run's warm-up line
 //   F                 saw the fence (kThroughput)
-//   R <lines> <lost events> <LOST lines> <reads> <bytes> <first ns> <last ns> <partial>
+//   R <lines> <lost events> <LOST lines> <reads> <bytes> <fence ns> <last line ns> <partial>
+//     (reads and bytes: those after the read that brought the fence)
 //   L <request number> <ns from the call to the arrival>
 //   T <arrival ns>
 class ReaderChild {
@@ -586,7 +588,6 @@ class ReaderChild {
     } else if (s_.mode == ReadMode::kThroughput && b == s_.id && a == kFence && !fenced_) {
       fenced_ = true;
       t_fence_ = t_;
-      ++reads_;
       say("F");
     } else if (s_.mode == ReadMode::kThroughput && fenced_ && b == s_.id && a == kEnd) {
       done_ = true;
