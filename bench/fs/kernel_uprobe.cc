@@ -100,6 +100,8 @@ class Worker {
     }
     if (f[0] == "add" && f.size() == 4) {
       const std::string def = f[2] + ":" + KernelUprobes::kGroup + "/" + f[1] + " " + f[3] + "\n";
+      // One left by a run that could not clean up would make this one EEXIST.
+      (void)remove(f[1]);
       const int64_t t = now_ns();
       if (int err = write_file(mount_ + "/uprobe_events", def, true))
         return "err uprobe_events refused " + def.substr(0, def.size() - 1) + ": " + strerror(err);
