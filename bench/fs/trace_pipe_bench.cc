@@ -728,7 +728,8 @@ std::string unavailable(const Setup& s, Source src) {
 }
 
 // The reader (on the source's trace_pipe, or on a pipe whose other end the target writes)
-// and the target, started in that order.
+// and the target, started in that order; for the kernel, its event first (end_run()
+// removes it).
 bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::string>& args,
                Reader* r, Proc* target, std::string* why) {
   std::vector<std::string> argv;
@@ -748,6 +749,13 @@ bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::str
       argv = {PROBEFS_BIN, "exec", s.mount->dir(), "--", s.target, "hit"};
       break;
     case Source::kKernel:
+      // Only for this run: a uprobe on the file is in every process that maps it, the
+      // probefs targets' bench_hit included.
+      if (!s.kernel->add("hit", false, s.kernel_body)) {
+        *why = s.kernel->why_not();
+        s.broken[static_cast<int>(src)] = *why;
+        return false;
+      }
       spec.path = s.kernel->instance() + "/trace_pipe";
       argv = {s.target, "hit"};
       break;
@@ -763,6 +771,13 @@ bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::str
   }
   if (!ok && why->empty()) *why = "cannot start the target";
   return ok;
+}
+
+void end_run(Setup& s, Source src, Reader& r, Proc& target) {
+  target.send('q');
+  target.finish(5000);
+  r.stop(nullptr, 2000);
+  if (src == Source::kKernel && s.kernel->available()) s.kernel->remove("hit");
 }
 
 struct Throughput {
@@ -792,10 +807,8 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
   if (!start_run(s, src, spec,
                  {std::to_string(records), std::to_string(rate), std::to_string(ms),
                   sleep ? "sleep" : "spin"},
-                 &r,
-                 &target, &t.why)) {
-    r.stop(nullptr, 2000);
-    target.finish(2000);
+                 &r, &target, &t.why)) {
+    end_run(s, src, r, target);
     return t;
   }
   std::string l;
@@ -836,9 +849,7 @@ Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, lon
       t.why = "the reader gave no count";
     }
   }
-  target.send('q');
-  target.finish(5000);
-  r.stop(nullptr, 2000);
+  end_run(s, src, r, target);
   if (t.seconds > 0) t.reader_cpu = r.cpu_s / t.seconds;
   return t;
 }
@@ -892,9 +903,7 @@ Latency run_latency(Setup& s, Source src, int samples) {
       if (lat.us.empty()) lat.why = "no request line arrived";
     }
   }
-  target.send('q');
-  target.finish(5000);
-  r.stop(nullptr, 2000);
+  end_run(s, src, r, target);
   return lat;
 }
 
@@ -935,7 +944,6 @@ FirstHit run_first_hit(Setup& s, Source src, int reps) {
       return f;
     }
   } else {
-    s.kernel->remove("hit");
     if (!spawn({s.target, "hit", std::to_string(id)}, -1, &target)) {
       f.why = "cannot start the target";
       return f;
@@ -1109,8 +1117,6 @@ int main(int argc, char** argv) {
   std::unique_ptr<KernelUprobes> kernel;
   if (o.kernel) {
     kernel = std::make_unique<KernelUprobes>();
-    if (kernel->available() && !kernel->add("hit", false, s.kernel_body))
-      s.broken[static_cast<int>(Source::kKernel)] = kernel->why_not();
     s.kernel = kernel.get();
   }
   const std::string kwhy = unavailable(s, Source::kKernel);
