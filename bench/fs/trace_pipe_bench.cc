@@ -3,8 +3,9 @@
 //
 //   1. throughput  a cat-style reader (a read() loop with cat's 128 KiB buffer) counts the
 //                  lines and the LOST events of N records while a target calls
-//                  bench_hit(a, b) at 2 M calls/s; then of all the calls it makes as fast
-//                  as it can for 1.5 s
+//                  bench_hit(a, b) at 2 M calls/s, keeping that pace busy on its CPU or
+//                  asleep between bursts; then of all the calls it makes as fast as it
+//                  can for 1.5 s. Beside them, the CPU the reader and the daemon used.
 //   2. latency     the target takes CLOCK_MONOTONIC and calls bench_hit(that time, n); the
 //                  reader, blocked in read(), takes CLOCK_MONOTONIC when the line arrives
 //   3. first hit   the definition is written to kprobe_events (and enabled) while the
