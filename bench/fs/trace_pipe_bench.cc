@@ -65,7 +65,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/fs/kernel_uprobe.h"
+#include "bench/common/kernel_uprobe.h"
 #include "tracee/probe_places.h"
 
 namespace {

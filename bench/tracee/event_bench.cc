@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/tracee/kernel_uprobe.h"
+#include "bench/common/kernel_uprobe.h"
 #include "events/compile.h"
 #include "events/parse.h"
 #include "tracee/probe_places.h"

@@ -1,4 +1,4 @@
-#include "bench/tracee/kernel_uprobe.h"
+#include "bench/common/kernel_uprobe.h"
 
 #include <fcntl.h>
 #include <poll.h>
