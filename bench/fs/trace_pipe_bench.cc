@@ -17,7 +17,7 @@
 // writes them itself, at the same pace; tables 1 and 2), and the kernel's tracefs with a
 // uprobe event on the same function with the same arguments (every table). The kernel's
 // tracefs is asked only through a worker with a deadline on every answer
-// (bench/fs/kernel_uprobe.h): when it does not answer, its cells say "kernel tracefs not
+// (bench/common/kernel_uprobe.h): when it does not answer, its cells say "kernel tracefs not
 // answering" and the run goes on.
 //
 // Each run has its own marker (the target's ID): the target calls bench_hit(kWarm, ID)

@@ -4,7 +4,7 @@
 // Beside each, the kernel's own uprobe event on the same function with the same fetch
 // arguments (a private tracefs instance; root only), each request to the kernel's tracefs
 // bounded in time: a kernel that does not answer leaves "kernel tracefs not answering" in
-// the column (bench/tracee/kernel_uprobe.h).
+// the column (bench/common/kernel_uprobe.h).
 //
 //   event 2 args   p: bench_add a=%di b=%si                (optimized entry, ring record)
 //   entry+return   the above and r: bench_add rv=$retval
