@@ -406,7 +406,29 @@ uint32_t RingAreaReader::owner(uint32_t ring) const {
   return ring < geometry_.ring_count ? load_acquire(&control(ring)->owner) : 0;
 }
 
-uint32_t RingAreaReader::reclaim() {
+bool RingAreaReader::owner_comm(uint32_t ring, uint32_t tid, std::string* out) const {
+  if (ring >= geometry_.ring_count || tid == 0 || (tid & ~kRingOwnerTidMask) != 0) return false;
+  const RingControl* ctl = control(ring);
+  if ((load_acquire(&ctl->owner) & kRingOwnerTidMask) != tid) return false;
+  // The name was stored before comm_tid (release); the daemon alone zeroes comm_tid, when
+  // it frees the ring, before anyone can claim it again.
+  if (load_acquire(&ctl->comm_tid) != tid) return false;
+  char name[kRingCommBytes];
+  for (uint32_t w = 0; w < kRingCommBytes / 8; ++w) {
+    const uint64_t v = load_relaxed(&ctl->comm[w]);
+    memcpy(name + 8 * w, &v, 8);
+  }
+  out->assign(name, strnlen(name, kRingCommBytes - 1));
+  return true;
+}
+
+bool RingAreaReader::find_comm(uint32_t tid, std::string* out) const {
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i)
+    if (owner_comm(i, tid, out)) return true;
+  return false;
+}
+
+uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* names) {
   uint32_t freed = 0;
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
     RingControl* ctl = control(i);
@@ -433,10 +455,15 @@ uint32_t RingAreaReader::reclaim() {
       stats_.lost_unattributed += lost - st.lost_reported;
       st.lost_reported = lost;
     }
+    std::string comm;
+    const bool named = names != nullptr && owner_comm(i, o & kRingOwnerTidMask, &comm);
+    // The next owner's name is valid only once it stores it.
+    store_relaxed(&ctl->comm_tid, 0u);
     uint32_t expected = o;
     if (__atomic_compare_exchange_n(&ctl->owner, &expected, 0u, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED)) {
       ++freed;
+      if (named) names->emplace_back(o & kRingOwnerTidMask, std::move(comm));
     }
   }
   if (freed) {

@@ -35,6 +35,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "events/ring.h"
@@ -156,10 +158,17 @@ class RingAreaReader {
   void clear();
   // Frees the rings that are drained and whose owner retired or is gone: folds their hit
   // counters and unreported lost counts into this reader's totals and clears the owner.
-  // Returns how many; bumps the area's free_generation if any.
-  uint32_t reclaim();
+  // Returns how many; bumps the area's free_generation if any. `names`, when given, gets
+  // the tid and name (owner_comm) of each owner whose ring was freed and had one.
+  uint32_t reclaim(std::vector<std::pair<uint32_t, std::string>>* names = nullptr);
   // The ring's owner word as read now (0: free), with kRingOwnerRetired if set.
   uint32_t owner(uint32_t ring) const;
+  // The name the ring's owner stored when it claimed the ring (ring_set_comm), when the
+  // ring is owned by thread `tid` and the name is that thread's: at most 15 bytes, cut at
+  // the first NUL (the process writes it: any other bytes are its own business).
+  bool owner_comm(uint32_t ring, uint32_t tid, std::string* out) const;
+  // owner_comm of the ring thread `tid` owns, if any.
+  bool find_comm(uint32_t tid, std::string* out) const;
 
   // kprobe_profile: the hits of probe slot `slot` since its last reset (the folded totals,
   // the fallback array and every ring), and its misses. hits_all fills hits for every

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "events/parse.h"
 #include "events/ring_consumer.h"
@@ -36,6 +37,9 @@ namespace {
 
 // Counter slots of the ring areas: one per probe, so at most this many probes at once.
 constexpr uint32_t kProbeSlots = 8192;
+// Names of threads whose rings were freed, kept for comm_of (the newest this many): their
+// records may still be held by a reader that consumed them and prints them later.
+constexpr size_t kSavedComms = 4096;
 
 // The first line of a file under /proc, or "".
 std::string read_proc_line(const std::string& path) {
@@ -199,6 +203,10 @@ struct Tracer::Impl {
   events::TraceClockConverter conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
   uint64_t consumed = 0;
+  // Names of the threads whose rings were freed (comm_of), by pid << 32 | tid, and the
+  // order they came in (the oldest go first).
+  std::unordered_map<uint64_t, std::string> saved_comms;
+  std::deque<uint64_t> saved_order;
   // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
   // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
   // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
@@ -251,17 +259,40 @@ struct Tracer::Impl {
     return r;
   }
 
-  // Stops reading an area once it is drained (the service thread frees it).
-  void retire_rings(const std::shared_ptr<Rings>&) {}
+  // Remembers the name of thread `tid` of `pid`, whose ring is being freed. read_mu held.
+  void save_comm(pid_t pid, uint32_t tid, std::string comm) {
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | tid;
+    auto [it, inserted] = saved_comms.insert_or_assign(key, std::move(comm));
+    (void)it;
+    if (!inserted) return;
+    saved_order.push_back(key);
+    while (saved_order.size() > kSavedComms) {
+      saved_comms.erase(saved_order.front());
+      saved_order.pop_front();
+    }
+  }
 
-  // Frees areas whose target is gone and that hold nothing more. read_mu held.
-  // (A waiter in wait_for_records holds its own references to the areas it waits on.)
+  // Frees the rings of an area whose owners are gone, keeping their names. read_mu held.
+  void reclaim_rings(Rings& r) {
+    std::vector<std::pair<uint32_t, std::string>> names;
+    r.reader.reclaim(&names);
+    for (auto& [tid, comm] : names) save_comm(r.pid, tid, std::move(comm));
+  }
+
+  // Frees areas whose target is gone and that hold nothing more, keeping the names of
+  // their rings' owners. read_mu held. (A waiter in wait_for_records holds its own
+  // references to the areas it waits on.)
   void free_drained_rings(const std::set<Rings*>& live) {
     for (auto it = rings.begin(); it != rings.end();) {
       Rings* r = it->get();
       if (live.count(r) || r->reader.has_data()) {
         ++it;
         continue;
+      }
+      for (uint32_t i = 0; i < r->reader.ring_count(); ++i) {
+        const uint32_t tid = r->reader.owner(i) & events::kRingOwnerTidMask;
+        std::string comm;
+        if (tid != 0 && r->reader.owner_comm(i, tid, &comm)) save_comm(r->pid, tid, std::move(comm));
       }
       merger.remove(&r->reader);
       peeker.remove(&r->reader);
@@ -675,7 +706,7 @@ struct Tracer::Impl {
         std::lock_guard rl(read_mu);
         conv.update();
         for (auto& r : rings)
-          if (r != own) r->reader.reclaim();
+          if (r != own) reclaim_rings(*r);
         free_drained_rings(live_rings());
       }
     }
@@ -1335,7 +1366,16 @@ events::Symbolizer* Tracer::symbolizer(pid_t pid) {
 std::string Tracer::comm_of(pid_t pid, pid_t tid) {
   std::string c = read_proc_line("/proc/" + std::to_string(pid) + "/task/" +
                                  std::to_string(tid) + "/comm");
-  return c.empty() ? "<...>" : c;
+  if (!c.empty() || pid <= 0 || tid <= 0) return c.empty() ? "<...>" : c;
+  // Gone: the name it stored in its ring, newest area first (the ring is not freed while
+  // it holds records), else the one kept when its ring was freed.
+  std::lock_guard rl(impl_->read_mu);
+  for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
+    if ((*it)->pid == pid && (*it)->reader.find_comm(static_cast<uint32_t>(tid), &c)) return c;
+  const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 |
+                       static_cast<uint32_t>(tid);
+  auto s = impl_->saved_comms.find(key);
+  return s != impl_->saved_comms.end() ? s->second : "<...>";
 }
 
 }  // namespace probefs::tracee

@@ -246,7 +246,12 @@ class Tracer {
   // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).
   // nullptr when pid is not a target. Valid until the target leaves.
   events::Symbolizer* symbolizer(pid_t pid);
-  // The thread's name as the target last reported it ("<...>" when not known).
+  // The name of thread `tid` of target `pid` for trace lines, as the kernel's
+  // saved_cmdlines gives it: the thread's name now while it lives (/proc); once it is
+  // gone, the name it had when it claimed its ring (its agent stores it there with the
+  // thread's first record in that area), which outlives the ring by the newest few
+  // thousand threads; else "<...>". A thread renamed after its first record shows the
+  // new name while it lives and the old one once gone.
   std::string comm_of(pid_t pid, pid_t tid);
 
   struct Impl;  // the implementation's state (tracee/tracer.cc)

@@ -1164,6 +1164,67 @@ TEST(RingOwners, LostAfterTheLastRecordIsFoldedWhenFreed) {
   EXPECT_EQ(r.lost_before, 0u);
 }
 
+// The claimer's name (ring_set_comm): read for that owner only, kept through the owner's
+// end until the ring is freed (and handed to reclaim's caller then), never taken for the
+// next owner's.
+TEST(RingOwners, TheClaimersNameOutlivesItUntilTheRingIsFreed) {
+  TestArea a(geometry(2, 4096));
+  std::string name;
+  uint32_t tid = 0;
+  std::thread t([&] {
+    tid = self_tid();
+    RingProducer p;
+    if (!ring_claim(a.header(), tid, &p)) return;
+    // Claimed, name not stored yet: nothing to read (a previous owner's name is not it).
+    if (a.reader.find_comm(tid, &name)) return;
+    const char comm[kRingCommBytes] = "worker-7";
+    ring_set_comm(&p, tid, comm);
+    produce(&p, 1, 0);
+  });
+  t.join();
+  ASSERT_NE(tid, 0u);
+  ASSERT_TRUE(a.reader.find_comm(tid, &name));
+  EXPECT_EQ(name, "worker-7");
+  EXPECT_FALSE(a.reader.find_comm(tid + 1, &name));
+  EXPECT_FALSE(a.reader.find_comm(0, &name));
+  // Gone, but its record is unread: the ring and its name stay.
+  std::vector<std::pair<uint32_t, std::string>> names;
+  EXPECT_EQ(a.reader.reclaim(&names), 0u);
+  EXPECT_TRUE(names.empty());
+  ASSERT_TRUE(a.reader.find_comm(tid, &name));
+  EXPECT_EQ(name, "worker-7");
+  RingRecord r;
+  uint32_t ring = 0;
+  for (; ring < 2 && !a.reader.front(ring, &r); ++ring) {
+  }
+  ASSERT_LT(ring, 2u);
+  a.reader.pop(ring);
+  // Drained: freed, and the name goes to the caller.
+  Deadline dl(30);
+  while (names.empty() && !dl.passed()) {
+    a.reader.reclaim(&names);
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].first, tid);
+  EXPECT_EQ(names[0].second, "worker-7");
+  EXPECT_FALSE(a.reader.find_comm(tid, &name));
+  // The next owner of that ring, even one with the same tid (a tid used again), reads as
+  // nameless until it stores its own name; a name of 16 bytes with no NUL (the process
+  // may write anything) is cut to the kernel's 15.
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), tid, &q));
+  ASSERT_EQ(q.ring, ring);  // the scan starts at tid % 2
+  EXPECT_FALSE(a.reader.owner_comm(ring, tid, &name));
+  char full[kRingCommBytes];
+  memset(full, 'x', sizeof full);
+  ring_set_comm(&q, tid, full);
+  ASSERT_TRUE(a.reader.owner_comm(ring, tid, &name));
+  EXPECT_EQ(name, std::string(15, 'x'));
+  EXPECT_FALSE(a.reader.owner_comm(1 - ring, tid, &name));
+  EXPECT_FALSE(a.reader.owner_comm(2, tid, &name));
+}
+
 TEST(RingOwners, OwnerLiveness) {
   EXPECT_TRUE(ring_owner_alive(getpid(), self_tid()));
   uint32_t gone = 0;

@@ -1167,3 +1167,62 @@ TEST(Tracer, BlacklistListsTheAgentsTextAndProbesThereFail) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// The threads of every record now in the buffer, with their record counts (not consumed).
+std::map<int32_t, uint64_t> threads_in_buffer(Tracer& t) {
+  std::map<int32_t, uint64_t> out;
+  t.for_each_record([&](const TraceRecord& r) { ++out[tid_of(r)]; });
+  return out;
+}
+
+// Thread names as the kernel's saved_cmdlines gives them: a thread's name now while it
+// lives, and once it is gone the name it had at its first record, for as long as its
+// records can be read; a program that ran and ended before anyone read the trace keeps
+// its names.
+TEST(Tracer, ThreadNamesOutliveTheThreads) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 150);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  EXPECT_EQ(p.pipes.ask("named 2 50 worker"), "ok " + std::to_string(2 * sum_calls(50)));
+  std::map<int32_t, uint64_t> threads = threads_in_buffer(*t);
+  ASSERT_EQ(threads.size(), 3u);
+  EXPECT_EQ(threads[p.pid], 5u);
+  std::set<std::string> workers;
+  for (const auto& [tid, n] : threads) {
+    if (tid == p.pid) continue;
+    EXPECT_EQ(n, 50u);
+    workers.insert(t->comm_of(p.pid, tid));
+  }
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  // Renamed after its first record: the new name while it lives.
+  EXPECT_EQ(p.pipes.ask("rename renamed"), "ok");
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), "renamed");
+
+  // The program ends (and is reaped) before anything is read: its records keep names,
+  // the main thread the one it had at its first record.
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);
+  p.guard.release();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(threads_in_buffer(*t), threads);
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  workers.clear();
+  for (const auto& [tid, n] : threads)
+    if (tid != p.pid) workers.insert(t->comm_of(p.pid, tid));
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
+  // A thread that never recorded has no name.
+  EXPECT_EQ(t->comm_of(p.pid, 1), "<...>");
+  EXPECT_EQ(drain(*t).size(), 105u);
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
