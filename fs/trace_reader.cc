@@ -474,10 +474,9 @@ const std::string& TraceReader::comm(pid_t pid, pid_t tid) {
 
 events::Symbolizer* TraceReader::symbolizer(pid_t pid) {
   for (const auto& [p, s] : symbolizers_)
-    if (p == pid) return s;
-  events::Symbolizer* s = tracer_.symbolizer(pid);
-  symbolizers_.emplace_back(pid, s);
-  return s;
+    if (p == pid) return s.get();
+  symbolizers_.emplace_back(pid, tracer_.symbolizer(pid));
+  return symbolizers_.back().second.get();
 }
 
 void TraceReader::append(std::string& out, const Batch& b, const Held& h, bool lost_lines) {

@@ -246,7 +246,8 @@ class TraceReader {
     int64_t fetched_ms = 0;
   };
   std::unordered_map<uint64_t, CommSlot> comms_;
-  std::vector<std::pair<pid_t, events::Symbolizer*>> symbolizers_;  // this fill's
+  // This fill's, held until the next: a departed target's may be the last reference.
+  std::vector<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> symbolizers_;
   std::vector<uint64_t> read_events_;   // per CPU: records consumed
   std::vector<uint64_t> dropped_events_;  // per CPU: records lost before those
   // One trace walk's scratch.

@@ -40,6 +40,9 @@ constexpr uint32_t kProbeSlots = 8192;
 // Names of threads whose rings were freed, kept for comm_of (the newest this many): their
 // records may still be held by a reader that consumed them and prints them later.
 constexpr size_t kSavedComms = 4096;
+// Symbolizers of departed targets whose ring areas were freed, kept for symbolizer() (the
+// newest this many), for the same readers.
+constexpr size_t kDepartedSymbolizers = 16;
 
 // The first line of a file under /proc, or "".
 std::string read_proc_line(const std::string& path) {
@@ -86,25 +89,28 @@ events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, i
   }
 }
 
-// Names addresses of one target for kprobe-style lines.
+// Names addresses of one target for kprobe-style lines. It shares the target's symbols,
+// so it goes on naming them after the target is gone. Any thread: the names a lookup
+// returns live in the calling thread's buffers, until its next lookup.
 class TargetSymbolizer : public events::Symbolizer {
  public:
-  explicit TargetSymbolizer(const ProcessSymbols* syms) : syms_(syms) {}
+  explicit TargetSymbolizer(std::shared_ptr<const ProcessSymbols> syms)
+      : syms_(std::move(syms)) {}
   bool lookup(uint64_t addr, events::SymbolInfo* out) override {
+    thread_local std::string name, module;
     ResolvedSymbol rs;
     if (!syms_ || syms_->describe(addr, &rs) != 0 || rs.name.empty()) return false;
-    name_ = rs.name;
-    module_ = rs.module;
-    out->name = name_;
+    name = std::move(rs.name);
+    module = std::move(rs.module);
+    out->name = name;
     out->offset = addr - rs.addr;
     out->size = rs.function.end > rs.function.start ? rs.function.end - rs.function.start : 0;
-    out->module = module_;
+    out->module = module;
     return true;
   }
 
  private:
-  const ProcessSymbols* syms_;
-  std::string name_, module_;
+  std::shared_ptr<const ProcessSymbols> syms_;
 };
 
 // A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
@@ -146,12 +152,14 @@ struct Tracer::Impl {
   };
 
   // One ring area and its reader. Kept until the reader is drained and no reader waits
-  // on it, even after its target is gone.
+  // on it, even after its target is gone: with the target's symbolizer, which names the
+  // addresses in its records.
   struct Rings {
     events::RingArea area;
     events::RingAreaReader reader;
     pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
+    std::shared_ptr<events::Symbolizer> symbolizer;
   };
 
   struct Target {
@@ -162,11 +170,11 @@ struct Tracer::Impl {
     std::chrono::steady_clock::time_point unlinked_since;  // when its link ended
     std::string exe;
     std::shared_ptr<AgentLink> link;
-    std::unique_ptr<ProcessSymbols> syms;
+    std::shared_ptr<ProcessSymbols> syms;
     std::vector<Mapping> maps;
     std::shared_ptr<Rings> rings;
     std::map<ProbeId, std::vector<Site>> sites;
-    std::unique_ptr<TargetSymbolizer> symbolizer;
+    std::shared_ptr<TargetSymbolizer> symbolizer;
   };
 
   Options opts;
@@ -207,6 +215,8 @@ struct Tracer::Impl {
   // order they came in (the oldest go first).
   std::unordered_map<uint64_t, std::string> saved_comms;
   std::deque<uint64_t> saved_order;
+  // Symbolizers of departed targets whose areas were freed, oldest first.
+  std::deque<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> departed;
   // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
   // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
   // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
@@ -292,7 +302,13 @@ struct Tracer::Impl {
       for (uint32_t i = 0; i < r->reader.ring_count(); ++i) {
         const uint32_t tid = r->reader.owner(i) & events::kRingOwnerTidMask;
         std::string comm;
-        if (tid != 0 && r->reader.owner_comm(i, tid, &comm)) save_comm(r->pid, tid, std::move(comm));
+        if (tid != 0 && r->reader.owner_comm(i, tid, &comm))
+          save_comm(r->pid, tid, std::move(comm));
+      }
+      if (r->symbolizer) {
+        std::erase_if(departed, [&](const auto& d) { return d.second == r->symbolizer; });
+        departed.emplace_back(r->pid, r->symbolizer);
+        if (departed.size() > kDepartedSymbolizers) departed.pop_front();
       }
       merger.remove(&r->reader);
       peeker.remove(&r->reader);
@@ -338,7 +354,7 @@ struct Tracer::Impl {
       int err = 0;
       t.syms = ProcessSymbols::load(t.pid, &err);
       if (!t.syms) return err;
-      t.symbolizer = std::make_unique<TargetSymbolizer>(t.syms.get());
+      t.symbolizer = std::make_shared<TargetSymbolizer>(t.syms);
       return 0;
     }
     return t.syms->reload();
@@ -441,6 +457,10 @@ struct Tracer::Impl {
     if (!t.rings) {
       if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
       return err;
+    }
+    {
+      std::lock_guard rl(read_mu);
+      t.rings->symbolizer = t.symbolizer;
     }
     uint32_t clk;
     {
@@ -1344,6 +1364,10 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
       }
       if (t->rings) t->rings->reader.clear();
     }
+    {
+      std::lock_guard rl(impl_->read_mu);
+      r->symbolizer = t->symbolizer;
+    }
     LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
     if (!res.ok()) return res.error;
     t->rings = r;
@@ -1356,11 +1380,20 @@ uint32_t Tracer::buffer_size_kb() const {
   return impl_->buffer_kb;
 }
 
-events::Symbolizer* Tracer::symbolizer(pid_t pid) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->targets.find(pid);
-  if (it == impl_->targets.end()) return nullptr;
-  return it->second->symbolizer.get();
+std::shared_ptr<events::Symbolizer> Tracer::symbolizer(pid_t pid) {
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->targets.find(pid);
+    if (it != impl_->targets.end() && it->second->symbolizer) return it->second->symbolizer;
+  }
+  // Departed: the one its records' area keeps (newest area first), then the few kept
+  // since their areas were freed.
+  std::lock_guard rl(impl_->read_mu);
+  for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
+    if ((*it)->pid == pid && (*it)->symbolizer) return (*it)->symbolizer;
+  for (auto it = impl_->departed.rbegin(); it != impl_->departed.rend(); ++it)
+    if (it->first == pid) return it->second;
+  return nullptr;
 }
 
 std::string Tracer::comm_of(pid_t pid, pid_t tid) {

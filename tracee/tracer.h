@@ -211,7 +211,8 @@ class Tracer {
   // until `fn` returns false, `max` were consumed, or none is left: the consumer's fast
   // path (one lock for the batch). The number consumed. `cpu` >= 0 takes only records of
   // that CPU (per_cpu/cpuN/trace_pipe): a thread's ring whose next record was written on
-  // another CPU holds back its later records until that one is consumed.
+  // another CPU holds back its later records until that one is consumed. `fn` must not
+  // call the Tracer (it runs under the reader's lock), nor may for_each_record's.
   size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max,
                          int cpu = -1);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
@@ -243,9 +244,14 @@ class Tracer {
   // that two targets share (a fork child's) is listed once.
   std::string kprobes_blacklist();
 
-  // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).
-  // nullptr when pid is not a target. Valid until the target leaves.
-  events::Symbolizer* symbolizer(pid_t pid);
+  // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size), as its
+  // program is mapped now. A target that is gone keeps its symbolizer while records of
+  // it can be in the buffer (its ring area is freed once drained), and the symbolizers of
+  // the last few targets whose areas were freed are kept for the records readers took
+  // and print later. nullptr for a pid of none of these. Any thread may use it; the
+  // names a lookup returns stay valid until that thread's next lookup. (After an exec,
+  // the pid's symbolizer is the new program's, also for the old program's records.)
+  std::shared_ptr<events::Symbolizer> symbolizer(pid_t pid);
   // The name of thread `tid` of target `pid` for trace lines, as the kernel's
   // saved_cmdlines gives it: the thread's name now while it lives (/proc); once it is
   // gone, the name it had when it claimed its ring (its agent stores it there with the

@@ -1224,5 +1224,65 @@ TEST(Tracer, ThreadNamesOutliveTheThreads) {
   EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
 }
 
+// The kprobe-style text of every record now in the buffer (not consumed), each formatted
+// with the symbolizer the tracer gives for its target now.
+std::vector<std::string> kprobe_lines(Tracer& t, const Event& e) {
+  std::vector<Rec> recs;
+  t.for_each_record([&](const TraceRecord& r) {
+    Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+    x.r.data = x.bytes.data();
+    recs.push_back(std::move(x));
+  });
+  std::vector<std::string> out;
+  for (const Rec& x : recs) {
+    std::shared_ptr<events::Symbolizer> sym = t.symbolizer(x.r.pid);
+    std::string line;
+    events::LineContext ctx;
+    ctx.comm = "x";
+    EXPECT_TRUE(
+        events::format_trace_line(line, e.spec.compiled, ctx, x.r.data, x.r.len, sym.get()));
+    const size_t body = line.find(": add: ");
+    out.push_back(body == std::string::npos ? line : line.substr(body + 7));
+  }
+  return out;
+}
+
+// kprobe-style lines name the function (sym+off/size) also for a target that ran and
+// ended before its records were read, and for records a reader took before the area
+// they came from was freed.
+TEST(Tracer, DepartedTargetsRecordsAreStillSymbolized) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 160);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  std::vector<std::string> live = kprobe_lines(*t, e);
+  ASSERT_EQ(live.size(), 3u);
+  const std::string prefix = "(traced_add+0x0/0x";
+  EXPECT_EQ(live[1].substr(0, prefix.size()), prefix) << live[1];
+  EXPECT_NE(live[1].find(") a=0x1\n"), std::string::npos) << live[1];
+  std::shared_ptr<events::Symbolizer> held = t->symbolizer(p.pid);
+  ASSERT_NE(held, nullptr);
+
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);  // reaped and dropped from the targets
+  p.guard.release();
+  EXPECT_EQ(kprobe_lines(*t, e), live);
+  // Never a target: no symbolizer.
+  EXPECT_EQ(t->symbolizer(getpid()), nullptr);
+  // A symbolizer taken before goes on naming, whatever the tracer drops meanwhile.
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 3u);
+  uint64_t ip = 0;
+  memcpy(&ip, recs[0].r.data + 8, 8);
+  events::SymbolInfo si;
+  ASSERT_TRUE(held->lookup(ip, &si));
+  EXPECT_EQ(si.name, "traced_add");
+  EXPECT_EQ(si.offset, 0u);
+  EXPECT_GT(si.size, 0u);
+}
+
 }  // namespace
 }  // namespace probefs::tracee
