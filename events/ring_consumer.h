@@ -152,9 +152,19 @@ class RingAreaReader {
   Cursor cursor(uint32_t ring) const;
   bool peek(Cursor* c, RingRecord* out);
 
-  // Whether any ring holds records not consumed (one load per ring).
-  bool has_data() const;
-  // Drops every record not consumed (echo > trace; a clock change).
+  // Whether any ring holds records not consumed (one load per ring). `cpu` >= 0: whether
+  // a ring's next record is of that CPU (what a consumer of that CPU can take: a ring is
+  // read in order).
+  bool has_data(int cpu = -1) const;
+  // Records not consumed, in every ring (a walk of their headers: no copy).
+  uint64_t entries() const;
+  // Records dropped since the reader attached or was last cleared: those a full ring
+  // lost (reported or not yet) and those of threads that had no ring.
+  uint64_t dropped() const;
+  // Rings that hold records not consumed or have an owner.
+  uint32_t rings_in_use() const;
+  // Drops every record not consumed (echo > trace; a clock change); dropped() starts
+  // again from 0.
   void clear();
   // Frees the rings that are drained and whose owner retired or is gone: folds their hit
   // counters and unreported lost counts into this reader's totals and clears the owner.
@@ -192,6 +202,7 @@ class RingAreaReader {
     uint64_t consumed = 0;       // bytes consumed ever (advances with tail)
     uint64_t lost_reported = 0;  // cumulative lost count already reported or folded
     uint32_t unpublished = 0;    // bytes consumed since the tail was last stored
+    uint64_t lost_base = 0;      // the ring's lost count at the last clear
   };
   // A record parsed out of the ring (values copied once from shared memory).
   struct Parsed {
@@ -240,6 +251,7 @@ class RingAreaReader {
   std::vector<uint64_t> hits_base_;    // subtracted: the sum at the last reset
   std::vector<uint64_t> misses_base_;
   std::vector<uint8_t> buf_;           // payload copies of front/consume/peek
+  uint64_t unowned_base_ = 0;          // unowned_lost at the last clear
   bool front_valid_ = false;
   uint32_t front_ring_ = 0;
   Parsed front_;

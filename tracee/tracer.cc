@@ -210,7 +210,9 @@ struct Tracer::Impl {
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
-  uint64_t consumed = 0;
+  // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
+  // emptied: written in the trace header counts them.
+  uint64_t dropped_gone = 0;
   // Names of the threads whose rings were freed (comm_of), by pid << 32 | tid, and the
   // order they came in (the oldest go first).
   std::unordered_map<uint64_t, std::string> saved_comms;
@@ -305,6 +307,7 @@ struct Tracer::Impl {
         if (tid != 0 && r->reader.owner_comm(i, tid, &comm))
           save_comm(r->pid, tid, std::move(comm));
       }
+      dropped_gone += r->reader.dropped();
       if (r->symbolizer) {
         std::erase_if(departed, [&](const auto& d) { return d.second == r->symbolizer; });
         departed.emplace_back(r->pid, r->symbolizer);
@@ -1211,7 +1214,6 @@ bool Tracer::next_record(TraceRecord* out) {
     return false;
   }
   fill_record(*impl_, rr, out);
-  ++impl_->consumed;
   return true;
 }
 
@@ -1226,7 +1228,6 @@ size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn
     ++n;
     if (!fn(t)) break;
   }
-  impl_->consumed += n;
   impl_->merger.publish();
   return n;
 }
@@ -1284,17 +1285,37 @@ void Tracer::clear_records() {
     impl_->merger.add(&r->reader, r->tag);
     impl_->peeker.add(&r->reader, r->tag);
   }
-  impl_->consumed = 0;
+  impl_->dropped_gone = 0;
 }
 
 void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
-  uint64_t n = 0;
-  for_each_record([&](const TraceRecord&) { ++n; });
   std::lock_guard rl(impl_->read_mu);
-  uint64_t lost = 0;
-  for (auto& r : impl_->rings) lost += r->reader.stats().lost_reported + r->reader.unowned_lost();
+  uint64_t n = 0, dropped = impl_->dropped_gone;
+  for (auto& r : impl_->rings) {
+    n += r->reader.entries();
+    dropped += r->reader.dropped();
+  }
   *entries = n;
-  *written = n + impl_->consumed + lost;
+  *written = n + dropped;
+}
+
+bool Tracer::has_records(int cpu) {
+  std::lock_guard rl(impl_->read_mu);
+  for (auto& r : impl_->rings)
+    if (r->reader.has_data(cpu)) return true;
+  return false;
+}
+
+uint64_t Tracer::rings_in_use() {
+  std::lock_guard rl(impl_->read_mu);
+  uint64_t n = 0;
+  for (auto& r : impl_->rings) {
+    // The daemon's own ring is always claimed (by the daemon): it counts while it holds
+    // records.
+    if (r == impl_->own) n += r->reader.has_data() ? 1 : 0;
+    else n += r->reader.rings_in_use();
+  }
+  return n;
 }
 
 int Tracer::set_tracing_on(bool on) {
@@ -1318,6 +1339,7 @@ int Tracer::set_trace_clock(const std::string& name) {
   const uint32_t mode = impl_->stamp_mode();
   for (auto& r : impl_->rings) events::ring_set_stamp_mode(r->area.header(), mode);
   for (auto& r : impl_->rings) r->reader.clear();
+  impl_->dropped_gone = 0;
   impl_->merger = events::RingMerger(true);
   impl_->peeker = events::RingMerger(false);
   for (auto& r : impl_->rings) {
@@ -1372,6 +1394,13 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     if (!res.ok()) return res.error;
     t->rings = r;
   }
+  // Nothing from before stays: not what a target wrote into its old area while it was
+  // switched over, nor the records of departed targets.
+  std::lock_guard rl(impl_->read_mu);
+  const std::set<Impl::Rings*> live = impl_->live_rings();
+  for (auto& r : impl_->rings)
+    if (!live.count(r.get())) r->reader.clear();
+  impl_->dropped_gone = 0;
   return 0;
 }
 

@@ -224,15 +224,26 @@ class Tracer {
   void for_each_record(const std::function<void(const TraceRecord&)>& fn);
   // Drops every record not yet consumed (`echo > trace`).
   void clear_records();
-  // Records written (kept or dropped) and records present, for the trace header.
+  // The trace header's counts, as the kernel's: `entries`, the records in the buffer now;
+  // `written`, those and the records dropped since the buffers were last emptied (for
+  // want of room, or of a ring for the thread), where the kernel counts the ones
+  // overwritten. Records consumed count in neither: a drained buffer that lost nothing
+  // shows 0/0.
   void record_counts(uint64_t* entries, uint64_t* written);
+  // Whether a consuming read would find a record now (poll), without consuming: of any
+  // CPU, or for `cpu` >= 0 what consume_records(.., cpu) can take.
+  bool has_records(int cpu = -1);
+  // Rings (threads) that hold records or belong to a thread now, the daemon's own
+  // (trace_marker) while it holds records: buffer_total_size_kb is this many times
+  // buffer_size_kb.
+  uint64_t rings_in_use();
 
   // trace_clock: "local", "global", "counter", "mono", ... (events/trace_clock.h); a change
   // empties the buffers, as the kernel's does. -EINVAL for an unknown name.
   [[nodiscard]] int set_trace_clock(const std::string& name);
   std::string trace_clock_text() const;  // "[local] global counter ..."
   // The size of each thread's ring from now on (existing targets are given new rings;
-  // their unconsumed records are dropped, as a kernel resize keeps none either).
+  // every unconsumed record is dropped, as a kernel resize keeps none either).
   [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
   uint32_t buffer_size_kb() const;
 

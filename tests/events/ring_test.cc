@@ -944,6 +944,66 @@ TEST(RingMerger, OneCpuAtATimeHoldsBackARingAtAnotherCpusRecord) {
 // Random CPUs in four rings, consumed by calls for random CPUs (or any) of random sizes:
 // every record comes out exactly once, each ring's in its order, each call's in stamp
 // order and of its CPU.
+// The figures of the trace header and of poll: records in the buffer (consumed ones
+// leave), records dropped since the last clear (consumed or not), whether a consumer of a
+// CPU finds a record, and the rings in use.
+TEST(RingCounts, EntriesDroppedNextRecordsCpuAndRingsInUse) {
+  TestArea a(geometry(2, 4096));
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_EQ(a.reader.dropped(), 0u);
+  EXPECT_EQ(a.reader.rings_in_use(), 0u);
+  EXPECT_FALSE(a.reader.has_data());
+  EXPECT_FALSE(a.reader.has_data(0));
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p));
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);  // owned, empty
+  uint64_t kept = 0;
+  while (produce_on(&p, 1, kept, 3)) ++kept;
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(produce_on(&p, 1, 0, 3));
+  ring_drop_unowned(a.header());
+  EXPECT_EQ(a.reader.entries(), kept);
+  EXPECT_EQ(a.reader.dropped(), 4u);  // three for want of room, one for want of a ring
+  EXPECT_TRUE(a.reader.has_data());
+  EXPECT_TRUE(a.reader.has_data(3));
+  EXPECT_FALSE(a.reader.has_data(0));
+  RingRecord r;
+  ASSERT_TRUE(a.reader.consume(p.ring, &r));
+  EXPECT_EQ(a.reader.entries(), kept - 1);
+  EXPECT_EQ(a.reader.dropped(), 4u);
+  // Across the wrap: a record of CPU 0 at the front of the ring, then one of CPU 5 after
+  // the padding.
+  while (a.reader.consume(p.ring, &r)) {
+  }
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_FALSE(a.reader.has_data(3));
+  uint64_t n = 0;
+  while (produce_on(&p, 1, n, static_cast<uint16_t>(n == 0 ? 0 : 5))) ++n;
+  EXPECT_EQ(a.reader.entries(), n);
+  EXPECT_EQ(a.reader.dropped(), 5u);  // one more for want of room
+  EXPECT_TRUE(a.reader.has_data(0));
+  EXPECT_FALSE(a.reader.has_data(5));  // held back behind CPU 0's
+  ASSERT_TRUE(a.reader.consume(p.ring, &r));
+  EXPECT_TRUE(a.reader.has_data(5));
+  EXPECT_EQ(a.reader.entries(), n - 1);
+  // Cleared: nothing in the buffer, nothing dropped; the ring is still its owner's.
+  a.reader.clear();
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_EQ(a.reader.dropped(), 0u);
+  EXPECT_FALSE(a.reader.has_data());
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);
+  ring_drop_unowned(a.header());
+  EXPECT_EQ(a.reader.dropped(), 1u);
+  ring_retire(&p);
+  EXPECT_EQ(a.reader.reclaim(), 1u);
+  EXPECT_EQ(a.reader.rings_in_use(), 0u);
+  // The next owner's ring, with a record: one ring in use.
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &q));
+  ASSERT_TRUE(produce(&q, 2, 0));
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);
+  EXPECT_EQ(a.reader.entries(), 1u);
+}
+
 TEST(RingMerger, PerCpuCallsNeverLoseOrRepeatARecord) {
   TestArea a(geometry(4, 64 * 1024), ring_detect_stamp_mode(kRingStampCounter));
   RingProducer p[4];

@@ -1171,6 +1171,18 @@ TEST(Tracer, BlacklistListsTheAgentsTextAndProbesThereFail) {
 namespace probefs::tracee {
 namespace {
 
+// Waits (bounded) until at most `n` rings are in use: the tracer's service thread frees
+// the drained rings of threads that are gone, and the drained areas of targets that are,
+// about once a second.
+bool rings_down_to(Tracer& t, uint64_t n, int timeout_ms = 30000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (t.rings_in_use() > n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polled: no notice for it
+  }
+  return true;
+}
+
 // The threads of every record now in the buffer, with their record counts (not consumed).
 std::map<int32_t, uint64_t> threads_in_buffer(Tracer& t) {
   std::map<int32_t, uint64_t> out;
@@ -1222,6 +1234,14 @@ TEST(Tracer, ThreadNamesOutliveTheThreads) {
   EXPECT_EQ(t->comm_of(p.pid, 1), "<...>");
   EXPECT_EQ(drain(*t).size(), 105u);
   EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  // Its rings and its area freed: the names are still known, for records a reader took
+  // and prints later.
+  ASSERT_TRUE(rings_down_to(*t, 0));
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  workers.clear();
+  for (const auto& [tid, n] : threads)
+    if (tid != p.pid) workers.insert(t->comm_of(p.pid, tid));
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
 }
 
 // The kprobe-style text of every record now in the buffer (not consumed), each formatted
@@ -1282,6 +1302,89 @@ TEST(Tracer, DepartedTargetsRecordsAreStillSymbolized) {
   EXPECT_EQ(si.name, "traced_add");
   EXPECT_EQ(si.offset, 0u);
   EXPECT_GT(si.size, 0u);
+  // Its area freed (drained, target gone): the tracer still gives its symbolizer, for
+  // records a reader took before and prints now.
+  ASSERT_TRUE(rings_down_to(*t, 0));
+  std::shared_ptr<events::Symbolizer> later = t->symbolizer(p.pid);
+  ASSERT_NE(later, nullptr);
+  events::SymbolInfo si2;
+  ASSERT_TRUE(later->lookup(ip, &si2));
+  EXPECT_EQ(si2.name, "traced_add");
+  EXPECT_EQ(si2.size, si.size);
+}
+
+// The trace header's counts as the kernel keeps them (records consumed count in neither,
+// records dropped count as written until the buffer is emptied), whether a consumer would
+// find a record (poll), and the rings in use (buffer_total_size_kb).
+TEST(Tracer, TraceHeaderCountsPollAndRingsInUse) {
+  auto t = make_tracer(4);  // 4 KiB per thread
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di b=%si", 170);
+  uint64_t entries = 1, written = 1;
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+  EXPECT_EQ(t->rings_in_use(), 0u);
+  EXPECT_FALSE(t->has_records());
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 1000"), "ok " + std::to_string(sum_calls(1000)));
+  uint64_t in_buffer = 0;
+  int cpu = -1;
+  t->for_each_record([&](const TraceRecord& r) {
+    if (in_buffer++ == 0) cpu = static_cast<int>(r.cpu);
+  });
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, in_buffer);
+  EXPECT_LT(entries, 1000u);
+  EXPECT_EQ(written, 1000u);  // every hit: kept or dropped
+  EXPECT_TRUE(t->has_records());
+  EXPECT_TRUE(t->has_records(cpu));
+  EXPECT_FALSE(t->has_records(4095));
+  EXPECT_EQ(t->rings_in_use(), 1u);
+  // has_records consumed nothing.
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, in_buffer);
+
+  // Drained: nothing in the buffer; the dropped ones stay written, as the kernel's
+  // overwritten ones do, until the buffer is emptied.
+  EXPECT_EQ(drain(*t).size(), in_buffer);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 1000u - in_buffer);
+  EXPECT_FALSE(t->has_records());
+  EXPECT_FALSE(t->has_records(cpu));
+  t->clear_records();
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+  // Nothing lost: a drained buffer shows 0/0.
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 10u);
+  EXPECT_EQ(written, 10u);
+  EXPECT_EQ(drain(*t).size(), 10u);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+
+  // Rings in use: the main thread's, two threads' that are gone but hold records, the
+  // daemon's while it holds a marker.
+  EXPECT_EQ(p.pipes.ask("threads 2 1"), "ok 0");
+  EXPECT_EQ(t->rings_in_use(), 3u);
+  ASSERT_EQ(write_marker(*t, 6, "m"), 0);
+  EXPECT_EQ(t->rings_in_use(), 4u);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 3u);
+  EXPECT_EQ(written, 3u);
+  EXPECT_EQ(drain(*t).size(), 3u);
+  ASSERT_TRUE(rings_down_to(*t, 1));  // the main thread lives on
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);
+  p.guard.release();
+  EXPECT_TRUE(rings_down_to(*t, 0));
+  EXPECT_FALSE(t->has_records());
 }
 
 }  // namespace
