@@ -1276,6 +1276,52 @@ void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn) 
   }
 }
 
+struct RecordWalk::State {
+  events::RingMerger merger{false};
+  // The areas the merger reads, kept alive while it may.
+  std::vector<std::shared_ptr<Tracer::Impl::Rings>> areas;
+};
+
+RecordWalk::RecordWalk() = default;
+RecordWalk::~RecordWalk() = default;
+RecordWalk::RecordWalk(RecordWalk&&) noexcept = default;
+RecordWalk& RecordWalk::operator=(RecordWalk&&) noexcept = default;
+
+size_t Tracer::for_each_record(RecordWalk* walk,
+                               const std::function<bool(const TraceRecord&)>& fn) {
+  if (!walk->state_) walk->state_ = std::make_unique<RecordWalk::State>();
+  RecordWalk::State& st = *walk->state_;
+  std::lock_guard rl(impl_->read_mu);
+  // The areas read now: those freed since leave the walk (drained: nothing of theirs is
+  // left to hand out), new ones join it at their first record not consumed.
+  std::set<Impl::Rings*> now;
+  for (auto& r : impl_->rings) now.insert(r.get());
+  std::set<Impl::Rings*> walked;
+  for (auto it = st.areas.begin(); it != st.areas.end();) {
+    if (now.count(it->get())) {
+      walked.insert(it->get());
+      ++it;
+      continue;
+    }
+    st.merger.remove(&(*it)->reader);
+    it = st.areas.erase(it);
+  }
+  for (auto& r : impl_->rings) {
+    if (walked.count(r.get())) continue;
+    st.merger.add(&r->reader, r->tag);
+    st.areas.push_back(r);
+  }
+  size_t n = 0;
+  events::RingRecord rr;
+  TraceRecord t;
+  while (st.merger.next(&rr)) {
+    fill_record(*impl_, rr, &t);
+    ++n;
+    if (!fn(t)) break;
+  }
+  return n;
+}
+
 void Tracer::clear_records() {
   std::lock_guard rl(impl_->read_mu);
   for (auto& r : impl_->rings) r->reader.clear();

@@ -91,6 +91,25 @@ struct ProbeSpec {
   std::shared_ptr<const events::CompiledFilter> filter;
 };
 
+class Tracer;
+
+// A place in the walk of the records not consumed (`trace`), kept between calls so that a
+// reader that takes the buffer in chunks walks it once (Tracer::for_each_record). Each
+// walk belongs to one caller at a time; any number may exist at once. It keeps alive the
+// ring areas it walks, until its next call finds them freed or it is destroyed.
+class RecordWalk {
+ public:
+  RecordWalk();
+  ~RecordWalk();
+  RecordWalk(RecordWalk&&) noexcept;
+  RecordWalk& operator=(RecordWalk&&) noexcept;
+
+ private:
+  friend class Tracer;
+  struct State;  // tracee/tracer.cc
+  std::unique_ptr<State> state_;
+};
+
 struct ProbeProfile {
   uint64_t hits = 0;    // records the probe's handler ran for, in every target
   uint64_t misses = 0;  // hits not handled (recursion, every kretprobe instance in use)
@@ -222,6 +241,15 @@ class Tracer {
   void interrupt_wait();
   // Every record not yet consumed, in timestamp order, without consuming them (trace).
   void for_each_record(const std::function<void(const TraceRecord&)>& fn);
+  // Goes on with `walk`: hands `fn` the records not consumed, in timestamp order, from
+  // where the walk stopped (a new walk: the first record in the buffer), until `fn`
+  // returns false (its record counts as handed out) or none is left. The number handed
+  // out. Nothing is handed out twice; records consumed or dropped since are passed over
+  // (after clear_records the walk goes on with the records written since); records
+  // that arrive meanwhile come when the walk reaches them, so a thread's record stamped
+  // before one of another thread already handed out comes after it. `fn` must not call
+  // the Tracer.
+  size_t for_each_record(RecordWalk* walk, const std::function<bool(const TraceRecord&)>& fn);
   // Drops every record not yet consumed (`echo > trace`).
   void clear_records();
   // The trace header's counts, as the kernel's: `entries`, the records in the buffer now;

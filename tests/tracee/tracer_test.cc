@@ -1387,5 +1387,74 @@ TEST(Tracer, TraceHeaderCountsPollAndRingsInUse) {
   EXPECT_FALSE(t->has_records());
 }
 
+// The values of `a` of the next (at most) `max` records of `walk`.
+std::vector<uint64_t> walk_next(Tracer& t, const Event& e, RecordWalk* walk, size_t max) {
+  std::vector<uint64_t> out;
+  const size_t n = t.for_each_record(walk, [&](const TraceRecord& r) {
+    out.push_back(field(e, r, "a"));
+    return out.size() < max;
+  });
+  EXPECT_EQ(n, out.size());
+  return out;
+}
+
+std::vector<uint64_t> iota(uint64_t from, uint64_t to) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// A walk taken in chunks (trace read a piece at a time) resumes where it stopped: nothing
+// twice, nothing the consumer took meanwhile, the records that came since at the end, the
+// records of a target that joined since, and after a clear only what was written after.
+TEST(Tracer, AWalkResumesWhereItStopped) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 180);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  RecordWalk w;
+  EXPECT_EQ(walk_next(*t, e, &w, 30), iota(0, 30));
+  // The consumer takes records the walk passed: the walk goes on where it was.
+  EXPECT_EQ(t->consume_records([](const TraceRecord&) { return true; }, 10), 10u);
+  EXPECT_EQ(walk_next(*t, e, &w, 10), iota(30, 40));
+  // The consumer passes the walk: it goes on at the consumer's first record.
+  EXPECT_EQ(t->consume_records([](const TraceRecord&) { return true; }, 50), 50u);
+  EXPECT_EQ(walk_next(*t, e, &w, 20), iota(60, 80));
+  // Records written since come after the rest; then the walk is at the end.
+  EXPECT_EQ(p.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  std::vector<uint64_t> want = iota(80, 100);
+  for (uint64_t i : iota(0, 5)) want.push_back(i);
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), want);
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  // A second walk is independent of the first.
+  RecordWalk w2;
+  EXPECT_EQ(walk_next(*t, e, &w2, 3), iota(60, 63));  // from the first not consumed
+  // A fork child joins the walk with its own area.
+  std::string ans = p.pipes.ask("fork 4");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  std::vector<pid_t> pids;
+  const size_t n = t->for_each_record(&w, [&](const TraceRecord& r) {
+    pids.push_back(r.pid);
+    return true;
+  });
+  EXPECT_EQ(n, 4u);
+  EXPECT_EQ(pids, std::vector<pid_t>(4, child));
+  // Cleared: the walk goes on with what is written after.
+  t->clear_records();
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 3));
+  EXPECT_EQ(walk_next(*t, e, &w2, 1000), iota(0, 3));
+  // The child's area is freed once drained (the child is gone): the walk lets go of it.
+  EXPECT_EQ(drain(*t).size(), 3u);
+  ASSERT_TRUE(rings_down_to(*t, 1));  // the main thread's ring
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  EXPECT_EQ(p.pipes.ask("call 2"), "ok " + std::to_string(sum_calls(2)));
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 2));
+}
+
 }  // namespace
 }  // namespace probefs::tracee
