@@ -54,10 +54,18 @@ constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"
                          __ATOMIC_RELAXED);
 }
 
+// The thread's name, as the kernel's comm.
+void read_comm(char (&comm)[16]) {
+  comm[0] = 0;
+  arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(comm));
+  comm[15] = 0;
+}
+
 // The first hit of a thread in an area, or a thread whose tid is not the one it claimed
 // its ring with (a child of _Fork or a raw clone that ran no atfork handler: the area is
 // its parent's). Returns the thread's ring, or nullptr (no ring: every ring is taken, or
-// the process is not the area's).
+// the process is not the area's). A ring claimed gets the thread's name (one more system
+// call, once per thread and area), which names its records once the thread is gone.
 [[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
   if (t_ring.gen == as->generation && t_ring.prod == nullptr && t_ring.tid != 0 &&
       t_ring.claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
@@ -82,6 +90,9 @@ constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"
     t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;
   }
+  char comm[events::kRingCommBytes];
+  read_comm(comm);
+  events::ring_set_comm(&fresh, static_cast<uint32_t>(real), comm);
   as->producers[fresh.ring] = fresh;
   t_ring.prod = &as->producers[fresh.ring];
   return t_ring.prod;
@@ -98,13 +109,6 @@ constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"
     }
   }
   return claim_slow(as, tid);
-}
-
-// The thread's name, as the kernel's comm.
-void read_comm(char (&comm)[16]) {
-  comm[0] = 0;
-  arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(comm));
-  comm[15] = 0;
 }
 
 template <class Reader>

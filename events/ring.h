@@ -12,8 +12,9 @@
 //   fallback_offset        u64 fallback_hits[probe_slots]   atomic; hits of a thread that
 //                          u64 misses[probe_slots]          has no ring; misses (nmissed)
 //   rings_offset           ring 0, ring 1, ... ring_count - 1, each ring_stride bytes:
-//     +0                     RingControl         owner tid, head (producer's line), lost;
-//                                                tail (the consumer's line)
+//     +0                     RingControl         owner tid, head (producer's line), lost,
+//                                                the owner's name; tail (the consumer's
+//                                                line)
 //     +128                   u64 hits[probe_slots]          written by the ring's producer
 //     +hits_bytes            data[ring_bytes]               the records
 //
@@ -50,7 +51,9 @@
 //
 // Owners. A thread claims a free ring at its first record (a CAS of owner from 0 to its
 // tid); the daemon frees the ring once it is drained and the thread is gone (or the thread
-// retired it), see RingAreaReader::reclaim. Rings, reserve and commit are not reentrant:
+// retired it), see RingAreaReader::reclaim. The claimer then stores its name (the kernel's
+// comm) in the ring (ring_set_comm), so that the daemon can name the thread's records
+// after the thread is gone, as the kernel's saved_cmdlines names them. Rings, reserve and commit are not reentrant:
 // one thread uses its RingProducer, and the caller's recursion guard keeps a signal
 // handler on the same thread from entering reserve while a reservation is open.
 //
@@ -94,7 +97,7 @@
 namespace probefs::events {
 
 inline constexpr uint32_t kRingAreaMagic = 0x52464270;      // "pBFR"
-inline constexpr uint32_t kRingAreaVersion = 1;
+inline constexpr uint32_t kRingAreaVersion = 2;
 inline constexpr uint32_t kRingPageBytes = 4096;
 inline constexpr uint32_t kRingMinBytes = kRingPageBytes;  // per ring, a page multiple
 inline constexpr uint32_t kRingMaxBytes = 1u << 30;
@@ -170,17 +173,27 @@ static_assert(sizeof(RingAreaHeader) == 256);
 static_assert(offsetof(RingAreaHeader, counter) == 64);
 static_assert(offsetof(RingAreaHeader, wake_seq) == 192);
 
+// The owner's name: at most 15 bytes and a NUL, as the kernel's TASK_COMM_LEN.
+inline constexpr uint32_t kRingCommBytes = 16;
+
 struct RingControl {
   // Line 0: the producer's. owner is CASed by claiming threads and cleared by the daemon.
   uint32_t owner;
   uint32_t head;  // end of the committed records (release); the producer's only
   uint64_t lost;  // cumulative records dropped for lack of room; the producer's only
-  uint32_t reserved0[12];
+  // The name the owner had when it claimed the ring (ring_set_comm): valid for the tid in
+  // comm_tid (stored with release after comm); the daemon zeroes comm_tid when it frees
+  // the ring.
+  uint32_t comm_tid;
+  uint32_t reserved0a;
+  uint64_t comm[kRingCommBytes / 8];
+  uint32_t reserved0[6];
   // Line 1: the consumer's.
   alignas(64) uint32_t tail;  // start of the records not yet consumed (release)
   uint32_t reserved1[15];
 };
 static_assert(sizeof(RingControl) == 128);
+static_assert(offsetof(RingControl, comm) == 24);
 static_assert(offsetof(RingControl, tail) == 64);
 
 // What the daemon asks for; ring_layout() derives the rest.
@@ -416,6 +429,20 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p) {
   }
   p->claim_generation = generation;
   return false;
+}
+
+// Stores the name of the thread that claimed `p`'s ring (its comm, read by the caller:
+// PR_GET_NAME), for the daemon to name its records by once the thread is gone. The claimer
+// calls it right after ring_claim; `tid` is the one it claimed with.
+inline void ring_set_comm(RingProducer* p, uint32_t tid, const char (&comm)[kRingCommBytes]) {
+  using namespace ring_detail;
+  if (!p->ctl) return;
+  for (uint32_t w = 0; w < kRingCommBytes / 8; ++w) {
+    uint64_t v;
+    __builtin_memcpy(&v, comm + 8 * w, 8);
+    store_relaxed(&p->ctl->comm[w], v);
+  }
+  store_release(&p->ctl->comm_tid, tid & kRingOwnerTidMask);
 }
 
 // After a failed claim: whether the daemon has freed rings since, so that another scan

@@ -164,6 +164,7 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   misses_base_.assign(g.probe_slots, 0);
   front_valid_ = false;
   stats_ = RingReaderStats{};
+  unowned_base_ = 0;
   return 0;
 }
 
@@ -380,33 +381,98 @@ bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
   return true;
 }
 
-bool RingAreaReader::has_data() const {
+bool RingAreaReader::has_data(int cpu) const {
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
     uint32_t h;
-    if (head(i, &h) && h != states_[i].tail) return true;
+    if (!head(i, &h) || h == states_[i].tail) continue;
+    if (cpu < 0) return true;
+    Parsed p;
+    if (parse(i, states_[i].tail, h, &p) == ParseResult::kRecord &&
+        (p.cpu & 0xfff) == static_cast<uint32_t>(cpu))
+      return true;
   }
   return false;
+}
+
+uint64_t RingAreaReader::entries() const {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    uint32_t h;
+    if (!head(i, &h)) continue;
+    // Each step moves forward by at least a record header and stops at the head or at
+    // anything inconsistent: at most ring_bytes / 16 steps.
+    uint32_t off = states_[i].tail;
+    Parsed p;
+    while (parse(i, off, h, &p) == ParseResult::kRecord) {
+      ++n;
+      off = p.next;
+    }
+  }
+  return n;
+}
+
+uint64_t RingAreaReader::dropped() const {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    const uint64_t lost = load_relaxed(&control(i)->lost);
+    if (lost > states_[i].lost_base) n += lost - states_[i].lost_base;
+  }
+  const uint64_t unowned = unowned_lost();
+  return n + (unowned > unowned_base_ ? unowned - unowned_base_ : 0);
+}
+
+uint32_t RingAreaReader::rings_in_use() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+    uint32_t h;
+    if (owner(i) != 0 || (head(i, &h) && h != states_[i].tail)) ++n;
+  }
+  return n;
 }
 
 void RingAreaReader::clear() {
   front_valid_ = false;
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
     State& st = states_[i];
+    st.lost_base = load_relaxed(&control(i)->lost);
     uint32_t h;
     if (!head(i, &h)) continue;
     st.consumed += distance(st.tail, h, geometry_.ring_bytes);
     st.tail = h;
-    st.lost_reported = std::max(st.lost_reported, load_relaxed(&control(i)->lost));
+    st.lost_reported = std::max(st.lost_reported, st.lost_base);
     st.unpublished = 0;
     store_release(&control(i)->tail, st.tail);
   }
+  unowned_base_ = unowned_lost();
 }
 
 uint32_t RingAreaReader::owner(uint32_t ring) const {
   return ring < geometry_.ring_count ? load_acquire(&control(ring)->owner) : 0;
 }
 
-uint32_t RingAreaReader::reclaim() {
+bool RingAreaReader::owner_comm(uint32_t ring, uint32_t tid, std::string* out) const {
+  if (ring >= geometry_.ring_count || tid == 0 || (tid & ~kRingOwnerTidMask) != 0) return false;
+  const RingControl* ctl = control(ring);
+  if ((load_acquire(&ctl->owner) & kRingOwnerTidMask) != tid) return false;
+  // The name was stored before comm_tid (release); the daemon alone zeroes comm_tid, when
+  // it frees the ring, before anyone can claim it again.
+  if (load_acquire(&ctl->comm_tid) != tid) return false;
+  char name[kRingCommBytes];
+  for (uint32_t w = 0; w < kRingCommBytes / 8; ++w) {
+    const uint64_t v = load_relaxed(&ctl->comm[w]);
+    memcpy(name + 8 * w, &v, 8);
+  }
+  out->assign(name, strnlen(name, kRingCommBytes - 1));
+  return true;
+}
+
+bool RingAreaReader::find_comm(uint32_t tid, std::string* out) const {
+  for (uint32_t i = 0; i < geometry_.ring_count; ++i)
+    if (owner_comm(i, tid, out)) return true;
+  return false;
+}
+
+uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* names) {
   uint32_t freed = 0;
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
     RingControl* ctl = control(i);
@@ -433,10 +499,15 @@ uint32_t RingAreaReader::reclaim() {
       stats_.lost_unattributed += lost - st.lost_reported;
       st.lost_reported = lost;
     }
+    std::string comm;
+    const bool named = names != nullptr && owner_comm(i, o & kRingOwnerTidMask, &comm);
+    // The next owner's name is valid only once it stores it.
+    store_relaxed(&ctl->comm_tid, 0u);
     uint32_t expected = o;
     if (__atomic_compare_exchange_n(&ctl->owner, &expected, 0u, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED)) {
       ++freed;
+      if (named) names->emplace_back(o & kRingOwnerTidMask, std::move(comm));
     }
   }
   if (freed) {

@@ -35,6 +35,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "events/ring.h"
@@ -150,16 +152,33 @@ class RingAreaReader {
   Cursor cursor(uint32_t ring) const;
   bool peek(Cursor* c, RingRecord* out);
 
-  // Whether any ring holds records not consumed (one load per ring).
-  bool has_data() const;
-  // Drops every record not consumed (echo > trace; a clock change).
+  // Whether any ring holds records not consumed (one load per ring). `cpu` >= 0: whether
+  // a ring's next record is of that CPU (what a consumer of that CPU can take: a ring is
+  // read in order).
+  bool has_data(int cpu = -1) const;
+  // Records not consumed, in every ring (a walk of their headers: no copy).
+  uint64_t entries() const;
+  // Records dropped since the reader attached or was last cleared: those a full ring
+  // lost (reported or not yet) and those of threads that had no ring.
+  uint64_t dropped() const;
+  // Rings that hold records not consumed or have an owner.
+  uint32_t rings_in_use() const;
+  // Drops every record not consumed (echo > trace; a clock change); dropped() starts
+  // again from 0.
   void clear();
   // Frees the rings that are drained and whose owner retired or is gone: folds their hit
   // counters and unreported lost counts into this reader's totals and clears the owner.
-  // Returns how many; bumps the area's free_generation if any.
-  uint32_t reclaim();
+  // Returns how many; bumps the area's free_generation if any. `names`, when given, gets
+  // the tid and name (owner_comm) of each owner whose ring was freed and had one.
+  uint32_t reclaim(std::vector<std::pair<uint32_t, std::string>>* names = nullptr);
   // The ring's owner word as read now (0: free), with kRingOwnerRetired if set.
   uint32_t owner(uint32_t ring) const;
+  // The name the ring's owner stored when it claimed the ring (ring_set_comm), when the
+  // ring is owned by thread `tid` and the name is that thread's: at most 15 bytes, cut at
+  // the first NUL (the process writes it: any other bytes are its own business).
+  bool owner_comm(uint32_t ring, uint32_t tid, std::string* out) const;
+  // owner_comm of the ring thread `tid` owns, if any.
+  bool find_comm(uint32_t tid, std::string* out) const;
 
   // kprobe_profile: the hits of probe slot `slot` since its last reset (the folded totals,
   // the fallback array and every ring), and its misses. hits_all fills hits for every
@@ -183,6 +202,7 @@ class RingAreaReader {
     uint64_t consumed = 0;       // bytes consumed ever (advances with tail)
     uint64_t lost_reported = 0;  // cumulative lost count already reported or folded
     uint32_t unpublished = 0;    // bytes consumed since the tail was last stored
+    uint64_t lost_base = 0;      // the ring's lost count at the last clear
   };
   // A record parsed out of the ring (values copied once from shared memory).
   struct Parsed {
@@ -231,6 +251,7 @@ class RingAreaReader {
   std::vector<uint64_t> hits_base_;    // subtracted: the sum at the last reset
   std::vector<uint64_t> misses_base_;
   std::vector<uint8_t> buf_;           // payload copies of front/consume/peek
+  uint64_t unowned_base_ = 0;          // unowned_lost at the last clear
   bool front_valid_ = false;
   uint32_t front_ring_ = 0;
   Parsed front_;

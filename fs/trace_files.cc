@@ -183,12 +183,12 @@ class PipeHandle : public Handle {
     {
       auto lk = reader_->lock();
       reader_->revalidate(&batch_);
-      // Takes a record at a time until one would print (the kernel asks the ring whether
-      // it is empty; the tracer can only hand records out).
+      // Takes a record at a time until one would print (the gate decides only records
+      // taken); an empty buffer is seen without taking anything.
       for (int tries = 0; tries < 64; ++tries) {
         for (size_t k = batch_.next; k < batch_.recs.size(); ++k)
           if (batch_.recs[k].shown || batch_.recs[k].lost_before) return true;
-        if (reader_->consume(&batch_, 1, cpu_) == 0) break;
+        if (!fs_.tracer().has_records(cpu_) || reader_->consume(&batch_, 1, cpu_) == 0) break;
       }
     }
     reader_->arm_poll();
@@ -349,9 +349,9 @@ void TraceFiles::Impl::add_files() {
              make_text_file(
                  [&tracer] { return number_line(kernel_buffer_kb(tracer.buffer_size_kb())); },
                  [this](const Request&, std::string_view d) { return write_buffer_size(d); }));
-  t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([this, &tracer] {
+  t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([&tracer] {
                return number_line(kernel_buffer_kb(tracer.buffer_size_kb()) *
-                                  reader->threads_with_records());
+                                  tracer.rings_in_use());
              }));
   t.add_file(root, "current_tracer", kModeReadWrite,
              make_text_file([] { return std::string("nop\n"); },

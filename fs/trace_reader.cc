@@ -216,7 +216,6 @@ int TraceReader::reset_buffer(const std::function<int()>& op) {
   if (err == 0) {
     gates_.clear();
     ++clear_gen_;
-    lost_consumed_ = 0;
     std::fill(read_events_.begin(), read_events_.end(), 0);
     std::fill(dropped_events_.begin(), dropped_events_.end(), 0);
   }
@@ -327,7 +326,6 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
     Held& h = b->recs[i];
     const uint8_t* d = b->bytes.data() + h.off;
     h.shown = decide_consumed(gate(key_of(h.pid, tid_of(d, h.len))), h, d);
-    lost_consumed_ += h.lost_before;
     if (h.cpu < read_events_.size()) {
       ++read_events_[h.cpu];
       dropped_events_[h.cpu] += h.lost_before;
@@ -355,7 +353,6 @@ void TraceReader::discard(int cpu) {
   tracer_.consume_records(
       [this](const tracee::TraceRecord& r) {
         skip_consumed(gate(key_of(r.pid, tid_of(r.data, r.len))));
-        lost_consumed_ += r.lost_before;
         return true;
       },
       SIZE_MAX, cpu);
@@ -419,18 +416,9 @@ std::string TraceReader::header() {
   std::string s = "# tracer: nop\n#\n";
   if (!o.context_info) return s;
   // The kernel's counts: the records in the buffer, and those plus the ones lost since it
-  // was last emptied; records consumed leave both. (Tracer::record_counts counts the
-  // consumed ones as written.)
-  uint64_t entries = 0, lost = 0;
-  tracer_.for_each_record([&](const tracee::TraceRecord& r) {
-    ++entries;
-    lost += r.lost_before;
-  });
-  {
-    std::lock_guard l(mu_);
-    lost += lost_consumed_;
-  }
-  const uint64_t written = entries + lost;
+  // was last emptied; records consumed leave both.
+  uint64_t entries = 0, written = 0;
+  tracer_.record_counts(&entries, &written);
   if (o.irq_info && !o.record_tgid) return events::trace_header(entries, written, fs_.cpus());
   s += "# entries-in-buffer/entries-written: ";
   append_number(s, static_cast<int64_t>(entries));
@@ -474,10 +462,9 @@ const std::string& TraceReader::comm(pid_t pid, pid_t tid) {
 
 events::Symbolizer* TraceReader::symbolizer(pid_t pid) {
   for (const auto& [p, s] : symbolizers_)
-    if (p == pid) return s;
-  events::Symbolizer* s = tracer_.symbolizer(pid);
-  symbolizers_.emplace_back(pid, s);
-  return s;
+    if (p == pid) return s.get();
+  symbolizers_.emplace_back(pid, tracer_.symbolizer(pid));
+  return symbolizers_.back().second.get();
 }
 
 void TraceReader::append(std::string& out, const Batch& b, const Held& h, bool lost_lines) {
@@ -602,14 +589,6 @@ void TraceReader::learn_comms() {
   auto l = lock();
   for (uint64_t key : threads)
     comm(static_cast<pid_t>(key >> 32), static_cast<pid_t>(key & 0xffffffffu));
-}
-
-uint64_t TraceReader::threads_with_records() {
-  std::unordered_set<uint64_t> threads;
-  tracer_.for_each_record([&](const tracee::TraceRecord& r) {
-    threads.insert(key_of(r.pid, tid_of(r.data, r.len)));
-  });
-  return threads.size();
 }
 
 // ---- waiting ---------------------------------------------------------------------------------

@@ -152,8 +152,6 @@ class TraceReader {
   void learn_comms();
   // per_cpu/cpuN/stats.
   std::string stats(int cpu);
-  // Threads whose records are in the buffer now (buffer_total_size_kb).
-  uint64_t threads_with_records();
 
   // Runs `op`, a tracer call that empties the buffers (clear, clock change, resize),
   // between readers; when it returns 0, every decision is forgotten, the per-CPU counts
@@ -230,7 +228,6 @@ class TraceReader {
   std::unordered_map<uint64_t, ThreadGate> gates_;
   uint64_t next_incarnation_ = 1;
   uint64_t clear_gen_ = 0;
-  uint64_t lost_consumed_ = 0;   // lost_before of the records consumed since the last reset
   uint64_t fill_gen_ = 0;        // per lock holder: validity of the caches below
   TextOptions fill_opts_;
   events::TraceClock fill_clock_ = events::TraceClock::kLocal;
@@ -246,7 +243,8 @@ class TraceReader {
     int64_t fetched_ms = 0;
   };
   std::unordered_map<uint64_t, CommSlot> comms_;
-  std::vector<std::pair<pid_t, events::Symbolizer*>> symbolizers_;  // this fill's
+  // This fill's, held until the next: a departed target's may be the last reference.
+  std::vector<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> symbolizers_;
   std::vector<uint64_t> read_events_;   // per CPU: records consumed
   std::vector<uint64_t> dropped_events_;  // per CPU: records lost before those
   // One trace walk's scratch.

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "events/parse.h"
 #include "events/ring_consumer.h"
@@ -36,6 +37,12 @@ namespace {
 
 // Counter slots of the ring areas: one per probe, so at most this many probes at once.
 constexpr uint32_t kProbeSlots = 8192;
+// Names of threads whose rings were freed, kept for comm_of (the newest this many): their
+// records may still be held by a reader that consumed them and prints them later.
+constexpr size_t kSavedComms = 4096;
+// Symbolizers of departed targets whose ring areas were freed, kept for symbolizer() (the
+// newest this many), for the same readers.
+constexpr size_t kDepartedSymbolizers = 16;
 
 // The first line of a file under /proc, or "".
 std::string read_proc_line(const std::string& path) {
@@ -82,25 +89,28 @@ events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, i
   }
 }
 
-// Names addresses of one target for kprobe-style lines.
+// Names addresses of one target for kprobe-style lines. It shares the target's symbols,
+// so it goes on naming them after the target is gone. Any thread: the names a lookup
+// returns live in the calling thread's buffers, until its next lookup.
 class TargetSymbolizer : public events::Symbolizer {
  public:
-  explicit TargetSymbolizer(const ProcessSymbols* syms) : syms_(syms) {}
+  explicit TargetSymbolizer(std::shared_ptr<const ProcessSymbols> syms)
+      : syms_(std::move(syms)) {}
   bool lookup(uint64_t addr, events::SymbolInfo* out) override {
+    thread_local std::string name, module;
     ResolvedSymbol rs;
     if (!syms_ || syms_->describe(addr, &rs) != 0 || rs.name.empty()) return false;
-    name_ = rs.name;
-    module_ = rs.module;
-    out->name = name_;
+    name = std::move(rs.name);
+    module = std::move(rs.module);
+    out->name = name;
     out->offset = addr - rs.addr;
     out->size = rs.function.end > rs.function.start ? rs.function.end - rs.function.start : 0;
-    out->module = module_;
+    out->module = module;
     return true;
   }
 
  private:
-  const ProcessSymbols* syms_;
-  std::string name_, module_;
+  std::shared_ptr<const ProcessSymbols> syms_;
 };
 
 // A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
@@ -142,12 +152,14 @@ struct Tracer::Impl {
   };
 
   // One ring area and its reader. Kept until the reader is drained and no reader waits
-  // on it, even after its target is gone.
+  // on it, even after its target is gone: with the target's symbolizer, which names the
+  // addresses in its records.
   struct Rings {
     events::RingArea area;
     events::RingAreaReader reader;
     pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
+    std::shared_ptr<events::Symbolizer> symbolizer;
   };
 
   struct Target {
@@ -158,11 +170,11 @@ struct Tracer::Impl {
     std::chrono::steady_clock::time_point unlinked_since;  // when its link ended
     std::string exe;
     std::shared_ptr<AgentLink> link;
-    std::unique_ptr<ProcessSymbols> syms;
+    std::shared_ptr<ProcessSymbols> syms;
     std::vector<Mapping> maps;
     std::shared_ptr<Rings> rings;
     std::map<ProbeId, std::vector<Site>> sites;
-    std::unique_ptr<TargetSymbolizer> symbolizer;
+    std::shared_ptr<TargetSymbolizer> symbolizer;
   };
 
   Options opts;
@@ -198,7 +210,15 @@ struct Tracer::Impl {
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
-  uint64_t consumed = 0;
+  // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
+  // emptied: written in the trace header counts them.
+  uint64_t dropped_gone = 0;
+  // Names of the threads whose rings were freed (comm_of), by pid << 32 | tid, and the
+  // order they came in (the oldest go first).
+  std::unordered_map<uint64_t, std::string> saved_comms;
+  std::deque<uint64_t> saved_order;
+  // Symbolizers of departed targets whose areas were freed, oldest first.
+  std::deque<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> departed;
   // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
   // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
   // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
@@ -251,17 +271,47 @@ struct Tracer::Impl {
     return r;
   }
 
-  // Stops reading an area once it is drained (the service thread frees it).
-  void retire_rings(const std::shared_ptr<Rings>&) {}
+  // Remembers the name of thread `tid` of `pid`, whose ring is being freed. read_mu held.
+  void save_comm(pid_t pid, uint32_t tid, std::string comm) {
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | tid;
+    auto [it, inserted] = saved_comms.insert_or_assign(key, std::move(comm));
+    (void)it;
+    if (!inserted) return;
+    saved_order.push_back(key);
+    while (saved_order.size() > kSavedComms) {
+      saved_comms.erase(saved_order.front());
+      saved_order.pop_front();
+    }
+  }
 
-  // Frees areas whose target is gone and that hold nothing more. read_mu held.
-  // (A waiter in wait_for_records holds its own references to the areas it waits on.)
+  // Frees the rings of an area whose owners are gone, keeping their names. read_mu held.
+  void reclaim_rings(Rings& r) {
+    std::vector<std::pair<uint32_t, std::string>> names;
+    r.reader.reclaim(&names);
+    for (auto& [tid, comm] : names) save_comm(r.pid, tid, std::move(comm));
+  }
+
+  // Frees areas whose target is gone and that hold nothing more, keeping the names of
+  // their rings' owners. read_mu held. (A waiter in wait_for_records holds its own
+  // references to the areas it waits on.)
   void free_drained_rings(const std::set<Rings*>& live) {
     for (auto it = rings.begin(); it != rings.end();) {
       Rings* r = it->get();
       if (live.count(r) || r->reader.has_data()) {
         ++it;
         continue;
+      }
+      for (uint32_t i = 0; i < r->reader.ring_count(); ++i) {
+        const uint32_t tid = r->reader.owner(i) & events::kRingOwnerTidMask;
+        std::string comm;
+        if (tid != 0 && r->reader.owner_comm(i, tid, &comm))
+          save_comm(r->pid, tid, std::move(comm));
+      }
+      dropped_gone += r->reader.dropped();
+      if (r->symbolizer) {
+        std::erase_if(departed, [&](const auto& d) { return d.second == r->symbolizer; });
+        departed.emplace_back(r->pid, r->symbolizer);
+        if (departed.size() > kDepartedSymbolizers) departed.pop_front();
       }
       merger.remove(&r->reader);
       peeker.remove(&r->reader);
@@ -307,7 +357,7 @@ struct Tracer::Impl {
       int err = 0;
       t.syms = ProcessSymbols::load(t.pid, &err);
       if (!t.syms) return err;
-      t.symbolizer = std::make_unique<TargetSymbolizer>(t.syms.get());
+      t.symbolizer = std::make_shared<TargetSymbolizer>(t.syms);
       return 0;
     }
     return t.syms->reload();
@@ -410,6 +460,10 @@ struct Tracer::Impl {
     if (!t.rings) {
       if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
       return err;
+    }
+    {
+      std::lock_guard rl(read_mu);
+      t.rings->symbolizer = t.symbolizer;
     }
     uint32_t clk;
     {
@@ -675,7 +729,7 @@ struct Tracer::Impl {
         std::lock_guard rl(read_mu);
         conv.update();
         for (auto& r : rings)
-          if (r != own) r->reader.reclaim();
+          if (r != own) reclaim_rings(*r);
         free_drained_rings(live_rings());
       }
     }
@@ -1160,7 +1214,6 @@ bool Tracer::next_record(TraceRecord* out) {
     return false;
   }
   fill_record(*impl_, rr, out);
-  ++impl_->consumed;
   return true;
 }
 
@@ -1175,7 +1228,6 @@ size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn
     ++n;
     if (!fn(t)) break;
   }
-  impl_->consumed += n;
   impl_->merger.publish();
   return n;
 }
@@ -1224,6 +1276,52 @@ void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn) 
   }
 }
 
+struct RecordWalk::State {
+  events::RingMerger merger{false};
+  // The areas the merger reads, kept alive while it may.
+  std::vector<std::shared_ptr<Tracer::Impl::Rings>> areas;
+};
+
+RecordWalk::RecordWalk() = default;
+RecordWalk::~RecordWalk() = default;
+RecordWalk::RecordWalk(RecordWalk&&) noexcept = default;
+RecordWalk& RecordWalk::operator=(RecordWalk&&) noexcept = default;
+
+size_t Tracer::for_each_record(RecordWalk* walk,
+                               const std::function<bool(const TraceRecord&)>& fn) {
+  if (!walk->state_) walk->state_ = std::make_unique<RecordWalk::State>();
+  RecordWalk::State& st = *walk->state_;
+  std::lock_guard rl(impl_->read_mu);
+  // The areas read now: those freed since leave the walk (drained: nothing of theirs is
+  // left to hand out), new ones join it at their first record not consumed.
+  std::set<Impl::Rings*> now;
+  for (auto& r : impl_->rings) now.insert(r.get());
+  std::set<Impl::Rings*> walked;
+  for (auto it = st.areas.begin(); it != st.areas.end();) {
+    if (now.count(it->get())) {
+      walked.insert(it->get());
+      ++it;
+      continue;
+    }
+    st.merger.remove(&(*it)->reader);
+    it = st.areas.erase(it);
+  }
+  for (auto& r : impl_->rings) {
+    if (walked.count(r.get())) continue;
+    st.merger.add(&r->reader, r->tag);
+    st.areas.push_back(r);
+  }
+  size_t n = 0;
+  events::RingRecord rr;
+  TraceRecord t;
+  while (st.merger.next(&rr)) {
+    fill_record(*impl_, rr, &t);
+    ++n;
+    if (!fn(t)) break;
+  }
+  return n;
+}
+
 void Tracer::clear_records() {
   std::lock_guard rl(impl_->read_mu);
   for (auto& r : impl_->rings) r->reader.clear();
@@ -1233,17 +1331,37 @@ void Tracer::clear_records() {
     impl_->merger.add(&r->reader, r->tag);
     impl_->peeker.add(&r->reader, r->tag);
   }
-  impl_->consumed = 0;
+  impl_->dropped_gone = 0;
 }
 
 void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
-  uint64_t n = 0;
-  for_each_record([&](const TraceRecord&) { ++n; });
   std::lock_guard rl(impl_->read_mu);
-  uint64_t lost = 0;
-  for (auto& r : impl_->rings) lost += r->reader.stats().lost_reported + r->reader.unowned_lost();
+  uint64_t n = 0, dropped = impl_->dropped_gone;
+  for (auto& r : impl_->rings) {
+    n += r->reader.entries();
+    dropped += r->reader.dropped();
+  }
   *entries = n;
-  *written = n + impl_->consumed + lost;
+  *written = n + dropped;
+}
+
+bool Tracer::has_records(int cpu) {
+  std::lock_guard rl(impl_->read_mu);
+  for (auto& r : impl_->rings)
+    if (r->reader.has_data(cpu)) return true;
+  return false;
+}
+
+uint64_t Tracer::rings_in_use() {
+  std::lock_guard rl(impl_->read_mu);
+  uint64_t n = 0;
+  for (auto& r : impl_->rings) {
+    // The daemon's own ring is always claimed (by the daemon): it counts while it holds
+    // records.
+    if (r == impl_->own) n += r->reader.has_data() ? 1 : 0;
+    else n += r->reader.rings_in_use();
+  }
+  return n;
 }
 
 int Tracer::set_tracing_on(bool on) {
@@ -1267,6 +1385,7 @@ int Tracer::set_trace_clock(const std::string& name) {
   const uint32_t mode = impl_->stamp_mode();
   for (auto& r : impl_->rings) events::ring_set_stamp_mode(r->area.header(), mode);
   for (auto& r : impl_->rings) r->reader.clear();
+  impl_->dropped_gone = 0;
   impl_->merger = events::RingMerger(true);
   impl_->peeker = events::RingMerger(false);
   for (auto& r : impl_->rings) {
@@ -1313,10 +1432,21 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
       }
       if (t->rings) t->rings->reader.clear();
     }
+    {
+      std::lock_guard rl(impl_->read_mu);
+      r->symbolizer = t->symbolizer;
+    }
     LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
     if (!res.ok()) return res.error;
     t->rings = r;
   }
+  // Nothing from before stays: not what a target wrote into its old area while it was
+  // switched over, nor the records of departed targets.
+  std::lock_guard rl(impl_->read_mu);
+  const std::set<Impl::Rings*> live = impl_->live_rings();
+  for (auto& r : impl_->rings)
+    if (!live.count(r.get())) r->reader.clear();
+  impl_->dropped_gone = 0;
   return 0;
 }
 
@@ -1325,17 +1455,35 @@ uint32_t Tracer::buffer_size_kb() const {
   return impl_->buffer_kb;
 }
 
-events::Symbolizer* Tracer::symbolizer(pid_t pid) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->targets.find(pid);
-  if (it == impl_->targets.end()) return nullptr;
-  return it->second->symbolizer.get();
+std::shared_ptr<events::Symbolizer> Tracer::symbolizer(pid_t pid) {
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->targets.find(pid);
+    if (it != impl_->targets.end() && it->second->symbolizer) return it->second->symbolizer;
+  }
+  // Departed: the one its records' area keeps (newest area first), then the few kept
+  // since their areas were freed.
+  std::lock_guard rl(impl_->read_mu);
+  for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
+    if ((*it)->pid == pid && (*it)->symbolizer) return (*it)->symbolizer;
+  for (auto it = impl_->departed.rbegin(); it != impl_->departed.rend(); ++it)
+    if (it->first == pid) return it->second;
+  return nullptr;
 }
 
 std::string Tracer::comm_of(pid_t pid, pid_t tid) {
   std::string c = read_proc_line("/proc/" + std::to_string(pid) + "/task/" +
                                  std::to_string(tid) + "/comm");
-  return c.empty() ? "<...>" : c;
+  if (!c.empty() || pid <= 0 || tid <= 0) return c.empty() ? "<...>" : c;
+  // Gone: the name it stored in its ring, newest area first (the ring is not freed while
+  // it holds records), else the one kept when its ring was freed.
+  std::lock_guard rl(impl_->read_mu);
+  for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
+    if ((*it)->pid == pid && (*it)->reader.find_comm(static_cast<uint32_t>(tid), &c)) return c;
+  const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 |
+                       static_cast<uint32_t>(tid);
+  auto s = impl_->saved_comms.find(key);
+  return s != impl_->saved_comms.end() ? s->second : "<...>";
 }
 
 }  // namespace probefs::tracee

@@ -91,6 +91,25 @@ struct ProbeSpec {
   std::shared_ptr<const events::CompiledFilter> filter;
 };
 
+class Tracer;
+
+// A place in the walk of the records not consumed (`trace`), kept between calls so that a
+// reader that takes the buffer in chunks walks it once (Tracer::for_each_record). Each
+// walk belongs to one caller at a time; any number may exist at once. It keeps alive the
+// ring areas it walks, until its next call finds them freed or it is destroyed.
+class RecordWalk {
+ public:
+  RecordWalk();
+  ~RecordWalk();
+  RecordWalk(RecordWalk&&) noexcept;
+  RecordWalk& operator=(RecordWalk&&) noexcept;
+
+ private:
+  friend class Tracer;
+  struct State;  // tracee/tracer.cc
+  std::unique_ptr<State> state_;
+};
+
 struct ProbeProfile {
   uint64_t hits = 0;    // records the probe's handler ran for, in every target
   uint64_t misses = 0;  // hits not handled (recursion, every kretprobe instance in use)
@@ -211,7 +230,8 @@ class Tracer {
   // until `fn` returns false, `max` were consumed, or none is left: the consumer's fast
   // path (one lock for the batch). The number consumed. `cpu` >= 0 takes only records of
   // that CPU (per_cpu/cpuN/trace_pipe): a thread's ring whose next record was written on
-  // another CPU holds back its later records until that one is consumed.
+  // another CPU holds back its later records until that one is consumed. `fn` must not
+  // call the Tracer (it runs under the reader's lock), nor may for_each_record's.
   size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max,
                          int cpu = -1);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
@@ -221,17 +241,37 @@ class Tracer {
   void interrupt_wait();
   // Every record not yet consumed, in timestamp order, without consuming them (trace).
   void for_each_record(const std::function<void(const TraceRecord&)>& fn);
+  // Goes on with `walk`: hands `fn` the records not consumed, in timestamp order, from
+  // where the walk stopped (a new walk: the first record in the buffer), until `fn`
+  // returns false (its record counts as handed out) or none is left. The number handed
+  // out. Nothing is handed out twice; records consumed or dropped since are passed over
+  // (after clear_records the walk goes on with the records written since); records
+  // that arrive meanwhile come when the walk reaches them, so a thread's record stamped
+  // before one of another thread already handed out comes after it. `fn` must not call
+  // the Tracer.
+  size_t for_each_record(RecordWalk* walk, const std::function<bool(const TraceRecord&)>& fn);
   // Drops every record not yet consumed (`echo > trace`).
   void clear_records();
-  // Records written (kept or dropped) and records present, for the trace header.
+  // The trace header's counts, as the kernel's: `entries`, the records in the buffer now;
+  // `written`, those and the records dropped since the buffers were last emptied (for
+  // want of room, or of a ring for the thread), where the kernel counts the ones
+  // overwritten. Records consumed count in neither: a drained buffer that lost nothing
+  // shows 0/0.
   void record_counts(uint64_t* entries, uint64_t* written);
+  // Whether a consuming read would find a record now (poll), without consuming: of any
+  // CPU, or for `cpu` >= 0 what consume_records(.., cpu) can take.
+  bool has_records(int cpu = -1);
+  // Rings (threads) that hold records or belong to a thread now, the daemon's own
+  // (trace_marker) while it holds records: buffer_total_size_kb is this many times
+  // buffer_size_kb.
+  uint64_t rings_in_use();
 
   // trace_clock: "local", "global", "counter", "mono", ... (events/trace_clock.h); a change
   // empties the buffers, as the kernel's does. -EINVAL for an unknown name.
   [[nodiscard]] int set_trace_clock(const std::string& name);
   std::string trace_clock_text() const;  // "[local] global counter ..."
   // The size of each thread's ring from now on (existing targets are given new rings;
-  // their unconsumed records are dropped, as a kernel resize keeps none either).
+  // every unconsumed record is dropped, as a kernel resize keeps none either).
   [[nodiscard]] int set_buffer_size_kb(uint32_t kb);
   uint32_t buffer_size_kb() const;
 
@@ -243,10 +283,20 @@ class Tracer {
   // that two targets share (a fork child's) is listed once.
   std::string kprobes_blacklist();
 
-  // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size).
-  // nullptr when pid is not a target. Valid until the target leaves.
-  events::Symbolizer* symbolizer(pid_t pid);
-  // The thread's name as the target last reported it ("<...>" when not known).
+  // Names addresses of target `pid` for kprobe-style trace lines (sym+off/size), as its
+  // program is mapped now. A target that is gone keeps its symbolizer while records of
+  // it can be in the buffer (its ring area is freed once drained), and the symbolizers of
+  // the last few targets whose areas were freed are kept for the records readers took
+  // and print later. nullptr for a pid of none of these. Any thread may use it; the
+  // names a lookup returns stay valid until that thread's next lookup. (After an exec,
+  // the pid's symbolizer is the new program's, also for the old program's records.)
+  std::shared_ptr<events::Symbolizer> symbolizer(pid_t pid);
+  // The name of thread `tid` of target `pid` for trace lines, as the kernel's
+  // saved_cmdlines gives it: the thread's name now while it lives (/proc); once it is
+  // gone, the name it had when it claimed its ring (its agent stores it there with the
+  // thread's first record in that area), which outlives the ring by the newest few
+  // thousand threads; else "<...>". A thread renamed after its first record shows the
+  // new name while it lives and the old one once gone.
   std::string comm_of(pid_t pid, pid_t tid);
 
   struct Impl;  // the implementation's state (tracee/tracer.cc)

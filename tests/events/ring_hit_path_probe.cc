@@ -30,6 +30,12 @@ extern "C" void probefs_ring_probe_unowned(RingAreaHeader* area, uint32_t slot) 
   ring_drop_unowned(area);
 }
 
+// The claimer's name, stored once it has its ring.
+extern "C" void probefs_ring_probe_set_comm(RingProducer* p, uint32_t tid,
+                                           const char (*comm)[kRingCommBytes]) {
+  ring_set_comm(p, tid, *comm);
+}
+
 extern "C" bool probefs_ring_probe_retry(const RingAreaHeader* area, const RingProducer* p) {
   return ring_claim_worth_retrying(area, p);
 }

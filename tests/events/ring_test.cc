@@ -944,6 +944,66 @@ TEST(RingMerger, OneCpuAtATimeHoldsBackARingAtAnotherCpusRecord) {
 // Random CPUs in four rings, consumed by calls for random CPUs (or any) of random sizes:
 // every record comes out exactly once, each ring's in its order, each call's in stamp
 // order and of its CPU.
+// The figures of the trace header and of poll: records in the buffer (consumed ones
+// leave), records dropped since the last clear (consumed or not), whether a consumer of a
+// CPU finds a record, and the rings in use.
+TEST(RingCounts, EntriesDroppedNextRecordsCpuAndRingsInUse) {
+  TestArea a(geometry(2, 4096));
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_EQ(a.reader.dropped(), 0u);
+  EXPECT_EQ(a.reader.rings_in_use(), 0u);
+  EXPECT_FALSE(a.reader.has_data());
+  EXPECT_FALSE(a.reader.has_data(0));
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p));
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);  // owned, empty
+  uint64_t kept = 0;
+  while (produce_on(&p, 1, kept, 3)) ++kept;
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(produce_on(&p, 1, 0, 3));
+  ring_drop_unowned(a.header());
+  EXPECT_EQ(a.reader.entries(), kept);
+  EXPECT_EQ(a.reader.dropped(), 4u);  // three for want of room, one for want of a ring
+  EXPECT_TRUE(a.reader.has_data());
+  EXPECT_TRUE(a.reader.has_data(3));
+  EXPECT_FALSE(a.reader.has_data(0));
+  RingRecord r;
+  ASSERT_TRUE(a.reader.consume(p.ring, &r));
+  EXPECT_EQ(a.reader.entries(), kept - 1);
+  EXPECT_EQ(a.reader.dropped(), 4u);
+  // Across the wrap: a record of CPU 0 at the front of the ring, then one of CPU 5 after
+  // the padding.
+  while (a.reader.consume(p.ring, &r)) {
+  }
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_FALSE(a.reader.has_data(3));
+  uint64_t n = 0;
+  while (produce_on(&p, 1, n, static_cast<uint16_t>(n == 0 ? 0 : 5))) ++n;
+  EXPECT_EQ(a.reader.entries(), n);
+  EXPECT_EQ(a.reader.dropped(), 5u);  // one more for want of room
+  EXPECT_TRUE(a.reader.has_data(0));
+  EXPECT_FALSE(a.reader.has_data(5));  // held back behind CPU 0's
+  ASSERT_TRUE(a.reader.consume(p.ring, &r));
+  EXPECT_TRUE(a.reader.has_data(5));
+  EXPECT_EQ(a.reader.entries(), n - 1);
+  // Cleared: nothing in the buffer, nothing dropped; the ring is still its owner's.
+  a.reader.clear();
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_EQ(a.reader.dropped(), 0u);
+  EXPECT_FALSE(a.reader.has_data());
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);
+  ring_drop_unowned(a.header());
+  EXPECT_EQ(a.reader.dropped(), 1u);
+  ring_retire(&p);
+  EXPECT_EQ(a.reader.reclaim(), 1u);
+  EXPECT_EQ(a.reader.rings_in_use(), 0u);
+  // The next owner's ring, with a record: one ring in use.
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &q));
+  ASSERT_TRUE(produce(&q, 2, 0));
+  EXPECT_EQ(a.reader.rings_in_use(), 1u);
+  EXPECT_EQ(a.reader.entries(), 1u);
+}
+
 TEST(RingMerger, PerCpuCallsNeverLoseOrRepeatARecord) {
   TestArea a(geometry(4, 64 * 1024), ring_detect_stamp_mode(kRingStampCounter));
   RingProducer p[4];
@@ -1162,6 +1222,67 @@ TEST(RingOwners, LostAfterTheLastRecordIsFoldedWhenFreed) {
   ASSERT_TRUE(produce(&p, 1, 0));
   ASSERT_TRUE(a.reader.consume(0, &r));
   EXPECT_EQ(r.lost_before, 0u);
+}
+
+// The claimer's name (ring_set_comm): read for that owner only, kept through the owner's
+// end until the ring is freed (and handed to reclaim's caller then), never taken for the
+// next owner's.
+TEST(RingOwners, TheClaimersNameOutlivesItUntilTheRingIsFreed) {
+  TestArea a(geometry(2, 4096));
+  std::string name;
+  uint32_t tid = 0;
+  std::thread t([&] {
+    tid = self_tid();
+    RingProducer p;
+    if (!ring_claim(a.header(), tid, &p)) return;
+    // Claimed, name not stored yet: nothing to read (a previous owner's name is not it).
+    if (a.reader.find_comm(tid, &name)) return;
+    const char comm[kRingCommBytes] = "worker-7";
+    ring_set_comm(&p, tid, comm);
+    produce(&p, 1, 0);
+  });
+  t.join();
+  ASSERT_NE(tid, 0u);
+  ASSERT_TRUE(a.reader.find_comm(tid, &name));
+  EXPECT_EQ(name, "worker-7");
+  EXPECT_FALSE(a.reader.find_comm(tid + 1, &name));
+  EXPECT_FALSE(a.reader.find_comm(0, &name));
+  // Gone, but its record is unread: the ring and its name stay.
+  std::vector<std::pair<uint32_t, std::string>> names;
+  EXPECT_EQ(a.reader.reclaim(&names), 0u);
+  EXPECT_TRUE(names.empty());
+  ASSERT_TRUE(a.reader.find_comm(tid, &name));
+  EXPECT_EQ(name, "worker-7");
+  RingRecord r;
+  uint32_t ring = 0;
+  for (; ring < 2 && !a.reader.front(ring, &r); ++ring) {
+  }
+  ASSERT_LT(ring, 2u);
+  a.reader.pop(ring);
+  // Drained: freed, and the name goes to the caller.
+  Deadline dl(30);
+  while (names.empty() && !dl.passed()) {
+    a.reader.reclaim(&names);
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].first, tid);
+  EXPECT_EQ(names[0].second, "worker-7");
+  EXPECT_FALSE(a.reader.find_comm(tid, &name));
+  // The next owner of that ring, even one with the same tid (a tid used again), reads as
+  // nameless until it stores its own name; a name of 16 bytes with no NUL (the process
+  // may write anything) is cut to the kernel's 15.
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), tid, &q));
+  ASSERT_EQ(q.ring, ring);  // the scan starts at tid % 2
+  EXPECT_FALSE(a.reader.owner_comm(ring, tid, &name));
+  char full[kRingCommBytes];
+  memset(full, 'x', sizeof full);
+  ring_set_comm(&q, tid, full);
+  ASSERT_TRUE(a.reader.owner_comm(ring, tid, &name));
+  EXPECT_EQ(name, std::string(15, 'x'));
+  EXPECT_FALSE(a.reader.owner_comm(1 - ring, tid, &name));
+  EXPECT_FALSE(a.reader.owner_comm(2, tid, &name));
 }
 
 TEST(RingOwners, OwnerLiveness) {

@@ -5,6 +5,8 @@
  *   call N          traced_add(i, 2*i) for i in [0, N): prints "ok SUM"
  *   str N           traced_str("name-<i % 10>", i) N times: "ok SUM"
  *   threads T N     T new threads, each calling traced_add N times: "ok SUM"
+ *   named T N NAME  the same, each thread first naming itself NAME-<i> (its comm)
+ *   rename NAME     the main thread names itself NAME: "ok"
  *   pinned N        two threads at once, one pinned to CPU 0 and one to CPU 1, each
  *                   calling traced_add N times: "ok SUM"
  *   cpuseq N C...   one thread that, for each CPU C in turn (at most 8), pins itself there
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,12 +71,32 @@ static long run_calls(long n) {
 struct thread_arg {
   long n;
   long sum;
+  char name[16]; /* the thread's name, if not empty */
 };
 
 static void *calls_thread(void *p) {
   struct thread_arg *a = p;
+  if (a->name[0] && prctl(PR_SET_NAME, a->name) != 0) wrong("PR_SET_NAME", errno, 0);
   a->sum = run_calls(a->n);
   return NULL;
+}
+
+/* T threads each calling traced_add N times, named PREFIX-<i> when PREFIX is given. */
+static long run_threads(long t, long n, const char *prefix) {
+  pthread_t th[16];
+  struct thread_arg a[16];
+  long sum = 0;
+  for (long i = 0; i < t; i++) {
+    a[i].n = n;
+    a[i].name[0] = 0;
+    if (prefix) snprintf(a[i].name, sizeof a[i].name, "%s-%ld", prefix, i);
+    pthread_create(&th[i], NULL, calls_thread, &a[i]);
+  }
+  for (long i = 0; i < t; i++) {
+    pthread_join(th[i], NULL);
+    sum += a[i].sum;
+  }
+  return sum;
 }
 
 /* Moves the calling thread to CPU `cpu` (and keeps it there). */
@@ -139,18 +162,12 @@ int main(int argc, char **argv) {
       }
       printf("ok %ld\n", sum);
     } else if (sscanf(line, "threads %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
-      pthread_t th[16];
-      struct thread_arg a[16];
-      long sum = 0;
-      for (long i = 0; i < t; i++) {
-        a[i].n = n;
-        pthread_create(&th[i], NULL, calls_thread, &a[i]);
-      }
-      for (long i = 0; i < t; i++) {
-        pthread_join(th[i], NULL);
-        sum += a[i].sum;
-      }
-      printf("ok %ld\n", sum);
+      printf("ok %ld\n", run_threads(t, n, NULL));
+    } else if (sscanf(line, "named %ld %ld %10s", &t, &n, arg) == 3 && t > 0 && t <= 16) {
+      printf("ok %ld\n", run_threads(t, n, arg));
+    } else if (sscanf(line, "rename %15s", arg) == 1) {
+      if (prctl(PR_SET_NAME, arg) != 0) wrong("PR_SET_NAME", errno, 0);
+      printf("ok\n");
     } else if (sscanf(line, "pinned %ld", &n) == 1) {
       pthread_t th[2];
       struct pinned_arg a[2];

@@ -1167,3 +1167,294 @@ TEST(Tracer, BlacklistListsTheAgentsTextAndProbesThereFail) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// Waits (bounded) until at most `n` rings are in use: the tracer's service thread frees
+// the drained rings of threads that are gone, and the drained areas of targets that are,
+// about once a second.
+bool rings_down_to(Tracer& t, uint64_t n, int timeout_ms = 30000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (t.rings_in_use() > n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polled: no notice for it
+  }
+  return true;
+}
+
+// The threads of every record now in the buffer, with their record counts (not consumed).
+std::map<int32_t, uint64_t> threads_in_buffer(Tracer& t) {
+  std::map<int32_t, uint64_t> out;
+  t.for_each_record([&](const TraceRecord& r) { ++out[tid_of(r)]; });
+  return out;
+}
+
+// Thread names as the kernel's saved_cmdlines gives them: a thread's name now while it
+// lives, and once it is gone the name it had at its first record, for as long as its
+// records can be read; a program that ran and ended before anyone read the trace keeps
+// its names.
+TEST(Tracer, ThreadNamesOutliveTheThreads) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 150);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  EXPECT_EQ(p.pipes.ask("named 2 50 worker"), "ok " + std::to_string(2 * sum_calls(50)));
+  std::map<int32_t, uint64_t> threads = threads_in_buffer(*t);
+  ASSERT_EQ(threads.size(), 3u);
+  EXPECT_EQ(threads[p.pid], 5u);
+  std::set<std::string> workers;
+  for (const auto& [tid, n] : threads) {
+    if (tid == p.pid) continue;
+    EXPECT_EQ(n, 50u);
+    workers.insert(t->comm_of(p.pid, tid));
+  }
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  // Renamed after its first record: the new name while it lives.
+  EXPECT_EQ(p.pipes.ask("rename renamed"), "ok");
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), "renamed");
+
+  // The program ends (and is reaped) before anything is read: its records keep names,
+  // the main thread the one it had at its first record.
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);
+  p.guard.release();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(threads_in_buffer(*t), threads);
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  workers.clear();
+  for (const auto& [tid, n] : threads)
+    if (tid != p.pid) workers.insert(t->comm_of(p.pid, tid));
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
+  // A thread that never recorded has no name.
+  EXPECT_EQ(t->comm_of(p.pid, 1), "<...>");
+  EXPECT_EQ(drain(*t).size(), 105u);
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  // Its rings and its area freed: the names are still known, for records a reader took
+  // and prints later.
+  ASSERT_TRUE(rings_down_to(*t, 0));
+  EXPECT_EQ(t->comm_of(p.pid, p.pid), kProgName);
+  workers.clear();
+  for (const auto& [tid, n] : threads)
+    if (tid != p.pid) workers.insert(t->comm_of(p.pid, tid));
+  EXPECT_EQ(workers, (std::set<std::string>{"worker-0", "worker-1"}));
+}
+
+// The kprobe-style text of every record now in the buffer (not consumed), each formatted
+// with the symbolizer the tracer gives for its target now.
+std::vector<std::string> kprobe_lines(Tracer& t, const Event& e) {
+  std::vector<Rec> recs;
+  t.for_each_record([&](const TraceRecord& r) {
+    Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+    x.r.data = x.bytes.data();
+    recs.push_back(std::move(x));
+  });
+  std::vector<std::string> out;
+  for (const Rec& x : recs) {
+    std::shared_ptr<events::Symbolizer> sym = t.symbolizer(x.r.pid);
+    std::string line;
+    events::LineContext ctx;
+    ctx.comm = "x";
+    EXPECT_TRUE(
+        events::format_trace_line(line, e.spec.compiled, ctx, x.r.data, x.r.len, sym.get()));
+    const size_t body = line.find(": add: ");
+    out.push_back(body == std::string::npos ? line : line.substr(body + 7));
+  }
+  return out;
+}
+
+// kprobe-style lines name the function (sym+off/size) also for a target that ran and
+// ended before its records were read, and for records a reader took before the area
+// they came from was freed.
+TEST(Tracer, DepartedTargetsRecordsAreStillSymbolized) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 160);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  std::vector<std::string> live = kprobe_lines(*t, e);
+  ASSERT_EQ(live.size(), 3u);
+  const std::string prefix = "(traced_add+0x0/0x";
+  EXPECT_EQ(live[1].substr(0, prefix.size()), prefix) << live[1];
+  EXPECT_NE(live[1].find(") a=0x1\n"), std::string::npos) << live[1];
+  std::shared_ptr<events::Symbolizer> held = t->symbolizer(p.pid);
+  ASSERT_NE(held, nullptr);
+
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);  // reaped and dropped from the targets
+  p.guard.release();
+  EXPECT_EQ(kprobe_lines(*t, e), live);
+  // Never a target: no symbolizer.
+  EXPECT_EQ(t->symbolizer(getpid()), nullptr);
+  // A symbolizer taken before goes on naming, whatever the tracer drops meanwhile.
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 3u);
+  uint64_t ip = 0;
+  memcpy(&ip, recs[0].r.data + 8, 8);
+  events::SymbolInfo si;
+  ASSERT_TRUE(held->lookup(ip, &si));
+  EXPECT_EQ(si.name, "traced_add");
+  EXPECT_EQ(si.offset, 0u);
+  EXPECT_GT(si.size, 0u);
+  // Its area freed (drained, target gone): the tracer still gives its symbolizer, for
+  // records a reader took before and prints now.
+  ASSERT_TRUE(rings_down_to(*t, 0));
+  std::shared_ptr<events::Symbolizer> later = t->symbolizer(p.pid);
+  ASSERT_NE(later, nullptr);
+  events::SymbolInfo si2;
+  ASSERT_TRUE(later->lookup(ip, &si2));
+  EXPECT_EQ(si2.name, "traced_add");
+  EXPECT_EQ(si2.size, si.size);
+}
+
+// The trace header's counts as the kernel keeps them (records consumed count in neither,
+// records dropped count as written until the buffer is emptied), whether a consumer would
+// find a record (poll), and the rings in use (buffer_total_size_kb).
+TEST(Tracer, TraceHeaderCountsPollAndRingsInUse) {
+  auto t = make_tracer(4);  // 4 KiB per thread
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di b=%si", 170);
+  uint64_t entries = 1, written = 1;
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+  EXPECT_EQ(t->rings_in_use(), 0u);
+  EXPECT_FALSE(t->has_records());
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 1000"), "ok " + std::to_string(sum_calls(1000)));
+  uint64_t in_buffer = 0;
+  int cpu = -1;
+  t->for_each_record([&](const TraceRecord& r) {
+    if (in_buffer++ == 0) cpu = static_cast<int>(r.cpu);
+  });
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, in_buffer);
+  EXPECT_LT(entries, 1000u);
+  EXPECT_EQ(written, 1000u);  // every hit: kept or dropped
+  EXPECT_TRUE(t->has_records());
+  EXPECT_TRUE(t->has_records(cpu));
+  EXPECT_FALSE(t->has_records(4095));
+  EXPECT_EQ(t->rings_in_use(), 1u);
+  // has_records consumed nothing.
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, in_buffer);
+
+  // Drained: nothing in the buffer; the dropped ones stay written, as the kernel's
+  // overwritten ones do, until the buffer is emptied.
+  EXPECT_EQ(drain(*t).size(), in_buffer);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 1000u - in_buffer);
+  EXPECT_FALSE(t->has_records());
+  EXPECT_FALSE(t->has_records(cpu));
+  t->clear_records();
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+  // Nothing lost: a drained buffer shows 0/0.
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 10u);
+  EXPECT_EQ(written, 10u);
+  EXPECT_EQ(drain(*t).size(), 10u);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 0u);
+  EXPECT_EQ(written, 0u);
+
+  // Rings in use: the main thread's, two threads' that are gone but hold records, the
+  // daemon's while it holds a marker.
+  EXPECT_EQ(p.pipes.ask("threads 2 1"), "ok 0");
+  EXPECT_EQ(t->rings_in_use(), 3u);
+  ASSERT_EQ(write_marker(*t, 6, "m"), 0);
+  EXPECT_EQ(t->rings_in_use(), 4u);
+  t->record_counts(&entries, &written);
+  EXPECT_EQ(entries, 3u);
+  EXPECT_EQ(written, 3u);
+  EXPECT_EQ(drain(*t).size(), 3u);
+  ASSERT_TRUE(rings_down_to(*t, 1));  // the main thread lives on
+  ASSERT_TRUE(p.pipes.send("quit"));
+  int st = -1;
+  ASSERT_EQ(t->wait_exit(p.pid, 20000, &st), 0);
+  p.guard.release();
+  EXPECT_TRUE(rings_down_to(*t, 0));
+  EXPECT_FALSE(t->has_records());
+}
+
+// The values of `a` of the next (at most) `max` records of `walk`.
+std::vector<uint64_t> walk_next(Tracer& t, const Event& e, RecordWalk* walk, size_t max) {
+  std::vector<uint64_t> out;
+  const size_t n = t.for_each_record(walk, [&](const TraceRecord& r) {
+    out.push_back(field(e, r, "a"));
+    return out.size() < max;
+  });
+  EXPECT_EQ(n, out.size());
+  return out;
+}
+
+std::vector<uint64_t> iota(uint64_t from, uint64_t to) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// A walk taken in chunks (trace read a piece at a time) resumes where it stopped: nothing
+// twice, nothing the consumer took meanwhile, the records that came since at the end, the
+// records of a target that joined since, and after a clear only what was written after.
+TEST(Tracer, AWalkResumesWhereItStopped) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 180);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 100"), "ok " + std::to_string(sum_calls(100)));
+  RecordWalk w;
+  EXPECT_EQ(walk_next(*t, e, &w, 30), iota(0, 30));
+  // The consumer takes records the walk passed: the walk goes on where it was.
+  EXPECT_EQ(t->consume_records([](const TraceRecord&) { return true; }, 10), 10u);
+  EXPECT_EQ(walk_next(*t, e, &w, 10), iota(30, 40));
+  // The consumer passes the walk: it goes on at the consumer's first record.
+  EXPECT_EQ(t->consume_records([](const TraceRecord&) { return true; }, 50), 50u);
+  EXPECT_EQ(walk_next(*t, e, &w, 20), iota(60, 80));
+  // Records written since come after the rest; then the walk is at the end.
+  EXPECT_EQ(p.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  std::vector<uint64_t> want = iota(80, 100);
+  for (uint64_t i : iota(0, 5)) want.push_back(i);
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), want);
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  // A second walk is independent of the first.
+  RecordWalk w2;
+  EXPECT_EQ(walk_next(*t, e, &w2, 3), iota(60, 63));  // from the first not consumed
+  // A fork child joins the walk with its own area.
+  std::string ans = p.pipes.ask("fork 4");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  std::vector<pid_t> pids;
+  const size_t n = t->for_each_record(&w, [&](const TraceRecord& r) {
+    pids.push_back(r.pid);
+    return true;
+  });
+  EXPECT_EQ(n, 4u);
+  EXPECT_EQ(pids, std::vector<pid_t>(4, child));
+  // Cleared: the walk goes on with what is written after.
+  t->clear_records();
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 3));
+  EXPECT_EQ(walk_next(*t, e, &w2, 1000), iota(0, 3));
+  // The child's area is freed once drained (the child is gone): the walk lets go of it.
+  EXPECT_EQ(drain(*t).size(), 3u);
+  ASSERT_TRUE(rings_down_to(*t, 1));  // the main thread's ring
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), std::vector<uint64_t>{});
+  EXPECT_EQ(p.pipes.ask("call 2"), "ok " + std::to_string(sum_calls(2)));
+  EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 2));
+}
+
+}  // namespace
+}  // namespace probefs::tracee
