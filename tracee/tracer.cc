@@ -91,26 +91,45 @@ events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, i
 
 // Names addresses of one target for kprobe-style lines. It shares the target's symbols,
 // so it goes on naming them after the target is gone. Any thread: the names a lookup
-// returns live in the calling thread's buffers, until its next lookup.
+// returns live in the calling thread's cache, until a later lookup takes their slot.
 class TargetSymbolizer : public events::Symbolizer {
  public:
   explicit TargetSymbolizer(std::shared_ptr<const ProcessSymbols> syms)
-      : syms_(std::move(syms)) {}
+      : syms_(std::move(syms)), id_(next_id_.fetch_add(1, std::memory_order_relaxed)) {}
   bool lookup(uint64_t addr, events::SymbolInfo* out) override {
-    thread_local std::string name, module;
-    ResolvedSymbol rs;
-    if (!syms_ || syms_->describe(addr, &rs) != 0 || rs.name.empty()) return false;
-    name = std::move(rs.name);
-    module = std::move(rs.module);
-    out->name = name;
-    out->offset = addr - rs.addr;
-    out->size = rs.function.end > rs.function.start ? rs.function.end - rs.function.start : 0;
-    out->module = module;
+    // A trace names the same few addresses again and again (a probe's, its callers'):
+    // each thread keeps the last answers, keyed by this symbolizer's id and the address.
+    thread_local Cached cache[kCacheSlots];
+    Cached& c = cache[(addr ^ (addr >> 12) ^ id_) % kCacheSlots];
+    if (c.id != id_ || c.addr != addr) {
+      ResolvedSymbol rs;
+      c.id = 0;
+      if (!syms_ || syms_->describe(addr, &rs) != 0 || rs.name.empty()) return false;
+      c.name = std::move(rs.name);
+      c.module = std::move(rs.module);
+      c.offset = addr - rs.addr;
+      c.size = rs.function.end > rs.function.start ? rs.function.end - rs.function.start : 0;
+      c.id = id_;
+      c.addr = addr;
+    }
+    out->name = c.name;
+    out->offset = c.offset;
+    out->size = c.size;
+    out->module = c.module;
     return true;
   }
 
  private:
+  struct Cached {
+    uint64_t id = 0;  // 0: empty
+    uint64_t addr = 0;
+    std::string name, module;
+    uint64_t offset = 0, size = 0;
+  };
+  static constexpr size_t kCacheSlots = 16;
+  static inline std::atomic<uint64_t> next_id_{1};
   std::shared_ptr<const ProcessSymbols> syms_;
+  const uint64_t id_;
 };
 
 // A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
