@@ -53,9 +53,10 @@
 // tid); the daemon frees the ring once it is drained and the thread is gone (or the thread
 // retired it), see RingAreaReader::reclaim. The claimer then stores its name (the kernel's
 // comm) in the ring (ring_set_comm), so that the daemon can name the thread's records
-// after the thread is gone, as the kernel's saved_cmdlines names them. Rings, reserve and commit are not reentrant:
-// one thread uses its RingProducer, and the caller's recursion guard keeps a signal
-// handler on the same thread from entering reserve while a reservation is open.
+// after the thread is gone, as the kernel's saved_cmdlines names them. Rings, reserve and
+// commit are not reentrant: one thread uses its RingProducer, and the caller's recursion
+// guard keeps a signal handler on the same thread from entering reserve while a
+// reservation is open.
 //
 // After fork, the child's threads must not use the parent's RingProducers (the agent's
 // atfork child handler drops them): the child is a target of its own, with its own area.

@@ -293,9 +293,7 @@ struct Tracer::Impl {
   // Remembers the name of thread `tid` of `pid`, whose ring is being freed. read_mu held.
   void save_comm(pid_t pid, uint32_t tid, std::string comm) {
     const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | tid;
-    auto [it, inserted] = saved_comms.insert_or_assign(key, std::move(comm));
-    (void)it;
-    if (!inserted) return;
+    if (!saved_comms.insert_or_assign(key, std::move(comm)).second) return;
     saved_order.push_back(key);
     while (saved_order.size() > kSavedComms) {
       saved_comms.erase(saved_order.front());
@@ -480,13 +478,10 @@ struct Tracer::Impl {
       if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
       return err;
     }
-    {
-      std::lock_guard rl(read_mu);
-      t.rings->symbolizer = t.symbolizer;
-    }
     uint32_t clk;
     {
       std::lock_guard rl(read_mu);
+      t.rings->symbolizer = t.symbolizer;
       clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
     }
     LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
@@ -1450,9 +1445,6 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
           p->second.gone_hits += t->rings->reader.hits(p->second.slot);
       }
       if (t->rings) t->rings->reader.clear();
-    }
-    {
-      std::lock_guard rl(impl_->read_mu);
       r->symbolizer = t->symbolizer;
     }
     LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
