@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -67,9 +68,18 @@ struct FuseServer::Impl {
   std::condition_variable reads_cv;
   int reads_in_flight = 0;
   int open_files = 0;  // and their closes (flush, release) are answered too
+  std::set<OpenFile*> opened;  // freed at the end if the kernel never released them
   std::thread watcher;
   int watcher_wake[2] = {-1, -1};  // ends the watcher
   int stop_pipe[2] = {-1, -1};      // asks for a graceful end (signals, stop())
+
+  // What the files' wake-ups reach: cut off when the server goes, as the files (and the
+  // threads that wake) may outlive it.
+  struct WakeHub {
+    std::mutex mu;
+    Impl* server = nullptr;
+  };
+  std::shared_ptr<WakeHub> hub = std::make_shared<WakeHub>();
 
   std::mutex poll_mu;
   std::map<OpenFile*, std::shared_ptr<File>> pollers;  // open files with a poll handle
@@ -223,11 +233,21 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->direct_io = 1;
   fi->keep_cache = 0;
   fi->nonseekable = n->file()->stream() ? 1 : 0;
-  fi->fh = reinterpret_cast<uint64_t>(of.get());
-  if (fuse_reply_open(req, fi) == 0) {
-    of.release();
+  // Counted before the reply: its release may come at once, on another thread.
+  OpenFile* raw = of.release();
+  fi->fh = reinterpret_cast<uint64_t>(raw);
+  {
     std::lock_guard l(s.reads_mu);
+    s.opened.insert(raw);
     ++s.open_files;
+  }
+  if (fuse_reply_open(req, fi) != 0) {  // the opener is gone: no release will come
+    {
+      std::lock_guard l(s.reads_mu);
+      s.opened.erase(raw);
+      --s.open_files;
+    }
+    delete raw;
   }
 }
 
@@ -268,10 +288,13 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Impl& s = Impl::of(req);
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   s.drop_poller(of);
+  {
+    std::lock_guard l(s.reads_mu);
+    s.opened.erase(of);
+    if (--s.open_files == 0) s.reads_cv.notify_all();
+  }
   delete of;
   fuse_reply_err(req, 0);
-  std::lock_guard l(s.reads_mu);
-  if (--s.open_files == 0) s.reads_cv.notify_all();
 }
 
 void op_poll(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, fuse_pollhandle* ph) {
@@ -285,7 +308,11 @@ void op_poll(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, fuse_pollhandle* ph
       if (!s.hooked[file.get()]) {
         s.hooked[file.get()] = true;
         File* raw = file.get();
-        file->set_wakeup([&s, raw] { s.wake_pollers(raw); });
+        std::shared_ptr<Impl::WakeHub> hub = s.hub;
+        file->set_wakeup([hub, raw] {
+          std::lock_guard l(hub->mu);
+          if (hub->server) hub->server->wake_pollers(raw);
+        });
       }
       if (of->poll) fuse_pollhandle_destroy(of->poll);
       of->poll = ph;
@@ -485,6 +512,7 @@ std::unique_ptr<FuseServer> FuseServer::mount(Tracefs& fs, const Options& opts,
                                               std::string* error) {
   auto impl = std::make_unique<Impl>(fs);
   impl->opts = opts;
+  impl->hub->server = impl.get();
   clock_gettime(CLOCK_REALTIME, &impl->mounted_at);
 
   std::vector<std::string> args = {"probefs"};
@@ -546,6 +574,10 @@ void FuseServer::stop() { (void)!write(impl_->stop_pipe[1], "s", 1); }
 
 FuseServer::~FuseServer() {
   Impl& s = *impl_;
+  {
+    std::lock_guard l(s.hub->mu);
+    s.hub->server = nullptr;
+  }
   s.stopping = true;
   if (s.watcher.joinable()) {
     (void)!write(s.watcher_wake[1], "x", 1);
@@ -559,8 +591,18 @@ FuseServer::~FuseServer() {
       if (of->poll) fuse_pollhandle_destroy(of->poll);
     s.pollers.clear();
   }
+  // Files the kernel never released (a lazy unmount ends the session first).
+  for (OpenFile* of : s.opened) delete of;
+  s.opened.clear();
   if (s.se) {
-    if (s.mounted && s.still_mounted()) fuse_session_unmount(s.se);
+    if (s.mounted) {
+      // Also when the mount is gone already (fusermount3 -u): the session frees its own
+      // state there. libfuse's complaint that there was nothing to unmount is not news.
+      if (!s.still_mounted())
+        fuse_set_log_func([](enum fuse_log_level, const char*, va_list) {});
+      fuse_session_unmount(s.se);
+      fuse_set_log_func(nullptr);
+    }
     fuse_session_destroy(s.se);
   }
 }

@@ -168,11 +168,11 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
   }
   int rc = server->run();
   if (rc != 0 && a.foreground) say(std::string("the FUSE loop failed: ") + strerror(-rc));
-  // The mount is gone or going: every probe leaves every target, then the tracer lets
-  // the targets go, then the mount is taken down if it still is up.
+  // The mount is taken down if it still is up (and the files left open with it), then
+  // every probe leaves every target, then the tracer lets the targets go.
+  server.reset();
   fs.reset();
   tracer.reset();
-  server.reset();
   return rc == 0 ? 0 : 1;
 }
 

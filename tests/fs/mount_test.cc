@@ -298,7 +298,7 @@ TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {
   st = testing::wait_child(cat, 20000);
   ASSERT_NE(st, -1) << "the reader did not return on unmount";
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
-  EXPECT_EQ(testing::wait_child(m.daemon(), 20000), 0);
+  EXPECT_EQ(testing::wait_child(m.daemon(), 20000), 0) << m.daemon_stderr();
 }
 
 }  // namespace
