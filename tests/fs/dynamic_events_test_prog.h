@@ -11,6 +11,8 @@
 #include <chrono>
 #include <string>
 
+#include "tests/fs/line_reader.h"
+
 #include "tracee/tracer.h"
 
 namespace probefs::fs::testing {
@@ -64,28 +66,7 @@ class TracedProgram {
     fd = -1;
   }
 
-  std::string line(int timeout_ms = 30000) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      deadline - std::chrono::steady_clock::now())
-                      .count();
-      if (left <= 0) return "";
-      pollfd p{out_[0], POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      char b[4096];
-      ssize_t n = read(out_[0], b, sizeof b);
-      if (n <= 0) return "";
-      buf_.append(b, static_cast<size_t>(n));
-    }
-  }
+  std::string line(int timeout_ms = 30000) { return read_line(out_[0], &buf_, timeout_ms); }
 
   int in_[2] = {-1, -1};   // the program's stdin
   int out_[2] = {-1, -1};  // its stdout

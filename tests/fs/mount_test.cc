@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "tests/fs/mount_fixture.h"
+#include "tests/fs/program_process.h"
 
 namespace probefs::fs {
 namespace {
@@ -35,75 +36,10 @@ mode_t mode_of(const std::string& path) {
   return st.st_mode;
 }
 
-// tests/tracee/traced_prog.c started by the test (not by probefs) with its stdin and
-// stdout on pipes; ended and reaped at the end whatever the test did.
-class Program {
+// tests/tracee/traced_prog.c started by the test itself (not by probefs).
+class Program : public testing::ProgramProcess {
  public:
-  Program() {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      execl(PROBEFS_TRACED_PROG, PROBEFS_TRACED_PROG, nullptr);
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
-    ready_ = line() == "ready";
-  }
-  ~Program() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      testing::wait_child(pid_, 10000);
-    }
-    if (to_ >= 0) close(to_);
-    if (from_ >= 0) close(from_);
-  }
-  bool ready() const { return ready_; }
-  pid_t pid() const { return pid_; }
-  // One command line in, one answer line out ("" after 30 s or at EOF).
-  std::string ask(const std::string& cmd) {
-    std::string l = cmd + "\n";
-    if (write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "";
-    return line();
-  }
-  // Quits and returns the wait status.
-  int quit() {
-    (void)!write(to_, "quit\n", 5);
-    int st = testing::wait_child(pid_, 20000);
-    pid_ = -1;
-    return st;
-  }
-
- private:
-  std::string line() {
-    const auto deadline = testing::Clock::now() + std::chrono::seconds(30);
-    for (;;) {
-      size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      int left = testing::ms_left(deadline);
-      if (left == 0) return "";
-      pollfd p{from_, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) continue;
-      char b[4096];
-      ssize_t n = read(from_, b, sizeof b);
-      if (n <= 0) return "";
-      buf_.append(b, static_cast<size_t>(n));
-    }
-  }
-
-  pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
-  bool ready_ = false;
-  std::string buf_;
+  Program() : ProgramProcess(plain()) {}
 };
 
 TEST(ProbefsCommand, MountsWithTheKernelsModesAndUnmountsCleanly) {

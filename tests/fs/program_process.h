@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/fs/line_reader.h"
 #include "tests/fs/mount_fixture.h"
 
 namespace probefs::fs::testing {
@@ -96,25 +97,7 @@ class ProgramProcess {
   }
 
  private:
-  std::string line(int timeout_ms = 30000) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      int left = ms_left(deadline);
-      if (left == 0 || from_ < 0) return "";
-      pollfd p{from_, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) continue;
-      char b[4096];
-      ssize_t n = read(from_, b, sizeof b);
-      if (n <= 0) return "";
-      buf_.append(b, static_cast<size_t>(n));
-    }
-  }
+  std::string line(int timeout_ms = 30000) { return read_line(from_, &buf_, timeout_ms); }
 
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
