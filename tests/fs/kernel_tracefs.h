@@ -106,25 +106,7 @@ class KernelTracefs {
     close(out[1]);
     close(err[1]);
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    int open_fds = 2;
-    while (open_fds > 0 && ms_left(deadline) > 0) {
-      if (poll(p, 2, ms_left(deadline)) <= 0) continue;
-      for (int i = 0; i < 2; ++i) {
-        if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP))) continue;
-        char b[4096];
-        ssize_t n = read(p[i].fd, b, sizeof b);
-        if (n <= 0) {
-          close(p[i].fd);
-          p[i].fd = -1;
-          --open_fds;
-        } else {
-          (i == 0 ? st.out : st.err).append(b, static_cast<size_t>(n));
-        }
-      }
-    }
-    for (auto& q : p)
-      if (q.fd >= 0) close(q.fd);
+    collect_output(out[0], err[0], deadline, &st.out, &st.err);
     int status = 0;
     if (pid > 0 && reap(pid, ms_left(deadline), &status)) {
       st.answered = true;

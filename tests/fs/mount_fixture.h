@@ -57,6 +57,31 @@ inline int wait_child(pid_t pid, int timeout_ms) {
   return -1;
 }
 
+// Reads two pipes (a child's stdout and stderr) until both end or `deadline`, then closes
+// them.
+inline void collect_output(int out_fd, int err_fd, Clock::time_point deadline, std::string* out,
+                           std::string* err) {
+  pollfd p[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  int open_fds = 2;
+  while (open_fds > 0 && ms_left(deadline) > 0) {
+    if (poll(p, 2, ms_left(deadline)) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP))) continue;
+      char b[4096];
+      ssize_t n = read(p[i].fd, b, sizeof b);
+      if (n <= 0) {
+        close(p[i].fd);
+        p[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? out : err)->append(b, static_cast<size_t>(n));
+      }
+    }
+  }
+  for (auto& q : p)
+    if (q.fd >= 0) close(q.fd);
+}
+
 struct CommandResult {
   int status = -1;  // wait status; -1: timed out (killed)
   std::string out, err;
@@ -86,25 +111,7 @@ inline CommandResult run_command(const std::vector<std::string>& argv, int timeo
   if (!input.empty()) (void)!write(in[1], input.data(), input.size());
   close(in[1]);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
-  while (open_fds > 0 && ms_left(deadline) > 0) {
-    if (poll(p, 2, ms_left(deadline)) <= 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP))) continue;
-      char b[4096];
-      ssize_t n = read(p[i].fd, b, sizeof b);
-      if (n <= 0) {
-        close(p[i].fd);
-        p[i].fd = -1;
-        --open_fds;
-      } else {
-        (i == 0 ? res.out : res.err).append(b, static_cast<size_t>(n));
-      }
-    }
-  }
-  for (auto& q : p)
-    if (q.fd >= 0) close(q.fd);
+  collect_output(out[0], err[0], deadline, &res.out, &res.err);
   res.status = wait_child(pid, ms_left(deadline) + 1000);
   return res;
 }
