@@ -1,0 +1,46 @@
+// Finds and opens the DWARF of an object the way users of gdb and perf expect:
+//   1. the object itself, when it has .debug_info;
+//   2. .gnu_debuglink: DIR/NAME, DIR/.debug/NAME, /usr/lib/debug/DIR/NAME (CRC checked);
+//   3. the build-id: /usr/lib/debug/.build-id/XX/REST.debug (Debian's -dbgsym packages);
+//   and with --debuginfo-dir D: D/NAME, D/.build-id/XX/REST.debug and D/DIR/NAME first.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/elf_image.h"
+#include "tools/result.h"
+
+struct Dwarf;      // libdw's handles, opaque here
+struct Dwarf_CFI;
+
+namespace probefs::tools {
+
+class DebugInfo {
+ public:
+  // The DWARF for IMAGE; -ENODATA (perf: "no debuginfo") when none is found. EXTRA_DIRS are
+  // searched before the system's places (--debuginfo-dir).
+  static Result<std::unique_ptr<DebugInfo>> open(const ElfImage& image,
+                                                 const std::vector<std::string>& extra_dirs);
+  ~DebugInfo();
+  DebugInfo(const DebugInfo&) = delete;
+  DebugInfo& operator=(const DebugInfo&) = delete;
+
+  Dwarf* dwarf() const { return dwarf_; }
+  // Call frame information for CFA computations: .eh_frame of the object, else .debug_frame
+  // of the debug file; either may be nullptr.
+  Dwarf_CFI* cfi() const;
+  const std::string& debug_path() const { return debug_path_; }  // where the DWARF came from
+
+ private:
+  DebugInfo() = default;
+  Dwarf* dwarf_ = nullptr;
+  Dwarf_CFI* eh_cfi_ = nullptr;     // dwarf_getcfi_elf(image's Elf): the image must outlive this
+  Dwarf_CFI* debug_cfi_ = nullptr;  // dwarf_getcfi(dwarf_): .debug_frame
+  Elf* debug_elf_ = nullptr;
+  int debug_fd_ = -1;
+  std::string debug_path_;
+};
+
+}  // namespace probefs::tools
