@@ -2,7 +2,11 @@
 //   1. the object itself, when it has .debug_info;
 //   2. .gnu_debuglink: DIR/NAME, DIR/.debug/NAME, /usr/lib/debug/DIR/NAME (CRC checked);
 //   3. the build-id: /usr/lib/debug/.build-id/XX/REST.debug (Debian's -dbgsym packages);
-//   and with --debuginfo-dir D: D/NAME, D/.build-id/XX/REST.debug and D/DIR/NAME first.
+//   and with --debuginfo-dir D: D/NAME, D/.build-id/XX/REST.debug and D/DIR/NAME after 1
+//   and before 2 (the object's own DWARF always wins: it cannot be out of date).
+// DIR is the object's directory, NAME its .gnu_debuglink, XX/REST its build-id in hex. A
+// debuglink candidate must have the CRC the link records, a build-id one the object's
+// build-id; a candidate that fails is passed over, and the search goes on.
 #pragma once
 
 #include <memory>
@@ -12,17 +16,28 @@
 #include "tools/elf_image.h"
 #include "tools/result.h"
 
-struct Dwarf;      // libdw's handles, opaque here
-struct Dwarf_CFI;
+// libdw's handles, opaque here, declared as libdw.h declares them.
+struct Dwarf;
+typedef struct Dwarf_CFI_s Dwarf_CFI;
 
 namespace probefs::tools {
 
+// Where distributions install debug files; a parameter of DebugInfo::open for tests.
+inline constexpr char kSystemDebugRoot[] = "/usr/lib/debug";
+
+// perf's second line under "The PATH file has no debug information.".
+inline constexpr char kNoDebugInfoHint[] =
+    "Rebuild with -g, or install an appropriate debuginfo package.";
+
 class DebugInfo {
  public:
-  // The DWARF for IMAGE; -ENODATA (perf: "no debuginfo") when none is found. EXTRA_DIRS are
-  // searched before the system's places (--debuginfo-dir).
-  static Result<std::unique_ptr<DebugInfo>> open(const ElfImage& image,
-                                                 const std::vector<std::string>& extra_dirs);
+  // The DWARF for IMAGE; -ENODATA with perf's "The PATH file has no debug information." when
+  // none is found (perf then fails with -ENOENT, or falls back to the symbols when the probe
+  // needs no DWARF). EXTRA_DIRS are searched before the system's places (--debuginfo-dir);
+  // DEBUG_ROOT stands for /usr/lib/debug.
+  static Result<std::unique_ptr<DebugInfo>> open(
+      const ElfImage& image, const std::vector<std::string>& extra_dirs,
+      const std::string& debug_root = kSystemDebugRoot);
   ~DebugInfo();
   DebugInfo(const DebugInfo&) = delete;
   DebugInfo& operator=(const DebugInfo&) = delete;

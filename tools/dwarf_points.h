@@ -1,12 +1,26 @@
-// Probe points from DWARF: where a spec's FUNC, FUNC:RLN, FUNC+OFFS, FUNC%return, FUNC;PTN,
-// SRC:ALN or SRC;PTN lands, as perf probe finds it: every out-of-line instance and every
-// inlined instance of a function, the line table's statement addresses for a line, the
-// prologue skipped at -O0 so parameters are at their homes; and -L's listing of the lines
-// that can be probed.
+// Probe points from DWARF: where a spec's FUNC, FUNC:RLN, FUNC+OFFS, FUNC;PTN, SRC:ALN or
+// SRC;PTN lands, as perf probe finds it, and -L's listing of the lines that can be probed.
+//
+// The rules (perf probe's, so that both write the same definitions):
+//   - FUNC: every DW_TAG_subprogram named FUNC (a glob) that has code, at its entry; when
+//     it is only inlined, the entry of every inlined instance. In each compile unit the
+//     first match is taken unless FUNC is a glob.
+//   - At -O0 (the CU's producer says -O0 or no -O) the entry of FUNC with variable
+//     arguments moves past the prologue, to the line table's next row, so that parameters
+//     are in their homes.
+//   - FUNC:RLN is the line FUNC's declaration line + RLN, in FUNC's file, anywhere in the
+//     CU (inlined copies included); an address whose own line (the first statement row at
+//     it) is another line is refused: "This line is sharing the address with other lines."
+//   - SRC:ALN: every statement row of line ALN in the CUs that include SRC.
+//   - ;PTN: the rows of the lines whose text, without whitespace, matches the glob PTN.
+//   - Each place's scope is the function that best explains it: FUNC when named, else the
+//     function declared nearest above the line, else the innermost; its variables are what
+//     the place can fetch.
 #pragma once
 
 #include <elfutils/libdw.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -17,28 +31,39 @@
 namespace probefs::tools {
 
 struct DwarfPlace {
-  Dwarf_Addr addr = 0;            // link-time address of the probe
-  std::string function;           // the function the place is in, by its DWARF name; for an
-                                  // inlined instance, the inlined function's
-  Dwarf_Addr function_entry = 0;  // that instance's entry (perf's "FUNC+OFF")
-  bool inlined = false;           // an inlined instance
-  std::vector<Dwarf_Die> scopes;  // innermost first at addr, ending with the CU
-  std::string file;               // source file and line of addr (perf's "SRC:LINE")
-  int line = 0;
+  Dwarf_Addr addr = 0;           // link-time address of the probe
+  std::string symbol;            // the out-of-line function holding addr (perf's SYM+OFF)
+  Dwarf_Addr symbol_entry = 0;
+  std::string scope_name;        // the scope's function (the inlined one for an instance)
+  bool inlined = false;          // the scope is an inlined instance
+  std::vector<Dwarf_Die> scopes; // for VarContext: innermost first, ending with the CU
+  bool prologue_skipped = false;
+  Dwarf_Addr unskipped = 0;      // the entry before the prologue was skipped
 };
 
-// Every place POINT names. -ENOENT with perf's messages when there is none:
-//   "Failed to find symbol FUNC in BINARY", "Specified source line is not found.",
-//   "This line is sharing the address with other lines.", "No matched lines found in SRC."
-Result<std::vector<DwarfPlace>> find_places(const DebugInfo& dbg, const ProbePoint& point,
-                                            const std::string& binary);
+struct PlaceQuery {
+  ProbePoint point;
+  bool with_variables = false;  // the spec fetches variables (the -O0 prologue rule)
+  size_t max_probes = 128;
+};
 
-// -L: perf probe's listing of RANGE: "<FUNC@SRC:LINE>" then each line, numbered relative
-// to the function (absolute for a file range), its number indented when code can be probed
-// there and not when it cannot.
+// Every place QUERY names, in the order perf finds them (DIE order), each address once.
+// An empty list when none is found (the caller says "Probe point '...' not found.");
+// errors with perf's messages ("This line is sharing the address with other lines.",
+// "Too many( > N) probe point found.", "Specified offset is out of FUNC").
+Result<std::vector<DwarfPlace>> find_places(const DebugInfo& dbg, const PlaceQuery& query);
+
+// -L: perf probe's listing of RANGE: "<FUNC@SRC:START>" (or "<SRC:START>") then each line
+// of the range, numbered (relative to FUNC's declaration line) where code can be probed
+// and blank-numbered where it cannot, and a few lines of context after a whole function.
+// -ENOENT "Specified source line is not found." when nothing matches.
 Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range);
 
-// -F: the names of the functions with code in DWARF, sorted, one each; FILTER is a glob.
-std::vector<std::string> dwarf_functions(const DebugInfo& dbg, const std::string& filter);
+// -l: perf's reading of a probed address back into the source: "FUNC" at an entry,
+// "FUNC:RLN" where a line begins at the address (the line of an inlined instance's call
+// when the address is its entry; relative to the inlined function inside one), else
+// "FUNC+OFF"; then "@SRC", the source file shortened to its last 30 characters at a '/'.
+// -ENOENT when no function of the DWARF holds ADDR.
+Result<std::string> describe_address(const DebugInfo& dbg, Dwarf_Addr addr, bool retprobe);
 
 }  // namespace probefs::tools

@@ -1,6 +1,12 @@
 // One ELF object on disk as the helper needs it without DWARF: its symbol tables, its
 // program headers (link-time address -> file offset, as uprobe_events takes it), its
 // build-id and .gnu_debuglink. libelf only.
+//
+// Symbols are the defined functions (STT_FUNC, STT_GNU_IFUNC) and data objects (STT_OBJECT)
+// of .symtab, else of .dynsym. Thread-local symbols are left out: their values are offsets
+// in the TLS block, not addresses. A version comes from .gnu.version with .gnu.version_d
+// (definitions, "@@" unless hidden) and .gnu.version_r (references such as a copy-relocated
+// "stdin@GLIBC_2.2.5"), or, in .symtab, from the name itself ("name@VER", "name@@VER").
 #pragma once
 
 #include <cstdint>
@@ -28,8 +34,9 @@ struct ElfSymbol {
 
 class ElfImage {
  public:
-  // Opens and reads PATH (resolved to an absolute path). -ENOENT, -EACCES, or -ENOEXEC for a
-  // file that is not a 64-bit x86-64 ELF object.
+  // Opens and reads PATH (resolved to an absolute path, symbolic links followed, as perf
+  // does for -x). -ENOENT, -EACCES, or -ENOEXEC for a file that is not a 64-bit
+  // little-endian x86-64 ELF object (a directory, a script, a 32-bit object ...).
   static Result<std::unique_ptr<ElfImage>> open(const std::string& path);
   ~ElfImage();
   ElfImage(const ElfImage&) = delete;
@@ -46,11 +53,20 @@ class ElfImage {
   std::vector<const ElfSymbol*> find_functions(const std::string& name) const;
   // The function symbol that contains ADDR, or nullptr.
   const ElfSymbol* function_at(uint64_t addr) const;
-  // A data symbol (STT_OBJECT / STT_TLS excluded) named NAME, or nullptr.
+  // A data symbol (STT_OBJECT) named NAME ("NAME@VERSION" as above), or nullptr.
   const ElfSymbol* find_object(const std::string& name) const;
 
-  // Link-time address -> offset in the file, through the PT_LOAD that maps it;
-  // nullopt when no segment maps it.
+  // perf probe -F: the names of the function symbols, sorted, each once (versions are not
+  // shown), that match the glob FILTER (glob_match of tools/probe_spec.h); with FILTER empty,
+  // perf's default "!_* & !*@plt": the names that do not start with '_'. Unlike perf, data
+  // symbols are not listed, nor PLT stubs ("printf@plt"), nor a versioned name twice
+  // ("stdin" and "stdin@GLIBC_2.2.5"), and FILTER is one glob where perf's --filter also
+  // takes '!', '&' and '|'.
+  std::vector<std::string> function_names(const std::string& filter) const;
+
+  // Link-time address -> offset in the file, through the PT_LOAD that maps it; nullopt when
+  // no segment maps it. An address in a segment's zero-filled tail (.bss) gets the offset it
+  // would have if the file went on, which is where uprobe_events' offsets reach it too.
   std::optional<uint64_t> file_offset(uint64_t addr) const;
 
   // The NT_GNU_BUILD_ID note as lowercase hex, "" if none.
@@ -72,9 +88,14 @@ class ElfImage {
   std::string build_id_, debuglink_;
   uint32_t debuglink_crc_ = 0;
   bool has_debug_info_ = false;
+  bool shared_object_ = false;
 };
 
-// The CRC-32 that .gnu_debuglink records for a file (the zlib polynomial), over FD's bytes.
+// The NT_GNU_BUILD_ID note of ELF's SHT_NOTE sections as lowercase hex, "" if none.
+std::string elf_build_id(Elf* elf);
+
+// The CRC-32 that .gnu_debuglink records for a file (zlib's crc32), over all of FD's bytes
+// from offset 0. A read error ends the sum early, which can only make it mismatch.
 uint32_t debuglink_crc32(int fd);
 
 }  // namespace probefs::tools

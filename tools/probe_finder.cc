@@ -1,1 +1,262 @@
-// (being written)
+// A spec on one object -> definitions (see probe_finder.h).
+#include "tools/probe_finder.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+
+#include "tools/dwarf_points.h"
+#include "tools/dwarf_vars.h"
+
+namespace probefs::tools {
+namespace {
+
+std::string basename_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+// The spec's place as perf shows it back: FUNC[+OFF][:LINE][%return][;PTN][@SRC], or
+// @SRC:LINE / @SRC;PTN.
+std::string point_text(const ProbePoint& p) {
+  std::string s = p.has_address ? hex(p.address) : p.function;
+  if (p.has_offset) s += "+" + std::to_string(p.offset);
+  if (p.has_line && !p.function.empty()) s += ":" + std::to_string(p.line);
+  if (p.retprobe) s += "%return";
+  if (p.has_lazy && !p.function.empty()) s += ";" + p.lazy;
+  if (!p.file.empty()) {
+    s += "@" + p.file;
+    if (p.function.empty() && p.has_line) s += ":" + std::to_string(p.line);
+    if (p.function.empty() && p.has_lazy) s += ";" + p.lazy;
+  }
+  return s;
+}
+
+// An argument as perf shows it back: NAME= where one was given or a member chain names it.
+std::string arg_text(const ProbeArg& a) {
+  std::string name = a.name;
+  if (name.empty())
+    for (const ArgField& f : a.fields)
+      if (f.kind != ArgField::Kind::kIndex) name = f.name;
+  std::string body = a.var;
+  for (const ArgField& f : a.fields) {
+    if (f.kind == ArgField::Kind::kArrow) body += "->" + f.name;
+    if (f.kind == ArgField::Kind::kDot) body += "." + f.name;
+    if (f.kind == ArgField::Kind::kIndex) body += "[" + std::to_string(f.index) + "]";
+  }
+  if (!a.type.empty()) body += ":" + a.type;
+  return name.empty() ? body : name + "=" + body;
+}
+
+// The event name perf starts from: EVENT; FUNC_L<line> for FUNC:RLN; FUNC when it names
+// one function; else the place's own function. A ".isra.0"-style or "@version" tail goes.
+std::string base_event(const ProbeSpec& spec, const std::string& real_name) {
+  const ProbePoint& p = spec.point;
+  std::string e;
+  if (!spec.event.empty())
+    e = spec.event;
+  else if (!p.function.empty() && p.has_line && !p.has_lazy && !p.has_offset)
+    e = p.function + "_L" + std::to_string(p.line);
+  else if (!p.function.empty() && p.function.find_first_of("*?[") == std::string::npos)
+    e = p.function;
+  else
+    e = real_name;
+  size_t cut = e.find_first_of(".@");
+  if (cut != std::string::npos && cut != 0) e.resize(cut);
+  return e;
+}
+
+TraceProbe new_probe(const ElfImage& image, const ProbeSpec& spec, const std::string& real_name) {
+  TraceProbe t;
+  t.group = spec.group.empty() ? default_group(image.path()) : spec.group;
+  t.event = base_event(spec, real_name);
+  t.retprobe = spec.point.retprobe;
+  t.path = image.path();
+  t.where = point_text(spec.point);
+  for (const ProbeArg& a : spec.args) t.arg_texts.push_back(arg_text(a));
+  return t;
+}
+
+// Places the probe at link-time address ADDR, in function SYMBOL entered at ENTRY.
+Status locate(const ElfImage& image, uint64_t addr, const std::string& symbol, uint64_t entry,
+              TraceProbe* t) {
+  std::optional<uint64_t> off = image.file_offset(addr);
+  if (!off) return make_error(-ENOENT, "Failed to find the file offset of " + hex(addr) + " in " +
+                                           image.path());
+  t->file_offset = *off;
+  t->symbol = symbol;
+  t->symbol_offset = addr - entry;
+  return Ok{};
+}
+
+// Through the symbol table: function entries (+OFFS), %return, raw arguments and $retval.
+Result<std::vector<TraceProbe>> from_symbols(const ElfImage& image, const ProbeSpec& spec,
+                                             const FinderOptions& options) {
+  const ProbePoint& p = spec.point;
+  std::vector<TraceArg> args;
+  for (const ProbeArg& a : spec.args) {
+    if (a.var == "$retval" && !p.retprobe)
+      return make_error(-EINVAL, "$retval can be used only with %return.");
+    args.push_back({a.name, a.var, a.type});
+  }
+  std::vector<const ElfSymbol*> syms;
+  const bool glob = p.function.find_first_of("*?[") != std::string::npos;
+  if (p.has_address) {
+    if (const ElfSymbol* s = image.function_at(p.address)) syms.push_back(s);
+  } else if (glob) {
+    for (const ElfSymbol& s : image.symbols())
+      if (s.function && glob_match(p.function, s.name)) syms.push_back(&s);
+  } else {
+    syms = image.find_functions(p.function);
+  }
+  if (syms.empty())
+    return make_error(-ENOENT, "Failed to find symbol " +
+                                   (p.has_address ? hex(p.address) : p.function) + " in " +
+                                   image.path());
+  std::vector<TraceProbe> out;
+  for (const ElfSymbol* s : syms) {
+    uint64_t addr = p.has_address ? p.address : s->value + p.offset;
+    if (addr - s->value >= (s->size ? s->size : 1) && addr != s->value)
+      return make_error(-ENOENT, "Offset " + std::to_string(addr - s->value) +
+                                     " is bigger than the size of " + s->name);
+    if (p.retprobe && addr != s->value)
+      return make_error(-EINVAL, "Return probe must be on the head of the function.");
+    if (out.size() == options.max_probes)
+      return make_error(-ERANGE, "Too many( > " + std::to_string(options.max_probes) +
+                                     ") probe point found.");
+    TraceProbe t = new_probe(image, spec, s->name);
+    if (Status st = locate(image, addr, s->name, s->value, &t); !st) return st.error();
+    t.args = args;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+VarContext context_of(const DwarfPlace& place, const DebugInfo& dbg, const ElfImage& image,
+                      const FinderOptions& options, bool retprobe) {
+  VarContext ctx;
+  ctx.pc = place.addr;
+  ctx.scopes = place.scopes;
+  ctx.cfi = dbg.cfi();
+  ctx.image = &image;
+  ctx.retprobe = retprobe;
+  ctx.kprobe_syntax = options.kprobe_syntax;
+  return ctx;
+}
+
+Result<std::vector<DwarfPlace>> places_of(const DebugInfo& dbg, const ProbeSpec& spec,
+                                          const FinderOptions& options,
+                                          std::vector<std::string>* notes) {
+  PlaceQuery q;
+  q.point = spec.point;
+  q.max_probes = options.max_probes;
+  for (const ProbeArg& a : spec.args)
+    if (a.is_variable() || a.var == "$params" || a.var == "$vars") q.with_variables = true;
+  auto places = find_places(dbg, q);
+  if (places && notes)
+    for (const DwarfPlace& p : *places)
+      if (p.prologue_skipped)
+        notes->push_back(
+            "Target program is compiled without optimization. Skipping prologue.\n"
+            "Probe on address " + hex(p.unskipped) + " to force probing at the function entry.\n");
+  return places;
+}
+
+}  // namespace
+
+std::string default_group(const std::string& path) {
+  std::string base = basename_of(path);
+  size_t cut = 0;
+  while (cut < base.size() && (isalnum(static_cast<unsigned char>(base[cut])) || base[cut] == '_'))
+    ++cut;
+  return "probe_" + base.substr(0, cut);
+}
+
+bool needs_dwarf(const ProbeSpec& spec) {
+  const ProbePoint& p = spec.point;
+  if (!p.file.empty() || p.has_line || p.has_lazy) return true;
+  for (const ProbeArg& a : spec.args)
+    if (a.is_variable() || a.var == "$params" || a.var == "$vars") return true;
+  return false;
+}
+
+Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugInfo* dbg,
+                                            const ProbeSpec& spec, const FinderOptions& options,
+                                            std::vector<std::string>* notes) {
+  const bool dwarf_needed = needs_dwarf(spec);
+  if (dwarf_needed && !dbg)
+    return make_error(-ENOENT, "The " + image.path() +
+                                   " file has no debug information.\n"
+                                   "Rebuild with -g, or install an appropriate debuginfo package.");
+  // %return goes through the symbol table, as in perf: its place is the function's entry.
+  if (!dbg || spec.point.retprobe || spec.point.has_address) {
+    if (spec.point.retprobe && dwarf_needed)
+      return make_error(-EINVAL, "Semantic error :You can't specify local variable for kretprobe.");
+    return from_symbols(image, spec, options);
+  }
+  auto places = places_of(*dbg, spec, options, notes);
+  if (!places) return places.error();
+  if (places->empty())
+    return make_error(-ENOENT, "Probe point '" + point_text(spec.point) + "' not found.");
+  std::vector<TraceProbe> out;
+  for (const DwarfPlace& place : *places) {
+    TraceProbe t = new_probe(image, spec, place.scope_name);
+    if (Status st = locate(image, place.addr, place.symbol, place.symbol_entry, &t); !st)
+      return st.error();
+    out.push_back(std::move(t));
+  }
+  // Each argument at every place. A variable missing at some places but found at others is
+  // fetched as perf's "\deade12d" marker there, with the type it has elsewhere.
+  for (const ProbeArg& a : spec.args) {
+    std::vector<Result<std::vector<TraceArg>>> at;
+    for (const DwarfPlace& place : *places) {
+      at.push_back(translate_arg(context_of(place, *dbg, image, options, false), a));
+      // $params or $vars with nothing to show is a missing variable, as in perf.
+      if (at.back() && at.back()->empty())
+        return make_error(-ENOENT, "Failed to find the location of the '" + a.var +
+                                       "' variable at this address.");
+    }
+    const Result<std::vector<TraceArg>>* found = nullptr;
+    for (auto& r : at) {
+      if (!r && !is_missing_variable(r.error())) return r.error();
+      if (r && !found) found = &r;
+    }
+    if (!found) return at.front().error();
+    for (size_t i = 0; i < at.size(); ++i) {
+      if (at[i]) {
+        out[i].args.insert(out[i].args.end(), at[i]->begin(), at[i]->end());
+      } else {
+        for (const TraceArg& f : **found)
+          out[i].args.push_back({arg_name(a), kMissingArgFetch, f.type});
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const DebugInfo& dbg,
+                                              const ProbeSpec& spec, bool externs,
+                                              const FinderOptions& options) {
+  ProbeSpec place_only = spec;  // -V does not look past the prologue: perf's +0 at -O0
+  place_only.args.clear();
+  auto places = places_of(dbg, place_only, options, nullptr);
+  if (!places) return places.error();
+  if (places->empty())
+    return make_error(-ENOENT, "Probe point '" + point_text(spec.point) + "' not found.");
+  std::vector<VarsAtPlace> out;
+  for (const DwarfPlace& place : *places) {
+    VarContext ctx = context_of(place, dbg, image, options, spec.point.retprobe);
+    out.push_back({place.symbol + "+" + std::to_string(place.addr - place.symbol_entry),
+                   available_variables(ctx, externs)});
+  }
+  return out;
+}
+
+}  // namespace probefs::tools

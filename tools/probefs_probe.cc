@@ -1,1 +1,515 @@
-int main() { return 0; }
+// probefs-probe: perf probe's command line on a probefs mount (or any tracefs). Function
+// names, source lines and variables become uprobe_events definitions (kprobe_events with
+// -k), written through the mount's files only.
+//
+//   probefs-probe [--target MNT] -x BIN [-a] SPEC [ARG...]   add (-n: only show)
+//   probefs-probe -d [GROUP:]EVENT            delete (globs)
+//   probefs-probe -l [[GROUP:]EVENT]          list, with source locations
+//   probefs-probe -x BIN -L RANGE | -V SPEC | -F [FILTER]
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/debuginfo.h"
+#include "tools/dwarf_points.h"
+#include "tools/elf_image.h"
+#include "tools/probe_finder.h"
+#include "tools/probe_spec.h"
+#include "tools/object_lookup.h"
+#include "tools/tracefs_files.h"
+
+namespace probefs::tools {
+namespace {
+
+struct Options {
+  std::vector<std::string> adds, dels;
+  bool list = false, line = false, vars = false, funcs = false;
+  std::string list_filter, line_range, vars_spec, funcs_filter;
+  std::string exec, module, target;
+  std::vector<std::string> debuginfo_dirs;
+  bool externs = false, quiet = false, dry_run = false, force = false, kprobe = false;
+  int verbose = 0;
+  size_t max_probes = 128;
+};
+
+const char kUsage[] =
+    "\n"
+    " Usage: probefs-probe [<options>] 'PROBEDEF' ['PROBEDEF' ...]\n"
+    "    or: probefs-probe [<options>] --add 'PROBEDEF' [--add 'PROBEDEF' ...]\n"
+    "    or: probefs-probe [<options>] --del '[GROUP:]EVENT' ...\n"
+    "    or: probefs-probe --list [GROUP:]EVENT ...\n"
+    "    or: probefs-probe [<options>] --line 'LINEDESC'\n"
+    "    or: probefs-probe [<options>] --vars 'PROBEPOINT'\n"
+    "    or: probefs-probe [<options>] --funcs\n"
+    "\n"
+    "    -a, --add <[EVENT=]FUNC[@SRC][+OFF|%return|:RL|;PT]|SRC:AL|SRC;PT [[NAME=]ARG ...]>\n"
+    "                          probe point definition, where\n"
+    "\t\tGROUP:\tGroup name (optional)\n"
+    "\t\tEVENT:\tEvent name\n"
+    "\t\tFUNC:\tFunction name\n"
+    "\t\tOFF:\tOffset from function entry (in byte)\n"
+    "\t\t%return:\tPut the probe at function return\n"
+    "\t\tSRC:\tSource code path\n"
+    "\t\tRL:\tRelative line number from function entry.\n"
+    "\t\tAL:\tAbsolute line number in file.\n"
+    "\t\tPT:\tLazy expression of line code.\n"
+    "\t\tARG:\tProbe argument (local variable name or\n"
+    "\t\t\tkprobe-tracer argument format.)\n"
+    "\n"
+    "    -d, --del <[GROUP:]EVENT>\n"
+    "                          delete a probe event.\n"
+    "    -f, --force           forcibly add events with existing name\n"
+    "    -F, --funcs <[FILTER]>\n"
+    "                          Show potential probe-able functions.\n"
+    "    -k, --kprobe-syntax   write MOD:SYM+OFF definitions into kprobe_events\n"
+    "    -L, --line <FUNC[:RLN[+NUM|-RLN2]]|SRC:ALN[+NUM|-ALN2]>\n"
+    "                          Show source code lines.\n"
+    "    -l, --list <[GROUP:]EVENT>\n"
+    "                          list up probe events\n"
+    "    -m, --module <NAME|PATH>\n"
+    "                          target library: a name searched where the dynamic linker\n"
+    "                          looks (libc, libc.so.6) or a path\n"
+    "    -n, --dry-run         dry run\n"
+    "    -q, --quiet           be quiet (do not show any warnings or messages)\n"
+    "    -V, --vars <FUNC[@SRC][+OFF|%return|:RL|;PT]|SRC:AL|SRC;PT>\n"
+    "                          Show accessible variables on PROBEDEF\n"
+    "    -v, --verbose         be more verbose (show parsed arguments, etc)\n"
+    "    -x, --exec <executable|path>\n"
+    "                          target executable name or path\n"
+    "        --debuginfo-dir <directory>\n"
+    "                          directory to search for debuginfo before the system's\n"
+    "        --externs         Show external variables too (with --vars only)\n"
+    "        --max-probes <n>  Set how many probe points can be found for a probe.\n"
+    "        --target <mountpoint>\n"
+    "                          the tracefs (default: $TRACEFS_PATH, then the current\n"
+    "                          directory if it is a probefs mount)\n"
+    "        --version         show the version\n"
+    "\n";
+
+void usage_error(const std::string& msg) {
+  if (!msg.empty()) fprintf(stderr, "  Error: %s\n", msg.c_str());
+  fputs(kUsage, stderr);
+  exit(129);
+}
+
+// perf's option rules: "-xBIN", "-x BIN", "--exec=BIN", "--exec BIN"; an optional value
+// (-l, -F) is the next word only when it does not start with '-'.
+Options parse_options(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string name, value;
+    bool has_value = false;
+    if (a == "--") {
+      for (++i; i < argc; ++i) rest.push_back(argv[i]);
+      break;
+    }
+    if (a.rfind("--", 0) == 0) {
+      size_t eq = a.find('=');
+      name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      if (eq != std::string::npos) value = a.substr(eq + 1), has_value = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      static const std::pair<char, const char*> kShort[] = {
+          {'a', "add"}, {'d', "del"}, {'l', "list"}, {'L', "line"}, {'V', "vars"},
+          {'F', "funcs"}, {'x', "exec"}, {'m', "module"}, {'q', "quiet"}, {'v', "verbose"},
+          {'n', "dry-run"}, {'f', "force"}, {'k', "kprobe-syntax"}, {'h', "help"}};
+      for (auto& [c, long_name] : kShort)
+        if (a[1] == c) name = long_name;
+      if (name.empty()) usage_error(std::string("unknown switch `") + a[1] + "'");
+      // Flags may be bundled ("-nv"); an option with a value takes the rest of the word.
+      static const std::string kFlags = "qvnfkh";
+      if (kFlags.find(a[1]) != std::string::npos && a.size() > 2) {
+        for (size_t k = 2; k < a.size(); ++k) {
+          if (kFlags.find(a[k]) == std::string::npos)
+            usage_error(std::string("unknown switch `") + a[k] + "'");
+          std::string bundled(1, '-');
+          bundled += a[k];
+          argv[i] = nullptr;  // handled below by re-dispatch
+          Options sub = parse_options(2, std::vector<char*>{argv[0], bundled.data()}.data());
+          o.quiet |= sub.quiet, o.verbose += sub.verbose, o.dry_run |= sub.dry_run,
+              o.force |= sub.force, o.kprobe |= sub.kprobe;
+        }
+      } else if (a.size() > 2) {
+        value = a.substr(2), has_value = true;
+      }
+    } else {
+      rest.push_back(a);
+      continue;
+    }
+    auto need = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) usage_error("switch `" + name + "' requires a value");
+      return argv[++i];
+    };
+    auto optional = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 < argc && argv[i + 1][0] != '-') return argv[++i];
+      return "";
+    };
+    if (name == "add") o.adds.push_back(need());
+    else if (name == "del") o.dels.push_back(need());
+    else if (name == "list") o.list = true, o.list_filter = optional();
+    else if (name == "line") o.line = true, o.line_range = need();
+    else if (name == "vars") o.vars = true, o.vars_spec = need();
+    else if (name == "funcs") o.funcs = true, o.funcs_filter = optional();
+    else if (name == "exec") o.exec = need();
+    else if (name == "module") o.module = need();
+    else if (name == "target") o.target = need();
+    else if (name == "debuginfo-dir") o.debuginfo_dirs.push_back(need());
+    else if (name == "max-probes") {
+      std::string v = need();
+      char* end = nullptr;
+      long n = strtol(v.c_str(), &end, 0);
+      if (*end || n <= 0) usage_error("--max-probes takes a positive number");
+      o.max_probes = static_cast<size_t>(n);
+    } else if (name == "externs") o.externs = true;
+    else if (name == "quiet") o.quiet = true;
+    else if (name == "verbose") ++o.verbose;
+    else if (name == "dry-run") o.dry_run = true;
+    else if (name == "force") o.force = true;
+    else if (name == "kprobe-syntax") o.kprobe = true;
+    else if (name == "help") {
+      fputs(kUsage, stdout);
+      exit(0);
+    } else if (name == "version") {
+      printf("probefs-probe %s\n", PROBEFS_VERSION);
+      exit(0);
+    } else if (!name.empty()) {
+      usage_error("unknown option `" + name + "'");
+    }
+  }
+  if (!rest.empty()) {
+    std::string spec;
+    for (const std::string& w : rest) spec += (spec.empty() ? "" : " ") + w;
+    o.adds.push_back(spec);
+  }
+  int actions = !o.adds.empty() + !o.dels.empty() + o.list + o.line + o.vars + o.funcs;
+  if (actions == 0) usage_error("");
+  if (actions > 1 && !(o.adds.size() && o.dels.size() && actions == 2))
+    usage_error("Only one action (add, del, list, line, vars, funcs) can be used at a time.");
+  if (o.externs && !o.vars) usage_error("--externs is for --vars only");
+  return o;
+}
+
+class Command {
+ public:
+  explicit Command(const Options& o) : o_(o) {}
+
+  int run() {
+    if (!o_.dels.empty()) {
+      int rc = del();
+      if (rc || o_.adds.empty()) return rc;
+    }
+    if (!o_.adds.empty()) return add();
+    if (o_.list) return list();
+    if (o_.line) return line();
+    if (o_.vars) return vars();
+    return funcs();
+  }
+
+ private:
+  void info(const std::string& s) const {
+    if (!o_.quiet) fputs(s.c_str(), stderr);
+  }
+  void verbose(const std::string& s) const {
+    if (o_.verbose && !o_.quiet) fputs(s.c_str(), stderr);
+  }
+  int fail(const Error& e, const char* what) const {
+    if (!e.message.empty()) fprintf(stderr, "%s\n", e.message.c_str());
+    fprintf(stderr, "  Error: %s. Reason: %s (Code: %d)\n", what, strerror(-e.code), e.code);
+    return 255;
+  }
+
+  // The object -x or -m names; -x falls back to PATH for a bare name.
+  Result<std::string> object_path() const {
+    if (!o_.module.empty()) return find_library(o_.module);
+    if (o_.exec.empty())
+      return make_error(-EINVAL, "A target is needed: -x EXECUTABLE or -m LIBRARY.");
+    if (o_.exec.find('/') == std::string::npos && access(o_.exec.c_str(), F_OK) != 0) {
+      if (const char* path = getenv("PATH")) {
+        std::string dirs = path;
+        for (size_t at = 0; at <= dirs.size();) {
+          size_t colon = dirs.find(':', at);
+          if (colon == std::string::npos) colon = dirs.size();
+          std::string cand = dirs.substr(at, colon - at) + "/" + o_.exec;
+          if (access(cand.c_str(), X_OK) == 0) return cand;
+          at = colon + 1;
+        }
+      }
+    }
+    return o_.exec;
+  }
+
+  // Opens the object and its DWARF (nullptr when it has none, which is not an error).
+  Status open_object() {
+    auto path = object_path();
+    if (!path) return path.error();
+    auto image = ElfImage::open(*path);
+    if (!image) return image.error();
+    image_ = std::move(*image);
+    auto dbg = DebugInfo::open(*image_, o_.debuginfo_dirs);
+    if (dbg) {
+      dbg_ = std::move(*dbg);
+      verbose("Open Debuginfo file: " + dbg_->debug_path() + "\n");
+    } else {
+      verbose("Could not open debuginfo. Try to use symbols.\n");
+    }
+    return Ok{};
+  }
+
+  Result<Tracefs> tracefs() const {
+    auto dir = find_tracefs(o_.target);
+    if (!dir) return dir.error();
+    return Tracefs(*dir);
+  }
+
+  int add() {
+    if (Status st = open_object(); !st) return fail(st.error(), "Failed to add events");
+    FinderOptions fo;
+    fo.max_probes = o_.max_probes;
+    fo.kprobe_syntax = o_.kprobe;
+    std::vector<std::vector<TraceProbe>> per_spec;
+    for (const std::string& text : o_.adds) {
+      auto spec = parse_probe_spec(text);
+      if (!spec) {
+        fprintf(stderr, "%s\n", spec.error().message.c_str());
+        fprintf(stderr, "  Error: Command Parse Error. Reason: %s (Code: %d)\n",
+                strerror(-spec.error().code), spec.error().code);
+        return 255;
+      }
+      std::vector<std::string> notes;
+      auto probes = find_probes(*image_, dbg_.get(), *spec, fo, &notes);
+      for (const std::string& n : notes) info(n + "\n");
+      if (!probes) return fail(probes.error(), "Failed to add events");
+      per_spec.push_back(std::move(*probes));
+    }
+    std::optional<Tracefs> fs;
+    std::vector<std::string> taken;  // event names defined, in any group
+    if (auto t = tracefs()) {
+      fs.emplace(*t);
+      if (auto ev = fs->events())
+        for (const DefinedEvent& d : *ev) taken.push_back(d.event);
+    } else if (!o_.dry_run) {
+      return fail(t.error(), "Failed to add events");
+    }
+    std::vector<TraceProbe> all;
+    for (std::vector<TraceProbe>& probes : per_spec) {
+      if (Status st = name_probes(&probes, taken); !st) {
+        fprintf(stderr, "%s\n  Error: Failed to add events.\n", st.error().message.c_str());
+        return 255;
+      }
+      for (TraceProbe& t : probes) all.push_back(std::move(t));
+    }
+    for (const TraceProbe& t : all) {
+      std::string def = t.definition(o_.kprobe);
+      verbose("Writing event: " + def + "\n");
+      if (o_.dry_run) continue;
+      if (Status st = fs->add(def, o_.kprobe); !st) {
+        // The tracefs's own words, with the part of the definition it refused marked.
+        if (std::optional<LogEntry> e = parse_log_entry(st.error().message)) {
+          fprintf(stderr, "Failed to write event: %s\n  %s: error: %s\n  Command: %s\n%*s^\n",
+                  strerror(-st.error().code), e->source.c_str(), e->message.c_str(),
+                  e->command.c_str(), e->caret + 11, "");
+        } else {
+          fprintf(stderr, "%s\n", st.error().message.c_str());
+        }
+        return fail(Error{st.error().code, ""}, "Failed to add events");
+      }
+    }
+    print_added(all, fs ? fs->dir() : "");
+    return 0;
+  }
+
+  // perf's names, with a tracefs that appends probes to an event of the same name and
+  // format (the kernel does, and so does probefs): each probe takes its base name (with
+  // "__return" for a return probe), checked only against the events defined before this
+  // run. The first probe of a spec refuses a name in use unless -f; later ones, and -f,
+  // take the first free BASE_N instead.
+  Status name_probes(std::vector<TraceProbe>* probes, const std::vector<std::string>& taken) const {
+    auto used = [&](const std::string& n) {
+      return std::find(taken.begin(), taken.end(), n) != taken.end();
+    };
+    for (size_t i = 0; i < probes->size(); ++i) {
+      TraceProbe& t = (*probes)[i];
+      std::string name = t.event + (t.retprobe ? "__return" : "");
+      if (used(name)) {
+        if (i == 0 && !o_.force)
+          return make_error(-EEXIST, "Error: event \"" + name +
+                                         "\" already exists.\n"
+                                         " Hint: Remove existing event by 'probefs-probe -d'\n"
+                                         "       or force duplicates by 'probefs-probe -f'");
+        for (int k = 1; used(name = t.event + "_" + std::to_string(k)); ++k) {
+        }
+      }
+      t.event = name;
+    }
+    return Ok{};
+  }
+
+  void print_added(const std::vector<TraceProbe>& all, const std::string& dir) const {
+    if (o_.quiet || all.empty()) return;
+    std::vector<const TraceProbe*> shown;
+    for (const TraceProbe& t : all) shown.push_back(&t);
+    std::string out = shown.size() > 1 ? "Added new events:\n" : "Added new event:\n";
+    for (const TraceProbe* t : shown) {
+      char name[512];
+      snprintf(name, sizeof name, "  %-20s ", (t->group + ":" + t->event).c_str());
+      out += name;
+      out += "(on " + t->where + " in " + t->path;
+      if (!t->arg_texts.empty()) {
+        out += " with";
+        for (const std::string& a : t->arg_texts) out += " " + a;
+      }
+      out += ")\n";
+    }
+    const TraceProbe& last = all.back();
+    if (dir.rfind("/sys/kernel/", 0) == 0 || dir.empty()) {
+      out += "\nYou can now use it in all perf tools, such as:\n\n\tperf record -e " +
+             last.group + ":" + last.event + " -aR sleep 1\n\n";
+    } else {
+      out += "\nYou can now use it on the mount, such as:\n\n\techo 1 > " + dir + "/events/" +
+             last.group + "/" + last.event + "/enable\n\tcat " + dir + "/trace_pipe\n\n";
+    }
+    fputs(out.c_str(), stderr);
+  }
+
+  int del() {
+    auto fs = tracefs();
+    if (!fs) return fail(fs.error(), "Failed to delete events");
+    auto events = fs->events();
+    if (!events) return fail(events.error(), "Failed to delete events");
+    for (const std::string& pattern : o_.dels) {
+      std::string group = "*", event = pattern;
+      if (size_t colon = pattern.find(':'); colon != std::string::npos)
+        group = pattern.substr(0, colon), event = pattern.substr(colon + 1);
+      bool hit = false;
+      std::vector<std::string> done;
+      for (const DefinedEvent& d : *events) {
+        if (!glob_match(group, d.group) || !glob_match(event, d.event)) continue;
+        std::string id = d.group + ":" + d.event;
+        if (std::find(done.begin(), done.end(), id) != done.end()) continue;
+        done.push_back(id);
+        hit = true;
+        if (Status st = fs->remove(d); !st) return fail(st.error(), "Failed to delete events");
+        info("Removed event: " + id + "\n");
+      }
+      if (!hit) {
+        fprintf(stderr, "\"%s\" does not hit any event.\n", pattern.c_str());
+        fprintf(stderr, "  Error: Failed to delete events.\n");
+        return 255;
+      }
+    }
+    return 0;
+  }
+
+  int list() {
+    auto fs = tracefs();
+    if (!fs) return fail(fs.error(), "Failed to show event list");
+    auto events = fs->events();
+    if (!events) return fail(events.error(), "Failed to show event list");
+    std::string group = "*", event = o_.list_filter.empty() ? "*" : o_.list_filter;
+    if (size_t colon = event.find(':'); colon != std::string::npos)
+      group = event.substr(0, colon), event = event.substr(colon + 1);
+    for (const DefinedEvent& d : *events) {
+      if (!glob_match(group, d.group) || !glob_match(event, d.event)) continue;
+      char name[512];
+      snprintf(name, sizeof name, "  %-20s ", (d.group + ":" + d.event).c_str());
+      std::string where = source_location(d);
+      printf("%s(on %s", name, where.c_str());
+      std::string names;
+      for (const std::string& a : arg_names(d.args)) names += " " + a;
+      if (!names.empty()) printf(" with%s", names.c_str());
+      printf(")\n");
+    }
+    return 0;
+  }
+
+  int line() {
+    if (Status st = open_object(); !st) return fail(st.error(), "Failed to show lines");
+    auto range = parse_line_range(o_.line_range);
+    if (!range) return fail(range.error(), "Failed to show lines");
+    if (!dbg_) return fail(no_debuginfo(), "Failed to show lines");
+    auto text = show_lines(*dbg_, *range);
+    if (!text) {
+      fprintf(stderr, "%s\n  Error: Failed to show lines.\n", text.error().message.c_str());
+      return 255;
+    }
+    fputs(text->c_str(), stdout);
+    return 0;
+  }
+
+  int vars() {
+    if (Status st = open_object(); !st) return fail(st.error(), "Failed to show vars");
+    auto spec = parse_probe_spec(o_.vars_spec);
+    if (!spec) return fail(spec.error(), "Failed to show vars");
+    if (!dbg_) return fail(no_debuginfo(), "Failed to show vars");
+    FinderOptions fo;
+    fo.max_probes = o_.max_probes;
+    auto places = variables_at(*image_, *dbg_, *spec, o_.externs, fo);
+    if (!places) {
+      fprintf(stderr, "%s\n  Error: Failed to show vars.\n", places.error().message.c_str());
+      return 255;
+    }
+    printf("Available variables at %s\n", o_.vars_spec.c_str());
+    for (const VarsAtPlace& p : *places) {
+      printf("\t@<%s>\n", p.where.c_str());
+      if (p.variables.empty()) printf("\t\t(No matched variables)\n");
+      for (const std::string& v : p.variables) printf("\t\t%s\n", v.c_str());
+    }
+    return 0;
+  }
+
+  int funcs() {
+    if (Status st = open_object(); !st) return fail(st.error(), "Failed to show functions");
+    for (const std::string& f : image_->function_names(o_.funcs_filter)) printf("%s\n", f.c_str());
+    return 0;
+  }
+
+  Error no_debuginfo() const {
+    return make_error(-ENOENT, "The " + image_->path() +
+                                   " file has no debug information.\n"
+                                   "Rebuild with -g, or install an appropriate debuginfo package.");
+  }
+
+  // "price_order:1@tests/tools/probe_prog.c in /path/prog" for a defined event, from the
+  // object's DWARF where it has one; the raw location otherwise.
+  std::string source_location(const DefinedEvent& d) const {
+    return describe_location(d.location, d.uprobe, d.kind == 'r', o_.debuginfo_dirs);
+  }
+
+  static std::vector<std::string> arg_names(const std::string& args) {
+    std::vector<std::string> names;
+    size_t at = 0;
+    while (at < args.size()) {
+      size_t end = args.find(' ', at);
+      if (end == std::string::npos) end = args.size();
+      std::string a = args.substr(at, end - at);
+      if (!a.empty()) names.push_back(a.substr(0, a.find('=')));
+      at = end + 1;
+    }
+    return names;
+  }
+
+  const Options& o_;
+  std::unique_ptr<ElfImage> image_;
+  std::unique_ptr<DebugInfo> dbg_;
+};
+
+}  // namespace
+}  // namespace probefs::tools
+
+int main(int argc, char** argv) {
+  probefs::tools::Options o = probefs::tools::parse_options(argc, argv);
+  return probefs::tools::Command(o).run();
+}

@@ -30,7 +30,10 @@ struct TraceProbe {
   std::string where;           // "price_order:3", "price_order%return", "prog.c:40"
   std::vector<std::string> arg_texts;  // the arguments as the user wrote them
 
-  // "p:probe_prog/price_order /path/prog:0x1139 id=-20(%bp):s32" (or the kprobe form).
+  // "p:probe_prog/price_order /path/prog:0x1139 id=-20(%bp):s32", the offset in lowercase
+  // hex without padding as perf writes it ('r' for a retprobe); with KPROBE_SYNTAX
+  // "p:probe_prog/price_order prog:price_order+16 ...", the offset in decimal as the kernel
+  // reads it, and "MOD:SYM" when it is 0.
   std::string definition(bool kprobe_syntax) const;
 };
 

@@ -1,0 +1,189 @@
+// probefs-probe against perf probe itself (Debian's linux-perf): for the same spec on the
+// same binary, the dry run writes the same definitions ("Writing event: ..." of -v -n) and
+// fails with the same error. Both run against a probefs mount (perf through TRACEFS_PATH,
+// with a scratch HOME), so neither can reach the kernel's tracefs. Where probefs-probe
+// writes something else on purpose, the case says what and why (README, "probefs-probe").
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/fs/mount_fixture.h"
+
+namespace {
+
+using probefs::fs::testing::CommandResult;
+using probefs::fs::testing::Mount;
+using probefs::fs::testing::run_command;
+
+struct Case {
+  const char* bin;   // "O0", "O2" or "lib"
+  const char* spec;  // one probe definition, split at spaces like a shell would not
+};
+
+std::string binary(const std::string& which) {
+  if (which == "O0") return PROBE_PROG_O0;
+  if (which == "O2") return PROBE_PROG_O2;
+  return PROBE_LIB;
+}
+
+// The lines of TEXT that start with PREFIX (after leading blanks).
+std::vector<std::string> lines_with(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    size_t start = l.find_first_not_of(' ');
+    if (start != std::string::npos && l.compare(start, prefix.size(), prefix) == 0)
+      out.push_back(l.substr(start));
+  }
+  return out;
+}
+
+class PerfOracle : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() {
+    if (access("/usr/bin/perf", X_OK) != 0) return;
+    mount_ = new Mount();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-perf-XXXXXX").string();
+    home_ = mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  static void TearDownTestSuite() {
+    delete mount_;
+    mount_ = nullptr;
+    if (!home_.empty()) std::filesystem::remove_all(home_);
+  }
+  void SetUp() override {
+    if (!mount_) GTEST_SKIP() << "no /usr/bin/perf (linux-perf)";
+    ASSERT_TRUE(mount_->ok());
+    ASSERT_FALSE(home_.empty());
+  }
+
+  // perf probe ARGS against the mount only.
+  CommandResult perf(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"env", "-u", "DEBUGINFOD_URLS",
+                                     "TRACEFS_PATH=" + mount_->dir(), "HOME=" + home_,
+                                     "/usr/bin/perf", "probe"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, 60000);
+  }
+  CommandResult ours(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {PROBEFS_PROBE_BIN, "--target", mount_->dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, 60000);
+  }
+
+  std::string mounted_events() { return mount_->read("uprobe_events"); }
+
+  static Mount* mount_;
+  static std::string home_;
+};
+Mount* PerfOracle::mount_ = nullptr;
+std::string PerfOracle::home_;
+
+// The dry run's definitions and its error line are perf's.
+TEST_P(PerfOracle, SameDefinitions) {
+  const Case& c = GetParam();
+  std::vector<std::string> args = {"-v", "-n", "-x", binary(c.bin), c.spec};
+  CommandResult theirs = perf(args), mine = ours(args);
+  ASSERT_GE(theirs.status, 0) << "perf did not end";
+  ASSERT_GE(mine.status, 0) << "probefs-probe did not end";
+  EXPECT_EQ(lines_with(mine.err, "Writing event: "), lines_with(theirs.err, "Writing event: "))
+      << "perf:\n" << theirs.err << "\nprobefs-probe:\n" << mine.err;
+  EXPECT_EQ(lines_with(mine.err, "Error: "), lines_with(theirs.err, "Error: "))
+      << "perf:\n" << theirs.err << "\nprobefs-probe:\n" << mine.err;
+  EXPECT_EQ(mine.exit_code() == 0, theirs.exit_code() == 0);
+  EXPECT_EQ(mounted_events(), "") << "a dry run wrote a definition";
+}
+
+// -L of a function and of a file range is perf's, line for line.
+class PerfOracleLines : public PerfOracle {};
+TEST_P(PerfOracleLines, SameLineListing) {
+  const Case& c = GetParam();
+  std::vector<std::string> args = {"-x", binary(c.bin), "-L", c.spec};
+  CommandResult theirs = perf(args), mine = ours(args);
+  EXPECT_EQ(mine.out, theirs.out) << "perf stderr:\n" << theirs.err << "\nours:\n" << mine.err;
+  EXPECT_EQ(mine.exit_code() == 0, theirs.exit_code() == 0);
+}
+
+// Where probefs-probe writes something else on purpose (README, "probefs-probe"): a global
+// as the kernel's uprobe syntax reads it (perf's "@SYM+0" is refused by uprobe_events), and
+// DWARF 5 bitfields, which perf 6.1 cannot read.
+class PerfDifferences : public PerfOracle {};
+TEST_F(PerfDifferences, GlobalsAndBitfields) {
+  std::vector<std::string> args = {"-v", "-n", "-x", PROBE_PROG_O2, "price_order orders_seen"};
+  CommandResult theirs = perf(args), mine = ours(args);
+  EXPECT_NE(theirs.err.find(" orders_seen=@orders_seen+0:s64"), std::string::npos) << theirs.err;
+  std::vector<std::string> w = lines_with(mine.err, "Writing event: ");
+  ASSERT_EQ(w.size(), 1u) << mine.err;
+  EXPECT_NE(w[0].find(" orders_seen=@+0x"), std::string::npos) << w[0];
+
+  args = {"-v", "-n", "-x", PROBE_PROG_O2, "price_order o->priority o->rush o->weight"};
+  theirs = perf(args);
+  mine = ours(args);
+  EXPECT_NE(theirs.err.find("Failed to get the offset of priority."), std::string::npos)
+      << theirs.err;
+  w = lines_with(mine.err, "Writing event: ");
+  ASSERT_EQ(w.size(), 1u) << mine.err;
+  EXPECT_NE(w[0].find(" priority=+20(%di):b3@0/32 rush=+20(%di):b1@3/32 weight=+20(%di):b9@4/32"),
+            std::string::npos)
+      << w[0];
+}
+
+// Cases where both tools can express the spec.
+const Case kCases[] = {
+    // Places.
+    {"O0", "price_order"}, {"O2", "price_order"},
+    {"O0", "price_order+4"}, {"O2", "price_order+4"},
+    {"O0", "price_order%return $retval"}, {"O2", "price_order%return $retval"},
+    {"O0", "price_order:4"}, {"O2", "price_order:6"},
+    {"O0", "price_order;orders_seen*"}, {"O2", "price_order;orders_seen*"},
+    {"O0", "probe_prog.c:40"}, {"O2", "probe_prog.c:40"},
+    {"O0", "probe_prog.c;*printf*"}, {"O2", "probe_prog.c;*printf*"},
+    {"O0", "main;*clamp*"}, {"O2", "main;*clamp*"},
+    {"O0", "clamp"}, {"O2", "clamp"}, {"O0", "clamp:2"},
+    {"O0", "scale"}, {"O2", "scale"},
+    {"O0", "price_order@probe_prog.c"}, {"O2", "main:10"}, {"O0", "price*"},
+    {"lib", "lib_checksum"}, {"lib", "lib_checksum%return $retval"},
+    // Arguments.
+    {"O0", "price_order o->id discount coupon:string q=o->qty[2] o->ship.zone "
+           "o->bill->postcode o->item:string o->note:string"},
+    {"O2", "price_order o->id discount coupon:string q=o->qty[2] o->ship.zone "
+           "o->bill->postcode o->item:string o->note:string"},
+    {"O0", "price_order $params"}, {"O2", "price_order $params"},
+    {"O0", "price_order $vars"}, {"O2", "price_order $vars"},
+    {"O0", "price_order discount:x32 coupon:u64 d=discount"},
+    {"O2", "price_order discount:x32 coupon:u64 d=discount"},
+    {"O0", "price_order:4 subtotal i"}, {"O0", "clamp v lo hi"},
+    {"O0", "scale v by"}, {"O2", "scale v by"},
+    {"O0", "price_order %di +0(%si):u8 $arg1"}, {"O2", "price_order %di +0(%si):u8 $arg1"},
+    {"O0", "main;*price_order(&o* round k"},
+    {"lib", "lib_checksum s:string n"}, {"lib", "lib_checksum:2 sum i"},
+    // Errors.
+    {"O0", "nosuch"}, {"O2", "price_order nosuchvar"}, {"O0", "price_order o->nosuch"},
+    {"O0", "price_order:3"}, {"O2", "price_order:4"}, {"O0", "clamp%return"},
+    {"O0", "price_order:200"}, {"O0", "price_order%return discount"},
+    {"O2", "clamp v"}, {"O0", "probe_prog.c:2"}, {"O0", "price_order discount->x"},
+    {"O0", "price_order o.id"},
+};
+
+const Case kLineCases[] = {
+    {"O0", "price_order"}, {"O2", "price_order"}, {"O0", "price_order:2-5"},
+    {"O2", "price_order:2-5"}, {"O0", "probe_prog.c:36-40"}, {"O2", "probe_prog.c:36-40"},
+    {"O0", "clamp"}, {"O2", "clamp"}, {"O0", "scale"}, {"O2", "scale"}, {"O2", "main:3+4"},
+    {"O0", "main"}, {"lib", "lib_checksum"}, {"O0", "nosuch"},
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = std::to_string(info.index) + "_" + info.param.bin;
+  for (const char* p = info.param.spec; *p && n.size() < 48; ++p)
+    n += isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, PerfOracle, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Ranges, PerfOracleLines, ::testing::ValuesIn(kLineCases), case_name);
+
+}  // namespace

@@ -1,0 +1,239 @@
+// probefs-probe end to end on a real mount: each spec is added with the command, enabled,
+// and the bundled program runs under `probefs exec`; the values its events show in the
+// trace equal the values the program printed for the same calls (-O0 and -O2, parameters,
+// locals, members through values and pointers, arrays, bitfields, strings, a global, a
+// static function, inlined instances, a library, %return). Then -l, -d and the errors the
+// tracefs gives back.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/fs/mount_fixture.h"
+
+namespace {
+
+using probefs::fs::testing::CommandResult;
+using probefs::fs::testing::Mount;
+using probefs::fs::testing::run_command;
+
+// The name=value pairs of a trace line's body after "(0xADDR) ", strings unquoted.
+std::map<std::string, std::string> trace_values(const std::string& line) {
+  std::map<std::string, std::string> v;
+  size_t at = line.find(") ", line.find(": ("));
+  if (at == std::string::npos) return v;
+  at += 2;
+  while (at < line.size()) {
+    size_t eq = line.find('=', at);
+    if (eq == std::string::npos) break;
+    std::string name = line.substr(at, eq - at), value;
+    size_t end;
+    if (line[eq + 1] == '"') {
+      end = line.find('"', eq + 2);
+      if (end == std::string::npos) break;
+      value = line.substr(eq + 2, end - eq - 2);
+      ++end;
+    } else {
+      end = line.find(' ', eq);
+      if (end == std::string::npos) end = line.size();
+      value = line.substr(eq + 1, end - eq - 1);
+    }
+    v[name] = value;
+    at = end + 1;
+  }
+  return v;
+}
+
+// The name=value pairs of one of the program's own lines ("price id=0 discount=0 ... -> 6").
+std::map<std::string, std::string> program_values(const std::string& line) {
+  std::map<std::string, std::string> v;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    size_t eq = word.find('=');
+    if (eq != std::string::npos) v[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  if (size_t arrow = line.find(" -> "); arrow != std::string::npos)
+    v["result"] = line.substr(arrow + 4);
+  return v;
+}
+
+std::vector<std::string> lines_of(const std::string& text, const std::string& with) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.find(with) != std::string::npos && l[0] != '#') out.push_back(l);
+  return out;
+}
+
+class ProbeFixture : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(m_.ok()) << m_.daemon_stderr(); }
+
+  CommandResult probe(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PROBEFS_PROBE_BIN, "--target", m_.dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, 60000);
+  }
+
+  // Adds SPEC on BIN with the command, which must succeed.
+  void add(const std::string& bin, const std::string& spec) {
+    CommandResult r = probe({"-x", bin, spec});
+    ASSERT_EQ(r.exit_code(), 0) << spec << "\n" << r.err;
+    ASSERT_NE(r.err.find("Added new event"), std::string::npos) << r.err;
+  }
+
+  // Enables every event, runs the program for two rounds, and gives its output.
+  std::string run_program(const std::string& bin) {
+    EXPECT_EQ(m_.write("events/enable", "1\n"), 0);
+    CommandResult r = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", bin, "2"}, 60000);
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    return r.out;
+  }
+
+  Mount m_;
+};
+
+class ProbeMountTest : public ProbeFixture, public ::testing::WithParamInterface<const char*> {};
+
+// Every parameter, member, array element, bitfield and string of price_order, and its
+// return value, against the program's own line for each call.
+TEST_P(ProbeMountTest, FunctionArgumentsEqualTheProgramsValues) {
+  const std::string bin = GetParam();
+  add(bin, "price_order o->id discount coupon:string qty2=o->qty[2] o->priority o->rush "
+           "o->weight zone=o->ship.zone postcode=o->bill->postcode item=o->item:string "
+           "o->note:string");
+  add(bin, "price_order%return $retval:s64");
+  std::string out = run_program(bin);
+  std::vector<std::string> calls = lines_of(out, "price id=");
+  ASSERT_EQ(calls.size(), 6u) << out;
+  std::string trace = m_.read("trace");
+  std::vector<std::string> entries = lines_of(trace, ": price_order: ");
+  std::vector<std::string> returns = lines_of(trace, ": price_order__return: ");
+  ASSERT_EQ(entries.size(), calls.size()) << trace;
+  ASSERT_EQ(returns.size(), calls.size()) << trace;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto want = program_values(calls[i]);
+    auto got = trace_values(entries[i]);
+    for (const char* k : {"id", "discount", "qty2", "priority", "rush", "weight", "zone",
+                          "postcode", "item", "note"})
+      EXPECT_EQ(got[k], want[k]) << k << " in " << entries[i] << "\nprogram: " << calls[i];
+    EXPECT_EQ(got["coupon_string"], i % 3 == 2 ? "XMAS" : "") << entries[i];
+    EXPECT_EQ(trace_values(returns[i])["arg1"], want["result"]) << returns[i];
+  }
+}
+
+// A lazy line pattern with a global read on it, and the library's function by -x.
+TEST_P(ProbeMountTest, LazyLineGlobalAndLibrary) {
+  const std::string bin = GetParam();
+  add(bin, "price_order;orders_seen* orders_seen");
+  add(PROBE_LIB, "lib_checksum s:string n");
+  std::string out = run_program(bin);
+  std::string trace = m_.read("trace");
+  std::vector<std::string> seen = lines_of(trace, ": price_order: ");
+  ASSERT_EQ(seen.size(), 6u) << trace;
+  for (size_t i = 0; i < seen.size(); ++i)  // before the increment on that line
+    EXPECT_EQ(trace_values(seen[i])["orders_seen"], std::to_string(i)) << seen[i];
+  std::vector<std::string> sums = lines_of(out, "checksum n=");
+  std::vector<std::string> hits = lines_of(trace, ": lib_checksum: ");
+  ASSERT_EQ(hits.size(), sums.size()) << trace;
+  const char* items[] = {"apple", "bread", "cheese"};
+  for (size_t i = 0; i < hits.size(); ++i) {
+    EXPECT_EQ(trace_values(hits[i])["s_string"], items[i % 3]) << hits[i];
+    EXPECT_EQ(trace_values(hits[i])["n"], program_values(sums[i])["n"]) << hits[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Opt, ProbeMountTest, ::testing::Values(PROBE_PROG_O0, PROBE_PROG_O2),
+                         [](const auto& info) {
+                           return std::string(info.param).find("O0") != std::string::npos
+                                      ? "O0"
+                                      : "O2";
+                         });
+
+using ProbeMountO0 = ProbeFixture;
+
+// At -O0 clamp is inlined twice (always_inline): one probe on each instance, its parameter
+// read in each, and the static function scale with both parameters.
+TEST_F(ProbeMountO0, InlinedInstancesAndStaticFunction) {
+  add(PROBE_PROG_O0, "clamp v");
+  add(PROBE_PROG_O0, "scale v by");
+  std::string out = run_program(PROBE_PROG_O0);
+  std::string trace = m_.read("trace");
+  std::vector<std::string> clamps = lines_of(trace, ": clamp: ");
+  // Two rounds of three orders; each calls clamp in price_order and in main.
+  ASSERT_EQ(clamps.size(), 12u) << trace;
+  std::vector<std::string> calls = lines_of(out, "price id=");
+  std::vector<std::string> totals = lines_of(out, "clamp v=");
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(trace_values(clamps[2 * i])["v"], program_values(calls[i])["discount"]);
+    EXPECT_EQ(trace_values(clamps[2 * i + 1])["v"], program_values(totals[i])["v"]);
+  }
+  std::vector<std::string> scales = lines_of(trace, ": scale: ");
+  ASSERT_EQ(scales.size(), 2u) << trace;  // the XMAS orders
+  EXPECT_EQ(trace_values(scales[0])["by"], "2");
+}
+
+// -l shows the events with their source places; -d with a glob removes them.
+TEST_F(ProbeMountO0, ListAndDelete) {
+  add(PROBE_PROG_O0, "price_order discount");
+  add(PROBE_PROG_O0, "scale");
+  CommandResult l = probe({"-l"});
+  ASSERT_EQ(l.exit_code(), 0) << l.err;
+  EXPECT_NE(l.out.find("probe_probe_prog_O0:price_order (on price_order:1@"), std::string::npos)
+      << l.out;
+  EXPECT_NE(l.out.find("tests/tools/probe_prog.c in " + std::string(PROBE_PROG_O0) +
+                       " with discount)"),
+            std::string::npos)
+      << l.out;
+  EXPECT_NE(l.out.find("probe_probe_prog_O0:scale (on scale@"), std::string::npos) << l.out;
+  CommandResult d = probe({"-d", "probe_probe_prog_O0:*"});
+  ASSERT_EQ(d.exit_code(), 0) << d.err;
+  EXPECT_NE(d.err.find("Removed event: probe_probe_prog_O0:price_order"), std::string::npos);
+  EXPECT_NE(d.err.find("Removed event: probe_probe_prog_O0:scale"), std::string::npos);
+  EXPECT_EQ(m_.read("uprobe_events"), "");
+  d = probe({"-d", "probe_probe_prog_O0:*"});
+  EXPECT_NE(d.exit_code(), 0);
+  EXPECT_NE(d.err.find("\"probe_probe_prog_O0:*\" does not hit any event."), std::string::npos)
+      << d.err;
+}
+
+// A name in use is refused, -f takes the next free one; what was defined stays.
+TEST_F(ProbeMountO0, DuplicateNamesAndForce) {
+  add(PROBE_PROG_O0, "scale");
+  CommandResult r = probe({"-x", PROBE_PROG_O0, "scale"});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_NE(r.err.find("Error: event \"scale\" already exists."), std::string::npos) << r.err;
+  r = probe({"-f", "-x", PROBE_PROG_O0, "scale"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  std::string defs = m_.read("uprobe_events");
+  EXPECT_NE(defs.find("p:probe_probe_prog_O0/scale "), std::string::npos) << defs;
+  EXPECT_NE(defs.find("p:probe_probe_prog_O0/scale_1 "), std::string::npos) << defs;
+}
+
+// A definition the tracefs refuses comes back with its errno and the error_log entry, and
+// nothing defined before is lost.
+TEST_F(ProbeMountO0, TracefsRefusalIsReported) {
+  add(PROBE_PROG_O0, "scale");
+  CommandResult r = probe({"-x", PROBE_PROG_O0, "price_order", "+0(%di):nosuchtype"});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_NE(r.err.find("Invalid argument (Code: -22)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Command: p:probe_probe_prog_O0/price_order"), std::string::npos) << r.err;
+  EXPECT_NE(m_.read("uprobe_events").find("/scale "), std::string::npos);
+}
+
+// The dry run writes nothing; -v shows the definitions.
+TEST_F(ProbeMountO0, DryRunWritesNothing) {
+  CommandResult r = probe({"-n", "-v", "-x", PROBE_PROG_O0, "price_order discount"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("Writing event: p:probe_probe_prog_O0/price_order " +
+                       std::string(PROBE_PROG_O0) + ":0x"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(m_.read("uprobe_events"), "");
+}
+
+}  // namespace
