@@ -93,7 +93,11 @@ Result<std::string> find_library(const std::string& name) {
 
 std::string describe_location(const std::string& location, bool uprobe, bool retprobe,
                               const std::vector<std::string>& debuginfo_dirs) {
-  if (!uprobe) return location;
+  if (!uprobe) {  // perf's "SYM+OFF in MOD" for a probe in a module
+    size_t colon = location.find(':');
+    if (colon == std::string::npos) return location;
+    return location.substr(colon + 1) + " in " + location.substr(0, colon);
+  }
   size_t colon = location.rfind(':');
   if (colon == std::string::npos) return location;
   std::string path = location.substr(0, colon);

@@ -23,21 +23,6 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-// The spec's place as perf shows it back: FUNC[+OFF][:LINE][%return][;PTN][@SRC], or
-// @SRC:LINE / @SRC;PTN.
-std::string point_text(const ProbePoint& p) {
-  std::string s = p.has_address ? hex(p.address) : p.function;
-  if (p.has_offset) s += "+" + std::to_string(p.offset);
-  if (p.has_line && !p.function.empty()) s += ":" + std::to_string(p.line);
-  if (p.retprobe) s += "%return";
-  if (p.has_lazy && !p.function.empty()) s += ";" + p.lazy;
-  if (!p.file.empty()) {
-    s += "@" + p.file;
-    if (p.function.empty() && p.has_line) s += ":" + std::to_string(p.line);
-    if (p.function.empty() && p.has_lazy) s += ";" + p.lazy;
-  }
-  return s;
-}
 
 // An argument as perf shows it back: NAME= where one was given or a member chain names it.
 std::string arg_text(const ProbeArg& a) {
@@ -171,6 +156,20 @@ Result<std::vector<DwarfPlace>> places_of(const DebugInfo& dbg, const ProbeSpec&
 
 }  // namespace
 
+std::string point_text(const ProbePoint& p) {
+  std::string s = p.has_address ? hex(p.address) : p.function;
+  if (p.has_offset) s += "+" + std::to_string(p.offset);
+  if (p.has_line && !p.function.empty()) s += ":" + std::to_string(p.line);
+  if (p.retprobe) s += "%return";
+  if (p.has_lazy && !p.function.empty()) s += ";" + p.lazy;
+  if (!p.file.empty()) {
+    s += "@" + p.file;
+    if (p.function.empty() && p.has_line) s += ":" + std::to_string(p.line);
+    if (p.function.empty() && p.has_lazy) s += ";" + p.lazy;
+  }
+  return s;
+}
+
 std::string default_group(const std::string& path) {
   std::string base = basename_of(path);
   size_t cut = 0;
@@ -228,7 +227,13 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
       if (!r && !is_missing_variable(r.error())) return r.error();
       if (r && !found) found = &r;
     }
-    if (!found) return at.front().error();
+    if (!found) {
+      // perf's hint under a variable no place has. (Its second line sends the user to
+      // -V --range, which probefs-probe does not have.)
+      Error e = at.front().error();
+      e.message += "\n Perhaps it has been optimized out.";
+      return e;
+    }
     for (size_t i = 0; i < at.size(); ++i) {
       if (at[i]) {
         out[i].args.insert(out[i].args.end(), at[i]->begin(), at[i]->end());
@@ -247,9 +252,14 @@ Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const Debug
   ProbeSpec place_only = spec;  // -V does not look past the prologue: perf's +0 at -O0
   place_only.args.clear();
   auto places = places_of(dbg, place_only, options, nullptr);
-  if (!places) return places.error();
-  if (places->empty())
-    return make_error(-ENOENT, "Probe point '" + point_text(spec.point) + "' not found.");
+  // perf's -V says which point it could not find, after the reason when there is one.
+  const std::string not_found = "Failed to find the address of " + point_text(spec.point);
+  if (!places) {
+    Error e = places.error();
+    e.message += e.code == -ENOENT ? "\n" + not_found : "\nDebuginfo analysis failed.";
+    return e;
+  }
+  if (places->empty()) return make_error(-ENOENT, not_found);
   std::vector<VarsAtPlace> out;
   for (const DwarfPlace& place : *places) {
     VarContext ctx = context_of(place, dbg, image, options, spec.point.retprobe);

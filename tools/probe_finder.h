@@ -24,6 +24,10 @@ struct FinderOptions {
 // character that cannot be in a name ("libc.so.6" -> "probe_libc").
 std::string default_group(const std::string& path);
 
+// The spec's place as perf shows it back: FUNC[+OFF][:LINE][%return][;PTN][@SRC], or
+// @SRC:LINE / @SRC;PTN (a zero offset or line is none).
+std::string point_text(const ProbePoint& p);
+
 // Whether SPEC can only be placed with DWARF (a source file or line, a lazy pattern, a
 // variable argument).
 bool needs_dwarf(const ProbeSpec& spec);

@@ -96,6 +96,10 @@ const char kUsage[] =
     "        --version         show the version\n"
     "\n";
 
+// perf probe returns the negative errno from main: the shell sees it modulo 256 (254 for
+// -ENOENT, 234 for -EINVAL).
+int exit_status(int code) { return code < 0 ? code & 0xff : 255; }
+
 void usage_error(const std::string& msg) {
   if (!msg.empty()) fprintf(stderr, "  Error: %s\n", msg.c_str());
   fputs(kUsage, stderr);
@@ -104,7 +108,23 @@ void usage_error(const std::string& msg) {
 
 // perf's option rules: "-xBIN", "-x BIN", "--exec=BIN", "--exec BIN"; an optional value
 // (-l, -F) is the next word only when it does not start with '-'.
-Options parse_options(int argc, char** argv) {
+Options parse_options(int argc, char** argv_in) {
+  // Bundled flags ("-nv", "-qf") become one word each.
+  static const std::string kFlags = "qvnfkh";
+  std::vector<std::string> words;
+  for (int i = 1; i < argc; ++i) {
+    std::string w = argv_in[i];
+    bool bundle = w.size() > 2 && w[0] == '-' && w[1] != '-' &&
+                  w.find_first_not_of(kFlags, 1) == std::string::npos;
+    if (!bundle) {
+      words.push_back(w);
+      continue;
+    }
+    for (size_t k = 1; k < w.size(); ++k) words.push_back(std::string("-") + w[k]);
+  }
+  std::vector<const char*> argv = {argv_in[0]};
+  for (const std::string& w : words) argv.push_back(w.c_str());
+  argc = static_cast<int>(argv.size());
   Options o;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
@@ -127,22 +147,9 @@ Options parse_options(int argc, char** argv) {
       for (auto& [c, long_name] : kShort)
         if (a[1] == c) name = long_name;
       if (name.empty()) usage_error(std::string("unknown switch `") + a[1] + "'");
-      // Flags may be bundled ("-nv"); an option with a value takes the rest of the word.
-      static const std::string kFlags = "qvnfkh";
-      if (kFlags.find(a[1]) != std::string::npos && a.size() > 2) {
-        for (size_t k = 2; k < a.size(); ++k) {
-          if (kFlags.find(a[k]) == std::string::npos)
-            usage_error(std::string("unknown switch `") + a[k] + "'");
-          std::string bundled(1, '-');
-          bundled += a[k];
-          argv[i] = nullptr;  // handled below by re-dispatch
-          Options sub = parse_options(2, std::vector<char*>{argv[0], bundled.data()}.data());
-          o.quiet |= sub.quiet, o.verbose += sub.verbose, o.dry_run |= sub.dry_run,
-              o.force |= sub.force, o.kprobe |= sub.kprobe;
-        }
-      } else if (a.size() > 2) {
-        value = a.substr(2), has_value = true;
-      }
+      // An option with a value takes the rest of the word ("-xBIN"); bundled flags were
+      // split before ("-nv").
+      if (a.size() > 2) value = a.substr(2), has_value = true;
     } else {
       rest.push_back(a);
       continue;
@@ -219,16 +226,17 @@ class Command {
   }
 
  private:
-  void info(const std::string& s) const {
-    if (!o_.quiet) fputs(s.c_str(), stderr);
-  }
+  void info(const std::string& s) const { fputs(s.c_str(), stderr); }
   void verbose(const std::string& s) const {
-    if (o_.verbose && !o_.quiet) fputs(s.c_str(), stderr);
+    if (o_.verbose) fputs(s.c_str(), stderr);
   }
+  // perf's last line, "  Error: WHAT.", with the reason and the code only when verbose.
   int fail(const Error& e, const char* what) const {
     if (!e.message.empty()) fprintf(stderr, "%s\n", e.message.c_str());
-    fprintf(stderr, "  Error: %s. Reason: %s (Code: %d)\n", what, strerror(-e.code), e.code);
-    return 255;
+    fprintf(stderr, "  Error: %s.", what);
+    if (o_.verbose) fprintf(stderr, " Reason: %s (Code: %d)", strerror(-e.code), e.code);
+    fputc('\n', stderr);
+    return exit_status(e.code);
   }
 
   // The object -x or -m names; -x falls back to PATH for a bare name.
@@ -282,12 +290,7 @@ class Command {
     std::vector<std::vector<TraceProbe>> per_spec;
     for (const std::string& text : o_.adds) {
       auto spec = parse_probe_spec(text);
-      if (!spec) {
-        fprintf(stderr, "%s\n", spec.error().message.c_str());
-        fprintf(stderr, "  Error: Command Parse Error. Reason: %s (Code: %d)\n",
-                strerror(-spec.error().code), spec.error().code);
-        return 255;
-      }
+      if (!spec) return fail(spec.error(), "Command Parse Error");
       std::vector<std::string> notes;
       auto probes = find_probes(*image_, dbg_.get(), *spec, fo, &notes);
       for (const std::string& n : notes) info(n + "\n");
@@ -305,17 +308,26 @@ class Command {
     }
     std::vector<TraceProbe> all;
     for (std::vector<TraceProbe>& probes : per_spec) {
-      if (Status st = name_probes(&probes, taken); !st) {
-        fprintf(stderr, "%s\n  Error: Failed to add events.\n", st.error().message.c_str());
-        return 255;
-      }
+      if (Status st = name_probes(&probes, taken); !st)
+        return fail(st.error(), "Failed to add events");
       for (TraceProbe& t : probes) all.push_back(std::move(t));
     }
+    std::vector<DefinedEvent> created;  // by this run, taken back if a later write fails
     for (const TraceProbe& t : all) {
       std::string def = t.definition(o_.kprobe);
       verbose("Writing event: " + def + "\n");
       if (o_.dry_run) continue;
-      if (Status st = fs->add(def, o_.kprobe); !st) {
+      Status st = fs->add(def, o_.kprobe);
+      if (st && std::find(taken.begin(), taken.end(), t.event) == taken.end()) {
+        DefinedEvent d;
+        d.group = t.group;
+        d.event = t.event;
+        d.uprobe = !o_.kprobe;
+        taken.push_back(t.event);
+        created.push_back(d);
+      }
+      if (!st) {
+        for (const DefinedEvent& d : created) (void)fs->remove(d);
         // The tracefs's own words, with the part of the definition it refused marked.
         if (std::optional<LogEntry> e = parse_log_entry(st.error().message)) {
           fprintf(stderr, "Failed to write event: %s\n  %s: error: %s\n  Command: %s\n%*s^\n",
@@ -358,7 +370,7 @@ class Command {
   }
 
   void print_added(const std::vector<TraceProbe>& all, const std::string& dir) const {
-    if (o_.quiet || all.empty()) return;
+    if (all.empty()) return;
     std::vector<const TraceProbe*> shown;
     for (const TraceProbe& t : all) shown.push_back(&t);
     std::string out = shown.size() > 1 ? "Added new events:\n" : "Added new event:\n";
@@ -384,45 +396,55 @@ class Command {
     fputs(out.c_str(), stderr);
   }
 
+  // perf's filter of -d and -l: a glob over EVENT, or over GROUP:EVENT as a whole.
+  static bool matches(const std::string& pattern, const DefinedEvent& d) {
+    return glob_match(pattern, d.event) || glob_match(pattern, d.group + ":" + d.event);
+  }
+
+  // As perf: what any pattern matches goes, kprobe_events' events first, each file's by
+  // GROUP:EVENT, each once; only when nothing matches is it an error.
   int del() {
     auto fs = tracefs();
     if (!fs) return fail(fs.error(), "Failed to delete events");
     auto events = fs->events();
     if (!events) return fail(events.error(), "Failed to delete events");
-    for (const std::string& pattern : o_.dels) {
-      std::string group = "*", event = pattern;
-      if (size_t colon = pattern.find(':'); colon != std::string::npos)
-        group = pattern.substr(0, colon), event = pattern.substr(colon + 1);
-      bool hit = false;
-      std::vector<std::string> done;
-      for (const DefinedEvent& d : *events) {
-        if (!glob_match(group, d.group) || !glob_match(event, d.event)) continue;
-        std::string id = d.group + ":" + d.event;
-        if (std::find(done.begin(), done.end(), id) != done.end()) continue;
-        done.push_back(id);
-        hit = true;
-        if (Status st = fs->remove(d); !st) return fail(st.error(), "Failed to delete events");
-        info("Removed event: " + id + "\n");
-      }
-      if (!hit) {
-        fprintf(stderr, "\"%s\" does not hit any event.\n", pattern.c_str());
-        fprintf(stderr, "  Error: Failed to delete events.\n");
-        return 255;
-      }
+    auto key = [](const DefinedEvent* d) {
+      return std::pair(d->uprobe, d->group + ":" + d->event);
+    };
+    std::vector<const DefinedEvent*> hits;
+    for (const DefinedEvent& d : *events)
+      if (std::any_of(o_.dels.begin(), o_.dels.end(),
+                      [&](const std::string& p) { return matches(p, d); }))
+        hits.push_back(&d);
+    std::sort(hits.begin(), hits.end(), [&](auto* a, auto* b) { return key(a) < key(b); });
+    hits.erase(std::unique(hits.begin(), hits.end(),
+                           [&](auto* a, auto* b) { return key(a) == key(b); }),
+               hits.end());
+    if (hits.empty()) {
+      std::string all;
+      for (const std::string& p : o_.dels) all += (all.empty() ? "" : "|") + p;
+      return fail(make_error(-ENOENT, "\"" + all + "\" does not hit any event."),
+                  "Failed to delete events");
+    }
+    for (const DefinedEvent* d : hits) {
+      if (Status st = fs->remove(*d); !st) return fail(st.error(), "Failed to delete events");
+      info("Removed event: " + key(d).second + "\n");
     }
     return 0;
   }
 
+  // perf's order: kprobe_events' lines first, each file's sorted by their text.
   int list() {
     auto fs = tracefs();
     if (!fs) return fail(fs.error(), "Failed to show event list");
     auto events = fs->events();
     if (!events) return fail(events.error(), "Failed to show event list");
-    std::string group = "*", event = o_.list_filter.empty() ? "*" : o_.list_filter;
-    if (size_t colon = event.find(':'); colon != std::string::npos)
-      group = event.substr(0, colon), event = event.substr(colon + 1);
+    std::sort(events->begin(), events->end(), [](const DefinedEvent& a, const DefinedEvent& b) {
+      return std::pair(a.uprobe, a.line) < std::pair(b.uprobe, b.line);
+    });
+    const std::string filter = o_.list_filter.empty() ? "*" : o_.list_filter;
     for (const DefinedEvent& d : *events) {
-      if (!glob_match(group, d.group) || !glob_match(event, d.event)) continue;
+      if (!matches(filter, d)) continue;
       char name[512];
       snprintf(name, sizeof name, "  %-20s ", (d.group + ":" + d.event).c_str());
       std::string where = source_location(d);
@@ -441,10 +463,7 @@ class Command {
     if (!range) return fail(range.error(), "Failed to show lines");
     if (!dbg_) return fail(no_debuginfo(), "Failed to show lines");
     auto text = show_lines(*dbg_, *range);
-    if (!text) {
-      fprintf(stderr, "%s\n  Error: Failed to show lines.\n", text.error().message.c_str());
-      return 255;
-    }
+    if (!text) return fail(text.error(), "Failed to show lines");
     fputs(text->c_str(), stdout);
     return 0;
   }
@@ -457,11 +476,8 @@ class Command {
     FinderOptions fo;
     fo.max_probes = o_.max_probes;
     auto places = variables_at(*image_, *dbg_, *spec, o_.externs, fo);
-    if (!places) {
-      fprintf(stderr, "%s\n  Error: Failed to show vars.\n", places.error().message.c_str());
-      return 255;
-    }
-    printf("Available variables at %s\n", o_.vars_spec.c_str());
+    if (!places) return fail(places.error(), "Failed to show vars");
+    printf("Available variables at %s\n", point_text(spec->point).c_str());
     for (const VarsAtPlace& p : *places) {
       printf("\t@<%s>\n", p.where.c_str());
       if (p.variables.empty()) printf("\t\t(No matched variables)\n");
@@ -511,5 +527,8 @@ class Command {
 
 int main(int argc, char** argv) {
   probefs::tools::Options o = probefs::tools::parse_options(argc, argv);
+  // perf's -q silences its errors too (everything it says goes to stderr): the exit
+  // status tells.
+  if (o.quiet) (void)!freopen("/dev/null", "w", stderr);
   return probefs::tools::Command(o).run();
 }

@@ -68,6 +68,7 @@ add_custom_target(probe_prog_debuginfo_variants DEPENDS
   ${variants}/buildid-root.stamp ${nm_lists} ${variants}/not_elf)
 
 add_dependencies(tools_elf_debuginfo_test probe_prog_debuginfo_variants)
+add_dependencies(tools_probe_command_test probe_prog_debuginfo_variants)
 target_compile_definitions(tools_elf_debuginfo_test PRIVATE
   PROBE_PROG_STRIPPED="${variants}/stripped/${prog_name}"
   PROBE_PROG_NODEBUG="${variants}/nodebug/${prog_name}"

@@ -220,9 +220,23 @@ TEST_F(ProbeMountO0, TracefsRefusalIsReported) {
   add(PROBE_PROG_O0, "scale");
   CommandResult r = probe({"-x", PROBE_PROG_O0, "price_order", "+0(%di):nosuchtype"});
   EXPECT_NE(r.exit_code(), 0);
-  EXPECT_NE(r.err.find("Invalid argument (Code: -22)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Failed to write event: Invalid argument\n"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Command: p:probe_probe_prog_O0/price_order"), std::string::npos) << r.err;
   EXPECT_NE(m_.read("uprobe_events").find("/scale "), std::string::npos);
+}
+
+// One run's definitions land together or not at all: when the tracefs refuses a later one,
+// the events the run made before it are taken back.
+TEST_F(ProbeMountO0, ARefusedDefinitionTakesBackTheRunsOthers) {
+  add(PROBE_PROG_O0, "price_order");
+  CommandResult r = probe({"-x", PROBE_PROG_O0, "-a", "scale", "-a", "main",
+                           "-a", "clamp +0(%di):nosuchtype"});
+  EXPECT_NE(r.exit_code(), 0);
+  std::string defs = m_.read("uprobe_events");
+  EXPECT_NE(defs.find("/price_order "), std::string::npos) << defs;
+  EXPECT_EQ(defs.find("/scale "), std::string::npos) << defs;
+  EXPECT_EQ(defs.find("/main "), std::string::npos) << defs;
+  EXPECT_EQ(defs.find("/clamp "), std::string::npos) << defs;
 }
 
 // The dry run writes nothing; -v shows the definitions.
