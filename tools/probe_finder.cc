@@ -100,6 +100,9 @@ Result<std::vector<TraceProbe>> from_symbols(const ElfImage& image, const ProbeS
       if (s.function && glob_match(p.function, s.name)) syms.push_back(&s);
   } else {
     syms = image.find_functions(p.function);
+    // A name without a version is the default one, the one the dynamic linker binds.
+    if (p.function.find('@') == std::string::npos && syms.size() > 1)
+      std::erase_if(syms, [](const ElfSymbol* s) { return !s->default_version; });
   }
   if (syms.empty())
     return make_error(-ENOENT, "Failed to find symbol " +
@@ -194,6 +197,19 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
     return make_error(-ENOENT, "The " + image.path() +
                                    " file has no debug information.\n"
                                    "Rebuild with -g, or install an appropriate debuginfo package.");
+  // A uprobe on an IFUNC name is on its resolver, which runs once, at load: say so, and how
+  // to reach the code the program calls.
+  if (notes && !spec.point.function.empty())
+    for (const ElfSymbol* s : image.find_functions(spec.point.function))
+      if (s->ifunc) {
+        notes->push_back("Note: " + s->name +
+                         " is an IFUNC: this probes its resolver, which runs once when the "
+                         "object is loaded.\nTo probe what the program calls, name the "
+                         "implementation, or define a kprobe-style '" + s->name +
+                         "' in kprobe_events: probefs resolves it to the implementation "
+                         "(kprobes/list names it).");
+        break;
+      }
   // %return goes through the symbol table, as in perf: its place is the function's entry.
   if (!dbg || spec.point.retprobe || spec.point.has_address) {
     if (spec.point.retprobe && dwarf_needed)
@@ -202,6 +218,10 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
   }
   auto places = places_of(*dbg, spec, options, notes);
   if (!places) return places.error();
+  // A function the DWARF does not name (assembly, a resolver under another name) is still
+  // the symbol table's, as in perf.
+  if (places->empty() && !dwarf_needed && !image.find_functions(spec.point.function).empty())
+    return from_symbols(image, spec, options);
   if (places->empty())
     return make_error(-ENOENT, "Probe point '" + point_text(spec.point) + "' not found.");
   std::vector<TraceProbe> out;

@@ -5,11 +5,13 @@
 // its output on the same binary is the oracle; it runs only with TRACEFS_PATH=the mount and
 // a fresh scratch HOME each time (its build-id cache there would otherwise hand it the DWARF
 // of a copy that has none).
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -193,6 +195,31 @@ class ProbeCommandPerf : public ProbeCommand {
     ProbeCommand::SetUp();
   }
 };
+
+// ---- IFUNC names
+
+// The object that holds libc's printf, as the dynamic linker loaded it.
+std::string libc_path() {
+  Dl_info info{};
+  return dladdr(reinterpret_cast<void*>(&printf), &info) && info.dli_fname ? info.dli_fname : "";
+}
+
+// A uprobe on an IFUNC name keeps the kernel's meaning, the resolver's file offset, as
+// perf writes it (the default version only), and the command says how to reach the code
+// the program calls.
+TEST_F(ProbeCommandPerf, IfuncNameIsTheResolverAndSaysSo) {
+  const std::string libc = libc_path();
+  ASSERT_FALSE(libc.empty());
+  std::vector<std::string> args = {"-n", "-v", "-x", libc, "memcpy"};
+  CommandResult mine = ours(args), theirs = perf(args);
+  EXPECT_EQ(mine.exit_code(), 0) << mine.err;
+  EXPECT_NE(mine.err.find("Note: memcpy is an IFUNC: this probes its resolver"),
+            std::string::npos)
+      << mine.err;
+  EXPECT_EQ(lines_with(mine.err, "Writing event: ").size(), 1u) << mine.err;
+  EXPECT_EQ(lines_with(mine.err, "Writing event: "), lines_with(theirs.err, "Writing event: "))
+      << theirs.err;
+}
 
 // ---- -V / --vars
 
