@@ -18,8 +18,13 @@
 //   t_current       this thread's running probe (recursion guard), or the engine's own
 //                   mark on its threads while they run engine code           (owner thread)
 //   t_ri_head       this thread's kretprobe instances in flight, newest first (owner thread)
+//   t_parked        this thread's instances whose frames the order of t_ri_head says are
+//                   gone but which may live on another stack (a coroutine's): kept until
+//                   they return or are proven gone (owner thread; kretprobe_instances.cc)
 //   t_returned      where this thread's last returns of functions that return twice went
 //                   (owner thread; kretprobe_instances.cc)
+//   t_given_back    where the frames went whose instances an exception's give-back took
+//                   out of t_ri_head (owner thread; kretprobe_instances.cc)
 //   g_opt_queue     aggregates the optimizer thread retries                  (g_mu)
 // Anything unpublished is retired and freed only after synchronize_rcu().
 //
@@ -163,7 +168,9 @@ extern thread_local constinit const void* t_current __attribute__((tls_model("in
 // thread inside a control operation for its duration. The engine calls libc (files,
 // threads, memory), which users probe: such hits run no handler and are no one's miss.
 extern char g_engine_mark;
-// This thread's kretprobe instances in flight, newest first.
+// This thread's kretprobe instances in flight, newest first. Instances it takes for gone
+// are parked (kretprobe_instances.cc), not given back, until proven gone: a pool's
+// instances are all back once every frame that held one has returned or is known gone.
 extern thread_local constinit KretprobeInstance* t_ri_head
     __attribute__((tls_model("initial-exec")));
 // Handed to arch for a single-step taken on behalf of a missed (recursive) hit.
