@@ -106,6 +106,11 @@ void put_sym(Out& o, uint64_t addr, bool with_offset, Symbolizer* sym) {
       put_clipped(o, si.module);
       o.put(']');
     }
+    if (!si.note.empty()) {
+      o.put(" (");
+      put_clipped(o, si.note);
+      o.put(')');
+    }
     return;
   }
   put_hex(o, addr);
@@ -119,7 +124,7 @@ void put_ip_sym(Out& o, uint64_t ip, bool with_offset, Symbolizer* sym) {
   put_sym(o, ip, with_offset, sym);
 }
 
-constexpr size_t kSymBound = 2 * kMaxSymText + 64;
+constexpr size_t kSymBound = 3 * kMaxSymText + 64;  // name, module and note, clipped each
 
 void put_value(Out& o, const FetchType* t, const uint8_t* p, const uint8_t* rec, uint32_t len,
                Symbolizer* sym) {

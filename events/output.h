@@ -18,6 +18,9 @@ struct SymbolInfo {
   uint64_t offset = 0;   // addr - symbol start
   uint64_t size = 0;     // symbol size
   std::string_view module;  // printed as " [module]" when not empty
+  // Printed as " (note)" after all of that when not empty: what the probe was asked for,
+  // where that name resolved to code named otherwise (an IFUNC's implementation).
+  std::string_view note;
 };
 
 class Symbolizer {

@@ -460,7 +460,7 @@ const std::string& TraceReader::comm(pid_t pid, pid_t tid) {
   return s.comm;
 }
 
-events::Symbolizer* TraceReader::symbolizer(pid_t pid) {
+tracee::TargetSymbolizer* TraceReader::symbolizer(pid_t pid) {
   for (const auto& [p, s] : symbolizers_)
     if (p == pid) return s.get();
   symbolizers_.emplace_back(pid, tracer_.symbolizer(pid));
@@ -483,7 +483,11 @@ void TraceReader::append_line(std::string& out, const Held& h, const uint8_t* da
   if (!v) return;
   const pid_t tid = load32(data + 4);
   const std::string& name = comm(h.pid, tid);
-  events::Symbolizer* sym = v->kprobe_style ? symbolizer(h.pid) : nullptr;
+  // The event's view of its target's names: its probes' addresses carry their notes (an
+  // IFUNC's implementation shows the name the definition asked for).
+  tracee::TargetSymbolizer* target = v->kprobe_style ? symbolizer(h.pid) : nullptr;
+  tracee::EventSymbolizer names(target, id);
+  events::Symbolizer* sym = target != nullptr ? &names : nullptr;
   if (fill_fast_) {
     events::LineContext ctx;
     ctx.comm = name;

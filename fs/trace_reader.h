@@ -207,7 +207,7 @@ class TraceReader {
   bool decide_peeked(ThreadGate& g, uint64_t index, const Held& h, const uint8_t* data);
   const EventView* view(uint16_t id);
   const std::string& comm(pid_t pid, pid_t tid);
-  events::Symbolizer* symbolizer(pid_t pid);
+  tracee::TargetSymbolizer* symbolizer(pid_t pid);
   void begin_fill();
   void append_line(std::string& out, const Held& h, const uint8_t* data);
   void append_marker(std::string& out, const Held& h, const uint8_t* data);
@@ -244,7 +244,7 @@ class TraceReader {
   };
   std::unordered_map<uint64_t, CommSlot> comms_;
   // This fill's, held until the next: a departed target's may be the last reference.
-  std::vector<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> symbolizers_;
+  std::vector<std::pair<pid_t, std::shared_ptr<tracee::TargetSymbolizer>>> symbolizers_;
   std::vector<uint64_t> read_events_;   // per CPU: records consumed
   std::vector<uint64_t> dropped_events_;  // per CPU: records lost before those
   // One trace walk's scratch.

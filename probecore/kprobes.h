@@ -134,7 +134,9 @@ void unregister_kretprobes(Kretprobe** rps, int num);
 [[nodiscard]] int disarm_all_kprobes();
 bool kprobes_all_disarmed();
 
-// The kernel's `kprobes/list`: one line per probe, "ADDR  k|r  SYM+0xOFF  MOD [FLAGS]".
+// The kernel's `kprobes/list`: one line per probe, "ADDR  k|r  SYM+0xOFF  MOD [FLAGS]",
+// and " (NOTE)" after them for a probe whose symbol_name the resolver placed on code of
+// another name (SymbolLocation::note: "memcpy" beside an IFUNC's implementation).
 std::string kprobes_list();
 
 // Where symbol_name is resolved and function bounds come from. Not owned. nullptr removes.

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <string>
+#include <unordered_map>
 
 #include "probecore/engine_state.h"
 #include "probecore/rcu.h"
@@ -268,6 +270,13 @@ bool returns_twice_name(std::string_view name) {
          name == "getcontext";
 }
 
+// What `kprobes/list` adds after the line of a probe whose symbol_name resolved to code
+// that name does not say (SymbolLocation::note), by probe: per probe, since the probes of
+// one aggregate may have been asked for by different names (memcpy and memmove resolve to
+// one implementation). g_mu; never destroyed, as the containers above.
+std::unordered_map<const Kprobe*, std::string>& g_list_notes =
+    *new std::unordered_map<const Kprobe*, std::string>;
+
 int resolve_location(Kprobe* p, uintptr_t* addr, FunctionBounds* bounds, SymbolLocation* where) {
   if ((p->symbol_name && p->addr) || (!p->symbol_name && !p->addr)) return -EINVAL;
   *bounds = p->bounds;
@@ -385,12 +394,14 @@ int register_locked(Kprobe* p) {
   mark_dirty(ag);
   p->addr = addr;
   p->aggr_ = ag;
+  if (!where.note.empty()) g_list_notes[p] = where.note;
   return 0;
 }
 
 int unregister_locked(Kprobe* p) {
   Aggregate* ag = p->aggr_;
   if (!ag) return -EINVAL;
+  g_list_notes.erase(p);
   std::vector<Kprobe*> probes = children_of(ag);
   std::erase(probes, p);
   if (probes.empty()) {
@@ -484,6 +495,12 @@ void append_line(std::string* out, const Aggregate* ag, const Kprobe* p) {
   if (f & KPROBE_FLAG_GONE) out->append("[GONE]");
   else if (f & KPROBE_FLAG_DISABLED) out->append("[DISABLED]");
   if (f & KPROBE_FLAG_OPTIMIZED) out->append("[OPTIMIZED]");
+  // After the kernel's columns, so that a reader of them finds them where they were.
+  if (auto it = g_list_notes.find(p); it != g_list_notes.end()) {
+    out->append(" (");
+    out->append(it->second);
+    out->push_back(')');
+  }
   out->push_back('\n');
 }
 

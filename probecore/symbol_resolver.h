@@ -48,6 +48,11 @@ struct SymbolLocation {
   FunctionBounds bounds;   // the function containing addr
   std::string module;      // object basename ("libc.so.6"); empty for the executable
   std::string name;        // symbol name without module prefix
+  // resolve(): what `kprobes/list` adds after the probe's line, in parentheses, where the
+  // name asked for resolved to code its name does not say (an IFUNC symbol resolves to
+  // the implementation the program calls: "memcpy" beside
+  // __memmove_avx_unaligned_erms). Empty otherwise.
+  std::string note;
 };
 
 class SymbolResolver {

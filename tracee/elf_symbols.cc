@@ -1,7 +1,9 @@
 #include "tracee/elf_symbols.h"
 
+#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +12,12 @@
 #include <cerrno>
 #include <compare>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -39,6 +43,7 @@ struct ElfSymbol {
   uint64_t size = 0;
   uint32_t name = 0;    // offset into SymbolTable::names
   uint8_t rank = 0;     // higher wins when several symbols share a name or an address
+  bool ifunc = false;   // STT_GNU_IFUNC: value is the resolver
 };
 
 // The symbols of one kind that an object defines, from .symtab and .dynsym together. Each
@@ -59,6 +64,23 @@ enum class SymbolKind : uint8_t {
   kData,
 };
 
+// The slots of an object that the dynamic linker fills with the address of a function, as
+// IFUNC resolution reads them back (x86-64 objects only: the relocation types are its).
+struct Relocations {
+  // R_X86_64_IRELATIVE: (slot, resolver), ELF virtual addresses. ld.so stores there what
+  // the resolver returned, at load time, whether or not binding is lazy.
+  std::vector<std::pair<uint64_t, uint64_t>> irelative;
+  // GLOB_DAT, JUMP_SLOT and 64-bit words that name a symbol with no addend: the slot, by
+  // the name referenced, with the version the reference asks for (empty: none).
+  struct SymbolSlot {
+    uint64_t slot = 0;
+    std::string version;
+  };
+  std::unordered_multimap<std::string, SymbolSlot> by_name;
+  // [lo, hi) of .plt, .plt.sec and .plt.got: where a JUMP_SLOT not bound yet points.
+  std::vector<std::pair<uint64_t, uint64_t>> plt;
+};
+
 // One ELF object's file, or its bytes for an object given as bytes (load_image): what
 // does not depend on where a process maps it. A file is shared by every ProcessSymbols
 // whose process maps it (FileCache below); each process's view of it is an ElfObject.
@@ -75,6 +97,8 @@ struct ElfFile {
   }
 
   int fd = -1;
+  dev_t dev = 0;                 // of the file opened (fstat), where there is one
+  ino_t inode = 0;
   std::vector<char> image;       // the bytes elf reads, for objects given as bytes
   std::vector<GElf_Phdr> loads;  // the PT_LOAD program headers, in file order
 
@@ -96,6 +120,18 @@ struct ElfFile {
   // of the sized ones, by the name of the function they belong to. Built on first use.
   bool split_parts_loaded = false;
   std::unordered_map<std::string_view, std::vector<uint32_t>> split_parts;
+
+  // Names for the local functions of an object without .symtab, from its separate debug
+  // file (found by build-id): describe() only, where the object's own tables name
+  // nothing. Read on first use; empty when no debug file is installed.
+  bool has_symtab = false;  // set with `functions`
+  bool debug_loaded = false;
+  SymbolTable debug_functions;
+  std::vector<uintptr_t> debug_max_end;
+
+  // The dynamic relocations that IFUNC resolution reads (resolve()), read on first use.
+  bool relocations_loaded = false;
+  Relocations relocations;
 };
 
 // Takes `elf` (begun on f's fd or image) into f when it is an object a process maps
@@ -173,6 +209,8 @@ std::shared_ptr<ElfFile> shared_file(int fd) {
   }
   auto f = std::make_shared<ElfFile>();
   f->fd = fd;
+  f->dev = st.st_dev;
+  f->inode = st.st_ino;
   // Read, not mapped: a mapping of the object file would show in /proc/PID/maps beside
   // the object's own and confuse the next scan of this very process.
   if (!begin_file(*f, elf_begin(fd, ELF_C_READ, nullptr))) return nullptr;
@@ -209,6 +247,12 @@ struct ElfObject {
     }
     return false;
   }
+  bool contains_code(uintptr_t addr) const {
+    for (const auto& [lo, hi] : code) {
+      if (lo <= addr && addr < hi) return true;
+    }
+    return false;
+  }
 
   // Identity across reloads: the same file mapped at the same place.
   dev_t dev = 0;
@@ -221,6 +265,7 @@ struct ElfObject {
   bool executable = false;
   uintptr_t bias = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // run-time mappings
+  std::vector<std::pair<uintptr_t, uintptr_t>> code;    // those of them that are executable
   std::shared_ptr<ElfFile> file;
 };
 
@@ -233,7 +278,6 @@ std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   o->first_offset = first.offset;
   o->path = first.path;
   o->module.assign(basename_of(first.path));
-  for (const Mapping& m : g.maps) o->ranges.emplace_back(m.start, m.end);
   const int fd = open_mapped_file(pid, first);
   if (fd < 0) return nullptr;
   o->file = shared_file(fd);
@@ -373,29 +417,15 @@ void append_symbols(Elf* elf, Elf_Scn* table, SymbolKind kind, bool dynamic,
     es.name = static_cast<uint32_t>(t->names.size());
     es.rank = static_cast<uint8_t>(binding_rank(GELF_ST_BIND(sym.st_info)) +
                                    (default_version ? 4 : 0));
+    es.ifunc = GELF_ST_TYPE(sym.st_info) == STT_GNU_IFUNC;
     t->names.append(name);
     t->names.push_back('\0');
     t->by_addr.push_back(es);
   }
 }
 
-// Reads the symbols of `kind` of .symtab and .dynsym into t, sorted by address and indexed
-// by name.
-void read_symbols(Elf* elf, SymbolKind kind, SymbolTable* t) {
-  Elf_Scn* symtab = nullptr;
-  Elf_Scn* dynsym = nullptr;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) continue;
-    if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
-    if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
-  }
-  if (symtab != nullptr) append_symbols(elf, symtab, kind, false, false, t);
-  // .dynsym alone, or beside .symtab for the versions that only its versioning sections
-  // record (ld writes "NAME@VERSION" into .symtab for .symver aliases, not for versions a
-  // version script gives).
-  if (dynsym != nullptr) append_symbols(elf, dynsym, kind, true, symtab != nullptr, t);
-
+// Sorts t's symbols by address and indexes them by name.
+void index_symbols(SymbolTable* t) {
   std::stable_sort(t->by_addr.begin(), t->by_addr.end(),
                    [](const ElfSymbol& a, const ElfSymbol& b) { return a.value < b.value; });
   // The names are complete, so views into them stay valid.
@@ -420,19 +450,46 @@ void read_symbols(Elf* elf, SymbolKind kind, SymbolTable* t) {
   }
 }
 
+// Reads the symbols of `kind` of .symtab and .dynsym into t, sorted by address and indexed
+// by name. Whether the object has a .symtab.
+bool read_symbols(Elf* elf, SymbolKind kind, SymbolTable* t) {
+  Elf_Scn* symtab = nullptr;
+  Elf_Scn* dynsym = nullptr;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr) continue;
+    if (sh.sh_type == SHT_SYMTAB && symtab == nullptr) symtab = scn;
+    if (sh.sh_type == SHT_DYNSYM && dynsym == nullptr) dynsym = scn;
+  }
+  if (symtab != nullptr) append_symbols(elf, symtab, kind, false, false, t);
+  // .dynsym alone, or beside .symtab for the versions that only its versioning sections
+  // record (ld writes "NAME@VERSION" into .symtab for .symver aliases, not for versions a
+  // version script gives).
+  if (dynsym != nullptr) append_symbols(elf, dynsym, kind, true, symtab != nullptr, t);
+  index_symbols(t);
+  return symtab != nullptr;
+}
+
+// How far the functions before each one in `t` reach: max_end[i] is the highest
+// value + size of t.by_addr[0..i] (covering()).
+std::vector<uintptr_t> reach_of(const SymbolTable& t) {
+  std::vector<uintptr_t> max_end(t.by_addr.size());
+  uintptr_t reach = 0;
+  for (size_t i = 0; i < t.by_addr.size(); ++i) {
+    const ElfSymbol& s = t.by_addr[i];
+    reach = std::max<uintptr_t>(reach, s.value + s.size);
+    max_end[i] = reach;
+  }
+  return max_end;
+}
+
 // The function table, and how far the functions before each one reach (covering_symbol).
 void load_symbols(ElfFile& f) {
   if (f.functions_loaded) return;
   f.functions_loaded = true;
   if (f.fd >= 0) file_cache().symbol_tables_read.fetch_add(1, std::memory_order_relaxed);
-  read_symbols(f.elf, SymbolKind::kFunction, &f.functions);
-  f.max_end.resize(f.functions.by_addr.size());
-  uintptr_t reach = 0;
-  for (size_t i = 0; i < f.functions.by_addr.size(); ++i) {
-    const ElfSymbol& s = f.functions.by_addr[i];
-    reach = std::max<uintptr_t>(reach, s.value + s.size);
-    f.max_end[i] = reach;
-  }
+  f.has_symtab = read_symbols(f.elf, SymbolKind::kFunction, &f.functions);
+  f.max_end = reach_of(f.functions);
 }
 
 // The table of variables: only `@SYM` lookups (resolve_data) read it.
@@ -441,6 +498,164 @@ void load_data_symbols(ElfFile& f) {
   f.data_loaded = true;
   if (f.fd >= 0) file_cache().data_tables_read.fetch_add(1, std::memory_order_relaxed);
   read_symbols(f.elf, SymbolKind::kData, &f.data);
+}
+
+// The separate debug file of an object, where distributions install them by build-id
+// (/usr/lib/debug/.build-id/xx/yyyy.debug), or "" when it has no build-id. Debian's -dbg
+// and -dbgsym packages put the symbol table that stripping removed there, local
+// functions included, at the object's own addresses.
+std::string debug_file_path(Elf* elf) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_NOTE) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) continue;
+    GElf_Nhdr nh;
+    size_t name_at = 0, desc_at = 0;
+    for (size_t at = 0, next; (next = gelf_getnote(data, at, &nh, &name_at, &desc_at)) != 0;
+         at = next) {
+      const auto* bytes = static_cast<const unsigned char*>(data->d_buf);
+      if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+          std::memcmp(bytes + name_at, "GNU", 4) != 0 || nh.n_descsz < 2 || nh.n_descsz > 64)
+        continue;
+      static constexpr char kHex[] = "0123456789abcdef";
+      std::string path = "/usr/lib/debug/.build-id/";
+      for (size_t i = 0; i < nh.n_descsz; ++i) {
+        if (i == 1) path += '/';
+        path += kHex[bytes[desc_at + i] >> 4];
+        path += kHex[bytes[desc_at + i] & 15];
+      }
+      return path + ".debug";
+    }
+  }
+  return {};
+}
+
+// The functions of f's debug file (describe()'s names for a stripped object's local code).
+void load_debug_names(ElfFile& f) {
+  if (f.debug_loaded) return;
+  f.debug_loaded = true;
+  load_symbols(f);
+  // An object with .symtab names its local functions itself; one given as bytes is read
+  // alone.
+  if (f.has_symtab || f.fd < 0) return;
+  const std::string path = debug_file_path(f.elf);
+  if (path.empty()) return;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  if (Elf* elf = elf_begin(fd, ELF_C_READ, nullptr)) {
+    if (elf_kind(elf) == ELF_K_ELF) {
+      for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_SYMTAB) continue;
+        append_symbols(elf, scn, SymbolKind::kFunction, false, false, &f.debug_functions);
+        break;
+      }
+      index_symbols(&f.debug_functions);
+      f.debug_max_end = reach_of(f.debug_functions);
+    }
+    elf_end(elf);
+  }
+  close(fd);
+}
+
+// The version names a .dynsym's version words can stand for: the definitions of
+// .gnu.version_d and the needs of .gnu.version_r (what an undefined symbol asks for).
+DynsymVersions reference_versions(Elf* elf, size_t dynsym_index) {
+  DynsymVersions v = read_dynsym_versions(elf, dynsym_index);
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_GNU_verneed) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr) continue;
+    // A chain of Verneed records (one per object needed), each with its Vernaux entries
+    // (one per version of it); bounded by the declared counts and the section's size.
+    size_t off = 0;
+    for (size_t n = 0; n < sh.sh_info && off < data->d_size; ++n) {
+      GElf_Verneed need;
+      if (gelf_getverneed(data, static_cast<int>(off), &need) == nullptr) break;
+      size_t aux_off = off + need.vn_aux;
+      for (size_t k = 0; k < need.vn_cnt && aux_off < data->d_size; ++k) {
+        GElf_Vernaux aux;
+        if (gelf_getvernaux(data, static_cast<int>(aux_off), &aux) == nullptr) break;
+        if (const char* name = elf_strptr(elf, sh.sh_link, aux.vna_name))
+          v.names.emplace(aux.vna_other, name);
+        if (aux.vna_next == 0) break;
+        aux_off += aux.vna_next;
+      }
+      if (need.vn_next == 0) break;
+      off += need.vn_next;
+    }
+  }
+  return v;
+}
+
+// The relocations of one SHT_RELA section that IFUNC resolution reads back.
+void read_rela(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh, Relocations* out) {
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr) return;
+  Elf_Scn* sym_scn = elf_getscn(elf, sh.sh_link);
+  GElf_Shdr sym_sh;
+  Elf_Data* syms = nullptr;
+  DynsymVersions versions;
+  if (sym_scn != nullptr && gelf_getshdr(sym_scn, &sym_sh) != nullptr &&
+      sym_sh.sh_type == SHT_DYNSYM) {
+    syms = elf_getdata(sym_scn, nullptr);
+    versions = reference_versions(elf, sh.sh_link);
+  }
+  const size_t count = sh.sh_size / sh.sh_entsize;
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Rela r;
+    if (gelf_getrela(data, static_cast<int>(i), &r) == nullptr) break;
+    const auto type = static_cast<unsigned>(GELF_R_TYPE(r.r_info));
+    if (type == R_X86_64_IRELATIVE) {
+      out->irelative.emplace_back(r.r_offset, static_cast<uint64_t>(r.r_addend));
+      continue;
+    }
+    // Slots that receive a symbol's address as it is: a GOT entry, a PLT slot, a function
+    // pointer in data.
+    const bool whole_address = type == R_X86_64_GLOB_DAT || type == R_X86_64_JUMP_SLOT ||
+                               (type == R_X86_64_64 && r.r_addend == 0);
+    if (!whole_address || syms == nullptr) continue;
+    const auto index = static_cast<size_t>(GELF_R_SYM(r.r_info));
+    GElf_Sym sym;
+    if (index == 0 || gelf_getsym(syms, static_cast<int>(index), &sym) == nullptr) continue;
+    const unsigned st = GELF_ST_TYPE(sym.st_info);
+    if (st != STT_FUNC && st != STT_GNU_IFUNC && st != STT_NOTYPE) continue;
+    const char* name = elf_strptr(elf, sym_sh.sh_link, sym.st_name);
+    if (name == nullptr || name[0] == '\0') continue;
+    Relocations::SymbolSlot slot;
+    slot.slot = r.r_offset;
+    GElf_Versym word;
+    if (versions.versym != nullptr &&
+        gelf_getversym(versions.versym, static_cast<int>(index), &word) != nullptr) {
+      if (auto it = versions.names.find(word & 0x7fff); it != versions.names.end())
+        slot.version = it->second;
+    }
+    out->by_name.emplace(name, std::move(slot));
+  }
+}
+
+void load_relocations(ElfFile& f) {
+  if (f.relocations_loaded) return;
+  f.relocations_loaded = true;
+  GElf_Ehdr eh;
+  if (gelf_getehdr(f.elf, &eh) == nullptr || eh.e_machine != EM_X86_64) return;
+  size_t shstrndx = 0;
+  const bool named = elf_getshdrstrndx(f.elf, &shstrndx) == 0;
+  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr) continue;
+    if (named && (sh.sh_flags & SHF_EXECINSTR)) {
+      const char* n = elf_strptr(f.elf, shstrndx, sh.sh_name);
+      if (n != nullptr && (std::strcmp(n, ".plt") == 0 || std::strcmp(n, ".plt.sec") == 0 ||
+                           std::strcmp(n, ".plt.got") == 0))
+        f.relocations.plt.emplace_back(sh.sh_addr, sh.sh_addr + sh.sh_size);
+    }
+    // The dynamic linker's relocations are the allocated ones.
+    if (sh.sh_type == SHT_RELA && (sh.sh_flags & SHF_ALLOC) && sh.sh_entsize != 0)
+      read_rela(f.elf, scn, sh, &f.relocations);
+  }
 }
 
 // The symbol that `name` (bare or with a version) stands for in t, or nullptr.
@@ -456,15 +671,16 @@ std::string display_name(std::string_view full) {
   return std::string(full.substr(0, at));
 }
 
-// The best sized function symbol covering `vaddr`: the innermost one, then the one with the
-// strongest binding (a global FUNC over its local aliases).
-const ElfSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
-  auto it = std::upper_bound(f.functions.by_addr.begin(), f.functions.by_addr.end(), vaddr,
+// The best sized symbol of t covering `vaddr` (max_end: reach_of(t)): the innermost one,
+// then the one with the strongest binding (a global FUNC over its local aliases).
+const ElfSymbol* covering(const SymbolTable& t, const std::vector<uintptr_t>& max_end,
+                          uintptr_t vaddr) {
+  auto it = std::upper_bound(t.by_addr.begin(), t.by_addr.end(), vaddr,
                              [](uintptr_t a, const ElfSymbol& s) { return a < s.value; });
   const ElfSymbol* best = nullptr;
-  for (size_t i = static_cast<size_t>(it - f.functions.by_addr.begin()); i-- > 0;) {
-    if (f.max_end[i] <= vaddr) break;  // nothing at or before i reaches vaddr
-    const ElfSymbol& s = f.functions.by_addr[i];
+  for (size_t i = static_cast<size_t>(it - t.by_addr.begin()); i-- > 0;) {
+    if (max_end[i] <= vaddr) break;  // nothing at or before i reaches vaddr
+    const ElfSymbol& s = t.by_addr[i];
     if (s.size == 0 || s.value + s.size <= vaddr) continue;
     if (best == nullptr || s.value > best->value ||
         (s.value == best->value &&
@@ -475,15 +691,23 @@ const ElfSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
   return best;
 }
 
-// A function symbol that starts exactly at `vaddr`, to name code bounded by an FDE.
-const ElfSymbol* symbol_at(const ElfFile& f, uintptr_t vaddr) {
-  auto it = std::lower_bound(f.functions.by_addr.begin(), f.functions.by_addr.end(), vaddr,
+const ElfSymbol* covering_symbol(const ElfFile& f, uintptr_t vaddr) {
+  return covering(f.functions, f.max_end, vaddr);
+}
+
+// A symbol of t that starts exactly at `vaddr`, to name code bounded by an FDE.
+const ElfSymbol* starting_at(const SymbolTable& t, uintptr_t vaddr) {
+  auto it = std::lower_bound(t.by_addr.begin(), t.by_addr.end(), vaddr,
                              [](const ElfSymbol& s, uintptr_t a) { return s.value < a; });
   const ElfSymbol* best = nullptr;
-  for (; it != f.functions.by_addr.end() && it->value == vaddr; ++it) {
+  for (; it != t.by_addr.end() && it->value == vaddr; ++it) {
     if (best == nullptr || it->rank > best->rank) best = &*it;
   }
   return best;
+}
+
+const ElfSymbol* symbol_at(const ElfFile& f, uintptr_t vaddr) {
+  return starting_at(f.functions, vaddr);
 }
 
 const FdeRange* covering_fde(ElfFile& f, uintptr_t vaddr) {
@@ -599,6 +823,110 @@ int split_name(std::string_view name, std::string_view* mod, std::string_view* s
   return 0;
 }
 
+// `SYM@resolver`: the suffix that asks for an IFUNC's resolver rather than its
+// implementation. No symbol version is called that.
+constexpr std::string_view kResolverSuffix = "@resolver";
+
+// 8-byte words of a process's memory, through /proc/PID/mem (which the daemon, the
+// process's tracer or owner, may read; a process may always read its own).
+class ProcessMemory {
+ public:
+  explicit ProcessMemory(pid_t pid) {
+    if (pid <= 0) return;
+    char file[64];
+    std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
+    fd_ = open(file, O_RDONLY | O_CLOEXEC);
+  }
+  ~ProcessMemory() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ProcessMemory(const ProcessMemory&) = delete;
+  ProcessMemory& operator=(const ProcessMemory&) = delete;
+
+  bool word(uintptr_t addr, uintptr_t* out) const {
+    return fd_ >= 0 && pread(fd_, out, sizeof *out, static_cast<off_t>(addr)) ==
+                           static_cast<ssize_t>(sizeof *out);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Where this process maps the file (dev, inode, as stat gives them: /proc/PID/maps may
+// give an overlay's lower device) through the dynamic linker, which relocated it, so that
+// its code may run here: the load bias of its link-map entry (the executable's included);
+// with `at`, only the entry loaded at that bias. A file mapped some other way (mmap) is
+// not there.
+bool own_load_bias(dev_t dev, ino_t inode, std::optional<uintptr_t> at, uintptr_t* bias) {
+  struct Search {
+    dev_t dev;
+    ino_t inode;
+    std::optional<uintptr_t> at;
+    uintptr_t bias = 0;
+    bool found = false;
+  } search{dev, inode, at};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* s = static_cast<Search*>(data);
+        if (s->at && info->dlpi_addr != *s->at) return 0;
+        const char* path = info->dlpi_name;
+        if (path == nullptr || path[0] == '\0') path = "/proc/self/exe";  // the executable
+        struct stat st;
+        if (stat(path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->inode) return 0;
+        s->bias = info->dlpi_addr;
+        s->found = true;
+        return 1;
+      },
+      &search);
+  *bias = search.bias;
+  return search.found;
+}
+
+// Whether `pid` started with this process's GLIBC_TUNABLES (neither having any counts as
+// the same): the tunables are what can make one resolver choose differently on one
+// machine (glibc.cpu.hwcaps masks CPU features out).
+bool same_tunables(pid_t pid) {
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/%d/environ", static_cast<int>(pid));
+  const int fd = open(file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string env;
+  char buf[4096];
+  for (ssize_t n; env.size() < (1u << 20) && (n = read(fd, buf, sizeof buf)) > 0;)
+    env.append(buf, static_cast<size_t>(n));
+  close(fd);
+  constexpr std::string_view kName = "GLIBC_TUNABLES=";
+  std::optional<std::string_view> theirs;
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    const std::string_view entry(env.data() + at, end - at);
+    if (entry.starts_with(kName)) theirs = entry.substr(kName.size());
+    at = end + 1;
+  }
+  const char* mine = std::getenv("GLIBC_TUNABLES");
+  if (mine == nullptr || !theirs) return mine == nullptr && !theirs;
+  return *theirs == mine;
+}
+
+// Runs an IFUNC resolver of this process as the x86-64 dynamic linker does: no arguments
+// (glibc's x86 resolvers read the CPU features ld.so recorded).
+uintptr_t run_resolver(uintptr_t addr) {
+  using Resolver = uintptr_t (*)();
+  return reinterpret_cast<Resolver>(addr)();
+}
+
+// Whether a reference to (name, version) binds to the definition `def` (its full name:
+// "memcpy@@GLIBC_2.14", "memcpy@GLIBC_2.2.5", "foo"): the same name, and the version the
+// reference asks for, or none for a default (or unversioned) definition.
+bool binds_to(std::string_view def, std::string_view version) {
+  const size_t at = def.find('@');
+  if (at == std::string_view::npos) return true;
+  const bool is_default = def.substr(at).starts_with("@@");
+  const std::string_view def_version = def.substr(at + (is_default ? 2 : 1));
+  return version.empty() ? is_default : version == def_version;
+}
+
 }  // namespace
 
 struct ProcessSymbols::Impl {
@@ -630,6 +958,18 @@ struct ProcessSymbols::Impl {
   // else by sym's size, else by the FDE around vaddr. Requires o.file->mu.
   void fill(const ElfObject& o, const ElfSymbol* sym, uintptr_t vaddr, ResolvedSymbol* out,
             const FdeRange* bounded_by = nullptr) const;
+  // describe() in one object that contains addr. Requires o.file->mu.
+  bool describe_in(const ElfObject& o, uintptr_t addr, ResolvedSymbol* out) const;
+  // describe() of any object. Requires mu, not the files' mutexes.
+  bool describe_any(uintptr_t addr, ResolvedSymbol* out) const;
+  // Whether a function of some object's code starts at addr: what a slot must hold to be
+  // an implementation (a slot that was not relocated yet holds a file's virtual address,
+  // a lazy one its own PLT stub). *out describes it. Requires mu.
+  bool function_at(uintptr_t addr, ResolvedSymbol* out) const;
+  // resolve() of the IFUNC symbol `sym` (its full name `full`) of `def`, asked as
+  // `asked`. Requires mu, not the files' mutexes.
+  void resolve_ifunc(const ElfObject& def, const ElfSymbol& sym, const std::string& full,
+                     std::string_view asked, ResolvedSymbol* out) const;
 };
 
 // Reads the mappings and orders the objects: executable, link map, then the rest in address
@@ -669,7 +1009,11 @@ int ProcessSymbols::Impl::scan() {
     if (!o) o = open_object(pid, g);
     if (!o) continue;
     o->ranges.clear();
-    for (const Mapping& m : g.maps) o->ranges.emplace_back(m.start, m.end);
+    o->code.clear();
+    for (const Mapping& m : g.maps) {
+      o->ranges.emplace_back(m.start, m.end);
+      if (m.exec) o->code.emplace_back(m.start, m.end);
+    }
     o->executable = false;
     found.push_back(std::move(o));
   }
@@ -740,6 +1084,147 @@ void ProcessSymbols::Impl::fill(const ElfObject& o, const ElfSymbol* sym, uintpt
   } else {
     out->function = {out->addr, out->addr};
   }
+  out->ifunc = IfuncChoice::kNone;
+  out->resolver = 0;
+  out->asked.clear();
+}
+
+bool ProcessSymbols::Impl::describe_in(const ElfObject& o, uintptr_t addr,
+                                       ResolvedSymbol* out) const {
+  const uintptr_t vaddr = addr - o.bias;
+  ElfFile& f = *o.file;
+  load_symbols(f);
+  if (const ElfSymbol* s = covering_symbol(f, vaddr)) {
+    fill(o, s, s->value, out);
+    return true;
+  }
+  // No sized symbol (stripped object, or assembly without .size): the FDE bounds the
+  // function; a symbol that starts exactly there still names it, one of the object's own
+  // or, for a stripped object, one of its debug file.
+  if (const FdeRange* fde = covering_fde(f, vaddr)) {
+    fill(o, symbol_at(f, fde->start), fde->start, out, fde);
+    if (out->name.empty()) {
+      load_debug_names(f);
+      if (const ElfSymbol* d = starting_at(f.debug_functions, fde->start))
+        out->name = display_name(f.debug_functions.names.data() + d->name);
+    }
+    return true;
+  }
+  // Code no FDE covers either: a sized function of the debug file bounds it.
+  load_debug_names(f);
+  if (const ElfSymbol* d = covering(f.debug_functions, f.debug_max_end, vaddr)) {
+    fill(o, nullptr, d->value, out);
+    out->name = display_name(f.debug_functions.names.data() + d->name);
+    function_bounds(f, o.bias, d->value, d->value + d->size, nullptr, &out->function);
+    return true;
+  }
+  return false;
+}
+
+bool ProcessSymbols::Impl::describe_any(uintptr_t addr, ResolvedSymbol* out) const {
+  for (const auto& o : objects) {
+    if (!o->contains(addr)) continue;
+    std::lock_guard file_lock(o->file->mu);
+    return describe_in(*o, addr, out);
+  }
+  return false;
+}
+
+bool ProcessSymbols::Impl::function_at(uintptr_t addr, ResolvedSymbol* out) const {
+  for (const auto& o : objects) {
+    if (!o->contains_code(addr)) continue;
+    std::lock_guard file_lock(o->file->mu);
+    return describe_in(*o, addr, out) && out->addr == addr && out->function.start == addr;
+  }
+  return false;
+}
+
+void ProcessSymbols::Impl::resolve_ifunc(const ElfObject& def, const ElfSymbol& sym,
+                                         const std::string& full, std::string_view asked,
+                                         ResolvedSymbol* out) const {
+  const uintptr_t resolver = def.bias + sym.value;
+  IfuncChoice how = IfuncChoice::kUnknown;
+  ResolvedSymbol impl;
+  auto take = [&](uintptr_t value, IfuncChoice source) {
+    if (how != IfuncChoice::kUnknown || value == 0 || value == resolver) return;
+    if (function_at(value, &impl)) how = source;
+  };
+  const ProcessMemory mem(pid);
+  uintptr_t value = 0;
+  // What the dynamic linker stored. First the defining object's own IRELATIVE slots for
+  // this resolver (libc calls its string functions through them): filled at load time.
+  std::vector<uintptr_t> slots;
+  {
+    std::lock_guard file_lock(def.file->mu);
+    load_relocations(*def.file);
+    for (const auto& [slot, res] : def.file->relocations.irelative)
+      if (res == sym.value) slots.push_back(def.bias + slot);
+  }
+  for (uintptr_t slot : slots)
+    if (mem.word(slot, &value)) take(value, IfuncChoice::kRelocation);
+  // Then any object's slot bound to the symbol; a lazy JUMP_SLOT not called through yet
+  // still points at the object's own PLT.
+  const std::string_view bare = std::string_view(full).substr(0, full.find('@'));
+  for (const auto& o : objects) {
+    if (how != IfuncChoice::kUnknown || pid <= 0) break;
+    std::vector<uintptr_t> bound;
+    std::vector<std::pair<uintptr_t, uintptr_t>> plt;
+    {
+      std::lock_guard file_lock(o->file->mu);
+      load_relocations(*o->file);
+      const Relocations& r = o->file->relocations;
+      auto [lo, hi] = r.by_name.equal_range(std::string(bare));
+      for (auto it = lo; it != hi; ++it)
+        if (binds_to(full, it->second.version)) bound.push_back(o->bias + it->second.slot);
+      for (const auto& [a, b] : r.plt) plt.emplace_back(o->bias + a, o->bias + b);
+    }
+    for (uintptr_t slot : bound) {
+      if (!mem.word(slot, &value)) continue;
+      // Bound to this definition: into its object's code, where an interposer (a
+      // preloaded memcpy, a sanitizer's) would have taken the slot elsewhere.
+      const bool at_plt = std::any_of(plt.begin(), plt.end(), [&](const auto& range) {
+        return range.first <= value && value < range.second;
+      });
+      if (!at_plt && def.contains_code(value)) take(value, IfuncChoice::kBinding);
+    }
+  }
+  // Nothing holds it yet: what the resolver returns, run as the dynamic linker will run
+  // it. In this very process, where the dynamic linker loaded the object; or in this
+  // process's own copy of the same file, which the same CPU features and tunables make
+  // choose the same code, moved by the difference of the load biases. Code of another
+  // process is never run.
+  if (how == IfuncChoice::kUnknown && pid > 0) {
+    const bool ours = pid == getpid();
+    uintptr_t own_bias = 0;
+    if ((ours || same_tunables(pid)) &&
+        own_load_bias(def.file->dev, def.file->inode,
+                      ours ? std::optional(def.bias) : std::nullopt, &own_bias)) {
+      take(run_resolver(own_bias + sym.value) - own_bias + def.bias, IfuncChoice::kCalled);
+    }
+  }
+  if (how != IfuncChoice::kUnknown) {
+    *out = std::move(impl);
+  } else {
+    // Not known (a library mapped but not relocated yet, an implementation outside every
+    // object, such as the vDSO's): the resolver, which ifunc_note says.
+    std::lock_guard file_lock(def.file->mu);
+    fill(def, &sym, sym.value, out);
+    out->name.assign(asked);
+  }
+  out->ifunc = how;
+  out->resolver = resolver;
+  out->asked.assign(asked);
+}
+
+std::string ifunc_note(const ResolvedSymbol& r) {
+  switch (r.ifunc) {
+    case IfuncChoice::kNone:
+      return {};
+    case IfuncChoice::kUnknown:
+      return r.asked + std::string(kResolverSuffix) + ": implementation unknown";
+    default:
+      return r.asked;
+  }
 }
 
 ProcessSymbols::ProcessSymbols(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -780,25 +1265,54 @@ int ProcessSymbols::reload() {
 int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {
   std::string_view mod, sym;
   if (int err = split_name(name, &mod, &sym); err != 0) return err;
+  const std::string_view asked = sym;
+  const bool want_resolver = sym.ends_with(kResolverSuffix);
+  if (want_resolver) sym.remove_suffix(kResolverSuffix.size());
+  if (sym.empty()) return -EINVAL;
   std::lock_guard lock(impl_->mu);
+  // The first object that defines SYM, as for any symbol; an IFUNC found there is
+  // resolved further once its file's lock is released (resolve_ifunc reads other files).
+  const ElfObject* ifunc_object = nullptr;
+  ElfSymbol ifunc_symbol;
+  std::string ifunc_name;
+  bool not_ifunc = false;
   const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
     load_symbols(f);
     const ElfSymbol* s = named(f.functions, sym);
     if (s == nullptr) return false;
-    // For a GNU_IFUNC symbol this is the resolver's address, as the kernel's kallsyms
-    // lookup gives the symbol's own address: the implementation the resolver picks is
-    // only known after it runs and would be a different function.
-    impl_->fill(o, s, s->value, out);
-    out->name.assign(sym);
+    if (!s->ifunc || want_resolver || o.file->fd < 0) {
+      impl_->fill(o, s, s->value, out);
+      out->name.assign(sym);
+    }
+    if (!s->ifunc) {
+      not_ifunc = want_resolver;
+    } else if (want_resolver) {
+      out->ifunc = IfuncChoice::kResolver;
+      out->resolver = out->addr;
+      out->asked.assign(asked);
+    } else if (o.file->fd < 0) {
+      // An object given as bytes: no process, no implementation.
+      out->ifunc = IfuncChoice::kUnknown;
+      out->resolver = out->addr;
+      out->asked.assign(asked);
+    } else {
+      ifunc_object = &o;
+      ifunc_symbol = *s;
+      ifunc_name = f.functions.names.data() + s->name;
+    }
     return true;
   });
-  return found ? 0 : -ENOENT;
+  if (!found || not_ifunc) return -ENOENT;  // `SYM@resolver` of a plain function: none
+  if (ifunc_object != nullptr)
+    impl_->resolve_ifunc(*ifunc_object, ifunc_symbol, ifunc_name, sym, out);
+  return 0;
 }
 
 int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
   std::string_view mod, sym;
   if (int err = split_name(name, &mod, &sym); err != 0) return err;
-  std::lock_guard lock(impl_->mu);
+  std::unique_lock lock(impl_->mu);
+  bool ifunc = false;
   const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
     load_data_symbols(f);
     load_symbols(f);
@@ -809,33 +1323,24 @@ int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
     const ElfSymbol* fn = named(f.functions, sym);
     if (fn != nullptr && (s == nullptr || fn->rank > s->rank)) s = fn;
     if (s == nullptr) return false;
+    ifunc = s == fn && fn->ifunc;
     *addr = s->value + o.bias;
     return true;
   });
-  return found ? 0 : -ENOENT;
+  if (!found) return -ENOENT;
+  if (ifunc) {
+    // The address the program has for it, as resolve() finds it.
+    lock.unlock();
+    ResolvedSymbol r;
+    if (int err = resolve(name, &r); err != 0) return err;
+    *addr = r.addr;
+  }
+  return 0;
 }
 
 int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {
   std::lock_guard lock(impl_->mu);
-  for (const auto& o : impl_->objects) {
-    if (!o->contains(addr)) continue;
-    const uintptr_t vaddr = addr - o->bias;
-    ElfFile& f = *o->file;
-    std::lock_guard file_lock(f.mu);
-    load_symbols(f);
-    if (const ElfSymbol* s = covering_symbol(f, vaddr)) {
-      impl_->fill(*o, s, s->value, out);
-      return 0;
-    }
-    // No sized symbol (stripped object, or assembly without .size): the FDE bounds the
-    // function; a symbol that starts exactly there still names it.
-    if (const FdeRange* fde = covering_fde(f, vaddr)) {
-      impl_->fill(*o, symbol_at(f, fde->start), fde->start, out, fde);
-      return 0;
-    }
-    return -ENOENT;
-  }
-  return -ENOENT;
+  return impl_->describe_any(addr, out) ? 0 : -ENOENT;
 }
 
 std::vector<MappedObject> ProcessSymbols::objects() const {
@@ -884,6 +1389,7 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::load_image(std::string_view byte
   for (const GElf_Phdr& ph : f->loads) {
     if (ph.p_memsz == 0 || ph.p_vaddr + ph.p_memsz < ph.p_vaddr) continue;
     o->ranges.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
+    if (ph.p_flags & PF_X) o->code.emplace_back(ph.p_vaddr, ph.p_vaddr + ph.p_memsz);
   }
   o->file = std::move(f);
   auto impl = std::make_unique<Impl>();

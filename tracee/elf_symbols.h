@@ -18,13 +18,41 @@ namespace probefs::tracee {
 // parts: the same bounds the engine checks a probe against.
 using probecore::FunctionBounds;
 
+// How resolve() chose the address of a GNU_IFUNC symbol. The symbol's own address is its
+// resolver, which the dynamic linker runs once (at load time, or at the first call through
+// a lazy PLT slot) and which the program never calls again; the program calls the
+// implementation the resolver returned. Where that implementation was found:
+enum class IfuncChoice : uint8_t {
+  kNone,        // not an IFUNC symbol
+  kResolver,    // `SYM@resolver`: the resolver itself, as asked
+  kRelocation,  // the defining object's R_X86_64_IRELATIVE slot for this resolver
+  kBinding,     // a GLOB_DAT, JUMP_SLOT or 64-bit slot of a loaded object bound to SYM
+  kCalled,      // nothing bound it yet: the resolver run as ld.so runs it, in this process
+                // (the process is ours, or this process maps the same file)
+  kUnknown,     // none of those: the resolver's address (see ifunc_note)
+};
+
 struct ResolvedSymbol {
   std::string name;        // without module prefix; empty when only an FDE names the code
   std::string module;      // basename of the object ("libc.so.6"); empty for the executable
   std::string path;        // path of the object as mapped
   uintptr_t addr = 0;      // run-time address of the symbol (describe: the function start)
   FunctionBounds function; // enclosing function; end == start when unknown
+  // resolve() of a GNU_IFUNC symbol: what the fields above describe (the implementation,
+  // named as describe() names it, or the resolver), the resolver's address, and the
+  // symbol as it was asked for, without module ("memcpy", "memcpy@resolver").
+  IfuncChoice ifunc = IfuncChoice::kNone;
+  uintptr_t resolver = 0;
+  std::string asked;
 };
+
+// What `kprobes/list` and kprobe-style trace lines add, in parentheses, after the text
+// the kernel would print for the probe's address, so that a probe that resolve() put
+// somewhere its name does not say shows what it was asked for: "memcpy" beside
+// __memmove_avx_unaligned_erms, "memcpy@resolver" on the resolver, and
+// "memcpy@resolver: implementation unknown" where it fell back to the resolver. Empty for
+// every other symbol.
+std::string ifunc_note(const ResolvedSymbol& r);
 
 // One ELF object as this resolver sees it, for introspection and tests.
 struct MappedObject {
@@ -77,6 +105,16 @@ class ProcessSymbols {
   // executable is searched first, then libraries in load order. Functions only (FUNC and
   // GNU_IFUNC symbols). 0, -ENOENT (no such symbol or module) or -EINVAL (malformed name:
   // "", ":", "libc:", ":sym", a name with blanks).
+  //
+  // A GNU_IFUNC symbol (libc's memcpy, strlen, ...) names the implementation the process
+  // calls, not its resolver (see IfuncChoice): the value the dynamic linker stored for it
+  // (the defining object's IRELATIVE slot for that resolver, or any loaded object's
+  // GLOB_DAT/JUMP_SLOT slot bound to the symbol, read from the process's memory); where
+  // nothing holds it yet, the resolver's answer, run in this process when the process is
+  // this one or maps the same file (and the same GLIBC_TUNABLES); else the resolver, which
+  // out->ifunc says. `SYM@resolver` (`MOD:SYM@resolver`, `SYM@VERSION@resolver`) is the
+  // resolver itself; -ENOENT when SYM is no IFUNC. Objects given as bytes (load_image)
+  // have no process: their IFUNC symbols keep their own address (kUnknown).
   [[nodiscard]] int resolve(std::string_view name, ResolvedSymbol* out) const;
 
   // The run-time address of `SYM` or `MOD:SYM` as a data symbol, for the kprobe syntax's
@@ -87,11 +125,16 @@ class ProcessSymbols {
   // the linker's _end). A variable the executable copied from a library (copy relocation)
   // is found in the executable first: that copy is the one the process uses. The table of
   // variables is read on first use and kept apart: resolve() and describe() stay as fast
-  // and still name functions only. *addr is written only on success.
+  // and still name functions only. A GNU_IFUNC function is where resolve() puts it (its
+  // implementation: the address the program sees as &SYM). *addr is written only on
+  // success.
   [[nodiscard]] int resolve_data(std::string_view name, uint64_t* addr) const;
 
   // The function containing `addr`: from the symbol table (symbol size), or, where the code
   // has no symbol (stripped objects), from the .eh_frame FDE that covers it. 0 or -ENOENT.
+  // A stripped object's local functions (libc's __memmove_avx_unaligned_erms) are named
+  // from its separate debug file where one is installed (/usr/lib/debug/.build-id/, as
+  // Debian's -dbg and -dbgsym packages install them); resolve() does not look there.
   // resolve() and describe() fill in the function's landing pads (.eh_frame LSDAs) and the
   // parts GCC split off it (`foo.cold`) with its bounds.
   [[nodiscard]] int describe(uintptr_t addr, ResolvedSymbol* out) const;

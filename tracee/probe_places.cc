@@ -117,6 +117,7 @@ PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& 
   p.module = rs.module;
   p.symbol = rs.name;
   p.symbol_offset = def.offset;
+  p.note = ifunc_note(rs);
   if (def.offset != 0 && rs.function.known() && !rs.function.contains(p.addr)) {
     // SYM+OFFS past the end of SYM: name what is there instead, as kprobes/list would.
     name_place(syms, &p);

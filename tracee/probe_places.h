@@ -8,6 +8,10 @@
 //   kprobe syntax  SYM[+OFFS]    the first object that defines SYM, executable first
 //                  MOD:SYM[+OFFS] in MOD only; kNotYet while MOD is not loaded
 //                  MEMADDR       that address
+//
+// A kprobe-syntax SYM that is an IFUNC lands on the implementation the target calls, as
+// ProcessSymbols::resolve finds it (OFFS counts from there), and `SYM@resolver` on the
+// resolver; the uprobe syntax's file offsets stay file offsets, whatever is there.
 #pragma once
 
 #include <sys/types.h>
@@ -36,7 +40,8 @@ struct FileIdentity {
 
 // The file offset a uprobe definition needs for function `symbol` of the ELF file at
 // `path` (what perf probe writes into uprobe_events): the symbol's address mapped through
-// the PT_LOAD segment that holds it. 0, -ENOENT (no such file or symbol), -ENOEXEC.
+// the PT_LOAD segment that holds it (an IFUNC's own, its resolver: a file alone has no
+// implementation). 0, -ENOENT (no such file or symbol), -ENOEXEC.
 [[nodiscard]] int symbol_file_offset(const std::string& path, std::string_view symbol,
                                      uint64_t* offset);
 
@@ -46,6 +51,10 @@ struct ProbePlace {
   std::string symbol;      // the function's name where known ("" otherwise)
   uint64_t symbol_offset = 0;  // addr - the function's start
   std::string module;      // object basename, "" for the executable
+  // What kprobes/list and trace lines add after the place's name (ifunc_note): the symbol
+  // as the definition asked for it, where the place is an IFUNC's implementation or
+  // resolver. "" otherwise.
+  std::string note;
 };
 
 enum class PlaceStatus : uint8_t {

@@ -36,6 +36,7 @@ void to_location(const ResolvedSymbol& r, probecore::SymbolLocation* out) {
   out->bounds = r.function.known() ? r.function : probecore::FunctionBounds{};
   out->module = r.module;
   out->name = r.name;
+  out->note = ifunc_note(r);
 }
 
 }  // namespace

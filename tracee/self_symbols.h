@@ -22,6 +22,9 @@ class SelfSymbolResolver final : public probecore::SymbolResolver {
 
   // 0, -ENOENT, or -EINVAL for a malformed name (see ProcessSymbols::resolve). A miss
   // re-reads the object list once and retries: the library may have been dlopen'ed since.
+  // An IFUNC symbol is the implementation this process calls (read from its own memory
+  // where the dynamic linker stored it, else what its resolver returns, run here), and
+  // out->note names it for `kprobes/list`; `SYM@resolver` is the resolver.
   [[nodiscard]] int resolve(std::string_view name, probecore::SymbolLocation* out) override;
   // 0 or -ENOENT; a miss re-reads the object list once and retries.
   [[nodiscard]] int describe(uintptr_t addr, probecore::SymbolLocation* out) override;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "events/parse.h"
@@ -92,10 +93,32 @@ events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, i
 // Names addresses of one target for kprobe-style lines. It shares the target's symbols,
 // so it goes on naming them after the target is gone. Any thread: the names a lookup
 // returns live in the calling thread's cache, until a later lookup takes their slot.
-class TargetSymbolizer : public events::Symbolizer {
+class TargetNames final : public TargetSymbolizer {
  public:
-  explicit TargetSymbolizer(std::shared_ptr<const ProcessSymbols> syms)
+  explicit TargetNames(std::shared_ptr<const ProcessSymbols> syms)
       : syms_(std::move(syms)), id_(next_id_.fetch_add(1, std::memory_order_relaxed)) {}
+
+  // The note of event `event_id`'s probe at `addr` (ifunc_note), or none ("").
+  void set_note(uint64_t addr, uint16_t event_id, const std::string& note) {
+    std::lock_guard l(notes_mu_);
+    if (note.empty()) notes_.erase({addr, event_id});
+    else notes_[{addr, event_id}] = note;
+    has_notes_.store(!notes_.empty(), std::memory_order_release);
+  }
+
+  bool lookup_event(uint64_t addr, uint16_t event_id, events::SymbolInfo* out) override {
+    if (!lookup(addr, out)) return false;
+    // Most traces have no note at all: they pay one load.
+    if (!has_notes_.load(std::memory_order_acquire)) return true;
+    thread_local std::string note;
+    std::lock_guard l(notes_mu_);
+    auto it = notes_.find({addr, event_id});
+    if (it == notes_.end()) return true;
+    note = it->second;
+    out->note = note;
+    return true;
+  }
+
   bool lookup(uint64_t addr, events::SymbolInfo* out) override {
     // A trace names the same few addresses again and again (a probe's, its callers'):
     // each thread keeps the last answers, keyed by this symbolizer's id and the address.
@@ -130,7 +153,46 @@ class TargetSymbolizer : public events::Symbolizer {
   static inline std::atomic<uint64_t> next_id_{1};
   std::shared_ptr<const ProcessSymbols> syms_;
   const uint64_t id_;
+  std::mutex notes_mu_;  // guards notes_; readers of any thread, the tracer's writes
+  std::map<std::pair<uint64_t, uint16_t>, std::string> notes_;  // (addr, event id) -> note
+  std::atomic<bool> has_notes_{false};
 };
+
+// kprobes/list of one target: the agent's lines (probecore's, the kernel's columns), each
+// followed by its probe's note where it has one. The agent lists the probes of one
+// address in the order they were defined there, which is the order of their agent ids;
+// `notes` are (address, 'k' or 'r', agent id, note) of the target's probes.
+std::string list_with_notes(const std::string& list,
+                            std::vector<std::tuple<uintptr_t, char, uint32_t, std::string>> notes) {
+  if (notes.empty()) return list;
+  std::sort(notes.begin(), notes.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
+           std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  });
+  std::map<std::pair<uintptr_t, char>, size_t> next;  // the next entry of each address
+  for (size_t i = notes.size(); i-- > 0;) next[{std::get<0>(notes[i]), std::get<1>(notes[i])}] = i;
+  std::string out;
+  for (size_t at = 0; at < list.size();) {
+    size_t nl = list.find('\n', at);
+    if (nl == std::string::npos) nl = list.size();
+    const std::string line = list.substr(at, nl - at);
+    at = nl + 1;
+    out += line;
+    unsigned long addr = 0;
+    char type = 0;
+    if (sscanf(line.c_str(), "%lx  %c", &addr, &type) == 2) {
+      auto it = next.find({addr, type});
+      if (it != next.end() && it->second < notes.size() &&
+          std::get<0>(notes[it->second]) == addr && std::get<1>(notes[it->second]) == type) {
+        const std::string& note = std::get<3>(notes[it->second]);
+        if (!note.empty()) out += " (" + note + ")";
+        ++it->second;
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
 
 // A blacklist range's name, as the kernel's %ps names its start: the symbol there, with
 // " [module]" for a library (the kernel's modules); the object alone where no symbol
@@ -178,7 +240,7 @@ struct Tracer::Impl {
     events::RingAreaReader reader;
     pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
-    std::shared_ptr<events::Symbolizer> symbolizer;
+    std::shared_ptr<TargetNames> symbolizer;
   };
 
   struct Target {
@@ -193,7 +255,10 @@ struct Tracer::Impl {
     std::vector<Mapping> maps;
     std::shared_ptr<Rings> rings;
     std::map<ProbeId, std::vector<Site>> sites;
-    std::shared_ptr<TargetSymbolizer> symbolizer;
+    // The notes of the places of its probes (ProbePlace::note), by probe and address, for
+    // kprobes/list and its symbolizer: only those that have one.
+    std::map<std::pair<ProbeId, uintptr_t>, std::string> notes;
+    std::shared_ptr<TargetNames> symbolizer;
   };
 
   Options opts;
@@ -237,7 +302,7 @@ struct Tracer::Impl {
   std::unordered_map<uint64_t, std::string> saved_comms;
   std::deque<uint64_t> saved_order;
   // Symbolizers of departed targets whose areas were freed, oldest first.
-  std::deque<std::pair<pid_t, std::shared_ptr<events::Symbolizer>>> departed;
+  std::deque<std::pair<pid_t, std::shared_ptr<TargetNames>>> departed;
   // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
   // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
   // thread may write: marker_mu serialises the producer. Lock order: mu, read_mu,
@@ -374,7 +439,7 @@ struct Tracer::Impl {
       int err = 0;
       t.syms = ProcessSymbols::load(t.pid, &err);
       if (!t.syms) return err;
-      t.symbolizer = std::make_shared<TargetSymbolizer>(t.syms);
+      t.symbolizer = std::make_shared<TargetNames>(t.syms);
       return 0;
     }
     return t.syms->reload();
@@ -398,6 +463,7 @@ struct Tracer::Impl {
       ev = &own;
     }
     for (const ProbePlace& place : places) {
+      set_note(t, p, place.addr, place.note);
       lk::Define d;
       d.counter_slot = p.slot;
       d.event_id = p.spec.event_id;
@@ -443,6 +509,23 @@ struct Tracer::Impl {
     for (const Site& s : it->second)
       if (t.link && !t.link->closed()) (void)t.link->remove(s.agent_id);
     t.sites.erase(it);
+    if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
+  }
+
+  // Drops the notes of probe `id` (of event `event_id`) in t. mu held.
+  void forget_notes(Target& t, ProbeId id, uint16_t event_id) {
+    for (auto n = t.notes.lower_bound({id, 0}); n != t.notes.end() && n->first.first == id;) {
+      if (t.symbolizer) t.symbolizer->set_note(n->first.second, event_id, "");
+      n = t.notes.erase(n);
+    }
+  }
+
+  // Keeps the note of probe p's place at addr in t (none: ""), for kprobes/list and
+  // trace lines. mu held.
+  void set_note(Target& t, const Probe& p, uintptr_t addr, const std::string& note) {
+    if (note.empty()) t.notes.erase({p.id, addr});
+    else t.notes[{p.id, addr}] = note;
+    if (t.symbolizer) t.symbolizer->set_note(addr, p.spec.event_id, note);
   }
 
   // Places every probe not yet placed in t (a new target, or objects mapped since).
@@ -471,6 +554,10 @@ struct Tracer::Impl {
     if (int err = refresh_symbols(t); err != 0) {
       if (error) *error = "cannot read the symbols of pid " + std::to_string(t.pid);
       return err;
+    }
+    for (const auto& [key, note] : t.notes) {  // a fork child's, from its parent
+      if (auto p = probes.find(key.first); p != probes.end())
+        t.symbolizer->set_note(key.second, p->second.spec.event_id, note);
     }
     int err = 0;
     t.rings = new_rings(t.pid, &err);
@@ -577,7 +664,11 @@ struct Tracer::Impl {
       for (const auto& [id, sites] : parent->sites) {
         if (!probes.count(id)) continue;
         for (const Site& s : sites) {
-          if (held.erase(s.agent_id)) child.sites[id].push_back(s);
+          if (!held.erase(s.agent_id)) continue;
+          child.sites[id].push_back(s);
+          // Its symbolizer, made with its symbols, takes these over (set_up).
+          if (auto n = parent->notes.find({id, s.addr}); n != parent->notes.end())
+            child.notes[n->first] = n->second;
         }
       }
     }
@@ -662,6 +753,7 @@ struct Tracer::Impl {
           continue;
         }
         (void)t.link->remove(s->agent_id);
+        if (auto p = probes.find(it->first); p != probes.end()) set_note(t, p->second, s->addr, "");
         s = v.erase(s);
       }
       it = v.empty() ? t.sites.erase(it) : std::next(it);
@@ -1025,6 +1117,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
   }
   if (err != 0) {
     for (Impl::Target* t : done) impl_->remove_sites(*t, p.id);
+    for (auto& [pid, t] : impl_->targets) impl_->forget_notes(*t, p.id, p.spec.event_id);
     impl_->free_slots.push_back(p.slot);
     return err;
   }
@@ -1119,7 +1212,24 @@ std::string Tracer::kprobes_list() {
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
     LinkResult r = t->link->list();
-    if (r.ok()) out += r.message;
+    if (!r.ok()) continue;
+    // The notes of this target's probes, matched to the agent's lines by address, kind
+    // and order: probes of one address can carry different notes (memcpy and memmove
+    // resolve to one implementation).
+    std::vector<std::tuple<uintptr_t, char, uint32_t, std::string>> notes;
+    if (!t->notes.empty()) {
+      for (const auto& [id, sites] : t->sites) {
+        auto p = impl_->probes.find(id);
+        if (p == impl_->probes.end()) continue;
+        const char type = p->second.spec.def.is_return ? 'r' : 'k';
+        for (const Impl::Site& s : sites) {
+          auto n = t->notes.find({id, s.addr});
+          notes.emplace_back(s.addr, type, s.agent_id,
+                             n != t->notes.end() ? n->second : std::string());
+        }
+      }
+    }
+    out += list_with_notes(r.message, std::move(notes));
   }
   return out;
 }
@@ -1466,7 +1576,7 @@ uint32_t Tracer::buffer_size_kb() const {
   return impl_->buffer_kb;
 }
 
-std::shared_ptr<events::Symbolizer> Tracer::symbolizer(pid_t pid) {
+std::shared_ptr<TargetSymbolizer> Tracer::symbolizer(pid_t pid) {
   {
     std::lock_guard lock(impl_->mu);
     auto it = impl_->targets.find(pid);

@@ -93,6 +93,33 @@ struct ProbeSpec {
 
 class Tracer;
 
+// Names the addresses of one target for kprobe-style trace lines (sym+off/size), as its
+// program is mapped now (Tracer::symbolizer). Beside them, each event's probes carry the
+// note kprobes/list shows after them (ifunc_note, tracee/elf_symbols.h): where a
+// definition's symbol is an IFUNC, its probe sits on the implementation and the line
+// names that, followed by " (memcpy)".
+class TargetSymbolizer : public events::Symbolizer {
+ public:
+  // lookup(), with out->note set where `addr` is a place of a probe of event `event_id`
+  // that carries one. The views stay valid until the calling thread's next lookup.
+  virtual bool lookup_event(uint64_t addr, uint16_t event_id, events::SymbolInfo* out) = 0;
+};
+
+// One event's view of a target's names, for the lines of that event's records: what
+// format_trace_line is given, so that the probe's address shows its note.
+class EventSymbolizer final : public events::Symbolizer {
+ public:
+  EventSymbolizer(TargetSymbolizer* target, uint16_t event_id)
+      : target_(target), event_id_(event_id) {}
+  bool lookup(uint64_t addr, events::SymbolInfo* out) override {
+    return target_->lookup_event(addr, event_id_, out);
+  }
+
+ private:
+  TargetSymbolizer* target_;
+  uint16_t event_id_;
+};
+
 // A place in the walk of the records not consumed (`trace`), kept between calls so that a
 // reader that takes the buffer in chunks walks it once (Tracer::for_each_record). Each
 // walk belongs to one caller at a time; any number may exist at once. It keeps alive the
@@ -197,7 +224,10 @@ class Tracer {
   [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
   ProbeProfile profile(ProbeId id);
 
-  // The kernel's kprobes/list (every target's probes, its lines as probecore prints them)
+  // The kernel's kprobes/list (every target's probes, its lines as probecore prints them,
+  // and after a probe whose definition named an IFUNC " (NOTE)", ifunc_note's: "memcpy"
+  // beside the implementation, "memcpy@resolver" on the resolver, "memcpy@resolver:
+  // implementation unknown" where the implementation could not be known in that target)
   // and kprobes/enabled (the global arm switch, applied to every target).
   std::string kprobes_list();
   [[nodiscard]] int set_all_armed(bool armed);
@@ -290,7 +320,7 @@ class Tracer {
   // and print later. nullptr for a pid of none of these. Any thread may use it; the
   // names a lookup returns stay valid until that thread's next lookup. (After an exec,
   // the pid's symbolizer is the new program's, also for the old program's records.)
-  std::shared_ptr<events::Symbolizer> symbolizer(pid_t pid);
+  std::shared_ptr<TargetSymbolizer> symbolizer(pid_t pid);
   // The name of thread `tid` of target `pid` for trace lines, as the kernel's
   // saved_cmdlines gives it: the thread's name now while it lives (/proc); once it is
   // gone, the name it had when it claimed its ring (its agent stores it there with the

@@ -208,6 +208,9 @@ TEST(LibcWide, KretprobesOptimized) {
 const char* const kNotDeterministic[] = {
     "pthread_cond_wait", "_pthread_cleanup_push", "_pthread_cleanup_pop",  // schedule
     "brk", "sbrk", "__sbrk", "__default_morecore",                         // heap state
+    // realloc copies when the block cannot grow where it is, which depends on the heap as
+    // well; the probes of these IFUNCs are on the implementation realloc calls (one here).
+    "memcpy", "memmove",
     // Called once more in about one run of three on a loaded machine, in either mode; the
     // caller is not the work itself (glibc's malloc seeds its tcache key with it).
     "getrandom",

@@ -143,21 +143,33 @@ TEST(ProcessSymbols, AgreesWithTheDynamicLinkerOnLibcFunctions) {
   }
 }
 
-TEST(ProcessSymbols, IfuncResolvesToTheResolver) {
+// A GNU_IFUNC symbol resolves to the implementation its resolver chose, which the program
+// calls (and dlsym hands out); `SYM@resolver` to the resolver, the symbol's own address.
+TEST(ProcessSymbols, IfuncResolvesToTheImplementation) {
   auto syms = load_self();
   ASSERT_NE(syms, nullptr);
   ResolvedSymbol r;
   ASSERT_EQ(syms->resolve("probefs_test_ifunc", &r), 0);
-  EXPECT_EQ(r.addr, fn_addr(&probefs_test_ifunc_resolver));
+  EXPECT_EQ(r.addr, addr_of(dlsym(RTLD_DEFAULT, "probefs_test_ifunc")));
+  EXPECT_NE(r.addr, fn_addr(&probefs_test_ifunc_resolver));
+  EXPECT_EQ(r.resolver, fn_addr(&probefs_test_ifunc_resolver));
+  EXPECT_EQ(r.asked, "probefs_test_ifunc");
+  EXPECT_NE(r.ifunc, IfuncChoice::kUnknown);
   EXPECT_EQ(probefs_test_ifunc(), 42);
+  ASSERT_EQ(syms->resolve("probefs_test_ifunc@resolver", &r), 0);
+  EXPECT_EQ(r.addr, fn_addr(&probefs_test_ifunc_resolver));
+  EXPECT_EQ(r.ifunc, IfuncChoice::kResolver);
 
-  // libc's strlen is a GNU_IFUNC: its symbol is the resolver, not the implementation that
-  // dlsym hands out.
+  // libc's strlen is a GNU_IFUNC: the implementation, in libc, that dlsym hands out.
   ASSERT_EQ(syms->resolve("libc:strlen", &r), 0);
   EXPECT_EQ(r.module, "libc.so.6");
-  EXPECT_NE(r.addr, libc_symbol("strlen"));
+  EXPECT_EQ(r.addr, libc_symbol("strlen"));
+  ResolvedSymbol resolver;
+  ASSERT_EQ(syms->resolve("libc:strlen@resolver", &resolver), 0);
+  EXPECT_NE(resolver.addr, r.addr);
+  EXPECT_EQ(resolver.addr, r.resolver);
   Dl_info in_libc, at_getpid;
-  ASSERT_NE(dladdr(reinterpret_cast<void*>(r.addr), &in_libc), 0);
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(resolver.addr), &in_libc), 0);
   ASSERT_NE(dladdr(reinterpret_cast<void*>(libc_symbol("getpid")), &at_getpid), 0);
   EXPECT_EQ(in_libc.dli_fbase, at_getpid.dli_fbase);
 }
@@ -504,15 +516,36 @@ TEST(ProcessSymbols, EveryLibcFunctionAgreesWithTheDynamicLinker) {
   for (const auto& f : fns) {
     SCOPED_TRACE(f.name + "@" + f.version);
     ResolvedSymbol r;
+    // An IFUNC resolves to its implementation, which dlsym hands out too, where that is
+    // code of an object (not the vDSO's: time, gettimeofday), and `@resolver` to the
+    // symbol itself.
+    auto expect_at = [&](const std::string& name, void* dl) {
+      ASSERT_EQ(syms->resolve(name, &r), 0);
+      if (!f.ifunc) {
+        EXPECT_EQ(r.addr, f.value + bias);
+        return;
+      }
+      Dl_info in;
+      if (dladdr(dl, &in) != 0 && in.dli_fname != nullptr &&
+          std::strstr(in.dli_fname, "vdso") == nullptr) {
+        EXPECT_EQ(r.addr, addr_of(dl));
+        EXPECT_NE(r.ifunc, IfuncChoice::kUnknown);
+      } else {
+        EXPECT_EQ(r.ifunc, IfuncChoice::kUnknown);
+        EXPECT_EQ(r.addr, f.value + bias);
+      }
+      ResolvedSymbol res;
+      ASSERT_EQ(syms->resolve(name + "@resolver", &res), 0);
+      EXPECT_EQ(res.addr, f.value + bias);
+      EXPECT_EQ(res.ifunc, IfuncChoice::kResolver);
+    };
     if (!f.version.empty()) {
-      ASSERT_EQ(syms->resolve("libc:" + f.name + "@" + f.version, &r), 0);
-      EXPECT_EQ(r.addr, f.value + bias);
+      expect_at("libc:" + f.name + "@" + f.version,
+                dlvsym(libc, f.name.c_str(), f.version.c_str()));
     }
     if (!f.is_default) continue;
     ++defaults;
-    ASSERT_EQ(syms->resolve("libc:" + f.name, &r), 0);
-    EXPECT_EQ(r.addr, f.value + bias);
-    // dlsym hands out an IFUNC's implementation, not the symbol.
+    expect_at("libc:" + f.name, dlsym(libc, f.name.c_str()));
     if (!f.ifunc) {
       EXPECT_EQ(r.addr, addr_of(dlsym(libc, f.name.c_str())));
     }
