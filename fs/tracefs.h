@@ -105,6 +105,9 @@ class Tracefs {
   // it is off; nothing is recorded.
   bool tracing_on() const;
   void set_tracing_on(bool on);
+  // tracing_on as the file shows it: after the changes that triggers of records already
+  // read asked for (a traceoff acts when its record is read, on the gate's thread).
+  bool tracing_on_settled();
 
   // The mount is going away: blocked readers return.
   void shutdown();
