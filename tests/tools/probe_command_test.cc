@@ -7,11 +7,11 @@
 // of a copy that has none).
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <gnu/libc-version.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -198,10 +198,12 @@ class ProbeCommandPerf : public ProbeCommand {
 
 // ---- IFUNC names
 
-// The object that holds libc's printf, as the dynamic linker loaded it.
+// libc as the dynamic linker loaded it: the object of a function no sanitizer intercepts.
 std::string libc_path() {
   Dl_info info{};
-  return dladdr(reinterpret_cast<void*>(&printf), &info) && info.dli_fname ? info.dli_fname : "";
+  return dladdr(reinterpret_cast<void*>(&gnu_get_libc_version), &info) && info.dli_fname
+             ? info.dli_fname
+             : "";
 }
 
 // A uprobe on an IFUNC name keeps the kernel's meaning, the resolver's file offset, as
