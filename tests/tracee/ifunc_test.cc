@@ -24,6 +24,7 @@
 #include "events/parse.h"
 #include "tests/tracee/libc_dynsym.h"
 #include "tests/tracee/traced_prog_driver.h"
+#include "tests/tracee/tracer_test_util.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/tracer.h"
 
@@ -34,7 +35,10 @@ extern "C" int probefs_ifunc_call_bound(int);
 namespace probefs::tracee {
 namespace {
 
+using testing::define;
+using testing::Event;
 using testing::KillGuard;
+using testing::make_tracer;
 using testing::ProgPipes;
 
 const std::string kProg = PROBEFS_IFUNC_PROG;
@@ -289,34 +293,6 @@ TEST(IfuncSymbols, AnotherProcessGetsWhatItsDynamicLinkerStored) {
 
 // ---- probes in a launched target, through the Tracer ----
 
-std::unique_ptr<Tracer> make_tracer() {
-  Tracer::Options o;
-  o.agent_path = PROBEFS_AGENT_PATH;
-  o.buffer_size_kb = 2048;
-  std::string err;
-  auto t = Tracer::create(o, &err);
-  EXPECT_NE(t, nullptr) << err;
-  return t;
-}
-
-struct Event {
-  ProbeSpec spec;
-  ProbeId id = 0;
-};
-
-Event define(Tracer& t, const std::string& line, uint16_t eid) {
-  Event e;
-  events::ParseResult r = events::parse_dynamic_command(line);
-  EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
-  e.spec.def = r.def;
-  events::Diagnostic d;
-  EXPECT_TRUE(events::compile(e.spec.def, {}, &e.spec.compiled, &d)) << line;
-  e.spec.event_id = eid;
-  e.spec.enabled = false;
-  EXPECT_EQ(t.define_probe(e.spec, &e.id, &d), 0) << line << ": " << d.message();
-  return e;
-}
-
 struct Launched {
   ProgPipes pipes;
   KillGuard guard;
@@ -355,15 +331,15 @@ std::vector<std::string> list_lines_noted(const std::string& list, const std::st
 }
 
 TEST(IfuncProbes, LaunchedTargetHitsAreExactlyTheProgramsCalls) {
-  auto t = make_tracer();
+  auto t = make_tracer(2048);
   ASSERT_NE(t, nullptr);
   // Defined before the launch (MOD:SYM waits for libc), disabled until the window.
   std::map<std::string, Event> ev;
-  ev["memcpy"] = define(*t, "p:ifunc/memcpy libc:memcpy dst=%di:x64 len=%dx:u64", 101);
-  ev["strlen"] = define(*t, "p:ifunc/strlen libc:strlen", 102);
-  ev["strcmp"] = define(*t, "p:ifunc/strcmp libc.so.6:strcmp", 103);
-  ev["memset"] = define(*t, "p:ifunc/memset libc:memset", 104);
-  ev["resolver"] = define(*t, "p:ifunc/resolver libc:memcpy@resolver", 105);
+  ev["memcpy"] = define(*t, "p:ifunc/memcpy libc:memcpy dst=%di:x64 len=%dx:u64", 101, false);
+  ev["strlen"] = define(*t, "p:ifunc/strlen libc:strlen", 102, false);
+  ev["strcmp"] = define(*t, "p:ifunc/strcmp libc.so.6:strcmp", 103, false);
+  ev["memset"] = define(*t, "p:ifunc/memset libc:memset", 104, false);
+  ev["resolver"] = define(*t, "p:ifunc/resolver libc:memcpy@resolver", 105, false);
   Launched p;
   ASSERT_TRUE(p.start(*t));
   // What the target's dynamic linker gives for memcpy: the place of the memcpy probe.
@@ -456,11 +432,11 @@ TEST(IfuncProbes, LaunchedTargetHitsAreExactlyTheProgramsCalls) {
 // implementation cannot be known in the target (no slot, a file the daemon does not map),
 // which falls back to its resolver and says so.
 TEST(IfuncProbes, LibraryIfuncsInATargetAndTheNamedFallback) {
-  auto t = make_tracer();
+  auto t = make_tracer(2048);
   ASSERT_NE(t, nullptr);
-  Event bound = define(*t, "p:ifunc/bound libprobefs_ifunc_b:probefs_ifunc_bound", 111);
-  Event hidden = define(*t, "p:ifunc/hidden libprobefs_ifunc_b:probefs_ifunc_hidden", 112);
-  Event unbound = define(*t, "p:ifunc/unbound libprobefs_ifunc_b:probefs_ifunc_unbound", 113);
+  Event bound = define(*t, "p:ifunc/bound libprobefs_ifunc_b:probefs_ifunc_bound", 111, false);
+  Event hidden = define(*t, "p:ifunc/hidden libprobefs_ifunc_b:probefs_ifunc_hidden", 112, false);
+  Event unbound = define(*t, "p:ifunc/unbound libprobefs_ifunc_b:probefs_ifunc_unbound", 113, false);
   Launched p;
   ASSERT_TRUE(p.start(*t));
   const std::string list = t->kprobes_list();

@@ -18,11 +18,15 @@
 #include "events/compile.h"
 #include "events/parse.h"
 #include "tests/tracee/traced_prog_driver.h"
+#include "tests/tracee/tracer_test_util.h"
 
 namespace probefs::tracee {
 namespace {
 
+using testing::define;
+using testing::Event;
 using testing::KillGuard;
+using testing::make_tracer;
 using testing::ProgPipes;
 
 const std::string kProg = PROBEFS_COROUTINE_PROG;
@@ -36,39 +40,6 @@ long body_value(long id) {
   long acc = 0;
   for (long r = 0; r < kRounds + id; ++r) acc += step_value(id, r);
   return acc + id;
-}
-
-std::unique_ptr<Tracer> make_tracer() {
-  Tracer::Options o;
-  o.agent_path = PROBEFS_AGENT_PATH;
-  o.buffer_size_kb = 1024;
-  std::string err;
-  auto t = Tracer::create(o, &err);
-  EXPECT_NE(t, nullptr) << err;
-  return t;
-}
-
-struct Event {
-  ProbeSpec spec;
-  ProbeId id = 0;
-};
-
-// Parses, compiles and defines `line` (enabled) with event id `eid`.
-Event define(Tracer& t, const std::string& line, uint16_t eid) {
-  Event e;
-  events::ParseResult r = events::parse_dynamic_command(line);
-  EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
-  e.spec.def = r.def;
-  events::Diagnostic d;
-  auto any_address = [](std::string_view, uint64_t* addr) {
-    *addr = 0;
-    return true;
-  };
-  EXPECT_TRUE(events::compile(e.spec.def, any_address, &e.spec.compiled, &d)) << line;
-  e.spec.event_id = eid;
-  e.spec.enabled = true;
-  EXPECT_EQ(t.define_probe(e.spec, &e.id, &d), 0) << line << ": " << d.message();
-  return e;
 }
 
 uint16_t event_id_of(const TraceRecord& r) {

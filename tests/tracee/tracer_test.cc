@@ -26,6 +26,7 @@
 #include "events/filter.h"
 #include "events/parse.h"
 #include "tests/tracee/traced_prog_driver.h"
+#include "tests/tracee/tracer_test_util.h"
 #include "tracee/launch.h"
 #include "tracee/probe_places.h"
 #include "tracee/proc_maps.h"
@@ -33,49 +34,14 @@
 namespace probefs::tracee {
 namespace {
 
+using testing::define;
+using testing::Event;
 using testing::KillGuard;
+using testing::make_tracer;
 using testing::ProgPipes;
 
 const std::string kProg = PROBEFS_TRACED_PROG;
 const std::string kProgName = kProg.substr(kProg.rfind('/') + 1);
-
-std::unique_ptr<Tracer> make_tracer(uint32_t buffer_kb = 1024) {
-  Tracer::Options o;
-  o.agent_path = PROBEFS_AGENT_PATH;
-  o.buffer_size_kb = buffer_kb;
-  std::string err;
-  auto t = Tracer::create(o, &err);
-  EXPECT_NE(t, nullptr) << err;
-  return t;
-}
-
-struct Event {
-  ProbeSpec spec;
-  ProbeId id = 0;
-};
-
-// Parses and compiles `line`, defines it (enabled unless said) with event id `eid`.
-Event define(Tracer& t, const std::string& line, uint16_t eid, bool enabled = true,
-             int* err_out = nullptr, events::Diagnostic* diag_out = nullptr) {
-  Event e;
-  events::ParseResult r = events::parse_dynamic_command(line);
-  EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
-  e.spec.def = r.def;
-  events::Diagnostic d;
-  // For the layout only: the tracer compiles again in each target, with its data symbols.
-  auto any_address = [](std::string_view, uint64_t* addr) {
-    *addr = 0;
-    return true;
-  };
-  EXPECT_TRUE(events::compile(e.spec.def, any_address, &e.spec.compiled, &d)) << line;
-  e.spec.event_id = eid;
-  e.spec.enabled = enabled;
-  int err = t.define_probe(e.spec, &e.id, &d);
-  if (err_out) *err_out = err;
-  else EXPECT_EQ(err, 0) << line << ": " << d.message();
-  if (diag_out) *diag_out = d;
-  return e;
-}
 
 uint64_t field(const Event& e, const TraceRecord& r, const std::string& name) {
   for (const auto& f : e.spec.compiled.fields) {
