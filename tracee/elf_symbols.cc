@@ -667,8 +667,11 @@ const ElfSymbol* named(const SymbolTable& t, std::string_view name) {
 // How a symbol is named to a reader (describe, `kprobes/list`): the default version by its
 // bare name, as `SYM` resolves it; another version keeps "@VERSION", which resolves back.
 std::string display_name(std::string_view full) {
-  const size_t at = full.find("@@");
-  return std::string(full.substr(0, at));
+  // Only a default version's "@@VERSION" goes; any other '@' stays, as the name is indexed.
+  const size_t at = full.find('@');
+  if (at != std::string_view::npos && full.compare(at, 2, "@@") == 0)
+    return std::string(full.substr(0, at));
+  return std::string(full);
 }
 
 // The best sized symbol of t covering `vaddr` (max_end: reach_of(t)): the innermost one,
@@ -1265,11 +1268,25 @@ int ProcessSymbols::reload() {
 int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {
   std::string_view mod, sym;
   if (int err = split_name(name, &mod, &sym); err != 0) return err;
-  const std::string_view asked = sym;
-  const bool want_resolver = sym.ends_with(kResolverSuffix);
-  if (want_resolver) sym.remove_suffix(kResolverSuffix.size());
-  if (sym.empty()) return -EINVAL;
   std::lock_guard lock(impl_->mu);
+  if (sym == kResolverSuffix) {
+    // The resolver of no name: malformed, unless a nameless symbol has a version so named.
+    const int err = resolve_locked(mod, sym, sym, false, out);
+    return err == -ENOENT ? -EINVAL : err;
+  }
+  if (sym.ends_with(kResolverSuffix)) {
+    // An IFUNC's resolver; else, where SYM is no IFUNC, a version named "resolver".
+    std::string_view bare = sym.substr(0, sym.size() - kResolverSuffix.size());
+    if (resolve_locked(mod, bare, sym, true, out) == 0) return 0;
+    *out = ResolvedSymbol{};
+  }
+  return resolve_locked(mod, sym, sym, false, out);
+}
+
+int ProcessSymbols::resolve_locked(std::string_view mod, std::string_view sym,
+                                   std::string_view asked, bool want_resolver,
+                                   ResolvedSymbol* out) const {
+  if (sym.empty()) return -EINVAL;
   // The first object that defines SYM, as for any symbol; an IFUNC found there is
   // resolved further once its file's lock is released (resolve_ifunc reads other files).
   const ElfObject* ifunc_object = nullptr;

@@ -146,6 +146,10 @@ class ProcessSymbols {
   bool has_module(std::string_view mod) const;
 
  private:
+  // resolve() of SYM in MOD with impl_->mu held; ASKED is the name as given (with its
+  // "@resolver" when WANT_RESOLVER).
+  int resolve_locked(std::string_view mod, std::string_view sym, std::string_view asked,
+                     bool want_resolver, ResolvedSymbol* out) const;
   struct Impl;
   explicit ProcessSymbols(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
