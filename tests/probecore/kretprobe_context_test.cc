@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "probecore/testing.h"
+#include "tests/probecore/probe_test_util.h"
 #include "tracee/self_symbols.h"
 
 // ---- the coroutine program ----
@@ -446,14 +447,7 @@ void run_in_child(Mode mode, void (*body)(Mode)) {
     std::fflush(nullptr);
     _exit(g_failures.empty() ? 0 : 1);
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  if (WIFSIGNALED(status)) {
-    ADD_FAILURE() << "the child died of signal " << WTERMSIG(status) << " ("
-                  << strsignal(WTERMSIG(status)) << ")";
-  } else {
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's messages above";
-  }
+  test_util::expect_child_succeeded(pid);
 }
 
 void for_each_mode(void (*body)(Mode)) {

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,19 @@
 #include "probecore/kprobes.h"
 
 namespace probefs::probecore::test_util {
+
+// Waits for a test's forked child (which bounds itself with an alarm) and fails the test
+// unless it exited 0: a signal is named, an exit status points at the child's messages.
+inline void expect_child_succeeded(pid_t pid) {
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  if (WIFSIGNALED(status)) {
+    ADD_FAILURE() << "the child died of signal " << WTERMSIG(status) << " ("
+                  << strsignal(WTERMSIG(status)) << ")";
+  } else {
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's messages above";
+  }
+}
 
 // Bounds of the exported function containing `fn` (the test binary links -rdynamic).
 inline FunctionBounds bounds_of(const void* fn) {
