@@ -147,25 +147,7 @@ __attribute__((noinline, noipa)) long pf_co_schedule() {
 namespace probefs::probecore {
 namespace {
 
-// What a case found wrong, printed by the child; empty when all is well.
-std::string g_failures;
-
-#define CHILD_EXPECT_EQ(a, b)                                                          \
-  do {                                                                                 \
-    const long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);  \
-    if (va_ != vb_) {                                                                  \
-      char m_[256];                                                                    \
-      std::snprintf(m_, sizeof m_, "%s:%d: %s = %lld, expected %s = %lld\n", __FILE__, \
-                    __LINE__, #a, va_, #b, vb_);                                       \
-      g_failures += m_;                                                                \
-    }                                                                                  \
-  } while (0)
-
-#define CHILD_EXPECT_TRUE(c)                                               \
-  do {                                                                     \
-    if (!(c)) g_failures += std::string(__FILE__ ":") + std::to_string(__LINE__) + \
-                            ": " #c " is false\n";                         \
-  } while (0)
+using test_util::g_failures;
 
 // ---- stacks above and below the main stack ----
 

@@ -32,19 +32,7 @@ namespace {
 
 // ---- running a case in a child ----
 
-// What a case found wrong, printed by the child; empty when all is well.
-std::string g_failures;
-
-#define CHILD_EXPECT_EQ(a, b)                                                          \
-  do {                                                                                 \
-    const long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);  \
-    if (va_ != vb_) {                                                                  \
-      char m_[256];                                                                    \
-      std::snprintf(m_, sizeof m_, "%s:%d: %s = %lld, expected %s = %lld\n", __FILE__, \
-                    __LINE__, #a, va_, #b, vb_);                                       \
-      g_failures += m_;                                                                \
-    }                                                                                  \
-  } while (0)
+using test_util::g_failures;
 
 enum class Mode { kInt3, kOptimized };
 

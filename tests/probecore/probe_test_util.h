@@ -10,12 +10,35 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "probecore/kprobes.h"
 
 namespace probefs::probecore::test_util {
+
+// Checks in a test's forked child (where gtest's do not reach the parent): what a case
+// found wrong goes into g_failures, which the child prints before it exits non-zero.
+inline std::string g_failures;
+
+#define CHILD_EXPECT_EQ(a, b)                                                          \
+  do {                                                                                 \
+    const long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);  \
+    if (va_ != vb_) {                                                                  \
+      char m_[256];                                                                    \
+      std::snprintf(m_, sizeof m_, "%s:%d: %s = %lld, expected %s = %lld\n", __FILE__, \
+                    __LINE__, #a, va_, #b, vb_);                                       \
+      ::probefs::probecore::test_util::g_failures += m_;                               \
+    }                                                                                  \
+  } while (0)
+
+#define CHILD_EXPECT_TRUE(c)                                                          \
+  do {                                                                                \
+    if (!(c))                                                                         \
+      ::probefs::probecore::test_util::g_failures +=                                  \
+          std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #c " is false\n"; \
+  } while (0)
 
 // Waits for a test's forked child (which bounds itself with an alarm) and fails the test
 // unless it exited 0: a signal is named, an exit status points at the child's messages.
