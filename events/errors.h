@@ -76,6 +76,8 @@ namespace probefs::events {
   X(kNofentryArgs, "$arg* can be used only on function entry or exit", EINVAL)           \
   X(kNeedStringType, "$comm and immediate-string only accepts string type", EINVAL)      \
   X(kTooManyArgs, "Too many arguments are specified", E2BIG)                             \
+  /* probefs's own: a process that could not become a target */                         \
+  X(kTargetLimit, "Too many traced processes", ENOSPC)                                   \
   /* filter language */                                                                  \
   X(kFiltInvalidOp, "Invalid operator", EINVAL)                                          \
   X(kFiltTooManyOpen, "Too many '('", ENOENT)                                            \
@@ -107,6 +109,8 @@ int error_errno(ErrorCode code);
 inline constexpr std::string_view kLogUprobe = "trace_uprobe";
 inline constexpr std::string_view kLogKprobe = "trace_kprobe";
 inline constexpr std::string_view kLogFilter = "event filter parse error";
+// Entries about the traced processes themselves (no kernel counterpart).
+inline constexpr std::string_view kLogProbefs = "probefs";
 
 // A positioned error: what went wrong, the errno the write returns, and where error_log's
 // caret points (a byte offset into `command`). `logged()` is false for the silent kind.

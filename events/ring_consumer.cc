@@ -99,6 +99,11 @@ RingArea& RingArea::operator=(RingArea&& o) noexcept {
   return *this;
 }
 
+void RingArea::close_fd() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 void RingArea::reset() {
   if (mem_) munmap(mem_, size_);
   if (fd_ >= 0) close(fd_);
@@ -159,9 +164,11 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
     uint32_t h;
     states_[i].tail = head_ok(t, g.ring_bytes) ? t : (head(i, &h) ? h : 0);
   }
-  folded_hits_.assign(g.probe_slots, 0);
-  hits_base_.assign(g.probe_slots, 0);
-  misses_base_.assign(g.probe_slots, 0);
+  // The per-slot totals grow to the highest slot that has one (slot_value): a daemon
+  // reading thousands of areas keeps a few words each, not three arrays of probe_slots.
+  folded_hits_.clear();
+  hits_base_.clear();
+  misses_base_.clear();
   front_valid_ = false;
   stats_ = RingReaderStats{};
   unowned_base_ = 0;
@@ -491,7 +498,9 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     // The owner is gone: nobody writes these counters any more.
     uint64_t* hits = const_cast<uint64_t*>(ring_hits(i));
     for (uint32_t s = 0; s < geometry_.probe_slots; ++s) {
-      folded_hits_[s] += load_relaxed(&hits[s]);
+      const uint64_t v = load_relaxed(&hits[s]);
+      if (v == 0) continue;
+      slot_value(folded_hits_, s) += v;
       store_relaxed(&hits[s], uint64_t{0});
     }
     const uint64_t lost = load_relaxed(&ctl->lost);
@@ -517,22 +526,31 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
   return freed;
 }
 
+uint64_t& RingAreaReader::slot_value(std::vector<uint64_t>& v, uint32_t slot) {
+  if (slot >= v.size()) v.resize(slot + 1, 0);
+  return v[slot];
+}
+
+uint64_t RingAreaReader::slot_value(const std::vector<uint64_t>& v, uint32_t slot) {
+  return slot < v.size() ? v[slot] : 0;
+}
+
 uint64_t RingAreaReader::sum_hits(uint32_t slot) const {
-  uint64_t sum = folded_hits_[slot] + load_relaxed(&fallback_hits()[slot]);
+  uint64_t sum = slot_value(folded_hits_, slot) + load_relaxed(&fallback_hits()[slot]);
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) sum += load_relaxed(&ring_hits(i)[slot]);
   return sum;
 }
 
 uint64_t RingAreaReader::hits(uint32_t slot) const {
   if (slot >= geometry_.probe_slots) return 0;
-  return sum_hits(slot) - hits_base_[slot];
+  return sum_hits(slot) - slot_value(hits_base_, slot);
 }
 
 void RingAreaReader::hits_all(std::span<uint64_t> out) const {
   const uint32_t n = std::min<uint64_t>(out.size(), geometry_.probe_slots);
   const uint64_t* fallback = fallback_hits();
   for (uint32_t s = 0; s < n; ++s)
-    out[s] = folded_hits_[s] + load_relaxed(&fallback[s]) - hits_base_[s];
+    out[s] = slot_value(folded_hits_, s) + load_relaxed(&fallback[s]) - slot_value(hits_base_, s);
   for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
     const uint64_t* h = ring_hits(i);
     for (uint32_t s = 0; s < n; ++s) out[s] += load_relaxed(&h[s]);
@@ -541,13 +559,14 @@ void RingAreaReader::hits_all(std::span<uint64_t> out) const {
 
 uint64_t RingAreaReader::misses(uint32_t slot) const {
   if (slot >= geometry_.probe_slots) return 0;
-  return load_relaxed(&misses_array()[slot]) - misses_base_[slot];
+  return load_relaxed(&misses_array()[slot]) - slot_value(misses_base_, slot);
 }
 
 void RingAreaReader::reset_counters(uint32_t slot) {
   if (slot >= geometry_.probe_slots) return;
-  hits_base_[slot] = sum_hits(slot);
-  misses_base_[slot] = load_relaxed(&misses_array()[slot]);
+  const uint64_t hits = sum_hits(slot), misses = load_relaxed(&misses_array()[slot]);
+  if (hits != 0 || slot < hits_base_.size()) slot_value(hits_base_, slot) = hits;
+  if (misses != 0 || slot < misses_base_.size()) slot_value(misses_base_, slot) = misses;
 }
 
 uint64_t RingAreaReader::unowned_lost() const { return load_relaxed(&area_->unowned_lost); }

@@ -77,7 +77,10 @@ class RingArea {
   // 0 or -errno (EINVAL: geometry out of range).
   [[nodiscard]] static int create(const RingGeometry& g, uint32_t stamp_mode, RingArea* out);
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_; }  // -1 once closed
+  // The mapping stays; the descriptor goes once the agent has its own (a daemon reading
+  // thousands of areas must not hold a descriptor for each).
+  void close_fd();
   void* mem() const { return mem_; }
   uint64_t size() const { return size_; }
   RingAreaHeader* header() const { return static_cast<RingAreaHeader*>(mem_); }
@@ -239,6 +242,8 @@ class RingAreaReader {
   // Skips everything up to `head` (or to the current head when it is bad) and counts it.
   void skip_corrupt(uint32_t ring);
   uint64_t sum_hits(uint32_t slot) const;
+  static uint64_t& slot_value(std::vector<uint64_t>& v, uint32_t slot);
+  static uint64_t slot_value(const std::vector<uint64_t>& v, uint32_t slot);
 
   RingAreaHeader* area_ = nullptr;
   uint8_t* base_ = nullptr;
@@ -247,6 +252,7 @@ class RingAreaReader {
   RingGeometry geometry_;
   RingLayout layout_;
   std::vector<State> states_;
+  // Per slot, as far as the highest slot that has a value (slot_value).
   std::vector<uint64_t> folded_hits_;  // of rings freed
   std::vector<uint64_t> hits_base_;    // subtracted: the sum at the last reset
   std::vector<uint64_t> misses_base_;

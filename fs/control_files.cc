@@ -3,7 +3,8 @@
 //
 //   README            the kernel's mini-HOWTO, for a tracefs of user-space processes; perf
 //                     probe reads it for features, so the lines it looks for are kept
-//   targets           the traced processes, one per line: PID COMM ORIGIN STATE; written to
+//   targets           the traced processes, one per line: PID COMM ORIGIN STATE (STATE
+//                     untraced:REASON for a process refused as a target); written to
 //                     by the probefs command (attach PID, detach PID, exec)
 //   kprobes/list      every probe in every target, as the kernel's debugfs file prints them
 //   kprobes/enabled   the global arm switch (kstrtobool, as the kernel's)
@@ -246,7 +247,8 @@ class TargetsFile : public File {
           have_text_ = false;
           return static_cast<int64_t>(data.size());
         }
-        why = "cannot prepare the launch: " + std::string(strerror(-err));
+        why = err == -ENOSPC ? "cannot prepare the launch: the target limit is reached"
+                             : "cannot prepare the launch: " + std::string(strerror(-err));
       } else {
         return fail(-EINVAL, "unknown command: " + verb);
       }
@@ -286,8 +288,11 @@ class TargetsFile : public File {
     std::string list() {
       std::string out;
       for (const tracee::TargetInfo& t : fs_.tracer().targets()) {
+        // A process refused as a target runs on untraced: its state says why.
+        const std::string state =
+            t.untraced.empty() ? proc_state(t.pid) : "untraced:" + t.untraced;
         out += std::to_string(t.pid) + " " + (t.comm.empty() ? "<...>" : t.comm) + " " +
-               origin_name(t.origin) + " " + proc_state(t.pid) + "\n";
+               origin_name(t.origin) + " " + state + "\n";
       }
       return out;
     }

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "events/kstrto.h"
 #include "fs/command.h"
 #include "fs/fuse_server.h"
 #include "fs/tracefs.h"
@@ -39,7 +41,8 @@ constexpr const char* kUsage =
     "\n"
     "  -f              stay in the foreground (the daemon's messages go to stderr)\n"
     "  -d              foreground, with FUSE's request log\n"
-    "  -o OPTIONS      FUSE mount options, comma-separated (e.g. allow_other)\n"
+    "  -o OPTIONS      mount options, comma-separated: FUSE's (e.g. allow_other) and\n"
+    "                  max_targets=N (traced processes at once, 4096 by default)\n"
     "  -h, --help      this text\n"
     "  -V, --version   the version\n"
     "\n"
@@ -93,10 +96,48 @@ bool probefs_mounted_at(const std::string& real_mnt) {
 
 struct MountArgs {
   std::string mountpoint;
-  std::vector<std::string> options;
+  std::vector<std::string> options;  // FUSE's
+  uint32_t max_targets = 4096;
   bool foreground = false;
   bool debug = false;
 };
+
+// Takes probefs's own options out of one -o argument, leaving FUSE's. false (and *bad)
+// for a value that is not one.
+bool take_own_options(const std::string& arg, MountArgs* a, std::string* bad) {
+  std::string rest;
+  size_t start = 0;
+  while (start <= arg.size()) {
+    size_t comma = arg.find(',', start);
+    if (comma == std::string::npos) comma = arg.size();
+    const std::string opt = arg.substr(start, comma - start);
+    start = comma + 1;
+    if (opt.rfind("max_targets=", 0) == 0) {
+      uint64_t v = 0;
+      if (!events::kstrtoull(opt.substr(12), 10, &v) || v == 0 || v > (1u << 20)) {
+        *bad = opt;
+        return false;
+      }
+      a->max_targets = static_cast<uint32_t>(v);
+      continue;
+    }
+    if (opt.empty()) continue;
+    if (!rest.empty()) rest.push_back(',');
+    rest += opt;
+  }
+  if (!rest.empty()) a->options.push_back(rest);
+  return true;
+}
+
+// Each traced process costs the daemon a link descriptor (its ring area's descriptor is
+// closed once mapped): the soft limit goes up to the hard one, so that the daemon meets
+// max_targets, not EMFILE. Programs it launches get the limit they would have had.
+void raise_nofile_limit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rl.rlim_cur = rl.rlim_max;
+  (void)setrlimit(RLIMIT_NOFILE, &rl);
+}
 
 // Checks what can be checked before anything starts: one line of what is wrong.
 std::string preflight(const MountArgs& a, std::string* real_mnt) {
@@ -135,6 +176,8 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
   }
   tracee::Tracer::Options topts;
   topts.agent_path = agent;
+  topts.max_targets = a.max_targets;
+  raise_nofile_limit();
   std::string err;
   std::unique_ptr<tracee::Tracer> tracer = tracee::Tracer::create(topts, &err);
   if (!tracer) {
@@ -251,7 +294,14 @@ int probefs_main(int argc, char** argv) {
     switch (c) {
       case 'f': a.foreground = true; break;
       case 'd': a.foreground = a.debug = true; break;
-      case 'o': a.options.push_back(optarg); break;
+      case 'o': {
+        std::string bad;
+        if (!take_own_options(optarg, &a, &bad)) {
+          say("bad option: " + bad);
+          return 2;
+        }
+        break;
+      }
       case 'h': fputs(kUsage, stdout); return 0;
       case 'V': printf("probefs %s\n", PROBEFS_VERSION); return 0;
       default: fputs(kUsage, stderr); return 2;

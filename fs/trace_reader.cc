@@ -47,7 +47,23 @@ int32_t load32(const uint8_t* p) {
   return v;
 }
 
-pid_t tid_of(const uint8_t* data, uint32_t len) { return len >= 8 ? load32(data + 4) : 0; }
+// Copies a record out of the tracer, with the facts the daemon owns in the copy's header:
+// common_pid is the writing thread the tracer names, and a target's flags and preempt
+// count are 0 (a user thread runs with interrupts on, outside any kernel context; the
+// agent writes 0 there too). Filters, triggers and lines all read the copy, so none of
+// them sees what a process claimed about itself. The daemon's own records (pid 0) are
+// kept as written.
+uint32_t copy_record(std::vector<uint8_t>& bytes, const tracee::TraceRecord& r) {
+  const size_t off = bytes.size();
+  bytes.insert(bytes.end(), r.data, r.data + r.len);
+  if (r.pid != 0 && r.len >= 8) {
+    uint8_t* d = bytes.data() + off;
+    d[2] = 0;
+    d[3] = 0;
+    std::memcpy(d + 4, &r.tid, 4);
+  }
+  return static_cast<uint32_t>(off);
+}
 
 int64_t coarse_ms() {
   timespec ts;
@@ -240,7 +256,7 @@ TraceReader::ThreadGate& TraceReader::gate(uint64_t key) {
 bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (h.len < 8) return false;
   const uint16_t id = load16(data);
-  if (id == kMarkerEventId) return true;  // markers are not events: no trigger sees them
+  if (id == kMarkerEventId) return h.pid == 0;  // markers are not events: no trigger sees them
   const EventView* v = view(id);
   if (!v) return false;
   tracee::TraceRecord r;
@@ -311,12 +327,12 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
       [b](const tracee::TraceRecord& r) {
         Held h;
         h.pid = r.pid;
+        h.tid = r.tid;
         h.cpu = r.cpu;
         h.ts = r.ts_ns;
         h.lost_before = r.lost_before;
-        h.off = static_cast<uint32_t>(b->bytes.size());
         h.len = r.len;
-        b->bytes.insert(b->bytes.end(), r.data, r.data + r.len);
+        h.off = copy_record(b->bytes, r);
         b->recs.push_back(h);
         return true;
       },
@@ -325,7 +341,7 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
   for (size_t i = first; i < b->recs.size(); ++i) {
     Held& h = b->recs[i];
     const uint8_t* d = b->bytes.data() + h.off;
-    h.shown = decide_consumed(gate(key_of(h.pid, tid_of(d, h.len))), h, d);
+    h.shown = decide_consumed(gate(key_of(h.pid, h.tid)), h, d);
     if (h.cpu < read_events_.size()) {
       ++read_events_[h.cpu];
       dropped_events_[h.cpu] += h.lost_before;
@@ -352,7 +368,7 @@ void TraceReader::discard(int cpu) {
   std::lock_guard l(mu_);
   tracer_.consume_records(
       [this](const tracee::TraceRecord& r) {
-        skip_consumed(gate(key_of(r.pid, tid_of(r.data, r.len))));
+        skip_consumed(gate(key_of(r.pid, r.tid)));
         return true;
       },
       SIZE_MAX, cpu);
@@ -368,7 +384,7 @@ bool TraceReader::trace_chunk(Cursor* c, int cpu, std::string* out) {
   bool full = false;
   PassEntry* last = nullptr;
   tracer_.for_each_record([&](const tracee::TraceRecord& r) {
-    const uint64_t key = key_of(r.pid, tid_of(r.data, r.len));
+    const uint64_t key = key_of(r.pid, r.tid);
     PassEntry* pe = last && last->key == key ? last : nullptr;
     if (!pe) {
       auto [it, inserted] = pass_.try_emplace(key);
@@ -387,15 +403,15 @@ bool TraceReader::trace_chunk(Cursor* c, int cpu, std::string* out) {
     if (full || index < pe->first_unpassed) return;
     Peeked p;
     p.h.pid = r.pid;
+    p.h.tid = r.tid;
     p.h.cpu = r.cpu;
     p.h.ts = r.ts_ns;
     p.h.lost_before = r.lost_before;
-    p.h.off = static_cast<uint32_t>(peek_bytes_.size());
     p.h.len = r.len;
+    p.h.off = copy_record(peek_bytes_, r);
     p.gate = pe->gate;
     p.key = key;
     p.index = index;
-    peek_bytes_.insert(peek_bytes_.end(), r.data, r.data + r.len);
     peeked_.push_back(p);
     if (peek_bytes_.size() >= kTraceChunkRecordBytes) full = true;
   });
@@ -476,12 +492,12 @@ void TraceReader::append_line(std::string& out, const Held& h, const uint8_t* da
   if (h.len < 8) return;
   const uint16_t id = load16(data);
   if (id == kMarkerEventId) {
-    append_marker(out, h, data);
+    if (h.pid == 0) append_marker(out, h, data);  // only trace_marker writes these
     return;
   }
   const EventView* v = view(id);
   if (!v) return;
-  const pid_t tid = load32(data + 4);
+  const pid_t tid = h.tid;
   const std::string& name = comm(h.pid, tid);
   // The event's view of its target's names: its probes' addresses carry their notes (an
   // IFUNC's implementation shows the name the definition asked for).
@@ -573,6 +589,9 @@ std::string TraceReader::stats(int cpu) {
       dropped = dropped_events_[static_cast<size_t>(cpu)];
     }
   }
+  // Records a target had no business writing (tracee::TraceRecord) are dropped events
+  // too: they never reach a reader.
+  dropped += tracer_.rejected_records(cpu);
   const events::TraceClock c = clock();
   char buf[512];
   snprintf(buf, sizeof buf,
@@ -587,8 +606,7 @@ std::string TraceReader::stats(int cpu) {
 void TraceReader::learn_comms() {
   std::unordered_set<uint64_t> threads;
   tracer_.for_each_record([&](const tracee::TraceRecord& r) {
-    if (r.len >= 8 && load16(r.data) != kMarkerEventId)
-      threads.insert(key_of(r.pid, tid_of(r.data, r.len)));
+    if (r.pid != 0) threads.insert(key_of(r.pid, r.tid));
   });
   auto l = lock();
   for (uint64_t key : threads)

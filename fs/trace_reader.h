@@ -106,6 +106,7 @@ class TraceReader {
   // A record a consumer took: copied out of the tracer, and decided.
   struct Held {
     pid_t pid = 0;
+    pid_t tid = 0;  // tracee::TraceRecord::tid: the daemon's fact, written into the copy
     uint32_t cpu = 0;
     uint64_t ts = 0;
     uint64_t lost_before = 0;

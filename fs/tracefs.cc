@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <mutex>
+#include <string>
+
 #include "fs/dynamic_events.h"
 #include "fs/trace_files.h"
 
@@ -62,6 +66,11 @@ bool EventTable::admit(const EventView& ev, const tracee::TraceRecord& rec) cons
 
 // ---- Tracefs -------------------------------------------------------------------------------
 
+struct Tracefs::NoticeSink {
+  std::mutex mu;
+  DynamicEvents* events = nullptr;  // nullptr once the Tracefs goes
+};
+
 Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer), opts_(opts) {
   if (opts_.cpus <= 0) opts_.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_CONF));
   if (opts_.cpus <= 0) opts_.cpus = 1;
@@ -69,9 +78,28 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
   add_control_files(*this);
   trace_ = std::make_unique<TraceFiles>(*this);
   dynamic_ = std::make_unique<DynamicEvents>(*this);
+  // A process refused as a target (the target limit) is said where the user looks:
+  // error_log, beside `targets` (which lists it as untraced while it runs).
+  notices_ = std::make_shared<NoticeSink>();
+  notices_->events = dynamic_.get();
+  tracer_.on_target_notice([sink = notices_](const tracee::TargetNotice& n) {
+    if (n.kind != tracee::TargetNotice::Kind::kRefused) return;
+    events::Diagnostic d;
+    d.code = events::ErrorCode::kTargetLimit;
+    d.err = ENOSPC;
+    d.subsystem = events::kLogProbefs;
+    d.command = "pid " + std::to_string(n.pid) + ": " + n.reason;
+    std::lock_guard l(sink->mu);
+    if (sink->events != nullptr) sink->events->log_error(d);
+  });
 }
 
 Tracefs::~Tracefs() {
+  tracer_.on_target_notice(nullptr);
+  {
+    std::lock_guard l(notices_->mu);
+    notices_->events = nullptr;
+  }
   shutdown();
   dynamic_->clear_all();
   // The definitions go first: their triggers may still call into the trace files.

@@ -121,6 +121,10 @@ class Tracefs {
   std::unique_ptr<DynamicEvents> dynamic_;
   std::unique_ptr<TraceFiles> trace_;
   std::atomic<bool> shutdown_{false};
+  // Where the tracer's notices of refused processes go (error_log): shared with the
+  // listener, which runs on the tracer's thread and may outlive this object for a moment.
+  struct NoticeSink;
+  std::shared_ptr<NoticeSink> notices_;
 };
 
 // The control files (fs/control_files.cc): README, targets, kprobes/.

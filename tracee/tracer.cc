@@ -241,6 +241,16 @@ struct Tracer::Impl {
     pid_t pid = 0;  // 0: the daemon's own area (write_record)
     uint32_t tag = 0;
     std::shared_ptr<TargetNames> symbolizer;
+    // What the target may write here (read_mu): the event ids of every probe it was
+    // given a site of while this area lived (sorted; never shrinks, so that records
+    // written before a probe left still pass), and per ring the owner word last checked
+    // with its verdict (TraceRecord: a thread of pid, or gone).
+    std::vector<uint16_t> event_ids;
+    struct OwnerCheck {
+      uint32_t tid = 0;
+      bool ok = false;
+    };
+    std::vector<OwnerCheck> owners;
   };
 
   struct Target {
@@ -279,15 +289,27 @@ struct Tracer::Impl {
   // How long a launched program's new image may take to connect after its exec.
   static constexpr std::chrono::seconds kExecGrace{10};
 
-  // Exits: pid -> wait status, for wait_exit().
+  // Processes refused (note_refused), newest last.
+  static constexpr size_t kRefusedKept = 64;
+  std::deque<TargetInfo> refused;
+
+  // Exits: pid -> wait status, for wait_exit(); the newest kExitsKept of processes that
+  // were targets (`ever`), so that a long traced build does not grow them for ever.
+  static constexpr size_t kExitsKept = 8192;
   std::map<pid_t, int> exits;
   std::set<pid_t> ever;
+  std::deque<pid_t> ever_order;
   std::condition_variable exit_cv;
 
   // Records.
   std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
   std::vector<std::shared_ptr<Rings>> rings;  // every area read
   std::vector<pid_t> tag_pid;  // by tag; tags are never reused
+  std::vector<Rings*> tag_rings;  // by tag: the area while it is read, else nullptr
+  // Records rejected (TraceRecord) since the buffers were last emptied, by CPU; and a
+  // lost count a rejected record carried, handed on with the next record returned.
+  std::vector<uint64_t> rejected;
+  uint64_t rejected_lost = 0;
   uint32_t next_tag = 1;
   events::RingMerger merger{true};
   events::RingMerger peeker{false};
@@ -324,9 +346,62 @@ struct Tracer::Impl {
     return events::ring_detect_stamp_mode(events::trace_clock_stamp(clock));
   }
 
+  // Areas of targets (the daemon's own not counted). read_mu held.
+  size_t target_areas() const { return rings.size() - (own ? 1 : 0); }
+
+  // Room for one more target area under opts.max_targets: pushes out the unread records of
+  // the departed targets that came first, as many as it takes. false when every area
+  // belongs to a live target. mu held; takes read_mu.
+  bool make_room_for_target() {
+    const std::set<Rings*> live = live_rings();
+    std::lock_guard rl(read_mu);
+    while (target_areas() >= std::max<uint32_t>(opts.max_targets, 1)) {
+      auto it = std::find_if(rings.begin(), rings.end(),
+                             [&](const std::shared_ptr<Rings>& r) { return !live.count(r.get()); });
+      if (it == rings.end()) return false;
+      Rings* r = it->get();
+      dropped_gone += r->reader.entries() + r->reader.dropped();
+      r->reader.clear();
+      free_drained_rings(live);  // it is drained now
+    }
+    return true;
+  }
+
+  // Whether a target may join now (make_room_for_target); *why says otherwise. mu held.
+  bool target_room(std::string* why) {
+    if (make_room_for_target()) return true;
+    if (why)
+      *why = "the target limit (" + std::to_string(opts.max_targets) +
+             " traced processes) is reached";
+    return false;
+  }
+
+  // A process that was refused (TargetInfo::untraced), kept for `targets` while it runs
+  // and queued as a kRefused notice. mu held.
+  void note_refused(pid_t pid, pid_t parent, TargetOrigin origin, const std::string& reason,
+                    const std::string& why) {
+    TargetInfo i;
+    i.pid = pid;
+    i.parent = parent;
+    i.origin = origin;
+    i.untraced = reason;
+    refused.push_back(std::move(i));
+    while (refused.size() > kRefusedKept) refused.pop_front();
+    TargetNotice n;
+    n.kind = TargetNotice::Kind::kRefused;
+    n.pid = pid;
+    n.parent = parent;
+    n.reason = why;
+    notices.push_back(std::move(n));
+  }
+
   // A new ring area for a target (pid 0: the daemon's own, one ring), registered with the
   // readers. nullptr on failure.
   std::shared_ptr<Rings> new_rings(pid_t pid, int* err) {
+    if (pid != 0 && !make_room_for_target()) {
+      *err = -ENOSPC;
+      return nullptr;
+    }
     auto r = std::make_shared<Rings>();
     events::RingGeometry g;
     g.ring_count = pid != 0 ? opts.rings_per_target : 1;
@@ -349,6 +424,9 @@ struct Tracer::Impl {
     r->tag = next_tag++;
     tag_pid.resize(r->tag + 1);
     tag_pid[r->tag] = pid;
+    tag_rings.resize(r->tag + 1, nullptr);
+    tag_rings[r->tag] = r.get();
+    r->owners.resize(r->reader.ring_count());
     rings.push_back(r);
     merger.add(&r->reader, r->tag);
     peeker.add(&r->reader, r->tag);
@@ -397,7 +475,26 @@ struct Tracer::Impl {
       }
       merger.remove(&r->reader);
       peeker.remove(&r->reader);
+      tag_rings[r->tag] = nullptr;
       it = rings.erase(it);
+    }
+  }
+
+  // Target t was given a site of event `id`: its records of that event are its own from
+  // now on (TraceRecord). mu held; takes read_mu.
+  void allow_event(Target& t, uint16_t id) {
+    if (!t.rings) return;
+    std::lock_guard rl(read_mu);
+    std::vector<uint16_t>& ids = t.rings->event_ids;
+    auto at = std::lower_bound(ids.begin(), ids.end(), id);
+    if (at == ids.end() || *at != id) ids.insert(at, id);
+  }
+
+  // allow_event for every probe t holds sites of. mu held; takes read_mu.
+  void allow_sites(Target& t) {
+    for (const auto& [id, sites] : t.sites) {
+      if (sites.empty()) continue;
+      if (auto p = probes.find(id); p != probes.end()) allow_event(t, p->second.spec.event_id);
     }
   }
 
@@ -407,6 +504,7 @@ struct Tracer::Impl {
     int err = 0;
     std::shared_ptr<Rings> r = new_rings(0, &err);
     if (!r) return err;
+    r->area.close_fd();  // the daemon writes it through its mapping alone
     // The owner word names the daemon; the service thread never reclaims this ring.
     events::RingProducer prod{};
     if (!events::ring_claim(r->area.header(), static_cast<uint32_t>(getpid()), &prod))
@@ -417,6 +515,7 @@ struct Tracer::Impl {
       std::erase(rings, own);
       merger.remove(&own->reader);
       peeker.remove(&own->reader);
+      tag_rings[own->tag] = nullptr;
     }
     own = std::move(r);
     own_prod = prod;
@@ -487,7 +586,9 @@ struct Tracer::Impl {
 
   // Sends the defines; on the first failure removes what this call placed in t. 0 or the
   // agent's negative errno.
-  int send_defines(Target& t, ProbeId id, std::vector<lk::Define>& defs) {
+  int send_defines(Target& t, ProbeId id, uint16_t event_id, std::vector<lk::Define>& defs) {
+    // Allowed before the first DEFINE goes: its probe may fire before the reply comes.
+    if (!defs.empty()) allow_event(t, event_id);
     std::vector<Site> placed;
     for (lk::Define& d : defs) {
       d.probe_id = next_agent_id++;
@@ -544,7 +645,7 @@ struct Tracer::Impl {
           collect->push_back(std::move(d));
         }
       } else {
-        (void)send_defines(t, id, defs);
+        (void)send_defines(t, id, p.spec.event_id, defs);
       }
     }
   }
@@ -562,9 +663,11 @@ struct Tracer::Impl {
     int err = 0;
     t.rings = new_rings(t.pid, &err);
     if (!t.rings) {
-      if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
+      if (err == -ENOSPC) (void)target_room(error);  // says which limit
+      else if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
       return err;
     }
+    allow_sites(t);  // a fork child's, inherited
     uint32_t clk;
     {
       std::lock_guard rl(read_mu);
@@ -572,6 +675,7 @@ struct Tracer::Impl {
       clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
     }
     LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
+    t.rings->area.close_fd();  // the agent holds its own now; the mapping stays
     if (!r.ok()) {
       if (error) *error = "agent refused its ring area: " + r.message;
       return r.error;
@@ -592,6 +696,22 @@ struct Tracer::Impl {
   void record_exit(pid_t pid, int status) {
     exits[pid] = status;
     exit_cv.notify_all();
+  }
+
+  // pid is (or was) a target: wait_exit knows it. mu held.
+  void remember(pid_t pid) {
+    if (!ever.insert(pid).second) return;
+    ever_order.push_back(pid);
+    for (size_t tries = ever_order.size(); ever_order.size() > kExitsKept && tries > 0; --tries) {
+      const pid_t old = ever_order.front();
+      ever_order.pop_front();
+      if (targets.count(old) || children.count(old)) {
+        ever_order.push_back(old);  // still here: only the departed are forgotten
+        continue;
+      }
+      ever.erase(old);
+      exits.erase(old);
+    }
   }
 
   // Notices go out from the service thread only, in the order they happened, with no
@@ -708,15 +828,17 @@ struct Tracer::Impl {
       kind = TargetNotice::Kind::kExeced;
     }
     exits.erase(t->pid);
-    ever.insert(t->pid);
+    remember(t->pid);
     const pid_t pid = t->pid;
     const pid_t parent = t->parent;
     Target& ref = *t;
     targets[pid] = std::move(t);
     std::string err;
-    if (set_up(ref, &err) != 0) {
-      ref.link->close();
+    if (int e = set_up(ref, &err); e != 0) {
+      const TargetOrigin origin = ref.origin;
+      ref.link->close();  // its agent lets the program run on untraced
       targets.erase(pid);
+      if (e == -ENOSPC) note_refused(pid, parent, origin, "target-limit", err);
       return;
     }
     (void)ref.link->go();
@@ -730,6 +852,9 @@ struct Tracer::Impl {
     std::vector<ProbeId> ids;
     const bool mapped = ev.mapped.kind == lk::MappedKind::kMapped;
     if (t != nullptr && refresh_symbols(*t) == 0 && mapped) place_pending(*t, &defs, &ids);
+    // The new probes may fire as soon as the agent has them, before the answer's results.
+    if (t != nullptr)
+      for (const lk::Define& d : defs) allow_event(*t, d.event_id);
     std::vector<LinkResult> res = ev.link->answer_mapped(ev.seq, defs);
     if (t == nullptr) return;
     for (size_t i = 0; i < defs.size() && i < res.size(); ++i)
@@ -779,6 +904,10 @@ struct Tracer::Impl {
     std::vector<std::pair<pid_t, TargetNotice::Kind>> drop;
     for (auto& [pid, t] : targets) {
       if (!t->link || !t->link->closed()) continue;
+      // The link ended before its kClosed event was handled: its grace starts now (a
+      // fork child that execs at once would otherwise be left before its new image
+      // could connect).
+      if (t->unlinked_since == std::chrono::steady_clock::time_point{}) t->unlinked_since = now;
       if (children.count(pid)) {
         if (process_running(pid) && now - t->unlinked_since > kExecGrace)
           drop.emplace_back(pid, TargetNotice::Kind::kLeft);
@@ -889,6 +1018,10 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
   lo.stdin_fd = spec.stdin_fd;
   lo.stdout_fd = spec.stdout_fd;
   lo.stderr_fd = spec.stderr_fd;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->target_room(error)) return -ENOSPC;  // before a program starts for nothing
+  }
   Launched l;
   if (int err = tracee::launch(*impl_->listener, lo, &l, error); err != 0) return err;
   {
@@ -901,7 +1034,7 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
     t->link = l.link;
     Impl::Target& ref = *t;
     impl_->targets[l.pid] = std::move(t);
-    impl_->ever.insert(l.pid);
+    impl_->remember(l.pid);
     if (int err = impl_->set_up(ref, error); err != 0) {
       ref.link->close();
       kill(l.pid, SIGKILL);
@@ -923,6 +1056,7 @@ int Tracer::attach(pid_t pid, std::string* error) {
       if (error) *error = "pid " + std::to_string(pid) + " is traced already";
       return -EEXIST;
     }
+    if (!impl_->target_room(error)) return -ENOSPC;
   }
   AgentListener& listener = *impl_->listener;
   listener.expect(pid);
@@ -981,7 +1115,7 @@ int Tracer::attach(pid_t pid, std::string* error) {
     t->link = link;
     Impl::Target& ref = *t;
     impl_->targets[pid] = std::move(t);
-    impl_->ever.insert(pid);
+    impl_->remember(pid);
     impl_->exits.erase(pid);
     if (int e = impl_->set_up(ref, error); e != 0) {
       (void)ref.link->detach();
@@ -1001,6 +1135,7 @@ int Tracer::prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->targets.count(pid)) return -EEXIST;
+    if (!impl_->target_room(nullptr)) return -ENOSPC;
   }
   // The service thread serves the connection (handle_connected): no thread waits here.
   impl_->listener->expect_exec(pid, uid,
@@ -1037,6 +1172,12 @@ std::vector<TargetInfo> Tracer::targets() const {
     i.origin = t->origin;
     i.exe = t->exe;
     i.comm = read_proc_line("/proc/" + std::to_string(pid) + "/comm");
+    out.push_back(std::move(i));
+  }
+  for (const TargetInfo& r : impl_->refused) {
+    if (impl_->targets.count(r.pid) || !process_running(r.pid)) continue;
+    TargetInfo i = r;
+    i.comm = read_proc_line("/proc/" + std::to_string(r.pid) + "/comm");
     out.push_back(std::move(i));
   }
   return out;
@@ -1102,7 +1243,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     }
     if (st != PlaceStatus::kAbsent) absent_everywhere = false;
     if (st != PlaceStatus::kPlaced) continue;
-    if (int e = impl_->send_defines(*t, p.id, defs); e != 0) {
+    if (int e = impl_->send_defines(*t, p.id, p.spec.event_id, defs); e != 0) {
       *diag = registration_diagnostic(spec.def, e);
       err = e;
       break;
@@ -1292,13 +1433,69 @@ int Tracer::set_optimization(bool on) {
 
 namespace {
 
-void fill_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out) {
+// Whether thread `tid` may be named as the writer of records of target `pid`: a thread of
+// pid now, or a thread that is gone and whose number no live process holds (a short-lived
+// thread may claim a ring, write and exit before the daemon looks). A number held by
+// another process's thread is a forgery. /proc/TID/status answers for any thread, listed
+// or not.
+bool owner_is_thread_of(pid_t pid, uint32_t tid) {
+  if (tid == 0 || tid > events::kRingOwnerTidMask) return false;
+  char path[48];
+  snprintf(path, sizeof path, "/proc/%u/status", tid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH;  // gone
+  char buf[1024];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;  // exiting as we read
+  buf[n] = '\0';
+  const char* tg = strstr(buf, "\nTgid:");
+  if (tg == nullptr) return false;
+  return strtol(tg + 6, nullptr, 10) == pid;
+}
+
+// The record's facts, from the daemon's own knowledge (TraceRecord), and whether the
+// target had any business writing it. A consumer counts what it rejects and hands a lost
+// count the rejected record carried on to the next record it returns; a walk (`trace`)
+// only skips. read_mu held.
+bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out,
+                  bool consuming) {
+  Tracer::Impl::Rings* r = rr.tag < impl.tag_rings.size() ? impl.tag_rings[rr.tag] : nullptr;
   out->pid = rr.tag < impl.tag_pid.size() ? impl.tag_pid[rr.tag] : 0;
   out->cpu = rr.cpu;
-  out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
   out->data = rr.payload.data();
   out->len = static_cast<uint32_t>(rr.payload.size());
-  out->lost_before = rr.lost_before;
+  out->lost_before = rr.lost_before + (consuming ? impl.rejected_lost : 0);
+  bool ok = r != nullptr && out->len >= 8;
+  if (ok && r->pid == 0) {
+    int32_t writer;  // the daemon's own record names its writer
+    std::memcpy(&writer, out->data + 4, 4);
+    out->tid = writer;
+  } else if (ok) {
+    out->tid = static_cast<pid_t>(rr.tid);
+    uint16_t id;
+    std::memcpy(&id, out->data, 2);
+    ok = std::binary_search(r->event_ids.begin(), r->event_ids.end(), id);
+    if (ok && rr.ring < r->owners.size()) {
+      Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
+      if (c.tid != rr.tid) c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
+      ok = c.ok;
+    }
+  }
+  if (!consuming) {
+    if (ok) out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
+    return ok;
+  }
+  if (!ok) {
+    if (impl.rejected.size() <= rr.cpu && rr.cpu < events::kRingMaxCount)
+      impl.rejected.resize(rr.cpu + 1);
+    if (rr.cpu < impl.rejected.size()) ++impl.rejected[rr.cpu];
+    impl.rejected_lost = out->lost_before;
+    return false;
+  }
+  impl.rejected_lost = 0;
+  out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
+  return true;
 }
 
 }  // namespace
@@ -1333,12 +1530,13 @@ int Tracer::write_record(const void* data, uint32_t len) {
 bool Tracer::next_record(TraceRecord* out) {
   std::lock_guard rl(impl_->read_mu);
   events::RingRecord rr;
-  if (!impl_->merger.next(&rr)) {
-    impl_->merger.publish();  // the room of what was read goes back to the producers
-    return false;
+  for (;;) {
+    if (!impl_->merger.next(&rr)) {
+      impl_->merger.publish();  // the room of what was read goes back to the producers
+      return false;
+    }
+    if (admit_record(*impl_, rr, out, true)) return true;
   }
-  fill_record(*impl_, rr, out);
-  return true;
 }
 
 size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
@@ -1348,7 +1546,7 @@ size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn
   events::RingRecord rr;
   TraceRecord t;
   while (n < max && impl_->merger.next(&rr, cpu)) {
-    fill_record(*impl_, rr, &t);
+    if (!admit_record(*impl_, rr, &t, true)) continue;
     ++n;
     if (!fn(t)) break;
   }
@@ -1395,8 +1593,7 @@ void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn) 
   events::RingRecord rr;
   while (impl_->peeker.next(&rr)) {
     TraceRecord t;
-    fill_record(*impl_, rr, &t);
-    fn(t);
+    if (admit_record(*impl_, rr, &t, false)) fn(t);
   }
 }
 
@@ -1439,7 +1636,7 @@ size_t Tracer::for_each_record(RecordWalk* walk,
   events::RingRecord rr;
   TraceRecord t;
   while (st.merger.next(&rr)) {
-    fill_record(*impl_, rr, &t);
+    if (!admit_record(*impl_, rr, &t, false)) continue;
     ++n;
     if (!fn(t)) break;
   }
@@ -1456,6 +1653,17 @@ void Tracer::clear_records() {
     impl_->peeker.add(&r->reader, r->tag);
   }
   impl_->dropped_gone = 0;
+  impl_->rejected.clear();
+  impl_->rejected_lost = 0;
+}
+
+uint64_t Tracer::rejected_records(int cpu) {
+  std::lock_guard rl(impl_->read_mu);
+  if (cpu >= 0)
+    return static_cast<size_t>(cpu) < impl_->rejected.size() ? impl_->rejected[cpu] : 0;
+  uint64_t n = 0;
+  for (uint64_t v : impl_->rejected) n += v;
+  return n;
 }
 
 void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
@@ -1554,10 +1762,14 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
         if (p != impl_->probes.end() && t->rings)
           p->second.gone_hits += t->rings->reader.hits(p->second.slot);
       }
-      if (t->rings) t->rings->reader.clear();
+      if (t->rings) {
+        t->rings->reader.clear();
+        r->event_ids = t->rings->event_ids;  // before the agent can write there
+      }
       r->symbolizer = t->symbolizer;
     }
     LinkResult res = t->link->setup(r->area.fd(), r->area.size(), clk);
+    r->area.close_fd();
     if (!res.ok()) return res.error;
     t->rings = r;
   }

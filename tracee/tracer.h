@@ -57,6 +57,9 @@ struct TargetInfo {
   TargetOrigin origin = TargetOrigin::kLaunched;
   std::string exe;           // /proc/PID/exe at the time it joined (or exec'd)
   std::string comm;
+  // Empty for a target. Otherwise the process was refused and runs untraced, for this
+  // reason (one word: "target-limit"); targets() lists the last few such while they run.
+  std::string untraced;
 };
 
 // What happened to a target, for the `targets` file and for readers that wait on one.
@@ -68,11 +71,13 @@ struct TargetNotice {
     kExited,    // the process ended; `status` is its wait status where known, else -1
     kDetached,  // detach() finished: its agent removed every probe and is idle
     kLeft,      // an attached target exec'd: the new image has no agent (see README)
+    kRefused,   // a fork child or new image was refused and runs untraced (`reason`)
   };
   Kind kind = Kind::kJoined;
   pid_t pid = 0;
   pid_t parent = 0;
   int status = -1;
+  std::string reason;  // kRefused: why, one line
 };
 
 using ProbeId = uint32_t;
@@ -143,8 +148,18 @@ struct ProbeProfile {
 };
 
 // One record, as the reader hands it out: valid until the next call on the reader.
+//
+// Who wrote it is the daemon's fact, never the record's claim (DESIGN.md §8): `pid` is the
+// target whose ring area holds it, `tid` the thread that owns the ring, checked to be a
+// thread of `pid` (or one that is gone and now no process's). The payload's own
+// common_pid, flags and preempt count are whatever the process wrote: a reader shows
+// these two fields instead. Records a target has no business writing never reach a
+// reader: an event id it was given no probe of, trace_marker's id (only the daemon's own
+// writes carry it), a ring owned by another process's thread, fewer than 8 bytes. They are
+// consumed, dropped and counted (rejected_records).
 struct TraceRecord {
-  pid_t pid = 0;             // the target (thread group) that wrote it
+  pid_t pid = 0;             // the target (thread group) that wrote it; 0: the daemon
+  pid_t tid = 0;             // its thread (the daemon's own records: the writer's)
   uint32_t cpu = 0;
   uint64_t ts_ns = 0;        // in the current trace clock
   const uint8_t* data = nullptr;  // the events record (events/compile.h layout)
@@ -160,6 +175,11 @@ class Tracer {
     std::string agent_path;          // libprobefs-agent.so
     uint32_t buffer_size_kb = 1410;  // each thread's ring (the kernel's per-CPU size)
     uint32_t rings_per_target = 64;  // threads that can have a ring at once, per target
+    // Ring areas at once: targets, and departed targets whose records are not read yet.
+    // A new target beyond it first pushes out the oldest departed target's unread records
+    // (counted as lost); with none to push out it is refused (-ENOSPC, a kRefused notice)
+    // and runs untraced. Each area costs the daemon a mapping and a few KiB of its heap.
+    uint32_t max_targets = 4096;
   };
 
   // nullptr and *error on failure (no link could be set up).
@@ -205,7 +225,8 @@ class Tracer {
   // lapses when no agent connects within `timeout_ms` (0: at once); a later connection is
   // refused, and the agent lets the program run on untraced. No thread waits meanwhile.
   // -EINVAL (pid <= 0, timeout_ms < 0), -ESRCH (no such process), -EPERM (another uid
-  // than the daemon's, unless the daemon is root), -EEXIST (pid is a target already).
+  // than the daemon's, unless the daemon is root), -EEXIST (pid is a target already),
+  // -ENOSPC (Options::max_targets: launch and attach say so too).
   [[nodiscard]] int prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name);
   const std::string& agent_path() const;
   // Replaces the listener (nullptr: none).
@@ -291,6 +312,10 @@ class Tracer {
   // Whether a consuming read would find a record now (poll), without consuming: of any
   // CPU, or for `cpu` >= 0 what consume_records(.., cpu) can take.
   bool has_records(int cpu = -1);
+  // Records dropped because their target had no business writing them (TraceRecord), on
+  // CPU `cpu` (-1: all), since the buffers were last emptied: per_cpu/cpuN/stats counts
+  // them among its dropped events.
+  uint64_t rejected_records(int cpu = -1);
   // Rings (threads) that hold records or belong to a thread now, the daemon's own
   // (trace_marker) while it holds records: buffer_total_size_kb is this many times
   // buffer_size_kb.

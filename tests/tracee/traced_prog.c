@@ -14,6 +14,11 @@
  *   hot T           T threads calling traced_hot in a loop until "cool": "ok"
  *   cool            stops them: "ok CALLS" (the calls they made; their results are checked)
  *   fork N          a child calls traced_add N times and exits; "ok CHILD_PID STATUS"
+ *   forks K N       K children one after another, each calling traced_add N times and
+ *                   exiting: "ok K" once every one exited 0
+ *   spawns K PATH   K children one after another, each exec'ing PATH with no arguments:
+ *                   "ok K" once every one exited 0
+ *   hold            a child that calls traced_add once and waits until killed: "ok PID"
  *   exec            execs this program again ("exec'd" is printed first by the new image)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
  *   pid             "ok PID"
@@ -216,6 +221,37 @@ int main(int argc, char **argv) {
       int st = -1;
       waitpid(c, &st, 0);
       printf("ok %d %d\n", (int)c, st);
+    } else if (sscanf(line, "forks %ld %ld", &t, &n) == 2 && t > 0) {
+      long ok = 0;
+      for (long i = 0; i < t; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+          run_calls(n);
+          _exit(0);
+        }
+        int st = -1;
+        if (c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+      }
+      printf("ok %ld\n", ok);
+    } else if (sscanf(line, "spawns %ld %399s", &t, arg) == 2 && t > 0) {
+      long ok = 0;
+      for (long i = 0; i < t; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+          execl(arg, arg, (char *)NULL);
+          _exit(127);
+        }
+        int st = -1;
+        if (c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+      }
+      printf("ok %ld\n", ok);
+    } else if (strncmp(line, "hold", 4) == 0) {
+      pid_t c = fork();
+      if (c == 0) {
+        run_calls(1);
+        for (;;) pause();
+      }
+      printf("ok %d\n", (int)c);
     } else if (strncmp(line, "exec", 4) == 0) {
       char *args[] = {argv[0], "--after-exec", NULL};
       execv("/proc/self/exe", args);
