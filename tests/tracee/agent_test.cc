@@ -1372,6 +1372,45 @@ TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
   EXPECT_LT(after, before + (size_t{24} << 20)) << before << " -> " << after;
 }
 
+// A stopped process reads nothing, and is not taken for a peer that will not read: its
+// link stays however long its socket stays full, and is judged again once it runs.
+TEST(AgentLinkGuard, AStoppedProcessKeepsItsLink) {
+  TestDaemon d;
+  int hold[2];
+  ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+  Child c;
+  auto lk = fake_agent(d, &c, [&](int) {
+    close(hold[1]);
+    char b;
+    return read(hold[0], &b, 1) == 0 ? 0 : 7;  // reads nothing of the link
+  });
+  close(hold[0]);
+  ASSERT_NE(lk, nullptr);
+  ASSERT_EQ(kill(c.pid, SIGSTOP), 0);
+  siginfo_t si{};
+  const auto deadline = Clock::now() + kWait;
+  while (Clock::now() < deadline) {
+    si.si_pid = 0;
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(c.pid), &si, WSTOPPED | WEXITED | WNOHANG | WNOWAIT), 0);
+    if (si.si_pid == c.pid) break;
+    sched_yield();
+  }
+  ASSERT_EQ(si.si_pid, c.pid);
+  ASSERT_EQ(si.si_code, CLD_STOPPED);
+  // Far more requests than its socket holds: the later sends find it full.
+  lk->set_timeout(2ms);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(lk->list().error, 0);
+  EXPECT_FALSE(lk->closed());
+  EXPECT_EQ(d.listener().stats().disconnected, 0u);
+  ASSERT_EQ(kill(c.pid, SIGCONT), 0);
+  // Running, and still not reading: now it is let go.
+  for (int i = 0; i < 1000000 && !lk->closed(); ++i) (void)lk->list();
+  EXPECT_TRUE(lk->closed());
+  EXPECT_EQ(d.listener().stats().disconnected, 1u);
+  close(hold[1]);
+  EXPECT_EQ(exit_status(c), 0);
+}
+
 // accept() that fails for want of descriptors does not spin: each failure pauses
 // accepting, with one warning, and the connection waiting in the backlog becomes a link
 // once descriptors are free again. In a child process, whose descriptor limit is lowered.
