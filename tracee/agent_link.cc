@@ -297,13 +297,22 @@ struct ProcStat {
 };
 
 bool proc_stat(pid_t pid, ProcStat* out) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // One read(): this runs for each connection, on the way of a fork child to its GO.
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  const std::string_view s(buf, static_cast<size_t>(n));
+  buf[n] = 0;
   const size_t close_paren = s.rfind(')');
   if (close_paren == std::string::npos || close_paren + 2 >= s.size()) return false;
   // ") S PPID PGRP SESSION TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME CUTIME
   // CSTIME PRIORITY NICE THREADS ITREALVALUE STARTTIME": fields 4 and 22 of the line.
-  const char* at = s.c_str() + close_paren + 2;
+  const char* at = buf + close_paren + 2;
   char* end = nullptr;
   for (int field = 3; field <= 22; ++field) {
     while (*at == ' ') ++at;
@@ -489,6 +498,7 @@ struct AgentListener::Impl {
   struct PendingConn {
     Clock::time_point deadline;
     link::PeerCred cred;
+    ProcStat stat;  // the process's, read at admission
   };
   std::map<int, PendingConn> pending;            // the I/O thread only
   std::map<uid_t, size_t> pending_per_uid;       // the I/O thread only
@@ -609,13 +619,11 @@ struct AgentListener::Impl {
 
   // Whether a connection with these credentials may say HELLO at all (agent_link.h,
   // Admission). mu held.
-  bool admit_locked(const link::PeerCred& c) {
+  bool admit_locked(const link::PeerCred& c, const ProcStat& self) {
     if (auto e = expected.find(c.pid); e != expected.end()) return e->second == c.uid;
     if (auto x = exec_expected.find(c.pid); x != exec_expected.end() &&
                                            x->second.deadline >= Clock::now())
       return x->second.uid == c.uid;
-    ProcStat self;
-    if (!proc_stat(c.pid, &self)) return false;
     if (const Known* k = known_process(c.pid, &self)) return k->uid == c.uid;
     const Known* parent = known_process(self.ppid);
     return parent && parent->uid == c.uid;
@@ -656,10 +664,11 @@ struct AgentListener::Impl {
         continue;
       }
       link::PeerCred cred;
-      bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid;
+      ProcStat stat;
+      bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid && proc_stat(cred.pid, &stat);
       if (ok) {
         std::lock_guard l(mu);
-        ok = admit_locked(cred);
+        ok = admit_locked(cred, stat);
       }
       if (!ok) {
         refuse(fd);  // not a byte read, not a moment waited
@@ -672,7 +681,7 @@ struct AgentListener::Impl {
         refuse(fd);
         continue;
       }
-      pending[fd] = {Clock::now() + kHelloTimeout, cred};
+      pending[fd] = {Clock::now() + kHelloTimeout, cred, stat};
       ++pending_per_uid[uid];
       pending_count.store(pending.size());
       on_pending_readable(fd);  // the HELLO often came with the connection
@@ -699,7 +708,7 @@ struct AgentListener::Impl {
 
   // Decides whether a HELLO may become a link: see the header.
   enum class Verdict { kRefuse, kExpected, kEvent, kPrepared };
-  Verdict judge(const link::PeerCred& cred, const link::Hello& h) {
+  Verdict judge(const link::PeerCred& cred, const ProcStat& self, const link::Hello& h) {
     if (h.pid != cred.pid) return Verdict::kRefuse;
     if (h.abi_version != link::kAgentAbiVersion) return Verdict::kRefuse;
     std::lock_guard l(mu);
@@ -716,8 +725,6 @@ struct AgentListener::Impl {
     // Forget processes that are gone (cheaply: a recycled pid is caught by its start
     // time where it is looked up).
     std::erase_if(known, [](const auto& k) { return !process_exists(k.first); });
-    ProcStat self;
-    if (!proc_stat(cred.pid, &self)) return Verdict::kRefuse;
     auto from_parent = [&] {
       const Known* parent = known_process(h.ppid);
       if (!parent || parent->uid != cred.uid) return Verdict::kRefuse;
@@ -749,14 +756,12 @@ struct AgentListener::Impl {
       return;
     }
     const auto& h = std::get<link::Hello>(m.body);
-    const Verdict v = judge(pc.cred, h);
+    const Verdict v = judge(pc.cred, pc.stat, h);
     if (v == Verdict::kRefuse) {
       leave_pending(fd, true);
       return;
     }
     leave_pending(fd, false);
-    ProcStat ps;
-    (void)proc_stat(pc.cred.pid, &ps);
     auto impl = std::make_unique<AgentLink::Impl>();
     impl->fd = fd;
     impl->cred = pc.cred;
@@ -766,7 +771,7 @@ struct AgentListener::Impl {
     {
       std::lock_guard l(mu);
       links[fd] = lk;
-      known[pc.cred.pid] = {pc.cred.uid, ps.start};
+      known[pc.cred.pid] = {pc.cred.uid, pc.stat.start};
       if (v == Verdict::kExpected) {
         expected.erase(pc.cred.pid);
         arrived[pc.cred.pid] = lk;
