@@ -501,6 +501,7 @@ struct AgentListener::Impl {
     ProcStat stat;  // the process's, read at admission
   };
   std::map<int, PendingConn> pending;            // the I/O thread only
+  std::vector<uint8_t> rbuf;                     // the I/O thread only: each packet read
   std::map<uid_t, size_t> pending_per_uid;       // the I/O thread only
   bool paused = false;                           // the I/O thread only: accept paused
   Clock::time_point paused_until;                // the I/O thread only
@@ -746,7 +747,7 @@ struct AgentListener::Impl {
     auto pit = pending.find(fd);
     if (pit == pending.end()) return;
     const PendingConn pc = pit->second;
-    std::vector<uint8_t> buf;
+    std::vector<uint8_t>& buf = rbuf;
     long n = link::recv_packet(fd, &buf, 0ms);
     if (n == -ETIMEDOUT) return;  // not there yet
     link::Message m;
@@ -805,7 +806,7 @@ struct AgentListener::Impl {
 
   void on_link_readable(int fd, const std::shared_ptr<AgentLink>& lk) {
     AgentLink::Impl& li = *lk->impl_;
-    std::vector<uint8_t> buf;
+    std::vector<uint8_t>& buf = rbuf;  // one buffer for all: no allocation per wake-up
     for (int budget = 0; budget < 64; ++budget) {
       // Closed by the daemon (close(), detach, a bound): what the peer still queued is
       // not read.

@@ -1219,6 +1219,18 @@ TEST(AgentLinkGuard, HostilePeersDoNotDelayALaunchOrAnAttach) {
   ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(attached));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // Resident memory of this process, in bytes (/proc/self/statm).
 size_t resident_bytes() {
   FILE* f = fopen("/proc/self/statm", "r");
@@ -1369,7 +1381,12 @@ TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
   EXPECT_EQ(s.queued_events, 0u);
   EXPECT_EQ(s.pending, 0u);
   const size_t after = resident_bytes();
-  EXPECT_LT(after, before + (size_t{24} << 20)) << before << " -> " << after;
+  // AddressSanitizer keeps freed memory in quarantine (256 MiB by default): there,
+  // resident memory says what was ever allocated, not what is held, and only the queues
+  // above count.
+  if (!kAddressSanitizer) {
+    EXPECT_LT(after, before + (size_t{24} << 20)) << before << " -> " << after;
+  }
 }
 
 // A stopped process reads nothing, and is not taken for a peer that will not read: its
