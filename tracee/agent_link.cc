@@ -398,8 +398,14 @@ bool tree_in_use(const std::string& parent, const std::string& name) {
       DIR* sd = ::opendir(sub.c_str());
       if (!sd) continue;
       pid_t pid;
-      while (dirent* f = ::readdir(sd))
-        if (link::parse_link_name(f->d_name, &pid)) sockets.push_back(sub + "/" + f->d_name);
+      struct stat st;
+      while (dirent* f = ::readdir(sd)) {
+        const std::string path = sub + "/" + f->d_name;
+        // A socket, not a link that its uid put there to have us connect elsewhere.
+        if (link::parse_link_name(f->d_name, &pid) && ::lstat(path.c_str(), &st) == 0 &&
+            S_ISSOCK(st.st_mode))
+          sockets.push_back(path);
+      }
       ::closedir(sd);
     }
     ::closedir(d);
