@@ -1078,6 +1078,46 @@ TEST(AgentLinkGuard, OtherUsersCannotReachTheEndpoint) {
   EXPECT_EQ(s.links, 0u);
 }
 
+// A daemon that is not root: its tree is its own, it serves no other uid, and its
+// launched program, the program's fork child and its new image after exec all join.
+TEST(AgentLinkGuard, ADaemonOfAnotherUserServesItsOwnUid) {
+  Child daemon;
+  ASSERT_NO_FATAL_FAILURE(start_child(&daemon, [] {
+    if (!become_nobody()) return 2;
+    unsetenv("XDG_RUNTIME_DIR");
+    int err = 0;
+    auto l = tracee::AgentListener::create(&err);
+    if (!l) return 3;
+    if (l->name().rfind("/tmp/probefs.", 0) != 0) return 4;
+    std::string other;
+    if (l->endpoint(0, &other) != -EPERM) return 5;
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    for (const char* mode : {"fork", "exec"}) {
+      tracee::LaunchOptions o;
+      o.argv = {PROBEFS_AGENT_TARGET, mode, "10"};
+      o.agent_path = PROBEFS_AGENT_LIB;
+      o.stdout_fd = null;
+      tracee::Launched t;
+      std::string why;
+      if (tracee::launch(*l, o, &t, &why) != 0) return 6;
+      if (t.link->go().error != 0) return 7;
+      // The fork child, or the new image: each waits for its GO.
+      tracee::LinkEvent ev;
+      for (;;) {
+        if (!l->next_event(&ev, kWait)) return 8;
+        if (ev.kind == tracee::LinkEvent::kConnected) break;
+      }
+      if (ev.link->uid() != kNobody) return 9;
+      if (ev.link->go().error != 0) return 10;
+      Child target;
+      target.pid = t.pid;
+      if (!target.wait_exit() || !target.exited_ok()) return 11;
+    }
+    return 0;
+  }));
+  EXPECT_EQ(exit_status(daemon), 0);
+}
+
 // The endpoint tree goes with the listener, and one that a killed daemon left is swept
 // by the next listener.
 TEST(AgentLinkGuard, EndpointTreeIsRemoved) {
