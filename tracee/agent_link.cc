@@ -447,7 +447,9 @@ void sweep_stale_trees(const std::string& parent) {
 std::string run_parent() {
   auto usable = [](const char* dir, bool own) {
     struct stat st;
-    if (!dir || dir[0] != '/' || std::strlen(dir) > 40) return false;
+    // A name without blanks: `probefs exec` reads it back from a line of words.
+    if (!dir || dir[0] != '/' || std::strlen(dir) > 40 || std::strpbrk(dir, " \t\n"))
+      return false;
     if (::stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
     return !own || (st.st_uid == ::geteuid() && (st.st_mode & 077) == 0);
   };
