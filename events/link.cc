@@ -531,7 +531,13 @@ int ReplyAssembler::add(const Message& m) {
     reply_ = Reply{};
     reply_.error = r.error;
   }
-  if (reply_.message.size() + r.message.size() > (size_t{64} << 20)) return -EBADMSG;
+  // Counted before anything is appended: a peer's flood never gets past the cap.
+  const size_t size = reply_.message.size() + 12 * reply_.profile.size();
+  if (r.message.size() + 12 * r.profile.size() > kMaxReplySize - size) {
+    active_ = false;
+    reply_ = Reply{};
+    return -E2BIG;
+  }
   reply_.message += r.message;
   reply_.profile.insert(reply_.profile.end(), r.profile.begin(), r.profile.end());
   if (m.flags & kFlagMore) return 0;
@@ -573,6 +579,15 @@ std::string make_link_name(pid_t daemon_pid) {
 }
 
 bool parse_link_name(std::string_view name, pid_t* daemon_pid) {
+  if (name.starts_with('/')) {
+    // A socket path: it must fit sockaddr_un with its NUL, and name a file in a directory.
+    if (name.size() >= sizeof(sockaddr_un::sun_path)) return false;
+    const size_t slash = name.rfind('/');
+    if (slash == 0) return false;
+    name.remove_prefix(slash + 1);
+  } else if (name.find('/') != std::string_view::npos) {
+    return false;
+  }
   constexpr std::string_view kPrefix = "probefs.";
   if (!name.starts_with(kPrefix)) return false;
   name.remove_prefix(kPrefix.size());
@@ -628,7 +643,9 @@ int connect_link(std::string_view name, std::chrono::milliseconds timeout) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (name.empty() || name.size() + 1 > sizeof addr.sun_path) return -EINVAL;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
+  // A path is NUL-terminated; an abstract name starts with a NUL and has none after.
+  const bool path = name.front() == '/';
+  std::memcpy(addr.sun_path + (path ? 0 : 1), name.data(), name.size());
   const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -errno;

@@ -4,9 +4,11 @@
 // decoding every received packet goes through, and the few socket calls both ends make.
 //
 // Transport: AF_UNIX SOCK_SEQPACKET, one message per packet, so a message is never split
-// or merged by the socket and a dead peer reads as EOF. The daemon listens on an abstract
-// name (link_name(); no file, so no stale socket survives it); each agent connects once.
-// Both ends check the other with SO_PEERCRED (uid and pid) before they trust a byte.
+// or merged by the socket and a dead peer reads as EOF. The daemon listens on a socket
+// file in a directory that only the uid it serves can enter (tracee/agent_link.h): an
+// abstract name would be listed in /proc/net/unix and open to every local user. Each
+// agent connects once. Both ends check the other with SO_PEERCRED (uid and pid) before
+// they trust a byte.
 //
 // A packet is a 16-byte header followed by the payload, every field little-endian:
 //
@@ -257,11 +259,18 @@ std::vector<std::vector<uint8_t>> encode(const Message& m);
 [[nodiscard]] int decode(const uint8_t* data, size_t n, Message* out,
                          std::string* why = nullptr);
 
-// Collects the packets of one REPLY (kFlagMore). add() returns true when the reply is
-// complete; -EBADMSG when a packet of another seq arrives in the middle.
+// The most a reply split over packets may add up to: its text plus 12 bytes per profile
+// entry. The agent caps a text at 1 MiB and sends one entry per probe, so only a peer
+// that means harm reaches it; the receiver keeps no more than this of one reply.
+inline constexpr size_t kMaxReplySize = size_t{8} << 20;
+
+// Collects the packets of one REPLY (kFlagMore). add() returns 1 when the reply is
+// complete; -EBADMSG when a packet of another seq arrives in the middle; -E2BIG when the
+// reply grows past kMaxReplySize (what was collected is dropped).
 class ReplyAssembler {
  public:
-  // 1: complete, 0: more to come, -EBADMSG: not a continuation of the reply in progress.
+  // 1: complete, 0: more to come, -EBADMSG: not a continuation of the reply in progress,
+  // -E2BIG: longer than kMaxReplySize.
   int add(const Message& m);
   uint32_t seq() const { return seq_; }
   Reply take();
@@ -288,10 +297,12 @@ inline constexpr const char* kLinkEnv = "PROBEFS_AGENT_LINK";
 // -EINVAL: not a link name). It does not wait for the daemon's requests.
 inline constexpr const char* kAttachSymbol = "probefs_agent_attach";
 
-// Link names are abstract AF_UNIX names of the form `probefs.<daemon pid>.<32 hex digits>`
-// (the digits random), so an agent learns which process it must find at the other end.
+// Link names end in `probefs.<daemon pid>.<32 hex digits>` (the digits random), so an
+// agent learns which process it must find at the other end. The daemon's names are
+// socket paths, `/DIR/probefs.<pid>.<hex>` (absolute, shorter than sockaddr_un's path);
+// a name without a '/' is an abstract name (a test's daemon written by hand).
 std::string make_link_name(pid_t daemon_pid);
-// The daemon's pid from a link name; false when the name is not of the form above.
+// The daemon's pid from a link name; false when the name is not of a form above.
 bool parse_link_name(std::string_view name, pid_t* daemon_pid);
 
 // Credentials of the peer of a connected AF_UNIX socket (SO_PEERCRED): the process that
@@ -303,8 +314,9 @@ struct PeerCred {
 };
 [[nodiscard]] int peer_cred(int fd, PeerCred* out);
 
-// Connects a new SOCK_SEQPACKET | SOCK_CLOEXEC socket to the abstract name. The fd, or a
-// negative errno. Blocks at most `timeout` (a full backlog).
+// Connects a new SOCK_SEQPACKET | SOCK_CLOEXEC socket to the link name (a path, or an
+// abstract name). The fd, or a negative errno (-EACCES: a directory on the path is not
+// ours to enter). Blocks at most `timeout` (a full backlog).
 [[nodiscard]] int connect_link(std::string_view name, std::chrono::milliseconds timeout);
 
 // Sends all packets of m, the first with `pass_fd` attached when >= 0 (SETUP). MSG_NOSIGNAL:

@@ -1,26 +1,44 @@
 #include "tracee/agent_link.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 namespace probefs::tracee {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Whether a process is stopped (job control, a debugger): /proc/PID/stat's state T or t.
+bool process_stopped(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close_paren = s.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= s.size()) return false;
+  return s[close_paren + 2] == 'T' || s[close_paren + 2] == 't';
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // AgentLink
@@ -44,6 +62,22 @@ struct AgentLink::Impl {
   link::ReplyAssembler assembler;            // the I/O thread only
 
   std::mutex send_mu;  // one sender at a time: a split reply's packets stay together
+
+  // The bounds on what the peer may make the daemon hold (agent_link.h, Bounds).
+  std::atomic<int> mapped_in_flight{0};  // MAPPED requests queued or being answered
+  int protocol_errors = 0;               // the I/O thread only
+  std::atomic<bool> violated{false};     // disconnected for a bound (warned once)
+  // The listener's count of such disconnections; shared, since a link may outlive it.
+  std::shared_ptr<std::atomic<uint64_t>> disconnections;
+
+  // Ends the link of a peer that went past a bound, with one line on stderr.
+  void disconnect(const char* what) {
+    if (violated.exchange(true)) return;
+    std::fprintf(stderr, "probefs: the agent link of pid %d (uid %u) %s; disconnected\n",
+                 static_cast<int>(cred.pid), static_cast<unsigned>(cred.uid), what);
+    if (disconnections) disconnections->fetch_add(1);
+    mark_closed();
+  }
 
   uint32_t take_seq() {
     std::lock_guard l(mu);
@@ -80,8 +114,17 @@ struct AgentLink::Impl {
       if (closed) return -ENOTCONN;
       t = timeout;
     }
-    std::lock_guard l(send_mu);
-    return link::send_message(fd, m, t, pass_fd);
+    int rc;
+    {
+      std::lock_guard l(send_mu);
+      rc = link::send_message(fd, m, t, pass_fd);
+    }
+    // A socket that stays full for a whole request timeout: the peer does not read, and
+    // every later request would wait as long. A stopped process reads nothing either; it
+    // keeps its link, to be served when it runs again.
+    if (rc == -ETIMEDOUT && !process_stopped(cred.pid))
+      disconnect("does not read what the daemon sends");
+    return rc;
   }
 
   // Registers seqs as waiting before their requests leave, so no reply can be missed.
@@ -199,6 +242,10 @@ LinkResult AgentLink::detach() {
 
 std::vector<LinkResult> AgentLink::answer_mapped(uint32_t mapped_seq,
                                                  const std::vector<link::Define>& defines) {
+  // The request leaves the count the listener bounds (kMaxMappedInFlight).
+  int in_flight = impl_->mapped_in_flight.load();
+  while (in_flight > 0 && !impl_->mapped_in_flight.compare_exchange_weak(in_flight, in_flight - 1)) {
+  }
   std::vector<uint32_t> seqs;
   for (size_t i = 0; i < defines.size(); ++i) seqs.push_back(impl_->take_seq());
   impl_->expect_replies(seqs);
@@ -242,33 +289,204 @@ void AgentLink::close() { impl_->mark_closed(); }
 
 namespace {
 
-// The parent pid in /proc/PID/stat, or -1.
-pid_t proc_ppid(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t close_paren = s.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 4 >= s.size()) return -1;
-  // ") S PPID ..."
-  size_t at = s.find(' ', close_paren + 2);
-  if (at == std::string::npos) return -1;
-  return static_cast<pid_t>(std::strtol(s.c_str() + at + 1, nullptr, 10));
+// What /proc/PID/stat says of a process: its parent and its start time (clock ticks after
+// boot), which tells a process from a later one that got its pid.
+struct ProcStat {
+  pid_t ppid = -1;
+  uint64_t start = 0;
+};
+
+bool proc_stat(pid_t pid, ProcStat* out) {
+  // One read(): this runs for each connection, on the way of a fork child to its GO.
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  const std::string_view s(buf, static_cast<size_t>(n));
+  buf[n] = 0;
+  const size_t close_paren = s.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= s.size()) return false;
+  // ") S PPID PGRP SESSION TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME CUTIME
+  // CSTIME PRIORITY NICE THREADS ITREALVALUE STARTTIME": fields 4 and 22 of the line.
+  const char* at = buf + close_paren + 2;
+  char* end = nullptr;
+  for (int field = 3; field <= 22; ++field) {
+    while (*at == ' ') ++at;
+    if (!*at) return false;
+    if (field == 4) out->ppid = static_cast<pid_t>(std::strtol(at, &end, 10));
+    if (field == 22) out->start = std::strtoull(at, &end, 10);
+    while (*at && *at != ' ') ++at;
+  }
+  return out->ppid >= 0;
 }
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
+// The effective uid of a process (/proc/PID/status "Uid:", its second number): the uid
+// its connections carry. False when it is gone.
+bool process_euid(pid_t pid, uid_t* out) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    unsigned long real = 0, eff = 0;
+    if (std::sscanf(line.c_str(), "Uid: %lu %lu", &real, &eff) == 2) {
+      *out = static_cast<uid_t>(eff);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Removes directory `name` in `parent_fd` and what it holds, two levels deep, without
+// following a link: the endpoint tree (a uid's directory may hold what that uid put
+// there; what cannot be removed stays).
+void remove_tree(int parent_fd, const std::string& name, int depth = 2) {
+  const int fd = ::openat(parent_fd, name.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    if (DIR* d = ::fdopendir(fd)) {
+      std::vector<std::string> names;
+      while (dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") names.push_back(n);
+      }
+      for (const std::string& n : names) {
+        struct stat st;
+        if (::fstatat(fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+          if (depth > 1) remove_tree(fd, n, depth - 1);
+          else (void)::unlinkat(fd, n.c_str(), AT_REMOVEDIR);
+        } else {
+          (void)::unlinkat(fd, n.c_str(), 0);
+        }
+      }
+      ::closedir(d);  // closes fd
+    } else {
+      ::close(fd);
+    }
+  }
+  (void)::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);
+}
+
+// "probefs.<pid>.XXXXXX": the pid of the daemon that made an endpoint tree.
+bool tree_owner(const std::string& name, pid_t* pid) {
+  if (!name.starts_with("probefs.")) return false;
+  const size_t dot = name.find('.', 8);
+  if (dot == std::string::npos || dot == 8 || name.size() != dot + 7) return false;
+  uint64_t v = 0;
+  for (size_t i = 8; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > 0x3fffffff) return false;
+    v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  *pid = static_cast<pid_t>(v);
+  return v > 0;
+}
+
+// Whether a socket in tree `name` of `parent` still has a listener: a daemon whose pid
+// this pid namespace does not show. A dead one's socket refuses the connection.
+bool tree_in_use(const std::string& parent, const std::string& name) {
+  const std::string tree = parent + "/" + name;
+  std::vector<std::string> sockets;
+  if (DIR* d = ::opendir(tree.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string sub = tree + "/" + e->d_name;
+      DIR* sd = ::opendir(sub.c_str());
+      if (!sd) continue;
+      pid_t pid;
+      struct stat st;
+      while (dirent* f = ::readdir(sd)) {
+        const std::string path = sub + "/" + f->d_name;
+        // A socket, not a link that its uid put there to have us connect elsewhere.
+        if (link::parse_link_name(f->d_name, &pid) && ::lstat(path.c_str(), &st) == 0 &&
+            S_ISSOCK(st.st_mode))
+          sockets.push_back(path);
+      }
+      ::closedir(sd);
+    }
+    ::closedir(d);
+  }
+  for (const std::string& path : sockets) {
+    const int c = link::connect_link(path, std::chrono::milliseconds(0));
+    if (c >= 0) ::close(c);
+    if (c >= 0 || c == -ETIMEDOUT) return true;  // accepted, or a full backlog
+  }
+  return false;
+}
+
+// Removes the trees of daemons that are gone (killed before they could), of our uid.
+void sweep_stale_trees(const std::string& parent) {
+  const int pfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd < 0) return;
+  DIR* d = ::fdopendir(::dup(pfd));
+  std::vector<std::string> stale;
+  while (d && stale.size() < 256) {
+    dirent* e = ::readdir(d);
+    if (!e) break;
+    pid_t owner = 0;
+    struct stat st;
+    if (!tree_owner(e->d_name, &owner)) continue;
+    if (::fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid())
+      continue;
+    if (::kill(owner, 0) != 0 && errno == ESRCH && !tree_in_use(parent, e->d_name))
+      stale.push_back(e->d_name);
+  }
+  if (d) ::closedir(d);
+  for (const std::string& n : stale) remove_tree(pfd, n);
+  ::close(pfd);
+}
+
+// Where the endpoint tree goes: a directory of the system's for root, the user's own
+// runtime directory otherwise, /tmp when neither serves. The tree's paths must fit
+// sockaddr_un: parent + "/probefs.<pid>.XXXXXX/<uid>/probefs.<pid>.<32 hex>".
+std::string run_parent() {
+  auto usable = [](const char* dir, bool own) {
+    struct stat st;
+    // A name without blanks: `probefs exec` reads it back from a line of words.
+    if (!dir || dir[0] != '/' || std::strlen(dir) > 40 || std::strpbrk(dir, " \t\n"))
+      return false;
+    if (::stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    return !own || (st.st_uid == ::geteuid() && (st.st_mode & 077) == 0);
+  };
+  if (::geteuid() == 0) return usable("/run", false) ? "/run" : "/tmp";
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  return usable(xdg, true) ? xdg : "/tmp";
+}
+
+// The epoll tags: what kind of descriptor woke the I/O thread, and which.
+constexpr uint64_t kTagStop = 1ull << 32;
+constexpr uint64_t kTagListen = 2ull << 32;
+constexpr uint64_t kTagConn = 3ull << 32;
+
 }  // namespace
 
 struct AgentListener::Impl {
-  int listen_fd = -1;
   int epfd = -1;
   int stop_fd = -1;   // eventfd: wakes the I/O thread to stop
   int queue_fd = -1;  // eventfd: readable while events are queued
-  std::string name;
+  std::string parent;    // where the tree is
+  std::string tree;      // its directory's name in parent ("" before it exists)
+  int tree_fd = -1;      // the tree's directory
+  std::string own_name;  // the endpoint of the daemon's own uid
   std::thread io;
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::set<pid_t> expected;                                // mu
+
+  // One listening socket per uid served.
+  struct Endpoint {
+    uid_t uid = 0;
+    std::string name;        // its path
+    bool accepting = true;   // registered for EPOLLIN
+  };
+  std::map<int, Endpoint> endpoints;                       // mu, by listening fd
+
+  std::map<pid_t, uid_t> expected;                         // mu: pid -> its uid
   struct ExecExpectation {
     uid_t uid;
     Clock::time_point deadline;
@@ -276,14 +494,35 @@ struct AgentListener::Impl {
   std::map<pid_t, ExecExpectation> exec_expected;          // mu
   std::map<pid_t, std::shared_ptr<AgentLink>> arrived;     // mu: for wait_for()
   std::deque<LinkEvent> events;                            // mu
-  std::map<pid_t, uid_t> known;                            // mu: pids that had a link
+  // Processes that had a link: their uid and start time (a recycled pid is not ours).
+  struct Known {
+    uid_t uid;
+    uint64_t start;
+  };
+  std::map<pid_t, Known> known;                            // mu
   std::map<int, std::shared_ptr<AgentLink>> links;         // mu (written by the I/O thread)
 
+  // Admitted connections that have not said HELLO yet.
   struct PendingConn {
     Clock::time_point deadline;
     link::PeerCred cred;
+    ProcStat stat;  // the process's, read at admission
   };
-  std::map<int, PendingConn> pending;  // the I/O thread only
+  std::map<int, PendingConn> pending;            // the I/O thread only
+  std::vector<uint8_t> rbuf;                     // the I/O thread only: each packet read
+  std::map<uid_t, size_t> pending_per_uid;       // the I/O thread only
+  bool paused = false;                           // the I/O thread only: accept paused
+  Clock::time_point paused_until;                // the I/O thread only
+
+  std::atomic<size_t> pending_count{0};
+  std::atomic<uint64_t> refused{0}, accept_failures{0}, accept_pauses{0};
+  std::shared_ptr<std::atomic<uint64_t>> disconnections =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  std::atomic<bool> warned_fds{false}, warned_pending{false};
+
+  static void warn(std::atomic<bool>& once, const std::string& what) {
+    if (!once.exchange(true)) std::fprintf(stderr, "probefs: %s\n", what.c_str());
+  }
 
   // The eventfd is written and drained under mu, so it is readable exactly while the
   // queue holds something.
@@ -299,43 +538,191 @@ struct AgentListener::Impl {
     cv.notify_all();
   }
 
-  void drop_pending(int fd) {
-    ::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-    ::close(fd);
-    pending.erase(fd);
+  // ---- endpoints ----
+
+  // The endpoint of `uid`, made on first use. mu held.
+  int endpoint_locked(uid_t uid, std::string* name) {
+    for (const auto& [fd, ep] : endpoints) {
+      if (ep.uid == uid) {
+        *name = ep.name;
+        return 0;
+      }
+    }
+    const uid_t self = ::geteuid();
+    if (self != 0 && uid != self) return -EPERM;
+    const std::string sub = std::to_string(uid);
+    const std::string path = parent + "/" + tree + "/" + sub + "/" + link::make_link_name(::getpid());
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) return -ENAMETOOLONG;
+    if (::mkdirat(tree_fd, sub.c_str(), 0700) != 0) return -errno;
+    auto fail = [&](int fd) {
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      remove_tree(tree_fd, sub);
+      return -e;
+    };
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return fail(-1);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+    // Bound, opened to all and listening while the directory is still the daemon's alone;
+    // only then may the uid enter it.
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return fail(fd);
+    if (::chmod(path.c_str(), 0666) != 0) return fail(fd);
+    if (::listen(fd, 128) != 0) return fail(fd);
+    if (uid != self && ::fchownat(tree_fd, sub.c_str(), uid, static_cast<gid_t>(-1),
+                                  AT_SYMLINK_NOFOLLOW) != 0)
+      return fail(fd);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kTagListen | static_cast<uint32_t>(fd);
+    if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return fail(fd);
+    endpoints[fd] = {uid, path, true};
+    *name = path;
+    return 0;
   }
 
-  void accept_all() {
-    for (;;) {
-      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  // Whether the endpoint should be accepted from now, and epoll told so. mu held; the
+  // I/O thread only.
+  void update_interest(int lfd, Endpoint& ep) {
+    auto it = pending_per_uid.find(ep.uid);
+    const bool want = !paused && (it == pending_per_uid.end() || it->second < kMaxPendingPerUid);
+    if (want == ep.accepting) return;
+    epoll_event ev{};
+    ev.events = want ? static_cast<uint32_t>(EPOLLIN) : 0u;
+    ev.data.u64 = kTagListen | static_cast<uint32_t>(lfd);
+    if (::epoll_ctl(epfd, EPOLL_CTL_MOD, lfd, &ev) == 0) ep.accepting = want;
+  }
+
+  void update_all_interest() {
+    std::lock_guard l(mu);
+    for (auto& [lfd, ep] : endpoints) update_interest(lfd, ep);
+  }
+
+  // accept() found no descriptor or memory: the connection stays in the backlog and epoll
+  // would report it again at once, so every endpoint rests for kAcceptPause.
+  void pause_accepting(int err) {
+    accept_failures.fetch_add(1);
+    accept_pauses.fetch_add(1);
+    paused = true;
+    paused_until = Clock::now() + kAcceptPause;
+    update_all_interest();
+    warn(warned_fds, std::string("cannot accept agent links: ") + std::strerror(err) +
+                         "; trying again every " + std::to_string(kAcceptPause.count()) + " ms");
+  }
+
+  // ---- admission ----
+
+  // The process `pid` as known, if it is the very process that had a link (not a later
+  // one with its pid). mu held.
+  const Known* known_process(pid_t pid, const ProcStat* stat = nullptr) {
+    auto it = known.find(pid);
+    if (it == known.end()) return nullptr;
+    ProcStat own;
+    if (!stat && proc_stat(pid, &own)) stat = &own;
+    if (stat && stat->start == it->second.start) return &it->second;
+    known.erase(it);
+    return nullptr;
+  }
+
+  // Whether a connection with these credentials may say HELLO at all (agent_link.h,
+  // Admission). mu held.
+  bool admit_locked(const link::PeerCred& c, const ProcStat& self) {
+    if (auto e = expected.find(c.pid); e != expected.end()) return e->second == c.uid;
+    if (auto x = exec_expected.find(c.pid); x != exec_expected.end() &&
+                                           x->second.deadline >= Clock::now())
+      return x->second.uid == c.uid;
+    if (const Known* k = known_process(c.pid, &self)) return k->uid == c.uid;
+    const Known* parent = known_process(self.ppid);
+    return parent && parent->uid == c.uid;
+  }
+
+  void refuse(int fd) {
+    ::close(fd);
+    refused.fetch_add(1);
+  }
+
+  void accept_on(int lfd) {
+    uid_t uid;
+    {
+      std::lock_guard l(mu);
+      auto it = endpoints.find(lfd);
+      if (it == endpoints.end() || !it->second.accepting) return;
+      uid = it->second.uid;
+    }
+    for (int other_errors = 0; other_errors < 64;) {
+      if (pending_per_uid[uid] >= kMaxPendingPerUid) {
+        // The rest wait in the kernel's backlog until a HELLO or a timeout frees a place.
+        warn(warned_pending, "more than " + std::to_string(kMaxPendingPerUid) +
+                                 " agents of uid " + std::to_string(uid) +
+                                 " connected without a HELLO; accepting their links more slowly");
+        std::lock_guard l(mu);
+        if (auto it = endpoints.find(lfd); it != endpoints.end()) update_interest(lfd, it->second);
+        return;
+      }
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR) continue;
-        return;  // EAGAIN, or a transient error (EMFILE): try again at the next event
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          pause_accepting(errno);
+          return;
+        }
+        ++other_errors;  // a connection that went away before we took it (ECONNABORTED)
+        continue;
       }
       link::PeerCred cred;
-      if (link::peer_cred(fd, &cred) != 0 ||
-          (geteuid() != 0 && cred.uid != geteuid())) {
-        ::close(fd);  // another user: not even a HELLO is read
+      ProcStat stat;
+      bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid && proc_stat(cred.pid, &stat);
+      if (ok) {
+        std::lock_guard l(mu);
+        ok = admit_locked(cred, stat);
+      }
+      if (!ok) {
+        refuse(fd);  // not a byte read, not a moment waited
         continue;
       }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.fd = fd;
+      ev.data.u64 = kTagConn | static_cast<uint32_t>(fd);
       if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        ::close(fd);
+        refuse(fd);
         continue;
       }
-      pending[fd] = {Clock::now() + kHelloTimeout, cred};
+      pending[fd] = {Clock::now() + kHelloTimeout, cred, stat};
+      ++pending_per_uid[uid];
+      pending_count.store(pending.size());
+      on_pending_readable(fd);  // the HELLO often came with the connection
     }
+  }
+
+  // The connection leaves the pending set (a link now, or closed with `close_it`).
+  void leave_pending(int fd, bool close_it) {
+    auto it = pending.find(fd);
+    if (it == pending.end()) return;
+    const uid_t uid = it->second.cred.uid;
+    pending.erase(it);
+    pending_count.store(pending.size());
+    if (auto c = pending_per_uid.find(uid); c != pending_per_uid.end() && --c->second == 0)
+      pending_per_uid.erase(c);
+    if (close_it) {
+      ::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+      refuse(fd);
+    }
+    std::lock_guard l(mu);
+    for (auto& [lfd, ep] : endpoints)
+      if (ep.uid == uid) update_interest(lfd, ep);
   }
 
   // Decides whether a HELLO may become a link: see the header.
   enum class Verdict { kRefuse, kExpected, kEvent, kPrepared };
-  Verdict judge(const link::PeerCred& cred, const link::Hello& h) {
+  Verdict judge(const link::PeerCred& cred, const ProcStat& self, const link::Hello& h) {
     if (h.pid != cred.pid) return Verdict::kRefuse;
     if (h.abi_version != link::kAgentAbiVersion) return Verdict::kRefuse;
     std::lock_guard l(mu);
-    if (expected.count(cred.pid)) return Verdict::kExpected;
+    if (auto e = expected.find(cred.pid); e != expected.end())
+      return e->second == cred.uid ? Verdict::kExpected : Verdict::kRefuse;
     const auto now = Clock::now();
     std::erase_if(exec_expected, [&](const auto& e) { return e.second.deadline < now; });
     if (auto ex = exec_expected.find(cred.pid); ex != exec_expected.end()) {
@@ -344,55 +731,56 @@ struct AgentListener::Impl {
       exec_expected.erase(ex);
       return ok ? Verdict::kPrepared : Verdict::kRefuse;
     }
-    // Forget processes that are gone, so a recycled pid is not taken for one of ours.
-    for (auto it = known.begin(); it != known.end();)
-      it = process_exists(it->first) ? std::next(it) : known.erase(it);
-    if (h.reason == link::HelloReason::kFork) {
-      auto parent = known.find(h.ppid);
-      if (parent == known.end() || parent->second != cred.uid) return Verdict::kRefuse;
-      if (proc_ppid(cred.pid) != h.ppid) return Verdict::kRefuse;
+    // Forget processes that are gone (cheaply: a recycled pid is caught by its start
+    // time where it is looked up).
+    std::erase_if(known, [](const auto& k) { return !process_exists(k.first); });
+    auto from_parent = [&] {
+      const Known* parent = known_process(h.ppid);
+      if (!parent || parent->uid != cred.uid) return Verdict::kRefuse;
+      if (self.ppid != h.ppid) return Verdict::kRefuse;
       return Verdict::kEvent;
-    }
+    };
+    if (h.reason == link::HelloReason::kFork) return from_parent();
     if (h.reason == link::HelloReason::kExec || h.reason == link::HelloReason::kLaunch) {
       // The new image of a process with a link, or of a child that a traced process
       // started without fork's handlers (posix_spawn, vfork) and that exec'd.
-      auto self = known.find(cred.pid);
-      if (self != known.end()) return self->second == cred.uid ? Verdict::kEvent : Verdict::kRefuse;
-      auto parent = known.find(h.ppid);
-      if (parent == known.end() || parent->second != cred.uid) return Verdict::kRefuse;
-      if (proc_ppid(cred.pid) != h.ppid) return Verdict::kRefuse;
-      return Verdict::kEvent;
+      if (const Known* me = known_process(cred.pid, &self))
+        return me->uid == cred.uid ? Verdict::kEvent : Verdict::kRefuse;
+      return from_parent();
     }
     return Verdict::kRefuse;
   }
 
   void on_pending_readable(int fd) {
-    PendingConn pc = pending[fd];
-    std::vector<uint8_t> buf;
+    auto pit = pending.find(fd);
+    if (pit == pending.end()) return;
+    const PendingConn pc = pit->second;
+    std::vector<uint8_t>& buf = rbuf;
     long n = link::recv_packet(fd, &buf, 0ms);
-    if (n == -ETIMEDOUT) return;  // spurious wake-up
+    if (n == -ETIMEDOUT) return;  // not there yet
     link::Message m;
     if (n <= 0 || link::decode(buf.data(), buf.size(), &m) != 0 ||
         m.type != link::MsgType::kHello) {
-      drop_pending(fd);
+      leave_pending(fd, true);
       return;
     }
     const auto& h = std::get<link::Hello>(m.body);
-    const Verdict v = judge(pc.cred, h);
+    const Verdict v = judge(pc.cred, pc.stat, h);
     if (v == Verdict::kRefuse) {
-      drop_pending(fd);
+      leave_pending(fd, true);
       return;
     }
-    pending.erase(fd);
+    leave_pending(fd, false);
     auto impl = std::make_unique<AgentLink::Impl>();
     impl->fd = fd;
     impl->cred = pc.cred;
     impl->hello = h;
+    impl->disconnections = disconnections;
     std::shared_ptr<AgentLink> lk(new AgentLink(std::move(impl)));
     {
       std::lock_guard l(mu);
       links[fd] = lk;
-      known[pc.cred.pid] = pc.cred.uid;
+      known[pc.cred.pid] = {pc.cred.uid, pc.stat.start};
       if (v == Verdict::kExpected) {
         expected.erase(pc.cred.pid);
         arrived[pc.cred.pid] = lk;
@@ -404,23 +792,45 @@ struct AgentListener::Impl {
     on_link_readable(fd, lk);
   }
 
+  // ---- links ----
+
   void end_link(int fd, const std::shared_ptr<AgentLink>& lk) {
     ::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
     lk->impl_->mark_closed();
     {
       std::lock_guard l(mu);
-      links.erase(fd);
+      if (!links.erase(fd)) return;  // ended already
     }
     push_event({LinkEvent::kClosed, lk, false, 0, {}});
   }
 
+  // A packet the daemon cannot use. True when that was one too many (the link ended).
+  static bool protocol_error(AgentLink::Impl& li) {
+    if (++li.protocol_errors <= kMaxProtocolErrors) return false;
+    li.disconnect(("sent more than " + std::to_string(kMaxProtocolErrors) +
+                   " messages the daemon cannot use").c_str());
+    return true;
+  }
+
   void on_link_readable(int fd, const std::shared_ptr<AgentLink>& lk) {
     AgentLink::Impl& li = *lk->impl_;
-    std::vector<uint8_t> buf;
+    std::vector<uint8_t>& buf = rbuf;  // one buffer for all: no allocation per wake-up
     for (int budget = 0; budget < 64; ++budget) {
+      // Closed by the daemon (close(), detach, a bound): what the peer still queued is
+      // not read.
+      if (li.violated.load() || lk->closed()) {
+        end_link(fd, lk);
+        return;
+      }
       long n = link::recv_packet(fd, &buf, 0ms);
       if (n == -ETIMEDOUT || n == -EAGAIN) return;
-      if (n == -EMSGSIZE) continue;  // dropped
+      if (n == -EMSGSIZE) {  // dropped
+        if (protocol_error(li)) {
+          end_link(fd, lk);
+          return;
+        }
+        continue;
+      }
       if (n <= 0) {
         end_link(fd, lk);
         return;
@@ -430,14 +840,28 @@ struct AgentListener::Impl {
       if (link::decode(buf.data(), buf.size(), &m, &why) != 0) {
         // A request we cannot read still gets an answer, so its sender does not wait.
         if (m.type == link::MsgType::kMapped) reply_error(li, m.seq, -EBADMSG, why);
+        if (protocol_error(li)) {
+          end_link(fd, lk);
+          return;
+        }
         continue;
       }
       switch (m.type) {
         case link::MsgType::kReply: {
           int r = li.assembler.add(m);
-          if (r < 0) {
+          if (r == -EBADMSG) {  // another reply began before the last one ended
             li.assembler = link::ReplyAssembler{};
+            if (protocol_error(li)) {
+              end_link(fd, lk);
+              return;
+            }
             r = li.assembler.add(m);
+          }
+          if (r == -E2BIG) {
+            li.disconnect(("sent a reply longer than " +
+                           std::to_string(link::kMaxReplySize >> 20) + " MiB").c_str());
+            end_link(fd, lk);
+            return;
           }
           if (r == 1) {
             const uint32_t seq = li.assembler.seq();
@@ -446,12 +870,22 @@ struct AgentListener::Impl {
           break;
         }
         case link::MsgType::kMapped: {
+          if (li.mapped_in_flight.fetch_add(1) >= kMaxMappedInFlight) {
+            li.disconnect(("sent more than " + std::to_string(kMaxMappedInFlight) +
+                           " MAPPED requests without waiting for their answers").c_str());
+            end_link(fd, lk);
+            return;
+          }
           LinkEvent ev{LinkEvent::kMapped, lk, false, m.seq, std::get<link::Mapped>(m.body)};
           push_event(std::move(ev));
           break;
         }
         default:
           reply_error(li, m.seq, -EOPNOTSUPP, "not a request the daemon serves");
+          if (protocol_error(li)) {
+            end_link(fd, lk);
+            return;
+          }
           break;
       }
     }
@@ -463,25 +897,30 @@ struct AgentListener::Impl {
     r.seq = seq;
     r.body = link::Reply{err, why.substr(0, 256), {}};
     std::lock_guard l(li.send_mu);
-    (void)link::send_message(li.fd, r, 0ms);
+    (void)link::send_message(li.fd, r, 0ms);  // never waits: a full socket drops it
   }
+
+  // ---- the I/O thread ----
 
   void run() {
     epoll_event evs[32];
     for (;;) {
       int timeout_ms = 1000;
       auto now = Clock::now();
-      for (const auto& [fd, pc] : pending) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(pc.deadline - now);
+      auto until = [&](Clock::time_point t) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - now);
         timeout_ms = std::min<int>(timeout_ms, std::max<int>(0, static_cast<int>(left.count()) + 1));
-      }
+      };
+      for (const auto& [fd, pc] : pending) until(pc.deadline);
+      if (paused) until(paused_until);
       int n = ::epoll_wait(epfd, evs, 32, timeout_ms);
       if (n < 0 && errno != EINTR) return;
       for (int i = 0; i < n; ++i) {
-        const int fd = evs[i].data.fd;
-        if (fd == stop_fd) return;
-        if (fd == listen_fd) {
-          accept_all();
+        const uint64_t tag = evs[i].data.u64 & ~0xffffffffull;
+        const int fd = static_cast<int>(evs[i].data.u64 & 0xffffffffu);
+        if (tag == kTagStop) return;
+        if (tag == kTagListen) {
+          if (!paused) accept_on(fd);
           continue;
         }
         if (pending.count(fd)) {
@@ -497,14 +936,13 @@ struct AgentListener::Impl {
         if (lk) on_link_readable(fd, lk);
       }
       now = Clock::now();
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (it->second.deadline <= now) {
-          const int fd = it->first;
-          ++it;
-          drop_pending(fd);
-        } else {
-          ++it;
-        }
+      std::vector<int> late;
+      for (const auto& [fd, pc] : pending)
+        if (pc.deadline <= now) late.push_back(fd);
+      for (int fd : late) leave_pending(fd, true);
+      if (paused && paused_until <= now) {
+        paused = false;
+        update_all_interest();
       }
     }
   }
@@ -524,7 +962,16 @@ struct AgentListener::Impl {
       events.clear();
     }
     for (auto& [fd, lk] : ls) lk->impl_->mark_closed();
-    for (int fd : {listen_fd, epfd, stop_fd, queue_fd})
+    for (auto& [fd, ep] : endpoints) ::close(fd);
+    if (tree_fd >= 0) ::close(tree_fd);
+    if (!tree.empty()) {
+      const int pfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (pfd >= 0) {
+        remove_tree(pfd, tree);
+        ::close(pfd);
+      }
+    }
+    for (int fd : {epfd, stop_fd, queue_fd})
       if (fd >= 0) ::close(fd);
   }
 };
@@ -538,36 +985,46 @@ std::unique_ptr<AgentListener> AgentListener::create(int* err) {
     if (err) *err = e;
     return nullptr;
   };
-  impl->name = link::make_link_name(::getpid());
-  impl->listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (impl->listen_fd < 0) return fail(-errno);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, impl->name.data(), impl->name.size());
-  const socklen_t len =
-      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + impl->name.size());
-  if (::bind(impl->listen_fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return fail(-errno);
-  if (::listen(impl->listen_fd, 128) != 0) return fail(-errno);
   impl->epfd = ::epoll_create1(EPOLL_CLOEXEC);
   impl->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   impl->queue_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->epfd < 0 || impl->stop_fd < 0 || impl->queue_fd < 0) return fail(-errno);
-  for (int fd : {impl->listen_fd, impl->stop_fd}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (::epoll_ctl(impl->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return fail(-errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagStop;
+  if (::epoll_ctl(impl->epfd, EPOLL_CTL_ADD, impl->stop_fd, &ev) != 0) return fail(-errno);
+
+  impl->parent = run_parent();
+  sweep_stale_trees(impl->parent);
+  std::string tmpl = impl->parent + "/probefs." + std::to_string(::getpid()) + ".XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return fail(-errno);
+  impl->tree = tmpl.substr(impl->parent.size() + 1);
+  // Entered by every uid served, listed by none: 0711.
+  impl->tree_fd = ::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (impl->tree_fd < 0 || ::fchmod(impl->tree_fd, 0711) != 0) return fail(-errno);
+  {
+    std::lock_guard l(impl->mu);
+    if (int e = impl->endpoint_locked(::geteuid(), &impl->own_name); e != 0) return fail(e);
   }
   Impl* raw = impl.get();
   impl->io = std::thread([raw] { raw->run(); });
   return std::unique_ptr<AgentListener>(new AgentListener(std::move(impl)));
 }
 
-const std::string& AgentListener::name() const { return impl_->name; }
+const std::string& AgentListener::name() const { return impl_->own_name; }
 
-void AgentListener::expect(pid_t pid) {
+int AgentListener::endpoint(uid_t uid, std::string* name) {
   std::lock_guard l(impl_->mu);
-  impl_->expected.insert(pid);
+  return impl_->endpoint_locked(uid, name);
+}
+
+int AgentListener::expect(pid_t pid, std::string* name) {
+  uid_t uid = 0;
+  if (!process_euid(pid, &uid)) return -ESRCH;
+  std::lock_guard l(impl_->mu);
+  impl_->expected[pid] = uid;
+  if (name) return impl_->endpoint_locked(uid, name);
+  return 0;
 }
 
 void AgentListener::expect_exec(pid_t pid, uid_t uid, Clock::time_point deadline) {
@@ -625,6 +1082,22 @@ std::vector<std::shared_ptr<AgentLink>> AgentListener::links() const {
   for (const auto& [fd, lk] : impl_->links)
     if (!lk->closed()) out.push_back(lk);
   return out;
+}
+
+ListenerStats AgentListener::stats() const {
+  ListenerStats s;
+  {
+    std::lock_guard l(impl_->mu);
+    s.queued_events = impl_->events.size();
+    s.links = impl_->links.size();
+    s.endpoints = impl_->endpoints.size();
+  }
+  s.pending = impl_->pending_count.load();
+  s.refused = impl_->refused.load();
+  s.disconnected = impl_->disconnections->load();
+  s.accept_failures = impl_->accept_failures.load();
+  s.accept_pauses = impl_->accept_pauses.load();
+  return s;
 }
 
 }  // namespace probefs::tracee

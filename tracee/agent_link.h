@@ -1,18 +1,50 @@
 // The daemon's end of the agent links (events/link.h): one listener per daemon, one
 // AgentLink per connected agent.
 //
-// AgentListener owns an abstract AF_UNIX SOCK_SEQPACKET socket with a random name
-// (events::link::make_link_name) and one I/O thread that accepts connections and reads
-// every link. A connection becomes an AgentLink only when
-//   - its first packet, within kHelloTimeout, is a HELLO whose pid is the SO_PEERCRED pid,
-//   - its uid is the daemon's, or the daemon runs as root,
-//   - and its pid is expected: announced with expect() before the process could connect
-//     (launch, attach), or with expect_exec() (`probefs exec`: HELLO kLaunch or kExec of
-//     that pid and uid, before its deadline), or a fork child (HELLO kFork) whose parent in /proc is, and whose
-//     HELLO says is, a process with a link and the same uid, or a new image (HELLO kExec
-//     or kLaunch) of a pid that has or had a link, or of a child of one (posix_spawn,
-//     vfork + exec), with the same uid.
-// Anything else is closed at once: another user's process cannot drive or be driven.
+// Endpoints. An abstract socket name is listed in /proc/net/unix and any local user may
+// connect to it, so the listener binds socket files instead, one per uid it serves, each
+// in a directory only that uid (and root) can enter:
+//
+//   RUNDIR/probefs.<daemon pid>.XXXXXX/      0711, the daemon's: entered, never listed
+//     <uid>/                                 0700, owned by <uid>
+//       probefs.<daemon pid>.<32 hex>        the socket (0666: the directory guards it)
+//
+// RUNDIR is /run for root (else /tmp), $XDG_RUNTIME_DIR or /tmp for another user. The
+// daemon's own uid has an endpoint from the start (launch: name()); another uid gets one
+// when a process of it is announced (attach, `probefs exec`: endpoint()). A process of
+// another uid cannot reach the socket at all (connect fails with EACCES): it can neither
+// talk to the daemon nor keep it busy. The tree goes with the listener; one that a killed
+// daemon left behind is removed by the next listener that finds its daemon gone (no such
+// pid, and no socket of the tree that accepts). A process in another mount namespace
+// (a container with its own /run or /tmp) cannot reach the endpoint: attach to it fails.
+// Exec, fork and launch children reach it as their parent did (the name is in their
+// environment), with no round trip added to their start.
+//
+// Admission. A connection is checked the moment it is accepted, with SO_PEERCRED (which
+// the kernel fills in at connect): its uid must be the endpoint's, and its pid
+//   - announced with expect() (launch, attach; the uid is the process's at that time),
+//   - or announced with expect_exec() for that uid, before its deadline (`probefs exec`),
+//   - or a process that has or had a link, with the same uid (a new image after exec),
+//   - or a child (/proc PPid) of one, with the same uid (fork; posix_spawn or vfork and
+//     exec).
+// Anything else is closed at once, before a byte is read. An admitted connection then
+// becomes an AgentLink only when its first packet, within kHelloTimeout, is a HELLO whose
+// pid is the SO_PEERCRED pid and whose reason fits the rule that admitted it (a fork
+// child's HELLO names its parent as /proc does; a pid announced with expect_exec() says
+// kLaunch or kExec).
+//
+// Bounds. At most kMaxPendingPerUid admitted connections per uid wait for their HELLO;
+// beyond that the endpoint is not accepted from until one leaves (the kernel's backlog
+// holds the rest). accept() failing for want of descriptors or memory (EMFILE, ENFILE,
+// ENOBUFS, ENOMEM) pauses every endpoint for kAcceptPause instead of firing again at once
+// (epoll is level-triggered), with one warning. A link may have kMaxMappedInFlight MAPPED
+// requests unanswered, kMaxProtocolErrors packets the daemon cannot use (malformed, too
+// long, not a request it serves), one reply of at most link::kMaxReplySize in assembly;
+// and a send to it that finds its socket full for a whole request timeout means it does
+// not read (unless its process is stopped: it is served when it runs again). A peer that
+// goes past any of these is disconnected (its link ends, as at EOF) with one line on
+// stderr. So the event queue holds at most kMaxMappedInFlight + 2 events
+// per link.
 //
 // Delivery: a connection of a pid announced with expect() goes to wait_for(pid); every
 // other accepted connection, each MAPPED request and each link's end go to the event queue
@@ -125,21 +157,39 @@ struct LinkEvent {
   link::Mapped mapped;    // kMapped
 };
 
+// What the listener holds and what it turned away (tests, diagnostics).
+struct ListenerStats {
+  size_t pending = 0;          // admitted connections waiting for their HELLO
+  size_t queued_events = 0;    // the event queue's length
+  size_t links = 0;            // open links
+  size_t endpoints = 0;        // uids with a socket
+  uint64_t refused = 0;        // connections closed at accept, or at their HELLO
+  uint64_t disconnected = 0;   // links ended for going past a bound
+  uint64_t accept_failures = 0;  // accept() calls that failed for want of fds or memory
+  uint64_t accept_pauses = 0;    // pauses of accepting that followed them
+};
+
 class AgentListener {
  public:
-  // Binds a new abstract name and starts the I/O thread. nullptr and *err (negative
-  // errno) on failure.
+  // Makes the endpoint tree and the daemon's own endpoint, and starts the I/O thread.
+  // nullptr and *err (negative errno) on failure.
   static std::unique_ptr<AgentListener> create(int* err);
   ~AgentListener();
   AgentListener(const AgentListener&) = delete;
   AgentListener& operator=(const AgentListener&) = delete;
 
-  // The name agents connect to (PROBEFS_AGENT_LINK, probefs_agent_attach's argument).
+  // The name processes of the daemon's own uid connect to (launch: PROBEFS_AGENT_LINK).
   const std::string& name() const;
+  // The name processes of `uid` connect to (PROBEFS_AGENT_LINK, probefs_agent_attach's
+  // argument), its endpoint made on first use. 0, or a negative errno (-EPERM: a daemon
+  // that is not root serves no other uid).
+  [[nodiscard]] int endpoint(uid_t uid, std::string* name);
 
   // Announces that process `pid` will connect (a launched child before it execs, an
-  // attached process before the agent's attach call): its connection goes to wait_for().
-  void expect(pid_t pid);
+  // attached process before the agent's attach call), with the effective uid it has now:
+  // its connection goes to wait_for(). 0, or -ESRCH when the process is gone. With
+  // `name`, also the endpoint for that uid (endpoint()).
+  int expect(pid_t pid, std::string* name = nullptr);
   // Withdraws an expectation (the launch or attach failed); a connection that arrives
   // later is refused.
   void unexpect(pid_t pid);
@@ -161,7 +211,13 @@ class AgentListener {
   // The links that are open now.
   std::vector<std::shared_ptr<AgentLink>> links() const;
 
+  ListenerStats stats() const;
+
   static constexpr std::chrono::milliseconds kHelloTimeout{5000};
+  static constexpr size_t kMaxPendingPerUid = 32;
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
+  static constexpr int kMaxMappedInFlight = 8;
+  static constexpr int kMaxProtocolErrors = 64;
 
  private:
   struct Impl;

@@ -1059,7 +1059,13 @@ int Tracer::attach(pid_t pid, std::string* error) {
     if (!impl_->target_room(error)) return -ENOSPC;
   }
   AgentListener& listener = *impl_->listener;
-  listener.expect(pid);
+  // The endpoint of the process's uid: the only one its agent can reach.
+  std::string link_name;
+  if (int e = listener.expect(pid, &link_name); e != 0) {
+    listener.unexpect(pid);
+    if (error) *error = e == -ESRCH ? "no such process" : "no link endpoint for its user";
+    return e;
+  }
   PtraceError perr;
   PtraceOptions popts;
   auto session = PtraceSession::attach(pid, popts, &perr);
@@ -1074,7 +1080,7 @@ int Tracer::attach(pid_t pid, std::string* error) {
   uint64_t rc = 0;
   if (err == 0) err = resolve_injected_symbol(session->symbols(), agent, lk::kAttachSymbol, &entry);
   if (err != 0 && perr.message.empty()) perr.message = "the agent has no attach entry point";
-  if (err == 0) err = session->push_string(listener.name(), &name, &perr);
+  if (err == 0) err = session->push_string(link_name, &name, &perr);
   // probefs_agent_attach returns an int: the low half of rax. -EBUSY while the agent still
   // lets go of a previous daemon (which it does within a second of that daemon's end).
   int agent_rc = 0;
@@ -1137,10 +1143,13 @@ int Tracer::prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link
     if (impl_->targets.count(pid)) return -EEXIST;
     if (!impl_->target_room(nullptr)) return -ENOSPC;
   }
+  // The endpoint of that uid: no other user can reach it.
+  std::string name;
+  if (int e = impl_->listener->endpoint(uid, &name); e != 0) return e;
   // The service thread serves the connection (handle_connected): no thread waits here.
   impl_->listener->expect_exec(pid, uid,
                                std::chrono::steady_clock::now() + milliseconds(timeout_ms));
-  if (link_name) *link_name = impl_->listener->name();
+  if (link_name) *link_name = name;
   return 0;
 }
 

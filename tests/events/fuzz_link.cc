@@ -1,6 +1,8 @@
 // libFuzzer target for the agent link's decoder (events/link.h): arbitrary bytes as one
 // packet. Whatever decodes must encode again, and encode to packets that decode to the
-// same type, flags and seq; a REPLY goes through the assembler.
+// same type, flags and seq; a REPLY goes through the assembler, and its packet, fed again
+// as the continuation of a reply that never ends, is cut at kMaxReplySize.
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 
@@ -26,6 +28,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (again.flags & ~kFlagMore) != (m.flags & ~kFlagMore))
       abort();
     if (again.type == MsgType::kReply && as.add(again) < 0) abort();
+  }
+  if (m.type == MsgType::kReply) {
+    const Reply& r = std::get<Reply>(m.body);
+    const size_t size = r.message.size() + 12 * r.profile.size();
+    if (size >= 16 * 1024) {  // a bounded number of rounds per input
+      m.flags |= kFlagMore;
+      ReplyAssembler endless;
+      size_t held = 0;
+      int rc = 0;
+      while ((rc = endless.add(m)) == 0) {
+        held += size;
+        if (held > kMaxReplySize) abort();
+      }
+      if (rc != -E2BIG) abort();
+    }
   }
   return 0;
 }

@@ -316,6 +316,39 @@ TEST(Link, LongRepliesSplitAndReassemble) {
   EXPECT_EQ(as2.add(other), -EBADMSG);
 }
 
+// A reply that never ends is cut at kMaxReplySize, text and profile counted together,
+// and the assembler is ready for the next one.
+TEST(Link, RepliesAreCappedInAssembly) {
+  Message m;
+  m.type = MsgType::kReply;
+  m.flags = kFlagMore;
+  m.seq = 5;
+  m.body = Reply{0, std::string(kMaxMessageText - 16, 't'), {}};
+  ReplyAssembler as;
+  size_t added = 0;
+  int rc = 0;
+  while ((rc = as.add(m)) == 0) added += kMaxMessageText - 16;
+  EXPECT_EQ(rc, -E2BIG);
+  EXPECT_LE(added, kMaxReplySize);
+  EXPECT_GT(added + 2 * (kMaxMessageText - 16), kMaxReplySize);
+  // Profile entries count 12 bytes each.
+  Message p;
+  p.type = MsgType::kReply;
+  p.flags = kFlagMore;
+  p.seq = 6;
+  Reply pr;
+  pr.profile.resize((kMaxMessageText - 16) / 12);
+  p.body = pr;
+  size_t entries = 0;
+  while ((rc = as.add(p)) == 0) entries += pr.profile.size();
+  EXPECT_EQ(rc, -E2BIG);
+  EXPECT_LE(entries * 12, kMaxReplySize);
+  // A whole reply below the cap still assembles.
+  m.flags = 0;
+  EXPECT_EQ(as.add(m), 1);
+  EXPECT_EQ(as.take().message.size(), kMaxMessageText - 16);
+}
+
 TEST(Link, Names) {
   const std::string n = make_link_name(4321);
   pid_t pid = 0;
@@ -327,6 +360,13 @@ TEST(Link, Names) {
                           "probefs.12.0123456789ABCDEF0123456789abcdef",
                           "probefs.12.0123456789abcdef0123456789abcde",
                           "other.12.0123456789abcdef0123456789abcdef"})
+    EXPECT_FALSE(parse_link_name(bad, &pid)) << bad;
+  // Socket paths: absolute, the name as the last component, short enough for sockaddr_un.
+  ASSERT_TRUE(parse_link_name("/run/probefs.4321.abcdef/0/" + n, &pid));
+  EXPECT_EQ(pid, 4321);
+  for (const std::string& bad : {"/" + n, "dir/" + n, "/run/x/" + n + "/",
+                                 "/run/" + std::string(60, 'd') + "/" + n,
+                                 std::string("/run/other.12.0123456789abcdef0123456789abcdef")})
     EXPECT_FALSE(parse_link_name(bad, &pid)) << bad;
 }
 

@@ -1,6 +1,10 @@
 // The agent in real processes: launched with the agent preloaded, driven over the link by
 // a test daemon (agent_test_util.h), its records read back from the ring area.
+#include <grp.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -953,6 +957,646 @@ TEST(AgentAttach, ExecOfAnAttachedProgramEndsItsTracing) {
   EXPECT_TRUE(c.exited_ok());
   EXPECT_EQ(TestDaemon::drain(&t).size(), 0u);
   EXPECT_FALSE(d.next_event(&ev, 0ms));
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Who can reach the daemon's end of the links, and what a linked peer can make it hold
+// (tracee/agent_link.h: Endpoints, Admission, Bounds). The tests run as root, the daemon
+// side too; the hostile users are fork children that drop to uid 65534.
+
+constexpr uid_t kNobody = 65534;
+
+bool become_nobody() {
+  return setgroups(0, nullptr) == 0 && setresgid(kNobody, kNobody, kNobody) == 0 &&
+         setresuid(kNobody, kNobody, kNobody) == 0;
+}
+
+// Runs `fn` in a fork child (its exit status is fn's result) guarded by `c`.
+template <class Fn>
+void start_child(Child* c, Fn fn) {
+  c->pid = fork();
+  ASSERT_GE(c->pid, 0);
+  if (c->pid == 0) _exit(fn());
+}
+
+// The exit status of a child that must end by itself within kWait; -1 otherwise.
+int exit_status(Child& c) {
+  if (!c.wait_exit()) return -1;
+  return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 100 + WTERMSIG(c.status);
+}
+
+// The socket paths and abstract names /proc/net/unix lists for the daemon `daemon_pid`
+// (names with "probefs.<pid>." in them): what any local user can see of it. (Other
+// daemons on the machine are not this test's to knock at.)
+std::vector<std::string> listed_probefs_names(pid_t daemon_pid) {
+  const std::string mark = "probefs." + std::to_string(daemon_pid) + ".";
+  std::vector<std::string> out;
+  FILE* f = fopen("/proc/net/unix", "r");
+  if (!f) return out;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    std::string l = line;
+    while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
+    const size_t sp = l.rfind(' ');
+    if (sp == std::string::npos) continue;
+    const std::string path = l.substr(sp + 1);
+    if (path.find(mark) != std::string::npos) out.push_back(path);
+  }
+  fclose(f);
+  return out;
+}
+
+// Connects to a listed name (a path, or "@name" for an abstract one) as link::connect_link
+// does. The fd or a negative errno.
+int connect_listed(const std::string& listed) {
+  return link::connect_link(listed[0] == '@' ? listed.substr(1) : listed, 1s);
+}
+
+// Whether the daemon ends the connection `fd` without being sent a byte: EOF within the
+// bound (true), or it kept it (false).
+bool ended_unasked(int fd) {
+  std::vector<uint8_t> buf;
+  const long n = link::recv_packet(fd, &buf, kWait);
+  return n == 0 || n == -ECONNRESET;
+}
+
+// The daemon's endpoint is a socket file in a directory only its uid can enter: no
+// abstract name is listed, and another user can connect to nothing of it; one who is
+// given an endpoint of their own is refused before a byte is read.
+TEST(AgentLinkGuard, OtherUsersCannotReachTheEndpoint) {
+  TestDaemon d;
+  const std::string name = d.listener().name();
+  ASSERT_EQ(name[0], '/') << name;
+  pid_t daemon_pid = 0;
+  EXPECT_TRUE(link::parse_link_name(name, &daemon_pid));
+  EXPECT_EQ(daemon_pid, getpid());
+  const std::vector<std::string> listed_names = listed_probefs_names(getpid());
+  EXPECT_FALSE(listed_names.empty());
+  for (const std::string& listed : listed_names)
+    EXPECT_NE(listed[0], '@') << "an abstract name anyone can connect to: " << listed;
+
+  const std::string dir = name.substr(0, name.rfind('/'));
+  const std::string tree = dir.substr(0, dir.rfind('/'));
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  ASSERT_EQ(stat(tree.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0711u);
+
+  std::string theirs;
+  ASSERT_EQ(d.listener().endpoint(kNobody, &theirs), 0);
+  ASSERT_EQ(stat(theirs.substr(0, theirs.rfind('/')).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+
+  Child c;
+  ASSERT_NO_FATAL_FAILURE(start_child(&c, [&] {
+    if (!become_nobody()) return 2;
+    // Every name of the daemon's the system shows, its own endpoint among them.
+    std::vector<std::string> names = listed_probefs_names(daemon_pid);
+    names.push_back(name);
+    for (const std::string& n : names) {
+      if (n == theirs) continue;
+      const int fd = connect_listed(n);
+      if (fd >= 0 && !ended_unasked(fd)) return 3;
+      if (fd >= 0) close(fd);
+    }
+    if (link::connect_link(name, 1s) != -EACCES) return 4;
+    // Their own endpoint: they reach it, but no process of theirs is expected.
+    const int fd = link::connect_link(theirs, 1s);
+    if (fd < 0) return 5;
+    const bool ended = ended_unasked(fd);
+    close(fd);
+    return ended ? 0 : 6;
+  }));
+  EXPECT_EQ(exit_status(c), 0);
+  const tracee::ListenerStats s = d.listener().stats();
+  EXPECT_GE(s.refused, 1u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.links, 0u);
+}
+
+// A daemon that is not root: its tree is its own, it serves no other uid, and its
+// launched program, the program's fork child and its new image after exec all join.
+TEST(AgentLinkGuard, ADaemonOfAnotherUserServesItsOwnUid) {
+  Child daemon;
+  ASSERT_NO_FATAL_FAILURE(start_child(&daemon, [] {
+    if (!become_nobody()) return 2;
+    unsetenv("XDG_RUNTIME_DIR");
+    int err = 0;
+    auto l = tracee::AgentListener::create(&err);
+    if (!l) return 3;
+    if (l->name().rfind("/tmp/probefs.", 0) != 0) return 4;
+    std::string other;
+    if (l->endpoint(0, &other) != -EPERM) return 5;
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    for (const char* mode : {"fork", "exec"}) {
+      tracee::LaunchOptions o;
+      o.argv = {PROBEFS_AGENT_TARGET, mode, "10"};
+      o.agent_path = PROBEFS_AGENT_LIB;
+      o.stdout_fd = null;
+      tracee::Launched t;
+      std::string why;
+      if (tracee::launch(*l, o, &t, &why) != 0) return 6;
+      if (t.link->go().error != 0) return 7;
+      // The fork child, or the new image: each waits for its GO.
+      tracee::LinkEvent ev;
+      for (;;) {
+        if (!l->next_event(&ev, kWait)) return 8;
+        if (ev.kind == tracee::LinkEvent::kConnected) break;
+      }
+      if (ev.link->uid() != kNobody) return 9;
+      if (ev.link->go().error != 0) return 10;
+      Child target;
+      target.pid = t.pid;
+      if (!target.wait_exit() || !target.exited_ok()) return 11;
+    }
+    return 0;
+  }));
+  EXPECT_EQ(exit_status(daemon), 0);
+}
+
+// The endpoint tree goes with the listener, and one that a killed daemon left is swept
+// by the next listener.
+TEST(AgentLinkGuard, EndpointTreeIsRemoved) {
+  std::string tree;
+  {
+    TestDaemon d;
+    std::string theirs;
+    ASSERT_EQ(d.listener().endpoint(kNobody, &theirs), 0);
+    const std::string dir = d.listener().name().substr(0, d.listener().name().rfind('/'));
+    tree = dir.substr(0, dir.rfind('/'));
+    EXPECT_EQ(access(tree.c_str(), F_OK), 0);
+  }
+  EXPECT_NE(access(tree.c_str(), F_OK), 0);
+
+  // A daemon killed with its tree in place.
+  int report[2];
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child daemon;
+  daemon.pid = fork();
+  ASSERT_GE(daemon.pid, 0);
+  if (daemon.pid == 0) {
+    int err = 0;
+    auto l = tracee::AgentListener::create(&err);
+    if (!l) _exit(2);
+    const std::string n = l->name() + "\n";
+    if (write(report[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(3);
+    for (;;) pause();  // until killed
+  }
+  close(report[1]);
+  Child reader;
+  reader.out = report[0];
+  std::string left;
+  ASSERT_TRUE(reader.read_line(&left));
+  kill(daemon.pid, SIGKILL);
+  ASSERT_TRUE(daemon.wait_exit());
+  const std::string left_dir = left.substr(0, left.rfind('/'));
+  const std::string left_tree = left_dir.substr(0, left_dir.rfind('/'));
+  ASSERT_EQ(access(left_tree.c_str(), F_OK), 0);
+  TestDaemon next;
+  EXPECT_NE(access(left_tree.c_str(), F_OK), 0) << left_tree;
+}
+
+// Hostile peers that keep trying, one of another uid and one of the daemon's own uid that
+// nobody expects, neither delay a real launch nor a real attach: the first reaches
+// nothing, the second is closed at accept each time.
+TEST(AgentLinkGuard, HostilePeersDoNotDelayALaunchOrAnAttach) {
+  TestDaemon d;
+  const std::string name = d.listener().name();
+  const pid_t daemon_pid = getpid();
+  std::string theirs;
+  ASSERT_EQ(d.listener().endpoint(kNobody, &theirs), 0);
+  // Each hostile child writes a byte per round of tries; a round that got anything but a
+  // refusal ends the child with a nonzero status.
+  int rounds[2][2];
+  for (auto& p : rounds) ASSERT_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+  Child nobody, same_uid;
+  ASSERT_NO_FATAL_FAILURE(start_child(&nobody, [&] {
+    if (!become_nobody()) return 2;
+    for (;;) {
+      std::vector<std::string> names = listed_probefs_names(daemon_pid);
+      names.push_back(name);
+      for (const std::string& n : names) {
+        const int fd = connect_listed(n);
+        if (fd < 0) continue;
+        // Only their own endpoint lets them in, and closes at once.
+        link::Message m;
+        m.type = link::MsgType::kHello;
+        m.seq = 1;
+        m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+        (void)link::send_message(fd, m, 1s);
+        const bool ended = ended_unasked(fd);
+        close(fd);
+        if (!ended) return 3;
+      }
+      (void)!write(rounds[0][1], "r", 1);
+    }
+  }));
+  ASSERT_NO_FATAL_FAILURE(start_child(&same_uid, [&] {
+    for (;;) {
+      for (int i = 0; i < 50; ++i) {
+        const int fd = link::connect_link(name, 1s);
+        if (fd < 0) continue;  // a full backlog: try again
+        const bool ended = ended_unasked(fd);
+        close(fd);
+        if (!ended) return 3;
+      }
+      (void)!write(rounds[1][1], "r", 1);
+    }
+  }));
+  close(rounds[0][1]);
+  close(rounds[1][1]);
+  // Both are at it before the real targets come.
+  auto wait_round = [&](int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) != 1) return false;
+    char b[256];
+    return read(fd, b, sizeof b) > 0;
+  };
+  ASSERT_TRUE(wait_round(rounds[0][0]));
+  ASSERT_TRUE(wait_round(rounds[1][0]));
+
+  Child launched;
+  Target t;
+  ASSERT_TRUE(d.launch({PROBEFS_AGENT_TARGET, "calls", "10"}, &launched, &t));
+  ASSERT_TRUE(d.setup(&t));
+  Event add;
+  ASSERT_TRUE(d.define(&t, "p:test/add probefs_target_add a=%di:s64", 1, 0, &add));
+  ASSERT_EQ(t.link->go().error, 0);
+  ASSERT_TRUE(launched.wait_exit());
+  EXPECT_TRUE(launched.exited_ok());
+  EXPECT_EQ(of_event(TestDaemon::drain(&t), 1).size(), 10u);
+
+  Child attached;
+  ASSERT_NO_FATAL_FAILURE(
+      fork_exec(&attached, {PROBEFS_AGENT_TARGET, "attach", PROBEFS_AGENT_LIB, "10"}));
+  Target at;
+  ASSERT_NO_FATAL_FAILURE(attach_as_injector(d, attached, &at));
+  ASSERT_TRUE(d.setup(&at));
+  ASSERT_TRUE(d.define(&at, "p:test/add probefs_target_add a=%di:s64", 1, 0, &add));
+  ASSERT_TRUE(attached.send_line("go"));
+  std::string line;
+  ASSERT_TRUE(attached.read_line(&line));
+  EXPECT_EQ(line, "done");
+  EXPECT_EQ(of_event(TestDaemon::drain(&at), 1).size(), 10u);
+
+  // Still at it, and still refused, all along.
+  ASSERT_TRUE(wait_round(rounds[0][0]));
+  ASSERT_TRUE(wait_round(rounds[1][0]));
+  for (Child* h : {&nobody, &same_uid}) {
+    siginfo_t si{};
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(h->pid), &si, WEXITED | WNOHANG | WNOWAIT), 0);
+    EXPECT_EQ(si.si_pid, 0) << "a hostile child ended: it was let in";
+  }
+  close(rounds[0][0]);
+  close(rounds[1][0]);
+  EXPECT_GT(d.listener().stats().refused, 50u);
+  EXPECT_EQ(d.listener().links().size(), 1u);  // the attached target's
+  EXPECT_EQ(at.link->detach().error, 0);
+  ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(attached));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// Resident memory of this process, in bytes (/proc/self/statm).
+size_t resident_bytes() {
+  FILE* f = fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f) {
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A fake agent: a child that the daemon expects, connects, says HELLO kLaunch, then runs
+// `flood(fd)`, whose result is its exit status. The link is returned.
+template <class Flood>
+std::shared_ptr<tracee::AgentLink> fake_agent(TestDaemon& d, Child* c, Flood flood) {
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) return nullptr;
+  const std::string name = d.listener().name();
+  c->pid = fork();
+  if (c->pid < 0) return nullptr;
+  if (c->pid == 0) {
+    close(go[1]);
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(2);
+    const int fd = link::connect_link(name, kWait);
+    if (fd < 0) _exit(3);
+    link::Message m;
+    m.type = link::MsgType::kHello;
+    m.seq = 1;
+    m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+    if (link::send_message(fd, m, kWait) != 0) _exit(4);
+    _exit(flood(fd));
+  }
+  close(go[0]);
+  d.listener().expect(c->pid);
+  (void)!write(go[1], "g", 1);
+  close(go[1]);
+  int err = 0;
+  return d.listener().wait_for(c->pid, kWait, &err);
+}
+
+// Sends packets until the daemon ends the link: 0 when it did (EPIPE, ECONNRESET), 1 when
+// `max` packets went through.
+template <class Next>
+int send_until_cut(int fd, long max, Next next) {
+  for (long i = 0; i < max; ++i) {
+    const std::vector<uint8_t> p = next(i);
+    for (;;) {
+      if (send(fd, p.data(), p.size(), MSG_NOSIGNAL) >= 0) break;
+      if (errno == EPIPE || errno == ECONNRESET) return 0;
+      if (errno != EAGAIN && errno != EINTR && errno != ENOBUFS) return 5;
+      pollfd pf{fd, POLLOUT, 0};
+      if (poll(&pf, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) != 1) return 6;
+    }
+  }
+  return 1;
+}
+
+// Linked peers that flood the daemon are disconnected, once each, and what they made it
+// hold goes: MAPPED requests it never gets to answer, a reply that never ends, messages
+// it cannot use, and a peer that never reads what the daemon sends.
+TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
+  TestDaemon d;
+  const size_t before = resident_bytes();
+  uint64_t disconnected = 0;
+
+  {
+    SCOPED_TRACE("MAPPED without waiting for answers");
+    Child c;
+    auto lk = fake_agent(d, &c, [](int fd) {
+      return send_until_cut(fd, 1000000, [](long i) {
+        link::Message m;
+        m.type = link::MsgType::kMapped;
+        m.seq = static_cast<uint32_t>(i + 2);
+        m.body = link::Mapped{};
+        return link::encode(m)[0];
+      });
+    });
+    ASSERT_NE(lk, nullptr);
+    EXPECT_EQ(exit_status(c), 0);
+    EXPECT_TRUE(lk->closed());
+    const tracee::ListenerStats s = d.listener().stats();
+    EXPECT_EQ(s.disconnected, ++disconnected);
+    // The MAPPED events it got in, and its end: nobody read them.
+    EXPECT_LE(s.queued_events, static_cast<size_t>(tracee::AgentListener::kMaxMappedInFlight) + 1);
+    tracee::LinkEvent ev;
+    while (d.next_event(&ev, 0ms)) {
+    }
+  }
+  {
+    SCOPED_TRACE("a reply that never ends");
+    Child c;
+    auto lk = fake_agent(d, &c, [](int fd) {
+      link::Message m;
+      m.type = link::MsgType::kReply;
+      m.flags = link::kFlagMore;
+      m.seq = 7;
+      m.body = link::Reply{0, std::string(150 * 1024, 'x'), {}};
+      const std::vector<uint8_t> p = link::encode(m)[0];
+      // 1.5 GiB at most; the daemon keeps 8 MiB of one reply.
+      return send_until_cut(fd, 10000, [&](long) { return p; });
+    });
+    ASSERT_NE(lk, nullptr);
+    EXPECT_EQ(exit_status(c), 0);
+    EXPECT_TRUE(lk->closed());
+    EXPECT_EQ(d.listener().stats().disconnected, ++disconnected);
+  }
+  {
+    SCOPED_TRACE("messages the daemon cannot use");
+    Child c;
+    auto lk = fake_agent(d, &c, [](int fd) {
+      return send_until_cut(fd, 100000, [](long i) {
+        return header(link::kMagic, i % 2 ? 1 : 0x101, 0, static_cast<uint32_t>(i), 0);
+      });
+    });
+    ASSERT_NE(lk, nullptr);
+    EXPECT_EQ(exit_status(c), 0);
+    EXPECT_TRUE(lk->closed());
+    EXPECT_EQ(d.listener().stats().disconnected, ++disconnected);
+  }
+  {
+    SCOPED_TRACE("never reads");
+    int hold[2];
+    ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+    Child c;
+    auto lk = fake_agent(d, &c, [&](int) {
+      close(hold[1]);
+      char b;
+      return read(hold[0], &b, 1) == 0 ? 0 : 7;  // until the test lets it go
+    });
+    close(hold[0]);
+    ASSERT_NE(lk, nullptr);
+    // Requests whose replies never come; once its socket is full, a send waits out the
+    // timeout and the daemon lets the peer go.
+    lk->set_timeout(2ms);
+    for (int i = 0; i < 1000000 && !lk->closed(); ++i) EXPECT_NE(lk->list().error, 0);
+    EXPECT_TRUE(lk->closed());
+    EXPECT_EQ(d.listener().stats().disconnected, ++disconnected);
+    close(hold[1]);
+    EXPECT_EQ(exit_status(c), 0);
+  }
+  // The ends of the links, then nothing more.
+  tracee::LinkEvent ev;
+  while (d.next_event(&ev, 0ms)) {
+  }
+  const tracee::ListenerStats s = d.listener().stats();
+  EXPECT_EQ(s.links, 0u);
+  EXPECT_EQ(s.queued_events, 0u);
+  EXPECT_EQ(s.pending, 0u);
+  const size_t after = resident_bytes();
+  // AddressSanitizer keeps freed memory in quarantine (256 MiB by default): there,
+  // resident memory says what was ever allocated, not what is held, and only the queues
+  // above count.
+  if (!kAddressSanitizer) {
+    EXPECT_LT(after, before + (size_t{24} << 20)) << before << " -> " << after;
+  }
+}
+
+// A stopped process reads nothing, and is not taken for a peer that will not read: its
+// link stays however long its socket stays full, and is judged again once it runs.
+TEST(AgentLinkGuard, AStoppedProcessKeepsItsLink) {
+  TestDaemon d;
+  int hold[2];
+  ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+  Child c;
+  auto lk = fake_agent(d, &c, [&](int) {
+    close(hold[1]);
+    char b;
+    return read(hold[0], &b, 1) == 0 ? 0 : 7;  // reads nothing of the link
+  });
+  close(hold[0]);
+  ASSERT_NE(lk, nullptr);
+  ASSERT_EQ(kill(c.pid, SIGSTOP), 0);
+  siginfo_t si{};
+  const auto deadline = Clock::now() + kWait;
+  while (Clock::now() < deadline) {
+    si.si_pid = 0;
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(c.pid), &si, WSTOPPED | WEXITED | WNOHANG | WNOWAIT), 0);
+    if (si.si_pid == c.pid) break;
+    sched_yield();
+  }
+  ASSERT_EQ(si.si_pid, c.pid);
+  ASSERT_EQ(si.si_code, CLD_STOPPED);
+  // Far more requests than its socket holds: the later sends find it full.
+  lk->set_timeout(2ms);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(lk->list().error, 0);
+  EXPECT_FALSE(lk->closed());
+  EXPECT_EQ(d.listener().stats().disconnected, 0u);
+  ASSERT_EQ(kill(c.pid, SIGCONT), 0);
+  // Running, and still not reading: now it is let go.
+  for (int i = 0; i < 1000000 && !lk->closed(); ++i) (void)lk->list();
+  EXPECT_TRUE(lk->closed());
+  EXPECT_EQ(d.listener().stats().disconnected, 1u);
+  close(hold[1]);
+  EXPECT_EQ(exit_status(c), 0);
+}
+
+// accept() that fails for want of descriptors does not spin: each failure pauses
+// accepting, with one warning, and the connection waiting in the backlog becomes a link
+// once descriptors are free again. In a child process, whose descriptor limit is lowered.
+TEST(AgentLinkGuard, OutOfDescriptorsPausesAccepting) {
+  Child daemon;
+  ASSERT_NO_FATAL_FAILURE(start_child(&daemon, [] {
+    // The warnings go to a file the child reads back.
+    const int log = memfd_create("stderr", MFD_CLOEXEC);
+    if (log < 0 || dup2(log, 2) != 2) return 2;
+    int err = 0;
+    auto l = tracee::AgentListener::create(&err);
+    if (!l) return 3;
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) != 0) return 4;
+    const std::string name = l->name();
+    const pid_t agent = fork();
+    if (agent == 0) {
+      char b;
+      if (read(go[0], &b, 1) != 1) _exit(2);
+      const int fd = link::connect_link(name, kWait);
+      if (fd < 0) _exit(3);
+      link::Message m;
+      m.type = link::MsgType::kHello;
+      m.seq = 1;
+      m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+      if (link::send_message(fd, m, kWait) != 0) _exit(4);
+      std::vector<uint8_t> buf;
+      _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);  // until the daemon goes
+    }
+    if (agent < 0) return 5;
+    auto fail = [&](int code) {
+      kill(agent, SIGKILL);
+      waitpid(agent, nullptr, 0);
+      return code;
+    };
+    l->expect(agent);
+    // Every descriptor taken.
+    std::vector<int> filler;
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = 256;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return fail(6);
+    for (;;) {
+      const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd < 0) break;
+      filler.push_back(fd);
+    }
+    if (errno != EMFILE) return fail(7);
+    (void)!write(go[1], "g", 1);
+    const auto deadline = Clock::now() + kWait;
+    int e = 0;
+    while (l->stats().accept_failures < 3 && Clock::now() < deadline)
+      if (l->wait_for(agent, 10ms, &e)) return fail(8);  // no descriptor to take it with
+    const tracee::ListenerStats s = l->stats();
+    if (s.accept_failures < 3) return fail(9);
+    if (s.accept_pauses != s.accept_failures) return fail(10);  // a failure with no pause
+    for (int fd : filler) close(fd);
+    auto lk = l->wait_for(agent, kWait, &e);
+    if (!lk) return fail(11);
+    l.reset();
+    int status = 0;
+    if (waitpid(agent, &status, 0) != agent || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return 12;
+    // One warning for all those failures.
+    std::string text(65536, '\0');
+    const ssize_t n = pread(log, text.data(), text.size(), 0);
+    text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    size_t count = 0;
+    for (size_t at = text.find("cannot accept agent links"); at != std::string::npos;
+         at = text.find("cannot accept agent links", at + 1))
+      ++count;
+    return count == 1 ? 0 : 13;
+  }));
+  EXPECT_EQ(exit_status(daemon), 0);
+}
+
+// A burst of connections from processes the daemon expects, more than it keeps pending
+// for one uid: it holds no more than its bound waiting for HELLO, refuses none, and each
+// becomes a link (the rest wait in the kernel's backlog meanwhile).
+TEST(AgentLinkGuard, BurstBeyondThePendingBoundAllJoin) {
+  TestDaemon d;
+  constexpr size_t kBound = tracee::AgentListener::kMaxPendingPerUid;
+  constexpr size_t kN = kBound + 16;
+  std::vector<std::unique_ptr<Child>> kids;
+  int go[2], hello[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(hello, O_CLOEXEC), 0);
+  const std::string name = d.listener().name();
+  for (size_t i = 0; i < kN; ++i) {
+    auto c = std::make_unique<Child>();
+    c->pid = fork();
+    ASSERT_GE(c->pid, 0);
+    if (c->pid == 0) {
+      close(go[1]);
+      close(hello[1]);
+      char b;
+      (void)!read(go[0], &b, 1);  // EOF: all connect at once
+      const int fd = link::connect_link(name, kWait);
+      if (fd < 0) _exit(3);
+      (void)!read(hello[0], &b, 1);  // EOF: all say HELLO
+      link::Message m;
+      m.type = link::MsgType::kHello;
+      m.seq = 1;
+      m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+      if (link::send_message(fd, m, kWait) != 0) _exit(4);
+      std::vector<uint8_t> buf;
+      _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);
+    }
+    d.listener().expect(c->pid);
+    kids.push_back(std::move(c));
+  }
+  close(go[0]);
+  close(go[1]);
+  close(hello[0]);
+  // The daemon fills its bound and takes no more.
+  const auto deadline = Clock::now() + kWait;
+  int err = 0;
+  while (d.listener().stats().pending < kBound && Clock::now() < deadline)
+    (void)d.listener().wait_for(-1, 5ms, &err);  // a bounded wait for nothing
+  EXPECT_EQ(d.listener().stats().pending, kBound);
+  close(hello[1]);
+  for (auto& c : kids) {
+    auto lk = d.listener().wait_for(c->pid, kWait, &err);
+    ASSERT_NE(lk, nullptr) << "pid " << c->pid;
+    lk->close();
+  }
+  for (auto& c : kids) EXPECT_EQ(exit_status(*c), 0);
+  EXPECT_EQ(d.listener().stats().refused, 0u);
+  EXPECT_EQ(d.listener().stats().pending, 0u);
 }
 
 }  // namespace
