@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,16 +128,6 @@ bool take_own_options(const std::string& arg, MountArgs* a, std::string* bad) {
   return true;
 }
 
-// Each traced process costs the daemon a link descriptor (its ring area's descriptor is
-// closed once mapped): the soft limit goes up to the hard one, so that the daemon meets
-// max_targets, not EMFILE. Programs it launches get the limit they would have had.
-void raise_nofile_limit() {
-  rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
-  rl.rlim_cur = rl.rlim_max;
-  (void)setrlimit(RLIMIT_NOFILE, &rl);
-}
-
 // Checks what can be checked before anything starts: one line of what is wrong.
 std::string preflight(const MountArgs& a, std::string* real_mnt) {
   struct stat st;
@@ -176,8 +165,7 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
   }
   tracee::Tracer::Options topts;
   topts.agent_path = agent;
-  topts.max_targets = a.max_targets;
-  raise_nofile_limit();
+  topts.max_targets = a.max_targets;  // the tracer raises RLIMIT_NOFILE to serve them
   std::string err;
   std::unique_ptr<tracee::Tracer> tracer = tracee::Tracer::create(topts, &err);
   if (!tracer) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,6 +146,13 @@ int launch(AgentListener& listener, const LaunchOptions& opts, Launched* out,
     for (int i = 0; i < 3; ++i)
       if (fds[i] >= 0 && fds[i] != i && ::dup2(fds[i], i) < 0) goto failed;
     if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) goto failed;
+    if (opts.nofile_soft != 0) {
+      rlimit rl;
+      if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && opts.nofile_soft < rl.rlim_cur) {
+        rl.rlim_cur = opts.nofile_soft;
+        (void)::setrlimit(RLIMIT_NOFILE, &rl);
+      }
+    }
     ::execve(program.c_str(), argv.data(), envp.data());
   failed:
     int e = errno;

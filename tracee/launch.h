@@ -48,6 +48,10 @@ struct LaunchOptions {
   // How long the agent may take to say HELLO after the fork (exec, dynamic linking,
   // constructors that run before the agent's).
   std::chrono::milliseconds timeout{10000};
+  // The soft RLIMIT_NOFILE the program starts with; 0 keeps the daemon's (which raises
+  // its own to serve thousands of targets: a program must not find select() limits
+  // broken because of that).
+  uint64_t nofile_soft = 0;
 };
 
 struct Launched {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +274,9 @@ struct Tracer::Impl {
 
   Options opts;
   std::unique_ptr<AgentListener> listener;
+  // The soft RLIMIT_NOFILE this process had before create() raised it to the hard one
+  // (each target holds a link descriptor): what launched programs start with.
+  uint64_t nofile_soft = 0;
 
   mutable std::mutex mu;  // targets, probes, switches
   std::map<ProbeId, Probe> probes;
@@ -977,6 +981,11 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
   impl->buffer_kb = opts.buffer_size_kb;
+  if (rlimit rl; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    impl->nofile_soft = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+  }
   int err = 0;
   impl->listener = AgentListener::create(&err);
   if (!impl->listener) {
@@ -1018,6 +1027,7 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
   lo.stdin_fd = spec.stdin_fd;
   lo.stdout_fd = spec.stdout_fd;
   lo.stderr_fd = spec.stderr_fd;
+  lo.nofile_soft = impl_->nofile_soft;
   {
     std::lock_guard lock(impl_->mu);
     if (!impl_->target_room(error)) return -ENOSPC;  // before a program starts for nothing

@@ -182,7 +182,9 @@ class Tracer {
     uint32_t max_targets = 4096;
   };
 
-  // nullptr and *error on failure (no link could be set up).
+  // nullptr and *error on failure (no link could be set up). Raises this process's soft
+  // RLIMIT_NOFILE to the hard limit (each target holds a descriptor of its link);
+  // programs it launches start with the soft limit it had.
   static std::unique_ptr<Tracer> create(const Options& opts, std::string* error);
   // Detaches from every target (each agent removes its probes and idles; launched
   // targets run on) and frees the rings.

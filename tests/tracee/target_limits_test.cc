@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -158,7 +160,23 @@ TEST(TargetLimitsTest, ThousandsOfShortLivedTargetsLeaveNothingBehindOnceRead) {
   EXPECT_EQ(prog.pipes.ask("call 3"), "ok 9");
 }
 
+// "Max open files" soft limit of process `pid`, from /proc/PID/limits.
+std::string soft_nofile(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/limits");
+  std::string l;
+  while (std::getline(in, l))
+    if (l.rfind("Max open files", 0) == 0) {
+      std::istringstream f(l.substr(14));
+      std::string soft;
+      f >> soft;
+      return soft;
+    }
+  return "";
+}
+
 TEST(TargetLimitsTest, TheLimitRefusesWithAReasonAndTheProcessRunsOn) {
+  rlimit before;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
   Tracer::Options o;
   o.agent_path = PROBEFS_AGENT_PATH;
   o.max_targets = 2;
@@ -176,6 +194,11 @@ TEST(TargetLimitsTest, TheLimitRefusesWithAReasonAndTheProcessRunsOn) {
   Launched a, b, c;
   ASSERT_EQ(a.start(*t, &err), 0) << err;
   ASSERT_EQ(b.start(*t, &err), 0) << err;
+  // The tracer raised its own descriptor limit; its programs start with the one it had.
+  rlimit now;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, now.rlim_max);
+  EXPECT_EQ(soft_nofile(a.pid), std::to_string(before.rlim_cur));
   // A third program is not started at all.
   err.clear();
   EXPECT_EQ(c.start(*t, &err), -ENOSPC);
