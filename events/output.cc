@@ -261,6 +261,9 @@ bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineCont
     }
   }
   o.put('\n');
+  // line_bound() is a proof, not a guess; should it ever be wrong, stop here rather than
+  // go on with a heap written past its end (one comparison per line).
+  if (o.p > out.data() + out.size()) __builtin_trap();
   out.resize(static_cast<size_t>(o.p - out.data()));
   return true;
 }
