@@ -3,8 +3,8 @@
 // Records come from shared memory that the traced process can write (DESIGN.md §8): the
 // daemon takes nothing in one on trust. check_record() compares a record with what the
 // event's own program (compile.h, fetch.h) can have written, from facts the daemon owns:
-// the layout it compiled. The trace readers drop and count a record that does not fit,
-// before any trigger, filter or formatter sees it.
+// the layout it compiled. A trace reader drops and counts a record that does not fit,
+// before any trigger, filter or formatter sees it; the stream goes on with the next.
 //
 // What the record writer (fetch.h, write_record) produces, and so what a record must be:
 //   - the fixed part whole: len >= fixed_size;
@@ -16,8 +16,8 @@
 //   - each string 1..kMaxStringSize bytes (its NUL included), a symstr exactly 8 (the
 //     address the daemon names);
 //   - a string the fetch could not read is a zero-length __data_loc (the kernel's
-//     "(fault)"). Its offset is never followed, so it is not checked: the writer puts the
-//     low 16 bits of the position there, which is not one past a fixed part above 64 KiB.
+//     "(fault)"). Its offset is never followed, so it is not checked (the writer stores
+//     the low 16 bits of its position there, which wrap in a record past 64 KiB).
 // Nothing here checks what the payload claims about itself (common_type, common_pid):
 // identity comes from the daemon (which ring, which target), not from the record.
 //
