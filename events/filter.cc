@@ -455,7 +455,10 @@ bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
         uint32_t loc;
         __builtin_memcpy(&loc, rec + in.offset, 4);
         uint32_t slen = loc >> 16, off = loc & 0xffff;
-        if (slen && off < len && slen <= len - off) {
+        // Inside the record and no longer than a fetched string can be (the record
+        // writer's bound, record.h): a hostile __data_loc costs the glob at most that.
+        if (slen && slen <= static_cast<uint32_t>(kMaxStringSize) && off < len &&
+            slen <= len - off) {
           str = reinterpret_cast<const char*>(rec + off);
           n = cstr_len(str, slen);
         }

@@ -58,7 +58,10 @@ struct FilterContext {
 [[nodiscard]] bool compile_filter(std::string_view text, const CompiledEvent& ev,
                                   CompiledFilter* out, Diagnostic* err);
 
-// Runs on the hit path: no allocation, no library calls.
+// Runs on the hit path: no allocation, no library calls. Also runs in the daemon on
+// records a traced process wrote (trigger filters): it reads nothing outside rec[0, len)
+// whatever the record says, and a string field whose __data_loc names bytes outside it,
+// or more than kMaxStringSize of them, compares as the empty string, as a fault does.
 bool filter_match(const CompiledFilter& f, const uint8_t* rec, uint32_t len,
                   const FilterContext& ctx);
 

@@ -126,8 +126,14 @@ void put_ip_sym(Out& o, uint64_t ip, bool with_offset, Symbolizer* sym) {
 
 constexpr size_t kSymBound = 3 * kMaxSymText + 64;  // name, module and note, clipped each
 
+// A string prints only when its bytes lie in the record's dynamic part after those of the
+// string printed before it (`*next`: where that one ended, fixed_size at first), and
+// hold at most kMaxStringSize bytes, as the record writer (fetch.h) lays strings out.
+// Whatever the record says, the strings printed then name disjoint bytes of
+// [fixed_size, len): line_bound() can count them once. Any other __data_loc prints as
+// the kernel prints a string the fetch could not read, "(fault)".
 void put_value(Out& o, const FetchType* t, const uint8_t* p, const uint8_t* rec, uint32_t len,
-               Symbolizer* sym) {
+               uint32_t* next, Symbolizer* sym) {
   switch (t->print) {
     case PrintKind::kUnsigned: put_u64(o, load(p, t->size)); break;
     case PrintKind::kSigned: put_s64(o, sign_extend(load(p, t->size), t->size)); break;
@@ -141,10 +147,12 @@ void put_value(Out& o, const FetchType* t, const uint8_t* p, const uint8_t* rec,
     case PrintKind::kString: {
       uint32_t loc = static_cast<uint32_t>(load(p, 4));
       uint32_t slen = loc >> 16, off = loc & 0xffff;
-      if (slen == 0 || off >= len || slen > len - off) {
+      if (slen == 0 || slen > static_cast<uint32_t>(kMaxStringSize) || off < *next ||
+          off >= len || slen > len - off) {
         o.put("(fault)");
         break;
       }
+      *next = off + slen;
       o.put('"');
       if (t->name[0] == 's' && t->name[1] == 'y' && slen == 8) {  // symstr
         put_sym(o, load(rec + off, 8), true, sym);
@@ -159,9 +167,13 @@ void put_value(Out& o, const FetchType* t, const uint8_t* p, const uint8_t* rec,
 }
 
 // An upper bound of the text one record can produce. It is kept tight because the room
-// is cleared when reserved: string contents are bounded by the record's length.
+// is cleared when reserved. Every part but the strings' bytes is bounded by the event
+// (names, numbers, symbol names clipped to kMaxSymText); the strings printed lie in
+// disjoint bytes of the dynamic part (put_value) and each is at most kMaxStringSize, so
+// together they are bounded by both the dynamic part's size and the event's string slots.
+// A length the record claims never adds to the room.
 size_t line_bound(const CompiledEvent& ev, const LineContext& ctx, uint32_t len) {
-  size_t n = 96 + ctx.comm.size() + ev.event.size() + len;
+  size_t n = 96 + ctx.comm.size() + ev.event.size();
   n += ev.syntax == ProbeSyntax::kKprobe ? 2 * kSymBound : 48;
   for (const FieldLayout& f : ev.fields) {
     size_t per = 24;
@@ -169,6 +181,10 @@ size_t line_bound(const CompiledEvent& ev, const LineContext& ctx, uint32_t len)
       per = kSymBound + 8;
     n += f.name.size() + 4 + per * (f.count ? f.count : 1);
   }
+  const uint64_t dynamic = len - ev.program.fixed_size;  // len >= fixed_size here
+  const uint64_t slots =
+      uint64_t{ev.program.string_slots} * static_cast<uint64_t>(kMaxStringSize);
+  n += static_cast<size_t>(dynamic < slots ? dynamic : slots);
   return n;
 }
 
@@ -226,6 +242,7 @@ bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineCont
     put_hex(o, ip);
   }
   o.put(')');
+  uint32_t next = ev.program.fixed_size;  // where the next string may start (put_value)
   for (const FieldLayout& f : ev.fields) {
     o.put(' ');
     o.put(f.name);
@@ -236,14 +253,17 @@ bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineCont
       uint32_t es = f.type->size;
       for (uint32_t i = 0; i < f.count; ++i) {
         if (i) o.put(',');
-        put_value(o, f.type, p + i * es, rec, len, sym);
+        put_value(o, f.type, p + i * es, rec, len, &next, sym);
       }
       o.put('}');
     } else {
-      put_value(o, f.type, p, rec, len, sym);
+      put_value(o, f.type, p, rec, len, &next, sym);
     }
   }
   o.put('\n');
+  // line_bound() is a proof, not a guess; should it ever be wrong, stop here rather than
+  // go on with a heap written past its end (one comparison per line).
+  if (o.p > out.data() + out.size()) __builtin_trap();
   out.resize(static_cast<size_t>(o.p - out.data()));
   return true;
 }

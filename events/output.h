@@ -41,6 +41,12 @@ struct LineContext {
 // The body is `(0xADDR)` / `(0xRET <- 0xFUNC)` for uprobe-style events and
 // `(sym+off/size)` / `(caller+off/size <- func)` for kprobe-style ones, then ` name=value`
 // for each argument. Returns false (and appends nothing) if `len` is too short.
+// Safe for any bytes in rec[0, len), checked by check_record (record.h) or not: nothing
+// outside them is read, and the line is bounded by the event's layout, not by lengths the
+// record claims. A string prints only when its __data_loc names at most kMaxStringSize
+// bytes of the record after those of the string printed before it, as the record writer
+// lays them out; any other prints "(fault)", the kernel's text for a string it could not
+// fetch.
 bool format_trace_line(std::string& out, const CompiledEvent& ev, const LineContext& ctx,
                        const uint8_t* rec, uint32_t len, Symbolizer* sym = nullptr);
 

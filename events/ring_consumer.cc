@@ -262,8 +262,9 @@ inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
                                  RingRecord* out) const {
   const uint32_t extra = (p.flags & kRingFlagLostCount) ? 8 : 0;
   if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
-  // parse() checked that the payload lies inside the ring's data.
-  memcpy(buf->data(), data(ring) + p.off + kRingRecordHeaderSize + extra, p.len);
+  // parse() checked that the payload lies inside the ring's data. An empty payload may
+  // meet a buffer that has none (memcpy wants real pointers even for 0 bytes).
+  if (p.len) memcpy(buf->data(), data(ring) + p.off + kRingRecordHeaderSize + extra, p.len);
   out->stamp = p.stamp;
   out->lost_before = lost;
   out->cpu = p.cpu & 0xfff;

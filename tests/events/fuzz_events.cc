@@ -3,7 +3,8 @@
 // definition line, '\n', then a filter. Whatever parses must read back to text that parses
 // to the same read-back; whatever compiles must run, format and filter without a crash.
 // Two more choices feed the rest to the program and filter decoders of the agent link:
-// what decodes must run inside its record.
+// what decodes must run inside its record. Every record the writer produces must pass the
+// daemon's record check (record.h).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -15,6 +16,7 @@
 #include "events/memory_reader.h"
 #include "events/output.h"
 #include "events/parse.h"
+#include "events/record.h"
 #include "events/wire.h"
 
 using namespace probefs;
@@ -105,6 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint32_t cap = ev.program.max_record_size();
   if (cap > sizeof rec) cap = sizeof rec;
   uint32_t n = write_record(view_of(ev.program), hc, mem, rec, cap);
+  // What the record writer produces is what the daemon's check lets through.
+  if (n && check_record(ev, rec, n) != RecordFault::kFits) abort();
   std::string out;
   format_trace_line(out, ev, LineContext{"fuzz", 1, 0, 0}, rec, n);
 
