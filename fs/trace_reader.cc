@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "events/output.h"
+#include "events/record.h"
 
 namespace probefs::fs {
 namespace {
@@ -259,8 +260,15 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (id == kMarkerEventId) return h.pid == 0;  // markers are not events: no trigger sees them
   const EventView* v = view(id);
   if (!v) return false;
+  // A record its event's program cannot have written is dropped here, before a trigger,
+  // filter or line sees it, and counted with the CPU's dropped events (stats).
+  if (events::check_record(v->compiled, data, h.len) != events::RecordFault::kFits) {
+    if (h.cpu < dropped_events_.size()) ++dropped_events_[h.cpu];
+    return false;
+  }
   tracee::TraceRecord r;
   r.pid = h.pid;
+  r.tid = h.tid;
   r.cpu = h.cpu;
   r.ts_ns = h.ts;
   r.data = data;
