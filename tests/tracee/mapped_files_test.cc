@@ -1,0 +1,508 @@
+// The daemon reads the very files a target mapped, or refuses: a running program whose
+// file is replaced, deleted or swapped for a FIFO, a directory or a symlink, and a library
+// upgraded under it. Each case runs twice: checked by a root process, which reaches the
+// mapped inode through /proc/PID/map_files whatever stands at the path, and by uid 65534
+// against a target of its own uid, which cannot, and must say the file is gone (-ESTALE)
+// instead of reading what is at the path now. The checks run in a forked child (the one
+// that drops its uid), bounded by an alarm: an open that waits on a FIFO fails the case
+// rather than hanging the suite.
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "events/parse.h"
+#include "tracee/elf_symbols.h"
+#include "tracee/probe_places.h"
+#include "tracee/proc_maps.h"
+
+namespace probefs::tracee {
+namespace {
+
+constexpr uid_t kNobody = 65534;
+
+// What a checker child found wrong, one line each.
+#define MAPPED_CHECK(cond)                                                                \
+  do {                                                                                    \
+    if (!(cond)) fails += std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #cond \
+                          " is false\n";                                                  \
+  } while (0)
+#define MAPPED_CHECK_EQ(a, b)                                                           \
+  do {                                                                                  \
+    const long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);   \
+    if (va_ != vb_)                                                                     \
+      fails += std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #a " = " +   \
+               std::to_string(va_) + ", expected " #b " = " + std::to_string(vb_) + "\n"; \
+  } while (0)
+
+// A directory of its own under /tmp, removed with all it holds when the test ends, failed
+// or not. Readable by everyone: a target of uid 65534 runs the files in it.
+class Scratch {
+ public:
+  Scratch() {
+    char t[] = "/tmp/probefs-mapped-XXXXXX";
+    if (mkdtemp(t) != nullptr) dir_ = t;
+    if (!dir_.empty()) chmod(dir_.c_str(), 0755);
+  }
+  ~Scratch() {
+    if (dir_.empty()) return;
+    nftw(
+        dir_.c_str(),
+        [](const char* p, const struct stat*, int, FTW*) {
+          remove(p);
+          return 0;  // on with the rest whatever one removal says
+        },
+        16, FTW_DEPTH | FTW_PHYS);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  bool ok() const { return !dir_.empty(); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  std::string dir_;
+};
+
+// Copies `from` to a new file `to` (a new inode), executable and readable by everyone.
+bool copy_file(const std::string& from, const std::string& to) {
+  const int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return false;
+  const int out = open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+  bool ok = out >= 0;
+  char buf[65536];
+  ssize_t n;
+  while (ok && (n = read(in, buf, sizeof buf)) > 0) ok = write(out, buf, static_cast<size_t>(n)) == n;
+  close(in);
+  if (out >= 0 && close(out) != 0) ok = false;
+  return ok && fchmodat(AT_FDCWD, to.c_str(), 0755, 0) == 0;
+}
+
+// The way a linker or a package manager puts a new build in place: a new file renamed
+// over the old path (the old inode lives on, unlinked, in what maps it).
+bool replace_with(const std::string& from, const std::string& path) {
+  const std::string tmp = path + ".new";
+  return copy_file(from, tmp) && rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Reads one line from `fd` within `timeout_ms`; "" on timeout or end.
+std::string read_line(int fd, int timeout_ms) {
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (line.empty() || line.back() != '\n') {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return "";
+    char c;
+    if (read(fd, &c, 1) != 1) return "";
+    line += c;
+  }
+  return line;
+}
+
+// Drops to `uid` for good (its own group, no supplementary groups). In a forked child.
+bool become(uid_t uid) {
+  if (uid == 0) return true;
+  return setgroups(0, nullptr) == 0 && setgid(uid) == 0 && setuid(uid) == 0;
+}
+
+// mapped_prog running as `uid` from `prog`, with `lib` dlopened where given; killed and
+// reaped at the end.
+struct Target {
+  pid_t pid = -1;
+  int to_child = -1;
+  uintptr_t fn = 0;
+  uintptr_t lib_fn = 0;
+
+  // `before_exec` runs in the child first, with root's rights (a mount namespace of its
+  // own, say); false ends the child.
+  bool start(const std::string& prog, const std::string& lib, uid_t uid,
+             const std::function<bool()>& before_exec = {}) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0) return false;
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      close(in[0]);
+      close(in[1]);
+      return false;
+    }
+    pid = fork();
+    if (pid == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      if (before_exec && !before_exec()) _exit(125);
+      if (!become(uid)) _exit(126);
+      if (lib.empty()) execl(prog.c_str(), prog.c_str(), nullptr);
+      else execl(prog.c_str(), prog.c_str(), lib.c_str(), nullptr);
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_child = in[1];
+    const std::string line = pid > 0 ? read_line(out[0], 30000) : "";
+    close(out[0]);
+    unsigned long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%lx %lx", &a, &b) != 2) return false;
+    fn = a;
+    lib_fn = b;
+    return fn != 0;
+  }
+  ~Target() {
+    if (to_child >= 0) close(to_child);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Runs `check` in a child of `uid`, which returns what it found wrong; fails the test with
+// that, or when the child does not finish within a minute (it is killed then).
+void run_checker(uid_t uid, const std::function<std::string()>& check) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(p[0]);
+    alarm(90);  // the parent gives up first; this only keeps a lost child from lingering
+    std::string fails;
+    if (!become(uid)) fails = "cannot become uid " + std::to_string(uid) + "\n";
+    else fails = check();
+    if (fails.empty()) fails = "ok\n";
+    (void)!write(p[1], fails.data(), fails.size());
+    _exit(0);
+  }
+  close(p[1]);
+  std::string report;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool ended = false;
+  while (!ended) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    pollfd pf{p[0], POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) break;
+    char buf[4096];
+    const ssize_t n = read(p[0], buf, sizeof buf);
+    if (n <= 0) ended = true;
+    else report.append(buf, static_cast<size_t>(n));
+  }
+  close(p[0]);
+  if (!ended) kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(ended) << "the checker (uid " << uid << ") did not finish: killed";
+  EXPECT_EQ(report, "ok\n") << "as uid " << uid;
+}
+
+// The executable mapping of `path` in pid's maps, as the daemon read it before whatever
+// the test does next.
+bool code_mapping(pid_t pid, const std::string& path, Mapping* out) {
+  std::vector<Mapping> maps;
+  if (read_maps(pid, &maps) != 0) return false;
+  for (const Mapping& m : maps) {
+    if (m.exec && m.path == path) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+// open_mapped_file(pid, m) as `uid` sees it: the mapped inode as root, -ESTALE as a user.
+std::string check_open(pid_t pid, const Mapping& m, bool as_user) {
+  std::string fails;
+  const int fd = open_mapped_file(pid, m);
+  if (as_user) {
+    MAPPED_CHECK_EQ(fd, -ESTALE);
+  } else {
+    MAPPED_CHECK(fd >= 0);
+    struct stat st {};
+    MAPPED_CHECK(fd >= 0 && fstat(fd, &st) == 0);
+    MAPPED_CHECK_EQ(st.st_ino, m.inode);
+    MAPPED_CHECK_EQ(st.st_dev, m.dev);
+    MAPPED_CHECK(S_ISREG(st.st_mode));
+  }
+  if (fd >= 0) close(fd);
+  return fails;
+}
+
+// resolve(name) in pid: `want` (the running code) as root, -ESTALE as a user.
+std::string check_resolve(pid_t pid, const std::string& name, uintptr_t want, bool as_user) {
+  std::string fails;
+  int err = 0;
+  auto syms = ProcessSymbols::load(pid, &err);
+  MAPPED_CHECK_EQ(err, 0);
+  if (!syms) return fails;
+  ResolvedSymbol rs;
+  const int r = syms->resolve(name, &rs);
+  if (as_user) {
+    MAPPED_CHECK_EQ(r, -ESTALE);
+  } else {
+    MAPPED_CHECK_EQ(r, 0);
+    MAPPED_CHECK_EQ(rs.addr, want);
+  }
+  return fails;
+}
+
+class MappedFiles : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "the suite runs as root";
+    ASSERT_TRUE(scratch_.ok());
+    prog_ = scratch_.path("prog");
+    lib_ = scratch_.path("libmapped.so");
+    ASSERT_TRUE(copy_file(PROBEFS_MAPPED_PROG_A, prog_));
+    ASSERT_TRUE(copy_file(PROBEFS_MAPPED_LIB_A, lib_));
+    // The rebuilt files must really put the functions elsewhere, or a daemon that read
+    // them would find the right addresses by luck.
+    uint64_t a = 0, b = 0;
+    ASSERT_EQ(symbol_file_offset(PROBEFS_MAPPED_PROG_A, "probefs_mapped_fn", &a), 0);
+    ASSERT_EQ(symbol_file_offset(PROBEFS_MAPPED_PROG_B, "probefs_mapped_fn", &b), 0);
+    ASSERT_NE(a, b);
+    ASSERT_EQ(symbol_file_offset(PROBEFS_MAPPED_LIB_A, "probefs_mapped_lib_fn", &a), 0);
+    ASSERT_EQ(symbol_file_offset(PROBEFS_MAPPED_LIB_B, "probefs_mapped_lib_fn", &b), 0);
+    ASSERT_NE(a, b);
+  }
+
+  bool as_user() const { return GetParam(); }
+  uid_t uid() const { return as_user() ? kNobody : 0; }
+
+  Scratch scratch_;
+  std::string prog_;
+  std::string lib_;
+};
+
+TEST_P(MappedFiles, TheFileAsMappedOpensAsItselfForReadingWithoutBlocking) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "", uid()));
+  Mapping m;
+  ASSERT_TRUE(code_mapping(t.pid, prog_, &m));
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  run_checker(uid(), [&] {
+    std::string fails = check_open(pid, m, false);
+    const int fd = open_mapped_file(pid, m);
+    MAPPED_CHECK(fd >= 0);
+    if (fd >= 0) {
+      const int fl = fcntl(fd, F_GETFL);
+      MAPPED_CHECK_EQ(fl & O_ACCMODE, O_RDONLY);
+      MAPPED_CHECK(fl & O_NONBLOCK);
+      MAPPED_CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+      close(fd);
+    }
+    // map_files is root's alone (CAP_SYS_ADMIN in the initial user namespace); a user
+    // reaches the file by its path.
+    char mf[96];
+    std::snprintf(mf, sizeof mf, "/proc/%d/map_files/%lx-%lx", static_cast<int>(pid),
+                  static_cast<unsigned long>(m.start), static_cast<unsigned long>(m.end));
+    const int direct = open(mf, O_PATH | O_CLOEXEC);
+    if (as_user()) {
+      MAPPED_CHECK_EQ(direct, -1);
+      MAPPED_CHECK_EQ(errno, EPERM);
+    } else {
+      MAPPED_CHECK(direct >= 0);
+    }
+    if (direct >= 0) close(direct);
+    fails += check_resolve(pid, "probefs_mapped_fn", fn, false);
+    return fails;
+  });
+}
+
+TEST_P(MappedFiles, AFifoAtThePathIsNeverWaitedOn) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "", uid()));
+  Mapping m;
+  ASSERT_TRUE(code_mapping(t.pid, prog_, &m));
+  // Swapped in after the daemon read maps, and where the deleted file was: nobody will
+  // ever open the FIFO's other end.
+  ASSERT_EQ(unlink(prog_.c_str()), 0);
+  ASSERT_EQ(mkfifo(prog_.c_str(), 0666), 0);
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  run_checker(uid(), [&] {
+    std::string fails = check_open(pid, m, as_user());
+    fails += check_resolve(pid, "probefs_mapped_fn", fn, as_user());
+    return fails;
+  });
+}
+
+TEST_P(MappedFiles, ADirectoryAtThePathIsRefused) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "", uid()));
+  Mapping m;
+  ASSERT_TRUE(code_mapping(t.pid, prog_, &m));
+  ASSERT_EQ(unlink(prog_.c_str()), 0);
+  ASSERT_EQ(mkdir(prog_.c_str(), 0755), 0);
+  const pid_t pid = t.pid;
+  run_checker(uid(), [&] { return check_open(pid, m, as_user()); });
+}
+
+TEST_P(MappedFiles, ASymlinkSwappedInIsNotFollowed) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "", uid()));
+  Mapping m;
+  ASSERT_TRUE(code_mapping(t.pid, prog_, &m));
+  // The link leads to the rebuilt program: followed, it would give the wrong addresses.
+  const std::string other = scratch_.path("other");
+  ASSERT_TRUE(copy_file(PROBEFS_MAPPED_PROG_B, other));
+  ASSERT_EQ(unlink(prog_.c_str()), 0);
+  ASSERT_EQ(symlink(other.c_str(), prog_.c_str()), 0);
+  const pid_t pid = t.pid;
+  run_checker(uid(), [&] { return check_open(pid, m, as_user()); });
+}
+
+TEST_P(MappedFiles, ASymlinkedDirectoryOnThePathIsNotFollowed) {
+  const std::string dir = scratch_.path("dir");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string prog = dir + "/prog";
+  ASSERT_TRUE(copy_file(PROBEFS_MAPPED_PROG_A, prog));
+  Target t;
+  ASSERT_TRUE(t.start(prog, "", uid()));
+  Mapping m;
+  ASSERT_TRUE(code_mapping(t.pid, prog, &m));
+  // The directory moves away and a link to one holding another build takes its name: the
+  // last component is a plain file, the link is above it.
+  const std::string elsewhere = scratch_.path("elsewhere");
+  ASSERT_EQ(mkdir(elsewhere.c_str(), 0755), 0);
+  ASSERT_TRUE(copy_file(PROBEFS_MAPPED_PROG_B, elsewhere + "/prog"));
+  ASSERT_EQ(rename(dir.c_str(), scratch_.path("moved").c_str()), 0);
+  ASSERT_EQ(symlink(elsewhere.c_str(), dir.c_str()), 0);
+  const pid_t pid = t.pid;
+  run_checker(uid(), [&] { return check_open(pid, m, as_user()); });
+}
+
+TEST_P(MappedFiles, AProgramRebuiltWhileItRunsIsReadAsItRunsOrRefused) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "", uid()));
+  ASSERT_TRUE(replace_with(PROBEFS_MAPPED_PROG_B, prog_));
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  run_checker(uid(), [&] {
+    std::string fails = check_resolve(pid, "probefs_mapped_fn", fn, as_user());
+    int err = 0;
+    auto syms = ProcessSymbols::load(pid, &err);
+    MAPPED_CHECK(syms != nullptr);
+    if (!syms) return fails;
+    bool exe_seen = false;
+    for (const MappedObject& o : syms->objects()) {
+      if (!o.executable) continue;
+      exe_seen = true;
+      MAPPED_CHECK_EQ(o.error, as_user() ? -ESTALE : 0);
+    }
+    MAPPED_CHECK(exe_seen);
+    // A definition on it: placed on the running code, or refused with the catalogue's
+    // error (what the write into kprobe_events returns and error_log shows).
+    events::ParseResult r = events::parse_dynamic_command("p:grp/ev probefs_mapped_fn");
+    MAPPED_CHECK(r.status == events::ParseStatus::kDefine);
+    std::vector<Mapping> maps;
+    MAPPED_CHECK_EQ(read_maps(pid, &maps), 0);
+    std::vector<ProbePlace> places;
+    events::Diagnostic diag;
+    const PlaceStatus st = place_probe(r.def, {}, maps, *syms, &places, &diag);
+    if (as_user()) {
+      MAPPED_CHECK(st == PlaceStatus::kError);
+      MAPPED_CHECK_EQ(diag.err, ESTALE);
+      MAPPED_CHECK(diag.code == events::ErrorCode::kMappedFileGone);
+      MAPPED_CHECK(diag.logged());
+    } else {
+      MAPPED_CHECK(st == PlaceStatus::kPlaced);
+      MAPPED_CHECK_EQ(places.size(), 1u);
+      MAPPED_CHECK(!places.empty() && places[0].addr == fn);
+    }
+    return fails;
+  });
+}
+
+TEST_P(MappedFiles, ALibraryReplacedUnderARunningProgramIsReadAsMappedOrRefused) {
+  Target t;
+  ASSERT_TRUE(t.start(prog_, lib_, uid()));
+  ASSERT_NE(t.lib_fn, 0u);
+  ASSERT_TRUE(replace_with(PROBEFS_MAPPED_LIB_B, lib_));
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  const uintptr_t lib_fn = t.lib_fn;
+  run_checker(uid(), [&] {
+    std::string fails = check_resolve(pid, "libmapped:probefs_mapped_lib_fn", lib_fn, as_user());
+    // Unqualified, the library is searched too (after libc and the others before it).
+    fails += check_resolve(pid, "probefs_mapped_lib_fn", lib_fn, as_user());
+    // The program itself is intact and searched first: its symbols stay reachable.
+    fails += check_resolve(pid, "probefs_mapped_fn", fn, false);
+    return fails;
+  });
+}
+
+TEST_P(MappedFiles, AFileOnAnOverlayIsReadAsMappedOrRefused) {
+  // The program runs from an overlay mounted in a mount namespace of its own (gone with
+  // it). maps shows the overlay's device and inode (the lower file's before Linux 6.x);
+  // map_files leads to the lower file: where the numbers differ, the build-id decides.
+  const std::string lower = scratch_.path("lower"), upper = scratch_.path("upper"),
+                    work = scratch_.path("work"), merged = scratch_.path("merged");
+  for (const std::string& d : {lower, upper, work, merged})
+    ASSERT_EQ(mkdir(d.c_str(), 0755), 0);
+  ASSERT_TRUE(copy_file(PROBEFS_MAPPED_PROG_A, lower + "/prog"));
+  const std::string opts = "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work;
+  Target t;
+  ASSERT_TRUE(t.start(merged + "/prog", "", uid(), [&] {
+    return unshare(CLONE_NEWNS) == 0 &&
+           mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+           mount("overlay", merged.c_str(), "overlay", 0, opts.c_str()) == 0;
+  })) << "overlayfs in a new mount namespace";
+  Mapping m;
+  std::vector<Mapping> maps;
+  ASSERT_EQ(read_maps(t.pid, &maps), 0);
+  for (const Mapping& x : maps)
+    if (x.exec && x.path.ends_with("/prog")) m = x;
+  ASSERT_NE(m.inode, 0u);
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  // The daemon's view has no overlay at that path: the user finds it under the target's
+  // root, root through map_files.
+  run_checker(uid(), [&] {
+    std::string fails;
+    const int fd = open_mapped_file(pid, m);
+    MAPPED_CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    fails += check_resolve(pid, "probefs_mapped_fn", fn, false);
+    return fails;
+  });
+  // Once the file in the overlay is another build (written through the overlay, into its
+  // upper layer): root still reads the lower file the process runs, a user is refused.
+  ASSERT_TRUE(replace_with(PROBEFS_MAPPED_PROG_B,
+                           "/proc/" + std::to_string(pid) + "/root" + merged + "/prog"));
+  run_checker(uid(), [&] {
+    std::string fails;
+    const int fd = open_mapped_file(pid, m);
+    if (as_user()) MAPPED_CHECK_EQ(fd, -ESTALE);
+    else MAPPED_CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    fails += check_resolve(pid, "probefs_mapped_fn", fn, as_user());
+    return fails;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(RootAndUser, MappedFiles, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("AsUser") : std::string("AsRoot");
+                         });
+
+}  // namespace
+}  // namespace probefs::tracee
