@@ -274,6 +274,19 @@ struct ElfObject {
   int error = 0;
 };
 
+// Whether process pid has an ELF header at mapping m: the file's offset 0, "\177ELF".
+bool maps_elf_header(pid_t pid, const Mapping& m) {
+  if (m.offset != 0) return false;
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
+  const int fd = open(file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char magic[SELFMAG];
+  const bool read = pread(fd, magic, sizeof magic, static_cast<off_t>(m.start)) == SELFMAG;
+  close(fd);
+  return read && std::memcmp(magic, ELFMAG, SELFMAG) == 0;
+}
+
 // The object of mapping group g: with its file, or without one and the reason (`error`)
 // where the mapped file cannot be read; nullptr where the file is no ELF object a process
 // maps (nothing to resolve in it).
@@ -288,6 +301,10 @@ std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   o->module.assign(basename_of(first.path));
   const int fd = open_mapped_file(pid, first);
   if (fd < 0) {
+    // Kept, to refuse lookups, only where the process maps an ELF object there: its
+    // header at offset 0. Code in memory of no object (a JIT's memfd, shared memory:
+    // "deleted" too) is skipped, as an object that does not parse is.
+    if (!maps_elf_header(pid, first)) return nullptr;
     o->error = fd;
     return o;
   }

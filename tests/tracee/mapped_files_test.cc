@@ -393,6 +393,29 @@ TEST_P(MappedFiles, AFileOnAnOverlayIsReadAsMappedOrRefused) {
   });
 }
 
+TEST_P(MappedFiles, CodeOfNoFileOnDiskIsNoObjectToRefuse) {
+  // A JIT's memfd maps as "/memfd:jit (deleted)", executable: no ELF object, so nothing
+  // that makes a lookup refuse. A symbol of no object stays absent (-ENOENT), not -ESTALE.
+  Target t;
+  ASSERT_TRUE(t.start(prog_, "memfd", uid()));
+  std::vector<Mapping> maps;
+  ASSERT_EQ(read_maps(t.pid, &maps), 0);
+  bool jit = false;
+  for (const Mapping& m : maps) jit |= m.exec && m.deleted && m.path.starts_with("/memfd:jit");
+  ASSERT_TRUE(jit);
+  const pid_t pid = t.pid;
+  const uintptr_t fn = t.fn;
+  run_checker(uid(), [&] {
+    std::string fails = check_resolve(pid, "probefs_mapped_fn", fn, false);
+    int err = 0;
+    auto syms = ProcessSymbols::load(pid, &err);
+    MAPPED_CHECK(syms != nullptr);
+    ResolvedSymbol rs;
+    if (syms) MAPPED_CHECK_EQ(syms->resolve("probefs_no_such_function", &rs), -ENOENT);
+    return fails;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(RootAndUser, MappedFiles, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return i.param ? std::string("AsUser") : std::string("AsRoot");
