@@ -63,6 +63,9 @@ inline constexpr off_t kMaxMappedFileBytes = off_t{4} << 30;
 // A candidate is the mapped file when it has the mapping's device and inode or, where the
 // devices differ (an overlay file, a btrfs subvolume: one file under two sets of numbers),
 // when its GNU build-id is the one in the process's own copy of the object's headers.
+// That copy is the target's to forge, but what a forged one can name is only a file of
+// another device at the very path the kernel gives for the mapping, reached without links:
+// on the same device (where a hard link could put any file) the inode must match.
 // Each is first opened with O_PATH, which opens nothing (no FIFO to wait on, no device's
 // open to run, no lease to break) and checked, and only then reopened for reading.
 [[nodiscard]] int open_mapped_file(pid_t pid, const Mapping& m);
