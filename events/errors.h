@@ -18,6 +18,8 @@ namespace probefs::events {
   X(kSilent, "", EINVAL)                                                                  \
   X(kFileNotFound, "Failed to find the given file", ENOENT)                               \
   X(kNoRegularFile, "Not a regular file", EINVAL)                                         \
+  /* probefs's own: a target runs a file no longer on disk as it mapped it */            \
+  X(kMappedFileGone, "The file the target mapped was replaced or deleted", ESTALE)        \
   X(kBadRefcnt, "Invalid reference counter offset", EINVAL)                              \
   X(kRefcntOpenBrace, "Reference counter brace is not closed", EINVAL)                   \
   X(kBadRefcntSuffix, "Reference counter has wrong suffix", EINVAL)                      \

@@ -266,9 +266,30 @@ struct ElfObject {
   uintptr_t bias = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // run-time mappings
   std::vector<std::pair<uintptr_t, uintptr_t>> code;    // those of them that are executable
+  // The file, or none where the mapped inode cannot be read (`error`, from
+  // open_mapped_file: -ESTALE when it was deleted or replaced). Such an object keeps its
+  // place in the search order, so that a name it might define is refused, not looked up
+  // in the objects after it.
   std::shared_ptr<ElfFile> file;
+  int error = 0;
 };
 
+// Whether process pid has an ELF header at mapping m: the file's offset 0, "\177ELF".
+bool maps_elf_header(pid_t pid, const Mapping& m) {
+  if (m.offset != 0) return false;
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
+  const int fd = open(file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char magic[SELFMAG];
+  const bool read = pread(fd, magic, sizeof magic, static_cast<off_t>(m.start)) == SELFMAG;
+  close(fd);
+  return read && std::memcmp(magic, ELFMAG, SELFMAG) == 0;
+}
+
+// The object of mapping group g: with its file, or without one and the reason (`error`)
+// where the mapped file cannot be read; nullptr where the file is no ELF object a process
+// maps (nothing to resolve in it).
 std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   const Mapping& first = g.maps.front();
   auto o = std::make_unique<ElfObject>();
@@ -279,7 +300,14 @@ std::unique_ptr<ElfObject> open_object(pid_t pid, const MappingGroup& g) {
   o->path = first.path;
   o->module.assign(basename_of(first.path));
   const int fd = open_mapped_file(pid, first);
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    // Kept, to refuse lookups, only where the process maps an ELF object there: its
+    // header at offset 0. Code in memory of no object (a JIT's memfd, shared memory:
+    // "deleted" too) is skipped, as an object that does not parse is.
+    if (!maps_elf_header(pid, first)) return nullptr;
+    o->error = fd;
+    return o;
+  }
   o->file = shared_file(fd);
   if (!o->file) return nullptr;
   if (!compute_load_bias(*o->file, first, &o->bias)) return nullptr;
@@ -541,8 +569,15 @@ void load_debug_names(ElfFile& f) {
   if (f.has_symtab || f.fd < 0) return;
   const std::string path = debug_file_path(f.elf);
   if (path.empty()) return;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A root-owned tree, but never a wait or an unbounded read: a regular file of bounded
+  // size only (distributions link .build-id entries to the files, so links are followed).
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxMappedFileBytes) {
+    close(fd);
+    return;
+  }
   if (Elf* elf = elf_begin(fd, ELF_C_READ, nullptr)) {
     if (elf_kind(elf) == ELF_K_ELF) {
       for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
@@ -943,13 +978,19 @@ struct ProcessSymbols::Impl {
   // Offers each object that `mod` names (any object when empty) in search order to
   // found(object, file), with the file's mutex held, until found returns true. With a
   // module, objects that carry exactly that basename go before those that only match
-  // without their version suffix. Requires mu.
+  // without their version suffix. An object whose file cannot be read ends the search
+  // where it stands, unanswered: *blocked is its error. Requires mu.
   template <class Found>
-  bool search(std::string_view mod, Found&& found) const {
+  bool search(std::string_view mod, Found&& found, int* blocked) const {
+    *blocked = 0;
     const int passes = mod.empty() ? 1 : 2;
     for (int pass = 0; pass < passes; ++pass) {
       for (const auto& o : objects) {
         if (!mod.empty() && module_match(o->module, mod) != 2 - pass) continue;
+        if (!o->file) {
+          *blocked = o->error;
+          return false;
+        }
         ElfFile& f = *o->file;
         std::lock_guard file_lock(f.mu);
         if (found(*o, f)) return true;
@@ -1002,7 +1043,7 @@ int ProcessSymbols::Impl::scan() {
     const Mapping& first = g.maps.front();
     std::unique_ptr<ElfObject> o;
     for (auto& prev : old) {
-      if (prev && prev->dev == first.dev && prev->inode == first.inode &&
+      if (prev && prev->file && prev->dev == first.dev && prev->inode == first.inode &&
           prev->first_start == first.start && prev->first_offset == first.offset &&
           prev->path == first.path) {
         o = std::move(prev);
@@ -1046,7 +1087,7 @@ int ProcessSymbols::Impl::scan() {
   if (exe != nullptr) {
     exe->executable = true;
     std::vector<uintptr_t> lds;
-    {
+    if (exe->file) {
       std::lock_guard file_lock(exe->file->mu);  // read_link_map reads the ELF headers
       lds = read_link_map(pid, exe->file->elf, exe->bias);
     }
@@ -1127,6 +1168,7 @@ bool ProcessSymbols::Impl::describe_in(const ElfObject& o, uintptr_t addr,
 bool ProcessSymbols::Impl::describe_any(uintptr_t addr, ResolvedSymbol* out) const {
   for (const auto& o : objects) {
     if (!o->contains(addr)) continue;
+    if (!o->file) return false;
     std::lock_guard file_lock(o->file->mu);
     return describe_in(*o, addr, out);
   }
@@ -1136,6 +1178,7 @@ bool ProcessSymbols::Impl::describe_any(uintptr_t addr, ResolvedSymbol* out) con
 bool ProcessSymbols::Impl::function_at(uintptr_t addr, ResolvedSymbol* out) const {
   for (const auto& o : objects) {
     if (!o->contains_code(addr)) continue;
+    if (!o->file) return false;
     std::lock_guard file_lock(o->file->mu);
     return describe_in(*o, addr, out) && out->addr == addr && out->function.start == addr;
   }
@@ -1170,6 +1213,7 @@ void ProcessSymbols::Impl::resolve_ifunc(const ElfObject& def, const ElfSymbol& 
   const std::string_view bare = std::string_view(full).substr(0, full.find('@'));
   for (const auto& o : objects) {
     if (how != IfuncChoice::kUnknown || pid <= 0) break;
+    if (!o->file) continue;
     std::vector<uintptr_t> bound;
     std::vector<std::pair<uintptr_t, uintptr_t>> plt;
     {
@@ -1293,6 +1337,7 @@ int ProcessSymbols::resolve_locked(std::string_view mod, std::string_view sym,
   ElfSymbol ifunc_symbol;
   std::string ifunc_name;
   bool not_ifunc = false;
+  int blocked = 0;
   const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
     load_symbols(f);
     const ElfSymbol* s = named(f.functions, sym);
@@ -1318,7 +1363,8 @@ int ProcessSymbols::resolve_locked(std::string_view mod, std::string_view sym,
       ifunc_name = f.functions.names.data() + s->name;
     }
     return true;
-  });
+  }, &blocked);
+  if (blocked != 0) return blocked;
   if (!found || not_ifunc) return -ENOENT;  // `SYM@resolver` of a plain function: none
   if (ifunc_object != nullptr)
     impl_->resolve_ifunc(*ifunc_object, ifunc_symbol, ifunc_name, sym, out);
@@ -1330,6 +1376,7 @@ int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
   if (int err = split_name(name, &mod, &sym); err != 0) return err;
   std::unique_lock lock(impl_->mu);
   bool ifunc = false;
+  int blocked = 0;
   const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
     load_data_symbols(f);
     load_symbols(f);
@@ -1343,7 +1390,8 @@ int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
     ifunc = s == fn && fn->ifunc;
     *addr = s->value + o.bias;
     return true;
-  });
+  }, &blocked);
+  if (blocked != 0) return blocked;
   if (!found) return -ENOENT;
   if (ifunc) {
     // The address the program has for it, as resolve() finds it.
@@ -1368,6 +1416,7 @@ std::vector<MappedObject> ProcessSymbols::objects() const {
     m.path = o->path;
     m.module = o->module;
     m.executable = o->executable;
+    m.error = o->error;
     m.load_bias = o->bias;
     m.start = o->ranges.empty() ? 0 : o->ranges.front().first;
     m.end = o->ranges.empty() ? 0 : o->ranges.back().second;

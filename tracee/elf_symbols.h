@@ -59,6 +59,11 @@ struct MappedObject {
   std::string path;        // as in /proc/PID/maps
   std::string module;      // basename
   bool executable = false; // the process's main program
+  // 0, or why the file behind it cannot be read (open_mapped_file: -ESTALE where it was
+  // deleted or replaced since it was mapped). Such an object has no symbols; a lookup
+  // that would search it (MOD:SYM of it, or SYM where it comes before the object that
+  // defines SYM) fails with this error rather than answer from the objects after it.
+  int error = 0;
   uintptr_t load_bias = 0; // run-time address minus ELF virtual address (0 for non-PIE)
   uintptr_t start = 0;     // run-time span of the object's mappings, [start, end)
   uintptr_t end = 0;
@@ -104,7 +109,9 @@ class ProcessSymbols {
   // ("libc:malloc", "libc.so.6:malloc"). .symtab where present, else .dynsym; the
   // executable is searched first, then libraries in load order. Functions only (FUNC and
   // GNU_IFUNC symbols). 0, -ENOENT (no such symbol or module) or -EINVAL (malformed name:
-  // "", ":", "libc:", ":sym", a name with blanks).
+  // "", ":", "libc:", ":sym", a name with blanks), or the error of an object the search
+  // reached whose file cannot be read (MappedObject::error; -ESTALE: the file was deleted
+  // or replaced since it was mapped and nothing the daemon can reach is that file still).
   //
   // A GNU_IFUNC symbol (libc's memcpy, strlen, ...) names the implementation the process
   // calls, not its resolver (see IfuncChoice): the value the dynamic linker stored for it

@@ -108,6 +108,12 @@ PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& 
     }
     return PlaceStatus::kAbsent;
   }
+  if (err == -ESTALE) {
+    // The target runs a file the daemon can no longer read as it was mapped (rebuilt,
+    // upgraded, deleted): refused, not looked up in whatever is at its path now.
+    *diag = events::make_diagnostic(def, events::ErrorCode::kMappedFileGone, 1, 0);
+    return PlaceStatus::kError;
+  }
   if (err != 0) {
     *diag = events::make_diagnostic(def, events::ErrorCode::kBadProbeAddr, 1, 0, -err);
     return PlaceStatus::kError;

@@ -1,7 +1,10 @@
 #include "tracee/proc_maps.h"
 
+#include <elf.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -83,36 +86,187 @@ std::vector<MappingGroup> group_mappings(std::vector<Mapping> maps) {
   return groups;
 }
 
-// The path in maps may no longer name that file (a library upgraded on disk, a deleted
-// executable) or may live in another mount namespace, so when the inode does not match we
-// try the kernel's handles on the mapped file itself.
-int open_mapped_file(pid_t pid, const Mapping& m) {
-  std::vector<std::string> candidates;
-  if (!m.deleted) candidates.push_back(m.path);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%lx-%lx", static_cast<int>(pid),
-                static_cast<unsigned long>(m.start), static_cast<unsigned long>(m.end));
-  candidates.push_back(buf);
-  std::snprintf(buf, sizeof buf, "/proc/%d/root", static_cast<int>(pid));
-  candidates.push_back(buf + m.path);
-  int fallback = -1;
-  for (const std::string& c : candidates) {
-    int fd = open(c.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_ino == m.inode && st.st_dev == m.dev) {
-      if (fallback >= 0) close(fallback);
-      return fd;
-    }
-    // Overlay filesystems report different device numbers in maps and stat; keep the first
-    // file that opened in case nothing matches exactly.
-    if (fallback < 0) {
-      fallback = fd;
-    } else {
-      close(fd);
+namespace {
+
+// A descriptor closed at the end of its scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// `path` under `dirfd` as an O_PATH descriptor, following no symlink in any component (nor
+// the kernel's magic links), and with RESOLVE_IN_ROOT when `in_root`: `dirfd` is then the
+// root that absolute paths and ".." stay under (the target's root, not the daemon's).
+// Kernels before openat2 follow symlinks short of the last component; the inode check
+// that every caller makes is what decides, this only spares following a target's links.
+int open_path_strictly(int dirfd, const std::string& path, bool in_root) {
+  open_how how{};
+  how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | (in_root ? RESOLVE_IN_ROOT : 0);
+  const long fd = syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof how);
+  if (fd >= 0 || errno != ENOSYS) return fd >= 0 ? static_cast<int>(fd) : -errno;
+  std::string_view rel(path);
+  while (in_root && rel.starts_with('/')) rel.remove_prefix(1);
+  const int old = openat(dirfd, std::string(rel).c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  return old >= 0 ? old : -errno;
+}
+
+bool pread_all(int fd, void* buf, size_t len, uint64_t at) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    const ssize_t n = pread(fd, p, len, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+    at += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+// The GNU build-id of the ELF image that `fd` reads with file offset 0 at `base` (0 for a
+// file; the address of a mapping of offset 0 for /proc/PID/mem), "" when it has none.
+// Only what lies in [base, base + limit) is read (for memory: the mapping itself), and
+// every length is bounded before it is used: both inputs are the target's to write.
+std::string read_build_id(int fd, uint64_t base, uint64_t limit) {
+  constexpr size_t kMaxPhdrs = 256;
+  constexpr size_t kMaxNotes = 64 * 1024;
+  Elf64_Ehdr eh;
+  if (limit < sizeof eh || !pread_all(fd, &eh, sizeof eh, base)) return {};
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > kMaxPhdrs ||
+      eh.e_phoff > limit || limit - eh.e_phoff < uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr))
+    return {};
+  std::vector<Elf64_Phdr> phdrs(eh.e_phnum);
+  if (!pread_all(fd, phdrs.data(), phdrs.size() * sizeof(Elf64_Phdr), base + eh.e_phoff))
+    return {};
+  std::vector<unsigned char> notes;
+  for (const Elf64_Phdr& ph : phdrs) {
+    if (ph.p_type != PT_NOTE || ph.p_filesz == 0 || ph.p_filesz > kMaxNotes ||
+        ph.p_offset > limit || limit - ph.p_offset < ph.p_filesz)
+      continue;
+    notes.resize(ph.p_filesz);
+    if (!pread_all(fd, notes.data(), notes.size(), base + ph.p_offset)) continue;
+    // Note headers, each name and descriptor padded to the segment's alignment (4, or 8
+    // for the segments of 8-aligned notes such as .note.gnu.property).
+    const uint64_t pad = ph.p_align == 8 ? 7 : 3;
+    size_t at = 0;
+    while (notes.size() - at >= sizeof(Elf64_Nhdr)) {
+      Elf64_Nhdr nh;
+      std::memcpy(&nh, notes.data() + at, sizeof nh);
+      at += sizeof nh;
+      const size_t name_len = (uint64_t{nh.n_namesz} + pad) & ~pad;
+      const size_t desc_len = (uint64_t{nh.n_descsz} + pad) & ~pad;
+      if (name_len > notes.size() - at || desc_len > notes.size() - at - name_len) break;
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+          std::memcmp(notes.data() + at, "GNU", 4) == 0 && nh.n_descsz >= 8 &&
+          nh.n_descsz <= 64) {
+        const auto* d = notes.data() + at + name_len;
+        return std::string(d, d + nh.n_descsz);
+      }
+      at += name_len + desc_len;
     }
   }
-  return fallback;
+  return {};
+}
+
+// The build-id in the process's memory of the object mapped at `m` (offset 0: the ELF
+// header and, in every layout the linkers emit, the notes after it). "" when unreadable.
+std::string mapped_build_id(pid_t pid, const Mapping& m) {
+  if (m.offset != 0) return {};
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
+  Fd mem(open(file, O_RDONLY | O_CLOEXEC));
+  if (mem.get() < 0) return {};
+  return read_build_id(mem.get(), m.start, m.end - m.start);
+}
+
+}  // namespace
+
+// Every candidate is opened O_PATH and judged by fstat before anything reads it; only
+// the one that is the mapped file is reopened for reading (through /proc/self/fd, which
+// reopens that inode and looks up no name). O_NONBLOCK on that open: a regular file with
+// a lease the target holds would otherwise keep the open waiting for the lease to break.
+//
+// The mapped file is the one with the device and inode that maps shows. Where the device
+// differs, maps and the file may show one file by two sets of numbers: an overlay file
+// (maps shows the overlay's numbers since Linux 6.x and the lower file's before, while
+// map_files leads to the lower file), a btrfs subvolume; then the same GNU build-id as the
+// process's own copy of the headers says it is the same object.
+int open_mapped_file(pid_t pid, const Mapping& m) {
+  Fd found;
+  struct stat st {};
+  char buf[96];
+  std::string build_id;  // of the mapping, read once, where device numbers disagree
+  bool build_id_read = false;
+  // Whether the O_PATH descriptor `cand`, of which `st` is the fstat, is the mapped file.
+  auto is_mapped_file = [&](int cand) {
+    if (st.st_dev == m.dev && st.st_ino == m.inode) return true;
+    // Same device, another inode: another file.
+    if (st.st_dev == m.dev || !S_ISREG(st.st_mode) || st.st_size > kMaxMappedFileBytes)
+      return false;
+    if (!build_id_read) {
+      build_id = mapped_build_id(pid, m);
+      build_id_read = true;
+    }
+    if (build_id.empty()) return false;
+    std::snprintf(buf, sizeof buf, "/proc/self/fd/%d", cand);
+    Fd file(open(buf, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    return file.get() >= 0 &&
+           read_build_id(file.get(), 0, static_cast<uint64_t>(st.st_size)) == build_id;
+  };
+
+  std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%lx-%lx", static_cast<int>(pid),
+                static_cast<unsigned long>(m.start), static_cast<unsigned long>(m.end));
+  // A magic link to the mapped file: O_PATH follows it (no O_NOFOLLOW) and opens nothing.
+  Fd cand(open(buf, O_PATH | O_CLOEXEC));
+  if (cand.get() >= 0 && fstat(cand.get(), &st) == 0 && is_mapped_file(cand.get()))
+    found.reset(cand.release());
+
+  // The path, in the daemon's view and then in the target's root. A deleted mapping's
+  // path names another file or none.
+  for (int where = 0; found.get() < 0 && !m.deleted && where < 2; ++where) {
+    Fd root;
+    if (where == 1) {
+      std::snprintf(buf, sizeof buf, "/proc/%d/root", static_cast<int>(pid));
+      root.reset(open(buf, O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (root.get() < 0) break;
+    }
+    const int fd = open_path_strictly(where == 0 ? AT_FDCWD : root.get(), m.path, where == 1);
+    if (fd < 0) continue;
+    cand.reset(fd);
+    if (fstat(cand.get(), &st) == 0 && is_mapped_file(cand.get())) found.reset(cand.release());
+  }
+  // Nothing reachable is the file the process runs: say so rather than read another.
+  if (found.get() < 0) return -ESTALE;
+  if (fstat(found.get(), &st) != 0) return -errno;
+  if (!S_ISREG(st.st_mode)) return -EINVAL;
+  if (st.st_size > kMaxMappedFileBytes) return -EFBIG;
+
+  std::snprintf(buf, sizeof buf, "/proc/self/fd/%d", found.get());
+  const int fd = open(buf, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  // The same inode, whatever happened to the names since: a descriptor's link is its file.
+  struct stat now;
+  if (fstat(fd, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+    close(fd);
+    return -ESTALE;
+  }
+  return fd;
 }
 
 }  // namespace probefs::tracee

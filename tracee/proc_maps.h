@@ -36,9 +36,38 @@ struct MappingGroup {
 
 std::vector<MappingGroup> group_mappings(std::vector<Mapping> maps);
 
-// Opens the file behind a mapping (O_RDONLY | O_CLOEXEC): by its path, else through
-// /proc/PID/map_files or /proc/PID/root when the path no longer names the mapped inode.
-// A file descriptor, or -1.
-int open_mapped_file(pid_t pid, const Mapping& m);
+// The largest object file open_mapped_file() hands out. libelf allocates a section's size
+// when it reads a table, bounded only by the file's size, and a target chooses what it maps:
+// a sparse file of a few bytes on disk could claim terabytes. Far above any real program
+// with its debug information in it.
+inline constexpr off_t kMaxMappedFileBytes = off_t{4} << 30;
+
+// Opens, for reading, the very file behind mapping `m` of process `pid`: the inode the
+// process mapped (the device and inode in maps), a regular file, at most
+// kMaxMappedFileBytes. A file descriptor (O_RDONLY | O_NONBLOCK | O_CLOEXEC), or:
+//   -ESTALE  nothing the daemon can reach is that inode any more: the file was deleted or
+//            replaced (a program rebuilt while it runs, a library upgraded under it), or
+//            something else now stands at its path (a FIFO, a directory, a symlink), and
+//            /proc/PID/map_files is not open to this daemon
+//   -EINVAL  the mapped inode is no regular file (a device)
+//   -EFBIG   it is larger than kMaxMappedFileBytes
+//   or the errno of the open that failed (-EACCES: the daemon may not read it).
+//
+// Where it looks, first to last:
+//   /proc/PID/map_files/START-END  the mapped inode itself, even deleted or replaced; the
+//          kernel opens it only to CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) in the initial
+//          user namespace, so a root daemon, not an ordinary user's
+//   PATH, then PATH under /proc/PID/root (a target in another mount namespace or chroot),
+//          looked up without following any symlink: maps names a file by its canonical
+//          path, so a symlink anywhere in it is something swapped in since.
+// A candidate is the mapped file when it has the mapping's device and inode or, where the
+// devices differ (an overlay file, a btrfs subvolume: one file under two sets of numbers),
+// when its GNU build-id is the one in the process's own copy of the object's headers.
+// That copy is the target's to forge, but what a forged one can name is only a file of
+// another device at the very path the kernel gives for the mapping, reached without links:
+// on the same device (where a hard link could put any file) the inode must match.
+// Each is first opened with O_PATH, which opens nothing (no FIFO to wait on, no device's
+// open to run, no lease to break) and checked, and only then reopened for reading.
+[[nodiscard]] int open_mapped_file(pid_t pid, const Mapping& m);
 
 }  // namespace probefs::tracee
