@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "events/compile.h"
-#include "events/parse.h"
 #include "fs/tracefs.h"
 #include "tests/fs/trace_files_test_util.h"
 #include "tracee/probe_places.h"
@@ -81,33 +80,8 @@ class HostileTargetTest : public ::testing::Test {
     tracer_.reset();
   }
 
-  // An enabled probe of a new event, published as the definition files publish one.
   uint16_t define(const std::string& line, events::CompiledEvent* out = nullptr) {
-    events::ParseResult r = events::parse_uprobe_command(line);
-    EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
-    events::CompiledEvent c;
-    events::Diagnostic d;
-    auto any_address = [](std::string_view, uint64_t* addr) {
-      *addr = 0;
-      return true;
-    };
-    EXPECT_TRUE(events::compile(r.def, any_address, &c, &d)) << line;
-    const uint16_t id = fs_->events().allocate_id();
-    auto v = std::make_shared<EventView>();
-    v->id = id;
-    v->system = r.def.group;
-    v->name = r.def.event;
-    v->compiled = c;
-    fs_->events().publish(v);
-    tracee::ProbeSpec s;
-    s.def = r.def;
-    s.compiled = c;
-    s.event_id = id;
-    s.enabled = true;
-    tracee::ProbeId pid = 0;
-    EXPECT_EQ(tracer_->define_probe(s, &pid, &d), 0) << line << ": " << d.message();
-    if (out) *out = c;
-    return id;
+    return testing::define_event(*fs_, *tracer_, line, out);
   }
 
   std::string uprobe(const std::string& name, const std::string& path, const char* sym,

@@ -122,35 +122,7 @@ class TraceFilesTest : public ::testing::Test {
 
   // Defines `line` (uprobe or kprobe syntax) as an enabled probe of a new event, which is
   // published in the EventTable: what the definition files do.
-  uint16_t define(const std::string& line) {
-    events::ParseResult r = line.find(":0x") != std::string::npos
-                                ? events::parse_uprobe_command(line)
-                                : events::parse_kprobe_command(line);
-    EXPECT_EQ(r.status, events::ParseStatus::kDefine) << line;
-    events::CompiledEvent c;
-    events::Diagnostic d;
-    auto any_address = [](std::string_view, uint64_t* addr) {
-      *addr = 0;
-      return true;
-    };
-    EXPECT_TRUE(events::compile(r.def, any_address, &c, &d)) << line;
-    const uint16_t id = fs_->events().allocate_id();
-    auto v = std::make_shared<EventView>();
-    v->id = id;
-    v->system = r.def.group;
-    v->name = r.def.event;
-    v->compiled = c;
-    v->kprobe_style = r.def.syntax == events::ProbeSyntax::kKprobe;
-    fs_->events().publish(v);
-    tracee::ProbeSpec s;
-    s.def = r.def;
-    s.compiled = c;
-    s.event_id = id;
-    s.enabled = true;
-    tracee::ProbeId pid = 0;
-    EXPECT_EQ(tracer_->define_probe(s, &pid, &d), 0) << line << ": " << d.message();
-    return id;
-  }
+  uint16_t define(const std::string& line) { return testing::define_event(*fs_, *tracer_, line); }
 
   // p:t/add on traced_add, uprobe syntax.
   uint16_t define_add() {
