@@ -589,9 +589,15 @@ void RingMerger::add(RingAreaReader* reader, uint32_t tag) {
   current_ = kNoLane;
 }
 
-void RingMerger::remove(RingAreaReader* reader) {
-  std::erase_if(sources_, [&](const auto& s) { return s.first == reader; });
-  std::erase_if(lanes_, [&](const Lane& l) { return l.reader == reader; });
+void RingMerger::remove(RingAreaReader* reader) { remove(std::span(&reader, 1)); }
+
+void RingMerger::remove(std::span<RingAreaReader* const> readers) {
+  if (readers.empty()) return;
+  std::vector<RingAreaReader*> gone(readers.begin(), readers.end());
+  std::sort(gone.begin(), gone.end());
+  auto is_gone = [&](RingAreaReader* r) { return std::binary_search(gone.begin(), gone.end(), r); };
+  std::erase_if(sources_, [&](const auto& s) { return is_gone(s.first); });
+  std::erase_if(lanes_, [&](const Lane& l) { return is_gone(l.reader); });
   heap_.clear();
   current_ = kNoLane;
 }

@@ -279,6 +279,8 @@ class RingMerger {
   // `tag` comes back in RingRecord::tag. The reader must outlive its membership.
   void add(RingAreaReader* reader, uint32_t tag);
   void remove(RingAreaReader* reader);
+  // Many at once: one pass over the lanes, however many readers leave.
+  void remove(std::span<RingAreaReader* const> readers);
 
   // The next record, or false when none is left in this snapshot and a fresh one finds
   // none either. `cpu` >= 0 takes only records written on that CPU (per_cpu/cpuN): a ring

@@ -314,6 +314,15 @@ struct Tracer::Impl {
   // lost count a rejected record carried, handed on with the next record returned.
   std::vector<uint64_t> rejected;
   uint64_t rejected_lost = 0;
+  // The last (area, ring, owner, event) admit_record let through: the next record of the
+  // same run needs no lookup. Cleared whenever an area leaves the readers.
+  struct LastAdmitted {
+    Rings* rings = nullptr;
+    uint32_t ring = 0;
+    uint32_t tid = 0;
+    uint16_t id = 0;
+  };
+  LastAdmitted last_admitted;
   uint32_t next_tag = 1;
   events::RingMerger merger{true};
   events::RingMerger peeker{false};
@@ -359,16 +368,19 @@ struct Tracer::Impl {
   bool make_room_for_target() {
     const std::set<Rings*> live = live_rings();
     std::lock_guard rl(read_mu);
-    while (target_areas() >= std::max<uint32_t>(opts.max_targets, 1)) {
-      auto it = std::find_if(rings.begin(), rings.end(),
-                             [&](const std::shared_ptr<Rings>& r) { return !live.count(r.get()); });
-      if (it == rings.end()) return false;
-      Rings* r = it->get();
+    const size_t limit = std::max<uint32_t>(opts.max_targets, 1);
+    if (target_areas() < limit) return true;
+    free_drained_rings(live);  // what the service thread has not freed yet
+    size_t excess = target_areas() >= limit ? target_areas() - limit + 1 : 0;
+    for (const std::shared_ptr<Rings>& r : rings) {
+      if (excess == 0) break;
+      if (live.count(r.get()) || r == own) continue;
       dropped_gone += r->reader.entries() + r->reader.dropped();
       r->reader.clear();
-      free_drained_rings(live);  // it is drained now
+      --excess;
     }
-    return true;
+    free_drained_rings(live);
+    return target_areas() < limit;
   }
 
   // Whether a target may join now (make_room_for_target); *why says otherwise. mu held.
@@ -459,10 +471,15 @@ struct Tracer::Impl {
   // their rings' owners. read_mu held. (A waiter in wait_for_records holds its own
   // references to the areas it waits on.)
   void free_drained_rings(const std::set<Rings*>& live) {
-    for (auto it = rings.begin(); it != rings.end();) {
-      Rings* r = it->get();
+    // One pass, and one removal from the mergers for all: a traced build may leave
+    // thousands of areas to free at once.
+    std::vector<events::RingAreaReader*> gone;
+    std::vector<std::shared_ptr<Rings>> kept, freed;
+    kept.reserve(rings.size());
+    for (std::shared_ptr<Rings>& sp : rings) {
+      Rings* r = sp.get();
       if (live.count(r) || r->reader.has_data()) {
-        ++it;
+        kept.push_back(std::move(sp));
         continue;
       }
       for (uint32_t i = 0; i < r->reader.ring_count(); ++i) {
@@ -477,11 +494,16 @@ struct Tracer::Impl {
         departed.emplace_back(r->pid, r->symbolizer);
         if (departed.size() > kDepartedSymbolizers) departed.pop_front();
       }
-      merger.remove(&r->reader);
-      peeker.remove(&r->reader);
+      gone.push_back(&r->reader);
       tag_rings[r->tag] = nullptr;
-      it = rings.erase(it);
+      freed.push_back(std::move(sp));
     }
+    rings = std::move(kept);
+    if (gone.empty()) return;
+    merger.remove(gone);
+    peeker.remove(gone);
+    last_admitted = {};
+    freed.clear();  // the readers left the mergers before their areas go
   }
 
   // Target t was given a site of event `id`: its records of that event are its own from
@@ -520,6 +542,7 @@ struct Tracer::Impl {
       merger.remove(&own->reader);
       peeker.remove(&own->reader);
       tag_rings[own->tag] = nullptr;
+      last_admitted = {};
     }
     own = std::move(r);
     own_prod = prod;
@@ -1494,11 +1517,16 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
     out->tid = static_cast<pid_t>(rr.tid);
     uint16_t id;
     std::memcpy(&id, out->data, 2);
-    ok = std::binary_search(r->event_ids.begin(), r->event_ids.end(), id);
-    if (ok && rr.ring < r->owners.size()) {
-      Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
-      if (c.tid != rr.tid) c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
-      ok = c.ok;
+    // A run of one thread's records of one event is the common case: the last verdict.
+    Tracer::Impl::LastAdmitted& last = impl.last_admitted;
+    if (last.rings != r || last.ring != rr.ring || last.tid != rr.tid || last.id != id) {
+      ok = std::binary_search(r->event_ids.begin(), r->event_ids.end(), id);
+      if (ok && rr.ring < r->owners.size()) {
+        Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
+        if (c.tid != rr.tid) c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
+        ok = c.ok;
+      }
+      if (ok) last = {r, rr.ring, rr.tid, id};
     }
   }
   if (!consuming) {
