@@ -127,10 +127,15 @@ struct InstancePool {
 // State (registry.cc defines it)
 
 extern std::mutex g_mu;
+// Aggregates by address (a gone one may share its address with a live one: then by
+// pointer). Searched by a bare address, which sorts before every aggregate there.
 struct ByAddress {
+  using is_transparent = void;
   bool operator()(const Aggregate* a, const Aggregate* b) const {
-    return a->addr != b->addr ? a->addr < b->addr : a < b;  // a gone one may share its address
+    return a->addr != b->addr ? a->addr < b->addr : a < b;
   }
+  bool operator()(const Aggregate* a, uintptr_t addr) const { return a->addr < addr; }
+  bool operator()(uintptr_t addr, const Aggregate* b) const { return addr <= b->addr; }
 };
 extern std::set<Aggregate*, ByAddress>& g_aggrs;  // g_mu
 // The hit path's address -> aggregate map: 2^kTableBits chains. Writers (g_mu) publish a
@@ -237,9 +242,7 @@ void retire_aggregate(Aggregate* ag);
 // The live aggregates whose address lies in [lo, hi), in address order.
 template <typename F>
 void for_each_in(uintptr_t lo, uintptr_t hi, F f) {
-  Aggregate key;
-  key.addr = lo;
-  for (auto it = g_aggrs.lower_bound(&key); it != g_aggrs.end() && (*it)->addr < hi; ++it)
+  for (auto it = g_aggrs.lower_bound(lo); it != g_aggrs.end() && (*it)->addr < hi; ++it)
     if (!(*it)->gone) f(*it);
 }
 void reclaim();

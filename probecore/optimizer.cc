@@ -158,7 +158,7 @@ void optimize_now(const std::vector<Aggregate*>& batch) {
   }
   // One window per kMaxWindowSites, so that the moves of a window stay within what arch
   // can hold (a few per site) however large the burst.
-  constexpr size_t kMaxWindowSites = 4096;
+  constexpr size_t kMaxWindowSites = 1024;
   for (int attempt = 0; attempt < 3 && !sites.empty(); ++attempt) {
     if (attempt) sched_yield();
     for (size_t at = 0; at < sites.size(); at += kMaxWindowSites)

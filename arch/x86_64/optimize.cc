@@ -54,6 +54,7 @@ void probefs_optprobe_thunk_sse_entry();
 void probefs_optprobe_thunk_avx_entry();
 void probefs_optprobe_thunk_avx512_entry();
 void probefs_optprobe_thunk_lean_entry();
+extern char probefs_optprobe_thunks_begin[], probefs_optprobe_thunks_end[];
 void probefs_kretprobe_trampoline_call_gpr();
 void probefs_kretprobe_trampoline_call_sse();
 void probefs_kretprobe_trampoline_call_avx();
@@ -119,7 +120,8 @@ struct BlockEmitter {
 };
 
 struct DetourInfo {
-  Detour* detour;       // block P
+  Detour* detour;       // block P, the start of the detour's memory
+  uint32_t size;        // of that memory: blocks P, C and L and the region's copy
   Detour* call_blocks[4];  // C, C with the lean thunk (L); each with vector, gpr return
   uint8_t region_len;
   uint8_t count;
@@ -382,6 +384,7 @@ int build_detour(const OptimizeRegion& region, bool save_vector, DetourInfo* out
   check(p, 0, DETOUR_REGION_COPY);
   DetourInfo info{};
   info.detour = static_cast<Detour*>(mem);
+  info.size = static_cast<uint32_t>(cap);
   info.region_len = region.len;
   info.count = region.count;
   size_t at = DETOUR_REGION_COPY;
@@ -445,6 +448,59 @@ uintptr_t jmp_target(const Site* site) {
                 (site->detour_return_saves_vector ? 0 : 1);
   const Detour* entry = site->detour_entry == DetourEntry::kPlain ? d.detour : d.call_blocks[k];
   return reinterpret_cast<uintptr_t>(entry->code);
+}
+
+// Where a thread may be that would come back into the middle of s's region once its jmp
+// is written, and where it goes instead (the kernel waits for every task to leave the
+// out-of-line code instead, with synchronize_rcu_tasks; here the parked threads are
+// looked at):
+//  - on one of the region's instructions after the first: to its copy in s's detour;
+//  - in a boosted copy of one of them, made for this probe or any earlier one there (a
+//    thread may sit in one long after its probe went): at its start, to the detour's copy
+//    of the instruction; on its jmp back, to the copy of the next;
+//  - in the detour of another region that overlaps this one (a neighbour that was
+//    optimized before this probe arrived, whose threads may not have left it): from an
+//    instruction inside this region, to the same instruction's copy here; from anywhere
+//    else in it, when that detour's way out lands inside this region, nowhere: the batch
+//    waits (`hazards`), as it does for a thread in a thunk or a handler a detour called,
+//    which may return into such a detour.
+void add_region_moves(const Site* s, std::vector<IpMove>* moves, std::vector<CodeRange>* hazards) {
+  const DetourInfo& d = g_site_detours.at(s);
+  const uintptr_t start = s->addr, end = s->addr + d.region_len;
+  const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + DETOUR_REGION_COPY;
+  auto copy_of = [&](uintptr_t a) -> uintptr_t {  // 0: not an instruction of the region
+    for (unsigned k = 0; k < d.count; ++k)
+      if (start + d.orig_off[k] == a) return copy + d.copy_off[k];
+    return 0;
+  };
+  for (unsigned k = 1; k < d.count; ++k) moves->push_back({start + d.orig_off[k], copy + d.copy_off[k]});
+  for (unsigned k = 0; k < d.count; ++k) {
+    for (const BoostCopy& b : boost_copies_at(start + d.orig_off[k])) {
+      moves->push_back({b.start, copy + d.copy_off[k]});
+      if (b.jmp_back && k + 1 < d.count) moves->push_back({b.jmp_back, copy + d.copy_off[k + 1]});
+    }
+  }
+  DetourKey from{};
+  from.addr = start - std::min<uintptr_t>(start, kMaxInsnLen * kJmpRel32Len);
+  for (auto it = g_detours.lower_bound(from); it != g_detours.end() && it->first.addr < end; ++it) {
+    const uintptr_t o_start = it->first.addr;
+    const DetourInfo& o = it->second;
+    const uintptr_t o_end = o_start + o.region_len;
+    if (o_start == start || o_end <= start) continue;  // the same region, or one before it
+    const uintptr_t o_copy = reinterpret_cast<uintptr_t>(o.detour) + DETOUR_REGION_COPY;
+    const bool exits_inside = o_end > start && o_end < end;
+    if (exits_inside) {  // a thread anywhere in it but where moved waits for the batch
+      const auto base = reinterpret_cast<uintptr_t>(o.detour);
+      hazards->push_back({base, base + o.size});
+    }
+    for (unsigned j = 0; j < o.count; ++j) {
+      const uintptr_t a = o_start + o.orig_off[j];
+      const uintptr_t at = o_copy + o.copy_off[j];
+      if (a >= start && a < end) moves->push_back({at, copy_of(a)});
+      else if (a < start && exits_inside) moves->push_back({at, 0});
+    }
+    if (exits_inside) moves->push_back({o_copy + o.copy_off[o.count], copy_of(o_end)});
+  }
 }
 
 }  // namespace
@@ -548,6 +604,7 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   };
   std::vector<Patch> patches;
   std::vector<IpMove> moves;
+  std::vector<CodeRange> hazards;
   bool any_armed = false;
   for (Site* s : batch) {
     Patch p{s, s->armed, true, {}, {}};
@@ -558,16 +615,7 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
       continue;
     p.original[0] = s->insn.bytes[0];
     emit_jmp(p.jmp, s->addr, jmp_target(s));
-    const DetourInfo& d = g_site_detours.at(s);
-    const uintptr_t copy = reinterpret_cast<uintptr_t>(s->detour) + DETOUR_REGION_COPY;
-    for (unsigned k = 1; k < d.count; ++k)
-      moves.push_back({s->addr + d.orig_off[k], copy + d.copy_off[k]});
-    if (s->armed && s->boost_slot) {
-      // A thread in the boosted copy returns into the region: it moves to the detour's.
-      moves.push_back({reinterpret_cast<uintptr_t>(s->boost_slot), copy});
-      // A thread on the boosted copy's jmp back would land on the second instruction.
-      if (d.count > 1 && s->boost_return) moves.push_back({s->boost_return, copy + d.copy_off[1]});
-    }
+    add_region_moves(s, &moves, &hazards);
     any_armed |= s->armed;
     for (unsigned i = p.was_armed ? 1 : 0; i < kJmpRel32Len; ++i) g_saved[s->addr + i] = p.original[i];
     patches.push_back(p);
@@ -592,7 +640,18 @@ size_t optimize(Site* const* sites, size_t n, void (*wait_for_handlers)()) {
   // 3. Running threads stop (parked in a signal handler; those on a region or in a boosted
   // copy move to the detour's copy first). None of them can now reach an int3 with SIGTRAP
   // blocked: a thread that blocks signals while running postpones the batch.
-  if (park_threads(moves.data(), moves.size()) != 0) {
+  if (!hazards.empty()) {
+    hazards.push_back({reinterpret_cast<uintptr_t>(probefs_optprobe_thunks_begin),
+                       reinterpret_cast<uintptr_t>(probefs_optprobe_thunks_end)});
+    std::sort(hazards.begin(), hazards.end(),
+              [](const CodeRange& a, const CodeRange& b) { return a.start < b.start; });
+    hazards.erase(std::unique(hazards.begin(), hazards.end(),
+                              [](const CodeRange& a, const CodeRange& b) {
+                                return a.start == b.start;
+                              }),
+                  hazards.end());
+  }
+  if (park_threads(moves.data(), moves.size(), hazards.data(), hazards.size()) != 0) {
     for (const Patch& p : patches) forget_originals(p);
     return 0;
   }

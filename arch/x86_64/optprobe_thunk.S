@@ -43,6 +43,14 @@
  */
 #include "arch/x86_64/ptregs_frame.inc"
 
+        /* probefs_arch_detour_depth, this thread's count of handler calls from detours,
+           up or down (incq/decq), with r11 (saved) as scratch and the flags clobbered:
+           after they are saved, before they are restored. */
+        .macro  DETOUR_DEPTH op
+        mov     probefs_arch_detour_depth@gottpoff(%rip), %r11
+        \op    %fs:(%r11)
+        .endm
+
         /* Before the handlers of a call-mode block: the return address at S, into the
            padding after PtRegs. */
         .macro  KEEP_RETURN_ADDRESS frame
@@ -83,6 +91,7 @@
         VECTOR_SAVE \vector, FRAME_VECTOR_AREA
         pushfq
         popq    PTREGS_FLAGS(%rsp)      /* (address taken after the pop) */
+        DETOUR_DEPTH incq
         .if !\entry
         cld                             /* handlers are C: the ABI wants DF clear */
         .endif
@@ -107,6 +116,7 @@
         and     $-16, %rsp
         call    *probefs_arch_optimized_hit_cb(%rip)
         mov     %rbx, %rsp
+        DETOUR_DEPTH decq
 
         .if \entry
         CALL_MODE_OR_PLAIN frame
@@ -133,6 +143,12 @@
         .size   \name, .-\name
         .endm
 
+        /* Every thunk lies in [probefs_optprobe_thunks_begin, probefs_optprobe_thunks_end):
+           a thread there is on its way into or out of a detour (thread_fixup). */
+        .text
+        .globl  probefs_optprobe_thunks_begin
+        .hidden probefs_optprobe_thunks_begin
+probefs_optprobe_thunks_begin:
         OPTPROBE_THUNK probefs_optprobe_thunk_gpr, 0, 0
         OPTPROBE_THUNK probefs_optprobe_thunk_sse, 1, 0
         OPTPROBE_THUNK probefs_optprobe_thunk_avx, 2, 0
@@ -168,6 +184,7 @@ probefs_optprobe_thunk_lean_entry:
         mov     %rdx, PTREGS_DX(%rsp)
         mov     %rsi, PTREGS_SI(%rsp)
         mov     %rdi, PTREGS_DI(%rsp)
+        DETOUR_DEPTH incq
         lea     (FRAME_VECTOR_AREA + DETOUR_S_ABOVE_R)(%rsp), %rax
         mov     %rax, PTREGS_SP(%rsp)   /* S */
         KEEP_RETURN_ADDRESS FRAME_VECTOR_AREA
@@ -179,6 +196,7 @@ probefs_optprobe_thunk_lean_entry:
         and     $-16, %rsp
         call    *probefs_arch_optimized_lean_entry_cb(%rip)
         mov     %rbx, %rsp
+        DETOUR_DEPTH decq
         CALL_MODE_OR_PLAIN FRAME_VECTOR_AREA
         mov     PTREGS_BX(%rsp), %rbx
         mov     PTREGS_R11(%rsp), %r11
@@ -194,5 +212,8 @@ probefs_optprobe_thunk_lean_entry:
         ret
         .cfi_endproc
         .size   probefs_optprobe_thunk_lean_entry, .-probefs_optprobe_thunk_lean_entry
+        .globl  probefs_optprobe_thunks_end
+        .hidden probefs_optprobe_thunks_end
+probefs_optprobe_thunks_end:
 
         .section .note.GNU-stack,"",@progbits

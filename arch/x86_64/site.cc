@@ -158,6 +158,16 @@ int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out
   return 0;
 }
 
+std::vector<BoostCopy> boost_copies_at(uintptr_t addr) {
+  std::vector<BoostCopy> out;
+  SlotKey from{};
+  from.addr = addr;
+  for (auto it = g_slots.lower_bound(from); it != g_slots.end() && it->first.addr == addr; ++it)
+    if (it->second.boost)
+      out.push_back({reinterpret_cast<uintptr_t>(it->second.boost), it->second.boost_return});
+  return out;
+}
+
 void release(Site* site) {
   forget_site_detour(site);
   delete site;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <mutex>
 
 #include "arch/arch.h"
@@ -41,6 +42,12 @@ struct Site {
   std::atomic<uintptr_t> detour_resume{0};
 };
 
+// How many detour handler calls this thread is inside: the thunks count their calls into
+// the handlers (optprobe_thunk.S), so that a thread on its way back through a detour is
+// known while the code it returns to changes (thread_fixup).
+extern "C" __attribute__((visibility("hidden"))) thread_local constinit unsigned long
+    probefs_arch_detour_depth __attribute__((tls_model("initial-exec")));
+
 // Shared by the backend's files.
 extern Callbacks g_callbacks;         // set once by install()
 
@@ -61,6 +68,14 @@ extern std::map<uintptr_t, uint8_t>& g_saved;
 // some code could not be written: that site stays optimized, or an int3 probe.
 bool unoptimize_locked(Site* const* sites, size_t n, bool then_original);
 bool unoptimize_locked(Site* site, bool then_original);
+// The boosted copies ever built for an instruction at `addr` (by any probe there, past or
+// present: a thread may still be in one long after): where each starts, and its jmp back
+// (0: none). With g_text_mu held.
+struct BoostCopy {
+  uintptr_t start;
+  uintptr_t jmp_back;
+};
+std::vector<BoostCopy> boost_copies_at(uintptr_t addr);
 // Drops what the optimizer keeps for a site being released (takes g_text_mu).
 void forget_site_detour(const Site* site);
 

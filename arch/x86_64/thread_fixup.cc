@@ -37,6 +37,9 @@ std::atomic<size_t> g_nmoves{0};
 std::atomic<int> g_generation{0};
 std::atomic<int> g_acks{0};
 std::atomic<int> g_busy{0};  // threads that were in the trap path: the batch must wait
+constexpr size_t kMaxHazards = 1 << 12;
+CodeRange g_hazard_storage[kMaxHazards];  // sorted by start
+std::atomic<size_t> g_nhazards{0};
 // The last generation released. Parked handlers sleep on it (a futex word).
 std::atomic<int> g_released{0};
 static_assert(sizeof(std::atomic<int>) == sizeof(int));
@@ -53,6 +56,7 @@ size_t safe_read(uintptr_t addr, void* buf, size_t n) {
 }
 
 const IpMove* find_move(const IpMove* moves, size_t n, uintptr_t pc);
+bool in_hazard(const CodeRange* hazards, size_t n, uintptr_t pc);
 bool listed(const IpMove* moves, size_t n, uintptr_t pc);
 
 // Does a signal frame on the stack above `sp` hold a context that will resume on one of
@@ -62,10 +66,10 @@ bool listed(const IpMove* moves, size_t n, uintptr_t pc);
 // word of that value can only make us wait, never move anything. Reads the stack in
 // chunks of `chunk` words through `words` (small in a signal handler, large elsewhere: one
 // system call per chunk).
-bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n, uintptr_t* words,
-                      size_t chunk) {
+bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n, size_t nhazards,
+                      uintptr_t* words, size_t chunk) {
   const uintptr_t restorer = arch::signal_restorer();
-  if (!restorer || n == 0) return false;
+  if (!restorer || (n == 0 && nhazards == 0)) return false;
   constexpr size_t kScan = 64 * 1024;
   constexpr size_t kRipOffset = 8 + offsetof(ucontext_t, uc_mcontext.gregs) + REG_RIP * 8;
   for (uintptr_t at = sp & ~uintptr_t{7}; at < sp + kScan; at += chunk * 8) {
@@ -73,11 +77,28 @@ bool frames_resume_on(uintptr_t sp, const IpMove* moves, size_t n, uintptr_t* wo
     for (size_t i = 0; i < got; ++i) {
       if (words[i] != restorer) continue;
       uintptr_t rip = 0;
-      if (safe_read(at + i * 8 + kRipOffset, &rip, 8) == 8 && listed(moves, n, rip)) return true;
+      // rip - 1: a trap on an int3 there whose handler has not run yet (the kernel built
+      // the SIGTRAP frame, and ours interrupted the handler's first instruction); with its
+      // probe gone, the handler resumes on that address.
+      if (safe_read(at + i * 8 + kRipOffset, &rip, 8) == 8 &&
+          (listed(moves, n, rip) || listed(moves, n, rip - 1) ||
+           in_hazard(g_hazard_storage, nhazards, rip)))
+        return true;
     }
     if (got < chunk) return false;  // the end of the stack's mapping
   }
   return false;
+}
+
+// Is pc in one of the hazards (sorted by start, never overlapping)?
+bool in_hazard(const CodeRange* hazards, size_t n, uintptr_t pc) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {  // the first range that starts after pc
+    const size_t mid = lo + (hi - lo) / 2;
+    if (hazards[mid].start <= pc) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && pc < hazards[lo - 1].end;
 }
 
 const IpMove* find_move(const IpMove* moves, size_t n, uintptr_t pc) {
@@ -109,17 +130,25 @@ void on_fixup_signal(int sig, siginfo_t* info, void* ucv) {
   const auto ip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   const IpMove* moves = g_moves.load(std::memory_order_acquire);
   const size_t n = g_nmoves.load(std::memory_order_acquire);
+  const size_t nhazards = g_nhazards.load(std::memory_order_acquire);
   uintptr_t words[64];
   if (arch::thread_in_trap_path(ip) ||
       (moves && frames_resume_on(static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]), moves,
-                                 n, words, 64))) {
+                                 n, nhazards, words, 64))) {
     // A resume address in a frame below us, out of reach: try the batch again later.
     g_busy.fetch_add(1, std::memory_order_acq_rel);
     g_acks.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  if (moves)
-    if (const IpMove* m = find_move(moves, n, ip)) uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(m->to);
+  const IpMove* m = moves ? find_move(moves, n, ip) : nullptr;
+  const bool hazard = !m && nhazards != 0 &&
+                      (probefs_arch_detour_depth != 0 || in_hazard(g_hazard_storage, nhazards, ip));
+  if ((m && !m->to) || hazard) {  // on code whose way out the batch changes, with no copy to go to
+    g_busy.fetch_add(1, std::memory_order_acq_rel);
+    g_acks.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (m) uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(m->to);
   g_acks.fetch_add(1, std::memory_order_acq_rel);
   // Parked until the writer is done. The kernel's return from this handler (sigreturn)
   // serializes the core, so the thread sees the new text.
@@ -225,13 +254,20 @@ int queue_signal(long tid, int generation) {
 
 int thread_fixup_signal() { return SIGRTMAX - 1; }
 
-int park_threads(const IpMove* caller_moves, size_t n) {
-  if (n > kMaxMoves) return -E2BIG;
+int park_threads(const IpMove* caller_moves, size_t n, const CodeRange* hazards,
+                 size_t nhazards) {
+  if (n > kMaxMoves || nhazards > kMaxHazards) return -E2BIG;
   if (!install_handler()) return -EAGAIN;
   g_moves.store(nullptr, std::memory_order_release);
+  g_nhazards.store(0, std::memory_order_release);
+  if (nhazards) std::memcpy(g_hazard_storage, hazards, nhazards * sizeof(CodeRange));
+  std::sort(g_hazard_storage, g_hazard_storage + nhazards,
+            [](const CodeRange& a, const CodeRange& b) { return a.start < b.start; });
   std::memcpy(g_move_storage, caller_moves, n * sizeof(IpMove));
-  std::sort(g_move_storage, g_move_storage + n,
-            [](const IpMove& a, const IpMove& b) { return a.from < b.from; });
+  // Where one address has a move and a refusal, the refusal sorts first and wins.
+  std::sort(g_move_storage, g_move_storage + n, [](const IpMove& a, const IpMove& b) {
+    return a.from != b.from ? a.from < b.from : a.to < b.to;
+  });
   const IpMove* moves = g_move_storage;
   const long self = raw_syscall(__NR_gettid);
 
@@ -250,7 +286,8 @@ int park_threads(const IpMove* caller_moves, size_t n) {
         // Asleep or stopped: not disturbed. On the region, or above a signal frame that
         // resumes on it: this batch must wait.
         static uintptr_t stack_words[8192];  // the caller serializes
-        if (listed(moves, n, pc) || frames_resume_on(sp, moves, n, stack_words, 8192))
+        if (listed(moves, n, pc) || in_hazard(g_hazard_storage, nhazards, pc) ||
+            frames_resume_on(sp, moves, n, nhazards, stack_words, 8192))
           rc = -EAGAIN;
         continue;
       }
@@ -270,6 +307,7 @@ int park_threads(const IpMove* caller_moves, size_t n) {
   g_acks.store(0);
   g_busy.store(0);
   g_nmoves.store(n, std::memory_order_release);
+  g_nhazards.store(nhazards, std::memory_order_release);
   g_moves.store(moves, std::memory_order_release);
   int sent = 0;
   bool failed = false;
@@ -302,6 +340,7 @@ int park_threads(const IpMove* caller_moves, size_t n) {
 
 void unpark_threads() {
   g_moves.store(nullptr, std::memory_order_release);
+  g_nhazards.store(0, std::memory_order_release);
   g_released.store(g_generation.load(), std::memory_order_release);
   raw_futex(&g_released, FUTEX_WAKE_PRIVATE, 0x7fffffff);
   g_generation.fetch_add(1);  // late handlers of this batch now ignore it

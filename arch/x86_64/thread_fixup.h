@@ -15,6 +15,8 @@
 
 namespace probefs::arch::x86_64 {
 
+// A thread whose ip is `from` resumes at `to`; `to` == 0: a thread there cannot be moved,
+// and the park fails with -EAGAIN (the caller tries again once it has left).
 struct IpMove {
   uintptr_t from;
   uintptr_t to;
@@ -30,7 +32,17 @@ struct IpMove {
 //
 // Between park and unpark the caller must not allocate or take a lock that a parked
 // thread could hold: write the text and return.
-[[nodiscard]] int park_threads(const IpMove* moves, size_t n);
+//
+// `hazards` lists out-of-line code whose way out leads into code being rewritten (the
+// detour of a region that now overlaps a new one, the thunks): a thread in one, or inside
+// a handler that a detour called (probefs_arch_detour_depth) while any is listed, makes the
+// park fail with -EAGAIN, unless a move covers its exact ip.
+struct CodeRange {
+  uintptr_t start;
+  uintptr_t end;
+};
+[[nodiscard]] int park_threads(const IpMove* moves, size_t n, const CodeRange* hazards = nullptr,
+                               size_t nhazards = 0);
 void unpark_threads();
 
 // The real-time signal used to reach other threads.

@@ -36,6 +36,8 @@ __attribute__((visibility("hidden"))) void (*probefs_arch_optimized_hit_cb)(
     void* const volatile*, probefs::PtRegs*, unsigned) = nullptr;
 __attribute__((visibility("hidden"))) void (*probefs_arch_optimized_lean_entry_cb)(
     void* const volatile*, probefs::PtRegs*, unsigned) = nullptr;
+__attribute__((visibility("hidden"))) thread_local constinit unsigned long
+    probefs_arch_detour_depth __attribute__((tls_model("initial-exec"))) = 0;
 }
 
 namespace probefs::arch {
@@ -266,7 +268,9 @@ uintptr_t signal_restorer() { return g_restorer.load(std::memory_order_acquire);
 
 bool thread_in_trap_path(uintptr_t interrupted_ip) {
   const uintptr_t restorer = g_restorer.load(std::memory_order_acquire);
-  return t_trap.in_handler != 0 ||
+  // A thread between a single-step copy and its trap resumes at the probed instruction's
+  // successor, decided before any optimization could see it.
+  return t_trap.in_handler != 0 || t_trap.depth != 0 ||
          (restorer && interrupted_ip >= restorer && interrupted_ip < restorer + 16);
 }
 

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <sstream>
 
+#include "tests/fs/elf_symbols.h"
 #include "tests/fs/mount_fixture.h"
 #include "tests/fs/program_process.h"
 
@@ -205,6 +208,66 @@ TEST(ProbefsCommand, ExecRunsTheProgramInTheForegroundAsATarget) {
   r = run_command({PROBEFS_BIN, "exec", m.dir(), "--", "/nonexistent/prog"});
   EXPECT_EQ(r.exit_code(), 127);
   EXPECT_EQ(r.err, "probefs: /nonexistent/prog: No such file or directory\n");
+}
+
+// What traced_prog's `mix T N` answers: T threads, each summing traced_mix_o0(i, 2i).
+std::string mix_answer(long t, long n) {
+  long sum = 0;
+  for (long i = 0; i < n; ++i) sum += ((i * 3 + 2 * i) ^ (i >> 1)) - (2 * i) / 2 + (i & 7);
+  return "ok " + std::to_string(t * sum);
+}
+
+// kprobe_profile's hit count of each event whose name starts with `prefix`.
+std::map<std::string, long> profile_hits(const Mount& m, const std::string& prefix) {
+  std::map<std::string, long> out;
+  std::istringstream in(m.read("kprobe_profile"));
+  std::string name;
+  long hits, missed;
+  while (in >> name >> hits >> missed)
+    if (name.rfind(prefix, 0) == 0) out[name] = hits;
+  return out;
+}
+
+// Probes side by side: one on every instruction of a function at -O0 (the mount refuses
+// each offset inside an instruction), all enabled while threads call it. A jmp never
+// covers another probe: every probe counts every call, and the program computes what it
+// computes unprobed. Then the same while probes are removed and defined again under the
+// calls: nothing crashes, nothing computes differently.
+TEST(ProbefsCommand, AProbeOnEveryInstructionOfAFunctionCountsEveryCall) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  testing::ProgramProcess p(testing::ProgramProcess::under_probefs(m.dir()));
+  ASSERT_TRUE(p.ready());
+  const testing::ElfSymbol fn = testing::find_elf_symbol(PROBEFS_TRACED_PROG, "traced_mix_o0");
+  ASSERT_TRUE(fn.found && fn.size > 16) << "traced_mix_o0 in " << PROBEFS_TRACED_PROG;
+  std::vector<std::string> names;
+  for (uint64_t off = 0; off < fn.size; ++off) {
+    const std::string name = "o" + std::to_string(off);
+    const std::string def = "p:adj/" + name + " traced_prog:traced_mix_o0+" + std::to_string(off);
+    const int rc = m.write("kprobe_events", def);
+    if (rc == 0) names.push_back(name);
+    else EXPECT_EQ(rc, EILSEQ) << def;
+  }
+  ASSERT_GT(names.size(), 8u);
+  ASSERT_EQ(m.write("events/adj/enable", "1"), 0);
+  EXPECT_EQ(p.ask("mix 4 500"), mix_answer(4, 500));
+  const std::map<std::string, long> hits = profile_hits(m, "o");
+  EXPECT_EQ(hits.size(), names.size());
+  for (const std::string& name : names) EXPECT_EQ(hits.count(name) ? hits.at(name) : -1, 2000) << name;
+
+  ASSERT_TRUE(p.send("mix 4 20000"));
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = round % 2; i < names.size(); i += 2) {
+      const std::string& name = names[i];
+      const std::string def = "p:adj/" + name + " traced_prog:traced_mix_o0+" + name.substr(1);
+      ASSERT_EQ(m.write("events/adj/" + name + "/enable", "0"), 0) << name;
+      ASSERT_EQ(m.write("kprobe_events", "-:adj/" + name), 0) << name;
+      ASSERT_EQ(m.write("kprobe_events", def), 0) << def;
+      ASSERT_EQ(m.write("events/adj/" + name + "/enable", "1"), 0) << name;
+    }
+  }
+  EXPECT_EQ(p.answer(120000), mix_answer(4, 20000));
+  EXPECT_EQ(p.quit(), 0);
 }
 
 TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {

@@ -70,10 +70,16 @@ class ProgramProcess {
 
   // One command, its answer ("" after `timeout_ms` or at end of file).
   std::string ask(const std::string& cmd, int timeout_ms = 30000) {
-    std::string l = cmd + "\n";
-    if (to_ < 0 || write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "";
+    if (!send(cmd)) return "";
     return line(timeout_ms);
   }
+
+  // A command whose answer is read later (answer()), while the test does other things.
+  bool send(const std::string& cmd) {
+    std::string l = cmd + "\n";
+    return to_ >= 0 && write(to_, l.data(), l.size()) == static_cast<ssize_t>(l.size());
+  }
+  std::string answer(int timeout_ms = 30000) { return line(timeout_ms); }
 
   // traced_add(i, 2*i) for i in [0, n): true when the program says it computed them all.
   bool call(long n) {

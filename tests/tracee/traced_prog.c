@@ -5,6 +5,8 @@
  *   call N          traced_add(i, 2*i) for i in [0, N): prints "ok SUM"
  *   str N           traced_str("name-<i % 10>", i) N times: "ok SUM"
  *   threads T N     T new threads, each calling traced_add N times: "ok SUM"
+ *   mix T N         T new threads, each calling traced_mix_o0 (straight-line code at -O0,
+ *                   every instruction runs once a call) N times: "ok SUM"
  *   named T N NAME  the same, each thread first naming itself NAME-<i> (its comm)
  *   rename NAME     the main thread names itself NAME: "ok"
  *   pinned N        two threads at once, one pinned to CPU 0 and one to CPU 1, each
@@ -57,6 +59,15 @@ __attribute__((noinline)) long traced_hot(long who, long i) {
   return who * 1000003 + i;
 }
 
+/* Straight-line at -O0: a probe on each instruction fires once a call. */
+__attribute__((noinline, optimize("O0"))) long traced_mix_o0(long a, long b) {
+  long c = a * 3 + b;
+  c ^= a >> 1;
+  return c - b / 2 + (a & 7);
+}
+
+static long mix_reference(long a, long b) { return ((a * 3 + b) ^ (a >> 1)) - b / 2 + (a & 7); }
+
 static void wrong(const char *what, long got, long want) {
   printf("WRONG %s got %ld want %ld\n", what, got, want);
   fflush(stdout);
@@ -76,23 +87,34 @@ static long run_calls(long n) {
 struct thread_arg {
   long n;
   long sum;
+  int mix;       /* calls traced_mix_o0 rather than traced_add */
   char name[16]; /* the thread's name, if not empty */
 };
 
 static void *calls_thread(void *p) {
   struct thread_arg *a = p;
   if (a->name[0] && prctl(PR_SET_NAME, a->name) != 0) wrong("PR_SET_NAME", errno, 0);
-  a->sum = run_calls(a->n);
+  if (a->mix) {
+    a->sum = 0;
+    for (long i = 0; i < a->n; i++) {
+      long r = traced_mix_o0(i, 2 * i), want = mix_reference(i, 2 * i);
+      if (r != want) wrong("traced_mix_o0", r, want);
+      a->sum += r;
+    }
+  } else {
+    a->sum = run_calls(a->n);
+  }
   return NULL;
 }
 
 /* T threads each calling traced_add N times, named PREFIX-<i> when PREFIX is given. */
-static long run_threads(long t, long n, const char *prefix) {
+static long run_threads(long t, long n, const char *prefix, int mix) {
   pthread_t th[16];
   struct thread_arg a[16];
   long sum = 0;
   for (long i = 0; i < t; i++) {
     a[i].n = n;
+    a[i].mix = mix;
     a[i].name[0] = 0;
     if (prefix) snprintf(a[i].name, sizeof a[i].name, "%s-%ld", prefix, i);
     pthread_create(&th[i], NULL, calls_thread, &a[i]);
@@ -167,9 +189,11 @@ int main(int argc, char **argv) {
       }
       printf("ok %ld\n", sum);
     } else if (sscanf(line, "threads %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
-      printf("ok %ld\n", run_threads(t, n, NULL));
+      printf("ok %ld\n", run_threads(t, n, NULL, 0));
+    } else if (sscanf(line, "mix %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
+      printf("ok %ld\n", run_threads(t, n, NULL, 1));
     } else if (sscanf(line, "named %ld %ld %10s", &t, &n, arg) == 3 && t > 0 && t <= 16) {
-      printf("ok %ld\n", run_threads(t, n, arg));
+      printf("ok %ld\n", run_threads(t, n, arg, 0));
     } else if (sscanf(line, "rename %15s", arg) == 1) {
       if (prctl(PR_SET_NAME, arg) != 0) wrong("PR_SET_NAME", errno, 0);
       printf("ok\n");
