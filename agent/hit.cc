@@ -85,7 +85,8 @@ void read_comm(char (&comm)[16]) {
   events::RingProducer fresh{};
   t_ring.gen = as->generation;
   t_ring.tid = real;
-  if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh)) {
+  if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh,
+                          static_cast<uint32_t>(as->pid))) {
     t_ring.prod = nullptr;
     t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;

@@ -51,7 +51,11 @@
 //
 // Owners. A thread claims a free ring at its first record (a CAS of owner from 0 to its
 // tid); the daemon frees the ring once it is drained and the thread is gone (or the thread
-// retired it), see RingAreaReader::reclaim. The claimer then stores its name (the kernel's
+// retired it), see RingAreaReader::reclaim. When no ring is free, the new thread takes
+// over a drained ring whose owner is gone (a CAS of owner from the old tid to its own; the
+// daemon's reclaim CASes the same word first to kRingOwnerFreeing, so one of the two
+// wins): threads that come and go reuse rings at once, without waiting for the daemon's
+// next reclaim, and the hit counters simply go on. The claimer then stores its name (the kernel's
 // comm) in the ring (ring_set_comm), so that the daemon can name the thread's records
 // after the thread is gone, as the kernel's saved_cmdlines names them. Rings, reserve and
 // commit are not reentrant: one thread uses its RingProducer, and the caller's recursion
@@ -89,6 +93,9 @@
 
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <sys/syscall.h>
+
+#include <cerrno>
 
 #include <cstddef>
 #include <cstdint>
@@ -108,9 +115,11 @@ inline constexpr uint64_t kRingMaxAreaBytes = 1ull << 36;
 inline constexpr uint32_t kRingRecordHeaderSize = 16;
 
 // RingControl::owner: 0 when free, else the owner's tid, with kRingOwnerRetired once the
-// thread promised to write no more (it may then exit before the daemon frees the ring).
+// thread promised to write no more (it may then exit before the daemon frees the ring),
+// and kRingOwnerFreeing while the daemon frees it (nobody may take it over meanwhile).
 inline constexpr uint32_t kRingOwnerTidMask = 0x3fffffff;  // pid_max is at most 2^22
 inline constexpr uint32_t kRingOwnerRetired = 0x80000000;
+inline constexpr uint32_t kRingOwnerFreeing = 0x40000000;
 
 // RingAreaHeader::stamp_mode: the low 16 bits choose the stamp, the high 16 bits where the
 // CPU number comes from. 0 (TSC + rdpid) is the fast path the producer tests first.
@@ -384,25 +393,40 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
 
 }  // namespace ring_detail
 
-// Claims a free ring of `area` for the calling thread, whose thread id is `tid`, and sets
-// up `p`. False when every ring is taken (p->claim_generation then remembers when, see
-// ring_claim_worth_retrying). The scan starts at a ring chosen by the tid so that threads
-// starting together rarely CAS the same owner word.
-inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p) {
+// Whether the owner `o` of a ring that holds no unread record has left it: retired, or
+// (for a process `pid` that may ask) its thread is gone. A system call: claims only.
+inline bool ring_owner_left(uint32_t o, uint32_t pid) {
+  if (o & kRingOwnerRetired) return true;
+  if (pid == 0) return false;
+  return arch::raw_syscall(__NR_tgkill, pid, o & kRingOwnerTidMask, 0) == -ESRCH;
+}
+
+// Claims a ring of `area` for the calling thread, whose thread id is `tid`, and sets up
+// `p`: a free one, or else (when `pid`, the process's id, is given) a drained one whose
+// owner is gone. False when every ring is taken (p->claim_generation then remembers when,
+// see ring_claim_worth_retrying). The scan starts at a ring chosen by the tid so that
+// threads starting together rarely CAS the same owner word.
+inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint32_t pid = 0) {
   using namespace ring_detail;
   const uint32_t generation = load_acquire(&area->free_generation);
   const uint32_t n = area->ring_count;
   const uint32_t want = tid & kRingOwnerTidMask;
   if (want == 0) return false;
-  for (uint32_t k = 0; k < n; ++k) {
+  for (uint32_t k = 0; k < 2 * n; ++k) {
     const uint32_t i = (tid + k) % n;
     RingControl* ctl = control(area, i);
-    uint32_t expected = 0;
-    if (load_relaxed(&ctl->owner) != 0 ||
-        !__atomic_compare_exchange_n(&ctl->owner, &expected, want, false, __ATOMIC_ACQUIRE,
-                                     __ATOMIC_RELAXED)) {
-      continue;
+    uint32_t expected = load_relaxed(&ctl->owner);
+    if (k < n) {  // first pass: a free ring
+      if (expected != 0) continue;
+    } else {      // second pass: a ring left drained by a thread that is gone
+      if (expected == 0 || (expected & kRingOwnerFreeing) || pid == 0) continue;
+      if (load_acquire(&ctl->tail) != load_relaxed(&ctl->head)) continue;
+      // A ring of this tid's: a thread that had the number before is surely gone.
+      if ((expected & kRingOwnerTidMask) != want && !ring_owner_left(expected, pid)) continue;
     }
+    if (!__atomic_compare_exchange_n(&ctl->owner, &expected, want, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+      continue;
     uint8_t* ring = reinterpret_cast<uint8_t*>(ctl);
     const uint64_t hits_bytes = ring_align_up(uint64_t{area->probe_slots} * 8, 64);
     p->ctl = ctl;

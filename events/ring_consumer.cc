@@ -172,6 +172,7 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   front_valid_ = false;
   stats_ = RingReaderStats{};
   unowned_base_ = 0;
+  unowned_taken_ = 0;
   return 0;
 }
 
@@ -452,6 +453,7 @@ void RingAreaReader::clear() {
     store_release(&control(i)->tail, st.tail);
   }
   unowned_base_ = unowned_lost();
+  unowned_taken_ = unowned_base_;
 }
 
 uint32_t RingAreaReader::owner(uint32_t ring) const {
@@ -486,6 +488,7 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     RingControl* ctl = control(i);
     const uint32_t o = load_acquire(&ctl->owner);
     if (o == 0) continue;
+    if (o & kRingOwnerFreeing) continue;  // not ours to touch (the process wrote it)
     if (!(o & kRingOwnerRetired) && ring_owner_alive(pid_, o & kRingOwnerTidMask)) continue;
     State& st = states_[i];
     uint32_t h;
@@ -494,6 +497,11 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     } else if (h != st.tail) {
       continue;  // records still to read; freed on a later call
     }
+    // Ours from here: a new thread that takes the ring over CASes the same owner word.
+    uint32_t held = o;
+    if (!__atomic_compare_exchange_n(&ctl->owner, &held, o | kRingOwnerFreeing, false,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      continue;
     // The next owner starts from the tail it reads.
     publish(i);
     // The owner is gone: nobody writes these counters any more.
@@ -513,7 +521,7 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     const bool named = names != nullptr && owner_comm(i, o & kRingOwnerTidMask, &comm);
     // The next owner's name is valid only once it stores it.
     store_relaxed(&ctl->comm_tid, 0u);
-    uint32_t expected = o;
+    uint32_t expected = o | kRingOwnerFreeing;
     if (__atomic_compare_exchange_n(&ctl->owner, &expected, 0u, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED)) {
       ++freed;
@@ -571,6 +579,14 @@ void RingAreaReader::reset_counters(uint32_t slot) {
 }
 
 uint64_t RingAreaReader::unowned_lost() const { return load_relaxed(&area_->unowned_lost); }
+
+uint64_t RingAreaReader::take_unowned_lost() {
+  const uint64_t now = unowned_lost();  // the process may write anything: never backwards
+  if (now <= unowned_taken_) return 0;
+  const uint64_t n = now - unowned_taken_;
+  unowned_taken_ = now;
+  return n;
+}
 
 // --- the merger -------------------------------------------------------------------------
 

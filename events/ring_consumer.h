@@ -194,6 +194,9 @@ class RingAreaReader {
 
   // Records of threads that had no ring (the area's unowned_lost).
   uint64_t unowned_lost() const;
+  // Records of threads without a ring since the last call (or clear): the consumer shows
+  // them as lost before the next record it returns of this area.
+  uint64_t take_unowned_lost();
   const RingReaderStats& stats() const { return stats_; }
 
  private:
@@ -258,6 +261,7 @@ class RingAreaReader {
   std::vector<uint64_t> misses_base_;
   std::vector<uint8_t> buf_;           // payload copies of front/consume/peek
   uint64_t unowned_base_ = 0;          // unowned_lost at the last clear
+  uint64_t unowned_taken_ = 0;         // unowned_lost when take_unowned_lost last looked
   bool front_valid_ = false;
   uint32_t front_ring_ = 0;
   Parsed front_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "events/kstrto.h"
+#include "events/ring.h"
 #include "fs/command.h"
 #include "fs/fuse_server.h"
 #include "fs/tracefs.h"
@@ -41,7 +42,9 @@ constexpr const char* kUsage =
     "  -f              stay in the foreground (the daemon's messages go to stderr)\n"
     "  -d              foreground, with FUSE's request log\n"
     "  -o OPTIONS      mount options, comma-separated: FUSE's (e.g. allow_other) and\n"
-    "                  max_targets=N (traced processes at once, 4096 by default)\n"
+    "                  max_targets=N (traced processes at once, 4096 by default),\n"
+    "                  threads_per_target=N (threads of a process that record at once,\n"
+    "                  1024 by default, at most 4096)\n"
     "  -h, --help      this text\n"
     "  -V, --version   the version\n"
     "\n"
@@ -97,6 +100,7 @@ struct MountArgs {
   std::string mountpoint;
   std::vector<std::string> options;  // FUSE's
   uint32_t max_targets = 4096;
+  uint32_t threads_per_target = 1024;
   bool foreground = false;
   bool debug = false;
 };
@@ -118,6 +122,15 @@ bool take_own_options(const std::string& arg, MountArgs* a, std::string* bad) {
         return false;
       }
       a->max_targets = static_cast<uint32_t>(v);
+      continue;
+    }
+    if (opt.rfind("threads_per_target=", 0) == 0) {
+      uint64_t v = 0;
+      if (!events::kstrtoull(opt.substr(19), 10, &v) || v == 0 || v > events::kRingMaxCount) {
+        *bad = opt;
+        return false;
+      }
+      a->threads_per_target = static_cast<uint32_t>(v);
       continue;
     }
     if (opt.empty()) continue;
@@ -166,6 +179,7 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
   tracee::Tracer::Options topts;
   topts.agent_path = agent;
   topts.max_targets = a.max_targets;  // the tracer raises RLIMIT_NOFILE to serve them
+  topts.rings_per_target = a.threads_per_target;
   std::string err;
   std::unique_ptr<tracee::Tracer> tracer = tracee::Tracer::create(topts, &err);
   if (!tracer) {

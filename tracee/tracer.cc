@@ -1508,6 +1508,8 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
   out->data = rr.payload.data();
   out->len = static_cast<uint32_t>(rr.payload.size());
   out->lost_before = rr.lost_before + (consuming ? impl.rejected_lost : 0);
+  // Records of the target's threads that found no ring: lost before its next record.
+  if (consuming && r != nullptr && r->pid != 0) out->lost_before += r->reader.take_unowned_lost();
   bool ok = r != nullptr && out->len >= 8;
   if (ok && r->pid == 0) {
     int32_t writer;  // the daemon's own record names its writer
@@ -1523,7 +1525,14 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
       ok = std::binary_search(r->event_ids.begin(), r->event_ids.end(), id);
       if (ok && rr.ring < r->owners.size()) {
         Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
-        if (c.tid != rr.tid) c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
+        if (c.tid != rr.tid) {
+          c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
+          // Its name, for once it is gone: a thread that comes after it may take the
+          // ring over, name and all, as soon as it is drained.
+          std::string comm;
+          if (c.ok && r->reader.owner_comm(rr.ring, rr.tid, &comm))
+            impl.save_comm(r->pid, rr.tid, std::move(comm));
+        }
         ok = c.ok;
       }
       if (ok) last = {r, rr.ring, rr.tid, id};

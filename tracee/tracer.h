@@ -174,7 +174,11 @@ class Tracer {
   struct Options {
     std::string agent_path;          // libprobefs-agent.so
     uint32_t buffer_size_kb = 1410;  // each thread's ring (the kernel's per-CPU size)
-    uint32_t rings_per_target = 64;  // threads that can have a ring at once, per target
+    // Threads that can have a ring at once, per target (at most events::kRingMaxCount). A
+    // ring costs memory only once its thread writes; a new thread takes over the drained
+    // ring of one that is gone; a thread that finds none records nothing, and its records
+    // are counted lost (trace_pipe's LOST line before the target's next record).
+    uint32_t rings_per_target = 1024;
     // Ring areas at once: targets, and departed targets whose records are not read yet.
     // A new target beyond it first pushes out the oldest departed target's unread records
     // (counted as lost); with none to push out it is refused (-ENOSPC, a kRefused notice)

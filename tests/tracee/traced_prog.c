@@ -5,6 +5,10 @@
  *   call N          traced_add(i, 2*i) for i in [0, N): prints "ok SUM"
  *   str N           traced_str("name-<i % 10>", i) N times: "ok SUM"
  *   threads T N     T new threads, each calling traced_add N times: "ok SUM"
+ *   crowd T N       T threads (at most 4096) alive at once, each calling traced_add N
+ *                   times once every one has started: "ok SUM"
+ *   waves K N       K threads one after another (each joined before the next starts),
+ *                   each calling traced_add N times: "ok SUM"
  *   mix T N         T new threads, each calling traced_mix_o0 (straight-line code at -O0,
  *                   every instruction runs once a call) N times: "ok SUM"
  *   named T N NAME  the same, each thread first naming itself NAME-<i> (its comm)
@@ -126,6 +130,57 @@ static long run_threads(long t, long n, const char *prefix, int mix) {
   return sum;
 }
 
+static pthread_barrier_t g_crowd_barrier;
+
+static void *crowd_thread(void *p) {
+  struct thread_arg *a = p;
+  pthread_barrier_wait(&g_crowd_barrier);
+  a->sum = run_calls(a->n);
+  return NULL;
+}
+
+/* T threads with small stacks, alive at once: each calls once every one has started. */
+static long run_crowd(long t, long n) {
+  pthread_t *th = calloc((size_t)t, sizeof *th);
+  struct thread_arg *a = calloc((size_t)t, sizeof *a);
+  if (!th || !a) wrong("calloc", 0, 1);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_barrier_init(&g_crowd_barrier, NULL, (unsigned)t);
+  for (long i = 0; i < t; i++) {
+    a[i].n = n;
+    if (pthread_create(&th[i], &attr, crowd_thread, &a[i]) != 0) wrong("pthread_create", i, t);
+  }
+  long sum = 0;
+  for (long i = 0; i < t; i++) {
+    pthread_join(th[i], NULL);
+    sum += a[i].sum;
+  }
+  pthread_barrier_destroy(&g_crowd_barrier);
+  pthread_attr_destroy(&attr);
+  free(th);
+  free(a);
+  return sum;
+}
+
+/* K short-lived threads in sequence, N calls each. */
+static long run_waves(long k, long n) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  long sum = 0;
+  for (long i = 0; i < k; i++) {
+    struct thread_arg a = {.n = n};
+    pthread_t th;
+    if (pthread_create(&th, &attr, calls_thread, &a) != 0) wrong("pthread_create", i, k);
+    pthread_join(th, NULL);
+    sum += a.sum;
+  }
+  pthread_attr_destroy(&attr);
+  return sum;
+}
+
 /* Moves the calling thread to CPU `cpu` (and keeps it there). */
 static void pin_to(long cpu) {
   cpu_set_t set;
@@ -190,6 +245,10 @@ int main(int argc, char **argv) {
       printf("ok %ld\n", sum);
     } else if (sscanf(line, "threads %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
       printf("ok %ld\n", run_threads(t, n, NULL, 0));
+    } else if (sscanf(line, "crowd %ld %ld", &t, &n) == 2 && t > 0 && t <= 4096) {
+      printf("ok %ld\n", run_crowd(t, n));
+    } else if (sscanf(line, "waves %ld %ld", &t, &n) == 2 && t > 0) {
+      printf("ok %ld\n", run_waves(t, n));
     } else if (sscanf(line, "mix %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
       printf("ok %ld\n", run_threads(t, n, NULL, 1));
     } else if (sscanf(line, "named %ld %ld %10s", &t, &n, arg) == 3 && t > 0 && t <= 16) {

@@ -269,6 +269,93 @@ TEST(Tracer, ThreadsForkAndExec) {
   EXPECT_TRUE(execed);
 }
 
+// A thousand threads alive at once, a hundred hits each: each has a ring of its own, and
+// every hit is a record.
+TEST(Tracer, AThousandThreadsAtOnceEachRecord) {
+  auto t = make_tracer(16);  // 16 KiB per thread: a hundred records fit
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("crowd 1000 100", 120000), "ok " + std::to_string(1000 * sum_calls(100)));
+  std::vector<Rec> recs = drain(*t);
+  uint64_t lost = 0;
+  std::set<int32_t> tids;
+  for (const auto& x : recs) {
+    lost += x.r.lost_before;
+    tids.insert(static_cast<int32_t>(x.r.tid));
+  }
+  EXPECT_EQ(lost, 0u);
+  EXPECT_EQ(recs.size(), 100000u);
+  EXPECT_EQ(tids.size(), 1000u);
+  EXPECT_EQ(t->profile(e.id).hits, 100000u);
+}
+
+// More threads at once than a target has rings: those without one record nothing, and
+// what they lose is counted, shown before the target's next record.
+TEST(Tracer, ThreadsBeyondTheRingsAreCountedLost) {
+  Tracer::Options o;
+  o.agent_path = PROBEFS_AGENT_PATH;
+  o.buffer_size_kb = 16;
+  o.rings_per_target = 8;
+  std::string err;
+  auto t = Tracer::create(o, &err);
+  ASSERT_NE(t, nullptr) << err;
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("crowd 40 100", 60000), "ok " + std::to_string(40 * sum_calls(100)));
+  // One more record, of a thread that has a ring, carries what was lost after the last.
+  EXPECT_EQ(p.pipes.ask("call 1"), "ok 0");
+  std::vector<Rec> recs = drain(*t);
+  uint64_t lost = 0;
+  for (const auto& x : recs) lost += x.r.lost_before;
+  EXPECT_LT(recs.size(), 4001u);
+  EXPECT_GT(lost, 0u);
+  EXPECT_EQ(recs.size() + lost, 4001u);
+  EXPECT_EQ(t->profile(e.id).hits, 4001u);
+}
+
+// A hundred thousand short-lived threads one after another, read as they come: every hit
+// is a record, and the rings stay few (a new thread takes over the drained ring of one
+// that is gone).
+TEST(Tracer, AHundredThousandShortLivedThreadsAllRecord) {
+  auto t = make_tracer(4);
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> records{0}, lost{0}, most_rings{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      t->consume_records(
+          [&](const TraceRecord& r) {
+            ++records;
+            lost += r.lost_before;
+            return true;
+          },
+          4096);
+      most_rings = std::max<uint64_t>(most_rings, t->rings_in_use());
+      t->wait_for_records(20);
+    }
+  });
+  const long kThreads = 100000;
+  ASSERT_TRUE(p.pipes.send("waves " + std::to_string(kThreads) + " 1"));
+  const std::string answer = p.pipes.line(240000);
+  stop = true;
+  reader.join();
+  EXPECT_EQ(answer, "ok 0");
+  for (const Rec& x : drain(*t)) {
+    ++records;
+    lost += x.r.lost_before;
+  }
+  EXPECT_EQ(lost.load(), 0u);
+  EXPECT_EQ(records.load(), static_cast<uint64_t>(kThreads));
+  EXPECT_EQ(t->profile(e.id).hits, static_cast<uint64_t>(kThreads));
+  EXPECT_LE(most_rings.load(), 1024u + 1);  // the target's rings and the daemon's own
+}
+
 TEST(Tracer, LibraryOpenedLaterIsProbedBeforeItsCodeRuns) {
   auto t = make_tracer();
   ASSERT_NE(t, nullptr);
