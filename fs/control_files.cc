@@ -4,8 +4,10 @@
 //   README            the kernel's mini-HOWTO, for a tracefs of user-space processes; perf
 //                     probe reads it for features, so the lines it looks for are kept
 //   targets           the traced processes, one per line: PID COMM ORIGIN STATE (STATE
-//                     untraced:REASON for a process refused as a target); written to
-//                     by the probefs command (attach PID, detach PID, exec)
+//                     untraced:REASON for a process refused as a target), then
+//                     pending=N for a stopped one with N changes to make when it runs
+//                     again; written to by the probefs command (attach PID, detach PID,
+//                     exec)
 //   kprobes/list      every probe in every target, as the kernel's debugfs file prints them
 //   kprobes/enabled   the global arm switch (kstrtobool, as the kernel's)
 //   kprobes/blacklist code no probe may go on, in every target
@@ -292,7 +294,10 @@ class TargetsFile : public File {
         const std::string state =
             t.untraced.empty() ? proc_state(t.pid) : "untraced:" + t.untraced;
         out += std::to_string(t.pid) + " " + (t.comm.empty() ? "<...>" : t.comm) + " " +
-               origin_name(t.origin) + " " + state + "\n";
+               origin_name(t.origin) + " " + state;
+        // Changes a stopped process will make when it runs again.
+        if (t.deferred) out += " pending=" + std::to_string(t.deferred);
+        out += "\n";
       }
       return out;
     }

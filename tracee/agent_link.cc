@@ -19,6 +19,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -30,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // Whether a process is stopped (job control, a debugger): /proc/PID/stat's state T or t.
-bool process_stopped(pid_t pid) {
+bool process_stopped_now(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const size_t close_paren = s.rfind(')');
@@ -44,6 +45,9 @@ bool process_stopped(pid_t pid) {
 // AgentLink
 
 struct AgentLink::Impl {
+  // How often a request waiting for its reply looks whether the process is stopped.
+  static constexpr std::chrono::milliseconds kStoppedPoll{10};
+
   int fd = -1;
   link::PeerCred cred;
   link::Hello hello;
@@ -57,6 +61,7 @@ struct AgentLink::Impl {
     LinkResult result;
   };
   std::map<uint32_t, Pending> waiting;       // mu
+  std::set<uint32_t> deferred;               // mu: requests a stopped process has to do
   bool closed = false;                       // mu
   std::chrono::milliseconds timeout = kDefaultTimeout;  // mu
   link::ReplyAssembler assembler;            // the I/O thread only
@@ -98,6 +103,7 @@ struct AgentLink::Impl {
   // The I/O thread: a complete reply arrived.
   void complete(uint32_t seq, link::Reply r) {
     std::lock_guard l(mu);
+    deferred.erase(seq);  // a stopped process ran again and did it
     auto it = waiting.find(seq);
     if (it == waiting.end()) return;  // timed out already, or never asked
     it->second.done = true;
@@ -122,7 +128,7 @@ struct AgentLink::Impl {
     // A socket that stays full for a whole request timeout: the peer does not read, and
     // every later request would wait as long. A stopped process reads nothing either; it
     // keeps its link, to be served when it runs again.
-    if (rc == -ETIMEDOUT && !process_stopped(cred.pid))
+    if (rc == -ETIMEDOUT && !process_stopped_now(cred.pid))
       disconnect("does not read what the daemon sends");
     return rc;
   }
@@ -133,15 +139,35 @@ struct AgentLink::Impl {
     for (uint32_t s : seqs) waiting[s] = Pending{};
   }
 
+  // Waits for the reply to `seq` until `deadline`, looking every kStoppedPoll whether the
+  // process is stopped: then the request stays in the link for when it runs again, and
+  // the caller goes on (deferred). A stopped target never holds up the daemon for longer.
   LinkResult wait_reply(uint32_t seq, Clock::time_point deadline) {
     std::unique_lock l(mu);
     auto it = waiting.find(seq);
-    if (it == waiting.end()) return {-EINVAL, "no such request", {}};
-    cv.wait_until(l, deadline, [&] { return it->second.done || closed; });
+    if (it == waiting.end()) return {-EINVAL, "no such request", {}, false};
     LinkResult r;
-    if (it->second.done) r = std::move(it->second.result);
-    else if (closed) r.error = -ENOTCONN, r.message = "link closed";
-    else r.error = -ETIMEDOUT, r.message = "no reply in time";
+    bool stopped = false;
+    for (;;) {
+      const auto slice = std::min(deadline, Clock::now() + kStoppedPoll);
+      if (cv.wait_until(l, slice, [&] { return it->second.done || closed; })) break;
+      if (Clock::now() >= deadline) break;
+      l.unlock();
+      stopped = process_stopped_now(cred.pid);
+      l.lock();
+      if (stopped && !it->second.done) break;
+      stopped = false;
+    }
+    if (it->second.done) {
+      r = std::move(it->second.result);
+    } else if (closed) {
+      r.error = -ENOTCONN, r.message = "link closed";
+    } else if (stopped) {
+      r.deferred = true;
+      deferred.insert(seq);
+    } else {
+      r.error = -ETIMEDOUT, r.message = "no reply in time";
+    }
     waiting.erase(it);
     return r;
   }
@@ -165,7 +191,7 @@ struct AgentLink::Impl {
     const auto dl = deadline();
     if (int rc = send(m, pass_fd); rc) {
       forget(m.seq);
-      return {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}};
+      return {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}, false};
     }
     return wait_reply(m.seq, dl);
   }
@@ -181,6 +207,13 @@ AgentLink::~AgentLink() {
 pid_t AgentLink::pid() const { return impl_->cred.pid; }
 uid_t AgentLink::uid() const { return impl_->cred.uid; }
 const link::Hello& AgentLink::hello() const { return impl_->hello; }
+
+size_t AgentLink::deferred_requests() const {
+  std::lock_guard l(impl_->mu);
+  return impl_->closed ? 0 : impl_->deferred.size();
+}
+
+bool process_stopped(pid_t pid) { return process_stopped_now(pid); }
 
 bool AgentLink::closed() const {
   std::lock_guard l(impl_->mu);

@@ -81,9 +81,16 @@ struct LinkResult {
   int error = 0;        // 0 or a negative errno (the agent's, or -ETIMEDOUT, -ENOTCONN ...)
   std::string message;  // the agent's text: a failure's reason, or the LIST text
   std::vector<link::ProfileEntry> profile;  // PROFILE
+  // The process is stopped (SIGSTOP, a debugger): the request waits in its link, in order,
+  // and takes effect when the process runs again; nobody waits for its reply. error is 0,
+  // and a query's answer is empty.
+  bool deferred = false;
 
   bool ok() const { return error == 0; }
 };
+
+// Whether process `pid` is stopped now (SIGSTOP, or a debugger's stop): /proc/PID/stat.
+bool process_stopped(pid_t pid);
 
 class AgentListener;
 
@@ -99,6 +106,8 @@ class AgentLink {
   // The link ended: EOF (the process exited or exec'd, or the agent detached), an error,
   // or close(). A closed link stays closed; requests on it fail with -ENOTCONN.
   bool closed() const;
+  // Requests deferred because the process was stopped, that it has not done yet.
+  size_t deferred_requests() const;
 
   // How long each request waits for its reply (default kDefaultTimeout).
   void set_timeout(std::chrono::milliseconds t);

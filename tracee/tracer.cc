@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -270,6 +271,11 @@ struct Tracer::Impl {
     // kprobes/list and its symbolizer: only those that have one.
     std::map<std::pair<ProbeId, uintptr_t>, std::string> notes;
     std::shared_ptr<TargetNames> symbolizer;
+    // The last answers of its agent to the queries, for while it is stopped (a request
+    // waits in its link until it runs again: LinkResult::deferred).
+    std::string last_list;
+    std::string last_blacklist;
+    std::map<uint32_t, uint64_t> last_nmissed;  // by agent probe id
   };
 
   Options opts;
@@ -1214,6 +1220,7 @@ std::vector<TargetInfo> Tracer::targets() const {
     i.origin = t->origin;
     i.exe = t->exe;
     i.comm = read_proc_line("/proc/" + std::to_string(pid) + "/comm");
+    if (t->link) i.deferred = t->link->deferred_requests();
     out.push_back(std::move(i));
   }
   for (const TargetInfo& r : impl_->refused) {
@@ -1379,9 +1386,14 @@ ProbeProfile Tracer::profile(ProbeId id) {
     }
     if (!t->link || t->link->closed()) continue;
     LinkResult r = t->link->profile();
-    for (const auto& e : r.profile)
-      for (const auto& site : s->second)
-        if (e.probe_id == site.agent_id) out.misses += e.nmissed;
+    if (r.ok() && !r.deferred) {
+      t->last_nmissed.clear();
+      for (const auto& e : r.profile) t->last_nmissed[e.probe_id] = e.nmissed;
+    }
+    for (const auto& site : s->second) {
+      auto m = t->last_nmissed.find(site.agent_id);
+      if (m != t->last_nmissed.end()) out.misses += m->second;
+    }
   }
   return out;
 }
@@ -1396,6 +1408,8 @@ std::string Tracer::kprobes_list() {
     if (!t->link || t->link->closed()) continue;
     LinkResult r = t->link->list();
     if (!r.ok()) continue;
+    if (r.deferred) r.message = t->last_list;  // stopped: as it last answered
+    else t->last_list = r.message;
     // The notes of this target's probes, matched to the agent's lines by address, kind
     // and order: probes of one address can carry different notes (memcpy and memmove
     // resolve to one implementation).
@@ -1425,6 +1439,8 @@ std::string Tracer::kprobes_blacklist() {
     if (!t->link || t->link->closed() || !t->syms) continue;
     LinkResult r = t->link->blacklist();
     if (!r.ok()) continue;
+    if (r.deferred) r.message = t->last_blacklist;  // stopped: as it last answered
+    else t->last_blacklist = r.message;
     size_t at = 0;
     while (at < r.message.size()) {
       size_t nl = r.message.find('\n', at);
@@ -1482,6 +1498,9 @@ namespace {
 // or not.
 bool owner_is_thread_of(pid_t pid, uint32_t tid) {
   if (tid == 0 || tid > events::kRingOwnerTidMask) return false;
+  // The common case in one system call: a thread of pid's thread group now. Otherwise
+  // (gone, another process's, or not ours to signal) /proc/TID/status says.
+  if (syscall(SYS_tgkill, pid, static_cast<pid_t>(tid), 0) == 0) return true;
   char path[48];
   snprintf(path, sizeof path, "/proc/%u/status", tid);
   const int fd = open(path, O_RDONLY | O_CLOEXEC);

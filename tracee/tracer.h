@@ -31,6 +31,10 @@
 // Threads: every method may be called from any thread; one lock serialises them. Target
 // notices are delivered on the tracer's own thread, without that lock held: a listener
 // may call back into the Tracer.
+//
+// A stopped target (SIGSTOP, a debugger) holds nobody up: a request to it waits in its
+// link, in order, and takes effect as soon as it runs again; the call goes on at once,
+// and the queries answer what it said last.
 #pragma once
 
 #include <sys/types.h>
@@ -60,6 +64,9 @@ struct TargetInfo {
   // Empty for a target. Otherwise the process was refused and runs untraced, for this
   // reason (one word: "target-limit"); targets() lists the last few such while they run.
   std::string untraced;
+  // Requests it has not done yet because it is stopped (SIGSTOP, a debugger): they wait
+  // in its link, in order, and take effect when it runs again.
+  size_t deferred = 0;
 };
 
 // What happened to a target, for the `targets` file and for readers that wait on one.

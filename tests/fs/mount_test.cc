@@ -270,6 +270,86 @@ TEST(ProbefsCommand, AProbeOnEveryInstructionOfAFunctionCountsEveryCall) {
   EXPECT_EQ(p.quit(), 0);
 }
 
+// Waits (bounded) until process `pid` is in state `want` ('T': stopped) or not in it.
+bool wait_state(pid_t pid, bool stopped) {
+  for (int i = 0; i < 2000; ++i) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() &&
+        (stat[paren + 2] == 'T') == stopped)
+      return true;
+    usleep(5000);  // polling a state the kernel sets, with a bound
+  }
+  return false;
+}
+
+// One target stopped (SIGSTOP) beside a running one: defining, enabling, filtering and
+// reading every file succeed and hold nobody up; `targets` says what the stopped one has
+// pending; the running one's events fire; once continued, the stopped one does what it
+// missed before it runs on, and its events fire too. Unmounting with a target stopped
+// succeeds.
+TEST(ProbefsCommand, AStoppedTargetHoldsUpNobody) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  testing::ProgramProcess running(testing::ProgramProcess::under_probefs(m.dir()));
+  testing::ProgramProcess stopped(testing::ProgramProcess::under_probefs(m.dir()));
+  ASSERT_TRUE(running.ready() && stopped.ready());
+  ASSERT_EQ(kill(stopped.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_state(stopped.pid(), true));
+
+  ASSERT_EQ(m.write("kprobe_events", "p:st/add traced_prog:traced_add a=%di"), 0);
+  ASSERT_EQ(m.write("kprobe_events", "r:st/ret traced_prog:traced_add v=$retval"), 0);
+  ASSERT_EQ(m.write("events/st/add/filter", "a < 5"), 0);
+  ASSERT_EQ(m.write("events/st/enable", "1"), 0);
+  ASSERT_EQ(m.write("events/st/ret/enable", "0"), 0);
+  for (const char* f : {"kprobe_events", "uprobe_events", "dynamic_events", "kprobe_profile",
+                        "kprobes/list", "kprobes/blacklist", "trace", "targets",
+                        "events/st/add/format", "events/st/add/filter", "error_log"})
+    EXPECT_EQ(m.read(f).rfind("<errno", 0), std::string::npos) << f;
+  const std::string targets = m.read("targets");
+  EXPECT_NE(targets.find(std::to_string(stopped.pid()) + " traced_prog launched stopped pending="),
+            std::string::npos)
+      << targets;
+
+  EXPECT_EQ(running.ask("call 10"), "ok 135");
+  std::string trace = m.read("trace");
+  const std::string running_tag = "-" + std::to_string(running.pid()) + " ";
+  const std::string stopped_tag = "-" + std::to_string(stopped.pid()) + " ";
+  size_t lines = 0;
+  for (size_t at = trace.find(running_tag); at != std::string::npos;
+       at = trace.find(running_tag, at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 5u) << trace;
+  EXPECT_EQ(trace.find(stopped_tag), std::string::npos) << trace;
+
+  ASSERT_EQ(kill(stopped.pid(), SIGCONT), 0);
+  ASSERT_TRUE(wait_state(stopped.pid(), false));
+  // Its agent does what it missed as soon as it runs: targets stops saying pending.
+  bool caught_up = false;
+  for (int i = 0; i < 2000 && !caught_up; ++i) {
+    caught_up = m.read("targets").find("pending=") == std::string::npos;
+    if (!caught_up) usleep(5000);  // polling the daemon's state, with a bound
+  }
+  ASSERT_TRUE(caught_up) << m.read("targets");
+  EXPECT_EQ(stopped.ask("call 10"), "ok 135");
+  trace = m.read("trace");
+  lines = 0;
+  for (size_t at = trace.find(stopped_tag); at != std::string::npos;
+       at = trace.find(stopped_tag, at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 5u) << trace;
+
+  ASSERT_EQ(kill(stopped.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_state(stopped.pid(), true));
+  EXPECT_EQ(m.write("events/st/enable", "0"), 0);
+  EXPECT_EQ(m.unmount(), 0);
+  kill(stopped.pid(), SIGCONT);
+  EXPECT_EQ(running.quit(), 0);
+  EXPECT_EQ(stopped.quit(), 0);
+}
+
 TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {
   Mount m;
   ASSERT_TRUE(m.ok()) << m.daemon_stderr();

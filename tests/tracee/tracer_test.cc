@@ -317,9 +317,10 @@ TEST(Tracer, ThreadsBeyondTheRingsAreCountedLost) {
 }
 
 // A hundred thousand short-lived threads one after another, read as they come: every hit
-// is a record, and the rings stay few (a new thread takes over the drained ring of one
-// that is gone).
-TEST(Tracer, AHundredThousandShortLivedThreadsAllRecord) {
+// is a record or a counted loss, and the rings stay bounded (a new thread takes over the
+// drained ring of one that is gone). A thread finds no ring only when the reader falls
+// more than a target's rings behind the program, as a loaded machine can make it.
+TEST(Tracer, AHundredThousandShortLivedThreadsRecordOrCountTheirLoss) {
   auto t = make_tracer(4);
   ASSERT_NE(t, nullptr);
   Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
@@ -350,9 +351,15 @@ TEST(Tracer, AHundredThousandShortLivedThreadsAllRecord) {
     ++records;
     lost += x.r.lost_before;
   }
-  EXPECT_EQ(lost.load(), 0u);
-  EXPECT_EQ(records.load(), static_cast<uint64_t>(kThreads));
-  EXPECT_EQ(t->profile(e.id).hits, static_cast<uint64_t>(kThreads));
+  // What was lost after the last record shows before the next one.
+  EXPECT_EQ(p.pipes.ask("call 1"), "ok 0");
+  for (const Rec& x : drain(*t)) {
+    ++records;
+    lost += x.r.lost_before;
+  }
+  EXPECT_EQ(records.load() + lost.load(), static_cast<uint64_t>(kThreads) + 1);
+  EXPECT_GT(records.load(), static_cast<uint64_t>(kThreads) / 2);
+  EXPECT_EQ(t->profile(e.id).hits, static_cast<uint64_t>(kThreads) + 1);
   EXPECT_LE(most_rings.load(), 1024u + 1);  // the target's rings and the daemon's own
 }
 
