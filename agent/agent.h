@@ -34,7 +34,7 @@
 
 namespace probefs::agent {
 
-namespace link = events::link;
+namespace lk = events::link;
 
 // ---------------------------------------------------------------------------------------
 // What the handlers read (hit.cc). Plain data, published before the probe is registered
@@ -71,7 +71,7 @@ struct AreaState {
   events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread
   uint32_t generation = 0;  // distinct for every area this process ever had
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
-  bool fault_tolerant = false;  // read through the SIGSEGV fixup (see link::kSetupSyscallReads)
+  bool fault_tolerant = false;  // read through the SIGSEGV fixup (see lk::kSetupSyscallReads)
 };
 
 extern std::atomic<AreaState*> g_area;
@@ -97,7 +97,7 @@ extern std::mutex g_ctl_mu;
 
 // Serves one request; fills the reply. Never throws; a request that does not apply
 // changes nothing. `received_fd` is the descriptor that came with it (SETUP), taken over.
-void handle_request(const link::Message& m, int received_fd, link::Reply* reply);
+void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply);
 // Removes every probe (the daemon's, the r_brk hook) and the ring area; the program runs
 // on untraced. After tracer death, DETACH, or a fork child that found no daemon.
 void teardown();
@@ -111,7 +111,7 @@ size_t probe_count();
 // The link (bootstrap.cc).
 
 // Sends m on the current link (g_send_mu taken inside). 0 or a negative errno.
-int send_on_link(const link::Message& m);
+int send_on_link(const lk::Message& m);
 uint32_t next_agent_seq();
 // Whether a control thread serves the link now (MAPPED needs it to receive the answer).
 bool control_thread_running();
@@ -136,7 +136,7 @@ void remove_dl_hook();
 uintptr_t dl_hook_address();
 // The control thread received a message that belongs to a MAPPED exchange in flight
 // (a DEFINE with kFlagAnswer, or the REPLY to MAPPED): true when the mailbox took it.
-bool dl_mailbox_offer(const link::Message& m);
+bool dl_mailbox_offer(const lk::Message& m);
 // The link ended: wake the loading thread that waits for an answer.
 void dl_mailbox_close();
 // A new link: MAPPED exchanges may start.

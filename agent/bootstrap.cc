@@ -43,6 +43,7 @@
 #include "agent/agent.h"
 #include "agent/symbols.h"
 #include "arch/syscall.h"
+#include "link/socket.h"
 
 namespace probefs::agent {
 
@@ -136,9 +137,9 @@ int check_peer(int fd, pid_t daemon_pid, bool must_trace_us) {
 // ---------------------------------------------------------------------------------------
 // Serving
 
-void send_reply(uint32_t seq, link::Reply r) {
-  link::Message m;
-  m.type = link::MsgType::kReply;
+void send_reply(uint32_t seq, lk::Reply r) {
+  lk::Message m;
+  m.type = lk::MsgType::kReply;
   m.seq = seq;
   if (r.message.size() > 1 << 20) r.message.resize(1 << 20);
   m.body = std::move(r);
@@ -162,24 +163,24 @@ void detach_now(uint32_t seq) {
     g_linked.store(false);
     g_control_running.store(false);
   }
-  link::Message m;
-  m.type = link::MsgType::kReply;
+  lk::Message m;
+  m.type = lk::MsgType::kReply;
   m.seq = seq;
-  m.body = link::Reply{};
+  m.body = lk::Reply{};
   (void)link::send_message(fd, m, kSendTimeout);
   ::close(fd);
 }
 
 Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
-  link::Message m;
-  m.type = static_cast<link::MsgType>(0);  // stays 0 when even the header is unsound
+  lk::Message m;
+  m.type = static_cast<lk::MsgType>(0);  // stays 0 when even the header is unsound
   std::string why;
-  if (int rc = link::decode(buf.data(), buf.size(), &m, &why); rc) {
+  if (int rc = lk::decode(buf.data(), buf.size(), &m, &why); rc) {
     if (received_fd >= 0) ::close(received_fd);
-    if (m.type != link::MsgType::kReply) {
-      std::string what = m.type == static_cast<link::MsgType>(0)
+    if (m.type != lk::MsgType::kReply) {
+      std::string what = m.type == static_cast<lk::MsgType>(0)
                              ? std::string("malformed message")
-                             : std::string("malformed ") + link::type_name(m.type);
+                             : std::string("malformed ") + lk::type_name(m.type);
       send_reply(m.seq, {rc, what + ": " + why, {}});
     }
     return Outcome::kContinue;
@@ -189,19 +190,19 @@ Outcome serve_packet(const std::vector<uint8_t>& buf, int received_fd) {
     return Outcome::kContinue;
   }
   switch (m.type) {
-    case link::MsgType::kReply:
+    case lk::MsgType::kReply:
       if (received_fd >= 0) ::close(received_fd);
       return Outcome::kContinue;  // an answer that came too late
-    case link::MsgType::kGo:
+    case lk::MsgType::kGo:
       if (received_fd >= 0) ::close(received_fd);
       send_reply(m.seq, {});
       return Outcome::kGo;
-    case link::MsgType::kDetach:
+    case lk::MsgType::kDetach:
       if (received_fd >= 0) ::close(received_fd);
       detach_now(m.seq);
       return Outcome::kDetached;
     default: {
-      link::Reply r;
+      lk::Reply r;
       {
         std::lock_guard l(g_ctl_mu);
         handle_request(m, received_fd, &r);
@@ -273,11 +274,11 @@ int start_control_thread() {
   return -rc;
 }
 
-int send_hello(link::HelloReason reason) {
-  link::Message m;
-  m.type = link::MsgType::kHello;
+int send_hello(lk::HelloReason reason) {
+  lk::Message m;
+  m.type = lk::MsgType::kHello;
   m.seq = next_agent_seq();
-  link::Hello h;
+  lk::Hello h;
   h.pid = static_cast<int32_t>(::getpid());
   h.ppid = static_cast<int32_t>(::getppid());
   h.reason = reason;
@@ -304,7 +305,7 @@ void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
 // untraced.
-bool serve_start(const std::string& name, pid_t daemon_pid, link::HelloReason reason) {
+bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
   {
@@ -385,7 +386,7 @@ void atfork_child() {
   }
   dl_mailbox_open();
   const std::string name = g_link_name;
-  if (!serve_start(name, g_daemon_pid, link::HelloReason::kFork)) {
+  if (!serve_start(name, g_daemon_pid, lk::HelloReason::kFork)) {
     std::lock_guard l(g_ctl_mu);
     teardown();  // nobody to report to: the child runs untraced
   } else {
@@ -426,8 +427,8 @@ __attribute__((constructor)) void agent_constructor() {
   pid_t daemon_pid = 0;
   if (!name || !link::parse_link_name(name, &daemon_pid) || !preloaded()) return;
   const bool was = probecore::set_engine_thread(true);
-  const link::HelloReason reason =
-      std::getenv(kStartedEnv) ? link::HelloReason::kExec : link::HelloReason::kLaunch;
+  const lk::HelloReason reason =
+      std::getenv(kStartedEnv) ? lk::HelloReason::kExec : lk::HelloReason::kLaunch;
   if (serve_start(name, daemon_pid, reason))
     ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
   probecore::set_engine_thread(was);
@@ -435,7 +436,7 @@ __attribute__((constructor)) void agent_constructor() {
 
 }  // namespace
 
-int send_on_link(const link::Message& m) {
+int send_on_link(const lk::Message& m) {
   std::lock_guard s(g_send_mu);
   if (g_link_fd < 0) return -ENOTCONN;
   return link::send_message(g_link_fd, m, kSendTimeout);
@@ -452,7 +453,7 @@ bool control_thread_running() { return g_control_running.load(); }
 extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const char* link_name) {
   using namespace probefs::agent;
   pid_t daemon_pid = 0;
-  if (!link_name || !probefs::events::link::parse_link_name(link_name, &daemon_pid))
+  if (!link_name || !probefs::link::parse_link_name(link_name, &daemon_pid))
     return -EINVAL;
   const bool was = probefs::probecore::set_engine_thread(true);
   int rc = 0;
@@ -461,7 +462,7 @@ extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const
     if (!l.owns_lock() || g_linked.load() || g_control_running.load()) {
       rc = -EBUSY;  // linked already, or still letting go of the previous daemon
     } else if ((rc = ensure_engine()) == 0) {
-      const int fd = probefs::events::link::connect_link(link_name, kConnectTimeout);
+      const int fd = probefs::link::connect_link(link_name, kConnectTimeout);
       if (fd < 0) {
         rc = fd;
       } else if ((rc = check_peer(fd, daemon_pid, true)) != 0) {

@@ -55,7 +55,7 @@ bool filter_reads_comm(const events::CompiledFilter* f) {
          });
 }
 
-void set_error(link::Reply* r, int err, std::string msg) {
+void set_error(lk::Reply* r, int err, std::string msg) {
   r->error = err;
   r->message = std::move(msg);
 }
@@ -64,7 +64,7 @@ std::string errno_text(const char* what, int rc) {
   return std::string(what) + ": " + std::strerror(-rc);
 }
 
-probecore::FunctionBounds to_bounds(const link::Bounds& b) {
+probecore::FunctionBounds to_bounds(const lk::Bounds& b) {
   probecore::FunctionBounds f;
   f.start = b.start;
   f.end = b.end;
@@ -91,7 +91,7 @@ void replace_area(AreaState* as) {
   }
 }
 
-void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
+void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   if (fd < 0) return set_error(reply, -EBADF, "SETUP without the ring area's descriptor");
   struct stat st;
   if (::fstat(fd, &st) != 0) return set_error(reply, -errno, "fstat of the ring area failed");
@@ -111,7 +111,7 @@ void do_setup(const link::Setup& s, int fd, link::Reply* reply) {
   as->generation = ++g_area_generation;
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());
-  as->fault_tolerant = !(s.options & link::kSetupSyscallReads) && fault_fixup_installed();
+  as->fault_tolerant = !(s.options & lk::kSetupSyscallReads) && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();
   replace_area(as);
@@ -141,13 +141,13 @@ void set_fast_path(const events::FetchProgram& p, HitProbe* h) {
   h->fast = p.fixed_size >= p.header_size && p.fixed_size <= h->record_cap;
 }
 
-void do_define(const link::Message& m, link::Reply* reply) {
-  const auto& d = std::get<link::Define>(m.body);
+void do_define(const lk::Message& m, lk::Reply* reply) {
+  const auto& d = std::get<lk::Define>(m.body);
   if (g_probes.count(d.probe_id))
     return set_error(reply, -EEXIST, "probe id " + std::to_string(d.probe_id) + " exists");
   auto ap = std::make_unique<AgentProbe>();
   ap->id = d.probe_id;
-  ap->is_return = d.kind == link::ProbeKind::kReturn;
+  ap->is_return = d.kind == lk::ProbeKind::kReturn;
   ap->program = d.program;
   if (d.filter) ap->filter = std::make_unique<events::CompiledFilter>(*d.filter);
   ap->hit = std::make_unique<HitProbe>();
@@ -186,7 +186,7 @@ void do_define(const link::Message& m, link::Reply* reply) {
   g_probes[d.probe_id] = std::move(ap);
 }
 
-AgentProbe* find_probe(uint32_t id, link::Reply* reply) {
+AgentProbe* find_probe(uint32_t id, lk::Reply* reply) {
   auto it = g_probes.find(id);
   if (it == g_probes.end()) {
     set_error(reply, -ENOENT, "no probe " + std::to_string(id));
@@ -206,7 +206,7 @@ void unregister_all(std::vector<AgentProbe*> probes) {
   if (!rps.empty()) probecore::unregister_kretprobes(rps.data(), static_cast<int>(rps.size()));
 }
 
-void do_remove(uint32_t id, link::Reply* reply) {
+void do_remove(uint32_t id, lk::Reply* reply) {
   AgentProbe* ap = find_probe(id, reply);
   if (!ap) return;
   int rc = ap->is_return ? probecore::unregister_kretprobe(&ap->hit->rp)
@@ -217,7 +217,7 @@ void do_remove(uint32_t id, link::Reply* reply) {
   g_probes.erase(id);
 }
 
-void do_enable(uint32_t id, bool on, link::Reply* reply) {
+void do_enable(uint32_t id, bool on, lk::Reply* reply) {
   AgentProbe* ap = find_probe(id, reply);
   if (!ap) return;
   int rc;
@@ -228,7 +228,7 @@ void do_enable(uint32_t id, bool on, link::Reply* reply) {
   if (rc != 0) set_error(reply, rc, errno_text(on ? "enable" : "disable", rc));
 }
 
-void do_set_filter(const link::SetFilter& s, link::Reply* reply) {
+void do_set_filter(const lk::SetFilter& s, lk::Reply* reply) {
   AgentProbe* ap = find_probe(s.probe_id, reply);
   if (!ap) return;
   std::unique_ptr<events::CompiledFilter> next;
@@ -242,7 +242,7 @@ void do_set_filter(const link::SetFilter& s, link::Reply* reply) {
   ap->filter = std::move(next);
 }
 
-void do_profile(link::Reply* reply) {
+void do_profile(lk::Reply* reply) {
   for (const auto& [id, ap] : g_probes) {
     uint64_t missed = ap->hit->rp.kp.nmissed.load(std::memory_order_relaxed);
     if (ap->is_return) missed += ap->hit->rp.nmissed.load(std::memory_order_relaxed);
@@ -290,52 +290,52 @@ std::string blacklist_text() {
 
 }  // namespace
 
-void handle_request(const link::Message& m, int received_fd, link::Reply* reply) {
-  *reply = link::Reply{};
+void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
+  *reply = lk::Reply{};
   switch (m.type) {
-    case link::MsgType::kSetup:
-      do_setup(std::get<link::Setup>(m.body), received_fd, reply);
+    case lk::MsgType::kSetup:
+      do_setup(std::get<lk::Setup>(m.body), received_fd, reply);
       break;
-    case link::MsgType::kDefine:
+    case lk::MsgType::kDefine:
       do_define(m, reply);
       break;
-    case link::MsgType::kRemove:
-      do_remove(std::get<link::ProbeRef>(m.body).probe_id, reply);
+    case lk::MsgType::kRemove:
+      do_remove(std::get<lk::ProbeRef>(m.body).probe_id, reply);
       break;
-    case link::MsgType::kEnable:
-      do_enable(std::get<link::ProbeRef>(m.body).probe_id, true, reply);
+    case lk::MsgType::kEnable:
+      do_enable(std::get<lk::ProbeRef>(m.body).probe_id, true, reply);
       break;
-    case link::MsgType::kDisable:
-      do_enable(std::get<link::ProbeRef>(m.body).probe_id, false, reply);
+    case lk::MsgType::kDisable:
+      do_enable(std::get<lk::ProbeRef>(m.body).probe_id, false, reply);
       break;
-    case link::MsgType::kSetFilter:
-      do_set_filter(std::get<link::SetFilter>(m.body), reply);
+    case lk::MsgType::kSetFilter:
+      do_set_filter(std::get<lk::SetFilter>(m.body), reply);
       break;
-    case link::MsgType::kArmAll:
+    case lk::MsgType::kArmAll:
       if (int rc = probecore::arm_all_kprobes(); rc) set_error(reply, rc, errno_text("arm", rc));
       // The guards were disarmed too: take back what the program changed meanwhile.
       if (signal_guards_installed()) (void)reconcile_signal_guards();
       break;
-    case link::MsgType::kDisarmAll:
+    case lk::MsgType::kDisarmAll:
       if (int rc = probecore::disarm_all_kprobes(); rc)
         set_error(reply, rc, errno_text("disarm", rc));
       break;
-    case link::MsgType::kOptimization:
-      probecore::set_kprobes_optimization(std::get<link::Optimization>(m.body).on);
+    case lk::MsgType::kOptimization:
+      probecore::set_kprobes_optimization(std::get<lk::Optimization>(m.body).on);
       break;
-    case link::MsgType::kList:
+    case lk::MsgType::kList:
       reply->message = daemon_probes_list();
       break;
-    case link::MsgType::kProfile:
+    case lk::MsgType::kProfile:
       do_profile(reply);
       break;
-    case link::MsgType::kBlacklist:
+    case lk::MsgType::kBlacklist:
       reply->message = blacklist_text();
       break;
-    case link::MsgType::kGo:
+    case lk::MsgType::kGo:
       break;  // the serving loop acts on it; a running program has nothing to wait for
     default:
-      set_error(reply, -EOPNOTSUPP, std::string(link::type_name(m.type)) + " is not a request");
+      set_error(reply, -EOPNOTSUPP, std::string(lk::type_name(m.type)) + " is not a request");
       break;
   }
   if (received_fd >= 0) ::close(received_fd);

@@ -59,13 +59,13 @@ struct Mailbox {
   bool done = false;     // its REPLY came
   bool closed = false;   // the link ended
   uint32_t seq = 0;
-  std::vector<link::Message> answers;  // DEFINEs with kFlagAnswer, in order
+  std::vector<lk::Message> answers;  // DEFINEs with kFlagAnswer, in order
 };
 std::mutex g_mail_mu;
 std::condition_variable& g_mail_cv = *new std::condition_variable;
 Mailbox& g_mail = *new Mailbox;  // g_mail_mu
 
-void exchange(link::MappedKind kind) {
+void exchange(lk::MappedKind kind) {
   const uint32_t seq = next_agent_seq();
   {
     std::lock_guard l(g_mail_mu);
@@ -74,11 +74,11 @@ void exchange(link::MappedKind kind) {
     g_mail.active = true;
     g_mail.seq = seq;
   }
-  link::Message m;
-  m.type = link::MsgType::kMapped;
+  lk::Message m;
+  m.type = lk::MsgType::kMapped;
   m.seq = seq;
-  m.body = link::Mapped{kind};
-  std::vector<link::Message> answers;
+  m.body = lk::Mapped{kind};
+  std::vector<lk::Message> answers;
   if (send_on_link(m) == 0) {
     std::unique_lock l(g_mail_mu);
     g_mail_cv.wait_for(l, kAnswerTimeout, [] { return g_mail.done || g_mail.closed; });
@@ -89,11 +89,11 @@ void exchange(link::MappedKind kind) {
     std::lock_guard l(g_mail_mu);
     g_mail.active = false;
   }
-  for (const link::Message& a : answers) {
-    link::Message r;
-    r.type = link::MsgType::kReply;
+  for (const lk::Message& a : answers) {
+    lk::Message r;
+    r.type = lk::MsgType::kReply;
     r.seq = a.seq;
-    link::Reply reply;
+    lk::Reply reply;
     {
       std::lock_guard l(g_ctl_mu);
       if (!control_thread_running()) return;  // the link ended meanwhile
@@ -156,14 +156,14 @@ void remove_dl_hook() {
 
 uintptr_t dl_hook_address() { return g_hook_registered ? g_hook_addr : 0; }
 
-bool dl_mailbox_offer(const link::Message& m) {
+bool dl_mailbox_offer(const lk::Message& m) {
   std::lock_guard l(g_mail_mu);
   if (!g_mail.active) return false;
-  if (m.type == link::MsgType::kDefine && (m.flags & link::kFlagAnswer)) {
+  if (m.type == lk::MsgType::kDefine && (m.flags & lk::kFlagAnswer)) {
     g_mail.answers.push_back(m);
     return true;
   }
-  if (m.type == link::MsgType::kReply && m.seq == g_mail.seq) {
+  if (m.type == lk::MsgType::kReply && m.seq == g_mail.seq) {
     g_mail.done = true;
     g_mail_cv.notify_all();
     return true;
@@ -193,7 +193,7 @@ extern "C" void probefs_agent_dl_stub() {
   g_last_state = state;
   if (state == r_debug::RT_CONSISTENT && control_thread_running()) {
     const bool was = probecore::set_engine_thread(true);
-    exchange(last == r_debug::RT_DELETE ? link::MappedKind::kUnmapped : link::MappedKind::kMapped);
+    exchange(last == r_debug::RT_DELETE ? lk::MappedKind::kUnmapped : lk::MappedKind::kMapped);
     probecore::set_engine_thread(was);
   }
   errno = saved_errno;

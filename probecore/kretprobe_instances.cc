@@ -128,11 +128,7 @@ struct AltStack {
 
 AltStack alt_stack() {
   stack_t ss{};
-  long rc;
-  asm volatile("syscall"  // sigaltstack(NULL, &ss)
-               : "=a"(rc)
-               : "a"(131L), "D"(0L), "S"(&ss)
-               : "rcx", "r11", "memory");
+  const long rc = arch::raw_syscall(__NR_sigaltstack, 0, reinterpret_cast<long>(&ss));
   if (rc != 0 || (ss.ss_flags & SS_DISABLE)) return {};
   const auto lo = reinterpret_cast<uintptr_t>(ss.ss_sp);
   return {lo, lo + ss.ss_size};

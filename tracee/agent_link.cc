@@ -23,6 +23,8 @@
 #include <mutex>
 #include <thread>
 
+#include "link/socket.h"
+
 namespace probefs::tracee {
 
 using namespace std::chrono_literals;
@@ -50,7 +52,7 @@ struct AgentLink::Impl {
 
   int fd = -1;
   link::PeerCred cred;
-  link::Hello hello;
+  lk::Hello hello;
 
   // The I/O thread completes replies; requesters wait on cv.
   mutable std::mutex mu;
@@ -64,7 +66,7 @@ struct AgentLink::Impl {
   std::set<uint32_t> deferred;               // mu: requests a stopped process has to do
   bool closed = false;                       // mu
   std::chrono::milliseconds timeout = kDefaultTimeout;  // mu
-  link::ReplyAssembler assembler;            // the I/O thread only
+  lk::ReplyAssembler assembler;              // the I/O thread only
 
   std::mutex send_mu;  // one sender at a time: a split reply's packets stay together
 
@@ -101,7 +103,7 @@ struct AgentLink::Impl {
   }
 
   // The I/O thread: a complete reply arrived.
-  void complete(uint32_t seq, link::Reply r) {
+  void complete(uint32_t seq, lk::Reply r) {
     std::lock_guard l(mu);
     deferred.erase(seq);  // a stopped process ran again and did it
     auto it = waiting.find(seq);
@@ -113,7 +115,7 @@ struct AgentLink::Impl {
     cv.notify_all();
   }
 
-  int send(const link::Message& m, int pass_fd = -1) {
+  int send(const lk::Message& m, int pass_fd = -1) {
     std::chrono::milliseconds t;
     {
       std::lock_guard l(mu);
@@ -182,8 +184,8 @@ struct AgentLink::Impl {
     return Clock::now() + timeout;
   }
 
-  LinkResult request(link::MsgType type, link::Body body, int pass_fd = -1) {
-    link::Message m;
+  LinkResult request(lk::MsgType type, lk::Body body, int pass_fd = -1) {
+    lk::Message m;
     m.type = type;
     m.seq = take_seq();
     m.body = std::move(body);
@@ -206,7 +208,7 @@ AgentLink::~AgentLink() {
 
 pid_t AgentLink::pid() const { return impl_->cred.pid; }
 uid_t AgentLink::uid() const { return impl_->cred.uid; }
-const link::Hello& AgentLink::hello() const { return impl_->hello; }
+const lk::Hello& AgentLink::hello() const { return impl_->hello; }
 
 size_t AgentLink::deferred_requests() const {
   std::lock_guard l(impl_->mu);
@@ -228,53 +230,53 @@ void AgentLink::set_timeout(std::chrono::milliseconds t) {
 LinkResult AgentLink::setup(int memfd, uint64_t area_size, uint32_t trace_clock,
                             uint32_t options) {
   if (memfd < 0) return {-EBADF, "no ring area", {}};
-  return impl_->request(link::MsgType::kSetup, link::Setup{area_size, trace_clock, options},
+  return impl_->request(lk::MsgType::kSetup, lk::Setup{area_size, trace_clock, options},
                         memfd);
 }
 
-LinkResult AgentLink::define(const link::Define& d) {
-  return impl_->request(link::MsgType::kDefine, d);
+LinkResult AgentLink::define(const lk::Define& d) {
+  return impl_->request(lk::MsgType::kDefine, d);
 }
 
 LinkResult AgentLink::remove(uint32_t id) {
-  return impl_->request(link::MsgType::kRemove, link::ProbeRef{id});
+  return impl_->request(lk::MsgType::kRemove, lk::ProbeRef{id});
 }
 
 LinkResult AgentLink::enable(uint32_t id) {
-  return impl_->request(link::MsgType::kEnable, link::ProbeRef{id});
+  return impl_->request(lk::MsgType::kEnable, lk::ProbeRef{id});
 }
 
 LinkResult AgentLink::disable(uint32_t id) {
-  return impl_->request(link::MsgType::kDisable, link::ProbeRef{id});
+  return impl_->request(lk::MsgType::kDisable, lk::ProbeRef{id});
 }
 
 LinkResult AgentLink::set_filter(uint32_t id, const events::CompiledFilter* f) {
-  link::SetFilter s;
+  lk::SetFilter s;
   s.probe_id = id;
   if (f) s.filter = *f;
-  return impl_->request(link::MsgType::kSetFilter, std::move(s));
+  return impl_->request(lk::MsgType::kSetFilter, std::move(s));
 }
 
-LinkResult AgentLink::arm_all() { return impl_->request(link::MsgType::kArmAll, {}); }
-LinkResult AgentLink::disarm_all() { return impl_->request(link::MsgType::kDisarmAll, {}); }
+LinkResult AgentLink::arm_all() { return impl_->request(lk::MsgType::kArmAll, {}); }
+LinkResult AgentLink::disarm_all() { return impl_->request(lk::MsgType::kDisarmAll, {}); }
 
 LinkResult AgentLink::set_optimization(bool on) {
-  return impl_->request(link::MsgType::kOptimization, link::Optimization{on});
+  return impl_->request(lk::MsgType::kOptimization, lk::Optimization{on});
 }
 
-LinkResult AgentLink::list() { return impl_->request(link::MsgType::kList, {}); }
-LinkResult AgentLink::profile() { return impl_->request(link::MsgType::kProfile, {}); }
-LinkResult AgentLink::blacklist() { return impl_->request(link::MsgType::kBlacklist, {}); }
-LinkResult AgentLink::go() { return impl_->request(link::MsgType::kGo, {}); }
+LinkResult AgentLink::list() { return impl_->request(lk::MsgType::kList, {}); }
+LinkResult AgentLink::profile() { return impl_->request(lk::MsgType::kProfile, {}); }
+LinkResult AgentLink::blacklist() { return impl_->request(lk::MsgType::kBlacklist, {}); }
+LinkResult AgentLink::go() { return impl_->request(lk::MsgType::kGo, {}); }
 
 LinkResult AgentLink::detach() {
-  LinkResult r = impl_->request(link::MsgType::kDetach, {});
+  LinkResult r = impl_->request(lk::MsgType::kDetach, {});
   impl_->mark_closed();
   return r;
 }
 
 std::vector<LinkResult> AgentLink::answer_mapped(uint32_t mapped_seq,
-                                                 const std::vector<link::Define>& defines) {
+                                                 const std::vector<lk::Define>& defines) {
   // The request leaves the count the listener bounds (kMaxMappedInFlight).
   int in_flight = impl_->mapped_in_flight.load();
   while (in_flight > 0 && !impl_->mapped_in_flight.compare_exchange_weak(in_flight, in_flight - 1)) {
@@ -286,9 +288,9 @@ std::vector<LinkResult> AgentLink::answer_mapped(uint32_t mapped_seq,
   std::vector<LinkResult> out(defines.size());
   std::vector<bool> sent(defines.size(), false);
   for (size_t i = 0; i < defines.size(); ++i) {
-    link::Message m;
-    m.type = link::MsgType::kDefine;
-    m.flags = link::kFlagAnswer;
+    lk::Message m;
+    m.type = lk::MsgType::kDefine;
+    m.flags = lk::kFlagAnswer;
     m.seq = seqs[i];
     m.body = defines[i];
     if (int rc = impl_->send(m); rc) {
@@ -298,10 +300,10 @@ std::vector<LinkResult> AgentLink::answer_mapped(uint32_t mapped_seq,
       sent[i] = true;
     }
   }
-  link::Message done;
-  done.type = link::MsgType::kReply;
+  lk::Message done;
+  done.type = lk::MsgType::kReply;
   done.seq = mapped_seq;
-  done.body = link::Reply{};
+  done.body = lk::Reply{};
   const int rc = impl_->send(done);
   for (size_t i = 0; i < defines.size(); ++i) {
     if (!sent[i]) continue;
@@ -750,17 +752,17 @@ struct AgentListener::Impl {
 
   // Decides whether a HELLO may become a link: see the header.
   enum class Verdict { kRefuse, kExpected, kEvent, kPrepared };
-  Verdict judge(const link::PeerCred& cred, const ProcStat& self, const link::Hello& h) {
+  Verdict judge(const link::PeerCred& cred, const ProcStat& self, const lk::Hello& h) {
     if (h.pid != cred.pid) return Verdict::kRefuse;
-    if (h.abi_version != link::kAgentAbiVersion) return Verdict::kRefuse;
+    if (h.abi_version != lk::kAgentAbiVersion) return Verdict::kRefuse;
     std::lock_guard l(mu);
     if (auto e = expected.find(cred.pid); e != expected.end())
       return e->second == cred.uid ? Verdict::kExpected : Verdict::kRefuse;
     const auto now = Clock::now();
     std::erase_if(exec_expected, [&](const auto& e) { return e.second.deadline < now; });
     if (auto ex = exec_expected.find(cred.pid); ex != exec_expected.end()) {
-      const bool ok = ex->second.uid == cred.uid && (h.reason == link::HelloReason::kLaunch ||
-                                                     h.reason == link::HelloReason::kExec);
+      const bool ok = ex->second.uid == cred.uid && (h.reason == lk::HelloReason::kLaunch ||
+                                                     h.reason == lk::HelloReason::kExec);
       exec_expected.erase(ex);
       return ok ? Verdict::kPrepared : Verdict::kRefuse;
     }
@@ -773,8 +775,8 @@ struct AgentListener::Impl {
       if (self.ppid != h.ppid) return Verdict::kRefuse;
       return Verdict::kEvent;
     };
-    if (h.reason == link::HelloReason::kFork) return from_parent();
-    if (h.reason == link::HelloReason::kExec || h.reason == link::HelloReason::kLaunch) {
+    if (h.reason == lk::HelloReason::kFork) return from_parent();
+    if (h.reason == lk::HelloReason::kExec || h.reason == lk::HelloReason::kLaunch) {
       // The new image of a process with a link, or of a child that a traced process
       // started without fork's handlers (posix_spawn, vfork) and that exec'd.
       if (const Known* me = known_process(cred.pid, &self))
@@ -791,13 +793,13 @@ struct AgentListener::Impl {
     std::vector<uint8_t>& buf = rbuf;
     long n = link::recv_packet(fd, &buf, 0ms);
     if (n == -ETIMEDOUT) return;  // not there yet
-    link::Message m;
-    if (n <= 0 || link::decode(buf.data(), buf.size(), &m) != 0 ||
-        m.type != link::MsgType::kHello) {
+    lk::Message m;
+    if (n <= 0 || lk::decode(buf.data(), buf.size(), &m) != 0 ||
+        m.type != lk::MsgType::kHello) {
       leave_pending(fd, true);
       return;
     }
-    const auto& h = std::get<link::Hello>(m.body);
+    const auto& h = std::get<lk::Hello>(m.body);
     const Verdict v = judge(pc.cred, pc.stat, h);
     if (v == Verdict::kRefuse) {
       leave_pending(fd, true);
@@ -868,11 +870,11 @@ struct AgentListener::Impl {
         end_link(fd, lk);
         return;
       }
-      link::Message m;
+      lk::Message m;
       std::string why;
-      if (link::decode(buf.data(), buf.size(), &m, &why) != 0) {
+      if (lk::decode(buf.data(), buf.size(), &m, &why) != 0) {
         // A request we cannot read still gets an answer, so its sender does not wait.
-        if (m.type == link::MsgType::kMapped) reply_error(li, m.seq, -EBADMSG, why);
+        if (m.type == lk::MsgType::kMapped) reply_error(li, m.seq, -EBADMSG, why);
         if (protocol_error(li)) {
           end_link(fd, lk);
           return;
@@ -880,10 +882,10 @@ struct AgentListener::Impl {
         continue;
       }
       switch (m.type) {
-        case link::MsgType::kReply: {
+        case lk::MsgType::kReply: {
           int r = li.assembler.add(m);
           if (r == -EBADMSG) {  // another reply began before the last one ended
-            li.assembler = link::ReplyAssembler{};
+            li.assembler = lk::ReplyAssembler{};
             if (protocol_error(li)) {
               end_link(fd, lk);
               return;
@@ -892,7 +894,7 @@ struct AgentListener::Impl {
           }
           if (r == -E2BIG) {
             li.disconnect(("sent a reply longer than " +
-                           std::to_string(link::kMaxReplySize >> 20) + " MiB").c_str());
+                           std::to_string(lk::kMaxReplySize >> 20) + " MiB").c_str());
             end_link(fd, lk);
             return;
           }
@@ -902,14 +904,14 @@ struct AgentListener::Impl {
           }
           break;
         }
-        case link::MsgType::kMapped: {
+        case lk::MsgType::kMapped: {
           if (li.mapped_in_flight.fetch_add(1) >= kMaxMappedInFlight) {
             li.disconnect(("sent more than " + std::to_string(kMaxMappedInFlight) +
                            " MAPPED requests without waiting for their answers").c_str());
             end_link(fd, lk);
             return;
           }
-          LinkEvent ev{LinkEvent::kMapped, lk, false, m.seq, std::get<link::Mapped>(m.body)};
+          LinkEvent ev{LinkEvent::kMapped, lk, false, m.seq, std::get<lk::Mapped>(m.body)};
           push_event(std::move(ev));
           break;
         }
@@ -925,10 +927,10 @@ struct AgentListener::Impl {
   }
 
   static void reply_error(AgentLink::Impl& li, uint32_t seq, int err, const std::string& why) {
-    link::Message r;
-    r.type = link::MsgType::kReply;
+    lk::Message r;
+    r.type = lk::MsgType::kReply;
     r.seq = seq;
-    r.body = link::Reply{err, why.substr(0, 256), {}};
+    r.body = lk::Reply{err, why.substr(0, 256), {}};
     std::lock_guard l(li.send_mu);
     (void)link::send_message(li.fd, r, 0ms);  // never waits: a full socket drops it
   }

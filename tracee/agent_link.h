@@ -1,5 +1,5 @@
-// The daemon's end of the agent links (events/link.h): one listener per daemon, one
-// AgentLink per connected agent.
+// The daemon's end of the agent links (events/link.h's messages over link/socket.h's
+// sockets): one listener per daemon, one AgentLink per connected agent.
 //
 // Endpoints. An abstract socket name is listed in /proc/net/unix and any local user may
 // connect to it, so the listener binds socket files instead, one per uid it serves, each
@@ -39,7 +39,7 @@
 // ENOBUFS, ENOMEM) pauses every endpoint for kAcceptPause instead of firing again at once
 // (epoll is level-triggered), with one warning. A link may have kMaxMappedInFlight MAPPED
 // requests unanswered, kMaxProtocolErrors packets the daemon cannot use (malformed, too
-// long, not a request it serves), one reply of at most link::kMaxReplySize in assembly;
+// long, not a request it serves), one reply of at most lk::kMaxReplySize in assembly;
 // and a send to it that finds its socket full for a whole request timeout means it does
 // not read (unless its process is stopped: it is served when it runs again). A peer that
 // goes past any of these is disconnected (its link ends, as at EOF) with one line on
@@ -74,13 +74,13 @@
 
 namespace probefs::tracee {
 
-namespace link = events::link;
+namespace lk = events::link;
 
 // What a request got back.
 struct LinkResult {
   int error = 0;        // 0 or a negative errno (the agent's, or -ETIMEDOUT, -ENOTCONN ...)
   std::string message;  // the agent's text: a failure's reason, or the LIST text
-  std::vector<link::ProfileEntry> profile;  // PROFILE
+  std::vector<lk::ProfileEntry> profile;  // PROFILE
   // The process is stopped (SIGSTOP, a debugger): the request waits in its link, in order,
   // and takes effect when the process runs again; nobody waits for its reply. error is 0,
   // and a query's answer is empty.
@@ -102,7 +102,7 @@ class AgentLink {
 
   pid_t pid() const;
   uid_t uid() const;
-  const link::Hello& hello() const;  // as the agent sent it
+  const lk::Hello& hello() const;  // as the agent sent it
   // The link ended: EOF (the process exited or exec'd, or the agent detached), an error,
   // or close(). A closed link stays closed; requests on it fail with -ENOTCONN.
   bool closed() const;
@@ -115,7 +115,7 @@ class AgentLink {
   // SETUP: hands the ring area (a memfd, duplicated into the agent by SCM_RIGHTS; the
   // caller keeps its own fd) and the trace options.
   LinkResult setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
-  LinkResult define(const link::Define& d);
+  LinkResult define(const lk::Define& d);
   LinkResult remove(uint32_t probe_id);
   LinkResult enable(uint32_t probe_id);
   LinkResult disable(uint32_t probe_id);
@@ -138,7 +138,7 @@ class AgentLink {
   // the REPLY is sent. Must be called once for every kMapped event, promptly: the thread
   // in the target that loads the library waits for it (bounded by the agent).
   std::vector<LinkResult> answer_mapped(uint32_t mapped_seq,
-                                        const std::vector<link::Define>& defines);
+                                        const std::vector<lk::Define>& defines);
 
   // Ends the link abruptly, as the daemon's death would (tests, and a target that
   // misbehaves). Waiting requests return -ENOTCONN.
@@ -163,7 +163,7 @@ struct LinkEvent {
   std::shared_ptr<AgentLink> link;
   bool prepared = false;  // kConnected: the pid was announced with expect_exec()
   uint32_t seq = 0;       // kMapped: the request's seq, for answer_mapped()
-  link::Mapped mapped;    // kMapped
+  lk::Mapped mapped;      // kMapped
 };
 
 // What the listener holds and what it turned away (tests, diagnostics).

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,16 +11,17 @@
 #include <cerrno>
 #include <compare>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 #include <utility>
 
 #include "tracee/eh_frame.h"
+#include "tracee/elf_versions.h"
+#include "tracee/ifunc.h"
 #include "tracee/link_map.h"
 #include "tracee/proc_maps.h"
 
@@ -62,23 +62,6 @@ enum class SymbolKind : uint8_t {
   // STT_OBJECT and STT_COMMON: variables with an address of their own. Not STT_TLS, whose
   // value is an offset into each thread's block: no one address names the variable.
   kData,
-};
-
-// The slots of an object that the dynamic linker fills with the address of a function, as
-// IFUNC resolution reads them back (x86-64 objects only: the relocation types are its).
-struct Relocations {
-  // R_X86_64_IRELATIVE: (slot, resolver), ELF virtual addresses. ld.so stores there what
-  // the resolver returned, at load time, whether or not binding is lazy.
-  std::vector<std::pair<uint64_t, uint64_t>> irelative;
-  // GLOB_DAT, JUMP_SLOT and 64-bit words that name a symbol with no addend: the slot, by
-  // the name referenced, with the version the reference asks for (empty: none).
-  struct SymbolSlot {
-    uint64_t slot = 0;
-    std::string version;
-  };
-  std::unordered_multimap<std::string, SymbolSlot> by_name;
-  // [lo, hi) of .plt, .plt.sec and .plt.got: where a JUMP_SLOT not bound yet points.
-  std::vector<std::pair<uint64_t, uint64_t>> plt;
 };
 
 // One ELF object's file, or its bytes for an object given as bytes (load_image): what
@@ -129,9 +112,9 @@ struct ElfFile {
   SymbolTable debug_functions;
   std::vector<uintptr_t> debug_max_end;
 
-  // The dynamic relocations that IFUNC resolution reads (resolve()), read on first use.
-  bool relocations_loaded = false;
-  Relocations relocations;
+  // The slots that IFUNC resolution reads back (tracee/ifunc.h), read on first use.
+  bool ifunc_slots_loaded = false;
+  IfuncSlots ifunc_slots;
 };
 
 // Takes `elf` (begun on f's fd or image) into f when it is an object a process maps
@@ -328,57 +311,13 @@ uint8_t binding_rank(unsigned bind) {
   }
 }
 
-// Symbol versions of .dynsym (the GNU versioning sections): one 16-bit word per symbol in
-// .gnu.version (SHT_GNU_versym, linked to the table), whose low 15 bits index a definition
-// in .gnu.version_d (SHT_GNU_verdef) and whose top bit marks a hidden, non-default
-// version: ld.so binds a new reference to `pthread_cond_signal` to the one version without
-// it (GLIBC_2.3.2), while GLIBC_2.2.5 is kept for programs linked before. Indexes 0 (local)
-// and 1 (global, unversioned) and the definition flagged VER_FLG_BASE (the object's own
-// name) carry no version.
-struct DynsymVersions {
-  Elf_Data* versym = nullptr;
-  std::unordered_map<unsigned, std::string> names;  // definition index -> version name
-};
-
-DynsymVersions read_dynsym_versions(Elf* elf, size_t dynsym_index) {
-  DynsymVersions v;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) continue;
-    if (sh.sh_type == SHT_GNU_versym && sh.sh_link == dynsym_index) {
-      v.versym = elf_getdata(scn, nullptr);
-    } else if (sh.sh_type == SHT_GNU_verdef) {
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      if (data == nullptr) continue;
-      // A chain of Verdef records, each with its names (Verdaux) after it; the first name
-      // is the version's. Bounded by the section's declared count and its size.
-      size_t off = 0;
-      for (size_t n = 0; n < sh.sh_info && off < data->d_size; ++n) {
-        GElf_Verdef def;
-        if (gelf_getverdef(data, static_cast<int>(off), &def) == nullptr) break;
-        GElf_Verdaux aux;
-        if (!(def.vd_flags & VER_FLG_BASE) && def.vd_cnt > 0 &&
-            gelf_getverdaux(data, static_cast<int>(off + def.vd_aux), &aux) != nullptr) {
-          if (const char* name = elf_strptr(elf, sh.sh_link, aux.vda_name))
-            v.names.emplace(def.vd_ndx, name);
-        }
-        if (def.vd_next == 0) break;
-        off += def.vd_next;
-      }
-    }
-  }
-  return v;
-}
-
 // The name of .dynsym entry i as ld writes it into .symtab: "NAME@@VERSION" for the default
 // version, "NAME@VERSION" for a hidden one, the bare name when it has no version.
 std::string versioned_name(const DynsymVersions& v, size_t i, const char* name) {
-  GElf_Versym word;
-  if (v.versym == nullptr || gelf_getversym(v.versym, static_cast<int>(i), &word) == nullptr)
-    return name;
-  auto it = v.names.find(word & 0x7fff);
-  if (it == v.names.end()) return name;
-  return std::string(name) + ((word & 0x8000) ? "@" : "@@") + it->second;
+  bool hidden = false;
+  const std::string* version = version_of(v, i, &hidden);
+  if (version == nullptr) return name;
+  return std::string(name) + (hidden ? "@" : "@@") + *version;
 }
 
 bool is_kind(unsigned type, SymbolKind kind) {
@@ -594,103 +533,11 @@ void load_debug_names(ElfFile& f) {
   close(fd);
 }
 
-// The version names a .dynsym's version words can stand for: the definitions of
-// .gnu.version_d and the needs of .gnu.version_r (what an undefined symbol asks for).
-DynsymVersions reference_versions(Elf* elf, size_t dynsym_index) {
-  DynsymVersions v = read_dynsym_versions(elf, dynsym_index);
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_GNU_verneed) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr) continue;
-    // A chain of Verneed records (one per object needed), each with its Vernaux entries
-    // (one per version of it); bounded by the declared counts and the section's size.
-    size_t off = 0;
-    for (size_t n = 0; n < sh.sh_info && off < data->d_size; ++n) {
-      GElf_Verneed need;
-      if (gelf_getverneed(data, static_cast<int>(off), &need) == nullptr) break;
-      size_t aux_off = off + need.vn_aux;
-      for (size_t k = 0; k < need.vn_cnt && aux_off < data->d_size; ++k) {
-        GElf_Vernaux aux;
-        if (gelf_getvernaux(data, static_cast<int>(aux_off), &aux) == nullptr) break;
-        if (const char* name = elf_strptr(elf, sh.sh_link, aux.vna_name))
-          v.names.emplace(aux.vna_other, name);
-        if (aux.vna_next == 0) break;
-        aux_off += aux.vna_next;
-      }
-      if (need.vn_next == 0) break;
-      off += need.vn_next;
-    }
-  }
-  return v;
-}
-
-// The relocations of one SHT_RELA section that IFUNC resolution reads back.
-void read_rela(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh, Relocations* out) {
-  Elf_Data* data = elf_getdata(scn, nullptr);
-  if (data == nullptr) return;
-  Elf_Scn* sym_scn = elf_getscn(elf, sh.sh_link);
-  GElf_Shdr sym_sh;
-  Elf_Data* syms = nullptr;
-  DynsymVersions versions;
-  if (sym_scn != nullptr && gelf_getshdr(sym_scn, &sym_sh) != nullptr &&
-      sym_sh.sh_type == SHT_DYNSYM) {
-    syms = elf_getdata(sym_scn, nullptr);
-    versions = reference_versions(elf, sh.sh_link);
-  }
-  const size_t count = sh.sh_size / sh.sh_entsize;
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Rela r;
-    if (gelf_getrela(data, static_cast<int>(i), &r) == nullptr) break;
-    const auto type = static_cast<unsigned>(GELF_R_TYPE(r.r_info));
-    if (type == R_X86_64_IRELATIVE) {
-      out->irelative.emplace_back(r.r_offset, static_cast<uint64_t>(r.r_addend));
-      continue;
-    }
-    // Slots that receive a symbol's address as it is: a GOT entry, a PLT slot, a function
-    // pointer in data.
-    const bool whole_address = type == R_X86_64_GLOB_DAT || type == R_X86_64_JUMP_SLOT ||
-                               (type == R_X86_64_64 && r.r_addend == 0);
-    if (!whole_address || syms == nullptr) continue;
-    const auto index = static_cast<size_t>(GELF_R_SYM(r.r_info));
-    GElf_Sym sym;
-    if (index == 0 || gelf_getsym(syms, static_cast<int>(index), &sym) == nullptr) continue;
-    const unsigned st = GELF_ST_TYPE(sym.st_info);
-    if (st != STT_FUNC && st != STT_GNU_IFUNC && st != STT_NOTYPE) continue;
-    const char* name = elf_strptr(elf, sym_sh.sh_link, sym.st_name);
-    if (name == nullptr || name[0] == '\0') continue;
-    Relocations::SymbolSlot slot;
-    slot.slot = r.r_offset;
-    GElf_Versym word;
-    if (versions.versym != nullptr &&
-        gelf_getversym(versions.versym, static_cast<int>(index), &word) != nullptr) {
-      if (auto it = versions.names.find(word & 0x7fff); it != versions.names.end())
-        slot.version = it->second;
-    }
-    out->by_name.emplace(name, std::move(slot));
-  }
-}
-
-void load_relocations(ElfFile& f) {
-  if (f.relocations_loaded) return;
-  f.relocations_loaded = true;
-  GElf_Ehdr eh;
-  if (gelf_getehdr(f.elf, &eh) == nullptr || eh.e_machine != EM_X86_64) return;
-  size_t shstrndx = 0;
-  const bool named = elf_getshdrstrndx(f.elf, &shstrndx) == 0;
-  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn != nullptr; scn = elf_nextscn(f.elf, scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr) continue;
-    if (named && (sh.sh_flags & SHF_EXECINSTR)) {
-      const char* n = elf_strptr(f.elf, shstrndx, sh.sh_name);
-      if (n != nullptr && (std::strcmp(n, ".plt") == 0 || std::strcmp(n, ".plt.sec") == 0 ||
-                           std::strcmp(n, ".plt.got") == 0))
-        f.relocations.plt.emplace_back(sh.sh_addr, sh.sh_addr + sh.sh_size);
-    }
-    // The dynamic linker's relocations are the allocated ones.
-    if (sh.sh_type == SHT_RELA && (sh.sh_flags & SHF_ALLOC) && sh.sh_entsize != 0)
-      read_rela(f.elf, scn, sh, &f.relocations);
-  }
+// The slots IFUNC resolution reads back (tracee/ifunc.h).
+void load_ifunc_slots(ElfFile& f) {
+  if (f.ifunc_slots_loaded) return;
+  f.ifunc_slots_loaded = true;
+  f.ifunc_slots = read_ifunc_slots(f.elf);
 }
 
 // The symbol that `name` (bare or with a version) stands for in t, or nullptr.
@@ -861,113 +708,11 @@ int split_name(std::string_view name, std::string_view* mod, std::string_view* s
   return 0;
 }
 
-// `SYM@resolver`: the suffix that asks for an IFUNC's resolver rather than its
-// implementation. No symbol version is called that.
-constexpr std::string_view kResolverSuffix = "@resolver";
-
-// 8-byte words of a process's memory, through /proc/PID/mem (which the daemon, the
-// process's tracer or owner, may read; a process may always read its own).
-class ProcessMemory {
- public:
-  explicit ProcessMemory(pid_t pid) {
-    if (pid <= 0) return;
-    char file[64];
-    std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
-    fd_ = open(file, O_RDONLY | O_CLOEXEC);
-  }
-  ~ProcessMemory() {
-    if (fd_ >= 0) close(fd_);
-  }
-  ProcessMemory(const ProcessMemory&) = delete;
-  ProcessMemory& operator=(const ProcessMemory&) = delete;
-
-  bool word(uintptr_t addr, uintptr_t* out) const {
-    return fd_ >= 0 && pread(fd_, out, sizeof *out, static_cast<off_t>(addr)) ==
-                           static_cast<ssize_t>(sizeof *out);
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// Where this process maps the file (dev, inode, as stat gives them: /proc/PID/maps may
-// give an overlay's lower device) through the dynamic linker, which relocated it, so that
-// its code may run here: the load bias of its link-map entry (the executable's included);
-// with `at`, only the entry loaded at that bias. A file mapped some other way (mmap) is
-// not there.
-bool own_load_bias(dev_t dev, ino_t inode, std::optional<uintptr_t> at, uintptr_t* bias) {
-  struct Search {
-    dev_t dev;
-    ino_t inode;
-    std::optional<uintptr_t> at;
-    uintptr_t bias = 0;
-    bool found = false;
-  } search{dev, inode, at};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) -> int {
-        auto* s = static_cast<Search*>(data);
-        if (s->at && info->dlpi_addr != *s->at) return 0;
-        const char* path = info->dlpi_name;
-        if (path == nullptr || path[0] == '\0') path = "/proc/self/exe";  // the executable
-        struct stat st;
-        if (stat(path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->inode) return 0;
-        s->bias = info->dlpi_addr;
-        s->found = true;
-        return 1;
-      },
-      &search);
-  *bias = search.bias;
-  return search.found;
-}
-
-// Whether `pid` started with this process's GLIBC_TUNABLES (neither having any counts as
-// the same): the tunables are what can make one resolver choose differently on one
-// machine (glibc.cpu.hwcaps masks CPU features out).
-bool same_tunables(pid_t pid) {
-  char file[64];
-  std::snprintf(file, sizeof file, "/proc/%d/environ", static_cast<int>(pid));
-  const int fd = open(file, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  std::string env;
-  char buf[4096];
-  for (ssize_t n; env.size() < (1u << 20) && (n = read(fd, buf, sizeof buf)) > 0;)
-    env.append(buf, static_cast<size_t>(n));
-  close(fd);
-  constexpr std::string_view kName = "GLIBC_TUNABLES=";
-  std::optional<std::string_view> theirs;
-  for (size_t at = 0; at < env.size();) {
-    size_t end = env.find('\0', at);
-    if (end == std::string::npos) end = env.size();
-    const std::string_view entry(env.data() + at, end - at);
-    if (entry.starts_with(kName)) theirs = entry.substr(kName.size());
-    at = end + 1;
-  }
-  const char* mine = std::getenv("GLIBC_TUNABLES");
-  if (mine == nullptr || !theirs) return mine == nullptr && !theirs;
-  return *theirs == mine;
-}
-
-// Runs an IFUNC resolver of this process as the x86-64 dynamic linker does: no arguments
-// (glibc's x86 resolvers read the CPU features ld.so recorded).
-uintptr_t run_resolver(uintptr_t addr) {
-  using Resolver = uintptr_t (*)();
-  return reinterpret_cast<Resolver>(addr)();
-}
-
-// Whether a reference to (name, version) binds to the definition `def` (its full name:
-// "memcpy@@GLIBC_2.14", "memcpy@GLIBC_2.2.5", "foo"): the same name, and the version the
-// reference asks for, or none for a default (or unversioned) definition.
-bool binds_to(std::string_view def, std::string_view version) {
-  const size_t at = def.find('@');
-  if (at == std::string_view::npos) return true;
-  const bool is_default = def.substr(at).starts_with("@@");
-  const std::string_view def_version = def.substr(at + (is_default ? 2 : 1));
-  return version.empty() ? is_default : version == def_version;
-}
-
 }  // namespace
 
-struct ProcessSymbols::Impl {
+// The index of one process's objects; it answers IFUNC resolution (tracee/ifunc.h) for
+// them.
+struct ProcessSymbols::Impl : IfuncObjects {
   pid_t pid = 0;
   // Guards objects and each object's own members; any thread. The files behind the
   // objects have their own locks, taken after this one.
@@ -1006,12 +751,14 @@ struct ProcessSymbols::Impl {
   bool describe_in(const ElfObject& o, uintptr_t addr, ResolvedSymbol* out) const;
   // describe() of any object. Requires mu, not the files' mutexes.
   bool describe_any(uintptr_t addr, ResolvedSymbol* out) const;
-  // Whether a function of some object's code starts at addr: what a slot must hold to be
-  // an implementation (a slot that was not relocated yet holds a file's virtual address,
-  // a lazy one its own PLT stub). *out describes it. Requires mu.
-  bool function_at(uintptr_t addr, ResolvedSymbol* out) const;
+  // IfuncObjects, over `objects`. Each requires mu, not the files' mutexes.
+  size_t count() const override { return objects.size(); }
+  bool slots(size_t i,
+             const std::function<void(uintptr_t bias, const IfuncSlots&)>& use) const override;
+  bool function_at(uintptr_t addr, ResolvedSymbol* out) const override;
   // resolve() of the IFUNC symbol `sym` (its full name `full`) of `def`, asked as
-  // `asked`. Requires mu, not the files' mutexes.
+  // `asked`: its implementation (find_ifunc_implementation), else its resolver. Requires
+  // mu, not the files' mutexes.
   void resolve_ifunc(const ElfObject& def, const ElfSymbol& sym, const std::string& full,
                      std::string_view asked, ResolvedSymbol* out) const;
 };
@@ -1185,70 +932,31 @@ bool ProcessSymbols::Impl::function_at(uintptr_t addr, ResolvedSymbol* out) cons
   return false;
 }
 
+bool ProcessSymbols::Impl::slots(
+    size_t i, const std::function<void(uintptr_t bias, const IfuncSlots&)>& use) const {
+  const ElfObject& o = *objects[i];
+  if (!o.file) return false;
+  std::lock_guard file_lock(o.file->mu);
+  load_ifunc_slots(*o.file);
+  use(o.bias, o.file->ifunc_slots);
+  return true;
+}
+
 void ProcessSymbols::Impl::resolve_ifunc(const ElfObject& def, const ElfSymbol& sym,
                                          const std::string& full, std::string_view asked,
                                          ResolvedSymbol* out) const {
-  const uintptr_t resolver = def.bias + sym.value;
-  IfuncChoice how = IfuncChoice::kUnknown;
+  IfuncSymbol s;
+  s.full = full;
+  s.resolver = sym.value;
+  s.object = static_cast<size_t>(
+      std::find_if(objects.begin(), objects.end(), [&](const auto& o) { return o.get() == &def; }) -
+      objects.begin());
+  s.bias = def.bias;
+  s.dev = def.file->dev;
+  s.inode = def.file->inode;
+  s.code = def.code;
   ResolvedSymbol impl;
-  auto take = [&](uintptr_t value, IfuncChoice source) {
-    if (how != IfuncChoice::kUnknown || value == 0 || value == resolver) return;
-    if (function_at(value, &impl)) how = source;
-  };
-  const ProcessMemory mem(pid);
-  uintptr_t value = 0;
-  // What the dynamic linker stored. First the defining object's own IRELATIVE slots for
-  // this resolver (libc calls its string functions through them): filled at load time.
-  std::vector<uintptr_t> slots;
-  {
-    std::lock_guard file_lock(def.file->mu);
-    load_relocations(*def.file);
-    for (const auto& [slot, res] : def.file->relocations.irelative)
-      if (res == sym.value) slots.push_back(def.bias + slot);
-  }
-  for (uintptr_t slot : slots)
-    if (mem.word(slot, &value)) take(value, IfuncChoice::kRelocation);
-  // Then any object's slot bound to the symbol; a lazy JUMP_SLOT not called through yet
-  // still points at the object's own PLT.
-  const std::string_view bare = std::string_view(full).substr(0, full.find('@'));
-  for (const auto& o : objects) {
-    if (how != IfuncChoice::kUnknown || pid <= 0) break;
-    if (!o->file) continue;
-    std::vector<uintptr_t> bound;
-    std::vector<std::pair<uintptr_t, uintptr_t>> plt;
-    {
-      std::lock_guard file_lock(o->file->mu);
-      load_relocations(*o->file);
-      const Relocations& r = o->file->relocations;
-      auto [lo, hi] = r.by_name.equal_range(std::string(bare));
-      for (auto it = lo; it != hi; ++it)
-        if (binds_to(full, it->second.version)) bound.push_back(o->bias + it->second.slot);
-      for (const auto& [a, b] : r.plt) plt.emplace_back(o->bias + a, o->bias + b);
-    }
-    for (uintptr_t slot : bound) {
-      if (!mem.word(slot, &value)) continue;
-      // Bound to this definition: into its object's code, where an interposer (a
-      // preloaded memcpy, a sanitizer's) would have taken the slot elsewhere.
-      const bool at_plt = std::any_of(plt.begin(), plt.end(), [&](const auto& range) {
-        return range.first <= value && value < range.second;
-      });
-      if (!at_plt && def.contains_code(value)) take(value, IfuncChoice::kBinding);
-    }
-  }
-  // Nothing holds it yet: what the resolver returns, run as the dynamic linker will run
-  // it. In this very process, where the dynamic linker loaded the object; or in this
-  // process's own copy of the same file, which the same CPU features and tunables make
-  // choose the same code, moved by the difference of the load biases. Code of another
-  // process is never run.
-  if (how == IfuncChoice::kUnknown && pid > 0) {
-    const bool ours = pid == getpid();
-    uintptr_t own_bias = 0;
-    if ((ours || same_tunables(pid)) &&
-        own_load_bias(def.file->dev, def.file->inode,
-                      ours ? std::optional(def.bias) : std::nullopt, &own_bias)) {
-      take(run_resolver(own_bias + sym.value) - own_bias + def.bias, IfuncChoice::kCalled);
-    }
-  }
+  const IfuncChoice how = find_ifunc_implementation(pid, s, *this, &impl);
   if (how != IfuncChoice::kUnknown) {
     *out = std::move(impl);
   } else {
@@ -1259,19 +967,8 @@ void ProcessSymbols::Impl::resolve_ifunc(const ElfObject& def, const ElfSymbol& 
     out->name.assign(asked);
   }
   out->ifunc = how;
-  out->resolver = resolver;
+  out->resolver = def.bias + sym.value;
   out->asked.assign(asked);
-}
-
-std::string ifunc_note(const ResolvedSymbol& r) {
-  switch (r.ifunc) {
-    case IfuncChoice::kNone:
-      return {};
-    case IfuncChoice::kUnknown:
-      return r.asked + std::string(kResolverSuffix) + ": implementation unknown";
-    default:
-      return r.asked;
-  }
 }
 
 ProcessSymbols::ProcessSymbols(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

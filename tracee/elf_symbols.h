@@ -21,7 +21,8 @@ using probecore::FunctionBounds;
 // How resolve() chose the address of a GNU_IFUNC symbol. The symbol's own address is its
 // resolver, which the dynamic linker runs once (at load time, or at the first call through
 // a lazy PLT slot) and which the program never calls again; the program calls the
-// implementation the resolver returned. Where that implementation was found:
+// implementation the resolver returned. Where that implementation was found (tracee/ifunc.h
+// finds it):
 enum class IfuncChoice : uint8_t {
   kNone,        // not an IFUNC symbol
   kResolver,    // `SYM@resolver`: the resolver itself, as asked

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "link/socket.h"
+
 extern char** environ;
 
 namespace probefs::tracee {

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/syscall.h"
 #include "probecore/kprobes.h"
 #include "tests/tracee/libc_dynsym.h"
 #include "tracee/self_symbols.h"
@@ -357,12 +358,8 @@ int count_hit(Kprobe* p, PtRegs*) {
 int count_hit_and_mask(Kprobe* p, PtRegs* regs) {
   auto* c = reinterpret_cast<CountingProbe*>(reinterpret_cast<char*>(p) - offsetof(CountingProbe, kp));
   uint64_t mask = 0;
-  long rc;
-  register long r10 asm("r10") = 8;
-  asm volatile("syscall"  // rt_sigprocmask(SIG_BLOCK, NULL, &mask, 8)
-               : "=a"(rc)
-               : "a"(14L), "D"(0L), "S"(0L), "d"(&mask), "r"(r10)
-               : "rcx", "r11", "memory");
+  const long rc = arch::raw_syscall(__NR_rt_sigprocmask, SIG_BLOCK, 0,
+                                    reinterpret_cast<long>(&mask), static_cast<long>(sizeof mask));
   if (rc == 0 && (mask & (1ull << (SIGTRAP - 1)))) c->returns.fetch_add(1, std::memory_order_relaxed);
   return count_hit(p, regs);
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <set>
 
+#include "link/socket.h"
 #include "tests/tracee/agent_test_util.h"
 
 namespace probefs::agent_test {
@@ -153,7 +154,7 @@ TEST(AgentLaunch, StringsThroughSystemCalls) {
   Child c;
   Target t;
   ASSERT_TRUE(d.launch({PROBEFS_AGENT_TARGET, "calls", "3"}, &c, &t));
-  ASSERT_TRUE(d.setup(&t, 256 * 1024, link::kSetupSyscallReads));
+  ASSERT_TRUE(d.setup(&t, 256 * 1024, lk::kSetupSyscallReads));
   Event greet;
   ASSERT_TRUE(d.define(&t, "p:test/greet probefs_target_greet s=+0(%di):string", 3, 2, &greet));
   ASSERT_EQ(t.link->go().error, 0);
@@ -183,7 +184,7 @@ TEST(AgentControl, DisableFilterRemoveListProfile) {
   ASSERT_EQ(t.link->go().error, 0);
 
   // A second definition with a taken id, and requests for ids that do not exist.
-  link::Define dup;
+  lk::Define dup;
   Event unused;
   ASSERT_TRUE(d.prepare(&t, "p:test/add2 probefs_target_add", 3, 0, &unused, &dup));
   EXPECT_EQ(t.link->define(dup).error, -EEXIST);
@@ -365,7 +366,7 @@ TEST(AgentProcesses, ForkChildIsTracedWithTheSameEvents) {
   ASSERT_TRUE(d.next_event(&ev));
   ASSERT_EQ(ev.kind, tracee::LinkEvent::kConnected)
       << "link of " << ev.link->pid() << " (parent " << t.pid << ")";
-  EXPECT_EQ(ev.link->hello().reason, link::HelloReason::kFork);
+  EXPECT_EQ(ev.link->hello().reason, lk::HelloReason::kFork);
   EXPECT_EQ(ev.link->hello().ppid, t.pid);
   Target child;
   child.pid = ev.link->pid();
@@ -409,7 +410,7 @@ TEST(AgentProcesses, ExecImageIsTraced) {
       continue;
     }
     ASSERT_EQ(ev.kind, tracee::LinkEvent::kConnected);
-    EXPECT_EQ(ev.link->hello().reason, link::HelloReason::kExec);
+    EXPECT_EQ(ev.link->hello().reason, lk::HelloReason::kExec);
     EXPECT_EQ(ev.link->pid(), t.pid);
     img.pid = ev.link->pid();
     img.link = ev.link;
@@ -453,12 +454,12 @@ TEST(AgentLibraries, LibraryLoadedLaterIsProbedBeforeItsCodeRuns) {
     tracee::LinkEvent ev;
     ASSERT_TRUE(d.next_event(&ev));
     ASSERT_EQ(ev.kind, tracee::LinkEvent::kMapped);
-    std::vector<link::Define> defs;
-    if (ev.mapped.kind == link::MappedKind::kUnmapped) {
+    std::vector<lk::Define> defs;
+    if (ev.mapped.kind == lk::MappedKind::kUnmapped) {
       unmapped = true;
     } else if (!defined) {
       ASSERT_EQ(t.symbols->reload(), 0);
-      link::Define dl;
+      lk::Define dl;
       ASSERT_TRUE(d.prepare(&t, "p:test/late probefs_late_ctor_fn x=%di:s64", 3, 2, &late, &dl));
       EXPECT_NE(dl.module.find("late_ctor"), std::string::npos) << dl.module;
       defs.push_back(dl);
@@ -506,27 +507,27 @@ struct RawDaemon {
     fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     return fd >= 0;
   }
-  bool recv(link::Message* m) {
+  bool recv(lk::Message* m) {
     std::vector<uint8_t> buf;
     if (link::recv_packet(fd, &buf, kWait) <= 0) return false;
-    return link::decode(buf.data(), buf.size(), m) == 0;
+    return lk::decode(buf.data(), buf.size(), m) == 0;
   }
   bool send_raw(const std::vector<uint8_t>& bytes) {
     return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
   }
   // Sends a request and returns its reply (the one REPLY the agent sends for it).
-  link::Reply request(link::MsgType type, link::Body body = {}) {
-    link::Message m;
+  lk::Reply request(lk::MsgType type, lk::Body body = {}) {
+    lk::Message m;
     m.type = type;
     m.seq = ++seq;
     m.body = std::move(body);
     EXPECT_EQ(link::send_message(fd, m, kWait), 0);
-    link::Message r;
+    lk::Message r;
     EXPECT_TRUE(recv(&r));
-    EXPECT_EQ(r.type, link::MsgType::kReply);
+    EXPECT_EQ(r.type, lk::MsgType::kReply);
     EXPECT_EQ(r.seq, m.seq);
-    return r.body.index() == link::body_index(link::MsgType::kReply) ? std::get<link::Reply>(r.body)
-                                                                     : link::Reply{-1, "?", {}};
+    return r.body.index() == lk::body_index(lk::MsgType::kReply) ? std::get<lk::Reply>(r.body)
+                                                                     : lk::Reply{-1, "?", {}};
   }
 };
 
@@ -549,11 +550,11 @@ TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
       fork_exec(&c, {PROBEFS_AGENT_TARGET, "phases", "10"}, true,
                 {{"LD_PRELOAD", PROBEFS_AGENT_LIB}, {link::kLinkEnv, raw.name}}));
   ASSERT_TRUE(raw.accept_one());
-  link::Message hello;
+  lk::Message hello;
   ASSERT_TRUE(raw.recv(&hello));
-  ASSERT_EQ(hello.type, link::MsgType::kHello);
-  EXPECT_EQ(std::get<link::Hello>(hello.body).pid, c.pid);
-  const std::string list_before = raw.request(link::MsgType::kList).message;
+  ASSERT_EQ(hello.type, lk::MsgType::kHello);
+  EXPECT_EQ(std::get<lk::Hello>(hello.body).pid, c.pid);
+  const std::string list_before = raw.request(lk::MsgType::kList).message;
 
   // Each of these gets one REPLY with a negative error; the ones whose header is sound
   // get it with their seq.
@@ -564,35 +565,35 @@ TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
   std::vector<Bad> bad;
   bad.push_back({{1, 2, 3}, 0});
   bad.push_back({header(0xdeadbeef, 2, 0, 7, 0), 0});
-  bad.push_back({header(link::kMagic + 1, 2, 0, 7, 0), 0});  // another version
-  bad.push_back({header(link::kMagic, 77, 0, 8, 0), 8});     // unknown type
-  bad.push_back({header(link::kMagic, 3, 0x80, 9, 4), 9});   // unknown flag
+  bad.push_back({header(lk::kMagic + 1, 2, 0, 7, 0), 0});  // another version
+  bad.push_back({header(lk::kMagic, 77, 0, 8, 0), 8});     // unknown type
+  bad.push_back({header(lk::kMagic, 3, 0x80, 9, 4), 9});   // unknown flag
   {
-    auto h = header(link::kMagic, 3, 0, 10, 8);  // REMOVE with bytes left over
+    auto h = header(lk::kMagic, 3, 0, 10, 8);  // REMOVE with bytes left over
     h.resize(24, 0);
     bad.push_back({h, 10});
   }
   {
-    auto h = header(link::kMagic, 3, 0, 11, 100);  // length beyond the packet
+    auto h = header(lk::kMagic, 3, 0, 11, 100);  // length beyond the packet
     h.resize(20, 0);
     bad.push_back({h, 11});
   }
   {
-    auto h = header(link::kMagic, 12, link::kFlagMore, 12, 0);  // 'more' on a request
+    auto h = header(lk::kMagic, 12, lk::kFlagMore, 12, 0);  // 'more' on a request
     bad.push_back({h, 12});
   }
   // A DEFINE that decodes but for its program, whose magic is broken.
   {
-    link::Define d;
+    lk::Define d;
     d.probe_id = 5;
     d.address = 0x1000;
     d.program.header_size = 16;
     d.program.fixed_size = 16;
-    link::Message m;
-    m.type = link::MsgType::kDefine;
+    lk::Message m;
+    m.type = lk::MsgType::kDefine;
     m.seq = 13;
     m.body = d;
-    auto packets = link::encode(m);
+    auto packets = lk::encode(m);
     ASSERT_EQ(packets.size(), 1u);
     std::vector<uint8_t> p = packets[0];
     // The program block follows the module string; find its magic "PFP1" and break it.
@@ -614,24 +615,24 @@ TEST(AgentLink, GarbageGetsErrorRepliesAndChangesNothing) {
   for (uint32_t i = 0; i < 300; ++i) {
     const uint16_t type = kTypes[next() % 6];
     const uint32_t len = static_cast<uint32_t>(next() % 200);
-    auto h = header(link::kMagic, type, 0, 1000 + i, len);
+    auto h = header(lk::kMagic, type, 0, 1000 + i, len);
     for (uint32_t k = 0; k < len; ++k) h.push_back(static_cast<uint8_t>(next()));
     bad.push_back({h, 1000 + i});
   }
   for (const Bad& b : bad) {
     ASSERT_TRUE(raw.send_raw(b.bytes));
-    link::Message r;
+    lk::Message r;
     ASSERT_TRUE(raw.recv(&r));
-    ASSERT_EQ(r.type, link::MsgType::kReply);
+    ASSERT_EQ(r.type, lk::MsgType::kReply);
     if (b.seq) {
       EXPECT_EQ(r.seq, b.seq);
     }
-    EXPECT_LT(std::get<link::Reply>(r.body).error, 0) << std::get<link::Reply>(r.body).message;
+    EXPECT_LT(std::get<lk::Reply>(r.body).error, 0) << std::get<lk::Reply>(r.body).message;
   }
   // Nothing changed: no probe, and the program runs as it should.
-  EXPECT_EQ(raw.request(link::MsgType::kList).message, list_before);
-  EXPECT_EQ(raw.request(link::MsgType::kProfile).profile.size(), 0u);
-  EXPECT_EQ(raw.request(link::MsgType::kGo).error, 0);
+  EXPECT_EQ(raw.request(lk::MsgType::kList).message, list_before);
+  EXPECT_EQ(raw.request(lk::MsgType::kProfile).profile.size(), 0u);
+  EXPECT_EQ(raw.request(lk::MsgType::kGo).error, 0);
   run_phase(&c);
   ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(c));
 }
@@ -648,19 +649,19 @@ int in_child(Fn fn) {
 
 // Connects to `name`, says HELLO as told, and reports whether the daemon ended the
 // connection (0) or kept it (1, after a bounded wait).
-int hello_is_refused(const std::string& name, link::HelloReason reason, int32_t pid,
+int hello_is_refused(const std::string& name, lk::HelloReason reason, int32_t pid,
                      int32_t ppid) {
   const int fd = link::connect_link(name, 2s);
   if (fd < 0) return 0;  // not even connected
-  link::Message m;
-  m.type = link::MsgType::kHello;
+  lk::Message m;
+  m.type = lk::MsgType::kHello;
   m.seq = 1;
-  m.body = link::Hello{link::kAgentAbiVersion, pid, ppid, reason};
+  m.body = lk::Hello{lk::kAgentAbiVersion, pid, ppid, reason};
   (void)link::send_message(fd, m, 2s);
   // Then a request only a link would answer: MAPPED gets an answer or nothing.
-  m.type = link::MsgType::kMapped;
+  m.type = lk::MsgType::kMapped;
   m.seq = 2;
-  m.body = link::Mapped{};
+  m.body = lk::Mapped{};
   (void)link::send_message(fd, m, 2s);
   std::vector<uint8_t> buf;
   // A refused connection ends (EOF); a link keeps quiet, since nobody answers MAPPED.
@@ -679,28 +680,28 @@ TEST(AgentLink, ConnectionsFromOtherProcessesAreRefused) {
   EXPECT_EQ(in_child([&] {
               if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
                 return 2;
-              return hello_is_refused(name, link::HelloReason::kLaunch, getpid(), getppid());
+              return hello_is_refused(name, lk::HelloReason::kLaunch, getpid(), getppid());
             }),
             0);
   // Our uid, but a pid nobody expects.
   EXPECT_EQ(in_child([&] {
-              return hello_is_refused(name, link::HelloReason::kLaunch, getpid(), getppid());
+              return hello_is_refused(name, lk::HelloReason::kLaunch, getpid(), getppid());
             }),
             0);
   // Claims to be a fork child of a process with no link.
   EXPECT_EQ(in_child([&] {
-              return hello_is_refused(name, link::HelloReason::kFork, getpid(), getppid());
+              return hello_is_refused(name, lk::HelloReason::kFork, getpid(), getppid());
             }),
             0);
   // An expected pid, but the HELLO names another.
   const pid_t self = getpid();
   d.listener().expect(self);
-  EXPECT_EQ(hello_is_refused(name, link::HelloReason::kAttach, self + 1, 1), 0);
+  EXPECT_EQ(hello_is_refused(name, lk::HelloReason::kAttach, self + 1, 1), 0);
   int err = 0;
   EXPECT_EQ(d.listener().wait_for(self, 0ms, &err), nullptr);
   EXPECT_TRUE(d.listener().links().empty());
   // The check of the checker: the same HELLO with the true pid becomes a link.
-  EXPECT_EQ(hello_is_refused(name, link::HelloReason::kAttach, self, getppid()), 1);
+  EXPECT_EQ(hello_is_refused(name, lk::HelloReason::kAttach, self, getppid()), 1);
   EXPECT_NE(d.listener().wait_for(self, kWait, &err), nullptr);
 }
 
@@ -772,7 +773,7 @@ TEST(AgentAttach, AttachDetachAttachAgain) {
     SCOPED_TRACE("round " + std::to_string(round));
     Target t;
     ASSERT_NO_FATAL_FAILURE(attach_as_injector(d, c, &t));
-    EXPECT_EQ(t.link->hello().reason, link::HelloReason::kAttach);
+    EXPECT_EQ(t.link->hello().reason, lk::HelloReason::kAttach);
 
     ASSERT_TRUE(d.setup(&t));
     Event add, sq;
@@ -1183,10 +1184,10 @@ TEST(AgentLinkGuard, HostilePeersDoNotDelayALaunchOrAnAttach) {
         const int fd = connect_listed(n);
         if (fd < 0) continue;
         // Only their own endpoint lets them in, and closes at once.
-        link::Message m;
-        m.type = link::MsgType::kHello;
+        lk::Message m;
+        m.type = lk::MsgType::kHello;
         m.seq = 1;
-        m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+        m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
         (void)link::send_message(fd, m, 1s);
         const bool ended = ended_unasked(fd);
         close(fd);
@@ -1299,10 +1300,10 @@ std::shared_ptr<tracee::AgentLink> fake_agent(TestDaemon& d, Child* c, Flood flo
     if (read(go[0], &b, 1) != 1) _exit(2);
     const int fd = link::connect_link(name, kWait);
     if (fd < 0) _exit(3);
-    link::Message m;
-    m.type = link::MsgType::kHello;
+    lk::Message m;
+    m.type = lk::MsgType::kHello;
     m.seq = 1;
-    m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+    m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
     if (link::send_message(fd, m, kWait) != 0) _exit(4);
     _exit(flood(fd));
   }
@@ -1344,11 +1345,11 @@ TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
     Child c;
     auto lk = fake_agent(d, &c, [](int fd) {
       return send_until_cut(fd, 1000000, [](long i) {
-        link::Message m;
-        m.type = link::MsgType::kMapped;
+        lk::Message m;
+        m.type = lk::MsgType::kMapped;
         m.seq = static_cast<uint32_t>(i + 2);
-        m.body = link::Mapped{};
-        return link::encode(m)[0];
+        m.body = lk::Mapped{};
+        return lk::encode(m)[0];
       });
     });
     ASSERT_NE(lk, nullptr);
@@ -1366,12 +1367,12 @@ TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
     SCOPED_TRACE("a reply that never ends");
     Child c;
     auto lk = fake_agent(d, &c, [](int fd) {
-      link::Message m;
-      m.type = link::MsgType::kReply;
-      m.flags = link::kFlagMore;
+      lk::Message m;
+      m.type = lk::MsgType::kReply;
+      m.flags = lk::kFlagMore;
       m.seq = 7;
-      m.body = link::Reply{0, std::string(150 * 1024, 'x'), {}};
-      const std::vector<uint8_t> p = link::encode(m)[0];
+      m.body = lk::Reply{0, std::string(150 * 1024, 'x'), {}};
+      const std::vector<uint8_t> p = lk::encode(m)[0];
       // 1.5 GiB at most; the daemon keeps 8 MiB of one reply.
       return send_until_cut(fd, 10000, [&](long) { return p; });
     });
@@ -1385,7 +1386,7 @@ TEST(AgentLinkGuard, FloodingAgentsAreDisconnectedAndMemoryStaysFlat) {
     Child c;
     auto lk = fake_agent(d, &c, [](int fd) {
       return send_until_cut(fd, 100000, [](long i) {
-        return header(link::kMagic, i % 2 ? 1 : 0x101, 0, static_cast<uint32_t>(i), 0);
+        return header(lk::kMagic, i % 2 ? 1 : 0x101, 0, static_cast<uint32_t>(i), 0);
       });
     });
     ASSERT_NE(lk, nullptr);
@@ -1491,10 +1492,10 @@ TEST(AgentLinkGuard, OutOfDescriptorsPausesAccepting) {
       if (read(go[0], &b, 1) != 1) _exit(2);
       const int fd = link::connect_link(name, kWait);
       if (fd < 0) _exit(3);
-      link::Message m;
-      m.type = link::MsgType::kHello;
+      lk::Message m;
+      m.type = lk::MsgType::kHello;
       m.seq = 1;
-      m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
       if (link::send_message(fd, m, kWait) != 0) _exit(4);
       std::vector<uint8_t> buf;
       _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);  // until the daemon goes
@@ -1570,10 +1571,10 @@ TEST(AgentLinkGuard, BurstBeyondThePendingBoundAllJoin) {
       const int fd = link::connect_link(name, kWait);
       if (fd < 0) _exit(3);
       (void)!read(hello[0], &b, 1);  // EOF: all say HELLO
-      link::Message m;
-      m.type = link::MsgType::kHello;
+      lk::Message m;
+      m.type = lk::MsgType::kHello;
       m.seq = 1;
-      m.body = link::Hello{link::kAgentAbiVersion, getpid(), getppid(), link::HelloReason::kLaunch};
+      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
       if (link::send_message(fd, m, kWait) != 0) _exit(4);
       std::vector<uint8_t> buf;
       _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);

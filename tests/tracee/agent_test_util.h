@@ -32,7 +32,7 @@
 namespace probefs::agent_test {
 
 using namespace std::chrono_literals;
-namespace link = events::link;
+namespace lk = events::link;
 using Clock = std::chrono::steady_clock;
 
 // Bounds for waits that only a broken agent would reach.
@@ -214,7 +214,7 @@ class TestDaemon {
 
   // Parses and compiles a kprobe_events line, resolves its place in the target.
   bool prepare(Target* t, const std::string& line, uint16_t id, uint32_t slot, Event* ev,
-               link::Define* d, bool enabled = true) {
+               lk::Define* d, bool enabled = true) {
     events::ParseResult pr = events::parse_kprobe_command(line);
     EXPECT_EQ(pr.status, events::ParseStatus::kDefine) << line << ": " << pr.error.message();
     if (pr.status != events::ParseStatus::kDefine) return false;
@@ -239,7 +239,7 @@ class TestDaemon {
     d->probe_id = slot + 1;
     d->counter_slot = slot;
     d->event_id = id;
-    d->kind = pr.def.is_return ? link::ProbeKind::kReturn : link::ProbeKind::kEntry;
+    d->kind = pr.def.is_return ? lk::ProbeKind::kReturn : lk::ProbeKind::kEntry;
     d->enabled = enabled;
     d->maxactive = static_cast<uint32_t>(pr.def.maxactive);
     d->address = rs.addr + pr.def.offset;
@@ -256,7 +256,7 @@ class TestDaemon {
 
   bool define(Target* t, const std::string& line, uint16_t id, uint32_t slot, Event* ev,
               bool enabled = true) {
-    link::Define d;
+    lk::Define d;
     if (!prepare(t, line, id, slot, ev, &d, enabled)) return false;
     const tracee::LinkResult r = t->link->define(d);
     EXPECT_EQ(r.error, 0) << line << ": " << r.message;
