@@ -42,7 +42,9 @@
 
 #include "agent/agent.h"
 #include "agent/symbols.h"
+#include "arch/membarrier.h"
 #include "arch/syscall.h"
+#include "events/ring.h"
 #include "link/socket.h"
 
 namespace probefs::agent {
@@ -302,10 +304,22 @@ void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
   (void)install_guards();
 }
 
+// The membarrier commands the engine and the rings use, registered while the program has
+// one thread: the kernel registers a process with more threads only after an RCU grace
+// period, 10-20 ms each on our VMs, and every exec'd program and fork child paid three of them
+// before it ran on (the engine's first probe starts its optimizer thread). Registering again
+// later is free.
+void register_barriers() {
+  (void)arch::membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+  (void)arch::membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE);
+  (void)events::ring_register_producer_process();
+}
+
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
 // untraced.
 bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
+  register_barriers();  // still one thread here (a fork child has one too)
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
   {

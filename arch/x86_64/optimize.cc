@@ -164,7 +164,12 @@ std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, D
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
   unsigned long inode = 0;
-  std::vector<std::pair<uintptr_t, uintptr_t>> rel32;  // (target, source), by target
+  // Each candidate branch as (target << 32 | source), both offsets from start; sorted (by
+  // target) from the kSortAfter-th question on: a process start asks a few (the agent's
+  // own probes), for which a pass over the list costs less than sorting it.
+  std::vector<uint64_t> rel32;
+  bool sorted = false;
+  unsigned questions = 0;
 };
 std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
 constexpr size_t kResyncBytes = 128;
@@ -210,41 +215,48 @@ int dl_counters_cb(dl_phdr_info* info, size_t size, void* data) {
   return 1;  // the first object carries them
 }
 
-const MappingBranches* branches_of_mapping(uintptr_t addr) {
+constexpr unsigned kSortAfter = 16;
+
+MappingBranches* branches_of_mapping(uintptr_t addr) {
   static DlCounters seen{~0ull, ~0ull};
   DlCounters now;
   dl_iterate_phdr(dl_counters_cb, &now);
   if (now == seen) {
-    for (const MappingBranches& b : g_mapping_branches)
+    for (MappingBranches& b : g_mapping_branches)
       if (addr >= b.start && addr < b.end) return &b;
   }
   seen = now;
   MappingBranches m;
   if (!find_exec_mapping(addr, &m)) return nullptr;
-  for (const MappingBranches& b : g_mapping_branches)
+  for (MappingBranches& b : g_mapping_branches)
     if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
-  std::vector<uint8_t> code(m.end - m.start);
-  if (!read_self_memory_all(m.start, code.data(), code.size())) return nullptr;
-  for (auto it = g_saved.lower_bound(m.start); it != g_saved.end() && it->first < m.end; ++it)
-    code[it->first - m.start] = it->second;
-  const size_t size = code.size();
-  auto rel32_at = [&](size_t i) {
-    int32_t rel;
-    std::memcpy(&rel, code.data() + i, 4);
-    return rel;
-  };
-  for (size_t p = 0; p + 5 <= size; ++p) {
-    uintptr_t target;
-    if (code[p] == 0xe8 || code[p] == 0xe9) {
-      target = m.start + p + 5 + rel32_at(p + 1);
-    } else if (code[p] == 0x0f && p + 6 <= size && (code[p + 1] & 0xf0) == 0x80) {
-      target = m.start + p + 6 + rel32_at(p + 2);
-    } else {
-      continue;
+  // In chunks through one buffer (a process start pays for this scan of libc: no
+  // zero-filled copy of the whole mapping), each chunk overlapping the next by the bytes
+  // of a branch that starts at its end.
+  constexpr size_t kChunk = 64 * 1024, kTail = 6;
+  static uint8_t* const buf = new uint8_t[kChunk + kTail];
+  const size_t size = m.end - m.start;
+  if (size > UINT32_MAX) return nullptr;  // offsets are kept in 32 bits
+  m.rel32.reserve(size / 16);
+  for (size_t at = 0; at < size; at += kChunk) {
+    const size_t n = std::min(kChunk + kTail, size - at);
+    if (!read_self_memory_all(m.start + at, buf, n)) return nullptr;
+    for (auto it = g_saved.lower_bound(m.start + at); it != g_saved.end() && it->first < m.start + at + n; ++it)
+      buf[it->first - m.start - at] = it->second;
+    const size_t last = std::min(kChunk, n);  // branch starts this chunk owns
+    for (size_t q = 0; q < last && q + 5 <= n; ++q) {
+      const uint8_t op = buf[q];
+      size_t field;
+      if (op == 0xe8 || op == 0xe9) field = q + 1;
+      else if (op == 0x0f && q + 6 <= n && (buf[q + 1] & 0xf0) == 0x80) field = q + 2;
+      else continue;
+      int32_t rel;
+      std::memcpy(&rel, buf + field, 4);
+      const int64_t target = static_cast<int64_t>(at + field + 4) + rel;  // from the start
+      if (target >= 0 && static_cast<uint64_t>(target) < size)
+        m.rel32.push_back(static_cast<uint64_t>(target) << 32 | (at + q));
     }
-    if (target >= m.start && target < m.end) m.rel32.emplace_back(target, m.start + p);
   }
-  std::sort(m.rel32.begin(), m.rel32.end());
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
@@ -287,13 +299,24 @@ bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
 
 // Does a direct branch from anywhere in the mapping land strictly inside (addr, addr+len)?
 bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
-  const MappingBranches* b = branches_of_mapping(addr);
+  MappingBranches* b = branches_of_mapping(addr);
   if (!b) return true;  // unknown: assume the worst
   const uintptr_t lo = b->start;
-  for (auto it = std::upper_bound(b->rel32.begin(), b->rel32.end(),
-                                  std::make_pair(addr, ~uintptr_t{0}));
-       it != b->rel32.end() && it->first < addr + len; ++it)
-    if (decodes_as_instruction(it->second, *b)) return true;
+  if (!b->sorted && ++b->questions >= kSortAfter) {
+    std::sort(b->rel32.begin(), b->rel32.end());
+    b->sorted = true;
+  }
+  const uint64_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
+  if (b->sorted) {
+    for (auto it = std::lower_bound(b->rel32.begin(), b->rel32.end(), from_target << 32);
+         it != b->rel32.end() && (*it >> 32) < to_target; ++it)
+      if (decodes_as_instruction(lo + (*it & 0xffffffffu), *b)) return true;
+  } else {
+    for (uint64_t c : b->rel32)
+      if ((c >> 32) - from_target < to_target - from_target &&
+          decodes_as_instruction(lo + (c & 0xffffffffu), *b))
+        return true;
+  }
   // Short branches: their opcode lies within [addr - 129, addr + len + 126].
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
   const uintptr_t to = std::min(b->end, addr + len + 128);
