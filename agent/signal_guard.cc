@@ -285,8 +285,11 @@ int install_signal_guards() {
   adopt_thread_mask(owned);
   g_owned_mask.store(owned, std::memory_order_release);
   arch::set_foreign_signal_handler(&deliver);
+  probecore::Kprobe* guards[kNumGuards];
+  int n = 0;
   for (size_t i = 0; i < kNumGuards; ++i)
-    if (g_registered[i]) (void)probecore::enable_kprobe(&g_probes[i]);
+    if (g_registered[i]) guards[n++] = &g_probes[i];
+  if (n) (void)probecore::enable_kprobes(guards, n);  // their jmps in one window
   g_installed = true;
 
   // Armed when their jmps are written: at once unless a thread sits where they go.

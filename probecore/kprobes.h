@@ -119,6 +119,9 @@ Kretprobe* get_kretprobe(KretprobeInstance* ri);
 [[nodiscard]] int register_kprobes(Kprobe** ps, int num);  // all or nothing
 void unregister_kprobes(Kprobe** ps, int num);
 [[nodiscard]] int enable_kprobe(Kprobe* p);
+// enable_kprobe of each of ps[0..num) in one control operation: their jmps are written in
+// one window. 0, or the first failure (the others are enabled all the same).
+[[nodiscard]] int enable_kprobes(Kprobe** ps, int num);
 [[nodiscard]] int disable_kprobe(Kprobe* p);
 
 [[nodiscard]] int register_kretprobe(Kretprobe* rp);

@@ -596,6 +596,16 @@ int enable_kprobe(Kprobe* p) {
   return control_op([&] { return set_disabled_locked(p, false); });
 }
 
+int enable_kprobes(Kprobe** ps, int num) {
+  if (num <= 0) return -EINVAL;
+  return control_op([&] {
+    int first = 0;
+    for (int i = 0; i < num; ++i)
+      if (int rc = set_disabled_locked(ps[i], false); rc && !first) first = rc;
+    return first;
+  });
+}
+
 int disable_kprobe(Kprobe* p) {
   return control_op([&] { return set_disabled_locked(p, true); });
 }

@@ -233,7 +233,7 @@ MappingBranches* branches_of_mapping(uintptr_t addr) {
   // In chunks through one buffer (a process start pays for this scan of libc: no
   // zero-filled copy of the whole mapping), each chunk overlapping the next by the bytes
   // of a branch that starts at its end.
-  constexpr size_t kChunk = 64 * 1024, kTail = 6;
+  constexpr size_t kChunk = 256 * 1024, kTail = 6;
   static uint8_t* const buf = new uint8_t[kChunk + kTail];
   const size_t size = m.end - m.start;
   if (size > UINT32_MAX) return nullptr;  // offsets are kept in 32 bits

@@ -263,6 +263,25 @@ TEST(AdjacentProbesEnable, EnablingOneByOneBesideOptimizedProbes) {
   });
 }
 
+// Registered disabled, then enabled all at once (enable_kprobes: one control operation,
+// their jmps in one window).
+TEST(AdjacentProbesEnable, EnablingAllAtOnceInOneOperation) {
+  in_child([] {
+    const long expected_sum = run_threads();
+    auto probes = make_probes();
+    const std::vector<long> hits = reference_hits(probes);
+    auto order = in_order(probes, 2);
+    for (Counter* k : order) k->flags |= KPROBE_FLAG_DISABLED;
+    register_in(order);
+    CHILD_EXPECT_EQ(enable_kprobes(reinterpret_cast<Kprobe**>(order.data()),
+                                   static_cast<int>(order.size())),
+                    0);
+    wait_for_kprobe_optimizer();
+    check_counts_and_results(probes, hits, expected_sum);
+    unregister_kprobes(reinterpret_cast<Kprobe**>(order.data()), static_cast<int>(order.size()));
+  });
+}
+
 // Probes come and go at every boundary while threads call the functions: nothing
 // crashes and every result stays the unprobed one.
 TEST(AdjacentProbesChurn, ProbesComeAndGoWhileThreadsCall) {
