@@ -24,6 +24,7 @@
 
 #include "arch/testing.h"
 #include "probecore/kprobes.h"
+#include "tests/probecore/counting_probe.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 #include "tracee/self_symbols.h"
@@ -34,21 +35,12 @@ namespace {
 using test_util::expect_child_succeeded;
 using test_util::g_failures;
 
-struct Counter : Kprobe {
-  std::atomic<long> hits{0};
+struct Counter : test_util::Counter {
   std::string where;  // function+offset, for messages
 };
 
-int count_hit(Kprobe* p, PtRegs*) {
-  static_cast<Counter*>(p)->hits.fetch_add(1, std::memory_order_relaxed);
-  return 0;
-}
-
-FunctionBounds bounds_at(uintptr_t addr) {
-  SymbolLocation loc;
-  if (tracee::self_symbol_resolver().describe(addr, &loc) != 0) return {};
-  return loc.bounds;
-}
+using test_util::bounds_at;
+using test_util::count_hit;
 
 // Every instruction start of [b.start, b.end) that takes a probe, as the engine decides:
 // a disabled probe is registered at each byte and kept where it is accepted (inside an
@@ -246,39 +238,37 @@ INSTANTIATE_TEST_SUITE_P(Orders, AdjacentProbes, ::testing::Values(0, 1, 2),
                                                                 : "Shuffled");
                          });
 
-// Registered disabled, then enabled one by one in a shuffled order: a probe that becomes
-// enabled beside an optimized one.
-TEST(AdjacentProbesEnable, EnablingOneByOneBesideOptimizedProbes) {
-  in_child([] {
+// Every probe registered disabled in a shuffled order, then enabled by `enable`; then the
+// counts and results checked as when they are registered enabled.
+template <typename Enable>
+void enable_later(Enable enable) {
+  in_child([enable] {
     const long expected_sum = run_threads();
     auto probes = make_probes();
     const std::vector<long> hits = reference_hits(probes);
     auto order = in_order(probes, 2);
     for (Counter* k : order) k->flags |= KPROBE_FLAG_DISABLED;
     register_in(order);
-    for (Counter* k : order) CHILD_EXPECT_EQ(enable_kprobe(k), 0);
+    enable(order);
     wait_for_kprobe_optimizer();
     check_counts_and_results(probes, hits, expected_sum);
     unregister_kprobes(reinterpret_cast<Kprobe**>(order.data()), static_cast<int>(order.size()));
   });
 }
 
-// Registered disabled, then enabled all at once (enable_kprobes: one control operation,
-// their jmps in one window).
+// One by one: a probe that becomes enabled beside an optimized one.
+TEST(AdjacentProbesEnable, EnablingOneByOneBesideOptimizedProbes) {
+  enable_later([](const std::vector<Counter*>& order) {
+    for (Counter* k : order) CHILD_EXPECT_EQ(enable_kprobe(k), 0);
+  });
+}
+
+// All at once (enable_kprobes: one control operation, their jmps in one window).
 TEST(AdjacentProbesEnable, EnablingAllAtOnceInOneOperation) {
-  in_child([] {
-    const long expected_sum = run_threads();
-    auto probes = make_probes();
-    const std::vector<long> hits = reference_hits(probes);
-    auto order = in_order(probes, 2);
-    for (Counter* k : order) k->flags |= KPROBE_FLAG_DISABLED;
-    register_in(order);
+  enable_later([](std::vector<Counter*> order) {
     CHILD_EXPECT_EQ(enable_kprobes(reinterpret_cast<Kprobe**>(order.data()),
                                    static_cast<int>(order.size())),
                     0);
-    wait_for_kprobe_optimizer();
-    check_counts_and_results(probes, hits, expected_sum);
-    unregister_kprobes(reinterpret_cast<Kprobe**>(order.data()), static_cast<int>(order.size()));
   });
 }
 

@@ -15,6 +15,7 @@
 
 #include "probecore/kprobes.h"
 #include "tracee/self_symbols.h"
+#include "tests/probecore/counting_probe.h"
 #include "tests/probecore/gpr_only_handlers.h"
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
@@ -25,22 +26,9 @@ namespace {
 using test_util::KprobeGuard;
 using test_util::KretprobeGuard;
 
-struct Counter : Kprobe {
-  std::atomic<long> hits{0};
-};
-
-int count_hit(Kprobe* p, PtRegs*) {
-  static_cast<Counter*>(p)->hits.fetch_add(1, std::memory_order_relaxed);
-  return 0;
-}
-
-// The bounds of the function that contains addr, from the ELF resolver (.symtab, .dynsym,
-// or the .eh_frame entry for libc's local implementations such as __strlen_avx2).
-FunctionBounds bounds_at(uintptr_t addr) {
-  SymbolLocation loc;
-  if (tracee::self_symbol_resolver().describe(addr, &loc) != 0) return {};
-  return loc.bounds;
-}
+using test_util::bounds_at;
+using test_util::count_hit;
+using test_util::Counter;
 
 template <typename F>
 uintptr_t addr_of(F* f) {
