@@ -153,8 +153,11 @@ enum class Outcome { kContinue, kGo, kDetached };
 // DETACH: everything goes and the agent is idle before the reply leaves, so that the
 // daemon may attach again as soon as it has it. The link is closed after the reply; the
 // serving thread then ends without touching the agent's state again.
+void forget_environment();
+
 void detach_now(uint32_t seq) {
   dl_mailbox_close();
+  forget_environment();  // its next exec and its children run without the agent
   int fd;
   {
     std::lock_guard l(g_ctl_mu);
@@ -433,6 +436,40 @@ bool preloaded() {
     list.remove_prefix(end + 1);
   }
   return false;
+}
+
+// After DETACH: the process's environment stops carrying the agent, so that a program it
+// execs (and its children's) loads no agent: this object leaves LD_PRELOAD (the rest of
+// it stays) and the link's variables go. Only unsetenv, and a setenv of a variable that
+// exists (its pointer replaced in place): glibc never moves the environment's array for
+// either, so a getenv on another thread meanwhile reads valid strings.
+void forget_environment() {
+  if (const char* pre = std::getenv("LD_PRELOAD")) {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&forget_environment), &info) != 0 && info.dli_fname) {
+      auto base = [](std::string_view p) {
+        const size_t slash = p.rfind('/');
+        return slash == std::string_view::npos ? p : p.substr(slash + 1);
+      };
+      const std::string_view self = info.dli_fname;
+      std::string kept;
+      std::string_view list = pre;
+      while (!list.empty()) {
+        const size_t end = list.find_first_of(": ");
+        const std::string_view item = list.substr(0, end);
+        if (!item.empty() && item != self && base(item) != base(self)) {
+          if (!kept.empty()) kept.push_back(':');
+          kept.append(item);
+        }
+        if (end == std::string_view::npos) break;
+        list.remove_prefix(end + 1);
+      }
+      if (kept.empty()) ::unsetenv("LD_PRELOAD");
+      else ::setenv("LD_PRELOAD", kept.c_str(), 1);
+    }
+  }
+  ::unsetenv(link::kLinkEnv);
+  ::unsetenv(kStartedEnv);
 }
 
 __attribute__((constructor)) void agent_constructor() {

@@ -535,6 +535,9 @@ struct AgentListener::Impl {
     uint64_t start;
   };
   std::map<pid_t, Known> known;                            // mu
+  // Processes detached (forget()): a new image of one is refused even where its parent
+  // has a link. Pruned with `known`.
+  std::map<pid_t, Known> detached;                         // mu
   std::map<int, std::shared_ptr<AgentLink>> links;         // mu (written by the I/O thread)
 
   // Admitted connections that have not said HELLO yet.
@@ -769,6 +772,11 @@ struct AgentListener::Impl {
     // Forget processes that are gone (cheaply: a recycled pid is caught by its start
     // time where it is looked up).
     std::erase_if(known, [](const auto& k) { return !process_exists(k.first); });
+    std::erase_if(detached, [](const auto& k) { return !process_exists(k.first); });
+    if (auto d = detached.find(cred.pid); d != detached.end()) {
+      if (d->second.start == self.start) return Verdict::kRefuse;  // detached: stays so
+      detached.erase(d);  // a later process with its pid
+    }
     auto from_parent = [&] {
       const Known* parent = known_process(h.ppid);
       if (!parent || parent->uid != cred.uid) return Verdict::kRefuse;
@@ -1058,6 +1066,7 @@ int AgentListener::expect(pid_t pid, std::string* name) {
   if (!process_euid(pid, &uid)) return -ESRCH;
   std::lock_guard l(impl_->mu);
   impl_->expected[pid] = uid;
+  impl_->detached.erase(pid);  // attached again
   if (name) return impl_->endpoint_locked(uid, name);
   return 0;
 }
@@ -1065,6 +1074,14 @@ int AgentListener::expect(pid_t pid, std::string* name) {
 void AgentListener::expect_exec(pid_t pid, uid_t uid, Clock::time_point deadline) {
   std::lock_guard l(impl_->mu);
   impl_->exec_expected[pid] = {uid, deadline};
+}
+
+void AgentListener::forget(pid_t pid) {
+  std::lock_guard l(impl_->mu);
+  auto it = impl_->known.find(pid);
+  if (it == impl_->known.end()) return;
+  impl_->detached[pid] = it->second;
+  impl_->known.erase(it);
 }
 
 void AgentListener::unexpect(pid_t pid) {

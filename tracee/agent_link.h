@@ -202,6 +202,10 @@ class AgentListener {
   // Withdraws an expectation (the launch or attach failed); a connection that arrives
   // later is refused.
   void unexpect(pid_t pid);
+  // Process `pid` was detached: it is no process with a link any more, so neither its
+  // later images nor its children (fork, or spawned and exec'd) are let in again, unless
+  // it is attached again (expect()).
+  void forget(pid_t pid);
   // Announces that process `pid`, of user `uid`, will exec a program with the agent
   // preloaded itself (`probefs exec`): its HELLO kLaunch (or kExec) becomes a kConnected
   // event with `prepared` set, if it comes before `deadline` from a process of that uid.

@@ -1202,6 +1202,7 @@ int Tracer::detach(pid_t pid) {
   std::shared_ptr<AgentLink> link = it->second->link;
   impl_->targets.erase(it);
   LinkResult r = link->detach();
+  impl_->listener->forget(pid);  // its later images and children stay untraced
   // A launched program that runs on untraced is still ours to reap: its exit is
   // recorded then.
   if (!impl_->children.count(pid)) impl_->record_exit(pid, -1);

@@ -27,6 +27,7 @@
  *   hold            a child that calls traced_add once and waits until killed: "ok PID"
  *   exec            execs this program again ("exec'd" is printed first by the new image)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
+ *   env NAME        "ok VALUE" of the environment variable, "ok -" when it is unset
  *   pid             "ok PID"
  *   quit            exits 0
  * Every result is also checked against its expected value; a wrong one prints "WRONG" and
@@ -339,6 +340,9 @@ int main(int argc, char **argv) {
       char *args[] = {argv[0], "--after-exec", NULL};
       execv("/proc/self/exe", args);
       printf("WRONG exec failed\n");
+    } else if (sscanf(line, "env %399s", arg) == 1) {
+      const char *v = getenv(arg);
+      printf("ok %s\n", v ? v : "-");
     } else if (sscanf(line, "dlopen %399s", arg) == 1) {
       char *sym = strchr(line + 7, ' ');
       sym = sym ? strtok(sym + 1, " \n") : NULL;

@@ -1,6 +1,7 @@
 // The daemon-side API end to end, on real processes: the bundled traced_prog launched and
 // attached, events defined through the tracer as the filesystem will, records read back
 // from the rings. Every count is exact and every value is the program's real one.
+#include "link/socket.h"
 #include "tracee/tracer.h"
 
 #include <fcntl.h>
@@ -361,6 +362,35 @@ TEST(Tracer, AHundredThousandShortLivedThreadsRecordOrCountTheirLoss) {
   EXPECT_GT(records.load(), static_cast<uint64_t>(kThreads) / 2);
   EXPECT_EQ(t->profile(e.id).hits, static_cast<uint64_t>(kThreads) + 1);
   EXPECT_LE(most_rings.load(), 1024u + 1);  // the target's rings and the daemon's own
+}
+
+// Detach sticks: after it the program, its later images and its children are not traced
+// (unless attached again), and its environment no longer carries the agent.
+TEST(Tracer, DetachSticksAcrossExecAndFork) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("env LD_PRELOAD").rfind("ok " PROBEFS_AGENT_PATH, 0), 0u);
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok 135");
+  EXPECT_EQ(drain(*t).size(), 10u);
+  ASSERT_EQ(t->detach(p.pid), 0);
+  EXPECT_EQ(p.pipes.ask("env LD_PRELOAD"), "ok -");
+  EXPECT_EQ(p.pipes.ask("env " + std::string(link::kLinkEnv)), "ok -");
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok 135");
+  // A child, and a new image: no agent, no target, no record.
+  std::string ans = p.pipes.ask("fork 10");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(st, 0);
+  ASSERT_TRUE(p.pipes.send("exec"));
+  EXPECT_EQ(p.pipes.line(), "exec'd");
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok 135");
+  EXPECT_EQ(p.pipes.ask("env LD_PRELOAD"), "ok -");
+  EXPECT_TRUE(drain(*t).empty());
+  EXPECT_TRUE(t->targets().empty());
+  EXPECT_EQ(t->profile(e.id).hits, 10u);
 }
 
 TEST(Tracer, LibraryOpenedLaterIsProbedBeforeItsCodeRuns) {
