@@ -87,7 +87,8 @@ void DynamicEvents::Impl::add_events_dir() {
                       bool on;
                       if (!parse_enable(data, &on)) return -EINVAL;
                       std::lock_guard l(mu);
-                      if (events.empty()) return -EINVAL;
+                      // With no event at all there is nothing to change: the reset every
+                      // script writes first succeeds (a kernel's events/ is never empty).
                       int first = 0;
                       for (const auto& ev : events)
                         if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
@@ -406,7 +407,8 @@ std::string DynamicEvents::Impl::set_event_text() {
 
 // One word per write() (the caller writes the rest again): `[!]GROUP:EVENT`, `[!]EVENT`
 // or `[!]GROUP` (a word alone matches an event or a group name), `GROUP:*`, `*:EVENT`,
-// `*:*`; an empty or `*` part matches all. EINVAL when nothing matches.
+// `*:*`; an empty or `*` part matches all. EINVAL when nothing matches, but for a word
+// that names every event on a mount that has none.
 int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
   size_t i = 0;
   while (i < data.size() && is_blank(data[i])) ++i;
@@ -440,7 +442,10 @@ int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
     any = true;
     if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
   }
-  if (!any) return -EINVAL;
+  // Nothing matched: EINVAL, as the kernel's; but a word for every event (`*:*`, `:`,
+  // `!*:*`) on a mount with none is the reset scripts write first, and succeeds.
+  const bool every_event = !match && !group && !name;
+  if (!any && !(every_event && events.empty())) return -EINVAL;
   return first != 0 ? first : consumed;
 }
 

@@ -759,6 +759,24 @@ TEST_F(DynamicEventsTest, EnableFilesFollowTheKernelsNumberRules) {
   EXPECT_EQ(open_truncating("uprobe_events"), -EBUSY);
 }
 
+// The resets scripts write unconditionally (ftracetest's first lines, trace-cmd's) succeed
+// on a mount with no event at all, where the kernel's events/ is never empty.
+TEST_F(DynamicEventsTest, ResetsSucceedWithNoEvent) {
+  EXPECT_EQ(write("events/enable", "0\n"), 2);
+  EXPECT_EQ(write("events/enable", "1\n"), 2);
+  EXPECT_EQ(read("events/enable"), "?\n");  // the kernel's answer for no event
+  for (const char* w : {"*:*\n", "!*:*\n", ":\n", "!:\n", "*:\n", ":*\n", "\n"})
+    EXPECT_EQ(write("set_event", w), static_cast<int64_t>(std::strlen(w))) << w;
+  EXPECT_EQ(read("set_event"), "");
+  // A word that names something still needs it to exist.
+  for (const char* w : {"grp:ev\n", "ev\n", "*\n", "grp:*\n", "*:ev\n"})
+    EXPECT_EQ(write("set_event", w), -EINVAL) << w;
+  EXPECT_EQ(open_truncating("set_event"), 0);
+  EXPECT_EQ(open_truncating("kprobe_events"), 0);
+  EXPECT_EQ(open_truncating("uprobe_events"), 0);
+  EXPECT_EQ(open_truncating("dynamic_events"), 0);
+}
+
 TEST_F(DynamicEventsTest, SetEventTakesOneWordPerWrite) {
   const std::string b = kProg;
   ASSERT_EQ(echo("uprobe_events", "p:zgrp/e1 " + b + ":0x1370 a=%di"), 0);
