@@ -174,7 +174,10 @@ struct RingAreaHeader {
   // Line 2: written rarely.
   alignas(64) uint64_t unowned_lost;  // records of threads without a ring (atomic)
   uint32_t free_generation;           // bumped by the daemon each time it frees rings
-  uint32_t reserved2;
+  // 1 + the highest ring ever claimed (an atomic max by claimers, who take the lowest
+  // ring free): the reader looks at no ring beyond it, so an area of many rings costs
+  // its reader what the rings in use cost.
+  uint32_t rings_high;
   // Line 3: waking the reader.
   alignas(64) uint32_t wake_seq;  // the futex word: bumped by each wake
   uint32_t sleeping;              // nonzero: the reader is (about to be) asleep
@@ -404,8 +407,8 @@ inline bool ring_owner_left(uint32_t o, uint32_t pid) {
 // Claims a ring of `area` for the calling thread, whose thread id is `tid`, and sets up
 // `p`: a free one, or else (when `pid`, the process's id, is given) a drained one whose
 // owner is gone. False when every ring is taken (p->claim_generation then remembers when,
-// see ring_claim_worth_retrying). The scan starts at a ring chosen by the tid so that
-// threads starting together rarely CAS the same owner word.
+// see ring_claim_worth_retrying). The scan starts at ring 0, so that the rings in use
+// stay at the front (RingAreaHeader::rings_high).
 inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint32_t pid = 0) {
   using namespace ring_detail;
   const uint32_t generation = load_acquire(&area->free_generation);
@@ -413,7 +416,7 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint
   const uint32_t want = tid & kRingOwnerTidMask;
   if (want == 0) return false;
   for (uint32_t k = 0; k < 2 * n; ++k) {
-    const uint32_t i = (tid + k) % n;
+    const uint32_t i = k % n;  // the lowest first: the rings in use stay few and together
     RingControl* ctl = control(area, i);
     uint32_t expected = load_relaxed(&ctl->owner);
     if (k < n) {  // first pass: a free ring
@@ -427,6 +430,10 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint
     if (!__atomic_compare_exchange_n(&ctl->owner, &expected, want, false, __ATOMIC_ACQUIRE,
                                      __ATOMIC_RELAXED))
       continue;
+    for (uint32_t high = load_relaxed(&area->rings_high); high < i + 1;)
+      if (__atomic_compare_exchange_n(&area->rings_high, &high, i + 1, false, __ATOMIC_RELEASE,
+                                      __ATOMIC_RELAXED))
+        break;
     uint8_t* ring = reinterpret_cast<uint8_t*>(ctl);
     const uint64_t hits_bytes = ring_align_up(uint64_t{area->probe_slots} * 8, 64);
     p->ctl = ctl;

@@ -391,7 +391,7 @@ bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
 }
 
 bool RingAreaReader::has_data(int cpu) const {
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
     if (!head(i, &h) || h == states_[i].tail) continue;
     if (cpu < 0) return true;
@@ -405,7 +405,7 @@ bool RingAreaReader::has_data(int cpu) const {
 
 uint64_t RingAreaReader::entries() const {
   uint64_t n = 0;
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
     if (!head(i, &h)) continue;
     // Each step moves forward by at least a record header and stops at the head or at
@@ -422,7 +422,7 @@ uint64_t RingAreaReader::entries() const {
 
 uint64_t RingAreaReader::dropped() const {
   uint64_t n = 0;
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     const uint64_t lost = load_relaxed(&control(i)->lost);
     if (lost > states_[i].lost_base) n += lost - states_[i].lost_base;
   }
@@ -432,7 +432,7 @@ uint64_t RingAreaReader::dropped() const {
 
 uint32_t RingAreaReader::rings_in_use() const {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
     if (owner(i) != 0 || (head(i, &h) && h != states_[i].tail)) ++n;
   }
@@ -441,7 +441,7 @@ uint32_t RingAreaReader::rings_in_use() const {
 
 void RingAreaReader::clear() {
   front_valid_ = false;
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     State& st = states_[i];
     st.lost_base = load_relaxed(&control(i)->lost);
     uint32_t h;
@@ -477,14 +477,14 @@ bool RingAreaReader::owner_comm(uint32_t ring, uint32_t tid, std::string* out) c
 }
 
 bool RingAreaReader::find_comm(uint32_t tid, std::string* out) const {
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i)
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i)
     if (owner_comm(i, tid, out)) return true;
   return false;
 }
 
 uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* names) {
   uint32_t freed = 0;
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     RingControl* ctl = control(i);
     const uint32_t o = load_acquire(&ctl->owner);
     if (o == 0) continue;
@@ -546,7 +546,7 @@ uint64_t RingAreaReader::slot_value(const std::vector<uint64_t>& v, uint32_t slo
 
 uint64_t RingAreaReader::sum_hits(uint32_t slot) const {
   uint64_t sum = slot_value(folded_hits_, slot) + load_relaxed(&fallback_hits()[slot]);
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) sum += load_relaxed(&ring_hits(i)[slot]);
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) sum += load_relaxed(&ring_hits(i)[slot]);
   return sum;
 }
 
@@ -560,7 +560,7 @@ void RingAreaReader::hits_all(std::span<uint64_t> out) const {
   const uint64_t* fallback = fallback_hits();
   for (uint32_t s = 0; s < n; ++s)
     out[s] = slot_value(folded_hits_, s) + load_relaxed(&fallback[s]) - slot_value(hits_base_, s);
-  for (uint32_t i = 0; i < geometry_.ring_count; ++i) {
+  for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     const uint64_t* h = ring_hits(i);
     for (uint32_t s = 0; s < n; ++s) out[s] += load_relaxed(&h[s]);
   }
@@ -579,6 +579,10 @@ void RingAreaReader::reset_counters(uint32_t slot) {
 }
 
 uint64_t RingAreaReader::unowned_lost() const { return load_relaxed(&area_->unowned_lost); }
+
+uint32_t RingAreaReader::rings_used() const {
+  return std::min(load_acquire(&area_->rings_high), geometry_.ring_count);
+}
 
 uint64_t RingAreaReader::take_unowned_lost() {
   const uint64_t now = unowned_lost();  // the process may write anything: never backwards
@@ -656,8 +660,19 @@ bool RingMerger::load(uint32_t lane) {
 void RingMerger::refresh() {
   heap_.clear();
   current_ = kNoLane;
+  const RingAreaReader* seen = nullptr;
+  uint32_t used = 0;
   for (uint32_t i = 0; i < lanes_.size(); ++i) {
     Lane& l = lanes_[i];
+    if (l.reader != seen) {
+      seen = l.reader;
+      used = l.reader->rings_used();
+    }
+    if (l.ring >= used) {
+      // An area's lanes lie together, in ring order (add): the rest of them are unused.
+      i += l.reader->ring_count() - l.ring - 1;
+      continue;
+    }
     const RingAreaReader::State& st = l.reader->states_[l.ring];
     if (consume_ || l.cursor.pos < st.consumed) l.cursor = l.reader->cursor(l.ring);
     if (!l.reader->head(l.ring, &l.head)) {
@@ -777,7 +792,7 @@ RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_m
   // there are), so that a reader that keeps up with busy producers never pays for the
   // barrier and the system calls.
   uint64_t rings = 0;
-  for (RingAreaReader* r : readers) rings += r->ring_count();
+  for (RingAreaReader* r : readers) rings += r->rings_used();
   const uint64_t spins = rings ? std::clamp<uint64_t>(kSpinHeads / rings, 1, kSpins) : 0;
   for (uint64_t i = 0; i < spins; ++i) {
     if (any_data(readers)) return RingWaitResult::kReady;

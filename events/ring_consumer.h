@@ -133,6 +133,9 @@ class RingAreaReader {
   [[nodiscard]] int attach(void* mem, uint64_t size, pid_t pid);
 
   uint32_t ring_count() const { return geometry_.ring_count; }
+  // The rings that may hold anything: those below the area's rings_high (at most
+  // ring_count, whatever the process wrote there).
+  uint32_t rings_used() const;
   uint32_t probe_slots() const { return geometry_.probe_slots; }
   uint32_t ring_bytes() const { return geometry_.ring_bytes; }
   pid_t pid() const { return pid_; }

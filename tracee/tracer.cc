@@ -452,6 +452,13 @@ struct Tracer::Impl {
     rings.push_back(r);
     merger.add(&r->reader, r->tag);
     peeker.add(&r->reader, r->tag);
+    // A reader asleep in wait_for_records waits on the areas there were: it wakes to wait
+    // on this one too, before the new target's first records can fill its rings.
+    if (own) {
+      events::RingAreaHeader* h = own->area.header();
+      __atomic_store_n(&h->sleeping, 1u, __ATOMIC_RELEASE);
+      events::ring_wake(h);
+    }
     return r;
   }
 
