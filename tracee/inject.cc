@@ -2,9 +2,13 @@
 
 #include <dlfcn.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -625,7 +629,99 @@ int hold_usable_thread(PtraceSession& session, const ThreadFacts& facts, PtraceE
   return fail(error, -EAGAIN, message);
 }
 
+// ---- namespaces ------------------------------------------------------------------------
+
+// "mnt:[4026531841]", the namespace of `kind` of process `pid` (0: this one); "" when it
+// cannot be read.
+std::string namespace_of(pid_t pid, const char* kind) {
+  const std::string link = (pid == 0 ? std::string("/proc/self") : "/proc/" + std::to_string(pid)) +
+                           "/ns/" + kind;
+  char buf[64];
+  const ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Whether `path` leads, in the root and mount namespace of process `pid`, to the file it
+// leads to here. "" when it does (or when it cannot be told: our own file is missing, or
+// the process's root is closed to us), else what it leads to there.
+std::string elsewhere_in_root(pid_t pid, const std::string& path) {
+  struct stat ours;
+  if (path.empty() || path[0] != '/' || stat(path.c_str(), &ours) != 0) return "";
+  const std::string root_path = "/proc/" + std::to_string(pid) + "/root";
+  const int root = open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return "";
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  long fd = syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
+  if (fd < 0 && errno == ENOSYS) {
+    // Before Linux 5.6: relative to the root, an absolute symlink resolved in ours.
+    fd = openat(root, path.c_str() + 1, O_PATH | O_CLOEXEC);
+  }
+  const int err = errno;
+  close(root);
+  if (fd < 0) {
+    return err == ENOENT || err == ENOTDIR ? "does not exist" : "cannot be looked up (" +
+                                                                    std::string(strerror(err)) +
+                                                                    ")";
+  }
+  struct stat theirs;
+  const bool same = fstat(static_cast<int>(fd), &theirs) == 0 && theirs.st_dev == ours.st_dev &&
+                    theirs.st_ino == ours.st_ino;
+  close(static_cast<int>(fd));
+  return same ? "" : "is another file";
+}
+
 }  // namespace
+
+int check_namespaces(pid_t pid, std::string_view agent_path, std::string_view link_name,
+                     PtraceError* error) {
+  PtraceError local;
+  if (error == nullptr) error = &local;
+  const std::string who = "process " + std::to_string(pid);
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+    return fail(error, -ESRCH, "no " + who);
+  }
+  auto differs = [&](const char* kind, std::string* theirs, std::string* ours) {
+    *theirs = namespace_of(pid, kind);
+    *ours = namespace_of(0, kind);
+    return !theirs->empty() && !ours->empty() && *theirs != *ours;
+  };
+  std::string theirs, ours;
+  if (differs("pid", &theirs, &ours)) {
+    return fail(error, -EOPNOTSUPP,
+                who + " is in another PID namespace (" + theirs + "; the daemon's is " + ours +
+                    "): its agent could not tell that its link leads to this daemon, since the "
+                    "process ids it checks (the link's SO_PEERCRED, the TracerPid of its "
+                    "thread) name other processes there; run probefs in that namespace");
+  }
+  const std::string link(link_name);
+  const bool link_is_file = !link.empty() && link[0] == '/';
+  if (!link_is_file && differs("net", &theirs, &ours)) {
+    return fail(error, -EOPNOTSUPP,
+                who + " is in another network namespace (" + theirs + "; the daemon's is " +
+                    ours + "), where the abstract socket name " + link + " does not exist");
+  }
+  const bool other_mounts = differs("mnt", &theirs, &ours);
+  const std::string where =
+      other_mounts ? who + " is in another mount namespace (" + theirs + "; the daemon's is " +
+                         ours + ")"
+                   : who + " has another root directory";
+  const std::string agent(agent_path);
+  if (std::string why = elsewhere_in_root(pid, agent); !why.empty()) {
+    return fail(error, -EOPNOTSUPP,
+                where + ", where " + agent + " " + why +
+                    ": it cannot load this daemon's agent (a container with its own files)");
+  }
+  if (!link_is_file) return 0;
+  if (std::string why = elsewhere_in_root(pid, link); !why.empty()) {
+    return fail(error, -EOPNOTSUPP,
+                where + ", where the daemon's link endpoint " + link + " " + why +
+                    ": its agent could not reach the daemon (a container with its own /run "
+                    "or /tmp)");
+  }
+  return 0;
+}
 
 int inject_library(PtraceSession& session, std::string_view path, InjectedLibrary* out,
                    PtraceError* error) {

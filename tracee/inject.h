@@ -95,6 +95,24 @@ struct InjectedLibrary {
 [[nodiscard]] int inject_library(pid_t pid, std::string_view path, const PtraceOptions& options,
                                  InjectedLibrary* out, PtraceError* error);
 
+// Whether process `pid` can load the agent at `agent_path` and reach the daemon's link
+// `link_name` (a socket file, or an abstract name without '/') as the daemon sees them,
+// judged from /proc before anything is done to the process, so that an attach that cannot
+// work is refused at once with the reason rather than after the agent's silence:
+//   - another PID namespace: refused. The agent checks that the peer of its link is the
+//     daemon and traces it (SO_PEERCRED, TracerPid); there those name other processes.
+//   - another mount namespace, or another root directory: the agent's file and the link's
+//     socket file, looked up in the process's own root (/proc/PID/root, symlinks resolved
+//     there), must be the daemon's very files (device and inode). A container that
+//     shares them (a bind mount) works; one with its own /run or /tmp is refused.
+//   - another network namespace: a socket file works across it; an abstract name, which
+//     lives in one network namespace, is refused.
+// What /proc does not show (another user's process, without the rights to look) is left
+// to ptrace to refuse. 0, -ESRCH (no such process) or -EOPNOTSUPP with a message that
+// names the namespace and what the process cannot reach.
+[[nodiscard]] int check_namespaces(pid_t pid, std::string_view agent_path,
+                                   std::string_view link_name, PtraceError* error);
+
 // Run-time address of a function the injected object defines. `symbols` must have been
 // read after the injection (inject_library does it for the session's). 0 or -ENOENT.
 [[nodiscard]] int resolve_injected_symbol(const ProcessSymbols& symbols,

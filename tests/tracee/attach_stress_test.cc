@@ -1,6 +1,7 @@
 // Attach in two steps, end to end through the Tracer: hundreds of attach and detach rounds
 // on a program whose threads allocate and load libraries all the time
-// (tests/tracee/attach_stress_prog.c). Every wait is bounded; every child is killed and reaped
+// (tests/tracee/attach_stress_prog.c), and targets in other namespaces, which attach or are
+// refused at once with the reason. Every wait is bounded; every child is killed and reaped
 // whatever happens.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tracee/inject.h"
 #include "tracee/tracer.h"
 #include "tracer_test_util.h"
 #include "traced_prog_driver.h"
@@ -29,9 +31,17 @@ using testing::ProgPipes;
 
 const std::string kProg = PROBEFS_ATTACH_STRESS_PROG;
 const std::string kLib = PROBEFS_ATTACH_STRESS_LIB;
+const std::string kAgent = PROBEFS_AGENT_PATH;
 
 // What a child does before it runs the program: unshare namespaces, mount.
-enum class Setup { kNone, kNetNamespace, kMountNamespaceCopy, kMountNamespaceOwnRun, kPidNamespace };
+enum class Setup {
+  kNone,
+  kNetNamespace,
+  kMountNamespaceCopy,
+  kMountNamespaceOwnRun,   // its own /run and /tmp: not the daemon's link endpoints
+  kMountNamespaceNoAgent,  // its own directory where the daemon's agent is
+  kPidNamespace,
+};
 
 // Runs attach_stress_prog in a child after `setup`. The child reports on a pipe "ok" or
 // "skip REASON" (its setup needs rights we lack); for kPidNamespace it forks the program
@@ -76,9 +86,14 @@ struct Child {
           break;
         case Setup::kMountNamespaceCopy:
         case Setup::kMountNamespaceOwnRun:
+        case Setup::kMountNamespaceNoAgent:
           need(unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS)");
           need(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0,
                "mount(MS_PRIVATE)");
+          if (setup == Setup::kMountNamespaceNoAgent) {
+            const std::string dir = kAgent.substr(0, kAgent.rfind('/'));
+            need(mount("tmpfs", dir.c_str(), "tmpfs", 0, nullptr) == 0, "mount(tmpfs, agent)");
+          }
           if (setup == Setup::kMountNamespaceOwnRun) {
             // Where the daemon's link endpoints live: the container's own, empty.
             need(mount("tmpfs", "/run", "tmpfs", 0, nullptr) == 0, "mount(tmpfs, /run)");
@@ -184,6 +199,97 @@ TEST(AttachStress, HundredsOfAttachDetachRoundsOnAnAllocatingLoadingProgram) {
               seconds * 1000 / kRounds);
   // None of our loading threads is left; the agent's control thread may still be ending.
   EXPECT_LE(thread_count(c.pid), threads_before + 1);
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+// A socket file works across network namespaces.
+TEST(AttachNamespaces, ProgramInAnotherNetworkNamespaceIsAttached) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Child c;
+  if (!c.start(Setup::kNetNamespace) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  std::string err;
+  ASSERT_EQ(t->attach(c.pid, &err), 0) << err;
+  ASSERT_EQ(t->detach(c.pid), 0);
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+// A mount namespace that still shows the daemon's files (a private copy) works.
+TEST(AttachNamespaces, ProgramInACopyOfTheMountNamespaceIsAttached) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Child c;
+  if (!c.start(Setup::kMountNamespaceCopy) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  std::string err;
+  ASSERT_EQ(t->attach(c.pid, &err), 0) << err;
+  ASSERT_EQ(t->detach(c.pid), 0);
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+// A container with its own /run and /tmp cannot reach the daemon's link: refused before
+// the process is touched, and the message names the mount namespace.
+TEST(AttachNamespaces, ProgramThatCannotReachTheLinkIsRefusedAtOnce) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Child c;
+  if (!c.start(Setup::kMountNamespaceOwnRun) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  std::string err;
+  EXPECT_EQ(t->attach(c.pid, &err), -EOPNOTSUPP) << err;
+  EXPECT_NE(err.find("another mount namespace"), std::string::npos) << err;
+  EXPECT_NE(err.find("link endpoint"), std::string::npos) << err;
+  EXPECT_TRUE(t->targets().empty());
+  // Never traced: no thread of ours came, and the program runs on.
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+// Where the daemon's agent file is not the process's, it could not load it.
+TEST(AttachNamespaces, ProgramThatCannotSeeTheAgentIsRefusedAtOnce) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Child c;
+  if (!c.start(Setup::kMountNamespaceNoAgent) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  std::string err;
+  EXPECT_EQ(t->attach(c.pid, &err), -EOPNOTSUPP) << err;
+  EXPECT_NE(err.find("another mount namespace"), std::string::npos) << err;
+  EXPECT_NE(err.find(kAgent + " does not exist"), std::string::npos) << err;
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+// An abstract socket name lives in one network namespace, unlike a socket file.
+TEST(AttachNamespaces, AbstractLinkNameInAnotherNetworkNamespaceIsRefused) {
+  Child c;
+  if (!c.start(Setup::kNetNamespace) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  const std::string abstract = "probefs.1.0123456789abcdef0123456789abcdef";
+  PtraceError error;
+  EXPECT_EQ(check_namespaces(c.pid, kAgent, abstract, &error), -EOPNOTSUPP);
+  EXPECT_NE(error.message.find("another network namespace"), std::string::npos)
+      << error.message;
+  // In ours the same name would do.
+  EXPECT_EQ(check_namespaces(getpid(), kAgent, abstract, &error), 0) << error.message;
+  ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
+  c.expect_quits_cleanly();
+}
+
+TEST(AttachNamespaces, ProgramInAnotherPidNamespaceIsRefusedAtOnce) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Child c;
+  if (!c.start(Setup::kPidNamespace) && !c.skip.empty()) GTEST_SKIP() << c.skip;
+  ASSERT_GT(c.pid, 0);
+  std::string err;
+  EXPECT_EQ(t->attach(c.pid, &err), -EOPNOTSUPP) << err;
+  EXPECT_NE(err.find("another PID namespace"), std::string::npos) << err;
+  EXPECT_TRUE(t->targets().empty());
   ASSERT_EQ(c.pipes.ask("progress"), "progress ok");
   c.expect_quits_cleanly();
 }
