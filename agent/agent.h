@@ -139,8 +139,12 @@ uintptr_t dl_hook_address();
 bool dl_mailbox_offer(const lk::Message& m);
 // The link ended: wake the loading thread that waits for an answer.
 void dl_mailbox_close();
-// A new link: MAPPED exchanges may start.
+// A new link: MAPPED exchanges may start once its control thread exists.
 void dl_mailbox_open();
+// The control thread exists (its pthread_create returned): a loading thread that waits
+// for an answer will get one. Before, a loading thread does not wait: it holds the
+// dynamic linker's TLS lock, which that pthread_create takes.
+void dl_mailbox_reader_created();
 // Around fork (the atfork handlers): the mailbox's lock is held across the fork, taken
 // after the agent's other locks, so that the child never inherits it locked by a thread
 // that does not exist there.

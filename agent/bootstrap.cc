@@ -276,6 +276,7 @@ int start_control_thread() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
   if (rc != 0) g_control_running.store(false);
+  else dl_mailbox_reader_created();
   return -rc;
 }
 

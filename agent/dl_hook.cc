@@ -64,15 +64,23 @@ struct Mailbox {
 std::mutex g_mail_mu;
 std::condition_variable& g_mail_cv = *new std::condition_variable;
 Mailbox& g_mail = *new Mailbox;  // g_mail_mu
+// One per link (dl_mailbox_open): an exchange of an earlier link that still waits when the
+// next link opens the mailbox again must see its own link's end, not the new link's empty
+// mailbox, or it waits kAnswerTimeout with the dynamic linker's lock held, which the new
+// link's attach needs.
+uint64_t g_mail_link = 0;  // g_mail_mu
+bool g_mail_reader = false;  // g_mail_mu: the current link's control thread exists
 
 void exchange(lk::MappedKind kind) {
   const uint32_t seq = next_agent_seq();
+  uint64_t link_of_exchange = 0;
   {
     std::lock_guard l(g_mail_mu);
-    if (g_mail.active || g_mail.closed) return;
+    if (g_mail.active || g_mail.closed || !g_mail_reader) return;
     g_mail = Mailbox{};
     g_mail.active = true;
     g_mail.seq = seq;
+    link_of_exchange = g_mail_link;
   }
   lk::Message m;
   m.type = lk::MsgType::kMapped;
@@ -81,13 +89,17 @@ void exchange(lk::MappedKind kind) {
   std::vector<lk::Message> answers;
   if (send_on_link(m) == 0) {
     std::unique_lock l(g_mail_mu);
-    g_mail_cv.wait_for(l, kAnswerTimeout, [] { return g_mail.done || g_mail.closed; });
+    g_mail_cv.wait_for(l, kAnswerTimeout, [&] {
+      return g_mail.done || g_mail.closed || g_mail_link != link_of_exchange;
+    });
     // After the link ended the agent has removed every probe: nothing more goes in.
-    if (!g_mail.closed) answers.swap(g_mail.answers);
-    g_mail.active = false;
+    if (g_mail_link == link_of_exchange) {
+      if (!g_mail.closed) answers.swap(g_mail.answers);
+      g_mail.active = false;
+    }
   } else {
     std::lock_guard l(g_mail_mu);
-    g_mail.active = false;
+    if (g_mail_link == link_of_exchange) g_mail.active = false;
   }
   for (const lk::Message& a : answers) {
     lk::Message r;
@@ -180,6 +192,14 @@ void dl_mailbox_close() {
 void dl_mailbox_open() {
   std::lock_guard l(g_mail_mu);
   g_mail = Mailbox{};
+  ++g_mail_link;
+  g_mail_reader = false;
+  g_mail_cv.notify_all();
+}
+
+void dl_mailbox_reader_created() {
+  std::lock_guard l(g_mail_mu);
+  g_mail_reader = true;
 }
 
 void dl_mailbox_lock_for_fork() { g_mail_mu.lock(); }

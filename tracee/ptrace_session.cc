@@ -264,53 +264,71 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
 struct Stop {
   enum Kind { kExited, kSignal, kGroupStop, kInterrupt, kExec, kEvent } kind = kExited;
   int sig = 0;
+  int event = 0;  // kEvent: PTRACE_EVENT_CLONE, ...
 };
 
 bool is_stop_signal(int sig) {
   return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
 }
 
-// Waits for the next report about `tid` until `deadline`. There is no waitpid with a
-// timeout, and a signal to interrupt one would be the caller's process's business, so it
-// polls: a few yields for the quick cases, then sleeps that double up to 250 us. 0,
-// -ETIMEDOUT, or waitpid's error (-ECHILD: not our tracee any more).
-int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
-  long delay_ns = 20'000;
-  int yields = 0;
+// One look for a report about `tid`: 1 with *out filled in, 0 when there is none yet, or
+// waitpid's error (-ECHILD: not our tracee any more).
+int check_stop(pid_t tid, Stop* out) {
   for (;;) {
     int status = 0;
     pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
-    if (r == tid) {
-      if (WIFEXITED(status) || WIFSIGNALED(status)) {
-        out->kind = Stop::kExited;
-        out->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        return 0;
-      }
-      if (!WIFSTOPPED(status)) continue;
-      const int event = status >> 16;
-      out->sig = WSTOPSIG(status);
-      if (event == PTRACE_EVENT_STOP) {
-        out->kind = is_stop_signal(out->sig) ? Stop::kGroupStop : Stop::kInterrupt;
-      } else if (event != 0) {
-        out->kind = event == PTRACE_EVENT_EXEC ? Stop::kExec : Stop::kEvent;
-      } else {
-        out->kind = Stop::kSignal;
-      }
-      return 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    if (r != tid) return 0;
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+      out->kind = Stop::kExited;
+      out->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      return 1;
     }
-    if (r < 0 && errno != EINTR) return -errno;
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) return -ETIMEDOUT;
-    if (yields < 8) {
-      ++yields;
-      sched_yield();
-      continue;
+    if (!WIFSTOPPED(status)) continue;
+    const int event = status >> 16;
+    out->sig = WSTOPSIG(status);
+    out->event = event;
+    if (event == PTRACE_EVENT_STOP) {
+      out->kind = is_stop_signal(out->sig) ? Stop::kGroupStop : Stop::kInterrupt;
+    } else if (event != 0) {
+      out->kind = event == PTRACE_EVENT_EXEC ? Stop::kExec : Stop::kEvent;
+    } else {
+      out->kind = Stop::kSignal;
     }
+    return 1;
+  }
+}
+
+// The pause between two looks at something another process does: sleeps that double
+// from 20 us up to 250 us, never past `deadline`. Sleeps, not sched_yield: on a loaded
+// machine a yield gives the CPU away for a time slice (milliseconds) each time, and a
+// thread woken from a sleep runs again soon.
+class Backoff {
+ public:
+  void pause(Clock::time_point deadline) {
     const long left_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
-    timespec ts{0, std::min(delay_ns, left_ns)};
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count();
+    if (left_ns <= 0) return;
+    timespec ts{0, std::min(delay_ns_, left_ns)};
     nanosleep(&ts, nullptr);
-    delay_ns = std::min(delay_ns * 2, 250'000L);
+    delay_ns_ = std::min(delay_ns_ * 2, 250'000L);
+  }
+
+ private:
+  long delay_ns_ = 20'000;
+};
+
+// Waits for the next report about `tid` until `deadline`. There is no waitpid with a
+// timeout, and a signal to interrupt one would be the caller's process's business, so it
+// polls. 0, -ETIMEDOUT, or waitpid's error (-ECHILD: not our tracee any more).
+int wait_stop(pid_t tid, Clock::time_point deadline, Stop* out) {
+  Backoff backoff;
+  for (;;) {
+    const int r = check_stop(tid, out);
+    if (r != 0) return r < 0 ? r : 0;
+    if (Clock::now() >= deadline) return -ETIMEDOUT;
+    backoff.pause(deadline);
   }
 }
 
@@ -428,8 +446,9 @@ std::string explain_ptrace_refusal(const PtraceRefusal& f) {
 struct PtraceSession::Impl {
   enum class State {
     kNone,    // not seized
-    kSeized,  // seized, not stopped yet
+    kSeized,  // seized, not stopped yet (a thread of ours: traced, running its routine)
     kHeld,    // stopped by us, state saved
+    kIdle,    // between two threads of hold_another: none held, another may be
     kDetached,
     kLost,  // did not stop in time; the tracer thread's end lets it go
     kGone,  // the process or thread exited
@@ -441,11 +460,21 @@ struct PtraceSession::Impl {
   }
 
   // All of these run on the tracer thread.
-  int seize(pid_t requested, PtraceError* error);
+  int seize(pid_t requested, std::span<const pid_t> avoid, PtraceError* error);
   int stop_and_save(PtraceError* error);
+  void forget_thread();
+  int hold_another(std::span<const pid_t> avoid, PtraceError* error);
+  int start_thread(const ThreadStart& start, PtraceError* error);
+  int let_own_call_finish(uintptr_t fn, uintptr_t frame, PtraceError* error);
+  int run_own_until(uintptr_t report, PtraceError* error);
+  void let_go_own(bool known_stopped);
+  void let_go_newborn(pid_t born, uintptr_t finish);
+  int wait_own_end();
+  bool took_over_by_exec(Clock::time_point deadline);
+  std::string code_name(uintptr_t addr) const;
   int raw_call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result, PtraceError* error);
   int save_errno(PtraceError* error);
-  int abandon_call(uintptr_t fn, PtraceError* error);
+  int abandon_call(uintptr_t fn, uintptr_t frame, PtraceError* error);
   int exec_during_call(PtraceError* error);
   int restore_and_detach(PtraceError* error);
   void release_held_signals();
@@ -492,12 +521,30 @@ struct PtraceSession::Impl {
   // wait it was in (nanosleep, poll, a futex wait) may have left ITS restart block in
   // the thread, in place of the one the thread's own interrupted wait needs.
   bool restart_block_at_risk = false;
+  // Threads the held thread's calls started (PTRACE_EVENT_CLONE), while clones are traced.
+  std::vector<pid_t> cloned;
+  // The thread is one start_thread() started: it runs our routine, and before it is let
+  // go the word at finish_addr is set to 1, which ends it.
+  bool own_thread = false;
+  uintptr_t finish_addr = 0;
+  uintptr_t call_return = 0;  // where a call it is let go in returns
+  pid_t started = 0;  // what the last start_thread() started, 0 if nothing
+  uint64_t program_mask = 0;  // the signal mask of the program's thread that started it
 
   Clock::time_point held_since;
   PtraceTimings timings;
 
   TracerThread tracer;  // last: destroyed (joined) first
 };
+
+// "NAME (0xADDR)" where the process's symbols name the function at addr, else "0xADDR".
+std::string PtraceSession::Impl::code_name(uintptr_t addr) const {
+  ResolvedSymbol sym;
+  if (symbols != nullptr && symbols->describe(addr, &sym) == 0 && !sym.name.empty()) {
+    return strf("%s (%#llx)", sym.name.c_str(), static_cast<unsigned long long>(addr));
+  }
+  return strf("%#llx", static_cast<unsigned long long>(addr));
+}
 
 int PtraceSession::Impl::read_mem(uintptr_t addr, void* buf, size_t len) const {
   if (mem_fd < 0) return -EIO;
@@ -514,8 +561,10 @@ int PtraceSession::Impl::write_mem(uintptr_t addr, const void* buf, size_t len) 
 }
 
 // Picks the thread to hold and seizes it. The main thread unless a stop would disturb it
-// more than another thread (see stop_cost) or it has exited.
-int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
+// more than another thread (see stop_cost), it has exited or it is in `avoid`. -ENOENT
+// when every live thread is in `avoid`.
+int PtraceSession::Impl::seize(pid_t requested, std::span<const pid_t> avoid,
+                               PtraceError* error) {
   if (requested <= 0)
     return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
   std::string status;
@@ -544,6 +593,7 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
       if (thread_is_dead(st) || st == 0) return;
       any_live = true;
       if (st == 'T') stopped = true;
+      if (std::find(avoid.begin(), avoid.end(), t) != avoid.end()) return;
       const int cost = stop_cost(st, thread_syscall(pid, t));
       if (cost < best_cost) {
         best_cost = cost;
@@ -566,6 +616,10 @@ int PtraceSession::Impl::seize(pid_t requested, PtraceError* error) {
                   strf("process %d is stopped (job control, state T); it is not resumed for "
                        "an attach: send it SIGCONT first",
                        static_cast<int>(pid)));
+    }
+    if (best == 0) {
+      return fail(error, -ENOENT,
+                  strf("every thread of process %d was tried", static_cast<int>(pid)));
     }
     // PTRACE_O_TRACEEXEC: an exec must not pass unseen, since it replaces every address
     // we know (and, in another thread, the held thread itself).
@@ -607,6 +661,10 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     int rc = wait_stop(tid, deadline, &stop);
     if (rc == -ETIMEDOUT) {
       state = State::kLost;
+      if (own_thread && finish_addr != 0) {
+        const uint32_t one = 1;
+        (void)write_mem(finish_addr, &one, sizeof one);
+      }
       return fail(error, -ETIMEDOUT,
                   strf("thread %d of process %d did not stop within %lld ms (uninterruptible "
                        "sleep, or a vfork parent waiting for its child); it was let go "
@@ -621,7 +679,12 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
     }
     if (stop.kind == Stop::kInterrupt) break;
     if (stop.kind == Stop::kGroupStop) {
-      // Detaching puts it back into the group stop it is in.
+      // Detaching puts it back into the group stop it is in; a thread of ours finishes
+      // once the process is continued.
+      if (own_thread && finish_addr != 0) {
+        const uint32_t one = 1;
+        (void)write_mem(finish_addr, &one, sizeof one);
+      }
       ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
       state = State::kDetached;
       return fail(error, -EBUSY,
@@ -639,8 +702,13 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
   }
   held_since = Clock::now();
 
-  // Nothing of the thread changes before the first call: a failure lets it go as it is.
+  // Nothing of the thread changes before the first call: a failure lets it go as it is
+  // (a thread of ours told to finish first).
   auto let_go = [&](int err) {
+    if (own_thread && finish_addr != 0) {
+      const uint32_t one = 1;
+      (void)write_mem(finish_addr, &one, sizeof one);
+    }
     state = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0}) == 0 ? State::kDetached : State::kGone;
     return err;
   };
@@ -703,8 +771,56 @@ int PtraceSession::Impl::stop_and_save(PtraceError* error) {
   }
   scratch_top = (saved.rsp - kRedZone) & ~uintptr_t{15};
   scratch_limit = scratch_top - kMaxScratch;
-  timings.to_stop = Clock::now() - interrupt_time;
+  if (!own_thread) timings.to_stop = Clock::now() - interrupt_time;
   return 0;
+}
+
+// What the session knew of the thread it held, so that another can be held.
+void PtraceSession::Impl::forget_thread() {
+  saved = {};
+  fpu.clear();
+  fpu_is_xstate = false;
+  call_fpu_ready = false;
+  signals_blocked = false;
+  exec_seen = false;
+  saved_mask = 0;
+  errno_saved = false;
+  errno_addr = 0;
+  saved_errno = 0;
+  rseq_saved = false;
+  rseq_cs_addr = 0;
+  saved_rseq_cs = 0;
+  stopped_at = {};
+  scratch_top = 0;
+  scratch_limit = 0;
+  restart_block_at_risk = false;
+  cloned.clear();
+  own_thread = false;
+  finish_addr = 0;
+  call_return = 0;
+}
+
+int PtraceSession::Impl::hold_another(std::span<const pid_t> avoid, PtraceError* error) {
+  if (state != State::kHeld && state != State::kIdle) {
+    return fail(error, -EIO, "the session no longer holds a thread of the process");
+  }
+  if (own_thread) {
+    return fail(error, -EINVAL, "the session holds a thread of its own, not one of the program");
+  }
+  if (state == State::kHeld) {
+    // A thread that exited meanwhile needs no restoring; the process may live on.
+    PtraceError ignored;
+    (void)restore_and_detach(&ignored);
+  }
+  forget_thread();
+  state = State::kIdle;
+  const int rc = seize(pid, avoid, error);
+  if (rc != 0) {
+    // Idle when only `avoid` was left; else nothing more can be held.
+    if (rc != -ENOENT) state = rc == -ESRCH ? State::kGone : State::kDetached;
+    return rc;
+  }
+  return stop_and_save(error);
 }
 
 int PtraceSession::Impl::save_errno(PtraceError* error) {
@@ -810,12 +926,13 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args, 
     }
     Stop stop;
     int rc = wait_stop(tid, deadline, &stop);
-    if (rc == -ETIMEDOUT) return abandon_call(fn, error);
+    if (rc == -ETIMEDOUT) return abandon_call(fn, frame, error);
     if (rc != 0 || stop.kind == Stop::kExited) {
+      if (took_over_by_exec(deadline)) return exec_during_call(error);
       state = State::kGone;
       return fail(error, -ESRCH,
-                  strf("process %d exited during a call to %#llx", static_cast<int>(pid),
-                       static_cast<unsigned long long>(fn)));
+                  strf("process %d exited during a call to %s", static_cast<int>(pid),
+                       code_name(fn).c_str()));
     }
     if (stop.kind == Stop::kExec) return exec_during_call(error);
     if (stop.kind == Stop::kSignal) {
@@ -839,12 +956,22 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args, 
       }
       return fail(
           error, -EFAULT,
-          strf("the call to %#llx in thread %d faulted: %s (si_code %d) at ip %#llx, "
+          strf("the call to %s in thread %d faulted: %s (si_code %d) at ip %#llx, "
                "address %#llx; its registers were dropped, what it changed in memory "
                "stays",
-               static_cast<unsigned long long>(fn), static_cast<int>(tid),
+               code_name(fn).c_str(), static_cast<int>(tid),
                sig_name(stop.sig).c_str(), si.si_code, static_cast<unsigned long long>(now.rip),
                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(si.si_addr))));
+    }
+    if (stop.kind == Stop::kEvent && stop.event == PTRACE_EVENT_CLONE) {
+      // The call started a thread (start_thread traces clones): ours from its first
+      // instruction, stopped until we let it run.
+      unsigned long born = 0;
+      if (ptrace_call(PTRACE_GETEVENTMSG, tid, 0, &born) == 0 && born > 0) {
+        cloned.push_back(static_cast<pid_t>(born));
+      }
+      r = ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0});
+      continue;
     }
     // A group stop (SIGSTOP to another thread) or a stray trap: our call goes on; detach
     // puts the thread back into a group stop that is still in effect.
@@ -853,7 +980,54 @@ int PtraceSession::Impl::raw_call(uintptr_t fn, std::span<const uint64_t> args, 
   }
 }
 
-int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
+// A call on a thread of ours that did not return in time: not stopped midway (what it
+// took, a lock, would stay taken), but let go to run to its end. Its return address is
+// changed to call_return, where our routine ends the thread.
+int PtraceSession::Impl::let_own_call_finish(uintptr_t fn, uintptr_t frame, PtraceError* error) {
+  const long long ms = static_cast<long long>(options.timeout.count());
+  (void)write_mem(frame, &call_return, sizeof call_return);
+  if (finish_addr != 0) {
+    const uint32_t one = 1;
+    (void)write_mem(finish_addr, &one, sizeof one);
+  }
+  const std::string message =
+      strf("the call to %s in thread %d did not return within %lld ms; the thread is ours "
+           "and was let go to finish the call: it ends when the call returns",
+           code_name(fn).c_str(), static_cast<int>(tid), ms);
+  Stop stop;
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  const int rc = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0}) == 0
+                     ? wait_stop(tid, deadline, &stop)
+                     : -ESRCH;
+  if (rc == -ETIMEDOUT) {
+    state = State::kLost;  // the tracer thread's end lets it go
+    return fail(error, -ETIMEDOUT, message);
+  }
+  if (rc != 0 || stop.kind == Stop::kExited) {
+    state = State::kGone;
+    return fail(error, -ESRCH, strf("process %d exited during a call", static_cast<int>(pid)));
+  }
+  if (stop.kind == Stop::kExec) return exec_during_call(error);
+  int pass = 0;
+  if (stop.kind == Stop::kSignal) {
+    user_regs_struct now{};
+    if (stop.sig == SIGSEGV && ptrace_call(PTRACE_GETREGS, tid, 0, &now) == 0 && now.rip == 0 &&
+        now.rsp == frame + 8) {
+      // It returned just now, to 0: on to call_return instead.
+      now.rip = call_return;
+      ptrace_call(PTRACE_SETREGS, tid, 0, &now);
+    } else {
+      pass = stop.sig;  // not ours to keep
+    }
+  }
+  ptrace_call(PTRACE_DETACH, tid, 0, static_cast<uintptr_t>(pass));
+  state = State::kDetached;
+  release_held_signals();
+  return fail(error, -ETIMEDOUT, message);
+}
+
+int PtraceSession::Impl::abandon_call(uintptr_t fn, uintptr_t frame, PtraceError* error) {
+  if (own_thread && call_return != 0) return let_own_call_finish(fn, frame, error);
   const long long ms = static_cast<long long>(options.timeout.count());
   const Clock::time_point deadline = Clock::now() + options.timeout;
   restart_block_at_risk = true;
@@ -863,6 +1037,7 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
                : -ESRCH;
   if (rc != -ETIMEDOUT) {
     if (rc != 0 || stop.kind == Stop::kExited) {
+      if (took_over_by_exec(deadline)) return exec_during_call(error);
       state = State::kGone;
       return fail(error, -ESRCH, strf("process %d exited during a call", static_cast<int>(pid)));
     }
@@ -872,28 +1047,38 @@ int PtraceSession::Impl::abandon_call(uintptr_t fn, PtraceError* error) {
       ptrace_call(PTRACE_GETSIGINFO, tid, 0, &si);
       if (si.si_code <= 0) held_signals.push_back(si);
     }
+    user_regs_struct now{};
+    const std::string where = ptrace_call(PTRACE_GETREGS, tid, 0, &now) == 0
+                                  ? ", in " + code_name(static_cast<uintptr_t>(now.rip))
+                                  : std::string();
     return fail(error, -ETIMEDOUT,
-                strf("the call to %#llx in thread %d did not return within %lld ms; it was "
-                     "stopped and abandoned midway, and what it changed in memory stays (a "
+                strf("the call to %s in thread %d did not return within %lld ms; it was "
+                     "stopped and abandoned midway%s, and what it changed in memory stays (a "
                      "lock it took, for one)",
-                     static_cast<unsigned long long>(fn), static_cast<int>(tid), ms));
+                     code_name(fn).c_str(), static_cast<int>(tid), ms, where.c_str()));
   }
   state = State::kLost;
   return fail(error, -ETIMEDOUT,
-              strf("the call to %#llx in thread %d did not return within %lld ms and the "
+              strf("the call to %s in thread %d did not return within %lld ms and the "
                    "thread did not stop either; it was let go and will fault at ip 0 when "
                    "the call returns",
-                   static_cast<unsigned long long>(fn), static_cast<int>(tid), ms));
+                   code_name(fn).c_str(), static_cast<int>(tid), ms));
 }
 
 // The process executed a new program in a call: by the call itself, or by another thread,
 // which then took the held thread's place. Nothing of the old thread is left to restore
 // but the signal mask, which exec keeps and the new program should not get from us.
 int PtraceSession::Impl::exec_during_call(PtraceError* error) {
-  if (signals_blocked) ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask);
+  // A thread of ours runs with every signal blocked: the new image gets the mask of the
+  // program's thread that started it.
+  if (own_thread) {
+    ptrace_call(PTRACE_SETSIGMASK, tid, sizeof program_mask, &program_mask);
+  } else if (signals_blocked) {
+    ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask);
+  }
   ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
   state = State::kGone;
-  timings.held = Clock::now() - held_since;
+  if (!own_thread) timings.held += Clock::now() - held_since;
   release_held_signals();
   return fail(error, -ESRCH,
               strf("process %d executed a new program during a call; it was let go in its "
@@ -910,6 +1095,10 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
                         static_cast<int>(pid), what, errno_name(static_cast<int>(-r)).c_str()));
     }
   };
+  if (own_thread && finish_addr != 0) {
+    const uint32_t one = 1;
+    note(write_mem(finish_addr, &one, sizeof one), "the word that ends the thread");
+  }
   if (errno_saved) note(write_mem(errno_addr, &saved_errno, sizeof saved_errno), "errno");
   if (rseq_saved) note(write_mem(rseq_cs_addr, &saved_rseq_cs, sizeof saved_rseq_cs), "rseq_cs");
   if (fpu_is_xstate) {
@@ -935,8 +1124,18 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
   if (signals_blocked) {
     note(ptrace_call(PTRACE_SETSIGMASK, tid, sizeof saved_mask, &saved_mask), "PTRACE_SETSIGMASK");
   }
+  if (own_thread) {
+    // Ours: it runs on to its end, where we see it go.
+    if (ptrace_call(PTRACE_CONT, tid, 0, uintptr_t{0}) < 0) {
+      state = State::kGone;
+      return first;
+    }
+    (void)wait_own_end();
+    release_held_signals();
+    return first;
+  }
   long d = ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
-  timings.held = Clock::now() - held_since;
+  timings.held += Clock::now() - held_since;
   if (d < 0) {
     state = State::kGone;
     note(d, "PTRACE_DETACH");
@@ -945,6 +1144,219 @@ int PtraceSession::Impl::restore_and_detach(PtraceError* error) {
   state = State::kDetached;
   release_held_signals();
   return first;
+}
+
+// The held thread, not the process's leader, is gone from waitpid's view: it may have
+// executed a new program, which takes the leader's thread id (ptrace(2), "execve(2) under
+// ptrace"). Then the leader's id reports the exec, and is the held thread from now on.
+bool PtraceSession::Impl::took_over_by_exec(Clock::time_point deadline) {
+  if (tid == pid) return false;
+  Stop stop;
+  if (wait_stop(pid, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)),
+                &stop) != 0 ||
+      stop.kind != Stop::kExec) {
+    return false;
+  }
+  tid = pid;
+  return true;
+}
+
+// A thread of ours, resumed after its finish word was set: follows it until it has
+// ended (its routine unmaps its pages and returns), within the timeout. Signals on their
+// way to it are passed on; a process stopped by job control keeps it until continued.
+int PtraceSession::Impl::wait_own_end() {
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  for (;;) {
+    Stop stop;
+    const int rc = wait_stop(tid, deadline, &stop);
+    if (rc == -ETIMEDOUT) {
+      state = State::kLost;  // the tracer thread's end lets it go on to its end
+      return rc;
+    }
+    if (rc != 0 || stop.kind == Stop::kExited) {
+      state = State::kDetached;
+      return 0;
+    }
+    if (stop.kind == Stop::kExec || stop.kind == Stop::kGroupStop) {
+      ptrace_call(PTRACE_DETACH, tid, 0, uintptr_t{0});
+      state = stop.kind == Stop::kExec ? State::kGone : State::kDetached;
+      return 0;
+    }
+    const int pass = stop.kind == Stop::kSignal ? stop.sig : 0;
+    if (ptrace_call(PTRACE_CONT, tid, 0, static_cast<uintptr_t>(pass)) < 0) {
+      state = State::kDetached;
+      return 0;
+    }
+  }
+}
+
+// Lets a thread of ours go without holding it: told to finish, then detached from a stop
+// (interrupted first unless `known_stopped`), or, if it does not stop in time, by the
+// tracer thread's end. It ends by itself.
+void PtraceSession::Impl::let_go_own(bool known_stopped) {
+  if (finish_addr != 0) {
+    const uint32_t one = 1;
+    (void)write_mem(finish_addr, &one, sizeof one);
+  }
+  int pass = 0;
+  if (!known_stopped) {
+    Stop stop;
+    const Clock::time_point deadline = Clock::now() + options.timeout;
+    const int rc = ptrace_call(PTRACE_INTERRUPT, tid, 0, uintptr_t{0}) == 0
+                       ? wait_stop(tid, deadline, &stop)
+                       : -ESRCH;
+    if (rc == -ETIMEDOUT) {
+      state = State::kLost;
+      return;
+    }
+    if (rc != 0 || stop.kind == Stop::kExited) {
+      state = State::kGone;
+      return;
+    }
+    if (stop.kind == Stop::kSignal) pass = stop.sig;  // not ours to keep
+  }
+  ptrace_call(PTRACE_DETACH, tid, 0, static_cast<uintptr_t>(pass));
+  state = State::kDetached;
+}
+
+// A thread the held thread's call started although the call failed: told to finish
+// before it ran a single instruction of its routine, and let go from its first stop.
+void PtraceSession::Impl::let_go_newborn(pid_t born, uintptr_t finish) {
+  const uint32_t one = 1;
+  (void)write_mem(finish, &one, sizeof one);
+  Stop stop;
+  const int rc = wait_stop(born, Clock::now() + options.timeout, &stop);
+  if (rc != 0 || stop.kind == Stop::kExited) return;  // gone, or the tracer thread's end
+  const int pass = stop.kind == Stop::kSignal ? stop.sig : 0;
+  ptrace_call(PTRACE_DETACH, born, 0, static_cast<uintptr_t>(pass));
+}
+
+// The new thread runs its routine, traced, until it reports (the word at `report` is not
+// 0). Its stops meanwhile: its first (it starts stopped), signals (passed on), a job
+// control stop of the process (it stays stopped, PTRACE_LISTEN). On any failure it is let
+// go, told to finish.
+int PtraceSession::Impl::run_own_until(uintptr_t report, PtraceError* error) {
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  bool options_set = false;
+  bool in_stop = false;
+  Backoff backoff;
+  for (;;) {
+    Stop stop;
+    const int r = check_stop(tid, &stop);
+    if (r < 0 || (r > 0 && stop.kind == Stop::kExited)) {
+      if (took_over_by_exec(deadline)) return exec_during_call(error);
+      state = State::kGone;
+      return fail(error, -ESRCH,
+                  strf("the thread we started in process %d ended before it reported (the "
+                       "process exited, or executed a new program)",
+                       static_cast<int>(pid)));
+    }
+    if (r > 0) {
+      in_stop = true;
+      if (!options_set) {
+        // It inherited the held thread's options; its own calls start no thread of ours.
+        ptrace_call(PTRACE_SETOPTIONS, tid, 0, uintptr_t{PTRACE_O_TRACEEXEC});
+        options_set = true;
+      }
+      long c = 0;
+      if (stop.kind == Stop::kExec) {
+        return exec_during_call(error);
+      } else if (stop.kind == Stop::kGroupStop) {
+        c = ptrace_call(PTRACE_LISTEN, tid, 0, uintptr_t{0});
+      } else {
+        const int pass = stop.kind == Stop::kSignal ? stop.sig : 0;
+        c = ptrace_call(PTRACE_CONT, tid, 0, static_cast<uintptr_t>(pass));
+      }
+      if (c < 0) {
+        state = State::kGone;
+        return fail(error, -ESRCH, strf("process %d exited", static_cast<int>(pid)));
+      }
+      in_stop = false;
+      continue;
+    }
+    uint64_t word = 0;
+    if (read_mem(report, &word, sizeof word) == 0 && word != 0) return 0;
+    if (Clock::now() >= deadline) {
+      let_go_own(in_stop);
+      return fail(error, -ETIMEDOUT,
+                  strf("the thread we started in process %d did not report within %lld ms; "
+                       "it was let go to finish by itself",
+                       static_cast<int>(pid), static_cast<long long>(options.timeout.count())));
+    }
+    backoff.pause(deadline);
+  }
+}
+
+int PtraceSession::Impl::start_thread(const ThreadStart& start, PtraceError* error) {
+  const uintptr_t finish = start.finish_word;
+  if (state != State::kHeld) return fail(error, -EIO, "the session no longer holds the thread");
+  if (own_thread) {
+    return fail(error, -EINVAL, "the session holds a thread of its own already");
+  }
+  if (!errno_saved) {
+    if (int rc = save_errno(error); rc != 0) return rc;
+  }
+  // create's first argument: where it stores the new thread's handle, below the strings.
+  if (scratch_top - 16 < scratch_limit) {
+    return fail(error, -E2BIG,
+                strf("scratch space on thread %d's stack is limited to %zu bytes",
+                     static_cast<int>(tid), static_cast<size_t>(kMaxScratch)));
+  }
+  scratch_top = (scratch_top - 16) & ~uintptr_t{15};
+  const uintptr_t slot = scratch_top;
+  const uintptr_t clone_options = PTRACE_O_TRACEEXEC | PTRACE_O_TRACECLONE;
+  if (long o = ptrace_call(PTRACE_SETOPTIONS, tid, 0, clone_options); o < 0) {
+    return fail(error, static_cast<int>(o),
+                strf("PTRACE_SETOPTIONS of thread %d: %s", static_cast<int>(tid),
+                     errno_name(static_cast<int>(-o)).c_str()));
+  }
+  cloned.clear();
+  started = 0;
+  uint64_t result = 0;
+  const uint64_t args[4] = {slot, 0, start.routine, start.arg};
+  const int rc = raw_call(start.create, args, &result, error);
+  if (state == State::kHeld) {
+    ptrace_call(PTRACE_SETOPTIONS, tid, 0, uintptr_t{PTRACE_O_TRACEEXEC});
+  }
+  const pid_t born = cloned.empty() ? 0 : cloned.front();
+  started = born;
+  if (rc != 0) {
+    if (born != 0) let_go_newborn(born, finish);
+    return rc;
+  }
+  const int create_err = static_cast<int32_t>(static_cast<uint32_t>(result));
+  if (create_err != 0 || born == 0) {
+    if (born != 0) let_go_newborn(born, finish);
+    if (create_err == 0) {
+      return fail(error, -EIO,
+                  strf("the call to %s in thread %d returned 0 but started no thread",
+                       code_name(start.create).c_str(), static_cast<int>(tid)));
+    }
+    return fail(error, -std::abs(create_err),
+                strf("thread %d of process %d could not start a thread: %s",
+                     static_cast<int>(tid), static_cast<int>(pid),
+                     errno_name(std::abs(create_err)).c_str()));
+  }
+  // The program's thread goes back now: this was all it did for us.
+  const pid_t program_thread = tid;
+  program_mask = saved_mask;
+  PtraceError give_back;
+  const int back = restore_and_detach(&give_back);
+  forget_thread();
+  tid = born;
+  own_thread = true;
+  finish_addr = finish;
+  call_return = start.call_return;
+  state = State::kSeized;
+  if (back != 0) {
+    let_go_newborn(born, finish);
+    state = State::kDetached;
+    return fail(error, back,
+                strf("thread %d started thread %d, but %s", static_cast<int>(program_thread),
+                     static_cast<int>(born), give_back.message.c_str()));
+  }
+  if (int r = run_own_until(start.report_word, error); r != 0) return r;
+  return stop_and_save(error);
 }
 
 // Sends again the signals our calls kept from the thread. The sender becomes us.
@@ -977,7 +1389,7 @@ std::unique_ptr<PtraceSession> PtraceSession::attach(pid_t pid, const PtraceOpti
   *error = PtraceError{};
   auto impl = std::make_unique<Impl>(options);
   Impl* s = impl.get();
-  if (s->on_tracer([&] { return s->seize(pid, error); }, error) != 0) return nullptr;
+  if (s->on_tracer([&] { return s->seize(pid, {}, error); }, error) != 0) return nullptr;
 
   // While the thread still runs: what the calls need, read ahead. Through the held
   // thread's own /proc entries: those of a main thread that has exited show no memory.
@@ -1002,14 +1414,34 @@ std::unique_ptr<PtraceSession> PtraceSession::attach(pid_t pid, const PtraceOpti
   return std::unique_ptr<PtraceSession>(new PtraceSession(std::move(impl)));
 }
 
+int PtraceSession::hold_another(std::span<const pid_t> avoid, PtraceError* error) {
+  PtraceError local;
+  if (error == nullptr) error = &local;
+  Impl* s = impl_.get();
+  return s->on_tracer([&] { return s->hold_another(avoid, error); }, error);
+}
+
+int PtraceSession::start_thread(const ThreadStart& start, PtraceError* error) {
+  PtraceError local;
+  if (error == nullptr) error = &local;
+  Impl* s = impl_.get();
+  return s->on_tracer([&] { return s->start_thread(start, error); }, error);
+}
+
 pid_t PtraceSession::pid() const { return impl_->pid; }
 pid_t PtraceSession::tid() const { return impl_->tid; }
 const StoppedAt& PtraceSession::stopped_at() const { return impl_->stopped_at; }
+const user_regs_struct& PtraceSession::registers() const { return impl_->saved; }
 PtraceTimings PtraceSession::timings() const { return impl_->timings; }
+bool PtraceSession::holds_own_thread() const {
+  return impl_->own_thread && impl_->state == Impl::State::kHeld;
+}
+pid_t PtraceSession::started_thread() const { return impl_->started; }
 ProcessSymbols& PtraceSession::symbols() { return *impl_->symbols; }
 void PtraceSession::set_timeout(std::chrono::milliseconds timeout) {
   impl_->options.timeout = timeout;
 }
+std::chrono::milliseconds PtraceSession::timeout() const { return impl_->options.timeout; }
 
 int PtraceSession::call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* result,
                         PtraceError* error) {
@@ -1021,7 +1453,8 @@ int PtraceSession::call(uintptr_t fn, std::span<const uint64_t> args, uint64_t* 
         if (s->state != Impl::State::kHeld) {
           return fail(error, -EIO, "the session no longer holds a thread of the process");
         }
-        if (!s->errno_saved) {
+        // A thread of ours has no errno the program could see.
+        if (!s->errno_saved && !s->own_thread) {
           if (int rc = s->save_errno(error); rc != 0) return rc;
         }
         return s->raw_call(fn, args, result, error);
@@ -1082,7 +1515,10 @@ int PtraceSession::detach(PtraceError* error) {
   PtraceError local;
   if (error == nullptr) error = &local;
   Impl* s = impl_.get();
-  if (s->state == Impl::State::kDetached) return 0;
+  if (s->state == Impl::State::kDetached || s->state == Impl::State::kIdle) {
+    s->tracer.stop();
+    return 0;
+  }
   if (s->state != Impl::State::kHeld) {
     s->tracer.stop();
     if (s->state == Impl::State::kGone) {

@@ -19,6 +19,10 @@
 //
 // The other threads of the process run on the whole time; only the held thread stops.
 //
+// Attach in two steps (tracee/inject.h): the held thread only starts a thread of ours
+// (start_thread) and is given back at once; the session then holds that new thread, which
+// runs code of ours and the calls that follow, never the program's own code.
+//
 // Threads: a tracee belongs to the THREAD that attached, and only that thread's exit
 // detaches a tracee that has not stopped (PTRACE_DETACH needs a stopped tracee). So every
 // session runs its ptrace work on a thread of its own; when a thread does not stop within
@@ -42,6 +46,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/user.h>
 
 #include <chrono>
 #include <cstdint>
@@ -76,9 +81,11 @@ struct StoppedAt {
   bool restart_instead_of_eintr = false;
 };
 
+// The program's threads only: a thread the session started is not the program's.
 struct PtraceTimings {
   std::chrono::nanoseconds to_stop{0};  // PTRACE_INTERRUPT until the thread's state is saved
-  std::chrono::nanoseconds held{0};     // thread stopped until detached (0 while held)
+  std::chrono::nanoseconds held{0};     // threads stopped until given back, summed (0 while
+                                        // the first is held)
 };
 
 class PtraceSession {
@@ -108,7 +115,13 @@ class PtraceSession {
   pid_t pid() const;  // the process (thread group id)
   pid_t tid() const;  // the held thread
   const StoppedAt& stopped_at() const;
+  // The held thread's registers as it stopped (not those of a call).
+  const user_regs_struct& registers() const;
   PtraceTimings timings() const;
+  // Whether the held thread is one start_thread() started, not one of the program's.
+  bool holds_own_thread() const;
+  // The thread the last start_thread() started, held or not; 0 when it started none.
+  pid_t started_thread() const;
 
   // The process's ELF objects, loaded at attach (before the thread was stopped) through
   // the held thread's /proc entries, which still show the memory when the main thread
@@ -117,6 +130,46 @@ class PtraceSession {
 
   // Changes the bound on the waits that follow.
   void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
+
+  // Gives the held thread back, as detach() does, and holds another thread of the
+  // process, chosen as attach() chooses but none of `avoid`. Used when the held thread
+  // stopped where it must not be used (tracee/inject.h). 0, or:
+  //   -ENOENT     every live thread is in `avoid`: the session holds no thread now, and
+  //               the next hold_another() may take any
+  //   and the errors of attach(), after which the session holds no thread.
+  [[nodiscard]] int hold_another(std::span<const pid_t> avoid, PtraceError* error);
+
+  // The first step of attach in two steps. The held thread calls
+  //   start.create(&slot, NULL, start.routine, start.arg)   (pthread_create's signature)
+  // with the thread it starts traced from its first instruction, and is given back at
+  // once, as detach() gives it back. The new thread runs its routine freely until the
+  // 64-bit word at start.report_word is nonzero; then the session holds it, as attach()
+  // holds a thread, and calls, push_string and detach apply to it. Before the session lets
+  // it go (detach, or any failure after it started) it sets the 32-bit word at
+  // start.finish_word to 1: the routine must then end the thread, and must end it by
+  // itself if the word stays 0 for long (the session never writes to the process once it
+  // has let the thread go). detach() waits, within the timeout, for the thread to end.
+  //
+  // A call on that thread is never stopped midway: one that does not return in time goes
+  // on, the thread let go, and returns to start.call_return (with rbx, and every register
+  // the ABI has a callee keep, as the thread had them where it was held), where the
+  // routine ends the thread. So a call that took a lock gives it back when it returns.
+  // 0, or:
+  //   -ETIMEDOUT  the report word stayed 0 for the timeout: the thread was let go to finish
+  //               its work and end by itself, and the session holds no thread
+  //   -ESRCH      the process exited or executed a new program meanwhile
+  //   -EAGAIN, -ENOMEM, ...: create's own failure (nothing started)
+  //   and the errors of call() (the program's thread is given back whatever happens).
+  struct ThreadStart {
+    uintptr_t create = 0;
+    uintptr_t routine = 0;
+    uint64_t arg = 0;
+    uintptr_t report_word = 0;
+    uintptr_t finish_word = 0;
+    uintptr_t call_return = 0;
+  };
+  [[nodiscard]] int start_thread(const ThreadStart& start, PtraceError* error);
 
   // Calls `fn` in the held thread with up to 6 integer arguments (rdi, rsi, rdx, rcx, r8,
   // r9) and gives its rax. The frame lies below the stack's 128-byte red zone and below
@@ -135,7 +188,8 @@ class PtraceSession {
   //               took, for one)
   //   -ETIMEDOUT  it did not return in time; it was stopped and abandoned midway, with
   //               the same caveat. When it could not even be stopped, the session lets
-  //               the thread go: it then runs the call to its end and faults at ip 0
+  //               the thread go: it then runs the call to its end and faults at ip 0.
+  //               On a thread of start_thread(): let go to finish the call (see there)
   //   -ESRCH      the process exited, or executed a new program (the session then lets
   //               it go in its new image, with its own signal mask)
   //   -ENOENT     errno cannot be saved: no __errno_location in the process
@@ -159,6 +213,7 @@ class PtraceSession {
   // mask, then PTRACE_DETACH with no signal: signals that arrived meanwhile are delivered
   // now, and a system call the thread was blocked in restarts. 0, or the first failure
   // (the thread is detached in every case: by the session's thread ending if need be).
+  // A thread of start_thread() is told to finish and followed until it has ended.
   [[nodiscard]] int detach(PtraceError* error);
 
  private:

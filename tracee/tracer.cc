@@ -1113,6 +1113,13 @@ int Tracer::attach(pid_t pid, std::string* error) {
     return e;
   }
   PtraceError perr;
+  // A process that could not load the agent or reach the link is refused before it is
+  // touched, with the namespace that stands in the way.
+  if (int e = check_namespaces(pid, impl_->opts.agent_path, link_name, &perr); e != 0) {
+    listener.unexpect(pid);
+    if (error) *error = perr.message;
+    return e;
+  }
   PtraceOptions popts;
   auto session = PtraceSession::attach(pid, popts, &perr);
   if (!session) {

@@ -4,7 +4,9 @@
 // itself that it saw no EINTR, no changed errno and no lost signal, and prints one line
 // of results on standard output. Standard input brings the test's go-ahead.
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -328,6 +330,44 @@ static int mode_vfork(void) {
   return 0;
 }
 
+static void* stdin_reader(void* arg) {
+  char buf[16];
+  *(ssize_t*)arg = read(0, buf, sizeof buf);
+  return NULL;
+}
+
+// The main thread sits in malloc_stats, writing to a standard error that the test keeps
+// full: in a write system call, inside the allocator's statistics. With `beside`, another
+// thread waits in read(2) on standard input meanwhile.
+static int mode_malloc_stats(int beside) {
+  pthread_t t;
+  ssize_t beside_read = -1;
+  if (beside) pthread_create(&t, NULL, stdin_reader, &beside_read);
+  say("ready\n");
+  SET_ERRNO();
+  malloc_stats();
+  int e = GET_ERRNO();
+  if (beside) pthread_join(t, NULL);
+  say("malloc_stats done errno=%d beside_read=%zd\n", e, beside_read);
+  return 0;
+}
+
+// The main thread loads a library whose constructor waits for the nap pipe: it sits in
+// the dynamic loader, owning its lock, until the test lets it go.
+static int mode_dlopen_slow(void) {
+#ifdef PROBEFS_INJECT_STATIC
+  say("no dlopen in the static build\n");
+  return 2;
+#else
+  const char* lib = getenv(PROBEFS_INJECT_SLOW_LIB_ENV);
+  say("ready\n");
+  void* h = lib != NULL ? dlopen(lib, RTLD_NOW) : NULL;
+  int (*value)(void) = h != NULL ? (int (*)(void))dlsym(h, "probefs_inject_slow_value") : NULL;
+  say("dlopen_slow value=%d\n", value != NULL ? value() : -1);
+  return 0;
+#endif
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "busy") == 0) {
@@ -351,6 +391,9 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "clock_nanosleep") == 0) return mode_sleep(1);
   if (strcmp(mode, "leader_exit") == 0) return mode_leader_exit();
   if (strcmp(mode, "vfork") == 0) return mode_vfork();
+  if (strcmp(mode, "malloc_stats") == 0) return mode_malloc_stats(0);
+  if (strcmp(mode, "malloc_stats_beside") == 0) return mode_malloc_stats(1);
+  if (strcmp(mode, "dlopen_slow") == 0) return mode_dlopen_slow();
   if (strcmp(mode, "exit") == 0) {
     say("ready\n");
     return 0;

@@ -5,6 +5,7 @@
 // that it saw no EINTR, no changed errno and no lost signal; the test checks its result.
 #include "tracee/inject.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
@@ -161,7 +162,14 @@ int high_fd(int fd) {
   return h;
 }
 
-void spawn(Target* t, const char* exe, const char* mode) {
+// What a target gets besides its pipes.
+struct SpawnExtras {
+  bool preload = false;  // the test library preloaded (LD_PRELOAD): calls on the program's
+                         // own threads without an injection
+  int stderr_fd = -1;    // its standard error, when not the test's
+};
+
+void spawn(Target* t, const char* exe, const char* mode, const SpawnExtras& extras = {}) {
   int in_pipe[2], out_pipe[2], report_pipe[2], nap_pipe[2];
   ASSERT_EQ(pipe2(nap_pipe, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(in_pipe, O_CLOEXEC), 0);
@@ -185,11 +193,14 @@ void spawn(Target* t, const char* exe, const char* mode) {
   posix_spawn_file_actions_adddup2(&actions, report_pipe[1], kReportFd);
   posix_spawn_file_actions_adddup2(&actions, shm, kSharedFd);
   posix_spawn_file_actions_adddup2(&actions, nap_pipe[0], kNapFd);
+  if (extras.stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, extras.stderr_fd, 2);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   env_strings.push_back(std::string(PROBEFS_INJECT_REPORT_FD_ENV) + "=" +
                         std::to_string(kReportFd));
   env_strings.push_back(std::string(PROBEFS_INJECT_NAP_FD_ENV) + "=" + std::to_string(kNapFd));
+  env_strings.push_back(std::string(PROBEFS_INJECT_SLOW_LIB_ENV) + "=" + PROBEFS_INJECT_SLOW_LIB);
+  if (extras.preload) env_strings.push_back(std::string("LD_PRELOAD=") + PROBEFS_INJECT_LIB);
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -220,9 +231,43 @@ void spawn(Target* t, const char* exe, const char* mode) {
   ASSERT_EQ(rc, 0);
 }
 
-void spawn_ready(Target* t, const char* mode, const char* exe = PROBEFS_INJECT_TARGET) {
-  ASSERT_NO_FATAL_FAILURE(spawn(t, exe, mode));
+void spawn_ready(Target* t, const char* mode, const char* exe = PROBEFS_INJECT_TARGET,
+                 const SpawnExtras& extras = {}) {
+  ASSERT_NO_FATAL_FAILURE(spawn(t, exe, mode, extras));
+  // The preloaded library's constructor ran before main.
+  if (extras.preload) {
+    ASSERT_EQ(read_line(t->report), "loaded");
+  }
   ASSERT_EQ(read_line(t->out), "ready");
+}
+
+// The threads of a process.
+size_t thread_count(pid_t pid) {
+  size_t n = 0;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task", pid);
+  if (DIR* d = opendir(path)) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+bool thread_exists(pid_t pid, pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task/%d", pid, tid);
+  return access(path, F_OK) == 0;
+}
+
+// The preloaded test library as the session sees it, for resolve_injected_symbol.
+InjectedLibrary preloaded_library(PtraceSession& session) {
+  InjectedLibrary lib;
+  char real[PATH_MAX];
+  if (realpath(PROBEFS_INJECT_LIB, real) == nullptr) return lib;
+  for (const MappedObject& o : session.symbols().objects()) {
+    if (o.path == real) lib.object = o;
+  }
+  return lib;
 }
 
 std::unique_ptr<PtraceSession> attach_ok(pid_t pid) {
@@ -293,8 +338,8 @@ class Inject : public ::testing::Test {
  protected:
   // A target in `mode`, asleep in one of `calls`.
   void start(const char* mode, std::initializer_list<long> calls,
-             const char* exe = PROBEFS_INJECT_TARGET) {
-    ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, mode, exe));
+             const char* exe = PROBEFS_INJECT_TARGET, const SpawnExtras& extras = {}) {
+    ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, mode, exe, extras));
     ASSERT_TRUE(wait_blocked_in(t.pid, calls));
   }
 
@@ -393,12 +438,13 @@ bool signal_pending(pid_t pid, int sig) {
 // nanosleep. The session holds the SIGSTOP, sends it again after detach, and has the
 // thread restart its nanosleep from its arguments: the sleep is whole, not cut short by
 // a restart of our poll.
+// The call runs on the program's thread (the library preloaded, no injection).
 TEST_F(Inject, StopSignalDuringATimedWaitInACall) {
-  ASSERT_NO_FATAL_FAILURE(start("nanosleep", {SYS_nanosleep}));
+  ASSERT_NO_FATAL_FAILURE(
+      start("nanosleep", {SYS_nanosleep}, PROBEFS_INJECT_TARGET, {.preload = true}));
   ASSERT_NO_FATAL_FAILURE(attach());
   ASSERT_EQ(session->stopped_at().result, -516);  // -ERESTART_RESTARTBLOCK
-  InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
+  const InjectedLibrary lib = preloaded_library(*session);
   uintptr_t nap = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_nap", &nap), 0);
   bool stopped_in_nap = false;
@@ -518,17 +564,49 @@ TEST_F(Inject, MainThreadExitedAnotherThreadIsHeld) {
   expect_exit_ok();
 }
 
-// Sent while the thread is held, the signal waits (blocked) and is delivered once, after.
+// Sent while the program's only thread is held for the injection, the signal waits and
+// is delivered to it once, after: never to our thread, which blocks every signal.
 TEST_F(Inject, SignalDuringInjectionIsDeliveredOnceAfter) {
   ASSERT_NO_FATAL_FAILURE(start("usr1", {SYS_read}));
   ASSERT_NO_FATAL_FAILURE(attach());
   ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
   ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "signal"));
+  ASSERT_NO_FATAL_FAILURE(detach());
+  ASSERT_TRUE(wait_until([&] { return !signal_pending(t.pid, SIGUSR1); }));
+  t.send("x");
+  EXPECT_EQ(read_line(t.out), "usr1 count=1 read=1 errno=1234");
+  expect_exit_ok();
+}
+
+// Sent while the program's thread is held for a call, the signal waits (blocked) and is
+// delivered once, after.
+TEST_F(Inject, SignalWhileHeldForACallIsDeliveredOnceAfter) {
+  ASSERT_NO_FATAL_FAILURE(start("usr1", {SYS_read}, PROBEFS_INJECT_TARGET, {.preload = true}));
+  ASSERT_NO_FATAL_FAILURE(attach());
+  ASSERT_EQ(kill(t.pid, SIGUSR1), 0);
+  ASSERT_NO_FATAL_FAILURE(echo(*session, preloaded_library(*session), t, "signal"));
   EXPECT_TRUE(signal_pending(t.pid, SIGUSR1));
   ASSERT_NO_FATAL_FAILURE(detach());
   ASSERT_TRUE(wait_until([&] { return !signal_pending(t.pid, SIGUSR1); }));
   t.send("x");
   EXPECT_EQ(read_line(t.out), "usr1 count=1 read=1 errno=1234");
+  expect_exit_ok();
+}
+
+// A call on a program's thread that changes errno and the vector state (the library
+// preloaded): all of it comes back as it was, and the hot loop's result is exact.
+TEST_F(Inject, BusyThreadComputesTheExactResultAfterACallOnIt) {
+  ASSERT_NO_FATAL_FAILURE(spawn(&t, PROBEFS_INJECT_TARGET, "busy", {.preload = true}));
+  ASSERT_EQ(read_line(t.report), "loaded");
+  ASSERT_TRUE(wait_until([&] { return t.shared->progress[0] > 0; }));
+  ASSERT_NO_FATAL_FAILURE(attach());
+  EXPECT_EQ(session->tid(), t.pid);
+  ASSERT_NO_FATAL_FAILURE(echo(*session, preloaded_library(*session), t, "busy"));
+  ASSERT_NO_FATAL_FAILURE(detach());
+  t.shared->stop = 1;
+  const std::string line = read_line(t.out);
+  EXPECT_EQ(line, expected_work_line("busy", 0, steps_of(line)));
+  EXPECT_EQ(read_line(t.out), "errno=1234");
   expect_exit_ok();
 }
 
@@ -549,7 +627,8 @@ TEST_F(Inject, SigsuspendKeepsBothMasks) {
   expect_exit_ok();
 }
 
-// A call that faults is an error; the thread's registers are put back and it lives on.
+// A call that faults is an error; the thread's registers are put back and it lives on
+// (here our thread, after the injection).
 TEST_F(Inject, CallThatFaultsIsAnErrorAndTheTargetLivesOn) {
   ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
   ASSERT_NO_FATAL_FAILURE(attach());
@@ -593,11 +672,11 @@ TEST_F(Inject, CallThatExecutesAProgram) {
   expect_exit_ok();
 }
 
+// On a program's thread (the library preloaded): stopped midway and abandoned.
 TEST_F(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
-  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}, PROBEFS_INJECT_TARGET, {.preload = true}));
   ASSERT_NO_FATAL_FAILURE(attach());
-  InjectedLibrary lib;
-  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
+  const InjectedLibrary lib = preloaded_library(*session);
   PtraceError error;
   uintptr_t spin = 0;
   ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_spin", &spin), 0);
@@ -608,6 +687,151 @@ TEST_F(Inject, CallThatNeverReturnsTimesOutAndIsAbandoned) {
   session->set_timeout(10s);
   ASSERT_EQ(session->detach(&error), 0) << error.message;
   finish_read();
+}
+
+// On our thread, a call is never stopped midway (what it took would stay taken): one that
+// does not return in time goes on, the thread let go, and the thread ends when it returns.
+TEST_F(Inject, CallOnOurThreadThatDoesNotReturnInTimeIsLetGoToFinish) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  ASSERT_NO_FATAL_FAILURE(attach());
+  InjectedLibrary lib;
+  ASSERT_NO_FATAL_FAILURE(load_reported(&lib));
+  ASSERT_TRUE(session->holds_own_thread());
+  const pid_t ours = session->tid();
+  EXPECT_NE(ours, t.pid);
+  uintptr_t nap = 0;
+  ASSERT_EQ(resolve_injected_symbol(session->symbols(), lib, "probefs_inject_nap", &nap), 0);
+  session->set_timeout(300ms);
+  PtraceError error;
+  uint64_t result = 0;
+  EXPECT_EQ(session->call(nap, {}, &result, &error), -ETIMEDOUT);
+  EXPECT_NE(error.message.find("let go to finish"), std::string::npos) << error.message;
+  EXPECT_EQ(read_line(t.report), "napping");
+  EXPECT_FALSE(session->holds_own_thread());
+  session->set_timeout(10s);
+  ASSERT_EQ(session->detach(&error), 0) << error.message;
+  // Its wait goes on, untraced, until the nap pipe has data; then the call returns and
+  // the thread ends.
+  EXPECT_TRUE(thread_exists(t.pid, ours));
+  EXPECT_NE(proc_text(t.pid, ours, "status").find("TracerPid:\t0\n"), std::string::npos);
+  ASSERT_EQ(write(t.nap, "x", 1), 1);
+  EXPECT_TRUE(wait_until([&] { return !thread_exists(t.pid, ours); }));
+  finish_read();
+}
+
+// A dlopen that does not return in time (a constructor that waits) holds no thread of the
+// program: ours goes on with it, untraced, and ends when it returns. The loader's lock is
+// then free again: nothing of it was left taken.
+TEST_F(Inject, DlopenThatDoesNotReturnHoldsNoThreadOfTheProgram) {
+  ASSERT_NO_FATAL_FAILURE(start("read", {SYS_read}));
+  PtraceOptions options;
+  options.timeout = 300ms;
+  InjectedLibrary lib;
+  PtraceError error;
+  EXPECT_EQ(inject_library(t.pid, PROBEFS_INJECT_SLOW_LIB, options, &lib, &error), -ETIMEDOUT);
+  EXPECT_NE(error.message.find("did not return"), std::string::npos) << error.message;
+  EXPECT_EQ(read_line(t.report), "slow:loading");
+  // The program's thread was given back long ago; ours waits in the constructor.
+  EXPECT_NE(proc_text(t.pid, t.pid, "status").find("TracerPid:\t0\n"), std::string::npos);
+  EXPECT_EQ(thread_count(t.pid), 2u);
+  ASSERT_EQ(write(t.nap, "x", 1), 1);
+  EXPECT_EQ(read_line(t.report), "slow:loaded");
+  EXPECT_TRUE(wait_until([&] { return thread_count(t.pid) == 1; }));
+  // Loaded now, and the loader free: at once.
+  ASSERT_EQ(inject_library(t.pid, PROBEFS_INJECT_SLOW_LIB, {}, &lib, &error), 0) << error.message;
+  ASSERT_TRUE(wait_until([&] { return thread_count(t.pid) == 1; }));
+  finish_read();
+}
+
+// A pipe that is full: a write to it blocks until the test reads.
+struct FullPipe {
+  FullPipe() {
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    const char block[4096] = {};
+    while (write(fds[1], block, sizeof block) > 0) {
+    }
+    fcntl(fds[1], F_SETFL, 0);
+    fds[1] = high_fd(fds[1]);
+  }
+  ~FullPipe() {
+    if (drainer.joinable()) drainer.join();
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  // Reads it until every writer is gone, on a thread of its own.
+  void drain() {
+    close(fds[1]);
+    fds[1] = -1;
+    drainer = std::thread([fd = fds[0]] {
+      char buf[4096];
+      pollfd p{fd, POLLIN, 0};
+      while (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) == 1 &&
+             read(fd, buf, sizeof buf) > 0) {
+      }
+    });
+  }
+  int fds[2] = {-1, -1};
+  std::thread drainer;
+};
+
+// The program's only thread sits in malloc_stats (blocked in write(2), the allocator's
+// frames above it): it must not start our thread, and no other thread can. The injection
+// gives up with every thread's reason, and the thread goes on as it was.
+TEST_F(Inject, ThreadInsideTheAllocatorIsNotUsed) {
+  FullPipe err;
+  ASSERT_GE(err.fds[1], 0);
+  ASSERT_NO_FATAL_FAILURE(
+      spawn_ready(&t, "malloc_stats", PROBEFS_INJECT_TARGET, {.stderr_fd = err.fds[1]}));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_write}));
+  PtraceOptions options;
+  options.timeout = 300ms;
+  InjectedLibrary lib;
+  PtraceError error;
+  EXPECT_EQ(inject_library(t.pid, PROBEFS_INJECT_LIB, options, &lib, &error), -EAGAIN);
+  EXPECT_NE(error.message.find("thread " + std::to_string(t.pid) + ": it is in malloc_stats"),
+            std::string::npos)
+      << error.message;
+  EXPECT_EQ(thread_count(t.pid), 1u);
+  err.drain();
+  EXPECT_EQ(read_line(t.out), "malloc_stats done errno=1234 beside_read=-1");
+  expect_exit_ok();
+}
+
+// The same with another thread, waiting in read(2): that one starts ours.
+TEST_F(Inject, ThreadBesideOneInsideTheAllocatorIsUsed) {
+  FullPipe err;
+  ASSERT_GE(err.fds[1], 0);
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "malloc_stats_beside", PROBEFS_INJECT_TARGET,
+                                      {.stderr_fd = err.fds[1]}));
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_write}));
+  ASSERT_TRUE(wait_until([&] { return thread_count(t.pid) == 2; }));
+  ASSERT_NO_FATAL_FAILURE(attach());
+  ASSERT_NO_FATAL_FAILURE(inject_and_echo(*session, t, "beside the allocator"));
+  ASSERT_NO_FATAL_FAILURE(detach());
+  err.drain();
+  t.send("x");
+  EXPECT_EQ(read_line(t.out), "malloc_stats done errno=1234 beside_read=1");
+  expect_exit_ok();
+}
+
+// The program's only thread sits in a library's constructor under dlopen (in the dynamic
+// loader, owning its lock): not used, and given back as it was.
+TEST_F(Inject, ThreadInsideTheDynamicLoaderIsNotUsed) {
+  ASSERT_NO_FATAL_FAILURE(spawn_ready(&t, "dlopen_slow"));
+  EXPECT_EQ(read_line(t.report), "slow:loading");
+  ASSERT_TRUE(wait_blocked_in(t.pid, {SYS_poll, SYS_ppoll}));
+  PtraceOptions options;
+  options.timeout = 300ms;
+  InjectedLibrary lib;
+  PtraceError error;
+  EXPECT_EQ(inject_library(t.pid, PROBEFS_INJECT_LIB, options, &lib, &error), -EAGAIN);
+  EXPECT_NE(error.message.find("dynamic loader"), std::string::npos) << error.message;
+  ASSERT_EQ(write(t.nap, "x", 1), 1);
+  EXPECT_EQ(read_line(t.report), "slow:loaded");
+  EXPECT_EQ(read_line(t.out), "dlopen_slow value=42");
+  expect_exit_ok();
 }
 
 // A vfork parent does not stop for PTRACE_INTERRUPT. The attach gives up, and the thread

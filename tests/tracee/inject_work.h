@@ -35,6 +35,8 @@ static inline void probefs_inject_work_step(struct probefs_inject_work* w) {
 #define PROBEFS_INJECT_REPORT_FD_ENV "PROBEFS_INJECT_REPORT_FD"
 // A pipe whose data ends probefs_inject_nap's wait.
 #define PROBEFS_INJECT_NAP_FD_ENV "PROBEFS_INJECT_NAP_FD"
+// The library of mode "dlopen_slow" (tests/tracee/inject_slow_lib.c).
+#define PROBEFS_INJECT_SLOW_LIB_ENV "PROBEFS_INJECT_SLOW_LIB"
 #define PROBEFS_INJECT_HOT_THREADS 4
 
 // The memory a test shares with a busy target (a memfd the target maps).
