@@ -158,8 +158,10 @@ int RingAreaReader::attach(void* mem, uint64_t size, pid_t pid) {
   states_.assign(g.ring_count, State{});
   // Start where the rings are now: at the first record no reader consumed (all of them,
   // in an area the process wrote into before the reader attached); a tail out of range
-  // starts at the head. Every loss counted so far is still to be reported.
-  for (uint32_t i = 0; i < g.ring_count; ++i) {
+  // starts at the head. Every loss counted so far is still to be reported. Rings above the
+  // highest claimed were never written: their tails are 0, and their pages stay untouched
+  // (a read of a shared-memory hole allocates a page, and an area has a thousand rings).
+  for (uint32_t i = 0, used = rings_used(); i < used; ++i) {
     const uint32_t t = load_relaxed(&control(i)->tail);
     uint32_t h;
     states_[i].tail = head_ok(t, g.ring_bytes) ? t : (head(i, &h) ? h : 0);

@@ -495,7 +495,7 @@ struct Tracer::Impl {
         kept.push_back(std::move(sp));
         continue;
       }
-      for (uint32_t i = 0; i < r->reader.ring_count(); ++i) {
+      for (uint32_t i = 0, used = r->reader.rings_used(); i < used; ++i) {
         const uint32_t tid = r->reader.owner(i) & events::kRingOwnerTidMask;
         std::string comm;
         if (tid != 0 && r->reader.owner_comm(i, tid, &comm))

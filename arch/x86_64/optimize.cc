@@ -38,6 +38,7 @@
 #include "arch/x86_64/cpu_state.h"
 #include "arch/x86_64/frame_layout.h"
 #include "arch/x86_64/near_alloc.h"
+#include "arch/x86_64/rel32_scan.h"
 #include "arch/x86_64/isa/optimize_check.h"
 #include "arch/x86_64/isa/relocate.h"
 #include "arch/x86_64/site.h"
@@ -153,23 +154,22 @@ std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, D
 // those. A linear sweep of a whole mapping with the decoder would (it took 0.45 s for
 // libc, in the first control operation that touched it); instead:
 //  - long branches (call, jmp, jcc rel32) can come from anywhere: once per mapping, a scan
-//    of its bytes notes every position whose bytes read as one that lands inside it. That
-//    is a superset of the real branches (a few ms for libc);
+//    of its bytes marks every byte that some position's bytes, read as such a branch,
+//    land on (rel32_scan.h). That is a superset of the real targets, a bit per byte, and
+//    every process start pays for it on libc: a fraction of a millisecond;
 //  - short branches (jmp, jcc, loop, jrcxz rel8) can come only from within 128 bytes: the
 //    bytes around the region are scanned the same way, per region.
-// A candidate that lands inside the region is a real branch when a linear sweep from
-// kResyncBytes before it lands on it (or on prefixes just before it); the sweep finds its
-// footing within a few instructions, as a sweep from the mapping's start would.
-// (g_text_mu)
+// A region none of whose inner bytes is marked is safe from long branches. Otherwise the
+// mapping is scanned again for the candidates that land there, and a candidate is a real
+// branch when a linear sweep from kResyncBytes before it lands on it (or on prefixes just
+// before it); the sweep finds its footing within a few instructions, as a sweep from the
+// mapping's start would. (g_text_mu)
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
   unsigned long inode = 0;
-  // Each candidate branch as (target << 32 | source), both offsets from start; sorted (by
-  // target) from the kSortAfter-th question on: a process start asks a few (the agent's
-  // own probes), for which a pass over the list costs less than sorting it.
-  std::vector<uint64_t> rel32;
-  bool sorted = false;
-  unsigned questions = 0;
+  std::vector<uint64_t> bits;  // Rel32Targets over [start, end)
+
+  Rel32Targets targets() { return {bits.data(), end - start}; }
 };
 std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
 constexpr size_t kResyncBytes = 128;
@@ -215,7 +215,26 @@ int dl_counters_cb(dl_phdr_info* info, size_t size, void* data) {
   return 1;  // the first object carries them
 }
 
-constexpr unsigned kSortAfter = 16;
+// Calls fn(source, target) for every candidate rel32 branch of mapping m, both as offsets
+// from its start, reading the code as it is without our patches. In chunks through one
+// buffer (no copy of the whole mapping), each chunk overlapping the next by the bytes of
+// a branch that starts at its end. false when the code could not be read.
+template <class Fn>
+bool scan_mapping(const MappingBranches& m, Fn&& fn) {
+  constexpr size_t kChunk = 256 * 1024, kTail = 5;
+  static uint8_t* const buf = new uint8_t[kChunk + kTail];
+  const size_t size = m.end - m.start;
+  for (size_t at = 0; at < size; at += kChunk) {
+    const size_t n = std::min(kChunk + kTail, size - at);
+    if (!read_self_memory_all(m.start + at, buf, n)) return false;
+    for (auto it = g_saved.lower_bound(m.start + at); it != g_saved.end() && it->first < m.start + at + n; ++it)
+      buf[it->first - m.start - at] = it->second;
+    for_each_rel32(buf, n, std::min(kChunk, n), [&](size_t q, int64_t target) {
+      fn(at + q, static_cast<int64_t>(at) + target);
+    });
+  }
+  return true;
+}
 
 MappingBranches* branches_of_mapping(uintptr_t addr) {
   static DlCounters seen{~0ull, ~0ull};
@@ -230,33 +249,11 @@ MappingBranches* branches_of_mapping(uintptr_t addr) {
   if (!find_exec_mapping(addr, &m)) return nullptr;
   for (MappingBranches& b : g_mapping_branches)
     if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
-  // In chunks through one buffer (a process start pays for this scan of libc: no
-  // zero-filled copy of the whole mapping), each chunk overlapping the next by the bytes
-  // of a branch that starts at its end.
-  constexpr size_t kChunk = 256 * 1024, kTail = 6;
-  static uint8_t* const buf = new uint8_t[kChunk + kTail];
   const size_t size = m.end - m.start;
-  if (size > UINT32_MAX) return nullptr;  // offsets are kept in 32 bits
-  m.rel32.reserve(size / 16);
-  for (size_t at = 0; at < size; at += kChunk) {
-    const size_t n = std::min(kChunk + kTail, size - at);
-    if (!read_self_memory_all(m.start + at, buf, n)) return nullptr;
-    for (auto it = g_saved.lower_bound(m.start + at); it != g_saved.end() && it->first < m.start + at + n; ++it)
-      buf[it->first - m.start - at] = it->second;
-    const size_t last = std::min(kChunk, n);  // branch starts this chunk owns
-    for (size_t q = 0; q < last && q + 5 <= n; ++q) {
-      const uint8_t op = buf[q];
-      size_t field;
-      if (op == 0xe8 || op == 0xe9) field = q + 1;
-      else if (op == 0x0f && q + 6 <= n && (buf[q + 1] & 0xf0) == 0x80) field = q + 2;
-      else continue;
-      int32_t rel;
-      std::memcpy(&rel, buf + field, 4);
-      const int64_t target = static_cast<int64_t>(at + field + 4) + rel;  // from the start
-      if (target >= 0 && static_cast<uint64_t>(target) < size)
-        m.rel32.push_back(static_cast<uint64_t>(target) << 32 | (at + q));
-    }
-  }
+  if (size > (size_t{1} << 40)) return nullptr;
+  m.bits.assign((size + 63) / 64, 0);
+  Rel32Targets t = m.targets();
+  if (!scan_mapping(m, [&](size_t, int64_t target) { t.mark(target); })) return nullptr;
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
@@ -302,20 +299,15 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   MappingBranches* b = branches_of_mapping(addr);
   if (!b) return true;  // unknown: assume the worst
   const uintptr_t lo = b->start;
-  if (!b->sorted && ++b->questions >= kSortAfter) {
-    std::sort(b->rel32.begin(), b->rel32.end());
-    b->sorted = true;
-  }
-  const uint64_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
-  if (b->sorted) {
-    for (auto it = std::lower_bound(b->rel32.begin(), b->rel32.end(), from_target << 32);
-         it != b->rel32.end() && (*it >> 32) < to_target; ++it)
-      if (decodes_as_instruction(lo + (*it & 0xffffffffu), *b)) return true;
-  } else {
-    for (uint64_t c : b->rel32)
-      if ((c >> 32) - from_target < to_target - from_target &&
-          decodes_as_instruction(lo + (c & 0xffffffffu), *b))
-        return true;
+  const size_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
+  if (b->targets().any(from_target, to_target)) {
+    bool real = false;
+    const bool read = scan_mapping(*b, [&](size_t source, int64_t target) {
+      if (!real && target >= static_cast<int64_t>(from_target) &&
+          target < static_cast<int64_t>(to_target) && decodes_as_instruction(lo + source, *b))
+        real = true;
+    });
+    if (real || !read) return true;
   }
   // Short branches: their opcode lies within [addr - 129, addr + len + 126].
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
