@@ -83,6 +83,11 @@ int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 // The r_brk hook: sends the thread to dl_stub() in place of _dl_debug_state.
 int dl_hook_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
 void dl_hook_post_handler(probecore::Kprobe* kp, PtRegs* regs, unsigned long flags);
+// The spawn guards' handlers (hit.cc, registered by spawn_guard.cc): a child that runs on
+// this thread's TLS (vfork, posix_spawn) records nothing, never as its parent.
+int vfork_return_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
+int spawn_entry_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
+int spawn_return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 // Where glibc's thread descriptor keeps the thread id (bytes from the descriptor), so a
 // handler reads it without a system call; -1 when unknown or untrusted, and then handlers
 // ask the kernel once per thread and area. Set at startup (bootstrap.cc).
@@ -122,6 +127,13 @@ bool control_thread_running();
 
 int install_guards();
 void uninstall_guards();
+
+// The spawn guards (spawn_guard.cc): vfork's and posix_spawn's children, which run on
+// their parent thread's TLS, record nothing. Best effort; guards.cc installs them with
+// the signal guards.
+void install_spawn_guards();
+void uninstall_spawn_guards();
+size_t spawn_guard_addresses(uintptr_t* out, size_t max);
 // Reads of target memory may go through arch::safe_copy (the agent's SIGSEGV/SIGBUS
 // handler fixes their faults up).
 bool fault_fixup_installed();

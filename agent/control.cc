@@ -250,12 +250,14 @@ void do_profile(lk::Reply* reply) {
   }
 }
 
-// `kprobes/list` without the agent's own probes (the r_brk hook, the signal guards),
+// `kprobes/list` without the agent's own probes (the r_brk hook, the signal and spawn guards),
 // unless a probe of the daemon's shares the address.
 std::string daemon_probes_list() {
   const std::string all = probecore::kprobes_list();
   std::vector<uintptr_t> own(64);
   own.resize(signal_guard_addresses(own.data(), own.size()));
+  own.resize(own.size() + 8);
+  own.resize(own.size() - 8 + spawn_guard_addresses(own.data() + own.size() - 8, 8));
   if (uintptr_t hook = dl_hook_address()) own.push_back(hook);
   std::erase_if(own, [](uintptr_t a) {
     return std::any_of(g_probes.begin(), g_probes.end(),

@@ -4,8 +4,12 @@
 
 namespace probefs::agent {
 
-int install_guards() { return install_signal_guards(); }
+int install_guards() {
+  install_spawn_guards();
+  return install_signal_guards();
+}
 void uninstall_guards() {
+  uninstall_spawn_guards();
   if (signal_guards_installed()) uninstall_signal_guards();
 }
 bool fault_fixup_installed() { return signal_guards_installed(); }

@@ -15,6 +15,13 @@
 //   prod  the ring this thread claimed in the area of generation `gen`
 //   tid   the thread id it claimed it with
 //   gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
+//
+// A vfork child, and posix_spawn's (a clone that shares memory and runs until it execs),
+// runs on its parent thread's TLS and thread descriptor: the fast path would take it for
+// the parent. While such a child may run, the thread is in a window (the spawn guards
+// open and close it, spawn_guard.cc): its gen is kSharedTlsGen, so every hit asks the
+// kernel whose it is, and a child's hits are not recorded (as themselves they cannot be:
+// the child is no target until it execs; as the parent they must not be).
 #include <linux/prctl.h>
 
 #include <cstddef>
@@ -39,7 +46,10 @@ struct ThreadRing {
   // The area's free_generation when this thread last failed to claim a ring; with prod
   // null and gen current, the thread retries only once the daemon freed rings since.
   uint32_t claim_free_gen;
+  uint32_t saved_gen;  // gen before the shared-TLS window opened
 };
+// No area has it (control.cc skips 0 only; it would take 2^32 areas).
+constexpr uint32_t kSharedTlsGen = ~0u;
 constinit thread_local ThreadRing t_ring __attribute__((tls_model("initial-exec"))) = {};
 
 // This thread's id as glibc's thread descriptor holds it: the word at %fs:0x10 is the
@@ -67,6 +77,15 @@ void read_comm(char (&comm)[16]) {
 // the process is not the area's). A ring claimed gets the thread's name (one more system
 // call, once per thread and area), which names its records once the thread is gone.
 [[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
+  if (t_ring.gen == kSharedTlsGen) {  // a spawned child may be the one running
+    if (static_cast<int32_t>(arch::raw_syscall(__NR_getpid)) != as->pid) {
+      *tid = 0;
+      return nullptr;
+    }
+    *tid = static_cast<int32_t>(arch::raw_syscall(__NR_gettid));
+    // The parent: its ring, if it had one in this area; else its hit counts as unowned.
+    return t_ring.saved_gen == as->generation && t_ring.tid == *tid ? t_ring.prod : nullptr;
+  }
   if (t_ring.gen == as->generation && t_ring.prod == nullptr && t_ring.tid != 0 &&
       t_ring.claim_free_gen == __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE)) {
     *tid = t_ring.tid;
@@ -304,6 +323,36 @@ void forget_thread_ring() {
   t_ring.gen = 0;
   t_ring.tid = 0;
   t_ring.claim_free_gen = 0;
+}
+
+// ---- the shared-TLS window (spawn_guard.cc registers these) ----
+
+static void open_shared_tls_window() {
+  if (t_ring.gen == kSharedTlsGen) return;
+  t_ring.saved_gen = t_ring.gen;
+  t_ring.gen = kSharedTlsGen;
+}
+
+static void close_shared_tls_window() {
+  if (t_ring.gen == kSharedTlsGen) t_ring.gen = t_ring.saved_gen;
+}
+
+// Just after vfork's system call: 0 in the child (the window opens, and stays open until
+// the parent runs again), the child's pid or an error in the parent (it closes).
+int vfork_return_pre_handler(probecore::Kprobe*, PtRegs* regs) {
+  if (regs->ax == 0) open_shared_tls_window();
+  else close_shared_tls_window();
+  return 0;
+}
+
+int spawn_entry_handler(probecore::KretprobeInstance*, PtRegs*) {
+  open_shared_tls_window();
+  return 0;
+}
+
+int spawn_return_handler(probecore::KretprobeInstance*, PtRegs*) {
+  close_shared_tls_window();
+  return 0;
 }
 
 }  // namespace probefs::agent

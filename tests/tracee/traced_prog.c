@@ -24,6 +24,8 @@
  *                   exiting: "ok K" once every one exited 0
  *   spawns K PATH   K children one after another, each exec'ing PATH with no arguments:
  *                   "ok K" once every one exited 0
+ *   vfork N         a vfork child calls traced_add N times and exits: "ok CHILD_PID STATUS"
+ *   pspawn PATH     posix_spawn PATH with no arguments: "ok CHILD_PID STATUS"
  *   hold            a child that calls traced_add once and waits until killed: "ok PID"
  *   exec            execs this program again ("exec'd" is printed first by the new image)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +55,20 @@ volatile long traced_global = 4242;
 __attribute__((noinline)) long traced_add(long a, long b) {
   __asm__ volatile("" ::: "memory");
   return a + b;
+}
+
+/* "vfork N": apart from main, whose code the tests read (vfork returns twice, which
+ * changes how a compiler builds the function that calls it). The child shares this
+ * thread's memory and TLS until it exits: calls of a leaf function and _exit only. */
+__attribute__((noinline)) static void vfork_calls(long n) {
+  pid_t c = vfork();
+  if (c == 0) {
+    for (long i = 0; i < n; i++) traced_add(i, 2 * i);
+    _exit(0);
+  }
+  int st = -1;
+  waitpid(c, &st, 0);
+  printf("ok %d %d\n", (int)c, st);
 }
 
 __attribute__((noinline)) long traced_str(const char *s, long n) {
@@ -304,6 +321,14 @@ int main(int argc, char **argv) {
       }
       int st = -1;
       waitpid(c, &st, 0);
+      printf("ok %d %d\n", (int)c, st);
+    } else if (sscanf(line, "vfork %ld", &n) == 1) {
+      vfork_calls(n);
+    } else if (sscanf(line, "pspawn %399s", arg) == 1) {
+      pid_t c = -1;
+      char *argv[] = {arg, NULL};
+      int st = -1;
+      if (posix_spawn(&c, arg, NULL, NULL, argv, environ) == 0) waitpid(c, &st, 0);
       printf("ok %d %d\n", (int)c, st);
     } else if (sscanf(line, "forks %ld %ld", &t, &n) == 2 && t > 0) {
       long ok = 0;

@@ -270,6 +270,62 @@ TEST(Tracer, ThreadsForkAndExec) {
   EXPECT_TRUE(execed);
 }
 
+// A vfork child runs on its parent thread's memory and TLS until it exits: its hits are
+// never its parent's records (the kernel would record them as the child's; here the child
+// is no target before it execs, so they are not recorded at all).
+TEST(Tracer, AVforkChildNeverRecordsAsItsParent) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  for (int round = 0; round < 3; ++round) {
+    std::string ans = p.pipes.ask("vfork 50");
+    int child = 0, st = -1;
+    ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+    EXPECT_EQ(st, 0);
+    // The parent records as before, from the same thread.
+    EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+    std::vector<Rec> recs = drain(*t);
+    ASSERT_EQ(recs.size(), 3u) << "round " << round;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      EXPECT_EQ(recs[i].r.pid, p.pid);
+      EXPECT_EQ(field(e, recs[i].r, "a"), i);
+    }
+  }
+}
+
+// posix_spawn's child (a clone that shares memory until it execs) runs libc's code on the
+// parent thread's TLS: its execve is not the parent's. The parent's own execve is.
+TEST(Tracer, APosixSpawnChildNeverRecordsAsItsParent) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  define(*t, "p:t/execve libc:execve", 31);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  for (int round = 0; round < 3; ++round) {
+    // The thread has its ring when the child runs on its TLS.
+    EXPECT_EQ(p.pipes.ask("call 1"), "ok " + std::to_string(sum_calls(1)));
+    std::string ans = p.pipes.ask("pspawn /bin/true");
+    int child = 0, st = -1;
+    ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+    EXPECT_EQ(st, 0);
+    size_t adds = 0;
+    for (const auto& x : drain(*t)) {
+      EXPECT_FALSE(x.r.pid == p.pid && event_id_of(x.r) == 31) << "round " << round;
+      adds += x.r.pid == p.pid && event_id_of(x.r) == 30;
+    }
+    EXPECT_EQ(adds, 1u);
+  }
+  ASSERT_TRUE(p.pipes.send("exec"));
+  EXPECT_EQ(p.pipes.line(), "exec'd");
+  EXPECT_EQ(p.pipes.ask("pid"), "ok " + std::to_string(p.pid));
+  size_t execs = 0;
+  for (const auto& x : drain(*t)) execs += x.r.pid == p.pid && event_id_of(x.r) == 31;
+  EXPECT_EQ(execs, 1u);  // the parent's own exec
+}
+
 // A thousand threads alive at once, a hundred hits each: each has a ring of its own, and
 // every hit is a record.
 TEST(Tracer, AThousandThreadsAtOnceEachRecord) {
