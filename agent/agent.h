@@ -106,6 +106,10 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply);
 // Removes every probe (the daemon's, the r_brk hook) and the ring area; the program runs
 // on untraced. After tracer death, DETACH, or a fork child that found no daemon.
 void teardown();
+// Start-up, until GO: probes defined meanwhile are enabled together when it ends
+// (control.cc).
+void begin_startup();
+void end_startup();
 // Drops the ring area without a grace period: a fork child, whose only thread is the
 // caller.
 void drop_area_in_child();

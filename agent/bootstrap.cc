@@ -333,7 +333,15 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
       return false;
     }
     adopt_link(fd, name, daemon_pid);
+    begin_startup();
   }
+  // Every way out: what was defined meanwhile is enabled (GO, or none in time) or gone.
+  struct StartupEnd {
+    ~StartupEnd() {
+      std::lock_guard l(g_ctl_mu);
+      end_startup();
+    }
+  } startup_end;
   if (send_hello(reason) != 0) {
     end_link();
     return false;
@@ -360,6 +368,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
   }
   {
     std::lock_guard l(g_ctl_mu);
+    end_startup();
     (void)install_dl_hook();
   }
   if (start_control_thread() != 0) {

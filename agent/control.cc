@@ -42,6 +42,12 @@ struct AgentProbe {
 std::map<uint32_t, std::unique_ptr<AgentProbe>>& g_probes =
     *new std::map<uint32_t, std::unique_ptr<AgentProbe>>;  // g_ctl_mu
 uint32_t g_area_generation = 0;                             // g_ctl_mu
+// Start-up (a launched, exec'd or fork child program, until GO): the program runs none of
+// its own code yet, so the probes defined meanwhile are registered disabled and enabled
+// together at GO, in one write window for all (each window scans the threads and waits
+// for every CPU) rather than one each.
+bool g_starting = false;                          // g_ctl_mu
+std::vector<uint32_t>& g_startup_enable = *new std::vector<uint32_t>;  // g_ctl_mu: probe ids
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
 
 bool program_reads_comm(const events::FetchProgram& p) {
@@ -165,7 +171,8 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
   kp.addr = d.address;
   kp.bounds = to_bounds(d.bounds);
   kp.flags = probecore::KPROBE_FLAG_GPR_ONLY;
-  if (!d.enabled) kp.flags |= probecore::KPROBE_FLAG_DISABLED;
+  const bool at_go = g_starting && d.enabled;
+  if (!d.enabled || at_go) kp.flags |= probecore::KPROBE_FLAG_DISABLED;
   if (!d.symbol.empty())
     defined_symbols().add(d.address, d.symbol, d.module, d.symbol_addr, kp.bounds);
   int rc;
@@ -184,7 +191,24 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
     return set_error(reply, rc, errno_text(ap->is_return ? "register_kretprobe" : "register_kprobe", rc));
   }
   g_probes[d.probe_id] = std::move(ap);
+  if (at_go) g_startup_enable.push_back(d.probe_id);
 }
+
+}  // namespace
+
+void begin_startup() { g_starting = true; }
+
+void end_startup() {
+  if (!g_starting) return;
+  g_starting = false;
+  std::vector<probecore::Kprobe*> kps;
+  for (uint32_t id : g_startup_enable)
+    if (auto it = g_probes.find(id); it != g_probes.end()) kps.push_back(&it->second->hit->rp.kp);
+  g_startup_enable.clear();
+  if (!kps.empty()) (void)probecore::enable_kprobes(kps.data(), static_cast<int>(kps.size()));
+}
+
+namespace {
 
 AgentProbe* find_probe(uint32_t id, lk::Reply* reply) {
   auto it = g_probes.find(id);
@@ -209,6 +233,7 @@ void unregister_all(std::vector<AgentProbe*> probes) {
 void do_remove(uint32_t id, lk::Reply* reply) {
   AgentProbe* ap = find_probe(id, reply);
   if (!ap) return;
+  std::erase(g_startup_enable, id);
   int rc = ap->is_return ? probecore::unregister_kretprobe(&ap->hit->rp)
                          : probecore::unregister_kprobe(&ap->hit->rp.kp);
   if (rc != 0) return set_error(reply, rc, errno_text("unregister", rc));
@@ -220,6 +245,12 @@ void do_remove(uint32_t id, lk::Reply* reply) {
 void do_enable(uint32_t id, bool on, lk::Reply* reply) {
   AgentProbe* ap = find_probe(id, reply);
   if (!ap) return;
+  if (g_starting) {  // waits for GO, or no longer
+    if (!on) std::erase(g_startup_enable, id);
+    else if (std::find(g_startup_enable.begin(), g_startup_enable.end(), id) == g_startup_enable.end())
+      g_startup_enable.push_back(id);
+    return;
+  }
   int rc;
   if (ap->is_return)
     rc = on ? probecore::enable_kretprobe(&ap->hit->rp) : probecore::disable_kretprobe(&ap->hit->rp);

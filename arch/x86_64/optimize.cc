@@ -159,15 +159,18 @@ std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, D
 //    every process start pays for it on libc: a fraction of a millisecond;
 //  - short branches (jmp, jcc, loop, jrcxz rel8) can come only from within 128 bytes: the
 //    bytes around the region are scanned the same way, per region.
-// A region none of whose inner bytes is marked is safe from long branches. Otherwise the
-// mapping is scanned again for the candidates that land there, and a candidate is a real
-// branch when a linear sweep from kResyncBytes before it lands on it (or on prefixes just
+// A region none of whose inner bytes is marked is safe from long branches. Otherwise each
+// candidate that lands there (the scan keeps them all, unsorted: a region is rarely hit)
+// is a real branch when a linear sweep from kResyncBytes before it lands on it (or on prefixes just
 // before it); the sweep finds its footing within a few instructions, as a sweep from the
 // mapping's start would. (g_text_mu)
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
   unsigned long inode = 0;
   std::vector<uint64_t> bits;  // Rel32Targets over [start, end)
+  // Every candidate as (target << 32 | source), offsets from start, in the order found:
+  // what a region some candidate lands in is checked against (a pass, not a search).
+  std::vector<uint64_t> candidates;
 
   Rel32Targets targets() { return {bits.data(), end - start}; }
 };
@@ -250,10 +253,16 @@ MappingBranches* branches_of_mapping(uintptr_t addr) {
   for (MappingBranches& b : g_mapping_branches)
     if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
   const size_t size = m.end - m.start;
-  if (size > (size_t{1} << 40)) return nullptr;
+  if (size > UINT32_MAX) return nullptr;  // offsets are kept in 32 bits
   m.bits.assign((size + 63) / 64, 0);
+  m.candidates.reserve(size / 24);
   Rel32Targets t = m.targets();
-  if (!scan_mapping(m, [&](size_t, int64_t target) { t.mark(target); })) return nullptr;
+  const bool read = scan_mapping(m, [&](size_t source, int64_t target) {
+    if (target < 0 || static_cast<uint64_t>(target) >= size) return;
+    t.mark(target);
+    m.candidates.push_back(static_cast<uint64_t>(target) << 32 | source);
+  });
+  if (!read) return nullptr;
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
@@ -301,13 +310,10 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const uintptr_t lo = b->start;
   const size_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
   if (b->targets().any(from_target, to_target)) {
-    bool real = false;
-    const bool read = scan_mapping(*b, [&](size_t source, int64_t target) {
-      if (!real && target >= static_cast<int64_t>(from_target) &&
-          target < static_cast<int64_t>(to_target) && decodes_as_instruction(lo + source, *b))
-        real = true;
-    });
-    if (real || !read) return true;
+    for (uint64_t c : b->candidates)
+      if ((c >> 32) - from_target < to_target - from_target &&
+          decodes_as_instruction(lo + (c & 0xffffffffu), *b))
+        return true;
   }
   // Short branches: their opcode lies within [addr - 129, addr + len + 126].
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));

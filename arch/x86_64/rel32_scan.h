@@ -50,9 +50,15 @@ inline void for_each_rel32(const uint8_t* buf, size_t n, size_t owned, Fn&& fn) 
   for (; q + 8 <= owned; q += 8) {
     uint64_t x;
     std::memcpy(&x, buf + q, 8);
-    // e8 and e9 both read as e9 with the low bit set; then each opcode byte in turn.
-    for (uint64_t m = bytes_equal(x | kOnes, 0xe9) | bytes_equal(x, 0x0f); m != 0; m &= m - 1)
-      at(q + (static_cast<unsigned>(__builtin_ctzll(m)) >> 3));
+    // e8 and e9 both read as e9 with the low bit set; 0f counts where the next byte is
+    // 8x (the word one byte on, read only when this one has a 0f); then each in turn.
+    uint64_t m = bytes_equal(x | kOnes, 0xe9);
+    if (const uint64_t f = bytes_equal(x, 0x0f); f != 0) {
+      uint64_t next = x >> 8;
+      if (q + 8 < n) next |= uint64_t{buf[q + 8]} << 56;
+      m |= f & bytes_equal(next & (kOnes * 0xf0), 0x80);
+    }
+    for (; m != 0; m &= m - 1) at(q + (static_cast<unsigned>(__builtin_ctzll(m)) >> 3));
   }
   for (; q < owned; ++q) at(q);
 }
