@@ -596,19 +596,27 @@ uint64_t RingAreaReader::take_unowned_lost() {
 
 // --- the merger -------------------------------------------------------------------------
 
+// An area's lanes lie together, in ring order, one per ring its threads claimed so far
+// (rings_used): a target with a thousand rings and one thread costs the merger one lane,
+// and a traced build that makes thousands of areas does not copy a thousand lanes each.
+// Lanes for rings claimed since are inserted by refresh(), after the area's others.
 void RingMerger::add(RingAreaReader* reader, uint32_t tag) {
   sources_.emplace_back(reader, tag);
-  for (uint32_t i = 0; i < reader->ring_count(); ++i) {
-    Lane l{};
-    l.reader = reader;
-    l.tag = tag;
-    l.ring = i;
-    l.cursor = reader->cursor(i);
-    l.head = l.cursor.off;
-    lanes_.push_back(l);
-  }
+  const uint32_t used = reader->rings_used();
+  for (uint32_t i = 0; i < used; ++i) lanes_.push_back(new_lane(reader, tag, i));
+  if (used == 0) lanes_.push_back(new_lane(reader, tag, 0));  // the area's place
   heap_.clear();  // the next call takes a snapshot that includes the new area
   current_ = kNoLane;
+}
+
+RingMerger::Lane RingMerger::new_lane(RingAreaReader* reader, uint32_t tag, uint32_t ring) {
+  Lane l{};
+  l.reader = reader;
+  l.tag = tag;
+  l.ring = ring;
+  l.cursor = reader->cursor(ring);
+  l.head = l.cursor.off;
+  return l;
 }
 
 void RingMerger::remove(RingAreaReader* reader) { remove(std::span(&reader, 1)); }
@@ -665,16 +673,21 @@ void RingMerger::refresh() {
   const RingAreaReader* seen = nullptr;
   uint32_t used = 0;
   for (uint32_t i = 0; i < lanes_.size(); ++i) {
+    if (lanes_[i].reader != seen) {
+      seen = lanes_[i].reader;
+      used = lanes_[i].reader->rings_used();
+      // Lanes for the rings claimed since the last snapshot, after the area's others.
+      uint32_t have = 0;
+      while (i + have < lanes_.size() && lanes_[i + have].reader == seen) ++have;
+      const uint32_t last = lanes_[i + have - 1].ring;
+      if (used > last + 1) {
+        std::vector<Lane> more;
+        for (uint32_t r = last + 1; r < used; ++r) more.push_back(new_lane(lanes_[i].reader, lanes_[i].tag, r));
+        lanes_.insert(lanes_.begin() + i + have, more.begin(), more.end());
+      }
+    }
     Lane& l = lanes_[i];
-    if (l.reader != seen) {
-      seen = l.reader;
-      used = l.reader->rings_used();
-    }
-    if (l.ring >= used) {
-      // An area's lanes lie together, in ring order (add): the rest of them are unused.
-      i += l.reader->ring_count() - l.ring - 1;
-      continue;
-    }
+    if (l.ring >= used) continue;  // the area's placeholder, before its first ring
     const RingAreaReader::State& st = l.reader->states_[l.ring];
     if (consume_ || l.cursor.pos < st.consumed) l.cursor = l.reader->cursor(l.ring);
     if (!l.reader->head(l.ring, &l.head)) {

@@ -317,6 +317,7 @@ class RingMerger {
   };
   static constexpr uint32_t kNoLane = UINT32_MAX;
   static bool heap_greater(const Item& a, const Item& b);
+  static Lane new_lane(RingAreaReader* reader, uint32_t tag, uint32_t ring);
   // Takes a snapshot: lanes for every ring with records, the heap of their first ones.
   void refresh();
   // Parses the lane's record at its cursor; true when there is one before the snapshot.
