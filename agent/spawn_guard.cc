@@ -79,7 +79,7 @@ void install_spawn_guards() {
       g_vfork.post_handler = nullptr;
       // The child runs it before it execs: never an int3 there.
       g_vfork.flags = probecore::KPROBE_FLAG_GPR_ONLY | probecore::KPROBE_FLAG_NESTED |
-                      probecore::KPROBE_FLAG_NO_INT3;
+                      probecore::KPROBE_FLAG_NO_INT3 | probecore::KPROBE_FLAG_DISABLED;
       g_vfork_registered = probecore::register_kprobe(&g_vfork) == 0;
     }
   }
@@ -90,12 +90,19 @@ void install_spawn_guards() {
     rp.kp.offset = 0;
     rp.kp.addr = addr;
     rp.kp.bounds = bounds;
-    rp.kp.flags = probecore::KPROBE_FLAG_GPR_ONLY;
+    rp.kp.flags = probecore::KPROBE_FLAG_GPR_ONLY | probecore::KPROBE_FLAG_DISABLED;
     rp.entry_handler = spawn_entry_handler;
     rp.handler = spawn_return_handler;
     g_spawn_registered[i] = probecore::register_kretprobe(&rp) == 0;
   }
   dlclose(libc);
+  // Registered disabled, enabled together: one write window for all.
+  probecore::Kprobe* all[1 + kNumSpawners];
+  int n = 0;
+  if (g_vfork_registered) all[n++] = &g_vfork;
+  for (size_t i = 0; i < kNumSpawners; ++i)
+    if (g_spawn_registered[i]) all[n++] = &g_spawn[i].kp;
+  if (n > 0) (void)probecore::enable_kprobes(all, n);
 }
 
 void uninstall_spawn_guards() {
