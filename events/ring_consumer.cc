@@ -42,13 +42,14 @@ bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lan
 // --- creating an area -------------------------------------------------------------------
 
 uint32_t ring_detect_stamp_mode(RingStampClock clock) {
-  unsigned a, b, c, d;
-  RingCpuSource cpu = kRingCpuNone;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22))) {
-    cpu = kRingCpuRdpid;
-  } else if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27))) {
-    cpu = kRingCpuRdtscp;
-  }
+  // Once: in a virtual machine each cpuid is an exit to the hypervisor (tens of
+  // microseconds), and every new target's area asks.
+  static const RingCpuSource cpu = [] {
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22))) return kRingCpuRdpid;
+    if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27))) return kRingCpuRdtscp;
+    return kRingCpuNone;
+  }();
   return ring_stamp_mode(clock, cpu);
 }
 

@@ -18,48 +18,104 @@
 
 namespace probefs::tracee {
 
+namespace {
+
+// Fields of a maps line, in the kernel's fixed format (hex, a separator), parsed by hand:
+// this runs for every new target, and sscanf costs more than the read.
+bool take_hex(std::string_view* s, unsigned long long* out, char sep) {
+  unsigned long long v = 0;
+  size_t i = 0;
+  for (; i < s->size() && i < 17; ++i) {
+    const char c = (*s)[i];
+    unsigned d;
+    if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
+    else break;
+    v = v << 4 | d;
+  }
+  if (i == 0 || i > 16 || i >= s->size() || (*s)[i] != sep) return false;
+  *out = v;
+  s->remove_prefix(i + 1);
+  return true;
+}
+
+bool take_dec(std::string_view* s, unsigned long long* out) {
+  unsigned long long v = 0;
+  size_t i = 0;
+  for (; i < s->size() && i < 20 && (*s)[i] >= '0' && (*s)[i] <= '9'; ++i)
+    v = v * 10 + static_cast<unsigned>((*s)[i] - '0');
+  if (i == 0 || i >= 20) return false;
+  *out = v;
+  s->remove_prefix(i);
+  return true;
+}
+
+// "start-end perms offset major:minor inode   path"
+bool parse_maps_line(std::string_view line, Mapping* m) {
+  unsigned long long start, end, offset, major_dev, minor_dev, inode;
+  if (!take_hex(&line, &start, '-') || !take_hex(&line, &end, ' ')) return false;
+  const size_t sp = line.find(' ');
+  if (sp == std::string_view::npos || sp > 7) return false;
+  const std::string_view perms = line.substr(0, sp);
+  line.remove_prefix(sp + 1);
+  if (!take_hex(&line, &offset, ' ') || !take_hex(&line, &major_dev, ':') ||
+      !take_hex(&line, &minor_dev, ' ') || !take_dec(&line, &inode))
+    return false;
+  while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  // Anonymous memory, [heap], [stack], [vdso] and [vvar] name no file we can open; the
+  // vDSO is left out on purpose (nothing to probe there that a library does not offer).
+  if (line.empty() || line.front() != '/' || inode == 0) return false;
+  m->start = start;
+  m->end = end;
+  m->offset = offset;
+  m->dev = makedev(static_cast<unsigned>(major_dev), static_cast<unsigned>(minor_dev));
+  m->inode = static_cast<ino_t>(inode);
+  m->exec = perms.size() >= 3 && perms[2] == 'x';
+  constexpr std::string_view kDeleted = " (deleted)";
+  m->deleted = line.ends_with(kDeleted);
+  if (m->deleted) line.remove_suffix(kDeleted.size());
+  m->path.assign(line);
+  return true;
+}
+
+}  // namespace
+
 int read_maps(pid_t pid, std::vector<Mapping>* out) {
   char file[64];
   std::snprintf(file, sizeof file, "/proc/%d/maps", static_cast<int>(pid));
-  FILE* f = std::fopen(file, "re");
-  if (f == nullptr) return errno == ENOENT ? -ESRCH : -errno;
-  char* line = nullptr;
-  size_t cap = 0;
-  ssize_t len;
-  while ((len = getline(&line, &cap, f)) > 0) {
-    if (line[len - 1] == '\n') line[--len] = '\0';
-    unsigned long start, end;
-    unsigned long long offset, inode;
-    unsigned major_dev, minor_dev;
-    char perms[8];
-    int consumed = 0;
-    if (std::sscanf(line, "%lx-%lx %7s %llx %x:%x %llu %n", &start, &end, perms, &offset,
-                    &major_dev, &minor_dev, &inode, &consumed) < 7 ||
-        consumed == 0) {
-      continue;
+  const int fd = ::open(file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? -ESRCH : -errno;
+  // Whole reads into one buffer, lines split out of it: a line is at most a page (the
+  // kernel's), so a line cut at the buffer's end moves to its front.
+  std::string buf(64 * 1024, '\0');
+  size_t have = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data() + have, buf.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return -e;
     }
-    const char* path = line + consumed;
-    // Anonymous memory, [heap], [stack], [vdso] and [vvar] name no file we can open; the
-    // vDSO is left out on purpose (nothing to probe there that a library does not offer).
-    if (path[0] != '/' || inode == 0) continue;
-    Mapping m;
-    m.start = start;
-    m.end = end;
-    m.offset = offset;
-    m.dev = makedev(major_dev, minor_dev);
-    m.inode = static_cast<ino_t>(inode);
-    m.exec = std::strlen(perms) >= 3 && perms[2] == 'x';
-    std::string_view p(path);
-    constexpr std::string_view kDeleted = " (deleted)";
-    if (p.ends_with(kDeleted)) {
-      m.deleted = true;
-      p.remove_suffix(kDeleted.size());
+    have += static_cast<size_t>(n);
+    size_t at = 0;
+    for (size_t nl; (nl = std::string_view(buf.data() + at, have - at).find('\n')) !=
+                    std::string_view::npos;
+         at += nl + 1) {
+      Mapping m;
+      if (parse_maps_line(std::string_view(buf.data() + at, nl), &m)) out->push_back(std::move(m));
     }
-    m.path.assign(p);
-    out->push_back(std::move(m));
+    if (n == 0) {  // the end: a last line without a newline
+      Mapping m;
+      if (at < have && parse_maps_line(std::string_view(buf.data() + at, have - at), &m))
+        out->push_back(std::move(m));
+      break;
+    }
+    std::memmove(buf.data(), buf.data() + at, have - at);
+    have -= at;
+    if (have == buf.size()) have = 0;  // no newline in a whole buffer: not the kernel's
   }
-  std::free(line);
-  std::fclose(f);
+  ::close(fd);
   return 0;
 }
 

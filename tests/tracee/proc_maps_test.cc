@@ -2,6 +2,8 @@
 #include "tracee/proc_maps.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +45,50 @@ TEST(ProcMaps, TheExecutablesCodeIsAnExecMappingOfItsFileAndOpensAsIt) {
     for (size_t i = 1; i < g.maps.size(); ++i) EXPECT_GE(g.maps[i].offset, g.maps[i - 1].offset);
   }
   EXPECT_EQ(groups_with_exe, 1u);
+}
+
+// A file whose name has spaces and looks like the line's own fields, mapped thousands of
+// times (maps longer than one read), then unlinked: every mapping is found, with its path,
+// offset, device and inode, and " (deleted)" taken off the path.
+TEST(ProcMaps, PathsWithSpacesAndDeletedFilesInLongMaps) {
+  char dir[] = "/tmp/probefs-maps-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/a b 00000000 fe:00 12 (x)";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  constexpr int kMaps = 3000;
+  const long page = sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(ftruncate(fd, page * 2), 0);
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0);
+  std::vector<void*> mapped;
+  for (int i = 0; i < kMaps; ++i) {
+    // Alternating offsets and protections, so that neighbours never merge.
+    void* p = mmap(nullptr, page, i % 2 ? PROT_READ : PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
+                   (i % 2) * page);
+    ASSERT_NE(p, MAP_FAILED);
+    mapped.push_back(p);
+  }
+  close(fd);
+  auto count = [&](bool deleted) {
+    std::vector<Mapping> maps;
+    EXPECT_EQ(read_maps(getpid(), &maps), 0);
+    int n = 0;
+    for (const Mapping& m : maps) {
+      if (m.inode != st.st_ino || m.dev != st.st_dev) continue;
+      EXPECT_EQ(m.path, path);
+      EXPECT_EQ(m.deleted, deleted);
+      EXPECT_EQ(m.end - m.start, static_cast<uintptr_t>(page));
+      EXPECT_EQ(m.exec, m.offset == 0);
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(false), kMaps);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  EXPECT_EQ(count(true), kMaps);
+  for (void* p : mapped) munmap(p, page);
+  rmdir(dir);
 }
 
 TEST(ProcMaps, NoSuchProcessIsEsrch) {
