@@ -101,9 +101,21 @@ bool parse_proc_stat(std::string_view text, ProcStat* out) {
 }
 
 int read_proc_stat(pid_t pid, pid_t tid, ProcStat* out) {
-  std::string text;
-  if (int err = read_proc_file(pid, tid, "stat", &text); err != 0) return err;
-  return parse_proc_stat(text, out) ? 0 : -EINVAL;
+  if (pid <= 0 || tid < 0) return -ESRCH;
+  // One read() into a fixed buffer: the kernel makes the line whole at open and hands it
+  // out in one read when it fits, and it always does (52 numbers and a name of at most 64
+  // bytes). This runs for each connection of an agent, on the way of a fork child to its
+  // GO, and for each look at whether a target is stopped.
+  const int fd = ::open(proc_path(pid, tid, "stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) < 0 && errno == EINTR) {
+  }
+  const int err = n < 0 ? -errno : 0;
+  ::close(fd);
+  if (err != 0) return err;
+  return parse_proc_stat(std::string_view(buf, static_cast<size_t>(n)), out) ? 0 : -EINVAL;
 }
 
 char proc_state(pid_t pid, pid_t tid) {
