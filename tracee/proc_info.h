@@ -1,10 +1,10 @@
 // /proc/PID: what the daemon reads of a process or of one of its threads (state, parent,
 // start time, name, status fields, links), in one place. Daemon side.
 //
-// Part of every file here is the process's to write: its name (prctl(PR_SET_NAME), or a
-// write to /proc/PID/comm) may hold ')', '(', spaces and newlines. So every read is bounded
-// (kProcTextMax), every parse takes any text without crashing, and a name is found by the
-// LAST ')' of stat, never by counting fields from the start.
+// Some of what these files say is the process's own to choose: its name (prctl(PR_SET_NAME),
+// or a write to /proc/PID/comm) may hold ')', '(', spaces and newlines. So every read is
+// bounded (kProcTextMax), every parse takes any text without crashing, and the name in stat
+// ends at the LAST ')' of the file.
 #pragma once
 
 #include <sys/types.h>
@@ -17,8 +17,8 @@
 
 namespace probefs::tracee {
 
-// The most read of any one file: far above stat (about a hundred bytes and a name of at
-// most 64) and status (a few KiB, more only with thousands of supplementary groups).
+// The most read of any one file: far above stat (a few hundred bytes, a name of at most
+// 64 among them) and status (a few KiB, more only with thousands of supplementary groups).
 inline constexpr size_t kProcTextMax = 16384;
 
 // "/proc/PID/LEAF", or with a thread (tid > 0) "/proc/PID/task/TID/LEAF"; an empty leaf
