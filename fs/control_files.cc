@@ -18,12 +18,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 
 #include "events/kstrto.h"
 #include "fs/tracefs.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::fs {
 
@@ -141,12 +141,8 @@ bool parse_bool(std::string_view s, bool* out) {
 }
 
 std::string proc_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return "gone";
-  switch (stat[paren + 2]) {
+  switch (tracee::proc_state(pid)) {
+    case 0: return "gone";
     case 'R': return "running";
     case 'S': return "sleeping";
     case 'D': return "disk-sleep";
@@ -168,27 +164,16 @@ const char* origin_name(tracee::TargetOrigin o) {
 
 // The thread group of a thread (FUSE requests carry the calling thread's id).
 pid_t tgid_of(pid_t tid) {
-  std::ifstream in("/proc/" + std::to_string(tid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("Tgid:", 0) == 0) return static_cast<pid_t>(std::stol(line.substr(5)));
-  return tid;
+  const pid_t tgid = tracee::proc_tgid(tid);
+  return tgid > 0 ? tgid : tid;
 }
 
+// The real uid of a process (/proc/PID/status "Uid:", its first number).
 uid_t uid_of(pid_t pid, bool* ok) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Uid:", 0) == 0) {
-      std::istringstream f(line.substr(4));
-      uid_t real = 0;
-      f >> real;
-      *ok = true;
-      return real;
-    }
-  }
-  *ok = false;
-  return 0;
+  tracee::ProcStatus status;
+  uint64_t real = 0;
+  *ok = status.read(pid) == 0 && status.number("Uid", &real, 0);
+  return *ok ? static_cast<uid_t>(real) : 0;
 }
 
 // targets: reading lists the traced processes; writing is the probefs command's channel

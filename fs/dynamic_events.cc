@@ -13,6 +13,7 @@
 
 #include "events/parse.h"
 #include "fs/dynamic_events_impl.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::fs {
 namespace {
@@ -21,11 +22,8 @@ namespace {
 // kernel resolves it in the writing process; the daemon's own is "/".
 std::string resolve_path(pid_t writer, const std::string& path) {
   if (path.empty() || path[0] == '/' || writer <= 0) return path;
-  char buf[PATH_MAX];
-  std::string link = "/proc/" + std::to_string(writer) + "/cwd";
-  ssize_t n = readlink(link.c_str(), buf, sizeof buf);
-  if (n <= 0 || static_cast<size_t>(n) >= sizeof buf) return path;
-  std::string cwd(buf, static_cast<size_t>(n));
+  const std::string cwd = tracee::proc_link(writer, 0, "cwd");
+  if (cwd.empty()) return path;
   return cwd == "/" ? "/" + path : cwd + "/" + path;
 }
 

@@ -13,6 +13,7 @@
 #include "events/trace_clock.h"
 #include "fs/trace_reader.h"
 #include "fs/tracefs.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::fs {
 namespace {
@@ -37,15 +38,6 @@ std::string_view trim(std::string_view s) {
 uint64_t kernel_buffer_kb(uint64_t kb) {
   const uint64_t pages = std::max<uint64_t>(2, (kb * 1024 + kPageData - 1) / kPageData);
   return pages * kPageData / 1024;
-}
-
-std::string read_small_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buf[4096];
-  ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 std::string number_line(uint64_t v) { return std::to_string(v) + "\n"; }
@@ -431,12 +423,9 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
   std::string comm = "<...>";
   int32_t tgid = 0;
   if (rq.pid > 0) {
-    const std::string proc = "/proc/" + std::to_string(rq.pid);
-    std::string c = read_small_file(proc + "/comm");
-    if (!c.empty()) comm = c.substr(0, c.find('\n'));
-    const std::string status = read_small_file(proc + "/status");
-    if (size_t at = status.find("\nTgid:"); at != std::string::npos)
-      tgid = static_cast<int32_t>(strtol(status.c_str() + at + 6, nullptr, 10));
+    std::string c;
+    if (tracee::read_proc_comm(rq.pid, 0, &c) == 0) comm = c;
+    tgid = tracee::proc_tgid(rq.pid);
   }
   const uint32_t text_len = static_cast<uint32_t>(text.size() + (add_newline ? 1 : 0));
   std::vector<uint8_t> rec(kMarkerHeaderSize + text_len, 0);

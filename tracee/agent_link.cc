@@ -17,31 +17,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
 #include <mutex>
 #include <thread>
 
 #include "link/socket.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::tracee {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// Whether a process is stopped (job control, a debugger): /proc/PID/stat's state T or t.
-bool process_stopped_now(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t close_paren = s.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= s.size()) return false;
-  return s[close_paren + 2] == 'T' || s[close_paren + 2] == 't';
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // AgentLink
@@ -130,7 +117,7 @@ struct AgentLink::Impl {
     // A socket that stays full for a whole request timeout: the peer does not read, and
     // every later request would wait as long. A stopped process reads nothing either; it
     // keeps its link, to be served when it runs again.
-    if (rc == -ETIMEDOUT && !process_stopped_now(cred.pid))
+    if (rc == -ETIMEDOUT && !process_stopped(cred.pid))
       disconnect("does not read what the daemon sends");
     return rc;
   }
@@ -155,7 +142,7 @@ struct AgentLink::Impl {
       if (cv.wait_until(l, slice, [&] { return it->second.done || closed; })) break;
       if (Clock::now() >= deadline) break;
       l.unlock();
-      stopped = process_stopped_now(cred.pid);
+      stopped = process_stopped(cred.pid);
       l.lock();
       if (stopped && !it->second.done) break;
       stopped = false;
@@ -214,8 +201,6 @@ size_t AgentLink::deferred_requests() const {
   std::lock_guard l(impl_->mu);
   return impl_->closed ? 0 : impl_->deferred.size();
 }
-
-bool process_stopped(pid_t pid) { return process_stopped_now(pid); }
 
 bool AgentLink::closed() const {
   std::lock_guard l(impl_->mu);
@@ -324,56 +309,20 @@ void AgentLink::close() { impl_->mark_closed(); }
 
 namespace {
 
-// What /proc/PID/stat says of a process: its parent and its start time (clock ticks after
-// boot), which tells a process from a later one that got its pid.
-struct ProcStat {
-  pid_t ppid = -1;
-  uint64_t start = 0;
-};
-
-bool proc_stat(pid_t pid, ProcStat* out) {
-  // One read(): this runs for each connection, on the way of a fork child to its GO.
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[1024];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  const std::string_view s(buf, static_cast<size_t>(n));
-  buf[n] = 0;
-  const size_t close_paren = s.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= s.size()) return false;
-  // ") S PPID PGRP SESSION TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME CUTIME
-  // CSTIME PRIORITY NICE THREADS ITREALVALUE STARTTIME": fields 4 and 22 of the line.
-  const char* at = buf + close_paren + 2;
-  char* end = nullptr;
-  for (int field = 3; field <= 22; ++field) {
-    while (*at == ' ') ++at;
-    if (!*at) return false;
-    if (field == 4) out->ppid = static_cast<pid_t>(std::strtol(at, &end, 10));
-    if (field == 22) out->start = std::strtoull(at, &end, 10);
-    while (*at && *at != ' ') ++at;
-  }
-  return out->ppid >= 0;
-}
+// What /proc/PID/stat says of a process: its parent and its start time (ProcStat, which
+// tells a process from a later one that got its pid).
+bool proc_stat(pid_t pid, ProcStat* out) { return read_proc_stat(pid, 0, out) == 0; }
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
 // The effective uid of a process (/proc/PID/status "Uid:", its second number): the uid
 // its connections carry. False when it is gone.
 bool process_euid(pid_t pid, uid_t* out) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    unsigned long real = 0, eff = 0;
-    if (std::sscanf(line.c_str(), "Uid: %lu %lu", &real, &eff) == 2) {
-      *out = static_cast<uid_t>(eff);
-      return true;
-    }
-  }
-  return false;
+  ProcStatus status;
+  uint64_t eff = 0;
+  if (status.read(pid) != 0 || !status.number("Uid", &eff, 1)) return false;
+  *out = static_cast<uid_t>(eff);
+  return true;
 }
 
 // Removes directory `name` in `parent_fd` and what it holds, two levels deep, without

@@ -89,9 +89,6 @@ struct LinkResult {
   bool ok() const { return error == 0; }
 };
 
-// Whether process `pid` is stopped now (SIGSTOP, or a debugger's stop): /proc/PID/stat.
-bool process_stopped(pid_t pid);
-
 class AgentListener;
 
 class AgentLink {

@@ -22,10 +22,13 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "tracee/proc_info.h"
 
 namespace probefs::tracee {
 namespace {
@@ -81,59 +84,19 @@ long ptrace_call(__ptrace_request request, pid_t tid, uintptr_t addr, void* data
   return ptrace_call(request, tid, addr, reinterpret_cast<uintptr_t>(data));
 }
 
-int read_text(const std::string& file, std::string* out) {
-  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  out->clear();
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
-  int err = n < 0 ? -errno : 0;
-  close(fd);
-  return err;
-}
-
-std::string proc_path(pid_t pid, pid_t tid, const char* leaf) {
-  if (tid == 0) return strf("/proc/%d/%s", static_cast<int>(pid), leaf);
-  return strf("/proc/%d/task/%d/%s", static_cast<int>(pid), static_cast<int>(tid), leaf);
-}
-
-// The value of a "Name:\tvalue" line of /proc/.../status; empty when absent.
-std::string status_field(const std::string& status, const char* name) {
-  const std::string key = std::string(name) + ":";
-  size_t at = 0;
-  while (at < status.size()) {
-    size_t end = status.find('\n', at);
-    if (end == std::string::npos) end = status.size();
-    if (status.compare(at, key.size(), key) == 0) {
-      size_t v = status.find_first_not_of(" \t", at + key.size());
-      return v >= end ? std::string() : status.substr(v, end - v);
-    }
-    at = end + 1;
-  }
-  return {};
-}
-
 std::string sig_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? std::string("SIG") + abbrev : strf("signal %d", sig);
 }
 
 // One thread's scheduler state letter (R, S, D, T, t, Z, X, ...); 0 when unreadable.
-char thread_state(pid_t pid, pid_t tid) {
-  std::string stat;
-  if (read_text(proc_path(pid, tid, "stat"), &stat) != 0) return 0;
-  // The command name sits in parentheses and may itself hold ") ".
-  size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
-  return stat[paren + 2];
-}
+char thread_state(pid_t pid, pid_t tid) { return proc_state(pid, tid); }
 
 // The system call a thread is blocked in (/proc/PID/task/TID/syscall): its number, -1 in
 // user code, -2 when unknown (no permission to look, or the thread is gone).
 long thread_syscall(pid_t pid, pid_t tid) {
   std::string text;
-  if (read_text(proc_path(pid, tid, "syscall"), &text) != 0 || text.empty()) return -2;
+  if (read_proc_file(pid, tid, "syscall", &text) != 0 || text.empty()) return -2;
   if (text.compare(0, 7, "running") == 0) return -1;
   return std::strtol(text.c_str(), nullptr, 10);
 }
@@ -196,44 +159,45 @@ std::vector<pid_t> list_threads(pid_t pid) {
 }
 
 bool has_cap_sys_ptrace() {
-  std::string status;
-  if (read_text("/proc/self/status", &status) != 0) return false;
-  unsigned long long caps = std::strtoull(status_field(status, "CapEff").c_str(), nullptr, 16);
+  std::string text;
+  if (read_proc_text("/proc/self/status", &text) != 0) return false;
+  uint64_t caps = 0;
+  if (!ProcStatus(std::move(text)).number("CapEff", &caps, 0, 16)) return false;
   constexpr int kCapSysPtrace = 19;
   return (caps >> kCapSysPtrace) & 1;
 }
 
 pid_t parent_of(pid_t pid) {
-  std::string status;
-  if (read_text(proc_path(pid, 0, "status"), &status) != 0) return 0;
-  return static_cast<pid_t>(std::strtol(status_field(status, "PPid").c_str(), nullptr, 10));
+  ProcStatus status;
+  uint64_t ppid = 0;
+  if (status.read(pid) != 0 || !status.number("PPid", &ppid)) return 0;
+  return static_cast<pid_t>(ppid);
 }
 
-void parse_ids(const std::string& field, unsigned ids[3]) {
-  unsigned v[4] = {0, 0, 0, 0};
-  std::sscanf(field.c_str(), "%u %u %u %u", &v[0], &v[1], &v[2], &v[3]);
-  for (int i = 0; i < 3; ++i) ids[i] = v[i];
+// The real, effective and saved ids of a "Uid:" or "Gid:" field; 0 where one is missing.
+void parse_ids(const ProcStatus& status, std::string_view name, unsigned ids[3]) {
+  for (int i = 0; i < 3; ++i) {
+    uint64_t v = 0;
+    ids[i] = status.number(name, &v, i) ? static_cast<unsigned>(v) : 0;
+  }
 }
 
 PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
   PtraceRefusal f;
   f.pid = pid;
-  std::string status;
-  if (read_text(proc_path(pid, tid, "status"), &status) == 0) {
-    f.tracer =
-        static_cast<pid_t>(std::strtol(status_field(status, "TracerPid").c_str(), nullptr, 10));
+  ProcStatus status;
+  if (status.read(pid, tid) == 0) {
+    uint64_t tracer = 0;
+    if (status.number("TracerPid", &tracer)) f.tracer = static_cast<pid_t>(tracer);
     unsigned ids[3];
-    parse_ids(status_field(status, "Uid"), ids);
+    parse_ids(status, "Uid", ids);
     for (int i = 0; i < 3; ++i) f.target_uids[i] = ids[i];
-    parse_ids(status_field(status, "Gid"), ids);
+    parse_ids(status, "Gid", ids);
     for (int i = 0; i < 3; ++i) f.target_gids[i] = ids[i];
   }
   if (f.tracer != 0) {
     std::string comm;
-    if (read_text(proc_path(f.tracer, 0, "comm"), &comm) == 0) {
-      while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-      f.tracer_name = comm;
-    }
+    if (read_proc_comm(f.tracer, 0, &comm) == 0) f.tracer_name = comm;
   }
   f.our_uid = getuid();
   f.our_gid = getgid();
@@ -244,7 +208,7 @@ PtraceRefusal gather_refusal(pid_t pid, pid_t tid) {
     f.target_dumpable = false;
   }
   std::string scope;
-  if (read_text("/proc/sys/kernel/yama/ptrace_scope", &scope) == 0) {
+  if (read_proc_text("/proc/sys/kernel/yama/ptrace_scope", &scope) == 0) {
     f.yama_scope = std::atoi(scope.c_str());
   }
   const pid_t self = getpid();
@@ -567,19 +531,20 @@ int PtraceSession::Impl::seize(pid_t requested, std::span<const pid_t> avoid,
                                PtraceError* error) {
   if (requested <= 0)
     return fail(error, -ESRCH, strf("no process %d", static_cast<int>(requested)));
-  std::string status;
-  int rc = read_text(proc_path(requested, 0, "status"), &status);
+  ProcStatus status;
+  int rc = status.read(requested);
   if (rc != 0) {
     return fail(error, -ESRCH,
                 strf("no process %d (%s)", static_cast<int>(requested), errno_name(-rc).c_str()));
   }
-  pid = static_cast<pid_t>(std::strtol(status_field(status, "Tgid").c_str(), nullptr, 10));
+  uint64_t tgid = 0;
+  pid = status.number("Tgid", &tgid) ? static_cast<pid_t>(tgid) : 0;
   if (pid <= 0) pid = requested;
   if (pid == getpid()) {
     return fail(error, -EINVAL,
                 strf("process %d is this process; it cannot trace itself", static_cast<int>(pid)));
   }
-  if (status_field(status, "Kthread") == "1") {
+  if (status.field("Kthread") == "1") {
     return fail(error, -EPERM, strf("process %d is a kernel thread", static_cast<int>(pid)));
   }
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -30,6 +29,7 @@
 #include "tracee/inject.h"
 #include "tracee/launch.h"
 #include "tracee/probe_places.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::tracee {
 
@@ -46,30 +46,6 @@ constexpr size_t kSavedComms = 4096;
 // Symbolizers of departed targets whose ring areas were freed, kept for symbolizer() (the
 // newest this many), for the same readers.
 constexpr size_t kDepartedSymbolizers = 16;
-
-// The first line of a file under /proc, or "".
-std::string read_proc_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-std::string exe_of(pid_t pid) {
-  char buf[4096];
-  std::string link = "/proc/" + std::to_string(pid) + "/exe";
-  ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-// Whether pid runs (not a zombie, not gone).
-bool process_running(pid_t pid) {
-  std::string stat = read_proc_line("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  char state = stat[paren + 2];
-  return state != 'Z' && state != 'X';
-}
 
 // The kernel's error_log entry for a probe the engine refused (trace_kprobe_create's
 // handling of register_kprobe's result), positioned at the place (argument 1).
@@ -722,7 +698,7 @@ struct Tracer::Impl {
     }
     if (!armed) (void)t.link->disarm_all();
     if (!optimization) (void)t.link->set_optimization(false);
-    t.exe = exe_of(t.pid);
+    t.exe = proc_exe(t.pid);
     place_pending(t, nullptr, nullptr);
     return 0;
   }
@@ -1234,14 +1210,14 @@ std::vector<TargetInfo> Tracer::targets() const {
     i.parent = t->parent;
     i.origin = t->origin;
     i.exe = t->exe;
-    i.comm = read_proc_line("/proc/" + std::to_string(pid) + "/comm");
+    i.comm = proc_comm(pid);
     if (t->link) i.deferred = t->link->deferred_requests();
     out.push_back(std::move(i));
   }
   for (const TargetInfo& r : impl_->refused) {
     if (impl_->targets.count(r.pid) || !process_running(r.pid)) continue;
     TargetInfo i = r;
-    i.comm = read_proc_line("/proc/" + std::to_string(r.pid) + "/comm");
+    i.comm = proc_comm(r.pid);
     out.push_back(std::move(i));
   }
   return out;
@@ -1516,18 +1492,14 @@ bool owner_is_thread_of(pid_t pid, uint32_t tid) {
   // The common case in one system call: a thread of pid's thread group now. Otherwise
   // (gone, another process's, or not ours to signal) /proc/TID/status says.
   if (syscall(SYS_tgkill, pid, static_cast<pid_t>(tid), 0) == 0) return true;
-  char path[48];
-  snprintf(path, sizeof path, "/proc/%u/status", tid);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT || errno == ESRCH;  // gone
-  char buf[1024];
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return true;  // exiting as we read
-  buf[n] = '\0';
-  const char* tg = strstr(buf, "\nTgid:");
-  if (tg == nullptr) return false;
-  return strtol(tg + 6, nullptr, 10) == pid;
+  // Tgid is in the first hundred bytes.
+  ProcStatus status;
+  const int err = status.read(static_cast<pid_t>(tid), 0, 1024);
+  if (err == -ENOENT || err == -ESRCH) return true;  // gone, or exiting as we read
+  if (err < 0) return false;
+  if (status.text().empty()) return true;  // exiting as we read
+  uint64_t tgid = 0;
+  return status.number("Tgid", &tgid) && tgid == static_cast<uint64_t>(pid);
 }
 
 // The record's facts, from the daemon's own knowledge (TraceRecord), and whether the
@@ -1895,8 +1867,7 @@ std::shared_ptr<TargetSymbolizer> Tracer::symbolizer(pid_t pid) {
 }
 
 std::string Tracer::comm_of(pid_t pid, pid_t tid) {
-  std::string c = read_proc_line("/proc/" + std::to_string(pid) + "/task/" +
-                                 std::to_string(tid) + "/comm");
+  std::string c = proc_comm(pid, tid);
   if (!c.empty() || pid <= 0 || tid <= 0) return c.empty() ? "<...>" : c;
   // Gone: the name it stored in its ring, newest area first (the ring is not freed while
   // it holds records), else the one kept when its ring was freed.
