@@ -999,6 +999,18 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::load(pid_t pid, int* err) {
   return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
 }
 
+std::unique_ptr<ProcessSymbols> ProcessSymbols::fork_of(const ProcessSymbols& parent,
+                                                        pid_t child) {
+  if (child <= 0 || parent.impl_->pid <= 0) return nullptr;  // load_image's have no process
+  auto impl = std::make_unique<Impl>();
+  impl->pid = child;
+  {
+    std::lock_guard lock(parent.impl_->mu);
+    for (const auto& o : parent.impl_->objects) impl->objects.push_back(std::make_unique<ElfObject>(*o));
+  }
+  return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
+}
+
 pid_t ProcessSymbols::pid() const { return impl_->pid; }
 
 int ProcessSymbols::reload() {

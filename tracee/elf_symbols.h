@@ -95,6 +95,10 @@ class ProcessSymbols {
   // *err = -ENOEXEC when the bytes are not such an object.
   static std::unique_ptr<ProcessSymbols> load_image(std::string_view bytes,
                                                     std::string_view path, int* err);
+  // The symbols of `child`, a fork child of the process `parent` describes, that has not
+  // run code of its own since: its mappings are its parent's, so the objects are copied
+  // (sharing their parsed files) and nothing is read. reload() reads the child's own.
+  static std::unique_ptr<ProcessSymbols> fork_of(const ProcessSymbols& parent, pid_t child);
   ~ProcessSymbols();
   ProcessSymbols(const ProcessSymbols&) = delete;
   ProcessSymbols& operator=(const ProcessSymbols&) = delete;

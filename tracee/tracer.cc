@@ -546,6 +546,18 @@ struct Tracer::Impl {
     return live;
   }
 
+  // A fork child's symbols and mappings, its parent's (it ran no code of its own yet:
+  // it waits for GO), without reading /proc or opening a file. false: load them.
+  bool inherit_symbols(Target& t, const Target& parent) {
+    if (!parent.syms || parent.maps.empty()) return false;
+    std::unique_ptr<ProcessSymbols> syms = ProcessSymbols::fork_of(*parent.syms, t.pid);
+    if (!syms) return false;
+    t.syms = std::move(syms);
+    t.maps = parent.maps;
+    t.symbolizer = std::make_shared<TargetNames>(t.syms);
+    return true;
+  }
+
   int refresh_symbols(Target& t) {
     std::vector<Mapping> maps;
     if (int err = read_maps(t.pid, &maps); err != 0) return err;
@@ -667,8 +679,9 @@ struct Tracer::Impl {
   }
 
   // Makes t a working target: symbols, ring area, switches, every probe. mu held.
-  int set_up(Target& t, std::string* error) {
-    if (int err = refresh_symbols(t); err != 0) {
+  int set_up(Target& t, std::string* error, const Target* parent = nullptr) {
+    const bool inherited = parent != nullptr && inherit_symbols(t, *parent);
+    if (int err = inherited ? 0 : refresh_symbols(t); err != 0) {
       if (error) *error = "cannot read the symbols of pid " + std::to_string(t.pid);
       return err;
     }
@@ -698,7 +711,7 @@ struct Tracer::Impl {
     }
     if (!armed) (void)t.link->disarm_all();
     if (!optimization) (void)t.link->set_optimization(false);
-    t.exe = proc_exe(t.pid);
+    t.exe = inherited ? parent->exe : proc_exe(t.pid);
     place_pending(t, nullptr, nullptr);
     return 0;
   }
@@ -821,11 +834,13 @@ struct Tracer::Impl {
     t->pid = link->pid();
     t->link = link;
     TargetNotice::Kind kind;
+    const Target* parent_target = nullptr;  // a fork child's, whose symbols it starts with
     if (h.reason == lk::HelloReason::kFork) {
       t->parent = h.ppid;
       t->origin = TargetOrigin::kForked;
       auto parent = targets.find(h.ppid);
-      adopt_inherited_probes(*t, parent == targets.end() ? nullptr : parent->second.get());
+      parent_target = parent == targets.end() ? nullptr : parent->second.get();
+      adopt_inherited_probes(*t, parent_target);
       kind = TargetNotice::Kind::kForked;
     } else if (prepared && !targets.count(t->pid)) {
       // `probefs exec`: a launched target that is not our child (nobody here reaps it).
@@ -850,7 +865,7 @@ struct Tracer::Impl {
     Target& ref = *t;
     targets[pid] = std::move(t);
     std::string err;
-    if (int e = set_up(ref, &err); e != 0) {
+    if (int e = set_up(ref, &err, parent_target); e != 0) {
       const TargetOrigin origin = ref.origin;
       ref.link->close();  // its agent lets the program run on untraced
       targets.erase(pid);

@@ -122,6 +122,40 @@ TEST(ProcessSymbols, ResolvesLibcWithAndWithoutModule) {
   }
 }
 
+// A fork child's symbols start as a copy of its parent's (no file read), name the child,
+// and reload from the child's own mappings.
+TEST(ProcessSymbols, AForkChildStartsWithItsParentsSymbols) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    char c;
+    (void)!read(ready[0], &c, 1);  // until the parent is done with it (or gone)
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  auto forked = ProcessSymbols::fork_of(*syms, child);
+  ASSERT_NE(forked, nullptr);
+  EXPECT_EQ(forked->pid(), child);
+  ResolvedSymbol a, b;
+  ASSERT_EQ(syms->resolve("libc:getpid", &a), 0);
+  ASSERT_EQ(forked->resolve("libc:getpid", &b), 0);
+  EXPECT_EQ(a.addr, b.addr);
+  EXPECT_EQ(a.function.end, b.function.end);
+  EXPECT_EQ(forked->reload(), 0);  // the child's own maps: the same objects
+  ResolvedSymbol c;
+  ASSERT_EQ(forked->resolve("libc:getpid", &c), 0);
+  EXPECT_EQ(c.addr, a.addr);
+  (void)!write(ready[1], "x", 1);
+  close(ready[0]);
+  close(ready[1]);
+  int st = 0;
+  EXPECT_EQ(waitpid(child, &st, 0), child);
+  EXPECT_EQ(ProcessSymbols::fork_of(*syms, 0), nullptr);
+}
+
 TEST(ProcessSymbols, AgreesWithTheDynamicLinkerOnLibcFunctions) {
   auto syms = load_self();
   ASSERT_NE(syms, nullptr);
