@@ -173,6 +173,13 @@ bool kprobes_optimization_enabled();
 // Runs the optimizer now on everything waiting for it (the kernel's
 // wait_for_kprobe_optimizer()).
 void wait_for_kprobe_optimizer();
+// Called after a pass of the optimizer thread changed what kprobes_list() shows (a probe
+// it optimized on a retry, unoptimized, or found [GONE]): on that thread, with no lock of
+// the engine's held, so it may call kprobes_list(). Changes a control operation makes are
+// not told: its caller knows of them. For a server that keeps a copy of the list
+// elsewhere. nullptr: none.
+void set_kprobes_list_notifier(void (*fn)());
+
 // Why p is not jump-optimized: empty when it is, else the reason (a refused safety check,
 // "optimization is switched off", a thread in the way, "not armed: ..." where an int3
 // would be fatal and the jmp waits for a window, ...). Such a probe is an int3: a thread
