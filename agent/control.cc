@@ -166,6 +166,7 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
   kp.bounds = to_bounds(d.bounds);
   kp.flags = probecore::KPROBE_FLAG_GPR_ONLY;
   if (!d.enabled) kp.flags |= probecore::KPROBE_FLAG_DISABLED;
+  kp.miss_handler = probe_missed;  // the kretprobe's misses too (kp is its entry probe)
   if (!d.symbol.empty())
     defined_symbols().add(d.address, d.symbol, d.module, d.symbol_addr, kp.bounds);
   int rc;

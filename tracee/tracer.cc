@@ -275,7 +275,6 @@ struct Tracer::Impl {
     // waits in its link until it runs again: LinkResult::deferred).
     std::string last_list;
     std::string last_blacklist;
-    std::map<uint32_t, uint64_t> last_nmissed;  // by agent probe id
   };
 
   Options opts;
@@ -782,19 +781,12 @@ struct Tracer::Impl {
   void fold_counts(Target& t) {
     if (t.folded) return;
     t.folded = true;
-    std::vector<lk::ProfileEntry> prof;
-    if (t.link && !t.link->closed()) {
-      LinkResult r = t.link->profile();
-      if (r.ok()) prof = r.profile;
-    }
     std::lock_guard rl(read_mu);
     for (auto& [id, sites] : t.sites) {
       auto it = probes.find(id);
-      if (it == probes.end()) continue;
-      if (t.rings) it->second.gone_hits += t.rings->reader.hits(it->second.slot);
-      for (const Site& s : sites)
-        for (const auto& e : prof)
-          if (e.probe_id == s.agent_id) it->second.gone_misses += e.nmissed;
+      if (it == probes.end() || !t.rings) continue;
+      it->second.gone_hits += t.rings->reader.hits(it->second.slot);
+      it->second.gone_misses += t.rings->reader.misses(it->second.slot);
     }
   }
 
@@ -1395,19 +1387,13 @@ ProbeProfile Tracer::profile(ProbeId id) {
   for (auto& [pid, t] : impl_->targets) {
     auto s = t->sites.find(id);
     if (s == t->sites.end() || t->folded) continue;
+    // Both counts from the target's area, as its agent writes them (no round trip: a
+    // stopped or hung target answers at once). The misses of every site of the probe in
+    // the target share its slot, as their hits do: the sum of their engines' nmissed.
     if (t->rings) {
       std::lock_guard rl(impl_->read_mu);
       out.hits += t->rings->reader.hits(p.slot);
-    }
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->profile();
-    if (r.ok() && !r.deferred) {
-      t->last_nmissed.clear();
-      for (const auto& e : r.profile) t->last_nmissed[e.probe_id] = e.nmissed;
-    }
-    for (const auto& site : s->second) {
-      auto m = t->last_nmissed.find(site.agent_id);
-      if (m != t->last_nmissed.end()) out.misses += m->second;
+      out.misses += t->rings->reader.misses(p.slot);
     }
   }
   return out;
@@ -1846,11 +1832,13 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     {
       std::lock_guard rl(impl_->read_mu);
       clk = static_cast<uint32_t>(events::trace_clock_stamp(impl_->clock));
-      // The old area's hits stay with its probes.
+      // The old area's counts stay with its probes.
       for (auto& [id, sites] : t->sites) {
         auto p = impl_->probes.find(id);
-        if (p != impl_->probes.end() && t->rings)
+        if (p != impl_->probes.end() && t->rings) {
           p->second.gone_hits += t->rings->reader.hits(p->second.slot);
+          p->second.gone_misses += t->rings->reader.misses(p->second.slot);
+        }
       }
       if (t->rings) {
         t->rings->reader.clear();

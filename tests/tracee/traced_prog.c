@@ -28,6 +28,8 @@
  *   exec            execs this program again ("exec'd" is printed first by the new image)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
  *   env NAME        "ok VALUE" of the environment variable, "ok -" when it is unset
+ *   recurse D       traced_rec(D): D + 1 calls of it in flight at the deepest point,
+ *                   "ok D"
  *   pid             "ok PID"
  *   quit            exits 0
  * Every result is also checked against its expected value; a wrong one prints "WRONG" and
@@ -62,6 +64,16 @@ __attribute__((noinline)) long traced_str(const char *s, long n) {
 __attribute__((noinline)) long traced_hot(long who, long i) {
   __asm__ volatile("" ::: "memory");
   return who * 1000003 + i;
+}
+
+/* Recursive: traced_rec(d) has d + 1 calls of itself in flight at its deepest point (a
+ * return probe with maxactive below that misses the rest). */
+__attribute__((noinline)) long traced_rec(long d) {
+  __asm__ volatile("" ::: "memory");
+  if (d <= 0) return 0;
+  long r = traced_rec(d - 1) + 1;
+  __asm__ volatile("" ::: "memory"); /* not a tail call: every frame stays */
+  return r;
 }
 
 /* Straight-line at -O0: a probe on each instruction fires once a call. */
@@ -350,6 +362,10 @@ int main(int argc, char **argv) {
       long (*fn)(long) = h && sym ? (long (*)(long))dlsym(h, sym) : NULL;
       if (!fn) printf("WRONG dlopen %s\n", dlerror());
       else printf("ok %ld\n", fn(7));
+    } else if (sscanf(line, "recurse %ld", &n) == 1 && n >= 0 && n <= 1000) {
+      long r = traced_rec(n);
+      if (r != n) wrong("traced_rec", r, n);
+      printf("ok %ld\n", r);
     } else if (strncmp(line, "pid", 3) == 0) {
       printf("ok %d\n", (int)getpid());
     } else if (strncmp(line, "quit", 4) == 0) {

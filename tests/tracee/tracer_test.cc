@@ -1548,5 +1548,75 @@ TEST(Tracer, AWalkResumesWhereItStopped) {
   EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 2));
 }
 
+
+// ---- targets that do not answer: counters, lists and requests go on without them ----
+
+// Stops a process this test started (SIGSTOP) until the kernel reports it stopped, and
+// lets it run again (SIGCONT, reported continued) on cont() or, whatever failed, at
+// scope exit. The tracer reaps its launched children without WUNTRACED: the stop and
+// continue reports are this test's to take.
+class Stopped {
+ public:
+  explicit Stopped(pid_t pid) : pid_(pid) {
+    int st = 0;
+    stopped_ = kill(pid, SIGSTOP) == 0 && waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+  }
+  ~Stopped() {
+    if (stopped_) kill(pid_, SIGCONT);
+  }
+  Stopped(const Stopped&) = delete;
+  Stopped& operator=(const Stopped&) = delete;
+  bool ok() const { return stopped_; }
+  bool cont() {
+    int st = 0;
+    const bool ok = kill(pid_, SIGCONT) == 0 && waitpid(pid_, &st, WCONTINUED) == pid_ &&
+                    WIFCONTINUED(st);
+    stopped_ = !ok;
+    return ok;
+  }
+
+ private:
+  pid_t pid_;
+  bool stopped_ = false;
+};
+
+// kprobe_profile's misses are counted by the agent in the target's ring area as they
+// happen (a return probe with maxactive 1 on a recursive function: every nested call's
+// return is missed), so they read at once while the target is stopped, and stay with the
+// probe once the target is gone.
+TEST(Tracer, MissesAreReadFromTheAreaWithoutAskingTheTarget) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event ret = define(*t, "r1:t/rec " + kProgName + ":traced_rec v=$retval", 190);
+  Event entry = define(*t, "p:t/recin " + kProgName + ":traced_rec d=%di", 191);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  // Six calls in flight at the deepest point, one instance: five returns missed.
+  EXPECT_EQ(p.pipes.ask("recurse 5"), "ok 5");
+  {
+    Stopped stop(p.pid);
+    ASSERT_TRUE(stop.ok());
+    const ProbeProfile r = t->profile(ret.id);
+    EXPECT_EQ(r.hits, 1u);
+    EXPECT_EQ(r.misses, 5u);
+    const ProbeProfile e = t->profile(entry.id);
+    EXPECT_EQ(e.hits, 6u);
+    EXPECT_EQ(e.misses, 0u);
+    ASSERT_TRUE(stop.cont());
+  }
+  EXPECT_EQ(p.pipes.ask("recurse 3"), "ok 3");
+  EXPECT_EQ(t->profile(ret.id).misses, 8u);
+  EXPECT_EQ(t->profile(ret.id).hits, 2u);
+  EXPECT_EQ(drain(*t).size(), 2u + 6u + 4u);
+  // Gone: its counts stay with the probes.
+  EXPECT_EQ(p.pipes.ask("quit", 10000), "");
+  int st = -1;
+  EXPECT_EQ(t->wait_exit(p.pid, 10000, &st), 0);
+  p.guard.release();
+  EXPECT_EQ(t->profile(ret.id).misses, 8u);
+  EXPECT_EQ(t->profile(ret.id).hits, 2u);
+  EXPECT_EQ(t->profile(entry.id).hits, 10u);
+}
+
 }  // namespace
 }  // namespace probefs::tracee
