@@ -184,18 +184,32 @@ struct AgentLink::Impl {
     return Clock::now() + timeout;
   }
 
-  LinkResult request(lk::MsgType type, lk::Body body, int pass_fd = -1) {
+  // Sends a request and returns at once: its reply is collected with wait_reply().
+  Ticket start(lk::MsgType type, lk::Body body, int pass_fd = -1) {
     lk::Message m;
     m.type = type;
     m.seq = take_seq();
     m.body = std::move(body);
     expect_replies({m.seq});
-    const auto dl = deadline();
+    Ticket t;
+    t.deadline = deadline();
     if (int rc = send(m, pass_fd); rc) {
       forget(m.seq);
-      return {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}, false};
+      t.failed = {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}, false};
+      return t;
     }
-    return wait_reply(m.seq, dl);
+    t.seq = m.seq;
+    return t;
+  }
+
+  LinkResult collect(const Ticket& t, Clock::time_point deadline) {
+    if (t.seq == 0) return t.failed;
+    return wait_reply(t.seq, std::min(deadline, t.deadline));
+  }
+
+  LinkResult request(lk::MsgType type, lk::Body body, int pass_fd = -1) {
+    const Ticket t = start(type, std::move(body), pass_fd);
+    return collect(t, t.deadline);
   }
 };
 
@@ -262,6 +276,32 @@ LinkResult AgentLink::disarm_all() { return impl_->request(lk::MsgType::kDisarmA
 
 LinkResult AgentLink::set_optimization(bool on) {
   return impl_->request(lk::MsgType::kOptimization, lk::Optimization{on});
+}
+
+AgentLink::Ticket AgentLink::start(lk::MsgType type, lk::Body body) {
+  switch (type) {
+    case lk::MsgType::kDefine:
+    case lk::MsgType::kRemove:
+    case lk::MsgType::kEnable:
+    case lk::MsgType::kDisable:
+    case lk::MsgType::kSetFilter:
+    case lk::MsgType::kArmAll:
+    case lk::MsgType::kDisarmAll:
+    case lk::MsgType::kOptimization:
+    case lk::MsgType::kList:
+    case lk::MsgType::kProfile:
+    case lk::MsgType::kBlacklist:
+      return impl_->start(type, std::move(body));
+    default: {
+      Ticket t;
+      t.failed = {-EINVAL, "not a request that can be started alone", {}, false};
+      return t;
+    }
+  }
+}
+
+LinkResult AgentLink::collect(const Ticket& t, std::chrono::steady_clock::time_point deadline) {
+  return impl_->collect(t, deadline);
 }
 
 LinkResult AgentLink::list() { return impl_->request(lk::MsgType::kList, {}); }

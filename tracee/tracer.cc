@@ -214,6 +214,47 @@ std::string blacklist_name(const ProcessSymbols& syms, uintptr_t start) {
   return hex;
 }
 
+// Requests to many targets at once (DESIGN.md §9): each is sent as it comes, and the
+// replies are collected afterwards under one deadline, so the targets work in parallel
+// and a slow one costs the others nothing. A stopped target's request waits in its link
+// (LinkResult::deferred), as a synchronous one would; a hung one's is -ETIMEDOUT once the
+// common deadline passed. Every request started is collected (collect()), once.
+class FanOut {
+ public:
+  FanOut() : deadline_(std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout) {}
+
+  // Starts a request; its reply's place in collect()'s answer is the number returned.
+  size_t start(const std::shared_ptr<AgentLink>& link, lk::MsgType type, lk::Body body) {
+    calls_.push_back({link, link->start(type, std::move(body))});
+    return calls_.size() - 1;
+  }
+
+  // Every reply, in the order the requests were started.
+  std::vector<LinkResult> collect() {
+    std::vector<LinkResult> out;
+    out.reserve(calls_.size());
+    for (const Call& c : calls_) out.push_back(c.link->collect(c.ticket, deadline_));
+    calls_.clear();
+    return out;
+  }
+
+  // The first failure in that order, or 0; with `ignore_closed`, not a link that closed
+  // meanwhile (-ENOTCONN: its target is gone, and so is what was asked of it).
+  static int first_error(const std::vector<LinkResult>& rs, bool ignore_closed) {
+    for (const LinkResult& r : rs)
+      if (!r.ok() && !(ignore_closed && r.error == -ENOTCONN)) return r.error;
+    return 0;
+  }
+
+ private:
+  struct Call {
+    std::shared_ptr<AgentLink> link;
+    AgentLink::Ticket ticket;
+  };
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<Call> calls_;
+};
+
 }  // namespace
 
 struct Tracer::Impl {
@@ -643,11 +684,13 @@ struct Tracer::Impl {
     return 0;
   }
 
-  void remove_sites(Target& t, ProbeId id) {
+  // Starts the REMOVE of each of t's sites of probe `id` in `fan` (its caller collects)
+  // and forgets them. mu held.
+  void remove_sites(FanOut& fan, Target& t, ProbeId id) {
     auto it = t.sites.find(id);
     if (it == t.sites.end()) return;
     for (const Site& s : it->second)
-      if (t.link && !t.link->closed()) (void)t.link->remove(s.agent_id);
+      if (t.link && !t.link->closed()) fan.start(t.link, lk::MsgType::kRemove, lk::ProbeRef{s.agent_id});
     t.sites.erase(it);
     if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
   }
@@ -1284,8 +1327,10 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     for (auto& r : impl_->rings) r->reader.reset_counters(p.slot);
   }
 
+  // Where it goes, in every target, before anything is sent: a definition that does not
+  // compile in one target, or a symbol no target has, costs no round trip at all.
   bool absent_everywhere = true;  // no target at all included
-  std::vector<Impl::Target*> done;
+  std::vector<std::pair<Impl::Target*, std::vector<lk::Define>>> plan;
   int err = 0;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
@@ -1299,12 +1344,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     }
     if (st != PlaceStatus::kAbsent) absent_everywhere = false;
     if (st != PlaceStatus::kPlaced) continue;
-    if (int e = impl_->send_defines(*t, p.id, p.spec.event_id, defs); e != 0) {
-      *diag = registration_diagnostic(spec.def, e);
-      err = e;
-      break;
-    }
-    done.push_back(t.get());
+    plan.emplace_back(t.get(), std::move(defs));
   }
   if (err == 0 && absent_everywhere && spec.def.syntax == events::ProbeSyntax::kKprobe &&
       spec.def.on_symbol() && spec.def.module.empty()) {
@@ -1312,12 +1352,45 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     *diag = events::make_diagnostic(spec.def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
     err = -ENOENT;
   }
+  // Every target's DEFINEs at once, then every reply. The first refusal (in target
+  // order) is the answer; then what the others placed is removed again.
+  struct Placed {
+    Impl::Target* t;
+    Impl::Site site;
+  };
+  std::vector<Placed> placed;
+  if (err == 0 && !plan.empty()) {
+    FanOut fan;
+    for (auto& [t, defs] : plan) {
+      // Allowed before the first DEFINE goes: its probe may fire before the reply comes.
+      if (!defs.empty()) impl_->allow_event(*t, p.spec.event_id);
+      for (lk::Define& d : defs) {
+        d.probe_id = impl_->next_agent_id++;
+        placed.push_back({t, {d.probe_id, d.address}});
+        fan.start(t->link, lk::MsgType::kDefine, std::move(d));
+      }
+    }
+    const std::vector<LinkResult> rs = fan.collect();
+    if (int e = FanOut::first_error(rs, false); e != 0) {
+      *diag = registration_diagnostic(spec.def, e);
+      err = e;
+    }
+    std::vector<Placed> ok;  // deferred ones too: a stopped target takes them later
+    for (size_t i = 0; i < placed.size(); ++i)
+      if (rs[i].ok()) ok.push_back(placed[i]);
+    placed = std::move(ok);
+  }
   if (err != 0) {
-    for (Impl::Target* t : done) impl_->remove_sites(*t, p.id);
+    FanOut undo;
+    for (const Placed& x : placed)
+      if (!x.t->link->closed())
+        undo.start(x.t->link, lk::MsgType::kRemove, lk::ProbeRef{x.site.agent_id});
+    (void)undo.collect();
     for (auto& [pid, t] : impl_->targets) impl_->forget_notes(*t, p.id, p.spec.event_id);
     impl_->free_slots.push_back(p.slot);
     return err;
   }
+  for (const Placed& x : placed) x.t->sites[p.id].push_back(x.site);
   *id = p.id;
   impl_->probes.emplace(p.id, std::move(p));
   return 0;
@@ -1327,7 +1400,9 @@ int Tracer::remove_probe(ProbeId id) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->probes.find(id);
   if (it == impl_->probes.end()) return -ENOENT;
-  for (auto& [pid, t] : impl_->targets) impl_->remove_sites(*t, id);
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets) impl_->remove_sites(fan, *t, id);
+  (void)fan.collect();  // what a target could not remove dies with its link
   impl_->free_slots.push_back(it->second.slot);
   impl_->probes.erase(it);
   return 0;
@@ -1335,18 +1410,18 @@ int Tracer::remove_probe(ProbeId id) {
 
 namespace {
 
-template <class Fn>
-int for_each_site(Tracer::Impl& impl, ProbeId id, Fn fn) {
-  int first = 0;
+// Request `type`, with the body body_of(agent id) makes, to every site of probe `id` in
+// every target, all at once (FanOut): the first failure, a link that closed meanwhile
+// aside, or 0. mu held.
+template <class BodyOf>
+int for_each_site(Tracer::Impl& impl, ProbeId id, lk::MsgType type, BodyOf body_of) {
+  FanOut fan;
   for (auto& [pid, t] : impl.targets) {
     auto s = t->sites.find(id);
     if (s == t->sites.end() || !t->link || t->link->closed()) continue;
-    for (const auto& site : s->second) {
-      LinkResult r = fn(*t->link, site.agent_id);
-      if (!r.ok() && first == 0 && r.error != -ENOTCONN) first = r.error;
-    }
+    for (const auto& site : s->second) fan.start(t->link, type, body_of(site.agent_id));
   }
-  return first;
+  return FanOut::first_error(fan.collect(), true);
 }
 
 // ENABLE or DISABLE in every target that holds the probe; remembered for targets to come.
@@ -1355,9 +1430,8 @@ int set_enabled(Tracer::Impl& impl, ProbeId id, bool on) {
   auto it = impl.probes.find(id);
   if (it == impl.probes.end()) return -ENOENT;
   it->second.spec.enabled = on;
-  return for_each_site(impl, id, [on](AgentLink& l, uint32_t a) {
-    return on ? l.enable(a) : l.disable(a);
-  });
+  return for_each_site(impl, id, on ? lk::MsgType::kEnable : lk::MsgType::kDisable,
+                       [](uint32_t a) { return lk::ProbeRef{a}; });
 }
 
 }  // namespace
@@ -1372,8 +1446,12 @@ int Tracer::set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter>
   if (it == impl_->probes.end()) return -ENOENT;
   it->second.spec.filter = f;
   const events::CompiledFilter* raw = f.get();
-  return for_each_site(*impl_, id,
-                       [raw](AgentLink& l, uint32_t a) { return l.set_filter(a, raw); });
+  return for_each_site(*impl_, id, lk::MsgType::kSetFilter, [raw](uint32_t a) {
+    lk::SetFilter s;
+    s.probe_id = a;
+    if (raw) s.filter = *raw;
+    return s;
+  });
 }
 
 ProbeProfile Tracer::profile(ProbeId id) {
@@ -1462,13 +1540,11 @@ std::string Tracer::kprobes_blacklist() {
 int Tracer::set_all_armed(bool armed) {
   std::lock_guard lock(impl_->mu);
   impl_->armed = armed;
-  int first = 0;
-  for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = armed ? t->link->arm_all() : t->link->disarm_all();
-    if (!r.ok() && first == 0) first = r.error;
-  }
-  return first;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets)
+    if (t->link && !t->link->closed())
+      fan.start(t->link, armed ? lk::MsgType::kArmAll : lk::MsgType::kDisarmAll, {});
+  return FanOut::first_error(fan.collect(), false);
 }
 
 bool Tracer::all_armed() const {
@@ -1479,13 +1555,11 @@ bool Tracer::all_armed() const {
 int Tracer::set_optimization(bool on) {
   std::lock_guard lock(impl_->mu);
   impl_->optimization = on;
-  int first = 0;
-  for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->set_optimization(on);
-    if (!r.ok() && first == 0) first = r.error;
-  }
-  return first;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets)
+    if (t->link && !t->link->closed())
+      fan.start(t->link, lk::MsgType::kOptimization, lk::Optimization{on});
+  return FanOut::first_error(fan.collect(), false);
 }
 
 // ---- records ---------------------------------------------------------------------------

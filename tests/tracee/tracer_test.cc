@@ -1580,6 +1580,19 @@ class Stopped {
   bool stopped_ = false;
 };
 
+size_t deferred_of(Tracer& t, pid_t pid) {
+  for (const TargetInfo& i : t.targets())
+    if (i.pid == pid) return i.deferred;
+  ADD_FAILURE() << "no target " << pid;
+  return 0;
+}
+
+size_t records_of(const std::vector<Rec>& recs, pid_t pid) {
+  size_t n = 0;
+  for (const Rec& x : recs) n += x.r.pid == pid;
+  return n;
+}
+
 // kprobe_profile's misses are counted by the agent in the target's ring area as they
 // happen (a return probe with maxactive 1 on a recursive function: every nested call's
 // return is missed), so they read at once while the target is stopped, and stay with the
@@ -1616,6 +1629,56 @@ TEST(Tracer, MissesAreReadFromTheAreaWithoutAskingTheTarget) {
   EXPECT_EQ(t->profile(ret.id).misses, 8u);
   EXPECT_EQ(t->profile(ret.id).hits, 2u);
   EXPECT_EQ(t->profile(entry.id).hits, 10u);
+}
+
+// Every request that goes to all targets (define, filter, arm, optimization, remove) is
+// sent to each at once and collected under one deadline: with one target stopped, each
+// returns what the running one answered and leaves the stopped one's request pending;
+// the running one's events fire at once, the stopped one's once it runs again.
+TEST(Tracer, RequestsToEveryTargetDoNotWaitForAStoppedOne) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched a, b;
+  ASSERT_TRUE(a.start(*t));
+  ASSERT_TRUE(b.start(*t));
+  Stopped stop(b.pid);
+  ASSERT_TRUE(stop.ok());
+
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 193);
+  Event gone = define(*t, "p:t/str " + kProgName + ":traced_str n=%si", 194);
+  events::CompiledFilter f;
+  events::Diagnostic d;
+  ASSERT_TRUE(events::compile_filter("a >= 7", e.spec.compiled, &f, &d));
+  ASSERT_EQ(t->set_filter(e.id, std::make_shared<events::CompiledFilter>(f)), 0);
+  ASSERT_EQ(t->set_all_armed(false), 0);
+  ASSERT_EQ(t->set_all_armed(true), 0);
+  ASSERT_EQ(t->set_optimization(false), 0);
+  ASSERT_EQ(t->set_optimization(true), 0);
+  ASSERT_EQ(t->remove_probe(gone.id), 0);
+  // Two DEFINEs, a SET_FILTER, two arms, two optimizations, a REMOVE.
+  EXPECT_EQ(deferred_of(*t, b.pid), 8u);
+  EXPECT_EQ(deferred_of(*t, a.pid), 0u);
+  // A definition that no target can take is refused as before, without waiting.
+  int err = 0;
+  define(*t, "p:t/none " + kProgName + ":no_such_function", 195, true, &err);
+  EXPECT_EQ(err, -ENOENT);
+
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(a.pipes.ask("str 3"), "ok " + std::to_string(6 + 7 + 8));
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(records_of(recs, a.pid), 3u);  // a = 7, 8, 9
+  EXPECT_EQ(recs.size(), 3u);
+  for (const Rec& x : recs) EXPECT_GE(field(e, x.r, "a"), 7u);
+
+  ASSERT_TRUE(stop.cont());
+  (void)t->kprobes_list();  // asks b, which answers once it did what it missed
+  EXPECT_EQ(deferred_of(*t, b.pid), 0u);
+  EXPECT_EQ(b.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(b.pipes.ask("str 3"), "ok " + std::to_string(6 + 7 + 8));
+  recs = drain(*t);
+  EXPECT_EQ(records_of(recs, b.pid), 3u);
+  EXPECT_EQ(recs.size(), 3u);
+  EXPECT_EQ(t->profile(e.id).hits, 20u);
 }
 
 }  // namespace
