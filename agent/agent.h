@@ -115,6 +115,8 @@ size_t probe_count();
 
 // Sends m on the current link (g_send_mu taken inside). 0 or a negative errno.
 int send_on_link(const lk::Message& m);
+// The same, without waiting for room in the socket: -EAGAIN when there is none.
+int send_on_link_now(const lk::Message& m);
 uint32_t next_agent_seq();
 // Whether a control thread serves the link now (MAPPED needs it to receive the answer).
 bool control_thread_running();

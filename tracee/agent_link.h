@@ -60,6 +60,13 @@
 // target first and then collects every reply under one deadline, so that targets are
 // asked in parallel and a slow one costs the others nothing (DESIGN.md §9).
 //
+// kprobes/list. Most of what changes an agent's list is a request of the daemon's; the
+// rest are its optimizer thread's retries and objects unloaded. The link counts these
+// (list_generation): each request that can change the list, each MAPPED, and each
+// LIST_CHANGED notice, which the agent sends when its optimizer changed a probe on its
+// own. A reader that keeps the text of a LIST with the generation it read before asking
+// knows when that text is still what the agent would say.
+//
 // Threads: every method of both classes may be called from any thread at any time;
 // requests on one link may overlap (each waits for its own reply). Destroying the listener
 // stops its I/O thread and closes every link (agents see EOF and remove their probes).
@@ -143,6 +150,11 @@ class AgentLink {
   // whichever comes first: what the synchronous call would have returned (deferred when
   // the process is stopped, -ETIMEDOUT when no reply came in time).
   LinkResult collect(const Ticket& t, std::chrono::steady_clock::time_point deadline);
+
+  // Grows whenever the agent's kprobes/list may have changed (see the top of this file):
+  // before a request that can change it leaves, when a MAPPED arrives, and at each
+  // LIST_CHANGED notice of the agent's.
+  uint64_t list_generation() const;
 
   LinkResult list();     // message: the agent's `kprobes/list` text
   LinkResult profile();  // profile: nmissed per probe id

@@ -312,10 +312,15 @@ struct Tracer::Impl {
     // kprobes/list and its symbolizer: only those that have one.
     std::map<std::pair<ProbeId, uintptr_t>, std::string> notes;
     std::shared_ptr<TargetNames> symbolizer;
-    // The last answers of its agent to the queries, for while it is stopped (a request
-    // waits in its link until it runs again: LinkResult::deferred).
+    // The last answers of its agent to LIST and BLACKLIST (kprobes_list, kprobes_blacklist):
+    // served while they are current, and while it is stopped (a request would wait in
+    // its link until it runs again: LinkResult::deferred). `list_generation` is its
+    // link's list_generation() read before the LIST that gave last_list.
     std::string last_list;
+    uint64_t list_generation = 0;
+    bool list_known = false;
     std::string last_blacklist;
+    bool blacklist_known = false;
   };
 
   Options opts;
@@ -1480,15 +1485,44 @@ ProbeProfile Tracer::profile(ProbeId id) {
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
 
+// kprobes/list is served from each target's last LIST text, which is asked for again only
+// when it may be out of date: the link's list_generation moved since (a request of ours
+// that changes probes, a MAPPED, or the agent's LIST_CHANGED notice of a change its
+// optimizer made on its own). The kernel's file is exact the moment a write to
+// kprobe_events or enable returns, so a text known to be stale is never served for a
+// target that runs: that target is asked (all such targets at once, under one deadline),
+// and its answer is kept with the generation read before asking, so that a change that
+// raced with the question leaves it stale. A stopped target cannot answer: it shows what
+// it said last, as does one that does not answer in time. Reading the file when nothing
+// changed asks no agent at all.
 std::string Tracer::kprobes_list() {
   std::lock_guard lock(impl_->mu);
-  std::string out;
+  struct Ask {
+    Impl::Target* t;
+    uint64_t generation;
+  };
+  std::vector<Ask> asks;
+  FanOut fan;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->list();
-    if (!r.ok()) continue;
-    if (r.deferred) r.message = t->last_list;  // stopped: as it last answered
-    else t->last_list = r.message;
+    const uint64_t g = t->link->list_generation();
+    if (t->list_known && t->list_generation == g) continue;
+    // A stopped one would not answer now (its request would wait in the link, one more
+    // at each read): it stays as it last answered, or absent if it never did.
+    if (process_stopped(pid)) continue;
+    asks.push_back({t.get(), g});
+    fan.start(t->link, lk::MsgType::kList, {});
+  }
+  const std::vector<LinkResult> rs = fan.collect();
+  for (size_t i = 0; i < asks.size(); ++i) {
+    if (!rs[i].ok() || rs[i].deferred) continue;  // stopped or silent: as it last answered
+    asks[i].t->last_list = rs[i].message;
+    asks[i].t->list_generation = asks[i].generation;
+    asks[i].t->list_known = true;
+  }
+  std::string out;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->list_known) continue;
     // The notes of this target's probes, matched to the agent's lines by address, kind
     // and order: probes of one address can carry different notes (memcpy and memmove
     // resolve to one implementation).
@@ -1505,26 +1539,41 @@ std::string Tracer::kprobes_list() {
         }
       }
     }
-    out += list_with_notes(r.message, std::move(notes));
+    out += list_with_notes(t->last_list, std::move(notes));
   }
   return out;
 }
 
+// An agent's blacklist is fixed when its engine starts (the engine's own text and arch's
+// ranges), so each target is asked once, the first time the file is read while it runs
+// (every such target at once, under one deadline), and its answer kept with the target;
+// an exec'd image is a new target, asked again.
 std::string Tracer::kprobes_blacklist() {
   std::lock_guard lock(impl_->mu);
+  std::vector<Impl::Target*> asked;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->syms || t->blacklist_known) continue;
+    if (process_stopped(pid)) continue;  // it would not answer now: asked another time
+    asked.push_back(t.get());
+    fan.start(t->link, lk::MsgType::kBlacklist, {});
+  }
+  const std::vector<LinkResult> rs = fan.collect();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    if (!rs[i].ok() || rs[i].deferred) continue;
+    asked[i]->last_blacklist = rs[i].message;
+    asked[i]->blacklist_known = true;
+  }
   std::string out;
   std::set<std::string> seen;  // a fork child has its parent's addresses: listed once
   for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed() || !t->syms) continue;
-    LinkResult r = t->link->blacklist();
-    if (!r.ok()) continue;
-    if (r.deferred) r.message = t->last_blacklist;  // stopped: as it last answered
-    else t->last_blacklist = r.message;
+    if (!t->link || t->link->closed() || !t->syms || !t->blacklist_known) continue;
+    const std::string& text = t->last_blacklist;
     size_t at = 0;
-    while (at < r.message.size()) {
-      size_t nl = r.message.find('\n', at);
-      if (nl == std::string::npos) nl = r.message.size();
-      const std::string l = r.message.substr(at, nl - at);
+    while (at < text.size()) {
+      size_t nl = text.find('\n', at);
+      if (nl == std::string::npos) nl = text.size();
+      const std::string l = text.substr(at, nl - at);
       at = nl + 1;
       unsigned long start = 0, end = 0;
       if (sscanf(l.c_str(), "0x%lx-0x%lx", &start, &end) != 2 || start >= end) continue;

@@ -1681,5 +1681,97 @@ TEST(Tracer, RequestsToEveryTargetDoNotWaitForAStoppedOne) {
   EXPECT_EQ(t->profile(e.id).hits, 20u);
 }
 
+// The lines of `list` that name `what`.
+std::vector<std::string> lines_with(const std::string& list, const std::string& what) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at < list.size();) {
+    size_t nl = list.find('\n', at);
+    if (nl == std::string::npos) nl = list.size();
+    const std::string line = list.substr(at, nl - at);
+    if (line.find(what) != std::string::npos) out.push_back(line);
+    at = nl + 1;
+  }
+  return out;
+}
+
+// Two targets, one stopped: a change to a probe reaches the running one at once and waits
+// in the stopped one's link (deferred); kprobes/list shows the running one as it is now
+// and the stopped one as it last was, without waiting for it; once it runs again, it
+// does what it missed, in order, and the list says so.
+TEST(Tracer, AStoppedTargetShowsItsLastListAndHoldsUpNoChange) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 192);
+  Launched a, b;
+  ASSERT_TRUE(a.start(*t));
+  ASSERT_TRUE(b.start(*t));
+  std::vector<std::string> lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  ASSERT_EQ(lines.size(), 2u) << t->kprobes_list();
+  for (const std::string& l : lines) EXPECT_EQ(l.find("[DISABLED]"), std::string::npos) << l;
+  const std::string blacklist = t->kprobes_blacklist();
+  EXPECT_FALSE(blacklist.empty());
+
+  Stopped stop(b.pid);
+  ASSERT_TRUE(stop.ok());
+  ASSERT_EQ(t->disable_probe(e.id), 0);
+  EXPECT_EQ(deferred_of(*t, a.pid), 0u);
+  EXPECT_EQ(deferred_of(*t, b.pid), 1u);
+  lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 1u) << t->kprobes_list();
+  EXPECT_EQ(t->kprobes_blacklist(), blacklist);  // as it was: asked once, kept
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  ASSERT_EQ(t->enable_probe(e.id), 0);
+  EXPECT_EQ(deferred_of(*t, b.pid), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 0u) << t->kprobes_list();
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(records_of(recs, a.pid), 10u);
+  EXPECT_EQ(recs.size(), 10u);
+
+  // Running again, b is asked for its list (it changed since it last said), and answers
+  // after doing what it missed.
+  ASSERT_TRUE(stop.cont());
+  lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  EXPECT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 0u);
+  EXPECT_EQ(deferred_of(*t, b.pid), 0u);
+  EXPECT_EQ(b.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  recs = drain(*t);
+  EXPECT_EQ(records_of(recs, b.pid), 10u);
+  EXPECT_EQ(recs.size(), 10u);
+}
+
+// The agent tells the daemon of what its optimizer changed on its own (LIST_CHANGED): a
+// probe that could not become a jmp at once (a thread of the target runs with every
+// signal blocked, where the engine cannot move it) shows [OPTIMIZED] in kprobes/list
+// once the target's optimizer thread made the jmp, though the daemon asked the target
+// nothing in between.
+TEST(Tracer, TheListFollowsAJmpTheTargetsOptimizerMadeOnItsOwn) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  ASSERT_EQ(p.pipes.ask("spin"), "ok");
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 196);
+  std::string list = t->kprobes_list();
+  ASSERT_EQ(lines_with(list, "traced_add+0x0").size(), 1u) << list;
+  EXPECT_EQ(list.find("[OPTIMIZED]"), std::string::npos) << list;
+  EXPECT_EQ(t->kprobes_list(), list);  // nothing changed: the same text, nothing asked
+  ASSERT_EQ(p.pipes.ask("unspin"), "ok");
+  // The target's optimizer retries on its own time: polled, with a bound.
+  bool optimized = false;
+  for (int i = 0; i < 4000 && !optimized; ++i) {
+    optimized = t->kprobes_list().find("[OPTIMIZED]") != std::string::npos;
+    if (!optimized) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(optimized) << t->kprobes_list();
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 10u);
+  EXPECT_EQ(t->profile(e.id).hits, 10u);
+}
+
 }  // namespace
 }  // namespace probefs::tracee
