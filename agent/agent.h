@@ -80,6 +80,9 @@ extern std::atomic<AreaState*> g_area;
 int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
 int return_entry_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
+// Every probe's miss_handler: the miss counts in the area's misses[counter_slot]
+// (kprobe_profile's second column, read by the daemon without asking).
+void probe_missed(probecore::Kprobe* kp);
 // The r_brk hook: sends the thread to dl_stub() in place of _dl_debug_state.
 int dl_hook_pre_handler(probecore::Kprobe* kp, PtRegs* regs);
 void dl_hook_post_handler(probecore::Kprobe* kp, PtRegs* regs, unsigned long flags);
@@ -121,6 +124,8 @@ size_t probe_count();
 
 // Sends m on the current link (g_send_mu taken inside). 0 or a negative errno.
 int send_on_link(const lk::Message& m);
+// The same, without waiting for room in the socket: -EAGAIN when there is none.
+int send_on_link_now(const lk::Message& m);
 uint32_t next_agent_seq();
 // Whether a control thread serves the link now (MAPPED needs it to receive the answer).
 bool control_thread_running();

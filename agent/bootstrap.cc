@@ -503,6 +503,12 @@ int send_on_link(const lk::Message& m) {
   return link::send_message(g_link_fd, m, kSendTimeout);
 }
 
+int send_on_link_now(const lk::Message& m) {
+  std::lock_guard s(g_send_mu);
+  if (g_link_fd < 0) return -ENOTCONN;
+  return link::send_message(g_link_fd, m, 0ms);
+}
+
 uint32_t next_agent_seq() { return g_seq.fetch_add(1, std::memory_order_relaxed); }
 
 bool control_thread_running() { return g_control_running.load(); }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cerrno>
 #include <cstdio>
@@ -147,6 +148,33 @@ void set_fast_path(const events::FetchProgram& p, HitProbe* h) {
   h->fast = p.fixed_size >= p.header_size && p.fixed_size <= h->record_cap;
 }
 
+// LIST_CHANGED (events/link.h). The daemon keeps the text of each agent's LIST and asks
+// again only when something may have changed it: its own requests it knows of; what the
+// engine's optimizer thread changes on its own (a jmp written on a retry) the agent tells
+// it with this notice. Sent from the optimizer thread without waiting for room in the
+// socket (it must never stall the optimizer, nor a fork that waits for the send lock); a
+// notice that found no room is sent before the reply to the daemon's next request, so
+// the daemon hears of it before it could take an old text for current. Only while an
+// area is in place, that is once SETUP came on the current link: a fork child's first
+// packet must be its HELLO, and a link that ended has no one to tell.
+std::atomic<bool> g_list_notice_due{false};  // a change not told yet
+
+void send_list_notice() {
+  if (g_area.load(std::memory_order_acquire) == nullptr) return;
+  if (!g_list_notice_due.exchange(false)) return;
+  lk::Message m;
+  m.type = lk::MsgType::kListChanged;
+  m.seq = next_agent_seq();
+  if (send_on_link_now(m) != 0) g_list_notice_due.store(true);
+}
+
+// The engine's notifier (probecore::set_kprobes_list_notifier), set with the first
+// probe: its optimizer thread, no lock of the engine's held.
+void list_changed() {
+  g_list_notice_due.store(true);
+  send_list_notice();
+}
+
 void do_define(const lk::Message& m, lk::Reply* reply) {
   const auto& d = std::get<lk::Define>(m.body);
   if (g_probes.count(d.probe_id))
@@ -173,6 +201,9 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
   kp.flags = probecore::KPROBE_FLAG_GPR_ONLY;
   const bool at_go = g_starting && d.enabled;
   if (!d.enabled || at_go) kp.flags |= probecore::KPROBE_FLAG_DISABLED;
+  kp.miss_handler = probe_missed;  // the kretprobe's misses too (kp is its entry probe)
+  static const bool notifier_set = (probecore::set_kprobes_list_notifier(list_changed), true);
+  (void)notifier_set;
   if (!d.symbol.empty())
     defined_symbols().add(d.address, d.symbol, d.module, d.symbol_addr, kp.bounds);
   int rc;
@@ -372,6 +403,7 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
       break;
   }
   if (received_fd >= 0) ::close(received_fd);
+  send_list_notice();  // one that found no room before: ahead of this reply
 }
 
 void teardown() {

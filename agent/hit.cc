@@ -5,6 +5,9 @@
 // kprobe_profile, first, so that a hit counts while tracing_on is 0 (the area's
 // record_disabled, checked before the reservation) and nothing is recorded.
 //
+// A hit the engine did not hand to the probe (nmissed: inside another handler, a return
+// probe out of instances) counts in the area's shared misses, as it happens.
+//
 // Built -O2 -mgeneral-regs-only, never instrumented, and calling no library function
 // (DESIGN.md §3; tests/agent/check_hit_path.sh checks this object): probes may sit on any
 // libc function, and the detours of probes whose handlers all promise KPROBE_FLAG_GPR_ONLY
@@ -305,6 +308,15 @@ int return_handler(probecore::KretprobeInstance* ri, PtRegs* regs) {
   }
   emit(hp, regs, hp->address, ri->ret_addr, reinterpret_cast<const uint64_t*>(ri->data));
   return 0;
+}
+
+// Runs inside the engine's read-side section, as the handlers do: the area it counts in
+// is not unmapped before it returns (replace_area waits for a grace period). A missed hit
+// writes no record, so it needs no ring: one atomic add on the shared array.
+void probe_missed(probecore::Kprobe* kp) {
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  if (__builtin_expect(as == nullptr, 0)) return;  // no area yet, or the tracer is gone
+  events::ring_count_miss(as->area, from_kprobe(kp)->counter_slot);
 }
 
 int dl_hook_pre_handler(probecore::Kprobe*, PtRegs* regs) {

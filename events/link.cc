@@ -251,6 +251,7 @@ void encode_body(Out& o, const Message& m) {
 bool valid_type(uint16_t t) {
   return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kBlacklist)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
+         t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
 }
 
@@ -433,6 +434,7 @@ const char* type_name(MsgType type) {
     case MsgType::kBlacklist: return "BLACKLIST";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
+    case MsgType::kListChanged: return "LIST_CHANGED";
     case MsgType::kReply: return "REPLY";
   }
   return "?";

@@ -37,6 +37,9 @@
 //                 OPTIMIZATION, LIST, PROFILE, BLACKLIST -> agent REPLY
 //   dlopen:       agent MAPPED (seq S) -> daemon DEFINE... with kFlagAnswer, then REPLY(S);
 //                 the agent then answers each of those DEFINEs with a REPLY (see MAPPED)
+//   optimizer:    agent LIST_CHANGED, a notice that nobody answers: the engine's optimizer
+//                 thread changed what LIST would say, outside any request (a probe it
+//                 optimized on a retry, or unoptimized); sent only once SETUP came
 //   detach:       daemon DETACH -> agent removes every probe, REPLY, closes the link
 //   tracer death: the agent reads EOF, removes every probe and goes idle
 //
@@ -61,7 +64,7 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 1;
+inline constexpr uint32_t kAgentAbiVersion = 2;  // 2: LIST_CHANGED
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -94,6 +97,7 @@ enum class MsgType : uint16_t {
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
+  kListChanged = 0x102,  // no payload, no REPLY: the LIST text changed on its own
   // both ways
   kReply = 0x200,     // Reply
 };

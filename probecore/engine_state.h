@@ -166,6 +166,10 @@ extern std::vector<Aggregate*>& g_opt_queue;  // g_mu
 extern std::condition_variable* g_opt_cv;
 extern bool g_optimizer_running;  // g_mu: the thread exists (reset in fork)
 extern uint64_t g_opt_passes;     // g_mu: completed optimizer passes
+// g_mu: changes of what kprobes_list() shows that the flags carry ([OPTIMIZED], [GONE]),
+// and whom to tell of those an optimizer pass made (set_kprobes_list_notifier).
+extern uint64_t g_list_changes;
+extern void (*g_list_notifier)();
 
 // This thread's running probe (the recursion guard), or &g_engine_mark.
 extern thread_local constinit const void* t_current __attribute__((tls_model("initial-exec")));

@@ -7,6 +7,13 @@
 
 namespace probefs::probecore::detail {
 
+// A hit that `p` did not handle: its nmissed grows (or `rp`'s, a kretprobe out of
+// instances), and its miss_handler hears of it.
+[[gnu::always_inline]] inline void count_miss(Kprobe* p, std::atomic<unsigned long>* nmissed) {
+  nmissed->fetch_add(1, std::memory_order_relaxed);
+  if (kprobe_miss_handler_t h = p->miss_handler) h(p);
+}
+
 // A hit inside another probe's handler (a signal handler interrupted it) on a program
 // thread: the KPROBE_FLAG_NESTED probes run, with this aggregate as the running one for
 // their duration; the others count a miss. run(p) returns true when p's handler changed
@@ -19,7 +26,7 @@ template <typename Run>
   for (Kprobe* p : ag->children.load(std::memory_order_acquire)->probes) {
     if (!probe_enabled(p)) continue;
     if (!(__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & KPROBE_FLAG_NESTED))
-      p->nmissed.fetch_add(1, std::memory_order_relaxed);
+      count_miss(p, &p->nmissed);
     else if (!moved && run(p))
       moved = true;
   }

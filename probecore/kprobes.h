@@ -38,6 +38,8 @@ using kprobe_pre_handler_t = int (*)(Kprobe*, PtRegs*);
 // Runs after the probed instruction; regs->ip is past it.
 using kprobe_post_handler_t = void (*)(Kprobe*, PtRegs*, unsigned long flags);
 using kretprobe_handler_t = int (*)(KretprobeInstance*, PtRegs*);
+// Runs each time a probe's nmissed grows (see Kprobe::miss_handler).
+using kprobe_miss_handler_t = void (*)(Kprobe*);
 
 enum KprobeFlags : uint32_t {
   KPROBE_FLAG_GONE = 1u << 0,       // the code under the probe was unloaded
@@ -81,6 +83,11 @@ struct Kprobe {
   uint32_t flags = 0;
   // Hits not handled because the thread was already inside a handler.
   std::atomic<unsigned long> nmissed{0};
+  // Optional: runs right after nmissed grows, and for a kretprobe's kp also after the
+  // kretprobe's nmissed grows, on the thread that missed, as a handler runs (the hit
+  // path's rules; a probe it hits is a miss of that probe's). For a server that keeps the
+  // count elsewhere as it happens. Set before registration.
+  kprobe_miss_handler_t miss_handler = nullptr;
 
   // ---- private to probecore ----
   detail::Aggregate* aggr_ = nullptr;
@@ -166,6 +173,13 @@ bool kprobes_optimization_enabled();
 // Runs the optimizer now on everything waiting for it (the kernel's
 // wait_for_kprobe_optimizer()).
 void wait_for_kprobe_optimizer();
+// Called after a pass of the optimizer thread changed what kprobes_list() shows (a probe
+// it optimized on a retry, unoptimized, or found [GONE]): on that thread, with no lock of
+// the engine's held, so it may call kprobes_list(). Changes a control operation makes are
+// not told: its caller knows of them. For a server that keeps a copy of the list
+// elsewhere. nullptr: none.
+void set_kprobes_list_notifier(void (*fn)());
+
 // Why p is not jump-optimized: empty when it is, else the reason (a refused safety check,
 // "optimization is switched off", a thread in the way, "not armed: ..." where an int3
 // would be fatal and the jmp waits for a window, ...). Such a probe is an int3: a thread

@@ -399,7 +399,7 @@ __attribute__((noinline)) void recycle_passed_instances(uintptr_t* sp) {
   if (!pool) return;
   KretprobeInstance* ri = pool_get(pool);
   if (__builtin_expect(!ri, 0) && !(ri = pool_get_parked(pool, slot))) {
-    rp->nmissed.fetch_add(1, std::memory_order_relaxed);
+    count_miss(&rp->kp, &rp->nmissed);
     return;
   }
   ri->ret_slot = slot;

@@ -67,6 +67,7 @@ void refresh_gone() {
     dequeue_optimizer(ag);
     set_optimized_flag(ag, false);
     for (Kprobe* p : children_of(ag)) __atomic_or_fetch(&p->flags, KPROBE_FLAG_GONE, __ATOMIC_RELAXED);
+    ++g_list_changes;
     table_remove(ag);
   }
 }

@@ -90,8 +90,10 @@ std::string prepare_detour_or_unoptimize(Aggregate* ag) {
 
 void set_optimized_flag(const Aggregate* ag, bool on) {
   for (Kprobe* p : children_of(ag)) {
-    if (on) __atomic_or_fetch(&p->flags, KPROBE_FLAG_OPTIMIZED, __ATOMIC_RELAXED);
-    else __atomic_and_fetch(&p->flags, ~uint32_t{KPROBE_FLAG_OPTIMIZED}, __ATOMIC_RELAXED);
+    const uint32_t was =
+        on ? __atomic_fetch_or(&p->flags, KPROBE_FLAG_OPTIMIZED, __ATOMIC_RELAXED)
+           : __atomic_fetch_and(&p->flags, ~uint32_t{KPROBE_FLAG_OPTIMIZED}, __ATOMIC_RELAXED);
+    if (((was & KPROBE_FLAG_OPTIMIZED) != 0) != on) ++g_list_changes;
   }
 }
 
@@ -286,7 +288,14 @@ void optimizer_main() {
     const bool soon = std::any_of(g_opt_queue.begin(), g_opt_queue.end(),
                                   [](const Aggregate* ag) { return ag->opt_retries < kSoonRetries; });
     g_opt_cv->wait_for(lock, soon ? kRetrySoonDelay : kRetryDelay);
+    const uint64_t changes = g_list_changes;
     run_optimizer_pass();
+    if (g_list_changes != changes && g_list_notifier) {
+      void (*notify)() = g_list_notifier;
+      lock.unlock();  // it may look at the list, or wait for its own locks
+      notify();
+      lock.lock();
+    }
   }
 }
 
@@ -308,6 +317,11 @@ void set_kprobes_optimization(bool on) {
 bool kprobes_optimization_enabled() {
   std::lock_guard lock(g_mu);
   return g_optimization;
+}
+
+void set_kprobes_list_notifier(void (*fn)()) {
+  std::lock_guard lock(g_mu);
+  g_list_notifier = fn;
 }
 
 void wait_for_kprobe_optimizer() {

@@ -43,6 +43,8 @@ std::vector<Aggregate*>& g_opt_queue = *new std::vector<Aggregate*>;
 std::condition_variable* g_opt_cv = new std::condition_variable;
 bool g_optimizer_running = false;
 uint64_t g_opt_passes = 0;
+uint64_t g_list_changes = 0;
+void (*g_list_notifier)() = nullptr;
 thread_local constinit const void* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
 char g_engine_mark;
 thread_local constinit KretprobeInstance* t_ri_head __attribute__((tls_model("initial-exec"))) =

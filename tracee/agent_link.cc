@@ -171,18 +171,56 @@ struct AgentLink::Impl {
     return Clock::now() + timeout;
   }
 
-  LinkResult request(lk::MsgType type, lk::Body body, int pass_fd = -1) {
+  // kprobes/list of the process may have changed (AgentLink::list_generation).
+  std::atomic<uint64_t> list_generation{0};
+
+  // Whether the agent's `kprobes/list` may read otherwise once it has done a request of
+  // this type.
+  static bool changes_list(lk::MsgType type) {
+    switch (type) {
+      case lk::MsgType::kDefine:
+      case lk::MsgType::kRemove:
+      case lk::MsgType::kEnable:
+      case lk::MsgType::kDisable:
+      case lk::MsgType::kArmAll:
+      case lk::MsgType::kDisarmAll:
+      case lk::MsgType::kOptimization:
+      case lk::MsgType::kDetach:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Sends a request and returns at once: its reply is collected with wait_reply().
+  Ticket start(lk::MsgType type, lk::Body body, int pass_fd = -1) {
     lk::Message m;
     m.type = type;
     m.seq = take_seq();
     m.body = std::move(body);
     expect_replies({m.seq});
-    const auto dl = deadline();
+    Ticket t;
+    t.deadline = deadline();
+    // Before the request leaves: a LIST answered after it must not be taken for current
+    // by a reader that looked at the generation before.
+    if (changes_list(type)) list_generation.fetch_add(1);
     if (int rc = send(m, pass_fd); rc) {
       forget(m.seq);
-      return {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}, false};
+      t.failed = {rc, rc == -EINVAL ? "message does not encode" : "send failed", {}, false};
+      return t;
     }
-    return wait_reply(m.seq, dl);
+    t.seq = m.seq;
+    return t;
+  }
+
+  LinkResult collect(const Ticket& t, Clock::time_point deadline) {
+    if (t.seq == 0) return t.failed;
+    return wait_reply(t.seq, std::min(deadline, t.deadline));
+  }
+
+  LinkResult request(lk::MsgType type, lk::Body body, int pass_fd = -1) {
+    const Ticket t = start(type, std::move(body), pass_fd);
+    return collect(t, t.deadline);
   }
 };
 
@@ -249,6 +287,34 @@ LinkResult AgentLink::set_optimization(bool on) {
   return impl_->request(lk::MsgType::kOptimization, lk::Optimization{on});
 }
 
+AgentLink::Ticket AgentLink::start(lk::MsgType type, lk::Body body) {
+  switch (type) {
+    case lk::MsgType::kDefine:
+    case lk::MsgType::kRemove:
+    case lk::MsgType::kEnable:
+    case lk::MsgType::kDisable:
+    case lk::MsgType::kSetFilter:
+    case lk::MsgType::kArmAll:
+    case lk::MsgType::kDisarmAll:
+    case lk::MsgType::kOptimization:
+    case lk::MsgType::kList:
+    case lk::MsgType::kProfile:
+    case lk::MsgType::kBlacklist:
+      return impl_->start(type, std::move(body));
+    default: {
+      Ticket t;
+      t.failed = {-EINVAL, "not a request that can be started alone", {}, false};
+      return t;
+    }
+  }
+}
+
+LinkResult AgentLink::collect(const Ticket& t, std::chrono::steady_clock::time_point deadline) {
+  return impl_->collect(t, deadline);
+}
+
+uint64_t AgentLink::list_generation() const { return impl_->list_generation.load(); }
+
 LinkResult AgentLink::list() { return impl_->request(lk::MsgType::kList, {}); }
 LinkResult AgentLink::profile() { return impl_->request(lk::MsgType::kProfile, {}); }
 LinkResult AgentLink::blacklist() { return impl_->request(lk::MsgType::kBlacklist, {}); }
@@ -269,6 +335,7 @@ std::vector<LinkResult> AgentLink::answer_mapped(uint32_t mapped_seq,
   std::vector<uint32_t> seqs;
   for (size_t i = 0; i < defines.size(); ++i) seqs.push_back(impl_->take_seq());
   impl_->expect_replies(seqs);
+  if (!defines.empty()) impl_->list_generation.fetch_add(1);  // new probes for the list
   const auto dl = impl_->deadline();
   std::vector<LinkResult> out(defines.size());
   std::vector<bool> sent(defines.size(), false);
@@ -868,10 +935,17 @@ struct AgentListener::Impl {
             end_link(fd, lk);
             return;
           }
+          // Objects unloaded: their probes are [GONE] in the list from now on.
+          li.list_generation.fetch_add(1);
           LinkEvent ev{LinkEvent::kMapped, lk, false, m.seq, std::get<lk::Mapped>(m.body)};
           push_event(std::move(ev));
           break;
         }
+        case lk::MsgType::kListChanged:
+          // A notice (no reply): the agent's optimizer changed a probe on its own. What a
+          // flood of them costs is a count going up.
+          li.list_generation.fetch_add(1);
+          break;
         default:
           reply_error(li, m.seq, -EOPNOTSUPP, "not a request the daemon serves");
           if (protocol_error(li)) {

@@ -55,7 +55,17 @@
 // Requests (AgentLink) are synchronous: they send, then wait for the REPLY at most the
 // link's timeout. A request that times out returns -ETIMEDOUT (a late reply is dropped);
 // one on a closed link returns -ENOTCONN (or -EPIPE while sending). Errors are the agent's
-// kernel-style negative errno with its message (events/link.h, REPLY).
+// kernel-style negative errno with its message (events/link.h, REPLY). A request may also
+// be started (start) and its reply collected later (collect): the daemon asks every
+// target first and then collects every reply under one deadline, so that targets are
+// asked in parallel and a slow one costs the others nothing (DESIGN.md §9).
+//
+// kprobes/list. Most of what changes an agent's list is a request of the daemon's; the
+// rest are its optimizer thread's retries and objects unloaded. The link counts these
+// (list_generation): each request that can change the list, each MAPPED, and each
+// LIST_CHANGED notice, which the agent sends when its optimizer changed a probe on its
+// own. A reader that keeps the text of a LIST with the generation it read before asking
+// knows when that text is still what the agent would say.
 //
 // Threads: every method of both classes may be called from any thread at any time;
 // requests on one link may overlap (each waits for its own reply). Destroying the listener
@@ -121,6 +131,28 @@ class AgentLink {
   LinkResult arm_all();
   LinkResult disarm_all();
   LinkResult set_optimization(bool on);
+  // Requests started without waiting for their replies. A ticket is collected exactly
+  // once; with seq 0 the request was not sent, and collect() returns why (`failed`).
+  struct Ticket {
+    uint32_t seq = 0;
+    std::chrono::steady_clock::time_point deadline;  // the link's timeout, from the send
+    LinkResult failed;
+  };
+  // Sends one request of `type` (DEFINE, REMOVE, ENABLE, DISABLE, SET_FILTER, ARM_ALL,
+  // DISARM_ALL, OPTIMIZATION, LIST, PROFILE or BLACKLIST, with the body events/link.h
+  // gives it) and returns once it left. Requests on one link take effect in the order
+  // they were started.
+  Ticket start(lk::MsgType type, lk::Body body);
+  // The reply to `t`, waiting at most until `deadline` or the ticket's own deadline,
+  // whichever comes first: what the synchronous call would have returned (deferred when
+  // the process is stopped, -ETIMEDOUT when no reply came in time).
+  LinkResult collect(const Ticket& t, std::chrono::steady_clock::time_point deadline);
+
+  // Grows whenever the agent's kprobes/list may have changed (see the top of this file):
+  // before a request that can change it leaves, when a MAPPED arrives, and at each
+  // LIST_CHANGED notice of the agent's.
+  uint64_t list_generation() const;
+
   LinkResult list();     // message: the agent's `kprobes/list` text
   LinkResult profile();  // profile: nmissed per probe id
   LinkResult blacklist();  // message: the engine's blacklist ranges (link.h, BLACKLIST)

@@ -190,6 +190,47 @@ std::string blacklist_name(const ProcessSymbols& syms, uintptr_t start) {
   return hex;
 }
 
+// Requests to many targets at once (DESIGN.md §9): each is sent as it comes, and the
+// replies are collected afterwards under one deadline, so the targets work in parallel
+// and a slow one costs the others nothing. A stopped target's request waits in its link
+// (LinkResult::deferred), as a synchronous one would; a hung one's is -ETIMEDOUT once the
+// common deadline passed. Every request started is collected (collect()), once.
+class FanOut {
+ public:
+  FanOut() : deadline_(std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout) {}
+
+  // Starts a request; its reply's place in collect()'s answer is the number returned.
+  size_t start(const std::shared_ptr<AgentLink>& link, lk::MsgType type, lk::Body body) {
+    calls_.push_back({link, link->start(type, std::move(body))});
+    return calls_.size() - 1;
+  }
+
+  // Every reply, in the order the requests were started.
+  std::vector<LinkResult> collect() {
+    std::vector<LinkResult> out;
+    out.reserve(calls_.size());
+    for (const Call& c : calls_) out.push_back(c.link->collect(c.ticket, deadline_));
+    calls_.clear();
+    return out;
+  }
+
+  // The first failure in that order, or 0; with `ignore_closed`, not a link that closed
+  // meanwhile (-ENOTCONN: its target is gone, and so is what was asked of it).
+  static int first_error(const std::vector<LinkResult>& rs, bool ignore_closed) {
+    for (const LinkResult& r : rs)
+      if (!r.ok() && !(ignore_closed && r.error == -ENOTCONN)) return r.error;
+    return 0;
+  }
+
+ private:
+  struct Call {
+    std::shared_ptr<AgentLink> link;
+    AgentLink::Ticket ticket;
+  };
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<Call> calls_;
+};
+
 }  // namespace
 
 struct Tracer::Impl {
@@ -247,11 +288,15 @@ struct Tracer::Impl {
     // kprobes/list and its symbolizer: only those that have one.
     std::map<std::pair<ProbeId, uintptr_t>, std::string> notes;
     std::shared_ptr<TargetNames> symbolizer;
-    // The last answers of its agent to the queries, for while it is stopped (a request
-    // waits in its link until it runs again: LinkResult::deferred).
+    // The last answers of its agent to LIST and BLACKLIST (kprobes_list, kprobes_blacklist):
+    // served while they are current, and while it is stopped (a request would wait in
+    // its link until it runs again: LinkResult::deferred). `list_generation` is its
+    // link's list_generation() read before the LIST that gave last_list.
     std::string last_list;
+    uint64_t list_generation = 0;
+    bool list_known = false;
     std::string last_blacklist;
-    std::map<uint32_t, uint64_t> last_nmissed;  // by agent probe id
+    bool blacklist_known = false;
   };
 
   Options opts;
@@ -632,11 +677,13 @@ struct Tracer::Impl {
     return 0;
   }
 
-  void remove_sites(Target& t, ProbeId id) {
+  // Starts the REMOVE of each of t's sites of probe `id` in `fan` (its caller collects)
+  // and forgets them. mu held.
+  void remove_sites(FanOut& fan, Target& t, ProbeId id) {
     auto it = t.sites.find(id);
     if (it == t.sites.end()) return;
     for (const Site& s : it->second)
-      if (t.link && !t.link->closed()) (void)t.link->remove(s.agent_id);
+      if (t.link && !t.link->closed()) fan.start(t.link, lk::MsgType::kRemove, lk::ProbeRef{s.agent_id});
     t.sites.erase(it);
     if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
   }
@@ -771,19 +818,12 @@ struct Tracer::Impl {
   void fold_counts(Target& t) {
     if (t.folded) return;
     t.folded = true;
-    std::vector<lk::ProfileEntry> prof;
-    if (t.link && !t.link->closed()) {
-      LinkResult r = t.link->profile();
-      if (r.ok()) prof = r.profile;
-    }
     std::lock_guard rl(read_mu);
     for (auto& [id, sites] : t.sites) {
       auto it = probes.find(id);
-      if (it == probes.end()) continue;
-      if (t.rings) it->second.gone_hits += t.rings->reader.hits(it->second.slot);
-      for (const Site& s : sites)
-        for (const auto& e : prof)
-          if (e.probe_id == s.agent_id) it->second.gone_misses += e.nmissed;
+      if (it == probes.end() || !t.rings) continue;
+      it->second.gone_hits += t.rings->reader.hits(it->second.slot);
+      it->second.gone_misses += t.rings->reader.misses(it->second.slot);
     }
   }
 
@@ -1283,8 +1323,10 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     for (auto& r : impl_->rings) r->reader.reset_counters(p.slot);
   }
 
+  // Where it goes, in every target, before anything is sent: a definition that does not
+  // compile in one target, or a symbol no target has, costs no round trip at all.
   bool absent_everywhere = true;  // no target at all included
-  std::vector<Impl::Target*> done;
+  std::vector<std::pair<Impl::Target*, std::vector<lk::Define>>> plan;
   int err = 0;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
@@ -1298,12 +1340,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     }
     if (st != PlaceStatus::kAbsent) absent_everywhere = false;
     if (st != PlaceStatus::kPlaced) continue;
-    if (int e = impl_->send_defines(*t, p.id, p.spec.event_id, defs); e != 0) {
-      *diag = registration_diagnostic(spec.def, e);
-      err = e;
-      break;
-    }
-    done.push_back(t.get());
+    plan.emplace_back(t.get(), std::move(defs));
   }
   if (err == 0 && absent_everywhere && spec.def.syntax == events::ProbeSyntax::kKprobe &&
       spec.def.on_symbol() && spec.def.module.empty()) {
@@ -1311,12 +1348,45 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     *diag = events::make_diagnostic(spec.def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
     err = -ENOENT;
   }
+  // Every target's DEFINEs at once, then every reply. The first refusal (in target
+  // order) is the answer; then what the others placed is removed again.
+  struct Placed {
+    Impl::Target* t;
+    Impl::Site site;
+  };
+  std::vector<Placed> placed;
+  if (err == 0 && !plan.empty()) {
+    FanOut fan;
+    for (auto& [t, defs] : plan) {
+      // Allowed before the first DEFINE goes: its probe may fire before the reply comes.
+      if (!defs.empty()) impl_->allow_event(*t, p.spec.event_id);
+      for (lk::Define& d : defs) {
+        d.probe_id = impl_->next_agent_id++;
+        placed.push_back({t, {d.probe_id, d.address}});
+        fan.start(t->link, lk::MsgType::kDefine, std::move(d));
+      }
+    }
+    const std::vector<LinkResult> rs = fan.collect();
+    if (int e = FanOut::first_error(rs, false); e != 0) {
+      *diag = registration_diagnostic(spec.def, e);
+      err = e;
+    }
+    std::vector<Placed> ok;  // deferred ones too: a stopped target takes them later
+    for (size_t i = 0; i < placed.size(); ++i)
+      if (rs[i].ok()) ok.push_back(placed[i]);
+    placed = std::move(ok);
+  }
   if (err != 0) {
-    for (Impl::Target* t : done) impl_->remove_sites(*t, p.id);
+    FanOut undo;
+    for (const Placed& x : placed)
+      if (!x.t->link->closed())
+        undo.start(x.t->link, lk::MsgType::kRemove, lk::ProbeRef{x.site.agent_id});
+    (void)undo.collect();
     for (auto& [pid, t] : impl_->targets) impl_->forget_notes(*t, p.id, p.spec.event_id);
     impl_->free_slots.push_back(p.slot);
     return err;
   }
+  for (const Placed& x : placed) x.t->sites[p.id].push_back(x.site);
   *id = p.id;
   impl_->probes.emplace(p.id, std::move(p));
   return 0;
@@ -1326,7 +1396,9 @@ int Tracer::remove_probe(ProbeId id) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->probes.find(id);
   if (it == impl_->probes.end()) return -ENOENT;
-  for (auto& [pid, t] : impl_->targets) impl_->remove_sites(*t, id);
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets) impl_->remove_sites(fan, *t, id);
+  (void)fan.collect();  // what a target could not remove dies with its link
   impl_->free_slots.push_back(it->second.slot);
   impl_->probes.erase(it);
   return 0;
@@ -1334,18 +1406,18 @@ int Tracer::remove_probe(ProbeId id) {
 
 namespace {
 
-template <class Fn>
-int for_each_site(Tracer::Impl& impl, ProbeId id, Fn fn) {
-  int first = 0;
+// Request `type`, with the body body_of(agent id) makes, to every site of probe `id` in
+// every target, all at once (FanOut): the first failure, a link that closed meanwhile
+// aside, or 0. mu held.
+template <class BodyOf>
+int for_each_site(Tracer::Impl& impl, ProbeId id, lk::MsgType type, BodyOf body_of) {
+  FanOut fan;
   for (auto& [pid, t] : impl.targets) {
     auto s = t->sites.find(id);
     if (s == t->sites.end() || !t->link || t->link->closed()) continue;
-    for (const auto& site : s->second) {
-      LinkResult r = fn(*t->link, site.agent_id);
-      if (!r.ok() && first == 0 && r.error != -ENOTCONN) first = r.error;
-    }
+    for (const auto& site : s->second) fan.start(t->link, type, body_of(site.agent_id));
   }
-  return first;
+  return FanOut::first_error(fan.collect(), true);
 }
 
 // ENABLE or DISABLE in every target that holds the probe; remembered for targets to come.
@@ -1354,9 +1426,8 @@ int set_enabled(Tracer::Impl& impl, ProbeId id, bool on) {
   auto it = impl.probes.find(id);
   if (it == impl.probes.end()) return -ENOENT;
   it->second.spec.enabled = on;
-  return for_each_site(impl, id, [on](AgentLink& l, uint32_t a) {
-    return on ? l.enable(a) : l.disable(a);
-  });
+  return for_each_site(impl, id, on ? lk::MsgType::kEnable : lk::MsgType::kDisable,
+                       [](uint32_t a) { return lk::ProbeRef{a}; });
 }
 
 }  // namespace
@@ -1371,8 +1442,12 @@ int Tracer::set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter>
   if (it == impl_->probes.end()) return -ENOENT;
   it->second.spec.filter = f;
   const events::CompiledFilter* raw = f.get();
-  return for_each_site(*impl_, id,
-                       [raw](AgentLink& l, uint32_t a) { return l.set_filter(a, raw); });
+  return for_each_site(*impl_, id, lk::MsgType::kSetFilter, [raw](uint32_t a) {
+    lk::SetFilter s;
+    s.probe_id = a;
+    if (raw) s.filter = *raw;
+    return s;
+  });
 }
 
 ProbeProfile Tracer::profile(ProbeId id) {
@@ -1386,19 +1461,13 @@ ProbeProfile Tracer::profile(ProbeId id) {
   for (auto& [pid, t] : impl_->targets) {
     auto s = t->sites.find(id);
     if (s == t->sites.end() || t->folded) continue;
+    // Both counts from the target's area, as its agent writes them (no round trip: a
+    // stopped or hung target answers at once). The misses of every site of the probe in
+    // the target share its slot, as their hits do: the sum of their engines' nmissed.
     if (t->rings) {
       std::lock_guard rl(impl_->read_mu);
       out.hits += t->rings->reader.hits(p.slot);
-    }
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->profile();
-    if (r.ok() && !r.deferred) {
-      t->last_nmissed.clear();
-      for (const auto& e : r.profile) t->last_nmissed[e.probe_id] = e.nmissed;
-    }
-    for (const auto& site : s->second) {
-      auto m = t->last_nmissed.find(site.agent_id);
-      if (m != t->last_nmissed.end()) out.misses += m->second;
+      out.misses += t->rings->reader.misses(p.slot);
     }
   }
   return out;
@@ -1407,15 +1476,44 @@ ProbeProfile Tracer::profile(ProbeId id) {
 // ---- not yet built: the calls fs/ needs next ---------------------------------------------
 
 
+// kprobes/list is served from each target's last LIST text, which is asked for again only
+// when it may be out of date: the link's list_generation moved since (a request of ours
+// that changes probes, a MAPPED, or the agent's LIST_CHANGED notice of a change its
+// optimizer made on its own). The kernel's file is exact the moment a write to
+// kprobe_events or enable returns, so a text known to be stale is never served for a
+// target that runs: that target is asked (all such targets at once, under one deadline),
+// and its answer is kept with the generation read before asking, so that a change that
+// raced with the question leaves it stale. A stopped target cannot answer: it shows what
+// it said last, as does one that does not answer in time. Reading the file when nothing
+// changed asks no agent at all.
 std::string Tracer::kprobes_list() {
   std::lock_guard lock(impl_->mu);
-  std::string out;
+  struct Ask {
+    Impl::Target* t;
+    uint64_t generation;
+  };
+  std::vector<Ask> asks;
+  FanOut fan;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->list();
-    if (!r.ok()) continue;
-    if (r.deferred) r.message = t->last_list;  // stopped: as it last answered
-    else t->last_list = r.message;
+    const uint64_t g = t->link->list_generation();
+    if (t->list_known && t->list_generation == g) continue;
+    // A stopped one would not answer now (its request would wait in the link, one more
+    // at each read): it stays as it last answered, or absent if it never did.
+    if (process_stopped(pid)) continue;
+    asks.push_back({t.get(), g});
+    fan.start(t->link, lk::MsgType::kList, {});
+  }
+  const std::vector<LinkResult> rs = fan.collect();
+  for (size_t i = 0; i < asks.size(); ++i) {
+    if (!rs[i].ok() || rs[i].deferred) continue;  // stopped or silent: as it last answered
+    asks[i].t->last_list = rs[i].message;
+    asks[i].t->list_generation = asks[i].generation;
+    asks[i].t->list_known = true;
+  }
+  std::string out;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->list_known) continue;
     // The notes of this target's probes, matched to the agent's lines by address, kind
     // and order: probes of one address can carry different notes (memcpy and memmove
     // resolve to one implementation).
@@ -1432,26 +1530,41 @@ std::string Tracer::kprobes_list() {
         }
       }
     }
-    out += list_with_notes(r.message, std::move(notes));
+    out += list_with_notes(t->last_list, std::move(notes));
   }
   return out;
 }
 
+// An agent's blacklist is fixed when its engine starts (the engine's own text and arch's
+// ranges), so each target is asked once, the first time the file is read while it runs
+// (every such target at once, under one deadline), and its answer kept with the target;
+// an exec'd image is a new target, asked again.
 std::string Tracer::kprobes_blacklist() {
   std::lock_guard lock(impl_->mu);
+  std::vector<Impl::Target*> asked;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets) {
+    if (!t->link || t->link->closed() || !t->syms || t->blacklist_known) continue;
+    if (process_stopped(pid)) continue;  // it would not answer now: asked another time
+    asked.push_back(t.get());
+    fan.start(t->link, lk::MsgType::kBlacklist, {});
+  }
+  const std::vector<LinkResult> rs = fan.collect();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    if (!rs[i].ok() || rs[i].deferred) continue;
+    asked[i]->last_blacklist = rs[i].message;
+    asked[i]->blacklist_known = true;
+  }
   std::string out;
   std::set<std::string> seen;  // a fork child has its parent's addresses: listed once
   for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed() || !t->syms) continue;
-    LinkResult r = t->link->blacklist();
-    if (!r.ok()) continue;
-    if (r.deferred) r.message = t->last_blacklist;  // stopped: as it last answered
-    else t->last_blacklist = r.message;
+    if (!t->link || t->link->closed() || !t->syms || !t->blacklist_known) continue;
+    const std::string& text = t->last_blacklist;
     size_t at = 0;
-    while (at < r.message.size()) {
-      size_t nl = r.message.find('\n', at);
-      if (nl == std::string::npos) nl = r.message.size();
-      const std::string l = r.message.substr(at, nl - at);
+    while (at < text.size()) {
+      size_t nl = text.find('\n', at);
+      if (nl == std::string::npos) nl = text.size();
+      const std::string l = text.substr(at, nl - at);
       at = nl + 1;
       unsigned long start = 0, end = 0;
       if (sscanf(l.c_str(), "0x%lx-0x%lx", &start, &end) != 2 || start >= end) continue;
@@ -1467,13 +1580,11 @@ std::string Tracer::kprobes_blacklist() {
 int Tracer::set_all_armed(bool armed) {
   std::lock_guard lock(impl_->mu);
   impl_->armed = armed;
-  int first = 0;
-  for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = armed ? t->link->arm_all() : t->link->disarm_all();
-    if (!r.ok() && first == 0) first = r.error;
-  }
-  return first;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets)
+    if (t->link && !t->link->closed())
+      fan.start(t->link, armed ? lk::MsgType::kArmAll : lk::MsgType::kDisarmAll, {});
+  return FanOut::first_error(fan.collect(), false);
 }
 
 bool Tracer::all_armed() const {
@@ -1484,13 +1595,11 @@ bool Tracer::all_armed() const {
 int Tracer::set_optimization(bool on) {
   std::lock_guard lock(impl_->mu);
   impl_->optimization = on;
-  int first = 0;
-  for (auto& [pid, t] : impl_->targets) {
-    if (!t->link || t->link->closed()) continue;
-    LinkResult r = t->link->set_optimization(on);
-    if (!r.ok() && first == 0) first = r.error;
-  }
-  return first;
+  FanOut fan;
+  for (auto& [pid, t] : impl_->targets)
+    if (t->link && !t->link->closed())
+      fan.start(t->link, lk::MsgType::kOptimization, lk::Optimization{on});
+  return FanOut::first_error(fan.collect(), false);
 }
 
 // ---- records ---------------------------------------------------------------------------
@@ -1833,11 +1942,13 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     {
       std::lock_guard rl(impl_->read_mu);
       clk = static_cast<uint32_t>(events::trace_clock_stamp(impl_->clock));
-      // The old area's hits stay with its probes.
+      // The old area's counts stay with its probes.
       for (auto& [id, sites] : t->sites) {
         auto p = impl_->probes.find(id);
-        if (p != impl_->probes.end() && t->rings)
+        if (p != impl_->probes.end() && t->rings) {
           p->second.gone_hits += t->rings->reader.hits(p->second.slot);
+          p->second.gone_misses += t->rings->reader.misses(p->second.slot);
+        }
       }
       if (t->rings) {
         t->rings->reader.clear();

@@ -256,6 +256,8 @@ class Tracer {
   [[nodiscard]] int disable_probe(ProbeId id);
   // nullptr removes the filter.
   [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
+  // kprobe_profile's counts, from the targets' ring areas (their agents count each hit
+  // and each miss there as it happens): never waits for a target.
   ProbeProfile profile(ProbeId id);
 
   // The kernel's kprobes/list (every target's probes, its lines as probecore prints them,

@@ -118,7 +118,8 @@ TEST(Link, EveryMessageRoundTrips) {
   EXPECT_FALSE(std::get<Optimization>(roundtrip(m).body).on);
 
   for (MsgType t : {MsgType::kArmAll, MsgType::kDisarmAll, MsgType::kList, MsgType::kProfile,
-                    MsgType::kGo, MsgType::kDetach, MsgType::kBlacklist}) {
+                    MsgType::kGo, MsgType::kDetach, MsgType::kBlacklist,
+                    MsgType::kListChanged}) {
     m.type = t;
     m.body = std::monostate{};
     EXPECT_EQ(roundtrip(m).body.index(), 0u);
@@ -164,6 +165,35 @@ TEST(Link, EncodeRefusesWhatCannotBeSent) {
   m.flags = 0x40;
   m.body = std::monostate{};
   EXPECT_TRUE(encode(m).empty());
+}
+
+// LIST_CHANGED, the agent's notice: a header and nothing else, no flag.
+TEST(Link, ListChangedIsABareHeader) {
+  Message m;
+  m.type = MsgType::kListChanged;
+  m.seq = 9;
+  const auto packets = encode(m);
+  ASSERT_EQ(packets.size(), 1u);
+  ASSERT_EQ(packets[0].size(), kHeaderSize);
+  EXPECT_STREQ(type_name(MsgType::kListChanged), "LIST_CHANGED");
+  Message out;
+  ASSERT_EQ(decode(packets[0].data(), packets[0].size(), &out), 0);
+  EXPECT_EQ(out.type, MsgType::kListChanged);
+  EXPECT_EQ(out.seq, 9u);
+  EXPECT_EQ(out.body.index(), 0u);
+  // A payload, even one byte, or a flag: refused.
+  std::vector<uint8_t> p = packets[0];
+  p.push_back(0);
+  const uint32_t one = 1;
+  std::memcpy(&p[12], &one, 4);
+  std::string why;
+  EXPECT_EQ(decode(p.data(), p.size(), &out, &why), -EBADMSG);
+  EXPECT_EQ(why, "bytes after the payload");
+  for (uint16_t flag : {uint16_t{kFlagMore}, uint16_t{kFlagAnswer}}) {
+    p = packets[0];
+    std::memcpy(&p[6], &flag, 2);
+    EXPECT_EQ(decode(p.data(), p.size(), &out), -EBADMSG) << flag;
+  }
 }
 
 // Each case: a mutation of a valid packet, and the fact that it must not decode.

@@ -350,6 +350,56 @@ TEST(ProbefsCommand, AStoppedTargetHoldsUpNobody) {
   EXPECT_EQ(stopped.quit(), 0);
 }
 
+// kprobe_profile's misses come from the targets' ring areas, where their agents count
+// them as they happen (a return probe with maxactive 1 on a recursive function misses
+// every nested return): a stopped target's read at once. kprobes/list shows a stopped
+// target as it last was, beside the running one as it is now.
+TEST(ProbefsCommand, AStoppedTargetsMissesAndListReadAtOnce) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  testing::ProgramProcess running(testing::ProgramProcess::under_probefs(m.dir()));
+  testing::ProgramProcess stopped(testing::ProgramProcess::under_probefs(m.dir()));
+  ASSERT_TRUE(running.ready() && stopped.ready());
+  ASSERT_EQ(m.write("kprobe_events", "r1:st/rec traced_prog:traced_rec v=$retval"), 0);
+  ASSERT_EQ(m.write("events/st/rec/enable", "1"), 0);
+  EXPECT_EQ(stopped.ask("recurse 4"), "ok 4");  // 5 calls in flight: 4 returns missed
+  EXPECT_EQ(running.ask("recurse 2"), "ok 2");  // 3 calls: 2 missed
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  std::string list = m.read("kprobes/list");
+  EXPECT_EQ(count(list, "  r  traced_rec+0x0"), 2u) << list;
+  EXPECT_EQ(count(list, "[DISABLED]"), 0u) << list;
+
+  ASSERT_EQ(kill(stopped.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_state(stopped.pid(), true));
+  std::istringstream profile(m.read("kprobe_profile"));
+  std::string name;
+  long hits = -1, missed = -1;
+  ASSERT_TRUE(profile >> name >> hits >> missed);
+  EXPECT_EQ(name, "rec");
+  EXPECT_EQ(hits, 2);
+  EXPECT_EQ(missed, 6);
+
+  ASSERT_EQ(m.write("events/st/rec/enable", "0"), 0);
+  list = m.read("kprobes/list");
+  EXPECT_EQ(count(list, "  r  traced_rec+0x0"), 2u) << list;
+  EXPECT_EQ(count(list, "[DISABLED]"), 1u) << list;  // the running one's; the other's is pending
+  EXPECT_NE(m.read("targets").find(std::to_string(stopped.pid()) + " traced_prog launched stopped pending="),
+            std::string::npos)
+      << m.read("targets");
+
+  ASSERT_EQ(kill(stopped.pid(), SIGCONT), 0);
+  ASSERT_TRUE(wait_state(stopped.pid(), false));
+  list = m.read("kprobes/list");  // it is asked again, and answers once it caught up
+  EXPECT_EQ(count(list, "[DISABLED]"), 2u) << list;
+  EXPECT_EQ(m.read("targets").find("pending="), std::string::npos) << m.read("targets");
+  EXPECT_EQ(running.quit(), 0);
+  EXPECT_EQ(stopped.quit(), 0);
+}
+
 TEST(ProbefsCommand, ABlockedTracePipeReaderReturnsOnASignalAndOnUnmount) {
   Mount m;
   ASSERT_TRUE(m.ok()) << m.daemon_stderr();

@@ -386,18 +386,26 @@ TEST_F(Probecore, ForkChildrenKeepWorking) {
 
 // ---- nmissed ----
 
+// Misses a miss_handler heard of (each probe's handler counts into its own).
+std::atomic<long> g_misses_heard{0};
+void hear_miss(Kprobe*) { g_misses_heard.fetch_add(1, std::memory_order_relaxed); }
+
 TEST_F(Probecore, MaxactiveExhaustionCountsExactlyTheMissedReturns) {
   RetRecorder rp;
   ret_at(&rp, addr_of(depth_o0), bounds_of(reinterpret_cast<void*>(depth_o0)));
   rp.maxactive = 4;
+  rp.kp.miss_handler = hear_miss;  // hears the kretprobe's misses as they happen
+  g_misses_heard = 0;
   KretprobeGuard g{&rp};
   ASSERT_EQ(register_kretprobe(&rp), 0);
   EXPECT_EQ(v_depth_o0(9), 9);  // 10 calls in flight at the deepest point
   EXPECT_EQ(rp.returns, 4);
   EXPECT_EQ(rp.nmissed, 6u);
+  EXPECT_EQ(g_misses_heard.load(), 6);
   EXPECT_EQ(v_depth_o0(2), 2);  // every instance came back
   EXPECT_EQ(rp.returns, 7);
   EXPECT_EQ(rp.nmissed, 6u);
+  EXPECT_EQ(g_misses_heard.load(), 6);
 }
 
 // A returned instance may stay on the stack of the CPU that returned it, where the next
@@ -450,10 +458,13 @@ TEST_F(Probecore, AProbeHitInsideAHandlerIsMissedNotRecursed) {
   RetRecorder inner_ret;
   KprobeGuard g1{&outer};
   KprobeGuard g2{at(&inner, addr_of(mul_o2), bounds_of(reinterpret_cast<void*>(mul_o2)))};
+  inner.miss_handler = hear_miss;
+  g_misses_heard = 0;
   ASSERT_EQ(register_kprobe(&outer), 0);
   ASSERT_EQ(register_kprobe(&inner), 0);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(v_add_o2(i, 1), i + 1);
   EXPECT_EQ(inner.nmissed, 5u);
+  EXPECT_EQ(g_misses_heard.load(), 5);
   EXPECT_EQ(inner.hits, 0);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(v_mul_o2(i, 2), i * 2);
   EXPECT_EQ(inner.hits, 3);

@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -808,6 +811,62 @@ TEST_F(Optimize, ObstaclesUnoptimizeAndTheirRemovalReoptimizes) {
   const long before = k.hits;
   EXPECT_EQ(v_two_step(3), 9);
   EXPECT_EQ(k.hits, before + 1);
+}
+
+// What the notifier heard (set_kprobes_list_notifier): the optimizer thread calls it.
+std::mutex g_notice_mu;
+std::condition_variable g_notice_cv;
+int g_notices = 0;
+void on_list_changed() {
+  std::lock_guard l(g_notice_mu);
+  ++g_notices;
+  g_notice_cv.notify_all();
+}
+
+// A probe that cannot become a jmp at once (a running thread blocks the signal that would
+// move it) is retried by the optimizer thread, which tells the list notifier when it made
+// the jmp: the list changed outside any control operation.
+TEST_F(Optimize, TheOptimizerThreadTellsTheListNotifierOfAJmpItMade) {
+  set_kprobes_list_notifier(on_list_changed);
+  struct Unset {
+    ~Unset() { set_kprobes_list_notifier(nullptr); }
+  } unset;
+  std::atomic<bool> blocking{false}, release{false};
+  std::thread blocker([&] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    blocking = true;
+    while (!release.load(std::memory_order_relaxed)) {
+    }  // running, with every signal blocked: no jmp can be written meanwhile
+  });
+  while (!blocking.load()) std::this_thread::yield();
+  Counter k;
+  KprobeGuard g{counter_at(&k, addr_of(add_o2), bounds_at(addr_of(add_o2)))};
+  {
+    struct Release {  // the blocker ends whatever fails
+      std::atomic<bool>& r;
+      std::thread& t;
+      ~Release() {
+        r = true;
+        if (t.joinable()) t.join();
+      }
+    } rel{release, blocker};
+    ASSERT_EQ(register_kprobe(&k), 0);
+    EXPECT_FALSE(optimized(k)) << "a running thread blocks the fixup signal";
+    {
+      std::lock_guard l(g_notice_mu);
+      g_notices = 0;
+    }
+  }
+  std::unique_lock l(g_notice_mu);
+  EXPECT_TRUE(g_notice_cv.wait_for(l, std::chrono::seconds(30),
+                                   [&] { return g_notices > 0 && optimized(k); }))
+      << kprobe_optimization_status(&k);
+  l.unlock();
+  EXPECT_NE(kprobes_list().find("[OPTIMIZED]"), std::string::npos) << kprobes_list();
+  EXPECT_EQ(v_add_o2(1, 2), 3);
+  EXPECT_EQ(k.hits, 1);
 }
 
 TEST_F(Optimize, PreHandlerIpChangeIsIgnoredWhenOptimized) {

@@ -30,6 +30,11 @@
  *   exec            execs this program again ("exec'd" is printed first by the new image)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
  *   env NAME        "ok VALUE" of the environment variable, "ok -" when it is unset
+ *   recurse D       traced_rec(D): D + 1 calls of it in flight at the deepest point,
+ *                   "ok D"
+ *   spin            a thread that blocks every signal and runs (no system call) until
+ *                   "unspin": "ok" once it runs so
+ *   unspin          ends it: "ok"
  *   pid             "ok PID"
  *   quit            exits 0
  * Every result is also checked against its expected value; a wrong one prints "WRONG" and
@@ -40,12 +45,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,6 +88,16 @@ __attribute__((noinline)) long traced_hot(long who, long i) {
   return who * 1000003 + i;
 }
 
+/* Recursive: traced_rec(d) has d + 1 calls of itself in flight at its deepest point (a
+ * return probe with maxactive below that misses the rest). */
+__attribute__((noinline)) long traced_rec(long d) {
+  __asm__ volatile("" ::: "memory");
+  if (d <= 0) return 0;
+  long r = traced_rec(d - 1) + 1;
+  __asm__ volatile("" ::: "memory"); /* not a tail call: every frame stays */
+  return r;
+}
+
 /* Straight-line at -O0: a probe on each instruction fires once a call. */
 __attribute__((noinline, optimize("O0"))) long traced_mix_o0(long a, long b) {
   long c = a * 3 + b;
@@ -94,6 +111,23 @@ static void wrong(const char *what, long got, long want) {
   printf("WRONG %s got %ld want %ld\n", what, got, want);
   fflush(stdout);
   _exit(3);
+}
+
+/* spin/unspin: 1 while the thread runs with every signal blocked, 2 to end it. */
+static atomic_int g_spin_state;
+static pthread_t g_spinner;
+
+static void *spin_thread(void *p) {
+  (void)p;
+  /* Every signal, with the system call itself: a tracer may keep its own signals out
+   * of what pthread_sigmask and sigprocmask block. */
+  unsigned long all = ~0ul;
+  long rc = syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, NULL, sizeof all);
+  if (rc != 0) wrong("rt_sigprocmask", errno, 0);
+  atomic_store(&g_spin_state, 1);
+  while (atomic_load_explicit(&g_spin_state, memory_order_relaxed) == 1) {
+  }
+  return NULL;
 }
 
 static long run_calls(long n) {
@@ -375,6 +409,20 @@ int main(int argc, char **argv) {
       long (*fn)(long) = h && sym ? (long (*)(long))dlsym(h, sym) : NULL;
       if (!fn) printf("WRONG dlopen %s\n", dlerror());
       else printf("ok %ld\n", fn(7));
+    } else if (sscanf(line, "recurse %ld", &n) == 1 && n >= 0 && n <= 1000) {
+      long r = traced_rec(n);
+      if (r != n) wrong("traced_rec", r, n);
+      printf("ok %ld\n", r);
+    } else if (strncmp(line, "spin", 4) == 0 && atomic_load(&g_spin_state) == 0) {
+      pthread_create(&g_spinner, NULL, spin_thread, NULL);
+      while (atomic_load(&g_spin_state) != 1) {
+      }
+      printf("ok\n");
+    } else if (strncmp(line, "unspin", 6) == 0 && atomic_load(&g_spin_state) == 1) {
+      atomic_store(&g_spin_state, 2);
+      pthread_join(g_spinner, NULL);
+      atomic_store(&g_spin_state, 0);
+      printf("ok\n");
     } else if (strncmp(line, "pid", 3) == 0) {
       printf("ok %d\n", (int)getpid());
     } else if (strncmp(line, "quit", 4) == 0) {

@@ -1604,5 +1604,230 @@ TEST(Tracer, AWalkResumesWhereItStopped) {
   EXPECT_EQ(walk_next(*t, e, &w, 1000), iota(0, 2));
 }
 
+
+// ---- targets that do not answer: counters, lists and requests go on without them ----
+
+// Stops a process this test started (SIGSTOP) until the kernel reports it stopped, and
+// lets it run again (SIGCONT, reported continued) on cont() or, whatever failed, at
+// scope exit. The tracer reaps its launched children without WUNTRACED: the stop and
+// continue reports are this test's to take.
+class Stopped {
+ public:
+  explicit Stopped(pid_t pid) : pid_(pid) {
+    int st = 0;
+    stopped_ = kill(pid, SIGSTOP) == 0 && waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+  }
+  ~Stopped() {
+    if (stopped_) kill(pid_, SIGCONT);
+  }
+  Stopped(const Stopped&) = delete;
+  Stopped& operator=(const Stopped&) = delete;
+  bool ok() const { return stopped_; }
+  bool cont() {
+    int st = 0;
+    const bool ok = kill(pid_, SIGCONT) == 0 && waitpid(pid_, &st, WCONTINUED) == pid_ &&
+                    WIFCONTINUED(st);
+    stopped_ = !ok;
+    return ok;
+  }
+
+ private:
+  pid_t pid_;
+  bool stopped_ = false;
+};
+
+size_t deferred_of(Tracer& t, pid_t pid) {
+  for (const TargetInfo& i : t.targets())
+    if (i.pid == pid) return i.deferred;
+  ADD_FAILURE() << "no target " << pid;
+  return 0;
+}
+
+size_t records_of(const std::vector<Rec>& recs, pid_t pid) {
+  size_t n = 0;
+  for (const Rec& x : recs) n += x.r.pid == pid;
+  return n;
+}
+
+// kprobe_profile's misses are counted by the agent in the target's ring area as they
+// happen (a return probe with maxactive 1 on a recursive function: every nested call's
+// return is missed), so they read at once while the target is stopped, and stay with the
+// probe once the target is gone.
+TEST(Tracer, MissesAreReadFromTheAreaWithoutAskingTheTarget) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event ret = define(*t, "r1:t/rec " + kProgName + ":traced_rec v=$retval", 190);
+  Event entry = define(*t, "p:t/recin " + kProgName + ":traced_rec d=%di", 191);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  // Six calls in flight at the deepest point, one instance: five returns missed.
+  EXPECT_EQ(p.pipes.ask("recurse 5"), "ok 5");
+  {
+    Stopped stop(p.pid);
+    ASSERT_TRUE(stop.ok());
+    const ProbeProfile r = t->profile(ret.id);
+    EXPECT_EQ(r.hits, 1u);
+    EXPECT_EQ(r.misses, 5u);
+    const ProbeProfile e = t->profile(entry.id);
+    EXPECT_EQ(e.hits, 6u);
+    EXPECT_EQ(e.misses, 0u);
+    ASSERT_TRUE(stop.cont());
+  }
+  EXPECT_EQ(p.pipes.ask("recurse 3"), "ok 3");
+  EXPECT_EQ(t->profile(ret.id).misses, 8u);
+  EXPECT_EQ(t->profile(ret.id).hits, 2u);
+  EXPECT_EQ(drain(*t).size(), 2u + 6u + 4u);
+  // Gone: its counts stay with the probes.
+  EXPECT_EQ(p.pipes.ask("quit", 10000), "");
+  int st = -1;
+  EXPECT_EQ(t->wait_exit(p.pid, 10000, &st), 0);
+  p.guard.release();
+  EXPECT_EQ(t->profile(ret.id).misses, 8u);
+  EXPECT_EQ(t->profile(ret.id).hits, 2u);
+  EXPECT_EQ(t->profile(entry.id).hits, 10u);
+}
+
+// Every request that goes to all targets (define, filter, arm, optimization, remove) is
+// sent to each at once and collected under one deadline: with one target stopped, each
+// returns what the running one answered and leaves the stopped one's request pending;
+// the running one's events fire at once, the stopped one's once it runs again.
+TEST(Tracer, RequestsToEveryTargetDoNotWaitForAStoppedOne) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched a, b;
+  ASSERT_TRUE(a.start(*t));
+  ASSERT_TRUE(b.start(*t));
+  Stopped stop(b.pid);
+  ASSERT_TRUE(stop.ok());
+
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 193);
+  Event gone = define(*t, "p:t/str " + kProgName + ":traced_str n=%si", 194);
+  events::CompiledFilter f;
+  events::Diagnostic d;
+  ASSERT_TRUE(events::compile_filter("a >= 7", e.spec.compiled, &f, &d));
+  ASSERT_EQ(t->set_filter(e.id, std::make_shared<events::CompiledFilter>(f)), 0);
+  ASSERT_EQ(t->set_all_armed(false), 0);
+  ASSERT_EQ(t->set_all_armed(true), 0);
+  ASSERT_EQ(t->set_optimization(false), 0);
+  ASSERT_EQ(t->set_optimization(true), 0);
+  ASSERT_EQ(t->remove_probe(gone.id), 0);
+  // Two DEFINEs, a SET_FILTER, two arms, two optimizations, a REMOVE.
+  EXPECT_EQ(deferred_of(*t, b.pid), 8u);
+  EXPECT_EQ(deferred_of(*t, a.pid), 0u);
+  // A definition that no target can take is refused as before, without waiting.
+  int err = 0;
+  define(*t, "p:t/none " + kProgName + ":no_such_function", 195, true, &err);
+  EXPECT_EQ(err, -ENOENT);
+
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(a.pipes.ask("str 3"), "ok " + std::to_string(6 + 7 + 8));
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(records_of(recs, a.pid), 3u);  // a = 7, 8, 9
+  EXPECT_EQ(recs.size(), 3u);
+  for (const Rec& x : recs) EXPECT_GE(field(e, x.r, "a"), 7u);
+
+  ASSERT_TRUE(stop.cont());
+  (void)t->kprobes_list();  // asks b, which answers once it did what it missed
+  EXPECT_EQ(deferred_of(*t, b.pid), 0u);
+  EXPECT_EQ(b.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(b.pipes.ask("str 3"), "ok " + std::to_string(6 + 7 + 8));
+  recs = drain(*t);
+  EXPECT_EQ(records_of(recs, b.pid), 3u);
+  EXPECT_EQ(recs.size(), 3u);
+  EXPECT_EQ(t->profile(e.id).hits, 20u);
+}
+
+// The lines of `list` that name `what`.
+std::vector<std::string> lines_with(const std::string& list, const std::string& what) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at < list.size();) {
+    size_t nl = list.find('\n', at);
+    if (nl == std::string::npos) nl = list.size();
+    const std::string line = list.substr(at, nl - at);
+    if (line.find(what) != std::string::npos) out.push_back(line);
+    at = nl + 1;
+  }
+  return out;
+}
+
+// Two targets, one stopped: a change to a probe reaches the running one at once and waits
+// in the stopped one's link (deferred); kprobes/list shows the running one as it is now
+// and the stopped one as it last was, without waiting for it; once it runs again, it
+// does what it missed, in order, and the list says so.
+TEST(Tracer, AStoppedTargetShowsItsLastListAndHoldsUpNoChange) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 192);
+  Launched a, b;
+  ASSERT_TRUE(a.start(*t));
+  ASSERT_TRUE(b.start(*t));
+  std::vector<std::string> lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  ASSERT_EQ(lines.size(), 2u) << t->kprobes_list();
+  for (const std::string& l : lines) EXPECT_EQ(l.find("[DISABLED]"), std::string::npos) << l;
+  const std::string blacklist = t->kprobes_blacklist();
+  EXPECT_FALSE(blacklist.empty());
+
+  Stopped stop(b.pid);
+  ASSERT_TRUE(stop.ok());
+  ASSERT_EQ(t->disable_probe(e.id), 0);
+  EXPECT_EQ(deferred_of(*t, a.pid), 0u);
+  EXPECT_EQ(deferred_of(*t, b.pid), 1u);
+  lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 1u) << t->kprobes_list();
+  EXPECT_EQ(t->kprobes_blacklist(), blacklist);  // as it was: asked once, kept
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 0u);
+
+  ASSERT_EQ(t->enable_probe(e.id), 0);
+  EXPECT_EQ(deferred_of(*t, b.pid), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 0u) << t->kprobes_list();
+  EXPECT_EQ(a.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(records_of(recs, a.pid), 10u);
+  EXPECT_EQ(recs.size(), 10u);
+
+  // Running again, b is asked for its list (it changed since it last said), and answers
+  // after doing what it missed.
+  ASSERT_TRUE(stop.cont());
+  lines = lines_with(t->kprobes_list(), "traced_add+0x0");
+  EXPECT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines_with(t->kprobes_list(), "[DISABLED]").size(), 0u);
+  EXPECT_EQ(deferred_of(*t, b.pid), 0u);
+  EXPECT_EQ(b.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  recs = drain(*t);
+  EXPECT_EQ(records_of(recs, b.pid), 10u);
+  EXPECT_EQ(recs.size(), 10u);
+}
+
+// The agent tells the daemon of what its optimizer changed on its own (LIST_CHANGED): a
+// probe that could not become a jmp at once (a thread of the target runs with every
+// signal blocked, where the engine cannot move it) shows [OPTIMIZED] in kprobes/list
+// once the target's optimizer thread made the jmp, though the daemon asked the target
+// nothing in between.
+TEST(Tracer, TheListFollowsAJmpTheTargetsOptimizerMadeOnItsOwn) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  ASSERT_EQ(p.pipes.ask("spin"), "ok");
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 196);
+  std::string list = t->kprobes_list();
+  ASSERT_EQ(lines_with(list, "traced_add+0x0").size(), 1u) << list;
+  EXPECT_EQ(list.find("[OPTIMIZED]"), std::string::npos) << list;
+  EXPECT_EQ(t->kprobes_list(), list);  // nothing changed: the same text, nothing asked
+  ASSERT_EQ(p.pipes.ask("unspin"), "ok");
+  // The target's optimizer retries on its own time: polled, with a bound.
+  bool optimized = false;
+  for (int i = 0; i < 4000 && !optimized; ++i) {
+    optimized = t->kprobes_list().find("[OPTIMIZED]") != std::string::npos;
+    if (!optimized) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(optimized) << t->kprobes_list();
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain(*t).size(), 10u);
+  EXPECT_EQ(t->profile(e.id).hits, 10u);
+}
+
 }  // namespace
 }  // namespace probefs::tracee
