@@ -118,6 +118,8 @@ void end_startup();
 void drop_area_in_child();
 // Number of the daemon's probes registered (tests, logs).
 size_t probe_count();
+// Their ids, or none when there are more than `max` (HELLO of a fork child).
+std::vector<uint32_t> probe_ids(size_t max);
 
 // ---------------------------------------------------------------------------------------
 // The link (bootstrap.cc).

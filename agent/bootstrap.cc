@@ -280,7 +280,11 @@ int start_control_thread() {
   return -rc;
 }
 
-int send_hello(lk::HelloReason reason) {
+// A fork child says which of its parent's probes it holds (the daemon then need not ask):
+// as many as fit in one message; with more, none, and the daemon asks (PROFILE).
+constexpr size_t kHelloMaxProbes = 32768;
+
+int send_hello(lk::HelloReason reason, std::vector<uint32_t> held) {
   lk::Message m;
   m.type = lk::MsgType::kHello;
   m.seq = next_agent_seq();
@@ -288,7 +292,8 @@ int send_hello(lk::HelloReason reason) {
   h.pid = static_cast<int32_t>(::getpid());
   h.ppid = static_cast<int32_t>(::getppid());
   h.reason = reason;
-  m.body = h;
+  h.probe_ids = std::move(held);
+  m.body = std::move(h);
   return send_on_link(m);
 }
 
@@ -326,6 +331,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
   register_barriers();  // still one thread here (a fork child has one too)
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
+  std::vector<uint32_t> held;  // a fork child's probes, its parent's
   {
     std::lock_guard l(g_ctl_mu);
     if (ensure_engine() != 0 || check_peer(fd, daemon_pid, false) != 0) {
@@ -334,6 +340,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
     }
     adopt_link(fd, name, daemon_pid);
     begin_startup();
+    if (reason == lk::HelloReason::kFork) held = probe_ids(kHelloMaxProbes);
   }
   // Every way out: what was defined meanwhile is enabled (GO, or none in time) or gone.
   struct StartupEnd {
@@ -342,7 +349,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
       end_startup();
     }
   } startup_end;
-  if (send_hello(reason) != 0) {
+  if (send_hello(reason, std::move(held)) != 0) {
     end_link();
     return false;
   }
@@ -545,7 +552,7 @@ extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const
     std::lock_guard l(g_ctl_mu);
     (void)install_dl_hook();
   }
-  if (rc == 0) rc = send_hello(probefs::events::link::HelloReason::kAttach);
+  if (rc == 0) rc = send_hello(probefs::events::link::HelloReason::kAttach, {});
   if (rc == 0) rc = start_control_thread();
   if (rc != 0 && g_linked.load() && !g_control_running.load()) end_link();
   probefs::probecore::set_engine_thread(was);

@@ -430,4 +430,12 @@ void drop_area_in_child() {
 
 size_t probe_count() { return g_probes.size(); }
 
+std::vector<uint32_t> probe_ids(size_t max) {
+  std::vector<uint32_t> ids;
+  if (g_probes.size() > max) return ids;
+  ids.reserve(g_probes.size());
+  for (const auto& [id, ap] : g_probes) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace probefs::agent

@@ -225,6 +225,8 @@ void encode_body(Out& o, const Message& m) {
       o.u8(static_cast<uint8_t>(h.reason));
       o.u8(0);
       o.u16(0);
+      o.u32(static_cast<uint32_t>(h.probe_ids.size()));
+      for (uint32_t id : h.probe_ids) o.u32(id);
       break;
     }
     case MsgType::kMapped:
@@ -337,6 +339,10 @@ bool decode_body(In& in, Message* m) {
       in.get(&reason, "hello");
       in.zero8("hello: reserved");
       in.zero16("hello: reserved");
+      uint32_t n = 0;
+      if (!in.count(&n, 4, kMaxMessageSize / 4, "hello: probes")) return false;
+      h.probe_ids.resize(n);
+      for (uint32_t& id : h.probe_ids) in.get(&id, "hello: probes");
       if (!in.ok()) return false;
       if (reason < static_cast<uint8_t>(HelloReason::kLaunch) ||
           reason > static_cast<uint8_t>(HelloReason::kExec))

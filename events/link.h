@@ -193,6 +193,9 @@ struct Hello {
   int32_t pid = 0;   // must equal the connection's SO_PEERCRED pid
   int32_t ppid = 0;  // a fork child's parent (checked against /proc by the daemon)
   HelloReason reason = HelloReason::kLaunch;
+  // A fork child's probes, as its parent's agent had them when it forked (their ids):
+  // what the daemon holds in the child, known without asking. Empty otherwise.
+  std::vector<uint32_t> probe_ids;
 };
 
 // MAPPED: the dynamic linker changed the set of loaded objects (r_brk with r_state

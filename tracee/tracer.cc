@@ -844,11 +844,18 @@ struct Tracer::Impl {
   // or of a parent no longer traced) are removed; place_pending adds the ones defined
   // since. mu held.
   void adopt_inherited_probes(Target& child, const Target* parent) {
-    LinkResult r = child.link->profile();
-    if (!r.ok()) return;
+    // What the child holds: its HELLO says (its parent's agent's probes when it forked);
+    // a child with none listed, or too many to list, is asked.
     std::set<uint32_t> held;
-    for (const auto& e : r.profile)
-      if (e.probe_id != 0) held.insert(e.probe_id);
+    const std::vector<uint32_t>& said = child.link->hello().probe_ids;
+    if (!said.empty()) {
+      held.insert(said.begin(), said.end());
+    } else {
+      LinkResult r = child.link->profile();
+      if (!r.ok()) return;
+      for (const auto& e : r.profile) held.insert(e.probe_id);
+    }
+    held.erase(0);
     if (parent != nullptr) {
       for (const auto& [id, sites] : parent->sites) {
         if (!probes.count(id)) continue;

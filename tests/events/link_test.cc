@@ -126,11 +126,12 @@ TEST(Link, EveryMessageRoundTrips) {
   }
 
   m.type = MsgType::kHello;
-  m.body = Hello{kAgentAbiVersion, 123, 45, HelloReason::kFork};
+  m.body = Hello{kAgentAbiVersion, 123, 45, HelloReason::kFork, {7, 9, 4000000000u}};
   Hello h = std::get<Hello>(roundtrip(m).body);
   EXPECT_EQ(h.pid, 123);
   EXPECT_EQ(h.ppid, 45);
   EXPECT_EQ(h.reason, HelloReason::kFork);
+  EXPECT_EQ(h.probe_ids, (std::vector<uint32_t>{7, 9, 4000000000u}));
 
   m.type = MsgType::kMapped;
   m.body = Mapped{MappedKind::kUnmapped};
@@ -274,8 +275,13 @@ TEST(Link, DecodeRefusesMalformedPackets) {
   refused(encode(m)[0], "positive errno");
   // A HELLO with a pid of 0.
   m.type = MsgType::kHello;
-  m.body = Hello{kAgentAbiVersion, 0, 1, HelloReason::kLaunch};
+  m.body = Hello{kAgentAbiVersion, 0, 1, HelloReason::kLaunch, {}};
   refused(encode(m)[0], "pid 0");
+  // A HELLO that counts more probe ids than it carries.
+  m.body = Hello{kAgentAbiVersion, 7, 1, HelloReason::kFork, {1, 2}};
+  std::vector<uint8_t> cut = encode(m)[0];
+  cut.resize(cut.size() - 4);
+  refused(cut, "probe ids cut short");
 }
 
 TEST(Link, DecodeSurvivesRandomBytes) {

@@ -656,7 +656,7 @@ int hello_is_refused(const std::string& name, lk::HelloReason reason, int32_t pi
   lk::Message m;
   m.type = lk::MsgType::kHello;
   m.seq = 1;
-  m.body = lk::Hello{lk::kAgentAbiVersion, pid, ppid, reason};
+  m.body = lk::Hello{lk::kAgentAbiVersion, pid, ppid, reason, {}};
   (void)link::send_message(fd, m, 2s);
   // Then a request only a link would answer: MAPPED gets an answer or nothing.
   m.type = lk::MsgType::kMapped;
@@ -1187,7 +1187,7 @@ TEST(AgentLinkGuard, HostilePeersDoNotDelayALaunchOrAnAttach) {
         lk::Message m;
         m.type = lk::MsgType::kHello;
         m.seq = 1;
-        m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
+        m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch, {}};
         (void)link::send_message(fd, m, 1s);
         const bool ended = ended_unasked(fd);
         close(fd);
@@ -1303,7 +1303,7 @@ std::shared_ptr<tracee::AgentLink> fake_agent(TestDaemon& d, Child* c, Flood flo
     lk::Message m;
     m.type = lk::MsgType::kHello;
     m.seq = 1;
-    m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
+    m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch, {}};
     if (link::send_message(fd, m, kWait) != 0) _exit(4);
     _exit(flood(fd));
   }
@@ -1495,7 +1495,7 @@ TEST(AgentLinkGuard, OutOfDescriptorsPausesAccepting) {
       lk::Message m;
       m.type = lk::MsgType::kHello;
       m.seq = 1;
-      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
+      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch, {}};
       if (link::send_message(fd, m, kWait) != 0) _exit(4);
       std::vector<uint8_t> buf;
       _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);  // until the daemon goes
@@ -1574,7 +1574,7 @@ TEST(AgentLinkGuard, BurstBeyondThePendingBoundAllJoin) {
       lk::Message m;
       m.type = lk::MsgType::kHello;
       m.seq = 1;
-      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch};
+      m.body = lk::Hello{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kLaunch, {}};
       if (link::send_message(fd, m, kWait) != 0) _exit(4);
       std::vector<uint8_t> buf;
       _exit(link::recv_packet(fd, &buf, kWait) == 0 ? 0 : 5);
