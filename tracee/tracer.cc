@@ -759,8 +759,36 @@ struct Tracer::Impl {
     if (!armed) (void)t.link->disarm_all();
     if (!optimization) (void)t.link->set_optimization(false);
     t.exe = inherited ? parent->exe : proc_exe(t.pid);
-    place_pending(t, nullptr, nullptr);
+    place_all_pending(t);
     return 0;
+  }
+
+  // place_pending for a target that waits for GO: every DEFINE goes out at once and the
+  // replies are collected after (one round trip, not one per place). A probe one of whose
+  // places failed leaves the target, as send_defines does it. mu held.
+  void place_all_pending(Target& t) {
+    std::vector<lk::Define> defs;
+    std::vector<ProbeId> ids;
+    place_pending(t, &defs, &ids);
+    if (defs.empty()) return;
+    // Allowed before the DEFINEs go: their probes may fire before the replies come.
+    for (const lk::Define& d : defs) allow_event(t, d.event_id);
+    std::vector<AgentLink::Ticket> tickets;
+    tickets.reserve(defs.size());
+    for (const lk::Define& d : defs) tickets.push_back(t.link->start(lk::MsgType::kDefine, d));
+    std::vector<bool> ok(defs.size());
+    std::set<ProbeId> failed;
+    for (size_t i = 0; i < defs.size(); ++i) {
+      ok[i] = t.link->collect(tickets[i], std::chrono::steady_clock::time_point::max()).ok();
+      if (!ok[i]) failed.insert(ids[i]);
+    }
+    for (size_t i = 0; i < defs.size(); ++i) {
+      if (!ok[i]) continue;
+      if (failed.count(ids[i])) (void)t.link->remove(defs[i].probe_id);
+      else t.sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
+    }
+    for (ProbeId id : failed)
+      if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
   }
 
   Target* target_of_link(const std::shared_ptr<AgentLink>& link) {
