@@ -145,7 +145,7 @@ class RecordWalk {
 
  private:
   friend class Tracer;
-  struct State;  // tracee/tracer.cc
+  struct State;  // tracee/tracer_records.cc
   std::unique_ptr<State> state_;
 };
 
@@ -369,7 +369,7 @@ class Tracer {
   // new name while it lives and the old one once gone.
   std::string comm_of(pid_t pid, pid_t tid);
 
-  struct Impl;  // the implementation's state (tracee/tracer.cc)
+  struct Impl;  // the implementation's state (tracee/tracer_impl.h)
 
  private:
   explicit Tracer(std::unique_ptr<Impl> impl);
