@@ -28,9 +28,11 @@
 // the calls that take a definition also fill in a Diagnostic (message, caret position)
 // when the kernel would log one in error_log.
 //
-// Threads: every method may be called from any thread; one lock serialises them. Target
-// notices are delivered on the tracer's own thread, without that lock held: a listener
-// may call back into the Tracer.
+// Threads: every method may be called from any thread. The calls that change targets or
+// probes are serialised; the records, `targets`, wait_exit, symbolizer() and the buffer
+// size are read without waiting for them (tracee/tracer_impl.h says which lock guards
+// what). Target notices are delivered on the tracer's own thread, with no lock held: a
+// listener may call back into the Tracer.
 //
 // A stopped target (SIGSTOP, a debugger) holds nobody up: a request to it waits in its
 // link, in order, and takes effect as soon as it runs again; the call goes on at once,

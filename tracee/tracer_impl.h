@@ -13,18 +13,25 @@
 // and tracer.cc ties them: create() and the destructor.
 //
 // Locks, and what each guards:
-//   mu         the targets (the table, each Target, notices, exits, children, refused) and
-//              the placement (probes, slots, agent ids, the armed and optimization switches,
-//              each target's sites and notes), and buffer_kb. One lock for both rooms:
-//              setting up a target places every probe in it, and placing a probe walks
-//              every target.
-//   read_mu    the records: the areas read (rings, tags), the mergers, the readers'
-//              consuming state, admit_record's state, the clock and its converter,
-//              tracing_on, the names and symbolizers kept for departed targets, and each
-//              area's event_ids.
-//   marker_mu  the daemon's own ring's producer (write_record).
-// Order: mu, then read_mu, then marker_mu; write_record takes marker_mu alone. A function
-// that holds one never waits for one before it in that order.
+//   mu          the targets table and each Target, our children, and the placement
+//               (probes, slots, agent ids, the armed and optimization switches, each
+//               target's sites and notes); buffer_kb's changes. One lock for the table and
+//               the placement: setting up a target places every probe in it, and placing
+//               a probe walks every target. It is held across requests to agents (up to
+//               their deadline) and across a target's set-up.
+//   targets_mu  what readers of the targets room need: the targets as `targets` lists
+//               them (listed), the processes refused, the exits and who was a target
+//               (wait_exit), the notices and their listener. Never held across a request
+//               to an agent, so `targets`, wait_exit and the notices wait for none.
+//   read_mu     the records: the areas read (rings, tags), the mergers, the readers'
+//               consuming state, admit_record's state, the clock and its converter,
+//               tracing_on, the names and symbolizers kept for departed targets (and so
+//               symbolizer()), and each area's event_ids. Never held across a request to
+//               an agent.
+//   marker_mu   the daemon's own ring's producer (write_record).
+// Order: mu, then targets_mu, then read_mu, then marker_mu; write_record takes marker_mu
+// alone. A function that holds one never waits for one before it in that order; the
+// calls that only read records or the targets' state take no lock before targets_mu.
 #pragma once
 
 #include <sys/types.h>
@@ -239,15 +246,26 @@ struct Tracer::Impl {
   // (each target holds a link descriptor): what launched programs start with.
   uint64_t nofile_soft = 0;
 
-  mutable std::mutex mu;  // the targets room and the placement room (see the top)
+  mutable std::mutex mu;  // the targets table and the placement room (see the top)
 
   // ---- the targets room (tracer_targets.cc): mu ----
   std::map<pid_t, std::unique_ptr<Target>> targets;
-  std::function<void(const TargetNotice&)> notice_listener;
-  std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
   std::set<pid_t> children;          // launched by us: we reap them
   // How long a launched program's new image may take to connect after its exec.
   static constexpr std::chrono::seconds kExecGrace{10};
+
+  // ---- the targets room, what its readers need: targets_mu ----
+  mutable std::mutex targets_mu;
+  // Every target set up, as `targets` shows it (without the names read then), with its
+  // link for the requests it has yet to do: put when its set-up is done, taken out when
+  // it leaves the table (list_target, unlist_target).
+  struct Listed {
+    TargetInfo info;
+    std::shared_ptr<AgentLink> link;
+  };
+  std::map<pid_t, Listed> listed;
+  std::function<void(const TargetNotice&)> notice_listener;
+  std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
 
   // Processes refused (note_refused), newest last.
   static constexpr size_t kRefusedKept = 64;
@@ -315,7 +333,7 @@ struct Tracer::Impl {
   uint64_t own_last_tsc = 0;       // marker_mu: the last TSC stamp written there
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
-  uint32_t buffer_kb;  // mu
+  std::atomic<uint32_t> buffer_kb;  // changed under mu; read anywhere
 
   // ---- the targets room's functions (tracer_targets.cc; mu held unless said) ----
   bool target_room(std::string* why);
@@ -329,6 +347,8 @@ struct Tracer::Impl {
   void record_exit(pid_t pid, int status);
   void remember(pid_t pid);
   void queue_notice(TargetNotice::Kind kind, pid_t pid, pid_t parent = 0, int status = -1);
+  void list_target(const Target& t);
+  void unlist_target(pid_t pid);
   void deliver_notices();
   void fold_counts(Target& t);
   void drop_target(pid_t pid, TargetNotice::Kind kind, int status);

@@ -5,8 +5,10 @@
 // (threads, symbols) kept for the records of departed targets.
 //
 // Locks (tracee/tracer_impl.h): read_mu guards the areas read and everything a reader
-// touches; marker_mu the daemon's own ring's producer. A new area for a target, and a
-// new buffer size, are made under mu (the targets room's), read_mu taken after it.
+// touches, and symbolizer() reads the areas alone; marker_mu the daemon's own ring's
+// producer. A new area for a target, and a new buffer size, are made under mu (the
+// targets room's), read_mu taken after it. No request to an agent is made with read_mu
+// held: readers of records never wait for one.
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,7 +66,7 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
   auto r = std::make_shared<Rings>();
   events::RingGeometry g;
   g.ring_count = pid != 0 ? opts.rings_per_target : 1;
-  g.ring_bytes = buffer_kb * 1024;
+  g.ring_bytes = buffer_kb.load() * 1024;
   g.probe_slots = pid != 0 ? kProbeSlots : 8;
   uint32_t mode;
   {
@@ -516,7 +518,7 @@ std::string Tracer::trace_clock_text() const {
 int Tracer::set_buffer_size_kb(uint32_t kb) {
   if (kb == 0) return -EINVAL;
   std::lock_guard lock(impl_->mu);
-  const uint32_t old = impl_->buffer_kb;
+  const uint32_t old = impl_->buffer_kb.load();
   impl_->buffer_kb = kb;
   events::RingGeometry g;
   g.ring_count = impl_->opts.rings_per_target;
@@ -567,18 +569,15 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
 }
 
 uint32_t Tracer::buffer_size_kb() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->buffer_kb;
+  return impl_->buffer_kb.load();  // no lock: a resize holds mu across its agents' set-ups
 }
 
 std::shared_ptr<TargetSymbolizer> Tracer::symbolizer(pid_t pid) {
-  {
-    std::lock_guard lock(impl_->mu);
-    auto it = impl_->targets.find(pid);
-    if (it != impl_->targets.end() && it->second->symbolizer) return it->second->symbolizer;
-  }
-  // Departed: the one its records' area keeps (newest area first), then the few kept
-  // since their areas were freed.
+  // From the areas alone, under read_mu (a reader of records never waits for mu, held
+  // across requests to agents): a target's area has its symbolizer from its set-up on,
+  // and its newest area is the one of the target that holds the pid now (an exec'd
+  // image's, a new buffer size's). Departed: the one its records' area keeps, then the
+  // few kept since their areas were freed.
   std::lock_guard rl(impl_->read_mu);
   for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
     if ((*it)->pid == pid && (*it)->symbolizer) return (*it)->symbolizer;

@@ -3,10 +3,12 @@
 // `probefs exec`), MAPPED notices and closed links, sweeps targets whose link ended and
 // reaps our children; the notices it delivers; `targets` and wait_exit.
 //
-// Locks (tracee/tracer_impl.h): mu guards the targets table and everything in it, the
-// notices, exits, children and refused processes; a target's set-up and the probes placed
-// in it run under mu too (the placement room shares it). Areas are made and counts read
-// under read_mu, taken after mu.
+// Locks (tracee/tracer_impl.h): mu guards the targets table and everything in it, and our
+// children; a target's set-up and the probes placed in it run under mu (the placement
+// room shares it). targets_mu guards what the readers of this room need and nothing that
+// waits for an agent: the targets as listed, the refused, the exits, the notices; so
+// `targets`, wait_exit and the notices never wait for a set-up or a request. Areas are
+// made and counts read under read_mu. Order: mu, targets_mu, read_mu.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -35,9 +37,10 @@ bool Tracer::Impl::target_room(std::string* why) {
 }
 
 // A process that was refused (TargetInfo::untraced), kept for `targets` while it runs
-// and queued as a kRefused notice. mu held.
+// and queued as a kRefused notice. Takes targets_mu.
 void Tracer::Impl::note_refused(pid_t pid, pid_t parent, TargetOrigin origin,
                                 const std::string& reason, const std::string& why) {
+  std::lock_guard tl(targets_mu);
   TargetInfo i;
   i.pid = pid;
   i.parent = parent;
@@ -131,13 +134,18 @@ Tracer::Impl::Target* Tracer::Impl::target_of_link(const std::shared_ptr<AgentLi
   return nullptr;
 }
 
+// Takes targets_mu.
 void Tracer::Impl::record_exit(pid_t pid, int status) {
+  std::lock_guard tl(targets_mu);
   exits[pid] = status;
   exit_cv.notify_all();
 }
 
-// pid is (or was) a target: wait_exit knows it. mu held.
+// pid is (or was) a target: wait_exit knows it, and its exit from now on. mu held; takes
+// targets_mu.
 void Tracer::Impl::remember(pid_t pid) {
+  std::lock_guard tl(targets_mu);
+  exits.erase(pid);
   if (!ever.insert(pid).second) return;
   ever_order.push_back(pid);
   for (size_t tries = ever_order.size(); ever_order.size() > kExitsKept && tries > 0; --tries) {
@@ -153,8 +161,9 @@ void Tracer::Impl::remember(pid_t pid) {
 }
 
 // Notices go out from the service thread only, in the order they happened, with no
-// lock held (a listener may call back in). mu held.
+// lock held (a listener may call back in). Takes targets_mu.
 void Tracer::Impl::queue_notice(TargetNotice::Kind kind, pid_t pid, pid_t parent, int status) {
+  std::lock_guard tl(targets_mu);
   TargetNotice n;
   n.kind = kind;
   n.pid = pid;
@@ -163,11 +172,29 @@ void Tracer::Impl::queue_notice(TargetNotice::Kind kind, pid_t pid, pid_t parent
   notices.push_back(n);
 }
 
+// t is set up: `targets` lists it, as it is now. mu held; takes targets_mu.
+void Tracer::Impl::list_target(const Target& t) {
+  Listed l;
+  l.info.pid = t.pid;
+  l.info.parent = t.parent;
+  l.info.origin = t.origin;
+  l.info.exe = t.exe;
+  l.link = t.link;
+  std::lock_guard tl(targets_mu);
+  listed[t.pid] = std::move(l);
+}
+
+// pid left the targets table. Takes targets_mu.
+void Tracer::Impl::unlist_target(pid_t pid) {
+  std::lock_guard tl(targets_mu);
+  listed.erase(pid);
+}
+
 void Tracer::Impl::deliver_notices() {
   std::deque<TargetNotice> out;
   std::function<void(const TargetNotice&)> fn;
   {
-    std::lock_guard l(mu);
+    std::lock_guard tl(targets_mu);
     out.swap(notices);
     fn = notice_listener;
   }
@@ -196,6 +223,7 @@ void Tracer::Impl::drop_target(pid_t pid, TargetNotice::Kind kind, int status) {
   fold_counts(*it->second);
   if (it->second->link) it->second->link->close();
   targets.erase(it);
+  unlist_target(pid);  // before its exit is known: wait_exit's caller sees it gone
   record_exit(pid, status);
   queue_notice(kind, pid, 0, status);
 }
@@ -232,7 +260,6 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     }
     kind = TargetNotice::Kind::kExeced;
   }
-  exits.erase(t->pid);
   remember(t->pid);
   const pid_t pid = t->pid;
   const pid_t parent = t->parent;
@@ -243,10 +270,12 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     const TargetOrigin origin = ref.origin;
     ref.link->close();  // its agent lets the program run on untraced
     targets.erase(pid);
+    unlist_target(pid);  // an exec'd image's old one, listed until now
     if (e == -ENOSPC) note_refused(pid, parent, origin, "target-limit", err);
     return;
   }
   (void)ref.link->go();
+  list_target(ref);  // an exec'd image's replaces its old one
   queue_notice(kind, pid, kind == TargetNotice::Kind::kForked ? parent : 0);
 }
 
@@ -370,7 +399,6 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->children.insert(l.pid);
-    impl_->exits.erase(l.pid);
     auto t = std::make_unique<Impl::Target>();
     t->pid = l.pid;
     t->origin = TargetOrigin::kLaunched;
@@ -386,6 +414,7 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
     }
     LinkResult r = ref.link->go();
     if (!r.ok() && error) *error = "the agent did not start the program: " + r.message;
+    impl_->list_target(ref);
     impl_->queue_notice(TargetNotice::Kind::kJoined, l.pid);
   }
   *pid = l.pid;
@@ -472,12 +501,12 @@ int Tracer::attach(pid_t pid, std::string* error) {
     Impl::Target& ref = *t;
     impl_->targets[pid] = std::move(t);
     impl_->remember(pid);
-    impl_->exits.erase(pid);
     if (int e = impl_->set_up(ref, error); e != 0) {
       (void)ref.link->detach();
       impl_->targets.erase(pid);
       return e;
     }
+    impl_->list_target(ref);
     impl_->queue_notice(TargetNotice::Kind::kJoined, pid);
   }
   return 0;
@@ -512,6 +541,7 @@ int Tracer::detach(pid_t pid) {
   impl_->fold_counts(*it->second);
   std::shared_ptr<AgentLink> link = it->second->link;
   impl_->targets.erase(it);
+  impl_->unlist_target(pid);
   LinkResult r = link->detach();
   impl_->listener->forget(pid);  // its later images and children stay untraced
   // A launched program that runs on untraced is still ours to reap: its exit is
@@ -523,29 +553,32 @@ int Tracer::detach(pid_t pid) {
 }
 
 std::vector<TargetInfo> Tracer::targets() const {
-  std::lock_guard lock(impl_->mu);
+  // What is listed now, under targets_mu alone (no set-up or request to an agent holds
+  // it); the names and the requests still to do are read after.
+  std::vector<std::pair<TargetInfo, std::shared_ptr<AgentLink>>> now;
+  std::vector<TargetInfo> refused;
+  {
+    std::lock_guard tl(impl_->targets_mu);
+    for (const auto& [pid, l] : impl_->listed) now.emplace_back(l.info, l.link);
+    for (const TargetInfo& r : impl_->refused)
+      if (!impl_->listed.count(r.pid)) refused.push_back(r);
+  }
   std::vector<TargetInfo> out;
-  for (const auto& [pid, t] : impl_->targets) {
-    TargetInfo i;
-    i.pid = pid;
-    i.parent = t->parent;
-    i.origin = t->origin;
-    i.exe = t->exe;
-    i.comm = proc_comm(pid);
-    if (t->link) i.deferred = t->link->deferred_requests();
+  for (auto& [i, link] : now) {
+    i.comm = proc_comm(i.pid);
+    if (link) i.deferred = link->deferred_requests();
     out.push_back(std::move(i));
   }
-  for (const TargetInfo& r : impl_->refused) {
-    if (impl_->targets.count(r.pid) || !process_running(r.pid)) continue;
-    TargetInfo i = r;
-    i.comm = proc_comm(r.pid);
-    out.push_back(std::move(i));
+  for (TargetInfo& r : refused) {
+    if (!process_running(r.pid)) continue;
+    r.comm = proc_comm(r.pid);
+    out.push_back(std::move(r));
   }
   return out;
 }
 
 int Tracer::wait_exit(pid_t pid, int timeout_ms, int* status) {
-  std::unique_lock lock(impl_->mu);
+  std::unique_lock lock(impl_->targets_mu);
   if (!impl_->ever.count(pid)) return -ESRCH;
   bool done = impl_->exit_cv.wait_for(lock, milliseconds(timeout_ms),
                                       [&] { return impl_->exits.count(pid) != 0; });
@@ -555,7 +588,7 @@ int Tracer::wait_exit(pid_t pid, int timeout_ms, int* status) {
 }
 
 void Tracer::on_target_notice(std::function<void(const TargetNotice&)> listener) {
-  std::lock_guard lock(impl_->mu);
+  std::lock_guard tl(impl_->targets_mu);
   impl_->notice_listener = std::move(listener);
 }
 
