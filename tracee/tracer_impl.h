@@ -13,7 +13,7 @@
 // and tracer.cc ties them: create() and the destructor.
 //
 // Locks, and what each guards:
-//   mu          the targets table and each Target, our children, and the placement
+//   mu          the targets table and each Target, and the placement
 //               (probes, slots, agent ids, the armed and optimization switches, each
 //               target's sites and notes); buffer_kb's changes. One lock for the table and
 //               the placement: setting up a target places every probe in it, and placing
@@ -21,8 +21,10 @@
 //               their deadline) and across a target's set-up.
 //   targets_mu  what readers of the targets room need: the targets as `targets` lists
 //               them (listed), the processes refused, the exits and who was a target
-//               (wait_exit), the notices and their listener. Never held across a request
-//               to an agent, so `targets`, wait_exit and the notices wait for none.
+//               (wait_exit), the notices and their listener; and our children, which the
+//               service thread reaps under it alone (reap_children, while it waits for mu:
+//               lock_serving). Never held across a request to an agent, so `targets`,
+//               wait_exit, our children's exits and the notices wait for none.
 //   read_mu     the records: the areas read (rings, tags), the mergers, the readers'
 //               consuming state, admit_record's state, the clock and its converter,
 //               tracing_on, the names and symbolizers kept for departed targets (and so
@@ -246,11 +248,12 @@ struct Tracer::Impl {
   // (each target holds a link descriptor): what launched programs start with.
   uint64_t nofile_soft = 0;
 
-  mutable std::mutex mu;  // the targets table and the placement room (see the top)
+  // The targets table and the placement room (see the top). Timed: the service thread
+  // reaps our children while it waits for it (lock_serving).
+  mutable std::timed_mutex mu;
 
   // ---- the targets room (tracer_targets.cc): mu ----
   std::map<pid_t, std::unique_ptr<Target>> targets;
-  std::set<pid_t> children;          // launched by us: we reap them
   // How long a launched program's new image may take to connect after its exec.
   static constexpr std::chrono::seconds kExecGrace{10};
 
@@ -266,6 +269,10 @@ struct Tracer::Impl {
   std::map<pid_t, Listed> listed;
   std::function<void(const TargetNotice&)> notice_listener;
   std::deque<TargetNotice> notices;  // waiting for the service thread to deliver them
+  std::set<pid_t> children;          // launched by us: we reap them
+  // Children reaped (pid, wait status) whose target, if they were one, is still in the
+  // table: it leaves it with mu (drop_reaped).
+  std::vector<std::pair<pid_t, int>> reaped;
 
   // Processes refused (note_refused), newest last.
   static constexpr size_t kRefusedKept = 64;
@@ -357,6 +364,8 @@ struct Tracer::Impl {
   void handle_closed(const std::shared_ptr<AgentLink>& link);
   void sweep_unlinked();
   void reap_children();
+  void drop_reaped();
+  std::unique_lock<std::timed_mutex> lock_serving();
   void service_loop();
 
   // ---- the placement room's functions (tracer_placement.cc; mu held unless said) ----

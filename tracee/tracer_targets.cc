@@ -3,12 +3,13 @@
 // `probefs exec`), MAPPED notices and closed links, sweeps targets whose link ended and
 // reaps our children; the notices it delivers; `targets` and wait_exit.
 //
-// Locks (tracee/tracer_impl.h): mu guards the targets table and everything in it, and our
-// children; a target's set-up and the probes placed in it run under mu (the placement
-// room shares it). targets_mu guards what the readers of this room need and nothing that
-// waits for an agent: the targets as listed, the refused, the exits, the notices; so
-// `targets`, wait_exit and the notices never wait for a set-up or a request. Areas are
-// made and counts read under read_mu. Order: mu, targets_mu, read_mu.
+// Locks (tracee/tracer_impl.h): mu guards the targets table and everything in it; a
+// target's set-up and the probes placed in it run under mu (the placement room shares
+// it). targets_mu guards what the readers of this room need and nothing that waits for an
+// agent: the targets as listed, the refused, the exits, the notices, our children; so
+// `targets`, wait_exit, the notices and the reaping of our children never wait for a
+// set-up or a request. Areas are made and counts read under read_mu. Order: mu,
+// targets_mu, read_mu.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -141,11 +142,9 @@ void Tracer::Impl::record_exit(pid_t pid, int status) {
   exit_cv.notify_all();
 }
 
-// pid is (or was) a target: wait_exit knows it, and its exit from now on. mu held; takes
-// targets_mu.
+// pid is (or was) a target: wait_exit knows it. mu held; takes targets_mu.
 void Tracer::Impl::remember(pid_t pid) {
   std::lock_guard tl(targets_mu);
-  exits.erase(pid);
   if (!ever.insert(pid).second) return;
   ever_order.push_back(pid);
   for (size_t tries = ever_order.size(); ever_order.size() > kExitsKept && tries > 0; --tries) {
@@ -172,7 +171,9 @@ void Tracer::Impl::queue_notice(TargetNotice::Kind kind, pid_t pid, pid_t parent
   notices.push_back(n);
 }
 
-// t is set up: `targets` lists it, as it is now. mu held; takes targets_mu.
+// t is set up: `targets` lists it, as it is now; not if it was reaped meanwhile (its exit
+// is known: the exit of the pid's earlier process was forgotten when t joined). mu held;
+// takes targets_mu.
 void Tracer::Impl::list_target(const Target& t) {
   Listed l;
   l.info.pid = t.pid;
@@ -181,6 +182,7 @@ void Tracer::Impl::list_target(const Target& t) {
   l.info.exe = t.exe;
   l.link = t.link;
   std::lock_guard tl(targets_mu);
+  if (exits.count(t.pid)) return;
   listed[t.pid] = std::move(l);
 }
 
@@ -231,7 +233,7 @@ void Tracer::Impl::drop_target(pid_t pid, TargetNotice::Kind kind, int status) {
 // A fork child, an exec'd image, or a process prepared for `probefs exec`.
 void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool prepared) {
   const lk::Hello& h = link->hello();
-  std::lock_guard l(mu);
+  auto l = lock_serving();
   auto t = std::make_unique<Target>();
   t->pid = link->pid();
   t->link = link;
@@ -260,6 +262,12 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     }
     kind = TargetNotice::Kind::kExeced;
   }
+  {
+    // An earlier process's exit, forgotten; not this one's (a launched program that exec'd
+    // and died since: reaped while this waited for mu, its set-up fails).
+    std::lock_guard tl(targets_mu);
+    if (process_running(t->pid)) exits.erase(t->pid);
+  }
   remember(t->pid);
   const pid_t pid = t->pid;
   const pid_t parent = t->parent;
@@ -274,13 +282,14 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     if (e == -ENOSPC) note_refused(pid, parent, origin, "target-limit", err);
     return;
   }
-  (void)ref.link->go();
+  // Listed before it runs: whoever sees it run sees it listed.
   list_target(ref);  // an exec'd image's replaces its old one
+  (void)ref.link->go();
   queue_notice(kind, pid, kind == TargetNotice::Kind::kForked ? parent : 0);
 }
 
 void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
-  std::lock_guard l(mu);
+  auto l = lock_serving();
   Target* t = target_of_link(ev.link);
   std::vector<lk::Define> defs;
   std::vector<ProbeId> ids;
@@ -297,7 +306,7 @@ void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
 }
 
 void Tracer::Impl::handle_closed(const std::shared_ptr<AgentLink>& link) {
-  std::lock_guard l(mu);
+  auto l = lock_serving();
   Target* t = target_of_link(link);
   if (t == nullptr) return;  // replaced by its exec'd image, or detached
   fold_counts(*t);
@@ -319,7 +328,12 @@ void Tracer::Impl::sweep_unlinked() {
     // fork child that execs at once would otherwise be left before its new image
     // could connect).
     if (t->unlinked_since == std::chrono::steady_clock::time_point{}) t->unlinked_since = now;
-    if (children.count(pid)) {
+    bool child;
+    {
+      std::lock_guard tl(targets_mu);
+      child = children.count(pid) != 0;
+    }
+    if (child) {
       if (process_running(pid) && now - t->unlinked_since > kExecGrace)
         drop.emplace_back(pid, TargetNotice::Kind::kLeft);
       continue;  // reap_children reports its exit with its status
@@ -332,9 +346,12 @@ void Tracer::Impl::sweep_unlinked() {
   for (auto& [pid, kind] : drop) drop_target(pid, kind, -1);
 }
 
-// Our own children (launched targets), reaped whether they are targets still or not.
+// Our own children (launched targets), reaped whether they are targets still or not:
+// their exits are known at once, and `targets` stops listing them; a target among them
+// leaves the table, with its notice, when mu is free (drop_reaped). Takes targets_mu
+// alone: the service thread reaps while it waits for mu.
 void Tracer::Impl::reap_children() {
-  std::lock_guard l(mu);
+  std::lock_guard tl(targets_mu);
   for (auto it = children.begin(); it != children.end();) {
     int st = 0;
     const pid_t pid = *it;
@@ -343,12 +360,35 @@ void Tracer::Impl::reap_children() {
       continue;
     }
     it = children.erase(it);
-    if (targets.count(pid)) {
-      drop_target(pid, TargetNotice::Kind::kExited, st);
-    } else {
-      record_exit(pid, st);
-    }
+    listed.erase(pid);
+    exits[pid] = st;
+    exit_cv.notify_all();
+    reaped.emplace_back(pid, st);
   }
+}
+
+// The targets among the children reaped leave the table (drop_target: counts folded,
+// kExited notice with the wait status). Every user of the table that looks a pid up
+// calls it first: a reaped pid may be a new process's already. mu held; takes targets_mu.
+void Tracer::Impl::drop_reaped() {
+  std::vector<std::pair<pid_t, int>> done;
+  {
+    std::lock_guard tl(targets_mu);
+    done.swap(reaped);
+  }
+  for (const auto& [pid, st] : done) drop_target(pid, TargetNotice::Kind::kExited, st);
+}
+
+// mu, for the service thread: while another thread holds it (a request waiting for an
+// agent, a set-up), our children are reaped and the notices delivered, every 20 ms.
+std::unique_lock<std::timed_mutex> Tracer::Impl::lock_serving() {
+  std::unique_lock l(mu, std::defer_lock);
+  while (!l.try_lock_for(milliseconds(20))) {
+    reap_children();
+    deliver_notices();
+  }
+  drop_reaped();
+  return l;
 }
 
 void Tracer::Impl::service_loop() {
@@ -364,14 +404,14 @@ void Tracer::Impl::service_loop() {
     }
     reap_children();
     {
-      std::lock_guard l(mu);
+      auto l = lock_serving();
       sweep_unlinked();
     }
     deliver_notices();
     auto now = std::chrono::steady_clock::now();
     if (now - last_tick > std::chrono::seconds(1)) {
       last_tick = now;
-      std::lock_guard l(mu);
+      auto l = lock_serving();
       std::lock_guard rl(read_mu);
       conv.update();
       for (auto& r : rings)
@@ -392,13 +432,19 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
   lo.nofile_soft = impl_->nofile_soft;
   {
     std::lock_guard lock(impl_->mu);
+    impl_->drop_reaped();
     if (!impl_->target_room(error)) return -ENOSPC;  // before a program starts for nothing
   }
   Launched l;
   if (int err = tracee::launch(*impl_->listener, lo, &l, error); err != 0) return err;
   {
     std::lock_guard lock(impl_->mu);
-    impl_->children.insert(l.pid);
+    impl_->drop_reaped();  // a child reaped since may have had this pid
+    {
+      std::lock_guard tl(impl_->targets_mu);
+      impl_->children.insert(l.pid);  // reaped from now on, its exit kept
+      impl_->exits.erase(l.pid);
+    }
     auto t = std::make_unique<Impl::Target>();
     t->pid = l.pid;
     t->origin = TargetOrigin::kLaunched;
@@ -412,9 +458,9 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
       impl_->targets.erase(l.pid);  // reaped by the service thread
       return err;
     }
+    impl_->list_target(ref);  // before it runs: whoever sees it run sees it listed
     LinkResult r = ref.link->go();
     if (!r.ok() && error) *error = "the agent did not start the program: " + r.message;
-    impl_->list_target(ref);
     impl_->queue_notice(TargetNotice::Kind::kJoined, l.pid);
   }
   *pid = l.pid;
@@ -424,6 +470,7 @@ int Tracer::launch(const LaunchSpec& spec, pid_t* pid, std::string* error) {
 int Tracer::attach(pid_t pid, std::string* error) {
   {
     std::lock_guard lock(impl_->mu);
+    impl_->drop_reaped();
     if (impl_->targets.count(pid)) {
       if (error) *error = "pid " + std::to_string(pid) + " is traced already";
       return -EEXIST;
@@ -494,6 +541,7 @@ int Tracer::attach(pid_t pid, std::string* error) {
   }
   {
     std::lock_guard lock(impl_->mu);
+    impl_->drop_reaped();
     auto t = std::make_unique<Impl::Target>();
     t->pid = pid;
     t->origin = TargetOrigin::kAttached;
@@ -501,6 +549,10 @@ int Tracer::attach(pid_t pid, std::string* error) {
     Impl::Target& ref = *t;
     impl_->targets[pid] = std::move(t);
     impl_->remember(pid);
+    {
+      std::lock_guard tl(impl_->targets_mu);
+      impl_->exits.erase(pid);
+    }
     if (int e = impl_->set_up(ref, error); e != 0) {
       (void)ref.link->detach();
       impl_->targets.erase(pid);
@@ -519,6 +571,7 @@ int Tracer::prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link
   if (geteuid() != 0 && uid != geteuid()) return -EPERM;
   {
     std::lock_guard lock(impl_->mu);
+    impl_->drop_reaped();
     if (impl_->targets.count(pid)) return -EEXIST;
     if (!impl_->target_room(nullptr)) return -ENOSPC;
   }
@@ -536,6 +589,7 @@ const std::string& Tracer::agent_path() const { return impl_->opts.agent_path; }
 
 int Tracer::detach(pid_t pid) {
   std::lock_guard lock(impl_->mu);
+  impl_->drop_reaped();
   auto it = impl_->targets.find(pid);
   if (it == impl_->targets.end()) return -ESRCH;
   impl_->fold_counts(*it->second);
@@ -546,7 +600,14 @@ int Tracer::detach(pid_t pid) {
   impl_->listener->forget(pid);  // its later images and children stay untraced
   // A launched program that runs on untraced is still ours to reap: its exit is
   // recorded then.
-  if (!impl_->children.count(pid)) impl_->record_exit(pid, -1);
+  {
+    std::lock_guard tl(impl_->targets_mu);
+    // Not over the status of a child reaped meanwhile (reap_children needs no mu).
+    if (!impl_->children.count(pid) && !impl_->exits.count(pid)) {
+      impl_->exits[pid] = -1;
+      impl_->exit_cv.notify_all();
+    }
+  }
   impl_->queue_notice(TargetNotice::Kind::kDetached, pid);
   if (!r.ok() && r.error != -ENOTCONN) return r.error;
   return 0;

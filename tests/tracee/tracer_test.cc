@@ -1740,14 +1740,18 @@ TEST(Tracer, RequestsToEveryTargetDoNotWaitForAStoppedOne) {
   EXPECT_EQ(t->profile(e.id).hits, 20u);
 }
 
-// The thread of `pid` named `comm`, or 0.
+// The thread of `pid` named `comm`, or 0 when none has that name within two seconds (a
+// thread names itself once it runs).
 pid_t thread_named(pid_t pid, const std::string& comm) {
-  std::error_code ec;
   const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  for (const auto& d : std::filesystem::directory_iterator(task, ec)) {
-    std::ifstream f(d.path() / "comm");
-    std::string name;
-    if (std::getline(f, name) && name == comm) return std::stoi(d.path().filename().string());
+  for (int tries = 0; tries < 200; ++tries) {
+    std::error_code ec;
+    for (const auto& d : std::filesystem::directory_iterator(task, ec)) {
+      std::ifstream f(d.path() / "comm");
+      std::string name;
+      if (std::getline(f, name) && name == comm) return std::stoi(d.path().filename().string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return 0;
 }
@@ -1781,7 +1785,8 @@ class HeldThread {
 
 // A request that waits for an agent that does not answer (until its deadline) holds up
 // nobody who only reads: `targets`, wait_exit, the symbolizer of a target's records, the
-// buffer size and the records themselves answer at once (DESIGN.md §9).
+// buffer size and the records themselves answer at once, and a launched program's exit
+// is known as it happens (DESIGN.md §9).
 TEST(Tracer, AnAgentThatDoesNotAnswerHoldsUpNoReader) {
   auto t = make_tracer();
   ASSERT_NE(t, nullptr);
@@ -1790,8 +1795,10 @@ TEST(Tracer, AnAgentThatDoesNotAnswerHoldsUpNoReader) {
   ASSERT_TRUE(a.start(*t));
   ASSERT_TRUE(b.start(*t));
   EXPECT_EQ(a.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
-  HeldThread held(thread_named(b.pid, "probefs-agent"));
-  ASSERT_TRUE(held.ok());
+  const pid_t agent = thread_named(b.pid, "probefs-agent");
+  ASSERT_NE(agent, 0);
+  HeldThread held(agent);
+  ASSERT_TRUE(held.ok()) << strerror(errno);
 
   std::atomic<bool> done{false};
   std::thread slow([&] {
@@ -1811,6 +1818,14 @@ TEST(Tracer, AnAgentThatDoesNotAnswerHoldsUpNoReader) {
   std::vector<Rec> recs = drain(*t);
   EXPECT_EQ(records_of(recs, a.pid), 3u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // A launched program's exit is known at once too, and `targets` leaves it out.
+  EXPECT_EQ(a.pipes.ask("quit", 5000), "");
+  EXPECT_EQ(t->wait_exit(a.pid, 3000, &st), 0);
+  a.guard.release();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "wait status " << st;
+  pids.clear();
+  for (const TargetInfo& i : t->targets()) pids.insert(i.pid);
+  EXPECT_EQ(pids, std::set<pid_t>{b.pid});
   EXPECT_FALSE(done.load());  // the request still waits: nothing above waited for it
 
   held.release();
