@@ -28,9 +28,11 @@
 // the calls that take a definition also fill in a Diagnostic (message, caret position)
 // when the kernel would log one in error_log.
 //
-// Threads: every method may be called from any thread; one lock serialises them. Target
-// notices are delivered on the tracer's own thread, without that lock held: a listener
-// may call back into the Tracer.
+// Threads: every method may be called from any thread. The calls that change targets or
+// probes are serialised; the records, `targets`, wait_exit, symbolizer() and the buffer
+// size are read without waiting for them (tracee/tracer_impl.h says which lock guards
+// what). Target notices are delivered on the tracer's own thread, with no lock held: a
+// listener may call back into the Tracer.
 //
 // A stopped target (SIGSTOP, a debugger) holds nobody up: a request to it waits in its
 // link, in order, and takes effect as soon as it runs again; the call goes on at once,
@@ -145,7 +147,7 @@ class RecordWalk {
 
  private:
   friend class Tracer;
-  struct State;  // tracee/tracer.cc
+  struct State;  // tracee/tracer_records.cc
   std::unique_ptr<State> state_;
 };
 
@@ -369,7 +371,7 @@ class Tracer {
   // new name while it lives and the old one once gone.
   std::string comm_of(pid_t pid, pid_t tid);
 
-  struct Impl;  // the implementation's state (tracee/tracer.cc)
+  struct Impl;  // the implementation's state (tracee/tracer_impl.h)
 
  private:
   explicit Tracer(std::unique_ptr<Impl> impl);

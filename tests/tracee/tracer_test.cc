@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -1735,6 +1738,98 @@ TEST(Tracer, RequestsToEveryTargetDoNotWaitForAStoppedOne) {
   EXPECT_EQ(records_of(recs, b.pid), 3u);
   EXPECT_EQ(recs.size(), 3u);
   EXPECT_EQ(t->profile(e.id).hits, 20u);
+}
+
+// The thread of `pid` named `comm`, or 0 when none has that name within two seconds (a
+// thread names itself once it runs).
+pid_t thread_named(pid_t pid, const std::string& comm) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  for (int tries = 0; tries < 200; ++tries) {
+    std::error_code ec;
+    for (const auto& d : std::filesystem::directory_iterator(task, ec)) {
+      std::ifstream f(d.path() / "comm");
+      std::string name;
+      if (std::getline(f, name) && name == comm) return std::stoi(d.path().filename().string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// Holds one thread of a process this test started in a ptrace stop (PTRACE_SEIZE, then
+// PTRACE_INTERRUPT) while the rest of the process runs: with the agent's thread held,
+// the target is not stopped, its agent just does not answer (its requests wait for their
+// deadline). Let go on release() or at scope exit, from the thread that seized it.
+class HeldThread {
+ public:
+  explicit HeldThread(pid_t tid) : tid_(tid) {
+    int st = 0;
+    held_ = tid > 0 && ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) == 0;
+    if (held_ && (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 ||
+                  waitpid(tid, &st, __WALL) != tid || !WIFSTOPPED(st)))
+      release();
+  }
+  ~HeldThread() { release(); }
+  HeldThread(const HeldThread&) = delete;
+  HeldThread& operator=(const HeldThread&) = delete;
+  bool ok() const { return held_; }
+  void release() {
+    if (held_) (void)ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+    held_ = false;
+  }
+
+ private:
+  pid_t tid_;
+  bool held_ = false;
+};
+
+// A request that waits for an agent that does not answer (until its deadline) holds up
+// nobody who only reads: `targets`, wait_exit, the symbolizer of a target's records, the
+// buffer size and the records themselves answer at once, and a launched program's exit
+// is known as it happens (DESIGN.md §9).
+TEST(Tracer, AnAgentThatDoesNotAnswerHoldsUpNoReader) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 196);
+  Launched a, b;
+  ASSERT_TRUE(a.start(*t));
+  ASSERT_TRUE(b.start(*t));
+  EXPECT_EQ(a.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  const pid_t agent = thread_named(b.pid, "probefs-agent");
+  ASSERT_NE(agent, 0);
+  HeldThread held(agent);
+  ASSERT_TRUE(held.ok()) << strerror(errno);
+
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    (void)t->disable_probe(e.id);  // a's agent answers; b's does not, until the deadline
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done.load());
+  const auto start = std::chrono::steady_clock::now();
+  std::set<pid_t> pids;
+  for (const TargetInfo& i : t->targets()) pids.insert(i.pid);
+  EXPECT_EQ(pids, (std::set<pid_t>{a.pid, b.pid}));
+  int st = 0;
+  EXPECT_EQ(t->wait_exit(a.pid, 0, &st), -ETIMEDOUT);
+  EXPECT_NE(t->symbolizer(a.pid), nullptr);
+  EXPECT_EQ(t->buffer_size_kb(), 1024u);
+  std::vector<Rec> recs = drain(*t);
+  EXPECT_EQ(records_of(recs, a.pid), 3u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // A launched program's exit is known at once too, and `targets` leaves it out.
+  EXPECT_EQ(a.pipes.ask("quit", 5000), "");
+  EXPECT_EQ(t->wait_exit(a.pid, 3000, &st), 0);
+  a.guard.release();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "wait status " << st;
+  pids.clear();
+  for (const TargetInfo& i : t->targets()) pids.insert(i.pid);
+  EXPECT_EQ(pids, std::set<pid_t>{b.pid});
+  EXPECT_FALSE(done.load());  // the request still waits: nothing above waited for it
+
+  held.release();
+  slow.join();
 }
 
 // The lines of `list` that name `what`.
