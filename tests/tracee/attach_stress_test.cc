@@ -97,7 +97,11 @@ struct Child {
           if (setup == Setup::kMountNamespaceOwnRun) {
             // Where the daemon's link endpoints live: the container's own, empty.
             need(mount("tmpfs", "/run", "tmpfs", 0, nullptr) == 0, "mount(tmpfs, /run)");
-            need(mount("tmpfs", "/tmp", "tmpfs", 0, nullptr) == 0, "mount(tmpfs, /tmp)");
+            // /tmp too (the endpoints' place where /run is not usable), unless the program
+            // to run lives there (a build tree under /tmp): it could not be started.
+            auto under_tmp = [](const std::string& p) { return p.rfind("/tmp/", 0) == 0; };
+            if (!under_tmp(kProg) && !under_tmp(kLib))
+              need(mount("tmpfs", "/tmp", "tmpfs", 0, nullptr) == 0, "mount(tmpfs, /tmp)");
             const char* xdg = getenv("XDG_RUNTIME_DIR");
             if (xdg != nullptr && xdg[0] == '/') (void)mount("tmpfs", xdg, "tmpfs", 0, nullptr);
           }
