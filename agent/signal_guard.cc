@@ -106,22 +106,13 @@ void store_virtual(int idx, const KernelAction& k) { exchange_action(idx, k); }
 
 int resolve(const GuardSpec& g, void* libc, uintptr_t* addr, probecore::FunctionBounds* bounds,
             const char** used) {
-  void* sym = g.version ? dlvsym(libc, g.name, g.version) : dlsym(libc, g.name);
   *used = g.name;
-  if (!sym && g.fallback) {
-    sym = dlsym(libc, g.fallback);
-    *used = g.fallback;
-  }
-  if (!sym) return -ENOENT;
-  Dl_info info{};
-  void* extra = nullptr;
-  if (!dladdr1(sym, &info, &extra, RTLD_DL_SYMENT) || !extra || info.dli_saddr != sym)
-    return -ENOENT;
-  const auto* es = static_cast<const ElfW(Sym)*>(extra);
-  if (es->st_size == 0) return -ENOENT;
-  *addr = reinterpret_cast<uintptr_t>(sym);
-  *bounds = {*addr, *addr + es->st_size};
-  return 0;
+  if (resolve_own_guard_site(libc, g.name, g.version, addr, bounds)) return 0;
+  // A fallback exists where `name` is not exported at all (another glibc).
+  const bool exported = g.version ? dlvsym(libc, g.name, g.version) : dlsym(libc, g.name);
+  if (exported || !g.fallback) return -ENOENT;
+  *used = g.fallback;
+  return resolve_own_guard_site(libc, g.fallback, nullptr, addr, bounds) ? 0 : -ENOENT;
 }
 
 void unregister_all_locked() {
@@ -231,6 +222,21 @@ void give_back_actions_locked() {
 }
 
 }  // namespace
+
+bool resolve_own_guard_site(void* handle, const char* name, const char* version,
+                            uintptr_t* addr, probecore::FunctionBounds* bounds) {
+  void* sym = version ? dlvsym(handle, name, version) : dlsym(handle, name);
+  if (!sym) return false;
+  Dl_info info{};
+  void* extra = nullptr;
+  if (!dladdr1(sym, &info, &extra, RTLD_DL_SYMENT) || !extra || info.dli_saddr != sym)
+    return false;
+  const auto* es = static_cast<const ElfW(Sym)*>(extra);
+  if (es->st_size == 0) return false;
+  *addr = reinterpret_cast<uintptr_t>(sym);
+  *bounds = {*addr, *addr + es->st_size};
+  return true;
+}
 
 int install_signal_guards() {
   std::lock_guard lock(g_mu);

@@ -50,7 +50,15 @@
 #include <cstdint>
 #include <string>
 
+#include "probecore/kprobes.h"
+
 namespace probefs::agent {
+
+// A function `name` (of `version`, or the default one when null) in the object dlopen'ed
+// as `handle`, and its bounds from its dynamic symbol's size: what the agent's own guard
+// probes are placed on. false when it is not there, or has no size.
+bool resolve_own_guard_site(void* handle, const char* name, const char* version,
+                            uintptr_t* addr, probecore::FunctionBounds* bounds);
 
 // Takes ownership of the signals: installs the agent's SIGSEGV/SIGBUS handler (safe-copy
 // fixup, then the program's action), makes sure the engine's SIGTRAP and fixup-signal

@@ -11,12 +11,12 @@
 // Best effort: a guard that cannot be placed (another libc, a jmp that cannot be written
 // where an int3 would be fatal) leaves that way uncovered, and tracing goes on.
 #include <dlfcn.h>
-#include <link.h>
 
 #include <cstring>
 #include <mutex>
 
 #include "agent/agent.h"
+#include "agent/signal_guard.h"
 #include "probecore/kprobes.h"
 
 namespace probefs::agent {
@@ -33,21 +33,6 @@ constexpr const char* kSpawners[] = {"posix_spawn", "posix_spawnp"};
 constexpr size_t kNumSpawners = sizeof kSpawners / sizeof kSpawners[0];
 probecore::Kretprobe* const g_spawn = new probecore::Kretprobe[kNumSpawners];
 bool g_spawn_registered[kNumSpawners];
-
-// A function of libc and its bounds (its dynamic symbol's size).
-bool resolve(void* libc, const char* name, uintptr_t* addr, probecore::FunctionBounds* bounds) {
-  void* sym = dlsym(libc, name);
-  if (!sym) return false;
-  Dl_info info{};
-  void* extra = nullptr;
-  if (!dladdr1(sym, &info, &extra, RTLD_DL_SYMENT) || !extra || info.dli_saddr != sym)
-    return false;
-  const auto* es = static_cast<const ElfW(Sym)*>(extra);
-  if (es->st_size == 0) return false;
-  *addr = reinterpret_cast<uintptr_t>(sym);
-  *bounds = {*addr, *addr + es->st_size};
-  return true;
-}
 
 // The address just after vfork's `mov $SYS_vfork,%eax; syscall`, 0 when its code is not
 // the expected shape.
@@ -69,7 +54,7 @@ void install_spawn_guards() {
   if (!libc) return;
   uintptr_t addr = 0;
   probecore::FunctionBounds bounds;
-  if (resolve(libc, "vfork", &addr, &bounds)) {
+  if (resolve_own_guard_site(libc, "vfork", nullptr, &addr, &bounds)) {
     if (const uintptr_t at = after_vfork_syscall(bounds.start, bounds.end)) {
       g_vfork.symbol_name = nullptr;
       g_vfork.offset = 0;
@@ -84,7 +69,7 @@ void install_spawn_guards() {
     }
   }
   for (size_t i = 0; i < kNumSpawners; ++i) {
-    if (!resolve(libc, kSpawners[i], &addr, &bounds)) continue;
+    if (!resolve_own_guard_site(libc, kSpawners[i], nullptr, &addr, &bounds)) continue;
     probecore::Kretprobe& rp = g_spawn[i];
     rp.kp.symbol_name = nullptr;
     rp.kp.offset = 0;
