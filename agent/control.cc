@@ -278,7 +278,8 @@ void do_enable(uint32_t id, bool on, lk::Reply* reply) {
   if (!ap) return;
   if (g_starting) {  // waits for GO, or no longer
     if (!on) std::erase(g_startup_enable, id);
-    else if (std::find(g_startup_enable.begin(), g_startup_enable.end(), id) == g_startup_enable.end())
+    else if (std::find(g_startup_enable.begin(), g_startup_enable.end(), id) ==
+             g_startup_enable.end())
       g_startup_enable.push_back(id);
     return;
   }

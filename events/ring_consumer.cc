@@ -683,7 +683,8 @@ void RingMerger::refresh() {
       const uint32_t last = lanes_[i + have - 1].ring;
       if (used > last + 1) {
         std::vector<Lane> more;
-        for (uint32_t r = last + 1; r < used; ++r) more.push_back(new_lane(lanes_[i].reader, lanes_[i].tag, r));
+        for (uint32_t r = last + 1; r < used; ++r)
+          more.push_back(new_lane(lanes_[i].reader, lanes_[i].tag, r));
         lanes_.insert(lanes_.begin() + i + have, more.begin(), more.end());
       }
     }

@@ -1006,7 +1006,8 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::fork_of(const ProcessSymbols& pa
   impl->pid = child;
   {
     std::lock_guard lock(parent.impl_->mu);
-    for (const auto& o : parent.impl_->objects) impl->objects.push_back(std::make_unique<ElfObject>(*o));
+    for (const auto& o : parent.impl_->objects)
+      impl->objects.push_back(std::make_unique<ElfObject>(*o));
   }
   return std::unique_ptr<ProcessSymbols>(new ProcessSymbols(std::move(impl)));
 }

@@ -266,7 +266,14 @@ void Tracer::Impl::adopt_inherited_probes(Target& child, const Target* parent) {
       }
     }
   }
-  for (uint32_t stale : held) (void)child.link->remove(stale);
+  // Probes removed from the parent while it forked. Only ids this daemon gave out are
+  // asked about (the list is the child's word), all at once.
+  std::vector<AgentLink::Ticket> removes;
+  for (uint32_t stale : held)
+    if (stale < next_agent_id)
+      removes.push_back(child.link->start(lk::MsgType::kRemove, lk::ProbeRef{stale}));
+  for (const AgentLink::Ticket& r : removes)
+    (void)child.link->collect(r, std::chrono::steady_clock::time_point::max());
 }
 
 // After dlclose: the probes of objects no longer mapped are the engine's [GONE]; they

@@ -230,8 +230,9 @@ bool scan_mapping(const MappingBranches& m, Fn&& fn) {
   for (size_t at = 0; at < size; at += kChunk) {
     const size_t n = std::min(kChunk + kTail, size - at);
     if (!read_self_memory_all(m.start + at, buf, n)) return false;
-    for (auto it = g_saved.lower_bound(m.start + at); it != g_saved.end() && it->first < m.start + at + n; ++it)
-      buf[it->first - m.start - at] = it->second;
+    const uintptr_t lo = m.start + at;
+    for (auto it = g_saved.lower_bound(lo); it != g_saved.end() && it->first < lo + n; ++it)
+      buf[it->first - lo] = it->second;
     for_each_rel32(buf, n, std::min(kChunk, n), [&](size_t q, int64_t target) {
       fn(at + q, static_cast<int64_t>(at) + target);
     });
