@@ -69,7 +69,10 @@
 // the TSC with the CPU number from TSC_AUX, which Linux sets to cpu | node << 12 on every
 // CPU, read by rdtsc + rdpid (about 10 ns together on our VMs, rdpid alone under 1 ns) or,
 // on CPUs without rdpid, rdtscp (about 19 ns: it waits for the instructions before it);
-// or, for the `counter` trace clock, an atomic increment of the area's counter. The
+// where TSC_AUX is not the CPU (a hypervisor that keeps the host's: the instructions
+// work, the kernel does not list them), from the thread's rseq area, which the kernel
+// keeps current and glibc registers for every thread (__rseq_offset from the thread
+// pointer); or, for the `counter` trace clock, an atomic increment of the area's counter. The
 // daemon converts TSC stamps to the chosen trace clock (events/trace_clock.h). A process
 // that disables the TSC for itself (prctl PR_SET_TSC) faults on its first record.
 //
@@ -102,6 +105,13 @@
 
 #include "arch/syscall.h"
 
+// glibc's rseq registration (2.35 on; weak: absent in an older libc, where the rseq CPU
+// source says CPU 0).
+extern "C" {
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+}
+
 namespace probefs::events {
 
 inline constexpr uint32_t kRingAreaMagic = 0x52464270;      // "pBFR"
@@ -130,7 +140,8 @@ enum RingStampClock : uint32_t {
 enum RingCpuSource : uint32_t {
   kRingCpuRdpid = 0,   // rdpid: TSC_AUX
   kRingCpuRdtscp = 1,  // rdtscp: the TSC and TSC_AUX in one instruction
-  kRingCpuNone = 2,    // neither instruction: every record says CPU 0
+  kRingCpuNone = 2,    // no source: every record says CPU 0
+  kRingCpuRseq = 3,    // the thread's rseq cpu_id (glibc's registration)
 };
 constexpr uint32_t ring_stamp_mode(RingStampClock clock, RingCpuSource cpu) {
   return static_cast<uint32_t>(clock) | static_cast<uint32_t>(cpu) << 16;
@@ -353,6 +364,17 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
   return uint64_t{hi} << 32 | lo;
 }
 
+// The calling thread's CPU from its rseq area (struct rseq: u32 cpu_id_start, u32 cpu_id),
+// 0 where glibc registered none.
+[[gnu::always_inline]] inline uint32_t ring_rseq_cpu() {
+  if (&__rseq_size == nullptr || __rseq_size < 8) return 0;
+  uintptr_t tp;
+  asm("mov %%fs:0, %0" : "=r"(tp));
+  const int32_t cpu =
+      *reinterpret_cast<const volatile int32_t*>(tp + static_cast<uintptr_t>(__rseq_offset) + 4);
+  return cpu < 0 ? 0 : static_cast<uint32_t>(cpu);
+}
+
 // The stamp and CPU as stamp_mode says; the flags the record gets.
 [[gnu::always_inline]] inline uint64_t read_stamp(RingAreaHeader* a, uint32_t* cpu,
                                                   uint8_t* flags) {
@@ -381,6 +403,10 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
       stamp = uint64_t{hi} << 32 | lo;
       break;
     }
+    case kRingCpuRseq:
+      aux = ring_rseq_cpu();
+      stamp = (mode & 0xffff) == kRingStampTsc ? read_tsc() : 0;
+      break;
     default:
       stamp = (mode & 0xffff) == kRingStampTsc ? read_tsc() : 0;
       break;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -37,6 +38,35 @@ bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lan
   return stamp_a != stamp_b ? stamp_a < stamp_b : lane_a < lane_b;
 }
 
+// Whether read() gives the CPU sched_getcpu() gives, on a try where the thread did not
+// move meanwhile.
+template <class Read>
+bool source_is_the_cpu(Read read) {
+  for (int i = 0; i < 16; ++i) {
+    const int before = sched_getcpu();
+    const uint32_t cpu = read();
+    if (before >= 0 && sched_getcpu() == before) return cpu == static_cast<uint32_t>(before);
+  }
+  return false;
+}
+
+bool tsc_aux_is_the_cpu(RingCpuSource how) {
+  return source_is_the_cpu([how] {
+    uint32_t aux;
+    if (how == kRingCpuRdpid) {
+      uint64_t a64;
+      asm volatile("rdpid %0" : "=r"(a64));
+      aux = static_cast<uint32_t>(a64);
+    } else {
+      uint32_t lo, hi;
+      asm volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux));
+    }
+    return aux & 0xfff;
+  });
+}
+
+bool rseq_is_the_cpu() { return source_is_the_cpu([] { return ring_detail::ring_rseq_cpu(); }); }
+
 }  // namespace
 
 // --- creating an area -------------------------------------------------------------------
@@ -44,10 +74,18 @@ bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lan
 uint32_t ring_detect_stamp_mode(RingStampClock clock) {
   // Once: in a virtual machine each cpuid is an exit to the hypervisor (tens of
   // microseconds), and every new target's area asks.
+  // An instruction counts only where TSC_AUX is the CPU the kernel says the thread is on
+  // (a hypervisor may leave the host's value there: the instructions work, but the
+  // kernel does not list them as features and never sets it).
   static const RingCpuSource cpu = [] {
     unsigned a, b, c, d;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22))) return kRingCpuRdpid;
-    if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27))) return kRingCpuRdtscp;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22)) &&
+        tsc_aux_is_the_cpu(kRingCpuRdpid))
+      return kRingCpuRdpid;
+    if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27)) &&
+        tsc_aux_is_the_cpu(kRingCpuRdtscp))
+      return kRingCpuRdtscp;
+    if (&__rseq_size != nullptr && __rseq_size >= 8 && rseq_is_the_cpu()) return kRingCpuRseq;
     return kRingCpuNone;
   }();
   return ring_stamp_mode(clock, cpu);
