@@ -72,6 +72,7 @@ struct AreaState {
   uint32_t generation = 0;  // distinct for every area this process ever had
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
   bool fault_tolerant = false;  // read through the SIGSEGV fixup (see lk::kSetupSyscallReads)
+  bool syscall_reads = false;   // SETUP asked for system calls (lk::kSetupSyscallReads)
 };
 
 extern std::atomic<AreaState*> g_area;

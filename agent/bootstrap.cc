@@ -297,9 +297,10 @@ int send_hello(lk::HelloReason reason, std::vector<uint32_t> held) {
   return send_on_link(m);
 }
 
-// Takes fd as the link, on a thread of the program's (the signal guards adopt its mask):
-// g_ctl_mu held.
-void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
+// Takes fd as the link: g_ctl_mu held. At attach the guards go in now, on a thread of the
+// program's (they adopt its mask); a process that starts gets them with its first probe
+// (control.cc, start_guards).
+void adopt_link(int fd, const std::string& name, pid_t daemon_pid, bool guards) {
   {
     std::lock_guard s(g_send_mu);
     g_link_fd = fd;
@@ -310,7 +311,7 @@ void adopt_link(int fd, const std::string& name, pid_t daemon_pid) {
   dl_mailbox_open();
   // Without the guards the program could displace the engine's signals, and fetch reads
   // go through system calls (AreaState::fault_tolerant stays off); tracing goes on.
-  (void)install_guards();
+  if (guards) (void)install_guards();
 }
 
 // The membarrier commands the engine and the rings use, registered while the program has
@@ -338,7 +339,7 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
       ::close(fd);
       return false;
     }
-    adopt_link(fd, name, daemon_pid);
+    adopt_link(fd, name, daemon_pid, false);
     begin_startup();
     if (reason == lk::HelloReason::kFork) held = probe_ids(kHelloMaxProbes);
   }
@@ -542,7 +543,7 @@ extern "C" __attribute__((visibility("default"))) int probefs_agent_attach(const
       } else if ((rc = check_peer(fd, daemon_pid, true)) != 0) {
         ::close(fd);
       } else {
-        adopt_link(fd, link_name, daemon_pid);
+        adopt_link(fd, link_name, daemon_pid, true);
       }
     }
   }

@@ -1,6 +1,7 @@
 // The agent's control plane: each request of the daemon applied to the engine, the ring
 // area mapped and replaced, LIST and PROFILE, and the teardown that leaves the program
 // untraced. Runs on whichever thread holds g_ctl_mu (agent.h); never on the hit path.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "agent/agent.h"
 #include "agent/signal_guard.h"
 #include "agent/symbols.h"
+#include "arch/branch_targets.h"
 #include "probecore/rcu.h"
 
 namespace probefs::agent {
@@ -48,6 +50,8 @@ uint32_t g_area_generation = 0;                             // g_ctl_mu
 // together at GO, in one write window for all (each window scans the threads and waits
 // for every CPU) rather than one each.
 bool g_starting = false;                          // g_ctl_mu
+bool g_start_guards_due = false;                  // g_ctl_mu
+void start_guards();
 std::vector<uint32_t>& g_startup_enable = *new std::vector<uint32_t>;  // g_ctl_mu: probe ids
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
 
@@ -118,10 +122,42 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   as->generation = ++g_area_generation;
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());
-  as->fault_tolerant = !(s.options & lk::kSetupSyscallReads) && fault_fixup_installed();
+  as->syscall_reads = (s.options & lk::kSetupSyscallReads) != 0;
+  as->fault_tolerant = !as->syscall_reads && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();
   replace_area(as);
+}
+
+// BRANCHES: the daemon's branch table of one mapping (arch/branch_targets.h), mapped for
+// the life of the process and handed to the engine. Only a memfd that nobody can change
+// any more (sealed against writing, growing, shrinking) of exactly the table's size.
+constexpr size_t kMaxBranchTables = 64;
+size_t g_branch_tables = 0;
+
+void do_branches(const lk::Branches& b, int fd, lk::Reply* reply) {
+  if (fd < 0) return set_error(reply, -EBADF, "BRANCHES without the table's descriptor");
+  if (g_branch_tables >= kMaxBranchTables)
+    return set_error(reply, -ENOSPC, "too many branch tables");
+  constexpr int kSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSeals) != kSeals)
+    return set_error(reply, -EINVAL, "the branch table is not sealed");
+  // Its bits, a count and at most one candidate per byte of the mapping.
+  const uint64_t max_bytes = (arch::branch_table_words(b.length) + 1 + b.length) * 8;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size % 8 != 0 ||
+      static_cast<uint64_t>(st.st_size) > max_bytes)
+    return set_error(reply, -EINVAL, "the branch table's size does not fit the mapping");
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* mem = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of the branch table failed");
+  const arch::MappingKey key{b.dev_major, b.dev_minor, b.inode, b.offset, b.length};
+  if (!arch::provide_branch_table(key, static_cast<const uint64_t*>(mem), bytes / 8)) {
+    ::munmap(mem, bytes);
+    return set_error(reply, -EINVAL, "the branch table does not fit the mapping, or is one too many");
+  }
+  ++g_branch_tables;
 }
 
 // Whether every argument is a register (or $retval) stored as it is, and if so the
@@ -176,6 +212,7 @@ void list_changed() {
 }
 
 void do_define(const lk::Message& m, lk::Reply* reply) {
+  if (g_starting) start_guards();
   const auto& d = std::get<lk::Define>(m.body);
   if (g_probes.count(d.probe_id))
     return set_error(reply, -EEXIST, "probe id " + std::to_string(d.probe_id) + " exists");
@@ -227,10 +264,35 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
 
 }  // namespace
 
-void begin_startup() { g_starting = true; }
+void begin_startup() {
+  g_starting = true;
+  g_start_guards_due = true;
+}
+
+namespace {
+
+// The guards came after SETUP: fetch reads go through the fault fixup from now on.
+void refresh_fault_tolerance() {
+  if (AreaState* as = g_area_owned)
+    as->fault_tolerant = !as->syscall_reads && fault_fixup_installed();
+}
+
+// The guards of a process that starts go in with its first probe, or at GO: after SETUP
+// and BRANCHES (the guards' jmps are the first the optimizer places in libc, and the
+// daemon's table of libc spares the process a sweep of it), on the program's own thread
+// (the guards adopt its mask). A fork child has its parent's: this only reconciles.
+void start_guards() {
+  if (!g_start_guards_due) return;
+  g_start_guards_due = false;
+  (void)install_guards();
+  refresh_fault_tolerance();
+}
+
+}  // namespace
 
 void end_startup() {
   if (!g_starting) return;
+  start_guards();
   g_starting = false;
   std::vector<probecore::Kprobe*> kps;
   for (uint32_t id : g_startup_enable)
@@ -360,6 +422,9 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
   switch (m.type) {
     case lk::MsgType::kSetup:
       do_setup(std::get<lk::Setup>(m.body), received_fd, reply);
+      break;
+    case lk::MsgType::kBranches:
+      do_branches(std::get<lk::Branches>(m.body), received_fd, reply);
       break;
     case lk::MsgType::kDefine:
       do_define(m, reply);

@@ -173,6 +173,16 @@ bool get_filter(In& in, std::optional<CompiledFilter>* f) {
 
 void encode_body(Out& o, const Message& m) {
   switch (m.type) {
+    case MsgType::kBranches: {
+      const auto& b = std::get<Branches>(m.body);
+      if (b.length == 0 || b.length > kMaxBranchesLength) o.ok = false;
+      o.u32(b.dev_major);
+      o.u32(b.dev_minor);
+      o.u64(b.inode);
+      o.u64(b.offset);
+      o.u64(b.length);
+      break;
+    }
     case MsgType::kSetup: {
       const auto& s = std::get<Setup>(m.body);
       if (s.options & ~kKnownSetupOptions) o.ok = false;
@@ -251,7 +261,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kBlacklist)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kBranches)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
@@ -259,6 +269,18 @@ bool valid_type(uint16_t t) {
 
 bool decode_body(In& in, Message* m) {
   switch (m->type) {
+    case MsgType::kBranches: {
+      Branches b;
+      in.get(&b.dev_major, "branches");
+      in.get(&b.dev_minor, "branches");
+      in.get(&b.inode, "branches");
+      in.get(&b.offset, "branches");
+      in.get(&b.length, "branches");
+      if (in.ok() && (b.length == 0 || b.length > kMaxBranchesLength))
+        return in.fail("branches: length out of range");
+      m->body = b;
+      break;
+    }
     case MsgType::kSetup: {
       Setup s;
       in.get(&s.area_size, "setup");
@@ -418,6 +440,7 @@ size_t body_index(MsgType type) {
     case MsgType::kHello: return 6;
     case MsgType::kMapped: return 7;
     case MsgType::kReply: return 8;
+    case MsgType::kBranches: return 9;
     default: return 0;
   }
 }
@@ -438,6 +461,7 @@ const char* type_name(MsgType type) {
     case MsgType::kGo: return "GO";
     case MsgType::kDetach: return "DETACH";
     case MsgType::kBlacklist: return "BLACKLIST";
+    case MsgType::kBranches: return "BRANCHES";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kListChanged: return "LIST_CHANGED";

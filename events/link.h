@@ -28,7 +28,8 @@
 // request it answers. Either end may have several requests in flight.
 //
 // Conversation:
-//   launch/exec:  agent HELLO -> daemon SETUP, DEFINE..., GO   (each answered by REPLY)
+//   launch/exec:  agent HELLO -> daemon SETUP, BRANCHES..., DEFINE..., GO   (each
+//                 answered by REPLY)
 //                 The program's main does not run before GO (or the agent's bounded wait
 //                 for it ends, or the daemon goes away).
 //   attach/fork:  agent HELLO -> daemon SETUP, DEFINE... (the program runs meanwhile; a
@@ -64,7 +65,7 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 2;  // 2: LIST_CHANGED
+inline constexpr uint32_t kAgentAbiVersion = 3;  // 2: LIST_CHANGED, 3: BRANCHES
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -94,6 +95,7 @@ enum class MsgType : uint16_t {
   kDetach = 13,       // no payload: remove everything, REPLY, close, go idle
   kBlacklist = 14,    // no payload; the REPLY's text: the engine's blacklist, one
                       // "0x%016lx-0x%016lx\n" line per range [start, end)
+  kBranches = 15,     // Branches + the table's sealed memfd (SCM_RIGHTS)
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
@@ -125,6 +127,24 @@ struct Setup {
 // read. This option asks for system calls always (to tell the two apart when debugging).
 inline constexpr uint32_t kSetupSyscallReads = 1u << 0;
 inline constexpr uint32_t kKnownSetupOptions = kSetupSyscallReads;
+
+// BRANCHES: where the direct branches of one executable file mapping land
+// (arch/branch_targets.h), built by the daemon from the file: the table travels as a memfd
+// sealed against writing, growing and shrinking, laid out as arch::build_branch_table()
+// lays it out, as SCM_RIGHTS of this packet. The engine's
+// optimizer reads it for the mapping with these numbers instead of sweeping the mapping.
+// Sent before the DEFINEs of a process that starts (the optimizer's first use of libc is
+// the agent's own guards, placed at GO), and only to an agent of ABI version 3 or later.
+//   u32 dev_major, u32 dev_minor, u64 inode, u64 offset, u64 length
+// 0 < length <= kMaxBranchesLength.
+inline constexpr uint64_t kMaxBranchesLength = uint64_t{1} << 32;
+struct Branches {
+  uint32_t dev_major = 0;
+  uint32_t dev_minor = 0;
+  uint64_t inode = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 enum class ProbeKind : uint8_t { kEntry = 0, kReturn = 1 };
 
@@ -231,7 +251,7 @@ struct Reply {
 };
 
 using Body = std::variant<std::monostate, Setup, Define, ProbeRef, SetFilter, Optimization,
-                          Hello, Mapped, Reply>;
+                          Hello, Mapped, Reply, Branches>;
 
 struct Message {
   MsgType type = MsgType::kReply;

@@ -309,6 +309,25 @@ AgentLink::Ticket AgentLink::start(lk::MsgType type, lk::Body body) {
   }
 }
 
+AgentLink::Ticket AgentLink::start_setup(int memfd, uint64_t area_size, uint32_t trace_clock,
+                                         uint32_t options) {
+  if (memfd < 0) {
+    Ticket t;
+    t.failed = {-EBADF, "no ring area", {}, false};
+    return t;
+  }
+  return impl_->start(lk::MsgType::kSetup, lk::Setup{area_size, trace_clock, options}, memfd);
+}
+
+AgentLink::Ticket AgentLink::start_branches(const lk::Branches& b, int table_fd) {
+  if (table_fd < 0) {
+    Ticket t;
+    t.failed = {-EBADF, "no branch table", {}, false};
+    return t;
+  }
+  return impl_->start(lk::MsgType::kBranches, b, table_fd);
+}
+
 LinkResult AgentLink::collect(const Ticket& t, std::chrono::steady_clock::time_point deadline) {
   return impl_->collect(t, deadline);
 }

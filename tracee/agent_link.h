@@ -143,6 +143,10 @@ class AgentLink {
   // gives it) and returns once it left. Requests on one link take effect in the order
   // they were started.
   Ticket start(lk::MsgType type, lk::Body body);
+  // SETUP and BRANCHES started like the others: the memfd goes with the packet (the
+  // caller keeps its own fd).
+  Ticket start_setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
+  Ticket start_branches(const lk::Branches& b, int table_fd);
   // The reply to `t`, waiting at most until `deadline` or the ticket's own deadline,
   // whichever comes first: what the synchronous call would have returned (deferred when
   // the process is stopped, -ETIMEDOUT when no reply came in time).

@@ -57,6 +57,7 @@
 #include "events/ring_consumer.h"
 #include "events/trace_clock.h"
 #include "tracee/agent_link.h"
+#include "tracee/branch_tables.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/probe_places.h"
 #include "tracee/proc_maps.h"
@@ -297,6 +298,8 @@ struct Tracer::Impl {
   uint32_t next_slot = 0;
   bool armed = true;
   bool optimization = true;
+  // The branch tables agents are handed as their process starts (its own lock, a leaf).
+  BranchTables branch_tables;
 
   // ---- the records room (tracer_records.cc): read_mu, marker_mu ----
   std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
@@ -378,6 +381,8 @@ struct Tracer::Impl {
   void place_pending(Target& t, std::vector<lk::Define>* collect,
                      std::vector<ProbeId>* collect_ids);
   void place_all_pending(Target& t);
+  void start_branch_tables(Target& t, const std::vector<lk::Define>& defs,
+                           std::vector<AgentLink::Ticket>* tickets);
   void adopt_inherited_probes(Target& child, const Target* parent);
   void forget_unmapped_sites(Target& t);
 

@@ -8,6 +8,9 @@
 // allowed in the target's area (allow_event) and counts are read under read_mu, taken
 // after mu.
 
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -211,10 +214,18 @@ void Tracer::Impl::place_pending(Target& t, std::vector<lk::Define>* collect,
 // place_pending for a target that waits for GO: every DEFINE goes out at once and the
 // replies are collected after (one round trip, not one per place). A probe one of whose
 // places failed leaves the target, as send_defines does it. mu held.
+//
+// A process that starts (launched, exec'd or attached; a fork child has its parent's) is
+// first handed the branch tables of the objects its probes go into, and of libc, which
+// the agent's guards go into (arch/branch_targets.h).
 void Tracer::Impl::place_all_pending(Target& t) {
   std::vector<lk::Define> defs;
   std::vector<ProbeId> ids;
   place_pending(t, &defs, &ids);
+  std::vector<AgentLink::Ticket> tables;
+  start_branch_tables(t, defs, &tables);
+  for (const AgentLink::Ticket& k : tables)
+    (void)t.link->collect(k, std::chrono::steady_clock::time_point::max());
   if (defs.empty()) return;
   // Allowed before the DEFINEs go: their probes may fire before the replies come.
   for (const lk::Define& d : defs) allow_event(t, d.event_id);
@@ -234,6 +245,38 @@ void Tracer::Impl::place_all_pending(Target& t) {
   }
   for (ProbeId id : failed)
     if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
+}
+
+void Tracer::Impl::start_branch_tables(Target& t, const std::vector<lk::Define>& defs,
+                                       std::vector<AgentLink::Ticket>* tickets) {
+  const lk::Hello& hello = t.link->hello();
+  if (hello.abi_version < 3 || hello.reason == lk::HelloReason::kFork) return;
+  auto is_libc = [](const std::string& path) {
+    const size_t slash = path.rfind('/');
+    return path.compare(slash == std::string::npos ? 0 : slash + 1, 7, "libc.so") == 0;
+  };
+  std::set<size_t> wanted;  // indexes into t.maps
+  for (size_t i = 0; i < t.maps.size(); ++i) {
+    const Mapping& m = t.maps[i];
+    if (!m.exec || m.deleted) continue;
+    bool used = is_libc(m.path);
+    for (size_t d = 0; d < defs.size() && !used; ++d)
+      used = m.start <= defs[d].address && defs[d].address < m.end;
+    if (used) wanted.insert(i);
+  }
+  for (size_t i : wanted) {
+    const Mapping& m = t.maps[i];
+    const int fd = branch_tables.fd_for(t.pid, m);
+    if (fd < 0) continue;  // the agent sweeps that mapping itself
+    lk::Branches b;
+    b.dev_major = major(m.dev);
+    b.dev_minor = minor(m.dev);
+    b.inode = m.inode;
+    b.offset = m.offset;
+    b.length = m.end - m.start;
+    tickets->push_back(t.link->start_branches(b, fd));
+    ::close(fd);
+  }
 }
 
 // A fork child's code carries the probes its parent had at the fork, under the same

@@ -32,6 +32,7 @@
 #include <map>
 #include <vector>
 
+#include "arch/branch_targets.h"
 #include "arch/self_memory.h"
 #include "arch/testing.h"
 #include "arch/warn.h"
@@ -155,8 +156,9 @@ std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, D
 // libc, in the first control operation that touched it); instead:
 //  - long branches (call, jmp, jcc rel32) can come from anywhere: once per mapping, a scan
 //    of its bytes marks every byte that some position's bytes, read as such a branch,
-//    land on (rel32_scan.h). That is a superset of the real targets, a bit per byte, and
-//    every process start pays for it on libc: a fraction of a millisecond;
+//    land on (rel32_scan.h). That is a superset of the real targets, a bit per byte. A
+//    traced process that starts is handed the tables of libc and of the objects its
+//    probes go into by the daemon, built once per file (arch/branch_targets.h);
 //  - short branches (jmp, jcc, loop, jrcxz rel8) can come only from within 128 bytes: the
 //    bytes around the region are scanned the same way, per region.
 // A region none of whose inner bytes is marked is safe from long branches. Otherwise each
@@ -164,18 +166,38 @@ std::map<const Site*, DetourInfo>& g_site_detours = *new std::map<const Site*, D
 // is a real branch when a linear sweep from kResyncBytes before it lands on it (or on prefixes just
 // before it); the sweep finds its footing within a few instructions, as a sweep from the
 // mapping's start would. (g_text_mu)
+//
+// A mapping of a file whose table the daemon handed over (arch/branch_targets.h) is not
+// swept at all: the table has the bits, and its candidates sorted by target, so that a
+// region's are found by a search.
 struct MappingBranches {
   uintptr_t start = 0, end = 0;
-  unsigned long inode = 0;
-  std::vector<uint64_t> bits;  // Rel32Targets over [start, end)
+  arch::MappingKey key;
+  std::vector<uint64_t> bits;        // Rel32Targets over [start, end), when swept here
+  const uint64_t* given = nullptr;   // or the daemon's table's
+  const uint64_t* given_candidates = nullptr;  // sorted by target
+  size_t given_count = 0;
   // Every candidate as (target << 32 | source), offsets from start, in the order found:
   // what a region some candidate lands in is checked against (a pass, not a search).
-  std::vector<uint64_t> candidates;
+  std::vector<uint64_t> candidates;  // when swept here
 
-  Rel32Targets targets() { return {bits.data(), end - start}; }
+  Rel32Targets targets() {
+    return {given ? const_cast<uint64_t*>(given) : bits.data(), end - start};
+  }
 };
 std::vector<MappingBranches>& g_mapping_branches = *new std::vector<MappingBranches>;
 constexpr size_t kResyncBytes = 128;
+
+// The daemon's tables, by mapping (provide_branch_table). Bounded: each is a mapping the
+// process keeps. (g_text_mu)
+struct GivenTable {
+  arch::MappingKey key;
+  const uint64_t* bits;
+  const uint64_t* candidates;
+  size_t count;
+};
+constexpr size_t kMaxGivenTables = 256;
+std::vector<GivenTable>& g_given_tables = *new std::vector<GivenTable>;
 
 bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
   FILE* f = std::fopen("/proc/self/maps", "re");
@@ -192,7 +214,7 @@ bool find_exec_mapping(uintptr_t addr, MappingBranches* out) {
     if (addr >= lo && addr < hi && perms[2] == 'x') {
       out->start = lo;
       out->end = hi;
-      out->inode = inode;
+      out->key = {dev_major, dev_minor, inode, off, hi - lo};
       found = true;
       break;
     }
@@ -240,6 +262,19 @@ bool scan_mapping(const MappingBranches& m, Fn&& fn) {
   return true;
 }
 
+// Fills m.bits and m.candidates from a sweep of its bytes.
+bool sweep(MappingBranches& m) {
+  const size_t size = m.end - m.start;
+  m.bits.assign(branch_table_words(size), 0);
+  m.candidates.reserve(size / 24);
+  Rel32Targets t = m.targets();
+  return scan_mapping(m, [&](size_t source, int64_t target) {
+    if (target < 0 || static_cast<uint64_t>(target) >= size) return;
+    t.mark(target);
+    m.candidates.push_back(static_cast<uint64_t>(target) << 32 | source);
+  });
+}
+
 MappingBranches* branches_of_mapping(uintptr_t addr) {
   static DlCounters seen{~0ull, ~0ull};
   DlCounters now;
@@ -252,18 +287,17 @@ MappingBranches* branches_of_mapping(uintptr_t addr) {
   MappingBranches m;
   if (!find_exec_mapping(addr, &m)) return nullptr;
   for (MappingBranches& b : g_mapping_branches)
-    if (b.start == m.start && b.end == m.end && b.inode == m.inode) return &b;
+    if (b.start == m.start && b.end == m.end && b.key == m.key) return &b;
   const size_t size = m.end - m.start;
   if (size > UINT32_MAX) return nullptr;  // offsets are kept in 32 bits
-  m.bits.assign((size + 63) / 64, 0);
-  m.candidates.reserve(size / 24);
-  Rel32Targets t = m.targets();
-  const bool read = scan_mapping(m, [&](size_t source, int64_t target) {
-    if (target < 0 || static_cast<uint64_t>(target) >= size) return;
-    t.mark(target);
-    m.candidates.push_back(static_cast<uint64_t>(target) << 32 | source);
-  });
-  if (!read) return nullptr;
+  for (const GivenTable& g : g_given_tables) {
+    if (g.key == m.key && m.key.inode != 0) {
+      m.given = g.bits;
+      m.given_candidates = g.candidates;
+      m.given_count = g.count;
+    }
+  }
+  if (!m.given && !sweep(m)) return nullptr;
   g_mapping_branches.push_back(std::move(m));
   return &g_mapping_branches.back();
 }
@@ -311,10 +345,17 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const uintptr_t lo = b->start;
   const size_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
   if (b->targets().any(from_target, to_target)) {
-    for (uint64_t c : b->candidates)
-      if ((c >> 32) - from_target < to_target - from_target &&
-          decodes_as_instruction(lo + (c & 0xffffffffu), *b))
-        return true;
+    auto lands = [&](uint64_t target) { return target - from_target < to_target - from_target; };
+    if (b->given) {  // the candidates that land here, by a search
+      const uint64_t* c = std::lower_bound(b->given_candidates,
+                                           b->given_candidates + b->given_count,
+                                           static_cast<uint64_t>(from_target) << 32);
+      for (; c != b->given_candidates + b->given_count && lands(*c >> 32); ++c)
+        if (decodes_as_instruction(lo + (*c & 0xffffffffu), *b)) return true;
+    } else {
+      for (uint64_t c : b->candidates)
+        if (lands(c >> 32) && decodes_as_instruction(lo + (c & 0xffffffffu), *b)) return true;
+    }
   }
   // Short branches: their opcode lies within [addr - 129, addr + len + 126].
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
@@ -822,6 +863,23 @@ size_t testing::site_detour_entries() {
 void unoptimize(Site* const* sites, size_t n) {
   std::lock_guard lock(g_text_mu);
   unoptimize_locked(sites, n, false);  // a failed write is warned; that site stays a jmp
+}
+
+bool provide_branch_table(const MappingKey& key, const uint64_t* table, size_t words) {
+  if (!table || key.length == 0 || key.length > UINT32_MAX) return false;
+  const size_t bit_words = branch_table_words(key.length);
+  if (words <= bit_words || table[bit_words] != words - bit_words - 1) return false;
+  const GivenTable given{key, table, table + bit_words + 1, words - bit_words - 1};
+  std::lock_guard lock(g_text_mu);
+  for (GivenTable& g : g_given_tables) {
+    if (g.key == key) {
+      g = given;
+      return true;
+    }
+  }
+  if (g_given_tables.size() >= kMaxGivenTables) return false;
+  g_given_tables.push_back(given);
+  return true;
 }
 
 }  // namespace probefs::arch

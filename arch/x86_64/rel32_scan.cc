@@ -1,8 +1,12 @@
 // The vector part of the rel32 scan (rel32_scan.h): built with SSE2, the x86-64 baseline,
-// unlike the rest of arch. No state, no library calls.
+// unlike the rest of arch. No state; only the daemon's table builder allocates.
 #include "arch/x86_64/rel32_scan.h"
 
+#include "arch/branch_targets.h"
+
 #include <emmintrin.h>
+
+#include <algorithm>
 
 namespace probefs::arch::x86_64 {
 
@@ -43,3 +47,21 @@ size_t rel32_opcodes(const uint8_t* buf, size_t n, size_t owned, size_t from, ui
 }
 
 }  // namespace probefs::arch::x86_64
+
+namespace probefs::arch {
+
+std::vector<uint64_t> build_branch_table(const uint8_t* code, size_t n) {
+  const size_t words = branch_table_words(n);
+  std::vector<uint64_t> table(words + 1, 0);
+  x86_64::for_each_rel32(code, n, n, [&](size_t source, int64_t target) {
+    if (target < 0 || static_cast<uint64_t>(target) >= n) return;
+    table.push_back(static_cast<uint64_t>(target) << 32 | source);
+  });
+  std::sort(table.begin() + static_cast<ptrdiff_t>(words) + 1, table.end());
+  x86_64::Rel32Targets t{table.data(), n};
+  for (size_t i = words + 1; i < table.size(); ++i) t.mark(static_cast<int64_t>(table[i] >> 32));
+  table[words] = table.size() - words - 1;
+  return table;
+}
+
+}  // namespace probefs::arch

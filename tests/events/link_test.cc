@@ -133,6 +133,17 @@ TEST(Link, EveryMessageRoundTrips) {
   EXPECT_EQ(h.reason, HelloReason::kFork);
   EXPECT_EQ(h.probe_ids, (std::vector<uint32_t>{7, 9, 4000000000u}));
 
+  m.type = MsgType::kBranches;
+  m.body = Branches{259, 3, 1234567, 0x28000, 0x160000};
+  Branches b = std::get<Branches>(roundtrip(m).body);
+  EXPECT_EQ(b.dev_major, 259u);
+  EXPECT_EQ(b.dev_minor, 3u);
+  EXPECT_EQ(b.inode, 1234567u);
+  EXPECT_EQ(b.offset, 0x28000u);
+  EXPECT_EQ(b.length, 0x160000u);
+  m.body = Branches{1, 2, 3, 4, 0};
+  EXPECT_TRUE(encode(m).empty());  // an empty mapping has no table
+
   m.type = MsgType::kMapped;
   m.body = Mapped{MappedKind::kUnmapped};
   EXPECT_EQ(std::get<Mapped>(roundtrip(m).body).kind, MappedKind::kUnmapped);
@@ -238,6 +249,19 @@ TEST(Link, DecodeRefusesMalformedPackets) {
   refused(with(6, 0x10), "unknown flag");
   refused(with(16 + 10, 9), "unknown probe kind");
   refused(with(16 + 11, 2), "bool out of range");
+  {
+    Message b;
+    b.type = MsgType::kBranches;
+    b.seq = 6;
+    b.body = Branches{8, 1, 99, 0, 4096};
+    const std::vector<uint8_t> table = encode(b)[0];
+    ASSERT_EQ(table.size(), 16u + 32u);
+    std::vector<uint8_t> p = table;
+    std::memset(&p[16 + 24], 0, 8);
+    refused(p, "a branch table of an empty mapping");
+    p[16 + 24 + 4] = 2;  // 2^33 bytes
+    refused(p, "a branch table of a mapping past 4 GiB");
+  }
   // Every single-byte corruption either decodes to a message that encodes again (the
   // byte was a value, not structure) or is refused: never a crash or an over-read.
   for (size_t at = 0; at < good.size(); ++at) {

@@ -10,8 +10,15 @@
 #include <atomic>
 #include <cerrno>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "arch/branch_targets.h"
 #include "probecore/kprobes.h"
 
 extern "C" char pf_many[], pf_many_end[];
@@ -188,6 +195,79 @@ TEST(CrossFunctionJumps, RefuseTheJmpOnlyForRealJumps) {
     ASSERT_EQ(unregister_kprobe(&k), 0);
   }
   EXPECT_EQ(kprobes_list(), "");
+}
+
+// The executable mapping around addr, as /proc/self/maps names it.
+bool mapping_of(uintptr_t addr, uintptr_t* start, arch::MappingKey* key) {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off, inode;
+    unsigned maj, min;
+    char perms[8];
+    if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &maj, &min,
+                    &inode) == 7 &&
+        lo <= addr && addr < hi && perms[2] == 'x') {
+      *start = lo;
+      *key = {maj, min, inode, off, hi - lo};
+      found = true;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
+
+// With the daemon's table of the mapping (arch/branch_targets.h) the engine does not sweep
+// the mapping: its answers are the table's. In a process of its own (the engine keeps what
+// it swept once): the table built from the mapping's bytes refuses the real jumps as the
+// sweep does, and a candidate the table adds (a real jmp's source, said to land in the
+// decoy's region) refuses the decoy, which only the table can say.
+int given_table_child() {
+  uintptr_t start = 0;
+  arch::MappingKey key;
+  if (!mapping_of(reinterpret_cast<uintptr_t>(pf_cross_long), &start, &key)) return 10;
+  std::vector<uint64_t> table =
+      arch::build_branch_table(reinterpret_cast<const uint8_t*>(start), key.length);
+  const size_t words = arch::branch_table_words(key.length);
+  // The long jmp's own candidate: source is the jmp (its last instruction, 5 bytes).
+  const uint64_t jmp_source = reinterpret_cast<uintptr_t>(pf_cross_long_src) + 7 - start;
+  bool long_seen = false;
+  for (size_t i = words + 1; i < table.size(); ++i)
+    long_seen |= (table[i] & 0xffffffffu) == jmp_source;
+  if (!long_seen) return 11;
+  const uint64_t decoy_in = reinterpret_cast<uintptr_t>(pf_cross_decoy) + 3 - start;
+  table.push_back(decoy_in << 32 | jmp_source);
+  std::sort(table.begin() + static_cast<ptrdiff_t>(words) + 1, table.end());
+  table[words] = table.size() - words - 1;
+  table[decoy_in >> 6] |= uint64_t{1} << (decoy_in & 63);
+  // A table whose count does not match its size is refused.
+  if (arch::provide_branch_table(key, table.data(), table.size() - 1)) return 12;
+  if (!arch::provide_branch_table(key, table.data(), table.size())) return 13;
+  set_kprobes_optimization(true);
+  int code = 0;
+  const std::pair<char*, char*> fns[] = {{pf_cross_long, pf_cross_long_end},
+                                         {pf_cross_short, pf_cross_short_end},
+                                         {pf_cross_decoy, pf_cross_decoy_end}};
+  for (auto [fn, end] : fns) {
+    Kprobe k;
+    k.addr = reinterpret_cast<uintptr_t>(fn);
+    k.bounds = {k.addr, reinterpret_cast<uintptr_t>(end)};
+    k.pre_handler = count_hit;
+    if (register_kprobe(&k) != 0) return 14;
+    wait_for_kprobe_optimizer();
+    if (kprobe_optimization_status(&k) !=
+        "a jump from other code lands in the replaced instructions")
+      code = 20 + static_cast<int>(fn == pf_cross_short) + 2 * (fn == pf_cross_decoy);
+    if (unregister_kprobe(&k) != 0) return 15;
+  }
+  return code;
+}
+
+TEST(CrossFunctionJumps, TheDaemonsTableStandsForTheSweep) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(_exit(given_table_child()), ::testing::ExitedWithCode(0), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ControlPlane, ::testing::Bool(),

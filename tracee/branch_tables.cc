@@ -1,0 +1,117 @@
+#include "tracee/branch_tables.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+#include <vector>
+
+#include "arch/branch_targets.h"
+
+namespace probefs::tracee {
+
+namespace {
+
+bool same_time(const timespec& a, const timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+// Reads [offset, offset + length) of fd into code (zeros past the end of the file, as the
+// mapping shows them). false on a read error.
+bool read_range(int fd, uint64_t offset, std::vector<uint8_t>* code) {
+  size_t at = 0;
+  while (at < code->size()) {
+    const ssize_t n = ::pread(fd, code->data() + at, code->size() - at,
+                              static_cast<off_t>(offset + at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) break;  // the file ends inside the mapping
+    at += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A sealed memfd holding `words`; a negative errno.
+int sealed_table(const std::vector<uint64_t>& words) {
+  const int fd = ::memfd_create("probefs-branches", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -errno;
+  const auto* p = reinterpret_cast<const uint8_t*>(words.data());
+  size_t left = words.size() * sizeof(uint64_t);
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? -errno : -EIO;
+      ::close(fd);
+      return err;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    const int err = -errno;
+    ::close(fd);
+    return err;
+  }
+  return fd;
+}
+
+int dup_of(int fd) {
+  const int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  return d < 0 ? -errno : d;
+}
+
+}  // namespace
+
+BranchTables::~BranchTables() {
+  for (Entry& e : entries_) ::close(e.fd);
+}
+
+int BranchTables::fd_for(pid_t pid, const Mapping& m) {
+  const uint64_t length = m.end - m.start;
+  if (!m.exec || m.end <= m.start || length > kMaxMappingBytes) return -EINVAL;
+  const int file = open_mapped_file(pid, m);
+  if (file < 0) return file;
+  struct stat st;
+  if (::fstat(file, &st) != 0) {
+    const int err = -errno;
+    ::close(file);
+    return err;
+  }
+  std::lock_guard l(mu_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->dev == st.st_dev && it->inode == st.st_ino && it->offset == m.offset &&
+        it->length == length && it->size == st.st_size && same_time(it->mtime, st.st_mtim) &&
+        same_time(it->ctime, st.st_ctim)) {
+      ::close(file);
+      entries_.splice(entries_.begin(), entries_, it);
+      return dup_of(entries_.front().fd);
+    }
+  }
+  std::vector<uint8_t> code(length, 0);
+  const bool read = read_range(file, m.offset, &code);
+  ::close(file);
+  if (!read) return -EIO;
+  const int fd = sealed_table(arch::build_branch_table(code.data(), code.size()));
+  if (fd < 0) return fd;
+  if (entries_.size() >= kMaxTables) {
+    ::close(entries_.back().fd);
+    entries_.pop_back();
+  }
+  Entry e;
+  e.dev = st.st_dev;
+  e.inode = st.st_ino;
+  e.offset = m.offset;
+  e.length = length;
+  e.size = st.st_size;
+  e.mtime = st.st_mtim;
+  e.ctime = st.st_ctim;
+  e.fd = fd;
+  entries_.push_front(e);
+  return dup_of(fd);
+}
+
+}  // namespace probefs::tracee
