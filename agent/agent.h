@@ -73,6 +73,7 @@ struct AreaState {
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
   bool fault_tolerant = false;  // read through the SIGSEGV fixup (see lk::kSetupSyscallReads)
   bool syscall_reads = false;   // SETUP asked for system calls (lk::kSetupSyscallReads)
+  int32_t rseq_cpu = -1;        // RingProducer::rseq_cpu of every ring this process claims
 };
 
 extern std::atomic<AreaState*> g_area;

@@ -123,6 +123,7 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());
   as->syscall_reads = (s.options & lk::kSetupSyscallReads) != 0;
+  as->rseq_cpu = events::ring_rseq_cpu_offset();
   as->fault_tolerant = !as->syscall_reads && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();

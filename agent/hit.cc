@@ -113,6 +113,7 @@ void read_comm(char (&comm)[16]) {
     t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;
   }
+  fresh.rseq_cpu = as->rseq_cpu;
   char comm[events::kRingCommBytes];
   read_comm(comm);
   events::ring_set_comm(&fresh, static_cast<uint32_t>(real), comm);

@@ -106,7 +106,7 @@
 #include "arch/syscall.h"
 
 // glibc's rseq registration (2.35 on; weak: absent in an older libc, where the rseq CPU
-// source says CPU 0).
+// source says CPU 0). Read only by ring_rseq_cpu_offset(), never on the hit path.
 extern "C" {
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
@@ -301,6 +301,7 @@ struct alignas(64) RingProducer {
   uint64_t lost_marked = 0;         // the lost count the last committed record carried
   uint32_t ring = 0;                // index in the area
   uint32_t claim_generation = 0;    // free_generation when the last claim failed
+  int32_t rseq_cpu = -1;            // kRingCpuRseq: ring_rseq_cpu_offset(), set by the owner
 };
 
 namespace ring_detail {
@@ -365,19 +366,19 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
 }
 
 // The calling thread's CPU from its rseq area (struct rseq: u32 cpu_id_start, u32 cpu_id),
-// 0 where glibc registered none.
-[[gnu::always_inline]] inline uint32_t ring_rseq_cpu() {
-  if (&__rseq_size == nullptr || __rseq_size < 8) return 0;
+// `offset` from the thread pointer (ring_rseq_cpu_offset()); 0 where there is none.
+[[gnu::always_inline]] inline uint32_t ring_rseq_cpu(int32_t offset) {
+  if (offset < 0) return 0;
   uintptr_t tp;
   asm("mov %%fs:0, %0" : "=r"(tp));
-  const int32_t cpu =
-      *reinterpret_cast<const volatile int32_t*>(tp + static_cast<uintptr_t>(__rseq_offset) + 4);
+  const int32_t cpu = *reinterpret_cast<const volatile int32_t*>(tp + static_cast<uint32_t>(offset));
   return cpu < 0 ? 0 : static_cast<uint32_t>(cpu);
 }
 
 // The stamp and CPU as stamp_mode says; the flags the record gets.
-[[gnu::always_inline]] inline uint64_t read_stamp(RingAreaHeader* a, uint32_t* cpu,
+[[gnu::always_inline]] inline uint64_t read_stamp(const RingProducer* p, uint32_t* cpu,
                                                   uint8_t* flags) {
+  RingAreaHeader* a = p->area;
   const uint32_t mode = load_relaxed(&a->stamp_mode);
   if (__builtin_expect(mode == ring_stamp_mode(kRingStampTsc, kRingCpuRdpid), 1)) {
     const uint64_t tsc = read_tsc();
@@ -404,7 +405,7 @@ inline bool fits(uint32_t h, uint32_t t, uint32_t need, uint32_t size, uint32_t*
       break;
     }
     case kRingCpuRseq:
-      aux = ring_rseq_cpu();
+      aux = ring_rseq_cpu(p->rseq_cpu);
       stamp = (mode & 0xffff) == kRingStampTsc ? read_tsc() : 0;
       break;
     default:
@@ -533,7 +534,7 @@ inline bool ring_claim_worth_retrying(const RingAreaHeader* area, const RingProd
   }
   uint32_t cpu;
   uint8_t flags;
-  const uint64_t stamp = read_stamp(p->area, &cpu, &flags);
+  const uint64_t stamp = read_stamp(p, &cpu, &flags);
   RingRecordHeader* h = reinterpret_cast<RingRecordHeader*>(rec);
   h->cpu = static_cast<uint16_t>(cpu);
   h->kind = kRingKindData;
@@ -629,6 +630,14 @@ inline void ring_retire(RingProducer* p) {
 
 // Registers the calling process for the reader's MEMBARRIER_CMD_GLOBAL_EXPEDITED (see
 // "Waking the reader" above). Once per process, again in a fork child; 0 or -errno.
+// The offset of this thread's rseq cpu_id from the thread pointer, the same for every
+// thread of the process (RingProducer::rseq_cpu); -1 where glibc registered no rseq area.
+inline int32_t ring_rseq_cpu_offset() {
+  if (&__rseq_size == nullptr || &__rseq_offset == nullptr || __rseq_size < 8) return -1;
+  const ptrdiff_t off = __rseq_offset + 4;
+  return off >= INT32_MIN && off <= INT32_MAX ? static_cast<int32_t>(off) : -1;
+}
+
 inline long ring_register_producer_process() {
   return arch::raw_syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0);
 }

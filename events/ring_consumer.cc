@@ -65,7 +65,10 @@ bool tsc_aux_is_the_cpu(RingCpuSource how) {
   });
 }
 
-bool rseq_is_the_cpu() { return source_is_the_cpu([] { return ring_detail::ring_rseq_cpu(); }); }
+bool rseq_is_the_cpu() {
+  const int32_t off = ring_rseq_cpu_offset();
+  return source_is_the_cpu([off] { return ring_detail::ring_rseq_cpu(off); });
+}
 
 }  // namespace
 
@@ -85,7 +88,7 @@ uint32_t ring_detect_stamp_mode(RingStampClock clock) {
     if (__get_cpuid(0x80000001, &a, &b, &c, &d) && (d & (1u << 27)) &&
         tsc_aux_is_the_cpu(kRingCpuRdtscp))
       return kRingCpuRdtscp;
-    if (&__rseq_size != nullptr && __rseq_size >= 8 && rseq_is_the_cpu()) return kRingCpuRseq;
+    if (ring_rseq_cpu_offset() >= 0 && rseq_is_the_cpu()) return kRingCpuRseq;
     return kRingCpuNone;
   }();
   return ring_stamp_mode(clock, cpu);

@@ -1424,7 +1424,10 @@ TEST(TraceClock, StampModeFollowsTheClock) {
   const uint32_t detected = ring_detect_stamp_mode(kRingStampTsc) >> 16;
   std::vector<uint32_t> sources = {detected, kRingCpuNone};
   if (detected == kRingCpuRdpid) sources.push_back(kRingCpuRdtscp);
-  if (&__rseq_size != nullptr && __rseq_size >= 8) sources.push_back(kRingCpuRseq);
+  if (ring_rseq_cpu_offset() >= 0) {
+    sources.push_back(kRingCpuRseq);
+    p.rseq_cpu = ring_rseq_cpu_offset();
+  }
   for (uint32_t src : sources) {
     ring_set_stamp_mode(a.header(),
                         ring_stamp_mode(kRingStampTsc, static_cast<RingCpuSource>(src)));
