@@ -68,7 +68,9 @@ struct HitProbe {
 struct AreaState {
   events::RingAreaHeader* area = nullptr;
   uint64_t size = 0;
-  events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread
+  events::RingProducer* producers = nullptr;  // one per ring, used by its owner thread:
+                                              // mapped zero pages, each made at its claim
+  size_t producer_bytes = 0;
   uint32_t generation = 0;  // distinct for every area this process ever had
   int32_t pid = 0;          // the process that set it up (a fork child has its own)
   bool fault_tolerant = false;  // read through the SIGSEGV fixup (see lk::kSetupSyscallReads)

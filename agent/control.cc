@@ -87,7 +87,7 @@ probecore::FunctionBounds to_bounds(const lk::Bounds& b) {
 void unmap_area(AreaState* as) {
   if (!as) return;
   ::munmap(as->area, as->size);
-  delete[] as->producers;
+  if (as->producers) ::munmap(as->producers, as->producer_bytes);
   delete as;
 }
 
@@ -118,7 +118,18 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   auto* as = new AreaState;
   as->area = header;
   as->size = s.area_size;
-  as->producers = new events::RingProducer[header->ring_count]();
+  // Untouched zero pages until a thread claims its ring (hit.cc): most are never claimed,
+  // and a process start would fault in all of them.
+  as->producer_bytes = std::max<size_t>(header->ring_count, 1) * sizeof(events::RingProducer);
+  void* producers = ::mmap(nullptr, as->producer_bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (producers == MAP_FAILED) {
+    const int err = -errno;
+    ::munmap(mem, s.area_size);
+    delete as;
+    return set_error(reply, err, "no memory for the ring producers");
+  }
+  as->producers = static_cast<events::RingProducer*>(producers);
   as->generation = ++g_area_generation;
   if (as->generation == 0) as->generation = ++g_area_generation;  // 0 is a thread's "none"
   as->pid = static_cast<int32_t>(::getpid());

@@ -28,6 +28,7 @@
 #include <linux/prctl.h>
 
 #include <cstddef>
+#include <new>
 #include <type_traits>
 
 #include "agent/agent.h"
@@ -117,7 +118,7 @@ void read_comm(char (&comm)[16]) {
   char comm[events::kRingCommBytes];
   read_comm(comm);
   events::ring_set_comm(&fresh, static_cast<uint32_t>(real), comm);
-  as->producers[fresh.ring] = fresh;
+  new (&as->producers[fresh.ring]) events::RingProducer(fresh);
   t_ring.prod = &as->producers[fresh.ring];
   return t_ring.prod;
 }
