@@ -50,6 +50,8 @@ bool take_dec(std::string_view* s, unsigned long long* out) {
   return true;
 }
 
+}  // namespace
+
 // "start-end perms offset major:minor inode   path"
 bool parse_maps_line(std::string_view line, Mapping* m) {
   unsigned long long start, end, offset, major_dev, minor_dev, inode;
@@ -78,7 +80,6 @@ bool parse_maps_line(std::string_view line, Mapping* m) {
   return true;
 }
 
-}  // namespace
 
 int read_maps(pid_t pid, std::vector<Mapping>* out) {
   char file[64];

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace probefs::tracee {
@@ -21,6 +22,11 @@ struct Mapping {
   bool deleted = false;  // the file was unlinked or replaced after mapping
   std::string path;
 };
+
+// One line of /proc/PID/maps ("start-end perms offset major:minor inode   path"), without
+// its newline, into *m: false for a line that maps no file (anonymous memory, [heap],
+// [stack], [vdso], [vvar]) or that does not read as a maps line.
+bool parse_maps_line(std::string_view line, Mapping* m);
 
 // The file mappings of `pid`, in address order. Anonymous memory, [heap], [stack], [vdso]
 // and [vvar] are left out. 0, -ESRCH (no such process) or a negative errno.

@@ -1,6 +1,7 @@
 // libFuzzer target for the ELF readers: arbitrary bytes as an object file, through symbol
 // loading (.symtab/.dynsym, versioned names, SHN_XINDEX), name lookup and the .eh_frame
-// FDE reader (ProcessSymbols::load_image, then resolve and describe).
+// FDE reader (ProcessSymbols::load_image, then resolve and describe); any other bytes as
+// /proc/PID/maps text through its parser (parse_maps_line).
 //
 // Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
 //   - bytes that load describe one object;
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "tracee/elf_symbols.h"
+#include "tracee/proc_maps.h"
 
 using namespace probefs::tracee;
 
@@ -47,9 +49,28 @@ void describe_and_resolve(const ProcessSymbols& syms, uintptr_t addr) {
   check_resolved(again, again.addr);
 }
 
+// An input that is no ELF object is read as /proc/PID/maps text: each line through the
+// hand-written parser, whose every accepted line must name a file.
+void maps_lines(std::string_view text) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    Mapping m;
+    if (parse_maps_line(text.substr(0, nl), &m)) {
+      CHECK(!m.path.empty() && m.path.front() == '/');
+      CHECK(m.inode != 0);
+    }
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0 || data[0] != 0x7f) {
+    maps_lines(std::string_view(reinterpret_cast<const char*>(data), size));
+    return 0;
+  }
   int err = 0;
   auto syms = ProcessSymbols::load_image(
       std::string_view(reinterpret_cast<const char*>(data), size), "/fuzz/libfuzz.so.1", &err);
