@@ -40,6 +40,9 @@ enum Layout : uint8_t {
 
 using LayoutTable = std::array<uint8_t, 256>;
 
+// Not constexpr: a table with a letter layouts() does not know does not compile.
+void unknown_layout_letter() {}
+
 constexpr LayoutTable layouts(const char (&rows)[257]) {
   LayoutTable t{};
   for (size_t i = 0; i < 256; ++i) {
@@ -60,7 +63,8 @@ constexpr LayoutTable layouts(const char (&rows)[257]) {
       case 'E': t[i] = kEscape; break;
       case 'p': t[i] = kPrefix; break;
       case 'X': t[i] = kExtrq; break;
-      default: t[i] = kInvalid; break;
+      case 'x': t[i] = kInvalid; break;
+      default: unknown_layout_letter(); break;
     }
   }
   return t;
@@ -266,14 +270,14 @@ class Reader {
 };
 
 // ModRM, SIB and displacement at r's position. `registers_only`: mod is ignored (mov
-// CRn/DRn), no SIB or displacement follows.
+// CRn/DRn), no SIB or displacement follows; the ModRM is recorded with mod 3.
 bool read_modrm(Reader& r, Decoded* d, bool registers_only = false) {
   if (!r.has(1)) return false;
   d->has_modrm = true;
-  d->modrm = r.peek();
+  d->modrm = static_cast<uint8_t>(r.peek() | (registers_only ? 0xc0 : 0));
   r.skip(1);
   const uint8_t mod = d->mod(), rm = d->rm();
-  if (mod == 3 || registers_only) return true;
+  if (mod == 3) return true;
   uint8_t disp = mod == 1 ? 1 : mod == 2 ? 4 : 0;
   if (rm == 4) {  // SIB
     if (!r.has(1)) return false;

@@ -58,7 +58,7 @@ struct Decoded {
   bool rex_ignored = false;  // a REX followed by another prefix: the CPU ignores it
 
   bool has_modrm = false;
-  uint8_t modrm = 0;
+  uint8_t modrm = 0;        // mov to/from CRn, DRn: recorded with mod 3 (mod is ignored)
   bool has_sib = false;
   uint8_t sib = 0;
   uint8_t disp_at = 0, disp_size = 0;  // disp_size 0, 1 or 4

@@ -7,7 +7,6 @@
 #include "arch/x86_64/isa/decoder.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 namespace probefs::arch::x86_64 {
