@@ -50,16 +50,12 @@ constexpr uint8_t kCondBelowOrEqual = 0x6;  // jbe / jna:       CF | ZF
 
 constexpr uint16_t bit(int family) { return static_cast<uint16_t>(1u << family); }
 
-}  // namespace
-
 // ---- operands ---------------------------------------------------------------------------
 //
-// shape_of() reads the operands of the few instructions a table dispatch is made of, in
-// Intel order (destination first), and the general-purpose registers they write. Every
-// other instruction is kUnknown and taken to write every register, which ends the walk if
-// it crosses a register the walk follows.
-
-namespace {
+// shape_of() (shape.h) reads the operands of the few instructions a table dispatch is made
+// of, in Intel order (destination first), and the general-purpose registers they write.
+// Every other instruction is kUnknown and taken to write every register, which ends the
+// walk if it crosses a register the walk follows.
 
 using decoder::Decoded;
 
@@ -120,8 +116,7 @@ Operand rm_operand(const Decoded& d, const uint8_t* bytes, uint8_t size) {
     o.base = static_cast<int>(d.rm() | ((d.rex & 1) << 3));
   }
   if (d.disp_size) o.disp = read_signed(bytes + d.disp_at, d.disp_size);
-  o.simple = !(d.prefixes & decoder::kPrefixSegment) && !addr32 &&
-             !(d.rip_relative() && addr32);
+  o.simple = !(d.prefixes & decoder::kPrefixSegment) && !addr32;
   return o;
 }
 
