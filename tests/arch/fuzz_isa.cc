@@ -11,6 +11,8 @@
 //
 // Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
 //   - decode reports a length within 1..15 and within the bytes, and copies them;
+//   - at every offset, decode and shape_of agree with the Capstone oracle, or differ in a
+//     way x86_64/isa/decoder_diff.cc documents;
 //   - a relocated instruction decodes back to the same kind of instruction, reaching the
 //     same absolute target; a single-step copy has the instruction's own length;
 //   - check_boundary agrees with a linear sweep;
@@ -27,6 +29,7 @@
 #include "arch/x86_64/isa/insn.h"
 #include "arch/x86_64/isa/optimize_check.h"
 #include "arch/x86_64/isa/relocate.h"
+#include "tests/arch/x86_64/isa/decoder_diff.h"
 
 using namespace probefs::arch::x86_64;
 
@@ -201,6 +204,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool sweep_complete = true;
   for (size_t off = 0; off < func_len; ++off) {
     Insn insn;
+    CHECK(probefs::arch::x86_64::difftest::compare(code + off, func_len - off, start + off)
+              .category != probefs::arch::x86_64::difftest::Category::kUnexplained);
     const int rc = decode(code + off, func_len - off, start + off, &insn);
     if (rc != 0) {
       CHECK(rc == -EILSEQ);

@@ -1,5 +1,5 @@
 // x86-64 instruction decoding and classification for probing: pure functions over byte
-// buffers, no live patching. The only header of the ISA toolkit; Capstone stays in insn.cc.
+// buffers, no live patching, no library (the toolkit has its own decoder, decoder.h).
 #pragma once
 
 #include <cstddef>
@@ -59,7 +59,9 @@ int decode(const uint8_t* code, size_t avail, uintptr_t pc, Insn* out);
 // instruction or decoding stops before it. `code` must hold end - start bytes.
 int check_boundary(const uint8_t* code, uintptr_t start, uintptr_t end, uintptr_t addr);
 
-// Human-readable "mnemonic operands" for diagnostics and tests.
+// Human-readable text for diagnostics: "mnemonic operands" (Intel syntax) for the
+// control transfers and the instructions the optimizer's checks read, the mnemonic-less
+// bytes ("(plain) 0f 58 c1") for the rest. Returns the length, or -EILSEQ.
 int disassemble(const uint8_t* code, size_t avail, uintptr_t pc, char* buf, size_t bufsize);
 
 }  // namespace probefs::arch::x86_64

@@ -21,17 +21,15 @@
 // indirect jump refuses optimization.
 #include "arch/x86_64/isa/optimize_check.h"
 
-#include "arch/x86_64/isa/capstone_handle.h"
-
-#include <capstone/capstone.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "arch/x86_64/isa/decoder.h"
 #include "arch/x86_64/isa/relocate.h"
+#include "arch/x86_64/isa/shape.h"
 
 namespace probefs::arch::x86_64 {
 namespace {
@@ -50,145 +48,323 @@ constexpr int kMaxSliceLen = 32;
 constexpr uint8_t kCondBelow = 0x2;         // jb / jnae / jc:  CF
 constexpr uint8_t kCondBelowOrEqual = 0x6;  // jbe / jna:       CF | ZF
 
-// ---- operands, through Capstone -------------------------------------------------------
+constexpr uint16_t bit(int family) { return static_cast<uint16_t>(1u << family); }
 
-// Its own handle, apart from decode()'s: an instruction read here stays valid while
-// decode() runs.
-Disassembler& operand_reader() {
-  thread_local Disassembler d;
-  return d;
+// ---- operands ---------------------------------------------------------------------------
+//
+// shape_of() (shape.h) reads the operands of the few instructions a table dispatch is made
+// of, in Intel order (destination first), and the general-purpose registers they write.
+// Every other instruction is kUnknown and taken to write every register, which ends the
+// walk if it crosses a register the walk follows.
+
+using decoder::Decoded;
+
+constexpr uint16_t kWritesAll = 0xffff;
+constexpr int kRsp = 4;
+
+// The operand size of an instruction with a v-sized operand: REX.W, else 66, else 32.
+uint8_t operand_size(const Decoded& d) {
+  if (d.rex_w()) return 8;
+  return (d.prefixes & decoder::kPrefixOpSize) ? 2 : 4;
 }
 
-// The general-purpose register family (0 = rax .. 15 = r15) of any of its names, or -1.
-int gpr_family(unsigned r) {
-  switch (r) {
-    case X86_REG_AL: case X86_REG_AH: case X86_REG_AX: case X86_REG_EAX: case X86_REG_RAX:
-      return 0;
-    case X86_REG_CL: case X86_REG_CH: case X86_REG_CX: case X86_REG_ECX: case X86_REG_RCX:
-      return 1;
-    case X86_REG_DL: case X86_REG_DH: case X86_REG_DX: case X86_REG_EDX: case X86_REG_RDX:
-      return 2;
-    case X86_REG_BL: case X86_REG_BH: case X86_REG_BX: case X86_REG_EBX: case X86_REG_RBX:
-      return 3;
-    case X86_REG_SPL: case X86_REG_SP: case X86_REG_ESP: case X86_REG_RSP:
-      return 4;
-    case X86_REG_BPL: case X86_REG_BP: case X86_REG_EBP: case X86_REG_RBP:
-      return 5;
-    case X86_REG_SIL: case X86_REG_SI: case X86_REG_ESI: case X86_REG_RSI:
-      return 6;
-    case X86_REG_DIL: case X86_REG_DI: case X86_REG_EDI: case X86_REG_RDI:
-      return 7;
+// A register operand: number 0..15 (REX extension included) of the given size. Without
+// any REX byte, byte registers 4..7 are ah, ch, dh, bh: the upper halves of 0..3.
+Operand gpr(const Decoded& d, unsigned number, uint8_t size) {
+  Operand o;
+  o.type = Operand::kReg;
+  o.size = size;
+  o.high_byte = size == 1 && d.rex == 0 && number >= 4 && number < 8;
+  o.reg = static_cast<int>(o.high_byte ? number - 4 : number);
+  return o;
+}
+
+Operand immediate(int64_t value, uint8_t size) {
+  Operand o;
+  o.type = Operand::kImm;
+  o.size = size;
+  o.imm = value;
+  return o;
+}
+
+int64_t read_signed(const uint8_t* p, unsigned size) {
+  switch (size) {
+    case 1: return static_cast<int8_t>(p[0]);
+    case 2: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case 4: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    default: { int64_t v; std::memcpy(&v, p, 8); return v; }
+  }
+}
+
+// The ModRM r/m operand: a register, or the memory operand with its base, index, scale
+// and displacement.
+Operand rm_operand(const Decoded& d, const uint8_t* bytes, uint8_t size) {
+  if (d.mod() == 3) return gpr(d, d.rm() | ((d.rex & 1) << 3), size);
+  Operand o;
+  o.type = Operand::kMem;
+  o.size = size;
+  const bool addr32 = d.prefixes & decoder::kPrefixAddrSize;
+  if (d.has_sib) {
+    const unsigned base = d.sib & 7, index = (d.sib >> 3) & 7;
+    if (!(base == 5 && d.mod() == 0)) o.base = static_cast<int>(base | ((d.rex & 1) << 3));
+    const unsigned ix = index | ((d.rex & 2) << 2);
+    if (ix != 4) o.index = static_cast<int>(ix);
+    o.scale = 1 << (d.sib >> 6);
+  } else if (d.rip_relative()) {
+    o.rip = !addr32;  // [eip + disp32] names no register we follow
+  } else {
+    o.base = static_cast<int>(d.rm() | ((d.rex & 1) << 3));
+  }
+  if (d.disp_size) o.disp = read_signed(bytes + d.disp_at, d.disp_size);
+  o.simple = !(d.prefixes & decoder::kPrefixSegment) && !addr32;
+  return o;
+}
+
+// mov al/ax/eax/rax <-> [moffs]: an absolute address, no register.
+Operand moffs_operand(const Decoded& d, const uint8_t* bytes, uint8_t size) {
+  Operand o;
+  o.type = Operand::kMem;
+  o.size = size;
+  const bool addr32 = d.prefixes & decoder::kPrefixAddrSize;
+  o.disp = addr32 ? static_cast<int64_t>(static_cast<uint32_t>(read_signed(bytes + d.imm_at, 4)))
+                  : read_signed(bytes + d.imm_at, 8);
+  o.simple = !(d.prefixes & decoder::kPrefixSegment) && !addr32;
+  return o;
+}
+
+uint16_t written(const Operand& dest) {
+  return dest.type == Operand::kReg && dest.reg >= 0 ? bit(dest.reg) : 0;
+}
+
+void set2(Shape* out, InsnId id, const Operand& a, const Operand& b, uint16_t writes) {
+  out->id = id;
+  out->count = 2;
+  out->ops[0] = a;
+  out->ops[1] = b;
+  out->writes = writes;
+}
+
+void set1(Shape* out, InsnId id, const Operand& a, uint16_t writes) {
+  out->id = id;
+  out->count = 1;
+  out->ops[0] = a;
+  out->writes = writes;
+}
+
+// The one-byte map's share of the identities.
+void shape_one_byte(const Decoded& d, const uint8_t* b, Shape* out) {
+  const uint8_t op = d.opcode, reg = d.reg();
+  const uint8_t v = operand_size(d);
+  const unsigned reg_number = reg | ((d.rex & 4) << 1);
+  const uint8_t imm_size = d.imm_size;
+  auto imm = [&](uint8_t size) { return immediate(read_signed(b + d.imm_at, imm_size), size); };
+  static constexpr InsnId kAlu[8] = {InsnId::kAdd, InsnId::kOr,  InsnId::kUnknown,
+                                     InsnId::kUnknown, InsnId::kAnd, InsnId::kSub,
+                                     InsnId::kXor, InsnId::kCmp};
+  if (op < 0x40 && (op & 7) < 6) {  // add or adc sbb and sub xor cmp
+    const InsnId id = kAlu[op >> 3];
+    if (id == InsnId::kUnknown) return;
+    const uint16_t keep = id == InsnId::kCmp ? 0 : kWritesAll;
+    const uint8_t size = (op & 1) ? v : 1;
+    Operand dst, src;
+    switch (op & 7) {
+      case 0: case 1: dst = rm_operand(d, b, size); src = gpr(d, reg_number, size); break;
+      case 2: case 3: dst = gpr(d, reg_number, size); src = rm_operand(d, b, size); break;
+      default: dst = gpr(d, 0, size); src = imm(size); break;
+    }
+    set2(out, id, dst, src, written(dst) & keep);
+    return;
+  }
+  switch (op) {
+    case 0x80: case 0x81: case 0x83: {  // group 1 r/m, imm
+      const InsnId id = kAlu[reg];
+      if (id == InsnId::kUnknown) return;
+      const uint8_t size = op == 0x80 ? 1 : v;
+      const Operand dst = rm_operand(d, b, size);
+      set2(out, id, dst, imm(size), id == InsnId::kCmp ? 0 : written(dst));
+      return;
+    }
+    case 0x84: case 0x85: {  // test r/m, r
+      const uint8_t size = op == 0x84 ? 1 : v;
+      set2(out, InsnId::kTest, rm_operand(d, b, size), gpr(d, reg_number, size), 0);
+      return;
+    }
+    case 0xa8: case 0xa9: {  // test al/eax, imm
+      const uint8_t size = op == 0xa8 ? 1 : v;
+      set2(out, InsnId::kTest, gpr(d, 0, size), imm(size), 0);
+      return;
+    }
+    case 0x88: case 0x89: case 0x8a: case 0x8b: {  // mov
+      const uint8_t size = (op & 1) ? v : 1;
+      const Operand r = gpr(d, reg_number, size), m = rm_operand(d, b, size);
+      if (op <= 0x89) set2(out, InsnId::kMov, m, r, written(m));
+      else set2(out, InsnId::kMov, r, m, written(r));
+      return;
+    }
+    case 0x8c: {  // mov r/m, Sreg: a register operand of the operand size, else a word
+      Operand seg;
+      seg.type = Operand::kReg;
+      seg.size = 2;
+      const Operand dst = rm_operand(d, b, d.mod() == 3 ? v : 2);
+      set2(out, InsnId::kMov, dst, seg, written(dst));
+      return;
+    }
+    case 0x8e: {  // mov Sreg, r/m
+      Operand seg;
+      seg.type = Operand::kReg;
+      seg.size = 2;
+      set2(out, InsnId::kMov, seg, rm_operand(d, b, d.mod() == 3 ? v : 2), 0);
+      return;
+    }
+    case 0xc6: case 0xc7: {  // mov r/m, imm
+      if (reg != 0) return;  // xabort, xbegin
+      const uint8_t size = op == 0xc6 ? 1 : v;
+      const Operand dst = rm_operand(d, b, size);
+      set2(out, InsnId::kMov, dst, imm(size), written(dst));
+      return;
+    }
+    case 0xa0: case 0xa1: case 0xa2: case 0xa3: {  // mov al/rax <-> moffs
+      const uint8_t size = (op & 1) ? v : 1;
+      const InsnId id = (d.prefixes & decoder::kPrefixAddrSize) ? InsnId::kMov : InsnId::kMovabs;
+      const Operand r = gpr(d, 0, size), m = moffs_operand(d, b, size);
+      if (op <= 0xa1) set2(out, id, r, m, written(r));
+      else set2(out, id, m, r, 0);
+      return;
+    }
+    case 0x8d: {  // lea
+      const Operand dst = gpr(d, reg_number, v);
+      set2(out, InsnId::kLea, dst, rm_operand(d, b, v), written(dst));
+      return;
+    }
+    case 0x63: {  // movsxd r, r/m32 (without REX.W the destination is 32 bits)
+      const Operand dst = gpr(d, reg_number, v);
+      set2(out, InsnId::kMovsxd, dst, rm_operand(d, b, v == 2 ? 2 : 4), written(dst));
+      return;
+    }
+    case 0xc0: case 0xc1: case 0xd0: case 0xd1: case 0xd2: case 0xd3: {  // shifts
+      const InsnId id = reg == 4 ? InsnId::kShl : reg == 5 ? InsnId::kShr
+                                : reg == 7 ? InsnId::kSar : InsnId::kUnknown;
+      if (id == InsnId::kUnknown) return;  // rol ror rcl rcr sal
+      const uint8_t size = (op & 1) ? v : 1;
+      const Operand dst = rm_operand(d, b, size);
+      Operand count;
+      if (op <= 0xc1) count = immediate(b[d.imm_at], 1);  // an unsigned count
+      else if (op <= 0xd1) count = immediate(1, size);
+      else count = gpr(d, 1, 1);  // cl
+      set2(out, id, dst, count, written(dst));
+      return;
+    }
+    case 0xf6: case 0xf7: {  // test r/m, imm; not; neg
+      const uint8_t size = op == 0xf6 ? 1 : v;
+      const Operand dst = rm_operand(d, b, size);
+      if (reg <= 1) set2(out, InsnId::kTest, dst, imm(size), 0);
+      else if (reg == 2) set1(out, InsnId::kNot, dst, written(dst));
+      else if (reg == 3) set1(out, InsnId::kNeg, dst, written(dst));
+      return;
+    }
+    case 0xfe: case 0xff: {  // inc dec; push r/m; jmp r/m
+      const uint8_t size = op == 0xfe ? 1 : v;
+      if (reg <= 1) {
+        const Operand dst = rm_operand(d, b, size);
+        set1(out, reg == 0 ? InsnId::kInc : InsnId::kDec, dst, written(dst));
+      } else if (op == 0xff && reg == 6) {
+        set1(out, InsnId::kPush, rm_operand(d, b, v == 2 ? 2 : 8), bit(kRsp));
+      } else if (op == 0xff && reg == 4) {
+        set1(out, InsnId::kJmp, rm_operand(d, b, v == 2 ? 2 : 8), kWritesAll);
+      }
+      return;
+    }
+    case 0x8f: {  // pop r/m
+      const Operand dst = rm_operand(d, b, v == 2 ? 2 : 8);
+      set1(out, InsnId::kPop, dst, static_cast<uint16_t>(bit(kRsp) | written(dst)));
+      return;
+    }
+    case 0x68: case 0x6a:  // push imm
+      set1(out, InsnId::kPush, imm(8), bit(kRsp));
+      return;
+    case 0x90:  // nop (xchg eax, eax); with REX.B xchg r8, rax; pause under F3
+      if ((d.rex & 1) || (d.prefixes & decoder::kPrefixRep)) return;
+      out->id = InsnId::kNop;
+      out->writes = 0;
+      return;
+    case 0x98:  // cdqe (cwde, cbw without REX.W)
+      if (!d.rex_w()) return;
+      out->id = InsnId::kCdqe;
+      out->writes = bit(0);
+      return;
     default:
       break;
   }
-  static constexpr unsigned kByte[] = {X86_REG_R8B,  X86_REG_R9B,  X86_REG_R10B, X86_REG_R11B,
-                                       X86_REG_R12B, X86_REG_R13B, X86_REG_R14B, X86_REG_R15B};
-  static constexpr unsigned kWord[] = {X86_REG_R8W,  X86_REG_R9W,  X86_REG_R10W, X86_REG_R11W,
-                                       X86_REG_R12W, X86_REG_R13W, X86_REG_R14W, X86_REG_R15W};
-  static constexpr unsigned kDword[] = {X86_REG_R8D,  X86_REG_R9D,  X86_REG_R10D, X86_REG_R11D,
-                                        X86_REG_R12D, X86_REG_R13D, X86_REG_R14D, X86_REG_R15D};
-  static constexpr unsigned kQword[] = {X86_REG_R8,  X86_REG_R9,  X86_REG_R10, X86_REG_R11,
-                                        X86_REG_R12, X86_REG_R13, X86_REG_R14, X86_REG_R15};
-  for (int i = 0; i < 8; ++i) {
-    if (r == kByte[i] || r == kWord[i] || r == kDword[i] || r == kQword[i]) return 8 + i;
+  if (op >= 0x50 && op <= 0x5f) {  // push pop r
+    const Operand r = gpr(d, (op & 7) | ((d.rex & 1) << 3), v == 2 ? 2 : 8);
+    if (op < 0x58) set1(out, InsnId::kPush, r, bit(kRsp));
+    else set1(out, InsnId::kPop, r, static_cast<uint16_t>(bit(kRsp) | written(r)));
+    return;
   }
-  return -1;
+  if (op >= 0xb0 && op <= 0xbf) {  // mov r, imm
+    const unsigned number = (op & 7) | ((d.rex & 1) << 3);
+    const uint8_t size = op < 0xb8 ? 1 : v;
+    const Operand dst = gpr(d, number, size);
+    set2(out, size == 8 ? InsnId::kMovabs : InsnId::kMov, dst, imm(size), written(dst));
+  }
 }
 
-// Instructions whose register writes Capstone reports completely. Capstone 4 leaves out
-// some implicit writes (cmpxchg's rax, for one), so anything not listed here is taken to
-// write every register, which ends the walk if it crosses a register the walk follows.
-bool writes_are_known(unsigned id) {
-  switch (id) {
-    case X86_INS_MOV: case X86_INS_MOVABS: case X86_INS_MOVZX: case X86_INS_MOVSX:
-    case X86_INS_MOVSXD: case X86_INS_LEA: case X86_INS_ADD: case X86_INS_SUB:
-    case X86_INS_AND: case X86_INS_OR: case X86_INS_XOR: case X86_INS_CMP: case X86_INS_TEST:
-    case X86_INS_SHL: case X86_INS_SHR: case X86_INS_SAR: case X86_INS_INC: case X86_INS_DEC:
-    case X86_INS_NEG: case X86_INS_NOT: case X86_INS_NOP: case X86_INS_ENDBR64:
-    case X86_INS_PUSH: case X86_INS_POP: case X86_INS_CDQE:
-      return true;
+// Map 0F's share.
+void shape_0f(const Decoded& d, const uint8_t* b, Shape* out) {
+  const uint8_t op = d.opcode;
+  const uint8_t v = operand_size(d);
+  const unsigned reg_number = d.reg() | ((d.rex & 4) << 1);
+  switch (op) {
+    case 0xb6: case 0xb7: case 0xbe: case 0xbf: {  // movzx movsx
+      const Operand dst = gpr(d, reg_number, v);
+      const uint8_t from = (op & 1) ? 2 : 1;
+      set2(out, op < 0xb8 ? InsnId::kMovzx : InsnId::kMovsx, dst, rm_operand(d, b, from),
+           written(dst));
+      return;
+    }
+    case 0x1f:  // nop r/m
+      if (d.memory()) set1(out, InsnId::kNop, rm_operand(d, b, v), 0);
+      else out->id = InsnId::kNop;
+      out->writes = 0;
+      return;
+    case 0x1e:  // endbr64
+      if (d.mandatory == 0xf3 && d.modrm == 0xfa) {
+        out->id = InsnId::kEndbr64;
+        out->writes = 0;
+      }
+      return;
+    case 0xa0: case 0xa8: case 0xa1: case 0xa9: {  // push/pop fs/gs
+      Operand seg;
+      seg.type = Operand::kReg;
+      seg.size = 2;
+      set1(out, (op & 1) ? InsnId::kPop : InsnId::kPush, seg, bit(kRsp));
+      return;
+    }
     default:
-      return false;
+      return;
   }
 }
 
-struct Operand {
-  enum Type : uint8_t { kNone, kReg, kImm, kMem };
-  Type type = kNone;
-  uint8_t size = 0;   // bytes
-  int reg = -1;       // kReg: GPR family, -1 for any other register
-  int64_t imm = 0;    // kImm
-  // kMem. `simple`: no segment override, 64-bit addressing, base and index are GPRs (or
-  // absent; the base may be rip). Only simple operands take part in a table pattern.
-  bool simple = false;
-  bool rip = false;
-  int base = -1, index = -1;
-  int scale = 1;
-  int64_t disp = 0;
-};
-
-// An instruction as the table matcher sees it.
-struct Shape {
-  unsigned id = X86_INS_INVALID;
-  uint8_t count = 0;        // operands
-  Operand ops[2];
-  uint16_t writes = 0;      // GPR families written, one bit each
-};
-
-constexpr uint16_t bit(int family) { return static_cast<uint16_t>(1u << family); }
+}  // namespace
 
 bool shape_of(const Insn& insn, Shape* out) {
   *out = Shape{};
-  const cs_insn* ci = operand_reader().one(insn.bytes, insn.len, insn.addr);
-  if (!ci || ci->size != insn.len) return false;
-  const cs_x86& x = ci->detail->x86;
-  const bool addr32 = x.prefix[3] == X86_PREFIX_ADDRSIZE;
-  out->id = ci->id;
-  out->count = x.op_count;
-  for (uint8_t i = 0; i < x.op_count && i < 2; ++i) {
-    const cs_x86_op& op = x.operands[i];
-    Operand& o = out->ops[i];
-    o.size = op.size;
-    switch (op.type) {
-      case X86_OP_REG:
-        o.type = Operand::kReg;
-        o.reg = gpr_family(op.reg);
-        break;
-      case X86_OP_IMM:
-        o.type = Operand::kImm;
-        o.imm = op.imm;
-        break;
-      case X86_OP_MEM: {
-        o.type = Operand::kMem;
-        o.rip = op.mem.base == X86_REG_RIP;
-        o.base = gpr_family(op.mem.base);
-        o.index = gpr_family(op.mem.index);
-        o.scale = op.mem.scale;
-        o.disp = op.mem.disp;
-        const bool base_ok = op.mem.base == X86_REG_INVALID || o.rip || o.base >= 0;
-        const bool index_ok = op.mem.index == X86_REG_INVALID || o.index >= 0;
-        o.simple = op.mem.segment == X86_REG_INVALID && !addr32 && base_ok && index_ok;
-        break;
-      }
-      default:
-        break;
-    }
-  }
-  if (!writes_are_known(ci->id)) {
-    out->writes = 0xffff;
-    return true;
-  }
-  cs_regs read, write;
-  uint8_t nread = 0, nwrite = 0;
-  if (cs_regs_access(operand_reader().handle(), ci, read, &nread, write, &nwrite) != CS_ERR_OK) {
-    out->writes = 0xffff;
-    return true;
-  }
-  for (uint8_t i = 0; i < nwrite; ++i) {
-    if (int f = gpr_family(write[i]); f >= 0) out->writes |= bit(f);
+  out->writes = kWritesAll;
+  Decoded d;
+  if (decoder::decode(insn.bytes, insn.len, &d) != 0 || d.len != insn.len) return false;
+  // What the CPU would make of an ignored REX, or of an unknown instruction, is not
+  // followed: unknown, writes everything.
+  if (d.rex_ignored || !d.known || d.encoding != decoder::Encoding::kLegacy) return true;
+  if (d.map == decoder::kMapOne) shape_one_byte(d, insn.bytes, out);
+  else if (d.map == decoder::kMap0F) shape_0f(d, insn.bytes, out);
+  if (out->id == InsnId::kUnknown) {
+    *out = Shape{};
+    out->writes = kWritesAll;
   }
   return true;
 }
+
+namespace {
 
 bool is_reg(const Operand& o, int family, uint8_t size) {
   return o.type == Operand::kReg && o.reg >= 0 && o.reg == family && o.size == size;
@@ -403,14 +579,14 @@ class TableMatcher {
         const Operand& d = s.ops[0];
         const Operand& src = s.ops[1];
         if (s.count != 2 || !is_reg(d, sum_, 8)) return false;
-        if (s.id == X86_INS_ADD && src.type == Operand::kReg && src.reg >= 0 &&
+        if (s.id == InsnId::kAdd && src.type == Operand::kReg && src.reg >= 0 &&
             src.size == 8 && src.reg != sum_) {
           addend_a_ = sum_;  // add %src, %sum: sum = sum + src
           addend_b_ = src.reg;
           phase_ = Phase::kAddends;
           return true;
         }
-        if (s.id == X86_INS_LEA && src.type == Operand::kMem && src.simple && !src.rip &&
+        if (s.id == InsnId::kLea && src.type == Operand::kMem && src.simple && !src.rip &&
             src.base >= 0 && src.index >= 0 && src.base != src.index && src.scale == 1 &&
             src.disp == 0) {
           addend_a_ = src.base;  // lea (%a,%b), %sum
@@ -418,7 +594,7 @@ class TableMatcher {
           phase_ = Phase::kAddends;
           return true;
         }
-        if (s.id == X86_INS_MOV) return start_abs64_load(src);  // mov tbl(,%i,8), %sum
+        if (s.id == InsnId::kMov) return start_abs64_load(src);  // mov tbl(,%i,8), %sum
         return false;
       }
       case Phase::kAddends: {
@@ -426,7 +602,7 @@ class TableMatcher {
         // movslq (%base,%idx,4), %entry with {entry, base} = the two addends.
         const Operand& d = s.ops[0];
         const Operand& m = s.ops[1];
-        if (s.id != X86_INS_MOVSXD || s.count != 2 || d.type != Operand::kReg || d.reg < 0 ||
+        if (s.id != InsnId::kMovsxd || s.count != 2 || d.type != Operand::kReg || d.reg < 0 ||
             s.writes != bit(d.reg)) {
           return false;
         }
@@ -452,7 +628,7 @@ class TableMatcher {
         if (base_pending && (s.writes & bit(base_))) {
           // lea table(%rip), %base — and nothing else written that we follow.
           if (s.writes != bit(base_) || (!bounded_ && index_ == base_)) return false;
-          if (s.id != X86_INS_LEA || s.count != 2 || !is_reg(s.ops[0], base_, 8)) return false;
+          if (s.id != InsnId::kLea || s.count != 2 || !is_reg(s.ops[0], base_, 8)) return false;
           const Operand& m = s.ops[1];
           if (m.type != Operand::kMem || !m.simple || !m.rip || m.index >= 0) return false;
           base_value_ = in.next() + static_cast<uintptr_t>(m.disp);
@@ -465,7 +641,7 @@ class TableMatcher {
         const Operand& d = s.ops[0];
         const Operand& src = s.ops[1];
         if (s.writes != bit(index_) || s.count != 2) return false;
-        if (s.id != X86_INS_MOV && s.id != X86_INS_MOVZX) return false;
+        if (s.id != InsnId::kMov && s.id != InsnId::kMovzx) return false;
         if (d.type != Operand::kReg || d.reg != index_ || d.size < 4) return false;
         if (src.type != Operand::kReg || src.reg < 0) return false;
         index_ = src.reg;
@@ -483,7 +659,7 @@ class TableMatcher {
     Predecessor pred;
     if (!f_.unique_predecessor(pos_, &pred) || pred.how != Arrival::kFallThrough) return;
     Shape cmp;
-    if (!shape_of(f_.insns()[pred.index], &cmp) || cmp.id != X86_INS_CMP || cmp.count != 2) {
+    if (!shape_of(f_.insns()[pred.index], &cmp) || cmp.id != InsnId::kCmp || cmp.count != 2) {
       return;
     }
     const Operand& r = cmp.ops[0];

@@ -1,6 +1,6 @@
-// The Capstone handle shared by the ISA toolkit's files (insn.cc, optimize_check.cc): one
+// The Capstone handle of the test oracle (capstone_oracle.cc): one
 // per thread, since decoding runs on control paths of any thread and a csh is not safe to
-// share. Internal to arch/x86_64 — the only code that includes Capstone.
+// share. Test code only: the ISA toolkit itself has its own decoder.
 #pragma once
 
 #include <capstone/capstone.h>
