@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -346,44 +345,6 @@ TEST(DecoderDiff, RandomInstructionLikeBytes) {
   }
   expect_explained(t, "random bytes");
 }
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PROBEFS_ISA_DIFF_SANITIZED 1
-#endif
-#endif
-#if !defined(__SANITIZE_ADDRESS__) && !defined(PROBEFS_ISA_DIFF_SANITIZED)
-// decode() over libc's text, linear sweep: ours against the Capstone-based decode() it
-// replaced. Not under the sanitizers: there ours is instrumented and Capstone is not.
-TEST(DecoderSpeed, AtLeastAsFastAsCapstoneOverLibcText) {
-  const std::vector<Section> sections = executable_sections(loaded_object("libc.so.6"));
-  ASSERT_FALSE(sections.empty());
-  using Decode = int (*)(const uint8_t*, size_t, uintptr_t, Insn*);
-  auto run = [&](Decode fn, size_t* count) {
-    const auto t0 = std::chrono::steady_clock::now();
-    size_t n = 0;
-    for (int round = 0; round < 3; ++round) {
-      for (const Section& s : sections) {
-        Insn insn;
-        for (size_t off = 0; off < s.bytes.size(); ++n) {
-          off += fn(s.bytes.data() + off, s.bytes.size() - off, s.addr + off, &insn) == 0 ? insn.len : 1;
-        }
-      }
-    }
-    *count = n;
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  };
-  size_t n_ours = 0, n_theirs = 0;
-  const double ours = run(&decode, &n_ours);
-  const double theirs = run(&oracle::decode, &n_theirs);
-  std::printf("decode() over libc's text: ours %.1f ns/insn (%zu), Capstone %.1f ns/insn (%zu)\n",
-              ours / static_cast<double>(n_ours), n_ours, theirs / static_cast<double>(n_theirs),
-              n_theirs);
-  RecordProperty("ours_ns_per_insn", std::to_string(ours / static_cast<double>(n_ours)));
-  RecordProperty("capstone_ns_per_insn", std::to_string(theirs / static_cast<double>(n_theirs)));
-  EXPECT_LT(ours, theirs);
-}
-#endif
 
 }  // namespace
 }  // namespace probefs::arch::x86_64::difftest
