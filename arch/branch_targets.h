@@ -27,8 +27,11 @@ constexpr size_t branch_table_words(size_t bytes) { return (bytes + 63) / 64; }
 //   candidates  count words, each (target << 32 | source), offsets from the mapping's
 //               start, sorted: the candidates that land in a region, found by a search
 // built from code[0, n) (n < 2^32). A candidate whose displacement runs past n is not one
-// (the bytes after a mapping are not code).
-std::vector<uint64_t> build_branch_table(const uint8_t* code, size_t n);
+// (the bytes after a mapping are not code). Empty when there are more than
+// max_candidates (code chosen to be nothing but branches would make a table eight times
+// its size).
+std::vector<uint64_t> build_branch_table(const uint8_t* code, size_t n,
+                                         size_t max_candidates = SIZE_MAX);
 
 // An executable file mapping as /proc/self/maps names it.
 struct MappingKey {

@@ -72,7 +72,8 @@ BranchTables::~BranchTables() {
 
 int BranchTables::fd_for(pid_t pid, const Mapping& m) {
   const uint64_t length = m.end - m.start;
-  if (!m.exec || m.end <= m.start || length > kMaxMappingBytes) return -EINVAL;
+  if (!m.exec || m.end <= m.start) return -EINVAL;
+  if (length > kMaxMappingBytes) return -EFBIG;
   const int file = open_mapped_file(pid, m);
   if (file < 0) return file;
   struct stat st;
@@ -95,10 +96,16 @@ int BranchTables::fd_for(pid_t pid, const Mapping& m) {
   const bool read = read_range(file, m.offset, &code);
   ::close(file);
   if (!read) return -EIO;
-  const int fd = sealed_table(arch::build_branch_table(code.data(), code.size()));
+  const std::vector<uint64_t> table =
+      arch::build_branch_table(code.data(), code.size(), kMaxCandidates);
+  if (table.empty()) return -EFBIG;
+  const uint64_t bytes = table.size() * sizeof(uint64_t);
+  const int fd = sealed_table(table);
   if (fd < 0) return fd;
-  if (entries_.size() >= kMaxTables) {
+  while (!entries_.empty() &&
+         (entries_.size() >= kMaxTables || cached_bytes_ + bytes > kMaxCachedBytes)) {
     ::close(entries_.back().fd);
+    cached_bytes_ -= entries_.back().bytes;
     entries_.pop_back();
   }
   Entry e;
@@ -110,6 +117,8 @@ int BranchTables::fd_for(pid_t pid, const Mapping& m) {
   e.mtime = st.st_mtim;
   e.ctime = st.st_ctim;
   e.fd = fd;
+  e.bytes = bytes;
+  cached_bytes_ += bytes;
   entries_.push_front(e);
   return dup_of(fd);
 }

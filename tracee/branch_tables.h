@@ -17,10 +17,14 @@ namespace probefs::tracee {
 
 class BranchTables {
  public:
-  // The largest mapping a table is built for: past it the agent sweeps for itself.
-  static constexpr uint64_t kMaxMappingBytes = uint64_t{512} << 20;
-  // Tables kept at once; the least recently used goes first.
+  // What a target can make the daemon spend (its files are the target's to choose): the
+  // largest mapping a table is built for, the most candidates one may hold (past either
+  // the agent sweeps for itself), and the tables kept at once, in number and in bytes
+  // (the least recently used goes first).
+  static constexpr uint64_t kMaxMappingBytes = uint64_t{256} << 20;
+  static constexpr size_t kMaxCandidates = size_t{4} << 20;
   static constexpr size_t kMaxTables = 64;
+  static constexpr uint64_t kMaxCachedBytes = uint64_t{128} << 20;
 
   BranchTables() = default;
   BranchTables(const BranchTables&) = delete;
@@ -30,7 +34,8 @@ class BranchTables {
   // The table of executable mapping m of process pid (arch::build_branch_table()'s): a
   // memfd sealed against writing, growing and shrinking, for the caller to close, or a
   // negative errno:
-  // -EINVAL (not an executable file mapping, too large), or open_mapped_file()'s. The
+  // -EINVAL (not an executable file mapping), -EFBIG (past the limits above), or
+  // open_mapped_file()'s. The
   // file is opened and its identity checked every time (a file rewritten in place keeps
   // its inode); only the table is cached. Any thread.
   int fd_for(pid_t pid, const Mapping& m);
@@ -43,9 +48,11 @@ class BranchTables {
     off_t size = 0;
     timespec mtime{}, ctime{};
     int fd = -1;
+    uint64_t bytes = 0;  // the table's
   };
   std::mutex mu_;
   std::list<Entry> entries_;  // most recently used first
+  uint64_t cached_bytes_ = 0;
 };
 
 }  // namespace probefs::tracee

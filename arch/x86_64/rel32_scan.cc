@@ -50,13 +50,19 @@ size_t rel32_opcodes(const uint8_t* buf, size_t n, size_t owned, size_t from, ui
 
 namespace probefs::arch {
 
-std::vector<uint64_t> build_branch_table(const uint8_t* code, size_t n) {
+std::vector<uint64_t> build_branch_table(const uint8_t* code, size_t n, size_t max_candidates) {
   const size_t words = branch_table_words(n);
   std::vector<uint64_t> table(words + 1, 0);
+  bool too_many = false;
   x86_64::for_each_rel32(code, n, n, [&](size_t source, int64_t target) {
-    if (target < 0 || static_cast<uint64_t>(target) >= n) return;
+    if (too_many || target < 0 || static_cast<uint64_t>(target) >= n) return;
+    if (table.size() - words - 1 >= max_candidates) {
+      too_many = true;
+      return;
+    }
     table.push_back(static_cast<uint64_t>(target) << 32 | source);
   });
+  if (too_many) return {};
   std::sort(table.begin() + static_cast<ptrdiff_t>(words) + 1, table.end());
   x86_64::Rel32Targets t{table.data(), n};
   for (size_t i = words + 1; i < table.size(); ++i) t.mark(static_cast<int64_t>(table[i] >> 32));

@@ -77,6 +77,9 @@ TEST(BranchTables, LayoutOfASmallTable) {
   EXPECT_EQ(t[3], uint64_t{10} << 32 | 0);
   EXPECT_EQ(t[4], uint64_t{17} << 32 | 10);
   EXPECT_EQ(t[0], (uint64_t{1} << 0) | (uint64_t{1} << 10) | (uint64_t{1} << 17));
+  // A bound on the candidates: code that is all branches makes no table.
+  EXPECT_EQ(arch::build_branch_table(code, sizeof code, 3).size(), t.size());
+  EXPECT_TRUE(arch::build_branch_table(code, sizeof code, 2).empty());
 }
 
 // A file rewritten in place keeps its inode; its table is built again.
