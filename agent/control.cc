@@ -143,7 +143,8 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
 
 // BRANCHES: the daemon's branch table of one mapping (arch/branch_targets.h), mapped for
 // the life of the process and handed to the engine. Only a memfd that nobody can change
-// any more (sealed against writing, growing, shrinking) of exactly the table's size.
+// any more (sealed against writing, growing, shrinking), of a size the mapping's table can
+// have; the engine checks the count inside against that size.
 constexpr size_t kMaxBranchTables = 64;
 size_t g_branch_tables = 0;
 
