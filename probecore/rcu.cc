@@ -19,6 +19,11 @@ RcuReader g_rcu_overflow;
 namespace {
 constexpr int kMaxReaders = 4096;
 RcuReader g_readers[kMaxReaders];
+// Records [0, g_readers_used) were ever claimed: a grace period looks at those alone, so
+// that the rest stay untouched zero pages (a process start faulted in all 4096 of them
+// at its first grace period). Raised before a record is claimed, so that a grace period
+// that misses the raise also misses the section that follows the claim.
+std::atomic<int> g_readers_used{0};
 std::atomic<bool> g_expedited{false};  // membarrier PRIVATE_EXPEDITED registered
 }  // namespace
 
@@ -29,8 +34,11 @@ RcuReader* rcu_claim_reader() {
   const int32_t tid = static_cast<int32_t>(arch::raw_syscall(__NR_gettid));
   for (int i = 0; i < kMaxReaders; ++i) {
     int32_t expected = 0;
-    if (g_readers[i].tid.load(std::memory_order_relaxed) == 0 &&
-        g_readers[i].tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
+    if (g_readers[i].tid.load(std::memory_order_relaxed) != 0) continue;
+    for (int used = g_readers_used.load(std::memory_order_relaxed); used < i + 1 &&
+         !g_readers_used.compare_exchange_weak(used, i + 1, std::memory_order_seq_cst);) {
+    }
+    if (g_readers[i].tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
       g_readers[i].state.store(0, std::memory_order_relaxed);
       t_rcu_reader = &g_readers[i];
       return t_rcu_reader;
@@ -75,7 +83,8 @@ void synchronize_rcu() {
   using detail::g_readers;
   using detail::kMaxReaders;
   barrier_all_threads();
-  for (int i = 0; i < kMaxReaders; ++i) {
+  const int used = detail::g_readers_used.load(std::memory_order_seq_cst);
+  for (int i = 0; i < used; ++i) {
     RcuReader& r = g_readers[i];
     const int32_t tid = r.tid.load(std::memory_order_acquire);
     if (tid == 0) continue;
@@ -103,7 +112,7 @@ void synchronize_rcu() {
   // compare-and-swap, so that two writers may wait at once (the engine's control plane and
   // a control server's thread): a record that one of them freed and a new thread claimed
   // is never freed again by the other. The claimer clears the state word itself.
-  for (int i = 0; i < kMaxReaders; ++i) {
+  for (int i = 0; i < used; ++i) {
     int32_t tid = g_readers[i].tid.load(std::memory_order_relaxed);
     if (tid != 0 && !thread_alive(tid))
       g_readers[i].tid.compare_exchange_strong(tid, 0, std::memory_order_acq_rel);
@@ -115,7 +124,9 @@ void rcu_after_fork_child() {
   // The child has one thread: every other record is free, and no other thread counts on
   // the overflow record (one inside a section at the fork would hold it up for good).
   RcuReader* own = detail::t_rcu_reader;
-  for (RcuReader& r : detail::g_readers) {
+  const int used = detail::g_readers_used.load(std::memory_order_relaxed);
+  for (int i = 0; i < used; ++i) {  // the others were never claimed: zero, untouched
+    RcuReader& r = detail::g_readers[i];
     if (&r == own) continue;
     r.state.store(0, std::memory_order_relaxed);
     r.tid.store(0, std::memory_order_relaxed);
