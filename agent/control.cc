@@ -144,14 +144,10 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
 // BRANCHES: the daemon's branch table of one mapping (arch/branch_targets.h), mapped for
 // the life of the process and handed to the engine. Only a memfd that nobody can change
 // any more (sealed against writing, growing, shrinking), of a size the mapping's table can
-// have; the engine checks the count inside against that size.
-constexpr size_t kMaxBranchTables = 64;
-size_t g_branch_tables = 0;
-
+// have; the engine checks the count inside against that size, and bounds how many it
+// keeps.
 void do_branches(const lk::Branches& b, int fd, lk::Reply* reply) {
   if (fd < 0) return set_error(reply, -EBADF, "BRANCHES without the table's descriptor");
-  if (g_branch_tables >= kMaxBranchTables)
-    return set_error(reply, -ENOSPC, "too many branch tables");
   constexpr int kSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & kSeals) != kSeals)
@@ -170,7 +166,6 @@ void do_branches(const lk::Branches& b, int fd, lk::Reply* reply) {
     ::munmap(mem, bytes);
     return set_error(reply, -EINVAL, "the branch table does not fit the mapping, or is one too many");
   }
-  ++g_branch_tables;
 }
 
 // Whether every argument is a register (or $retval) stored as it is, and if so the
