@@ -117,9 +117,15 @@ void teardown();
 // (control.cc).
 void begin_startup();
 void end_startup();
-// Drops the ring area without a grace period: a fork child, whose only thread is the
-// caller.
+// Drops the ring area (and the spare) without a grace period: a fork child, whose only
+// thread is the caller.
 void drop_area_in_child();
+// Fork with a spare area (SPARE, events/link.h). In the parent: the spare is the child's
+// now, never to be used here (no system call: its view goes with the next SPARE). In the
+// child: the spare becomes the area, in place of the parent's, and its id is returned;
+// with no spare, drop_area_in_child() and 0.
+void take_spare_in_parent();
+uint32_t adopt_spare_in_child();
 // Number of the daemon's probes registered (tests, logs).
 size_t probe_count();
 // Their ids, or none when there are more than `max` (HELLO of a fork child).

@@ -17,11 +17,16 @@
 // daemon can attach again.
 //
 // fork: the atfork child handler drops what belongs to the parent (its link, its ring
-// area, the forking thread's ring) before the child runs any code of its own, connects to
-// the same daemon with HELLO kFork and serves it until GO like a launched program; its
-// probes are the parent's (the code was copied with them). If no daemon answers, the
-// child removes its probes. A child of _Fork, vfork or a raw clone runs no atfork handler:
-// its handlers see a thread id that is not the ring's and record nothing (see hit.cc).
+// area, the forking thread's ring) before the child runs any code of its own; its probes
+// are the parent's (the code was copied with them). With the spare area the daemon handed
+// the parent (SPARE) the child records there from its first instruction: it connects,
+// says HELLO kFork naming the spare, starts its control thread and runs on, waiting for
+// nothing; the daemon then sends the parent the next spare (the parent's handler only
+// marks the spare taken: no system call). Without a spare (none came yet, or another
+// fork took it) the child connects with HELLO kFork and serves the daemon until GO like
+// a launched program. If no daemon answers, the child removes its probes. A child of
+// _Fork, vfork or a raw clone runs no atfork handler: its handlers see a thread id that is
+// not the ring's and record nothing (see hit.cc).
 //
 // exec: the link is CLOEXEC, so the daemon reads EOF; a launched program keeps the
 // variables in its environment, so the new image's agent connects with HELLO kExec.
@@ -284,7 +289,7 @@ int start_control_thread() {
 // as many as fit in one message; with more, none, and the daemon asks (PROFILE).
 constexpr size_t kHelloMaxProbes = 32768;
 
-int send_hello(lk::HelloReason reason, std::vector<uint32_t> held) {
+int send_hello(lk::HelloReason reason, std::vector<uint32_t> held, uint32_t spare_id = 0) {
   lk::Message m;
   m.type = lk::MsgType::kHello;
   m.seq = next_agent_seq();
@@ -293,6 +298,7 @@ int send_hello(lk::HelloReason reason, std::vector<uint32_t> held) {
   h.ppid = static_cast<int32_t>(::getppid());
   h.reason = reason;
   h.probe_ids = std::move(held);
+  h.spare_id = spare_id;
   m.body = std::move(h);
   return send_on_link(m);
 }
@@ -329,7 +335,8 @@ void register_barriers() {
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
 // untraced.
 bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
-  register_barriers();  // still one thread here (a fork child has one too)
+  // Still one thread here. A fork child's came with its parent's memory.
+  if (reason != lk::HelloReason::kFork) register_barriers();
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
   std::vector<uint32_t> held;  // a fork child's probes, its parent's
@@ -386,6 +393,30 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
   return true;
 }
 
+// A fork child that took its parent's spare area (already its own): connect, HELLO naming
+// the spare, the control thread; the daemon's requests are served as they come, the
+// program runs on at once. False when the child runs on untraced.
+bool join_with_spare(const std::string& name, pid_t daemon_pid, uint32_t spare_id) {
+  int fd = link::connect_link(name, kConnectTimeout);
+  if (fd < 0) return false;
+  std::vector<uint32_t> held;
+  {
+    std::lock_guard l(g_ctl_mu);
+    if (check_peer(fd, daemon_pid, false) != 0) {
+      ::close(fd);
+      return false;
+    }
+    adopt_link(fd, name, daemon_pid, false);
+    held = probe_ids(kHelloMaxProbes);
+  }
+  if (send_hello(lk::HelloReason::kFork, std::move(held), spare_id) != 0 ||
+      start_control_thread() != 0) {
+    end_link();
+    return false;
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------
 // fork
 
@@ -396,6 +427,7 @@ void atfork_prepare() {
 }
 
 void atfork_parent() {
+  take_spare_in_parent();
   dl_mailbox_unlock_after_fork();
   g_send_mu.unlock();
   g_ctl_mu.unlock();
@@ -408,6 +440,7 @@ void atfork_child() {
   forget_thread_ring();
   if (!g_linked.load()) return;
   const bool was = probecore::set_engine_thread(true);
+  uint32_t spare;
   {
     std::lock_guard l(g_ctl_mu);
     {
@@ -417,11 +450,13 @@ void atfork_child() {
     }
     g_linked.store(false);
     g_control_running.store(false);  // threads do not survive fork
-    drop_area_in_child();
+    spare = adopt_spare_in_child();
   }
   dl_mailbox_open();
   const std::string name = g_link_name;
-  if (!serve_start(name, g_daemon_pid, lk::HelloReason::kFork)) {
+  const bool joined = spare != 0 ? join_with_spare(name, g_daemon_pid, spare)
+                                 : serve_start(name, g_daemon_pid, lk::HelloReason::kFork);
+  if (!joined) {
     std::lock_guard l(g_ctl_mu);
     teardown();  // nobody to report to: the child runs untraced
   } else {

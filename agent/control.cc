@@ -102,18 +102,32 @@ void replace_area(AreaState* as) {
   }
 }
 
-void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
-  if (fd < 0) return set_error(reply, -EBADF, "SETUP without the ring area's descriptor");
+// The ring area of a SETUP or SPARE, mapped and checked; nullptr (and the reply says
+// why) when it is not one.
+AreaState* map_area(const lk::Setup& s, int fd, lk::Reply* reply) {
+  if (fd < 0) {
+    set_error(reply, -EBADF, "no descriptor came with the ring area");
+    return nullptr;
+  }
   struct stat st;
-  if (::fstat(fd, &st) != 0) return set_error(reply, -errno, "fstat of the ring area failed");
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < s.area_size)
-    return set_error(reply, -EINVAL, "the ring area is smaller than SETUP says");
+  if (::fstat(fd, &st) != 0) {
+    set_error(reply, -errno, "fstat of the ring area failed");
+    return nullptr;
+  }
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < s.area_size) {
+    set_error(reply, -EINVAL, "the ring area is smaller than the request says");
+    return nullptr;
+  }
   void* mem = ::mmap(nullptr, s.area_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of the ring area failed");
+  if (mem == MAP_FAILED) {
+    set_error(reply, -errno, "mmap of the ring area failed");
+    return nullptr;
+  }
   auto* header = static_cast<events::RingAreaHeader*>(mem);
   if (!events::ring_area_header_valid(header, s.area_size)) {
     ::munmap(mem, s.area_size);
-    return set_error(reply, -EINVAL, "the ring area's header is not valid");
+    set_error(reply, -EINVAL, "the ring area's header is not valid");
+    return nullptr;
   }
   auto* as = new AreaState;
   as->area = header;
@@ -127,7 +141,8 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
     const int err = -errno;
     ::munmap(mem, s.area_size);
     delete as;
-    return set_error(reply, err, "no memory for the ring producers");
+    set_error(reply, err, "no memory for the ring producers");
+    return nullptr;
   }
   as->producers = static_cast<events::RingProducer*>(producers);
   as->generation = ++g_area_generation;
@@ -138,7 +153,34 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   as->fault_tolerant = !as->syscall_reads && fault_fixup_installed();
   // Lets the reader sleep without a fence in every commit (events/ring.h).
   (void)events::ring_register_producer_process();
-  replace_area(as);
+  return as;
+}
+
+void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
+  if (AreaState* as = map_area(s, fd, reply)) replace_area(as);
+}
+
+// The spare area (SPARE), held for the next fork child; nobody records into it here.
+// After a fork took it, the parent's view stays mapped (as `taken`) until the next SPARE
+// replaces it, so that the fork's handlers make no system call for it.
+AreaState* g_spare = nullptr;
+uint32_t g_spare_id = 0;
+AreaState* g_spare_taken = nullptr;
+
+void drop_spare() {
+  unmap_area(g_spare);
+  unmap_area(g_spare_taken);
+  g_spare = nullptr;
+  g_spare_id = 0;
+  g_spare_taken = nullptr;
+}
+
+void do_spare(const lk::Spare& sp, int fd, lk::Reply* reply) {
+  AreaState* as = map_area(sp.setup, fd, reply);
+  if (!as) return;
+  drop_spare();  // unused here: no handler can be in either
+  g_spare = as;
+  g_spare_id = sp.id;
 }
 
 // BRANCHES: the daemon's branch table of one mapping (arch/branch_targets.h), mapped for
@@ -434,6 +476,9 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
     case lk::MsgType::kBranches:
       do_branches(std::get<lk::Branches>(m.body), received_fd, reply);
       break;
+    case lk::MsgType::kSpare:
+      do_spare(std::get<lk::Spare>(m.body), received_fd, reply);
+      break;
     case lk::MsgType::kDefine:
       do_define(m, reply);
       break;
@@ -488,6 +533,7 @@ void teardown() {
   remove_dl_hook();
   defined_symbols().clear();
   replace_area(nullptr);
+  drop_spare();
   // The next daemon starts from the defaults.
   (void)probecore::arm_all_kprobes();
   probecore::set_kprobes_optimization(true);
@@ -500,6 +546,34 @@ void drop_area_in_child() {
   g_area_owned = nullptr;
   g_area.store(nullptr, std::memory_order_release);
   unmap_area(old);  // the caller is the child's only thread: no handler is inside it
+  drop_spare();
+}
+
+void take_spare_in_parent() {
+  if (!g_spare) return;
+  unmap_area(g_spare_taken);  // none: a SPARE came in between or none was taken
+  g_spare_taken = g_spare;    // the child's now; never used here
+  g_spare = nullptr;
+  g_spare_id = 0;
+}
+
+uint32_t adopt_spare_in_child() {
+  if (!g_spare) {
+    drop_area_in_child();
+    return 0;
+  }
+  AreaState* as = g_spare;
+  const uint32_t id = g_spare_id;
+  g_spare = nullptr;
+  g_spare_id = 0;
+  unmap_area(g_spare_taken);  // a sibling's
+  g_spare_taken = nullptr;
+  as->pid = static_cast<int32_t>(::getpid());
+  AreaState* old = g_area_owned;
+  g_area_owned = as;
+  g_area.store(as, std::memory_order_release);
+  unmap_area(old);  // the parent's; the caller is the child's only thread
+  return id;
 }
 
 size_t probe_count() { return g_probes.size(); }

@@ -171,6 +171,22 @@ bool get_filter(In& in, std::optional<CompiledFilter>* f) {
   return true;
 }
 
+void put_setup(Out& o, const Setup& s) {
+  if (s.options & ~kKnownSetupOptions) o.ok = false;
+  o.u64(s.area_size);
+  o.u32(s.trace_clock);
+  o.u32(s.options);
+}
+
+bool get_setup(In& in, Setup* s) {
+  in.get(&s->area_size, "setup");
+  in.get(&s->trace_clock, "setup");
+  in.get(&s->options, "setup");
+  if (in.ok() && (s->options & ~kKnownSetupOptions)) return in.fail("setup: unknown options");
+  if (in.ok() && s->area_size == 0) return in.fail("setup: empty area");
+  return in.ok();
+}
+
 void encode_body(Out& o, const Message& m) {
   switch (m.type) {
     case MsgType::kBranches: {
@@ -183,14 +199,17 @@ void encode_body(Out& o, const Message& m) {
       o.u64(b.length);
       break;
     }
-    case MsgType::kSetup: {
-      const auto& s = std::get<Setup>(m.body);
-      if (s.options & ~kKnownSetupOptions) o.ok = false;
-      o.u64(s.area_size);
-      o.u32(s.trace_clock);
-      o.u32(s.options);
+    case MsgType::kSetup:
+      put_setup(o, std::get<Setup>(m.body));
+      break;
+    case MsgType::kSpare: {
+      const auto& sp = std::get<Spare>(m.body);
+      if (sp.id == 0) o.ok = false;
+      put_setup(o, sp.setup);
+      o.u32(sp.id);
       break;
     }
+
     case MsgType::kDefine: {
       const auto& d = std::get<Define>(m.body);
       o.u32(d.probe_id);
@@ -235,6 +254,8 @@ void encode_body(Out& o, const Message& m) {
       o.u8(static_cast<uint8_t>(h.reason));
       o.u8(0);
       o.u16(0);
+      if (h.spare_id != 0 && h.reason != HelloReason::kFork) o.ok = false;
+      o.u32(h.spare_id);
       o.u32(static_cast<uint32_t>(h.probe_ids.size()));
       for (uint32_t id : h.probe_ids) o.u32(id);
       break;
@@ -261,7 +282,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kBranches)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kSpare)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
@@ -283,14 +304,19 @@ bool decode_body(In& in, Message* m) {
     }
     case MsgType::kSetup: {
       Setup s;
-      in.get(&s.area_size, "setup");
-      in.get(&s.trace_clock, "setup");
-      in.get(&s.options, "setup");
-      if (in.ok() && (s.options & ~kKnownSetupOptions)) return in.fail("setup: unknown options");
-      if (in.ok() && s.area_size == 0) return in.fail("setup: empty area");
+      if (!get_setup(in, &s)) return false;
       m->body = s;
       break;
     }
+    case MsgType::kSpare: {
+      Spare sp;
+      if (!get_setup(in, &sp.setup)) return false;
+      in.get(&sp.id, "spare");
+      if (in.ok() && sp.id == 0) return in.fail("spare: id 0");
+      m->body = sp;
+      break;
+    }
+
     case MsgType::kDefine: {
       Define d;
       uint8_t kind = 0;
@@ -361,6 +387,7 @@ bool decode_body(In& in, Message* m) {
       in.get(&reason, "hello");
       in.zero8("hello: reserved");
       in.zero16("hello: reserved");
+      in.get(&h.spare_id, "hello");
       uint32_t n = 0;
       if (!in.count(&n, 4, kMaxMessageSize / 4, "hello: probes")) return false;
       h.probe_ids.resize(n);
@@ -370,6 +397,8 @@ bool decode_body(In& in, Message* m) {
           reason > static_cast<uint8_t>(HelloReason::kExec))
         return in.fail("hello: unknown reason");
       if (h.pid <= 0 || h.ppid < 0) return in.fail("hello: bad pid");
+      if (h.spare_id != 0 && reason != static_cast<uint8_t>(HelloReason::kFork))
+        return in.fail("hello: a spare area outside fork");
       h.reason = static_cast<HelloReason>(reason);
       m->body = h;
       break;
@@ -441,6 +470,7 @@ size_t body_index(MsgType type) {
     case MsgType::kMapped: return 7;
     case MsgType::kReply: return 8;
     case MsgType::kBranches: return 9;
+    case MsgType::kSpare: return 10;
     default: return 0;
   }
 }
@@ -462,6 +492,7 @@ const char* type_name(MsgType type) {
     case MsgType::kDetach: return "DETACH";
     case MsgType::kBlacklist: return "BLACKLIST";
     case MsgType::kBranches: return "BRANCHES";
+    case MsgType::kSpare: return "SPARE";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kListChanged: return "LIST_CHANGED";

@@ -34,6 +34,9 @@
 //                 for it ends, or the daemon goes away).
 //   attach/fork:  agent HELLO -> daemon SETUP, DEFINE... (the program runs meanwhile; a
 //                 fork child waits for GO like a launched program, its code already probed)
+//   spare area:   daemon SPARE -> agent REPLY: a second ring area, held for the next fork
+//   fork, spare:  the child records into its parent's spare at once and says HELLO naming
+//                 it, waiting for nothing; the daemon then sends the parent the next SPARE
 //   any time:     daemon DEFINE, REMOVE, ENABLE, DISABLE, SET_FILTER, ARM_ALL, DISARM_ALL,
 //                 OPTIMIZATION, LIST, PROFILE, BLACKLIST -> agent REPLY
 //   dlopen:       agent MAPPED (seq S) -> daemon DEFINE... with kFlagAnswer, then REPLY(S);
@@ -65,7 +68,7 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 3;  // 2: LIST_CHANGED, 3: BRANCHES
+inline constexpr uint32_t kAgentAbiVersion = 4;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -96,6 +99,7 @@ enum class MsgType : uint16_t {
   kBlacklist = 14,    // no payload; the REPLY's text: the engine's blacklist, one
                       // "0x%016lx-0x%016lx\n" line per range [start, end)
   kBranches = 15,     // Branches + the table's sealed memfd (SCM_RIGHTS)
+  kSpare = 16,        // Spare + the spare ring area's memfd (SCM_RIGHTS)
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
@@ -127,6 +131,20 @@ struct Setup {
 // read. This option asks for system calls always (to tell the two apart when debugging).
 inline constexpr uint32_t kSetupSyscallReads = 1u << 0;
 inline constexpr uint32_t kKnownSetupOptions = kSetupSyscallReads;
+
+// SPARE: a ring area held for the process's next fork child, as SETUP hands one (the
+// memfd is this packet's SCM_RIGHTS), numbered by the daemon. The agent maps it and keeps
+// it unused; a newer SPARE replaces it. At fork the child records into it from its first
+// instruction and names it in its HELLO (Hello::spare_id), so it runs on at once instead
+// of waiting for a SETUP; the parent never uses it again (its view goes with the next
+// SPARE). A process has at most one spare; one that forks again before the next SPARE
+// came forks the way it would without.
+//   u64 area_size, u32 trace_clock, u32 options, u32 id
+// id != 0.
+struct Spare {
+  Setup setup;
+  uint32_t id = 0;
+};
 
 // BRANCHES: where the direct branches of one executable file mapping land
 // (arch/branch_targets.h), built by the daemon from the file: the table travels as a memfd
@@ -202,12 +220,14 @@ struct Optimization {
 enum class HelloReason : uint8_t {
   kLaunch = 1,  // started by the daemon with the agent preloaded; waits for GO
   kAttach = 2,  // loaded into a running process (probefs_agent_attach)
-  kFork = 3,    // a fork child of a traced process; waits for GO, probes inherited
+  kFork = 3,    // a fork child of a traced process; probes inherited; waits for GO unless
+                // it records into its parent's spare area (Hello::spare_id)
   kExec = 4,    // a traced process exec'd a new image (same pid); waits for GO
 };
 
 // HELLO: the agent's first message on a new connection.
-//   u32 abi_version, s32 pid, s32 ppid, u8 reason, u8 0, u16 0
+//   u32 abi_version, s32 pid, s32 ppid, u8 reason, u8 0, u16 0, u32 spare_id,
+//   u32 n, n x u32 probe_id
 struct Hello {
   uint32_t abi_version = kAgentAbiVersion;
   int32_t pid = 0;   // must equal the connection's SO_PEERCRED pid
@@ -216,6 +236,9 @@ struct Hello {
   // A fork child's probes, as its parent's agent had them when it forked (their ids):
   // what the daemon holds in the child, known without asking. Empty otherwise.
   std::vector<uint32_t> probe_ids;
+  // A fork child that took its parent's spare area (SPARE): its id. It records there
+  // already and waits for nothing. 0 otherwise (and always for other reasons).
+  uint32_t spare_id = 0;
 };
 
 // MAPPED: the dynamic linker changed the set of loaded objects (r_brk with r_state
@@ -251,7 +274,7 @@ struct Reply {
 };
 
 using Body = std::variant<std::monostate, Setup, Define, ProbeRef, SetFilter, Optimization,
-                          Hello, Mapped, Reply, Branches>;
+                          Hello, Mapped, Reply, Branches, Spare>;
 
 struct Message {
   MsgType type = MsgType::kReply;

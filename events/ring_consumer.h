@@ -139,6 +139,8 @@ class RingAreaReader {
   uint32_t probe_slots() const { return geometry_.probe_slots; }
   uint32_t ring_bytes() const { return geometry_.ring_bytes; }
   pid_t pid() const { return pid_; }
+  // The process that writes here from now on (a spare area a fork child took).
+  void set_pid(pid_t pid) { pid_ = pid; }
   RingAreaHeader* header() const { return area_; }
 
   // Consuming (trace_pipe). front: the ring's next record without consuming it; pop: consume

@@ -171,8 +171,18 @@ int send_message(int fd, const events::link::Message& m, std::chrono::millisecon
 long recv_packet(int fd, std::vector<uint8_t>* buf, std::chrono::milliseconds timeout,
                  int* received_fd) {
   if (received_fd) *received_fd = -1;
-  buf->resize(events::link::kMaxMessageSize + 1);
   for (;;) {
+    // The packet's own length first (a peek takes no descriptor): the buffer is made as
+    // long as the packet, not as the longest the link allows. Zeroing that much was
+    // 48 pages, each a fault in a fork child or a new image, where they cost most.
+    const ssize_t len = ::recv(fd, nullptr, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+    if (len < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return -errno;
+      if (int w = wait_fd(fd, POLLIN, timeout); w) return w;
+      continue;
+    }
+    buf->resize(std::clamp<size_t>(static_cast<size_t>(len), 1, events::link::kMaxMessageSize + 1));
     iovec iov{buf->data(), buf->size()};
     msghdr mh{};
     mh.msg_iov = &iov;

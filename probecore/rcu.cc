@@ -128,10 +128,12 @@ void rcu_after_fork_child() {
   for (int i = 0; i < used; ++i) {  // the others were never claimed: zero, untouched
     RcuReader& r = detail::g_readers[i];
     if (&r == own) continue;
-    r.state.store(0, std::memory_order_relaxed);
-    r.tid.store(0, std::memory_order_relaxed);
+    // Written only where not free already: each page written is a copy in the child.
+    if (r.state.load(std::memory_order_relaxed) != 0) r.state.store(0, std::memory_order_relaxed);
+    if (r.tid.load(std::memory_order_relaxed) != 0) r.tid.store(0, std::memory_order_relaxed);
   }
-  detail::g_rcu_overflow.state.store(0, std::memory_order_relaxed);
+  if (detail::g_rcu_overflow.state.load(std::memory_order_relaxed) != 0)
+    detail::g_rcu_overflow.state.store(0, std::memory_order_relaxed);
   if (own && own != &detail::g_rcu_overflow)
     own->tid.store(static_cast<int32_t>(arch::raw_syscall(__NR_gettid)),
                    std::memory_order_release);

@@ -216,10 +216,12 @@ void atfork_prepare() { g_mu.lock(); }
 void atfork_parent() { g_mu.unlock(); }
 void atfork_child() {
   rcu_after_fork_child();
-  // The child is one thread: a thief that held a CPU's stack in the parent is gone.
-  g_percpu = arch::percpu_init();
+  // The child is one thread: a thief that held a CPU's stack in the parent is gone. (Its
+  // membarrier registrations, per-CPU ones included, came with the memory: g_percpu holds.)
+  // Only a lock that is held is written: every page written here is a copy in the child.
   auto unlock_stacks = [](InstancePool* pool) {
-    for (uint32_t c = 0; pool && pool->cpus && c < pool->ncpus; ++c) pool->cpus[c].lock = 0;
+    for (uint32_t c = 0; pool && pool->cpus && c < pool->ncpus; ++c)
+      if (pool->cpus[c].lock != 0) pool->cpus[c].lock = 0;
   };
   for (Aggregate* ag : g_aggrs)
     for (Kprobe* p : children_of(ag))

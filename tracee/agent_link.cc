@@ -328,6 +328,15 @@ AgentLink::Ticket AgentLink::start_branches(const lk::Branches& b, int table_fd)
   return impl_->start(lk::MsgType::kBranches, b, table_fd);
 }
 
+int AgentLink::post_spare(const lk::Spare& s, int memfd) {
+  if (memfd < 0) return -EBADF;
+  lk::Message m;
+  m.type = lk::MsgType::kSpare;
+  m.seq = impl_->take_seq();  // not waited for: its REPLY finds nobody and is dropped
+  m.body = s;
+  return impl_->send(m, memfd);
+}
+
 LinkResult AgentLink::collect(const Ticket& t, std::chrono::steady_clock::time_point deadline) {
   return impl_->collect(t, deadline);
 }
@@ -570,6 +579,7 @@ struct AgentListener::Impl {
     uint64_t start;
   };
   std::map<pid_t, Known> known;                            // mu
+  std::map<uint32_t, pid_t> spare_owner;                   // mu: offer_spare
   // Processes detached (forget()): a new image of one is refused even where its parent
   // has a link. Pruned with `known`.
   std::map<pid_t, Known> detached;                         // mu
@@ -580,6 +590,7 @@ struct AgentListener::Impl {
     Clock::time_point deadline;
     link::PeerCred cred;
     ProcStat stat;  // the process's, read at admission
+    bool gone = false;  // no such process at admission: only a spare's child passes
   };
   std::map<int, PendingConn> pending;            // the I/O thread only
   std::vector<uint8_t> rbuf;                     // the I/O thread only: each packet read
@@ -708,7 +719,17 @@ struct AgentListener::Impl {
       return x->second.uid == c.uid;
     if (const Known* k = known_process(c.pid, &self)) return k->uid == c.uid;
     const Known* parent = known_process(self.ppid);
-    return parent && parent->uid == c.uid;
+    if (parent) return parent->uid == c.uid;
+    const int waiting = pending_of(self.ppid);
+    return waiting >= 0 && pending.at(waiting).cred.uid == c.uid;
+  }
+
+  // The connection of process `pid` that waits for its HELLO, or -1. The I/O thread only.
+  int pending_of(pid_t pid) const {
+    if (pid <= 0) return -1;
+    for (const auto& [fd, pc] : pending)
+      if (pc.cred.pid == pid && !pc.gone) return fd;
+    return -1;
   }
 
   void refuse(int fd) {
@@ -747,8 +768,10 @@ struct AgentListener::Impl {
       }
       link::PeerCred cred;
       ProcStat stat;
-      bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid && proc_stat(cred.pid, &stat);
-      if (ok) {
+      bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid;
+      // A process gone already is judged by its HELLO alone (a spare's fork child).
+      const bool gone = ok && !proc_stat(cred.pid, &stat) && !process_exists(cred.pid);
+      if (ok && !gone) {
         std::lock_guard l(mu);
         ok = admit_locked(cred, stat);
       }
@@ -763,7 +786,7 @@ struct AgentListener::Impl {
         refuse(fd);
         continue;
       }
-      pending[fd] = {Clock::now() + kHelloTimeout, cred, stat};
+      pending[fd] = {Clock::now() + kHelloTimeout, cred, stat, gone};
       ++pending_per_uid[uid];
       pending_count.store(pending.size());
       on_pending_readable(fd);  // the HELLO often came with the connection
@@ -790,10 +813,21 @@ struct AgentListener::Impl {
 
   // Decides whether a HELLO may become a link: see the header.
   enum class Verdict { kRefuse, kExpected, kEvent, kPrepared };
-  Verdict judge(const link::PeerCred& cred, const ProcStat& self, const lk::Hello& h) {
+  Verdict judge(const link::PeerCred& cred, const ProcStat& self, bool gone,
+                const lk::Hello& h) {
     if (h.pid != cred.pid) return Verdict::kRefuse;
     if (h.abi_version != lk::kAgentAbiVersion) return Verdict::kRefuse;
     std::lock_guard l(mu);
+    if (gone) {
+      // Only a fork child that recorded into the spare its parent was handed: the
+      // parent's uid, and the parent a process with a link.
+      auto s = spare_owner.find(h.spare_id);
+      if (h.reason != lk::HelloReason::kFork || h.spare_id == 0 || s == spare_owner.end() ||
+          s->second != h.ppid)
+        return Verdict::kRefuse;
+      const Known* parent = known_process(h.ppid);
+      return parent && parent->uid == cred.uid ? Verdict::kEvent : Verdict::kRefuse;
+    }
     if (auto e = expected.find(cred.pid); e != expected.end())
       return e->second == cred.uid ? Verdict::kExpected : Verdict::kRefuse;
     const auto now = Clock::now();
@@ -843,7 +877,13 @@ struct AgentListener::Impl {
       return;
     }
     const auto& h = std::get<lk::Hello>(m.body);
-    const Verdict v = judge(pc.cred, pc.stat, h);
+    // A fork child's parent may have connected and not yet been heard (it ran on at once
+    // and forked): its HELLO first, so that it is known when the child is judged. Each
+    // level leaves `pending`, so this ends.
+    if (h.reason == lk::HelloReason::kFork)
+      if (const int parent_fd = pending_of(h.ppid); parent_fd >= 0 && parent_fd != fd)
+        on_pending_readable(parent_fd);
+    const Verdict v = judge(pc.cred, pc.stat, pc.gone, h);
     if (v == Verdict::kRefuse) {
       leave_pending(fd, true);
       return;
@@ -965,6 +1005,7 @@ struct AgentListener::Impl {
           // flood of them costs is a count going up.
           li.list_generation.fetch_add(1);
           break;
+
         default:
           reply_error(li, m.seq, -EOPNOTSUPP, "not a request the daemon serves");
           if (protocol_error(li)) {
@@ -1124,6 +1165,16 @@ void AgentListener::forget(pid_t pid) {
   if (it == impl_->known.end()) return;
   impl_->detached[pid] = it->second;
   impl_->known.erase(it);
+}
+
+void AgentListener::offer_spare(uint32_t id, pid_t owner) {
+  std::lock_guard l(impl_->mu);
+  impl_->spare_owner[id] = owner;
+}
+
+void AgentListener::withdraw_spare(uint32_t id) {
+  std::lock_guard l(impl_->mu);
+  impl_->spare_owner.erase(id);
 }
 
 void AgentListener::unexpect(pid_t pid) {

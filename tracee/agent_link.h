@@ -26,7 +26,13 @@
 //   - or announced with expect_exec() for that uid, before its deadline (`probefs exec`),
 //   - or a process that has or had a link, with the same uid (a new image after exec),
 //   - or a child (/proc PPid) of one, with the same uid (fork; posix_spawn or vfork and
-//     exec).
+//     exec), or of a process whose own connection waits for its HELLO (a fork child that
+//     runs on at once may fork before the daemon read its HELLO: that HELLO is read
+//     first),
+//   - or a process of the endpoint's uid that is gone already: a fork child that took
+//     its parent's spare area (offer_spare) runs on without waiting and may exit before
+//     it is accepted; it is let in only by a HELLO that names a spare offered to its
+//     parent, a process with a link and that uid (its records are in that area).
 // Anything else is closed at once, before a byte is read. An admitted connection then
 // becomes an AgentLink only when its first packet, within kHelloTimeout, is a HELLO whose
 // pid is the SO_PEERCRED pid and whose reason fits the rule that admitted it (a fork
@@ -147,6 +153,9 @@ class AgentLink {
   // caller keeps its own fd).
   Ticket start_setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
   Ticket start_branches(const lk::Branches& b, int table_fd);
+  // SPARE (events/link.h), sent without anybody waiting for its reply: the daemon learns
+  // whether the agent took it from a fork child that names it. 0 once it left, or why not.
+  int post_spare(const lk::Spare& s, int memfd);
   // The reply to `t`, waiting at most until `deadline` or the ticket's own deadline,
   // whichever comes first: what the synchronous call would have returned (deferred when
   // the process is stopped, -ETIMEDOUT when no reply came in time).
@@ -245,6 +254,11 @@ class AgentListener {
   // One connection per announcement; after the deadline the pid is judged by the other
   // rules again (a new pid is refused). A second announcement replaces the first.
   void expect_exec(pid_t pid, uid_t uid, std::chrono::steady_clock::time_point deadline);
+  // Spare area `id` (SPARE) was handed to process `owner`: a fork child of it that names
+  // the id in its HELLO is let in even when it is gone by then (see Admission). Withdrawn
+  // when taken or dropped.
+  void offer_spare(uint32_t id, pid_t owner);
+  void withdraw_spare(uint32_t id);
   // Waits for the link of an expected pid. nullptr and *err = -ETIMEDOUT when none came in
   // time; the expectation stays until unexpect() or a connection.
   std::shared_ptr<AgentLink> wait_for(pid_t pid, std::chrono::milliseconds timeout, int* err);

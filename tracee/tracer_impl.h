@@ -240,7 +240,21 @@ struct Tracer::Impl {
     bool list_known = false;
     std::string last_blacklist;
     bool blacklist_known = false;
+    // The spare area its agent holds for its next fork child (SPARE), 0: none.
+    uint32_t spare = 0;
   };
+
+  // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next
+  // fork child, which records there before the daemon knows of it and joins without a
+  // round trip (adopt_spare). By id; mu.
+  struct SpareArea {
+    pid_t owner = 0;  // the process it was handed to
+    std::shared_ptr<Rings> rings;  // in spare_rings until taken
+    // When its owner stopped holding it for certain (a child came without it, the owner
+    // exec'd, left or detached): it goes if no child names it within kSpareGrace.
+    std::chrono::steady_clock::time_point let_go;
+  };
+  static constexpr std::chrono::seconds kSpareGrace{5};
 
   // ---- set by create(), read by every room ----
   Options opts;
@@ -298,12 +312,15 @@ struct Tracer::Impl {
   uint32_t next_slot = 0;
   bool armed = true;
   bool optimization = true;
+  std::map<uint32_t, SpareArea> spares;
+  uint32_t next_spare_id = 1;
   // The branch tables agents are handed as their process starts (its own lock, a leaf).
   BranchTables branch_tables;
 
   // ---- the records room (tracer_records.cc): read_mu, marker_mu ----
   std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
   std::vector<std::shared_ptr<Rings>> rings;  // every area read
+  std::vector<std::shared_ptr<Rings>> spare_rings;  // spare areas, not read (SpareArea)
   std::vector<pid_t> tag_pid;  // by tag; tags are never reused
   std::vector<Rings*> tag_rings;  // by tag: the area while it is read, else nullptr
   // Records rejected (TraceRecord) since the buffers were last emptied, by CPU; and a
@@ -352,7 +369,8 @@ struct Tracer::Impl {
   std::set<Rings*> live_rings() const;
   bool inherit_symbols(Target& t, const Target& parent);
   int refresh_symbols(Target& t);
-  int set_up(Target& t, std::string* error, const Target* parent = nullptr);
+  int set_up(Target& t, std::string* error, const Target* parent = nullptr,
+             std::shared_ptr<Rings> spare = nullptr);
   Target* target_of_link(const std::shared_ptr<AgentLink>& link);
   void record_exit(pid_t pid, int status);
   void remember(pid_t pid);
@@ -365,6 +383,11 @@ struct Tracer::Impl {
   void handle_connected(const std::shared_ptr<AgentLink>& link, bool prepared);
   void handle_mapped(const LinkEvent& ev);
   void handle_closed(const std::shared_ptr<AgentLink>& link);
+  std::shared_ptr<Rings> take_spare(uint32_t id, pid_t owner, Target* owner_target);
+  void hand_spare(Target& t);
+  void let_go_spares_of(pid_t pid);
+  void drop_spares(const std::function<bool(const SpareArea&)>& which);
+  void sweep_spares();
   void sweep_unlinked();
   void reap_children();
   void drop_reaped();
@@ -397,6 +420,10 @@ struct Tracer::Impl {
 
   bool make_room_for_target();
   std::shared_ptr<Rings> new_rings(pid_t pid, int* err);
+  std::shared_ptr<Rings> new_spare_rings(pid_t owner, int* err);
+  void adopt_spare_rings(const std::shared_ptr<Rings>& r, pid_t pid);
+  std::shared_ptr<Rings> make_rings(pid_t pid, int* err);
+  void read_rings(const std::shared_ptr<Rings>& r, pid_t pid);
   void save_comm(pid_t pid, uint32_t tid, std::string comm);
   void reclaim_rings(Rings& r);
   void free_drained_rings(const std::set<Rings*>& live);

@@ -63,6 +63,40 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
     *err = -ENOSPC;
     return nullptr;
   }
+  std::shared_ptr<Rings> r = make_rings(pid, err);
+  if (!r) return nullptr;
+  std::lock_guard rl(read_mu);
+  // The clock and the switch as they are now: either may have changed since the area was
+  // made, and from here on their setters see this area.
+  events::ring_set_stamp_mode(r->area.header(), stamp_mode());
+  events::ring_set_record_disabled(r->area.header(), !tracing_on);
+  read_rings(r, pid);
+  return r;
+}
+
+// A spare area for `owner` (SPARE): kept current with the clock and the switch like
+// the areas read, and read only once a fork child takes it (adopt_spare). Takes read_mu.
+std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_spare_rings(pid_t owner, int* err) {
+  std::shared_ptr<Rings> r = make_rings(owner, err);
+  if (!r) return nullptr;
+  std::lock_guard rl(read_mu);
+  events::ring_set_stamp_mode(r->area.header(), stamp_mode());
+  events::ring_set_record_disabled(r->area.header(), !tracing_on);
+  spare_rings.push_back(r);
+  return r;
+}
+
+// The spare area r, taken by fork child `pid`: read from now on, as that process's.
+// read_mu held.
+void Tracer::Impl::adopt_spare_rings(const std::shared_ptr<Rings>& r, pid_t pid) {
+  std::erase(spare_rings, r);
+  r->reader.set_pid(pid);
+  read_rings(r, pid);
+}
+
+// An area of `pid`'s (0: the daemon's own) made and attached, read by nobody yet. Takes
+// read_mu.
+std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::make_rings(pid_t pid, int* err) {
   auto r = std::make_shared<Rings>();
   events::RingGeometry g;
   g.ring_count = pid != 0 ? opts.rings_per_target : 1;
@@ -76,12 +110,12 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
   if ((*err = events::RingArea::create(g, mode, &r->area)) != 0) return nullptr;
   if ((*err = r->reader.attach(r->area.mem(), r->area.size(), pid != 0 ? pid : getpid())) != 0)
     return nullptr;
+  return r;
+}
+
+// r joins the areas read, as `pid`'s. read_mu held.
+void Tracer::Impl::read_rings(const std::shared_ptr<Rings>& r, pid_t pid) {
   r->pid = pid;
-  std::lock_guard rl(read_mu);
-  // The clock and the switch as they are now: either may have changed since `mode` was
-  // read, and from here on their setters see this area.
-  events::ring_set_stamp_mode(r->area.header(), stamp_mode());
-  events::ring_set_record_disabled(r->area.header(), !tracing_on);
   r->tag = next_tag++;
   tag_pid.resize(r->tag + 1);
   tag_pid[r->tag] = pid;
@@ -98,7 +132,6 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
     __atomic_store_n(&h->sleeping, 1u, __ATOMIC_RELEASE);
     events::ring_wake(h);
   }
-  return r;
 }
 
 // Remembers the name of thread `tid` of `pid`, whose ring is being freed. read_mu held.
@@ -483,6 +516,7 @@ int Tracer::set_tracing_on(bool on) {
   std::lock_guard rl(impl_->read_mu);
   impl_->tracing_on = on;
   for (auto& r : impl_->rings) events::ring_set_record_disabled(r->area.header(), !on);
+  for (auto& r : impl_->spare_rings) events::ring_set_record_disabled(r->area.header(), !on);
   return 0;
 }
 
@@ -499,6 +533,7 @@ int Tracer::set_trace_clock(const std::string& name) {
   impl_->clock = c;
   const uint32_t mode = impl_->stamp_mode();
   for (auto& r : impl_->rings) events::ring_set_stamp_mode(r->area.header(), mode);
+  for (auto& r : impl_->spare_rings) events::ring_set_stamp_mode(r->area.header(), mode);
   for (auto& r : impl_->rings) r->reader.clear();
   impl_->dropped_gone = 0;
   impl_->merger = events::RingMerger(true);
@@ -530,6 +565,13 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     return -EINVAL;
   }
   if (int err = impl_->new_own_rings(); err != 0) return err;
+  // Spares of the old size are let go (a fork child that took one meanwhile still joins
+  // with it); each holder gets one of the new size below.
+  std::vector<pid_t> held_spare;
+  for (auto& [pid, t] : impl_->targets)
+    if (t->spare != 0) held_spare.push_back(pid);
+  for (pid_t pid : held_spare) impl_->let_go_spares_of(pid);
+  for (auto& [pid, t] : impl_->targets) t->spare = 0;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
     int err = 0;
@@ -558,6 +600,8 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     if (!res.ok()) return res.error;
     t->rings = r;
   }
+  for (pid_t pid : held_spare)
+    if (auto t = impl_->targets.find(pid); t != impl_->targets.end()) impl_->hand_spare(*t->second);
   // Nothing from before stays: not what a target wrote into its old area while it was
   // switched over, nor the records of departed targets.
   std::lock_guard rl(impl_->read_mu);

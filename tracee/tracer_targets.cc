@@ -92,10 +92,15 @@ int Tracer::Impl::refresh_symbols(Target& t) {
 }
 
 // Makes t a working target: symbols, ring area, switches, every probe. mu held.
-int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent) {
+int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent,
+                         std::shared_ptr<Rings> spare) {
   const bool inherited = parent != nullptr && inherit_symbols(t, *parent);
   if (int err = inherited ? 0 : refresh_symbols(t); err != 0) {
     if (error) *error = "cannot read the symbols of pid " + std::to_string(t.pid);
+    if (spare) {
+      std::lock_guard rl(read_mu);
+      std::erase(spare_rings, spare);
+    }
     return err;
   }
   for (const auto& [key, note] : t.notes) {  // a fork child's, from its parent
@@ -103,24 +108,33 @@ int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent) {
       t.symbolizer->set_note(key.second, p->second.spec.event_id, note);
   }
   int err = 0;
-  t.rings = new_rings(t.pid, &err);
+  if (spare && !make_room_for_target()) {
+    std::lock_guard rl(read_mu);
+    std::erase(spare_rings, spare);
+    (void)target_room(error);
+    return -ENOSPC;
+  }
+  t.rings = spare ? spare : new_rings(t.pid, &err);
   if (!t.rings) {
     if (err == -ENOSPC) (void)target_room(error);  // says which limit
     else if (error) *error = "cannot create the ring area: " + std::string(strerror(-err));
     return err;
   }
-  allow_sites(t);  // a fork child's, inherited
+  allow_sites(t);  // a fork child's, inherited; before a spare's records are read
   uint32_t clk;
   {
     std::lock_guard rl(read_mu);
     t.rings->symbolizer = t.symbolizer;
+    if (spare) adopt_spare_rings(spare, t.pid);
     clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
   }
-  LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
-  t.rings->area.close_fd();  // the agent holds its own now; the mapping stays
-  if (!r.ok()) {
-    if (error) *error = "agent refused its ring area: " + r.message;
-    return r.error;
+  if (!spare) {
+    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
+    t.rings->area.close_fd();  // the agent holds its own now; the mapping stays
+    if (!r.ok()) {
+      if (error) *error = "agent refused its ring area: " + r.message;
+      return r.error;
+    }
   }
   if (!armed) (void)t.link->disarm_all();
   if (!optimization) (void)t.link->set_optimization(false);
@@ -238,12 +252,14 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
   t->pid = link->pid();
   t->link = link;
   TargetNotice::Kind kind;
-  const Target* parent_target = nullptr;  // a fork child's, whose symbols it starts with
+  Target* parent_target = nullptr;  // a fork child's, whose symbols it starts with
+  std::shared_ptr<Rings> spare;     // the area a fork child took from its parent
   if (h.reason == lk::HelloReason::kFork) {
     t->parent = h.ppid;
     t->origin = TargetOrigin::kForked;
     auto parent = targets.find(h.ppid);
     parent_target = parent == targets.end() ? nullptr : parent->second.get();
+    spare = take_spare(h.spare_id, h.ppid, parent_target);
     adopt_inherited_probes(*t, parent_target);
     kind = TargetNotice::Kind::kForked;
   } else if (prepared && !targets.count(t->pid)) {
@@ -253,6 +269,7 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
   } else {
     // An exec'd image of a target: a new program, none of the old probes.
     auto old = targets.find(t->pid);
+    let_go_spares_of(t->pid);  // the old image's: the new one holds none
     if (old != targets.end()) {
       fold_counts(*old->second);
       t->origin = old->second->origin;
@@ -274,7 +291,7 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
   Target& ref = *t;
   targets[pid] = std::move(t);
   std::string err;
-  if (int e = set_up(ref, &err, parent_target); e != 0) {
+  if (int e = set_up(ref, &err, parent_target, spare); e != 0) {
     const TargetOrigin origin = ref.origin;
     ref.link->close();  // its agent lets the program run on untraced
     targets.erase(pid);
@@ -284,8 +301,109 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
   }
   // Listed before it runs: whoever sees it run sees it listed.
   list_target(ref);  // an exec'd image's replaces its old one
-  (void)ref.link->go();
+  if (h.spare_id == 0) (void)ref.link->go();  // one that named a spare waits for nothing
+  // A process that forks gets a spare area, so that its next child waits for nothing;
+  // one whose child came without the spare it was handed (the SPARE crossed the fork, or
+  // the child that took it died before it said HELLO) gets the next.
+  if (parent_target != nullptr) {
+    if (h.spare_id == 0 && parent_target->spare != 0) {
+      if (auto s = spares.find(parent_target->spare); s != spares.end())
+        if (s->second.let_go == std::chrono::steady_clock::time_point{})
+          s->second.let_go = std::chrono::steady_clock::now();
+      parent_target->spare = 0;
+    }
+    hand_spare(*parent_target);
+  }
   queue_notice(kind, pid, kind == TargetNotice::Kind::kForked ? parent : 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Spare areas (SpareArea)
+
+// The spare `id` of `owner`'s that a fork child named in its HELLO, out of the table;
+// nullptr when there is none such (the child is then set up as one without: SETUP).
+std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::take_spare(uint32_t id, pid_t owner,
+                                                              Target* owner_target) {
+  if (id == 0) return nullptr;
+  auto it = spares.find(id);
+  if (it == spares.end() || it->second.owner != owner) return nullptr;
+  std::shared_ptr<Rings> r = std::move(it->second.rings);
+  spares.erase(it);
+  listener->withdraw_spare(id);
+  if (owner_target != nullptr && owner_target->spare == id) owner_target->spare = 0;
+  return r;
+}
+
+// Hands t a spare area (SPARE) unless it holds one. mu held; takes read_mu.
+void Tracer::Impl::hand_spare(Target& t) {
+  if (t.spare != 0 || !t.rings || !t.link || t.link->closed()) return;
+  int err = 0;
+  std::shared_ptr<Rings> r = new_spare_rings(t.pid, &err);
+  if (!r) return;
+  uint32_t clk;
+  {
+    std::lock_guard rl(read_mu);
+    clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
+  }
+  if (next_spare_id == 0) next_spare_id = 1;
+  const uint32_t id = next_spare_id++;
+  lk::Spare sp;
+  sp.setup.area_size = r->area.size();
+  sp.setup.trace_clock = clk;
+  sp.id = id;
+  listener->offer_spare(id, t.pid);  // before a child can name it
+  const int rc = t.link->post_spare(sp, r->area.fd());
+  r->area.close_fd();
+  if (rc != 0) {
+    listener->withdraw_spare(id);
+    std::lock_guard rl(read_mu);
+    std::erase(spare_rings, r);
+    return;
+  }
+  spares[id] = SpareArea{t.pid, std::move(r), {}};
+  t.spare = id;
+}
+
+// The spares held by pid's agent now, which no child of the process it is from now on
+// can name (exec, exit, detach): they go after kSpareGrace. mu held.
+void Tracer::Impl::let_go_spares_of(pid_t pid) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [id, s] : spares)
+    if (s.owner == pid && s.let_go == std::chrono::steady_clock::time_point{}) s.let_go = now;
+}
+
+// Removes the spares `which` picks. mu held; takes read_mu.
+void Tracer::Impl::drop_spares(const std::function<bool(const SpareArea&)>& which) {
+  std::vector<std::shared_ptr<Rings>> gone;
+  for (auto it = spares.begin(); it != spares.end();) {
+    if (!which(it->second)) {
+      ++it;
+      continue;
+    }
+    if (auto t = targets.find(it->second.owner); t != targets.end() && t->second->spare == it->first)
+      t->second->spare = 0;
+    gone.push_back(std::move(it->second.rings));
+    listener->withdraw_spare(it->first);
+    it = spares.erase(it);
+  }
+  if (gone.empty()) return;
+  std::lock_guard rl(read_mu);
+  for (const auto& r : gone) std::erase(spare_rings, r);
+}
+
+// The service tick: spares whose owner is no target any more are let go, and those let go
+// longer than kSpareGrace ago leave. mu held; takes read_mu.
+void Tracer::Impl::sweep_spares() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [id, s] : spares) {
+    auto t = targets.find(s.owner);
+    if ((t == targets.end() || !t->second->link || t->second->link->closed()) &&
+        s.let_go == std::chrono::steady_clock::time_point{})
+      s.let_go = now;
+  }
+  drop_spares([&](const SpareArea& s) {
+    return s.let_go != std::chrono::steady_clock::time_point{} && now - s.let_go > kSpareGrace;
+  });
 }
 
 void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
@@ -412,6 +530,7 @@ void Tracer::Impl::service_loop() {
     if (now - last_tick > std::chrono::seconds(1)) {
       last_tick = now;
       auto l = lock_serving();
+      sweep_spares();
       std::lock_guard rl(read_mu);
       conv.update();
       for (auto& r : rings)

@@ -1602,5 +1602,85 @@ TEST(AgentLinkGuard, BurstBeyondThePendingBoundAllJoin) {
   EXPECT_EQ(d.listener().stats().pending, 0u);
 }
 
+// A fork child that took its parent's spare area runs on at once, and may be gone before
+// the daemon accepts its connection: it is let in by a HELLO that names a spare offered
+// to its parent (its records are in that area), and only by such a HELLO. The daemon is
+// kept from accepting (its pending bound full) until the child has exited and been
+// reaped.
+TEST(AgentLinkGuard, AForkChildGoneBeforeItsAcceptJoinsByItsSpare) {
+  TestDaemon d;
+  const std::string name = d.listener().name();
+  const pid_t self = getpid();
+  // This process has a link: a parent the daemon knows.
+  d.listener().expect(self);
+  const int own = link::connect_link(name, kWait);
+  ASSERT_GE(own, 0);
+  lk::Message hello;
+  hello.type = lk::MsgType::kHello;
+  hello.seq = 1;
+  hello.body = lk::Hello{lk::kAgentAbiVersion, self, getppid(), lk::HelloReason::kAttach, {}};
+  ASSERT_EQ(link::send_message(own, hello, kWait), 0);
+  int err = 0;
+  auto parent_link = d.listener().wait_for(self, kWait, &err);
+  ASSERT_NE(parent_link, nullptr);
+  d.listener().offer_spare(7, self);
+
+  // A child that says HELLO naming `spare` and exits while the daemon takes no
+  // connection; then the daemon takes it. Returns the child's pid.
+  auto gone_child = [&](uint32_t spare) -> pid_t {
+    std::vector<int> silent;
+    for (size_t i = 0; i < tracee::AgentListener::kMaxPendingPerUid; ++i) {
+      const int fd = link::connect_link(name, kWait);
+      EXPECT_GE(fd, 0);
+      silent.push_back(fd);
+    }
+    const auto deadline = Clock::now() + kWait;
+    while (d.listener().stats().pending < tracee::AgentListener::kMaxPendingPerUid &&
+           Clock::now() < deadline)
+      (void)d.listener().wait_for(-1, 5ms, &err);  // a bounded wait for nothing
+    EXPECT_EQ(d.listener().stats().pending, tracee::AgentListener::kMaxPendingPerUid);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = link::connect_link(name, kWait);
+      if (fd < 0) _exit(3);
+      lk::Message m;
+      m.type = lk::MsgType::kHello;
+      m.seq = 1;
+      lk::Hello h{lk::kAgentAbiVersion, getpid(), getppid(), lk::HelloReason::kFork, {}};
+      h.spare_id = spare;
+      m.body = h;
+      _exit(link::send_message(fd, m, kWait) == 0 ? 0 : 4);
+    }
+    int st = -1;
+    EXPECT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    for (int fd : silent) close(fd);
+    return pid;
+  };
+
+  const pid_t child = gone_child(7);
+  tracee::LinkEvent ev;
+  bool joined = false;
+  const auto deadline = Clock::now() + kWait;
+  while (!joined && Clock::now() < deadline)
+    if (d.listener().next_event(&ev, 100ms) && ev.kind == tracee::LinkEvent::kConnected)
+      joined = ev.link->pid() == child && ev.link->hello().spare_id == 7;
+  EXPECT_TRUE(joined) << "the spare's child was not let in";
+
+  // A spare nobody offered: refused.
+  const uint64_t refused = d.listener().stats().refused;
+  const pid_t stranger = gone_child(8);
+  const auto until = Clock::now() + kWait;
+  bool connected = false;
+  // Every silent connection's end counts as refused too; the stranger's makes one more.
+  while (d.listener().stats().refused < refused + tracee::AgentListener::kMaxPendingPerUid + 1 &&
+         Clock::now() < until)
+    if (d.listener().next_event(&ev, 5ms) && ev.kind == tracee::LinkEvent::kConnected)
+      connected |= ev.link->pid() == stranger;
+  EXPECT_EQ(d.listener().stats().refused, refused + tracee::AgentListener::kMaxPendingPerUid + 1);
+  EXPECT_FALSE(connected);
+  close(own);
+}
+
 }  // namespace
 }  // namespace probefs::agent_test

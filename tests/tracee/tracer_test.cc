@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -271,6 +272,93 @@ TEST(Tracer, ThreadsForkAndExec) {
   });
   EXPECT_TRUE(forked);
   EXPECT_TRUE(execed);
+}
+
+// The inodes of the ring areas (memfd "probefs-ring") process `pid` maps.
+std::set<unsigned long> ring_inodes(pid_t pid) {
+  std::set<unsigned long> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("/memfd:probefs-ring") == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string range, perms, off, dev;
+    unsigned long inode = 0;
+    f >> range >> perms >> off >> dev >> inode;
+    out.insert(inode);
+  }
+  return out;
+}
+
+// Whether cond() holds within timeout_ms, asked every millisecond.
+template <class F>
+bool within(int timeout_ms, F cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// A process that forked once is handed a spare ring area; its next fork child records
+// into it from its first instruction (the area the child maps is that very spare), as
+// itself, and the parent is handed the next. Children forked back to back each record
+// as themselves, and a probe defined between two forks is the next child's too.
+TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 1"), "ok " + std::to_string(sum_calls(1)));
+  const std::set<unsigned long> own = ring_inodes(p.pid);
+  ASSERT_EQ(own.size(), 1u);
+  (void)drain(*t);
+
+  std::string ans = p.pipes.ask("fork 5");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(drain(*t).size(), 5u);
+  std::set<unsigned long> spare;
+  ASSERT_TRUE(within(20000, [&] {
+    spare.clear();
+    for (unsigned long i : ring_inodes(p.pid))
+      if (!own.count(i)) spare.insert(i);
+    return spare.size() == 1;
+  })) << "no spare area was handed to the process that forked";
+
+  const std::string held = p.pipes.ask("hold");
+  ASSERT_EQ(held.rfind("ok ", 0), 0u) << held;
+  const pid_t holder = std::stoi(held.substr(3));
+  KillGuard holder_guard(holder);
+  std::vector<Rec> recs;
+  ASSERT_TRUE(within(20000, [&] {
+    for (Rec& r : drain(*t)) recs.push_back(std::move(r));
+    return !recs.empty();
+  }));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].r.pid, holder);
+  // It recorded after its fork handler: the area it maps is the spare, its parent's gone.
+  EXPECT_EQ(ring_inodes(holder), spare);
+  // The parent gets the next one.
+  ASSERT_TRUE(within(20000, [&] {
+    for (unsigned long i : ring_inodes(p.pid))
+      if (!own.count(i) && !spare.count(i)) return true;
+    return false;
+  }));
+
+  for (int round = 0; round < 4; ++round) {
+    if (round == 2) define(*t, "p:t/add2 " + kProgName + ":traced_add b=%si", 31);
+    ans = p.pipes.ask("fork 40");
+    ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+    EXPECT_EQ(st, 0);
+    recs = drain(*t);
+    EXPECT_EQ(recs.size(), round >= 2 ? 80u : 40u) << "round " << round;
+    for (const auto& x : recs) EXPECT_EQ(x.r.pid, child) << "round " << round;
+  }
+  EXPECT_EQ(p.pipes.ask("call 3"), "ok " + std::to_string(sum_calls(3)));
+  EXPECT_EQ(drain(*t).size(), 6u);
 }
 
 // A vfork child runs on its parent thread's memory and TLS until it exits: its hits are
