@@ -403,7 +403,7 @@ struct Tracer::Impl {
   void set_note(Target& t, const Probe& p, uintptr_t addr, const std::string& note);
   void place_pending(Target& t, std::vector<lk::Define>* collect,
                      std::vector<ProbeId>* collect_ids);
-  void place_all_pending(Target& t);
+  int place_all_pending(Target& t, const std::function<int()>& before = {});
   void start_branch_tables(Target& t, const std::vector<lk::Define>& defs,
                            std::vector<AgentLink::Ticket>* tickets);
   void adopt_inherited_probes(Target& child, const Target* parent);

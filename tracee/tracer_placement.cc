@@ -212,26 +212,33 @@ void Tracer::Impl::place_pending(Target& t, std::vector<lk::Define>* collect,
 }
 
 // place_pending for a target that waits for GO: every DEFINE goes out at once and the
-// replies are collected after (one round trip, not one per place). A probe one of whose
-// places failed leaves the target, as send_defines does it. mu held.
+// replies are collected after (one round trip, not one per place), `before` (the requests
+// sent ahead of them: its error is returned, and then nothing is placed) first. A probe one
+// of whose places failed leaves the target, as send_defines does it. mu held.
 //
 // A process that starts (launched, exec'd or attached; a fork child has its parent's) is
 // first handed the branch tables of the objects its probes go into, and of libc, which
 // the agent's guards go into (arch/branch_targets.h).
-void Tracer::Impl::place_all_pending(Target& t) {
+int Tracer::Impl::place_all_pending(Target& t, const std::function<int()>& before) {
   std::vector<lk::Define> defs;
   std::vector<ProbeId> ids;
   place_pending(t, &defs, &ids);
   std::vector<AgentLink::Ticket> tables;
   start_branch_tables(t, defs, &tables);
-  for (const AgentLink::Ticket& k : tables)
-    (void)t.link->collect(k, std::chrono::steady_clock::time_point::max());
-  if (defs.empty()) return;
   // Allowed before the DEFINEs go: their probes may fire before the replies come.
   for (const lk::Define& d : defs) allow_event(t, d.event_id);
   std::vector<AgentLink::Ticket> tickets;
   tickets.reserve(defs.size());
   for (const lk::Define& d : defs) tickets.push_back(t.link->start(lk::MsgType::kDefine, d));
+  // The requests sent before these (SETUP) answered first.
+  const int err = before ? before() : 0;
+  for (const AgentLink::Ticket& k : tables)
+    (void)t.link->collect(k, std::chrono::steady_clock::time_point::max());
+  if (defs.empty() || err != 0) {
+    for (const AgentLink::Ticket& k : tickets)
+      (void)t.link->collect(k, std::chrono::steady_clock::time_point::max());
+    return err;
+  }
   std::vector<bool> ok(defs.size());
   std::set<ProbeId> failed;
   for (size_t i = 0; i < defs.size(); ++i) {
@@ -245,6 +252,7 @@ void Tracer::Impl::place_all_pending(Target& t) {
   }
   for (ProbeId id : failed)
     if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
+  return 0;
 }
 
 void Tracer::Impl::start_branch_tables(Target& t, const std::vector<lk::Define>& defs,

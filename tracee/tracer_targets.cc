@@ -128,19 +128,27 @@ int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent,
     if (spare) adopt_spare_rings(spare, t.pid);
     clk = static_cast<uint32_t>(events::trace_clock_stamp(clock));
   }
+  // SETUP, the switches, the branch tables and the DEFINEs leave one behind the other
+  // (the agent takes them in order) and their replies are collected after: one round
+  // trip for all.
+  AgentLink::Ticket setup;
   if (!spare) {
-    LinkResult r = t.link->setup(t.rings->area.fd(), t.rings->area.size(), clk);
+    setup = t.link->start_setup(t.rings->area.fd(), t.rings->area.size(), clk);
     t.rings->area.close_fd();  // the agent holds its own now; the mapping stays
-    if (!r.ok()) {
-      if (error) *error = "agent refused its ring area: " + r.message;
-      return r.error;
-    }
   }
-  if (!armed) (void)t.link->disarm_all();
-  if (!optimization) (void)t.link->set_optimization(false);
+  std::vector<AgentLink::Ticket> switches;
+  if (!armed) switches.push_back(t.link->start(lk::MsgType::kDisarmAll, {}));
+  if (!optimization) switches.push_back(t.link->start(lk::MsgType::kOptimization, lk::Optimization{false}));
   t.exe = inherited ? parent->exe : proc_exe(t.pid);
-  place_all_pending(t);
-  return 0;
+  const auto first = [&]() -> int {
+    for (const AgentLink::Ticket& k : switches)
+      (void)t.link->collect(k, std::chrono::steady_clock::time_point::max());
+    if (spare) return 0;
+    LinkResult r = t.link->collect(setup, std::chrono::steady_clock::time_point::max());
+    if (!r.ok() && error) *error = "agent refused its ring area: " + r.message;
+    return r.ok() ? 0 : (r.error != 0 ? r.error : -EIO);
+  };
+  return place_all_pending(t, first);
 }
 
 Tracer::Impl::Target* Tracer::Impl::target_of_link(const std::shared_ptr<AgentLink>& link) {
