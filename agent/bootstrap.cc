@@ -335,20 +335,19 @@ void register_barriers() {
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
 // untraced.
 bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
-  // Still one thread here. A fork child's came with its parent's memory.
-  if (reason != lk::HelloReason::kFork) register_barriers();
+  const bool fork_child = reason == lk::HelloReason::kFork;  // its engine is its parent's
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
   std::vector<uint32_t> held;  // a fork child's probes, its parent's
   {
     std::lock_guard l(g_ctl_mu);
-    if (ensure_engine() != 0 || check_peer(fd, daemon_pid, false) != 0) {
+    if (check_peer(fd, daemon_pid, false) != 0) {
       ::close(fd);
       return false;
     }
     adopt_link(fd, name, daemon_pid, false);
     begin_startup();
-    if (reason == lk::HelloReason::kFork) held = probe_ids(kHelloMaxProbes);
+    if (fork_child) held = probe_ids(kHelloMaxProbes);
   }
   // Every way out: what was defined meanwhile is enabled (GO, or none in time) or gone.
   struct StartupEnd {
@@ -360,6 +359,23 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
   if (send_hello(reason, std::move(held)) != 0) {
     end_link();
     return false;
+  }
+  if (!fork_child) {
+    // While the daemon reads the new image's symbols, what needs no answer: the
+    // membarrier registrations (still one thread here; a fork child's came with its
+    // parent's memory) and the engine with its thread. (Not the guards: their probes
+    // may not take an int3, and to tell whether their jmps fit the engine needs the
+    // daemon's branch table of libc, which comes with SETUP, else it sweeps libc.)
+    register_barriers();
+    int rc;
+    {
+      std::lock_guard l(g_ctl_mu);
+      rc = ensure_engine();
+    }
+    if (rc != 0) {
+      end_link();
+      return false;
+    }
   }
   const auto deadline = Clock::now() + kGoTimeout;
   std::vector<uint8_t> buf;

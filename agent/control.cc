@@ -526,6 +526,9 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
 }
 
 void teardown() {
+  // A start that ends here (no daemon after all) puts nothing in at its end.
+  g_start_guards_due = false;
+  g_startup_enable.clear();
   std::vector<AgentProbe*> all;
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them

@@ -314,6 +314,8 @@ struct Tracer::Impl {
   bool optimization = true;
   std::map<uint32_t, SpareArea> spares;
   uint32_t next_spare_id = 1;
+  std::vector<pid_t> spare_due;  // processes that forked, to be handed a spare when idle
+  std::atomic<bool> spares_due{false};
   // The branch tables agents are handed as their process starts (its own lock, a leaf).
   BranchTables branch_tables;
 
@@ -385,6 +387,7 @@ struct Tracer::Impl {
   void handle_closed(const std::shared_ptr<AgentLink>& link);
   std::shared_ptr<Rings> take_spare(uint32_t id, pid_t owner, Target* owner_target);
   void hand_spare(Target& t);
+  void hand_due_spares();
   void let_go_spares_of(pid_t pid);
   void drop_spares(const std::function<bool(const SpareArea&)>& which);
   void sweep_spares();

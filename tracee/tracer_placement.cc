@@ -404,7 +404,8 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
     err = -ENOENT;
   }
   // Every target's DEFINEs at once, then every reply. The first refusal (in target
-  // order) is the answer; then what the others placed is removed again.
+  // order) is the answer; then what the others placed is removed again. A target whose
+  // link ended meanwhile (it exited or exec'd) refuses nothing.
   struct Placed {
     Impl::Target* t;
     Impl::Site site;
@@ -422,7 +423,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
       }
     }
     const std::vector<LinkResult> rs = fan.collect();
-    if (int e = FanOut::first_error(rs, false); e != 0) {
+    if (int e = FanOut::first_error(rs, true); e != 0) {
       *diag = registration_diagnostic(spec.def, e);
       err = e;
     }

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -320,7 +321,10 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
           s->second.let_go = std::chrono::steady_clock::now();
       parent_target->spare = 0;
     }
-    hand_spare(*parent_target);
+    // When nothing else waits: a new image's start before a spare of a process that
+    // forked.
+    spare_due.push_back(parent_target->pid);
+    spares_due.store(true);
   }
   queue_notice(kind, pid, kind == TargetNotice::Kind::kForked ? parent : 0);
 }
@@ -340,6 +344,18 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::take_spare(uint32_t id, pid_t
   listener->withdraw_spare(id);
   if (owner_target != nullptr && owner_target->spare == id) owner_target->spare = 0;
   return r;
+}
+
+// The spares of the processes that forked since the service thread was last idle.
+// mu held.
+void Tracer::Impl::hand_due_spares() {
+  std::vector<pid_t> due;
+  due.swap(spare_due);
+  spares_due.store(false);
+  std::sort(due.begin(), due.end());
+  due.erase(std::unique(due.begin(), due.end()), due.end());
+  for (pid_t pid : due)
+    if (auto t = targets.find(pid); t != targets.end()) hand_spare(*t->second);
 }
 
 // Hands t a spare area (SPARE) unless it holds one. mu held; takes read_mu.
@@ -521,12 +537,16 @@ void Tracer::Impl::service_loop() {
   auto last_tick = std::chrono::steady_clock::now();
   while (!stop.load()) {
     LinkEvent ev;
-    if (listener->next_event(&ev, milliseconds(20))) {
+    const bool spares = spares_due.load();
+    if (listener->next_event(&ev, spares ? milliseconds(0) : milliseconds(20))) {
       switch (ev.kind) {
         case LinkEvent::kConnected: handle_connected(ev.link, ev.prepared); break;
         case LinkEvent::kMapped: handle_mapped(ev); break;
         case LinkEvent::kClosed: handle_closed(ev.link); break;
       }
+    } else if (spares) {
+      auto l = lock_serving();
+      hand_due_spares();
     }
     reap_children();
     {
