@@ -146,13 +146,19 @@ bool control_thread_running();
 // The signal guard (the program keeps its signal calls, the agent keeps its SIGTRAP,
 // SIGSEGV and SIGBUS handling; guards.cc).
 
-int install_guards();
+// `also`: registered, disabled probes enabled in the guards' write window (a process that
+// starts: its own, at GO).
+int install_guards(probecore::Kprobe* const* also = nullptr, int n_also = 0);
 void uninstall_guards();
 
 // The spawn guards (spawn_guard.cc): vfork's and posix_spawn's children, which run on
 // their parent thread's TLS, record nothing. Best effort; guards.cc installs them with
 // the signal guards.
 void install_spawn_guards();
+// Their probes registered, disabled, and put in out (at most max; kMaxSpawnGuards is all
+// of them), for the caller to enable with others; 0 when installed already.
+inline constexpr size_t kMaxSpawnGuards = 3;
+size_t register_spawn_guards(probecore::Kprobe** out, size_t max);
 void uninstall_spawn_guards();
 size_t spawn_guard_addresses(uintptr_t* out, size_t max);
 // Reads of target memory may go through arch::safe_copy (the agent's SIGSEGV/SIGBUS

@@ -304,8 +304,8 @@ int send_hello(lk::HelloReason reason, std::vector<uint32_t> held, uint32_t spar
 }
 
 // Takes fd as the link: g_ctl_mu held. At attach the guards go in now, on a thread of the
-// program's (they adopt its mask); a process that starts gets them with its first probe
-// (control.cc, start_guards).
+// program's (they adopt its mask); a process that starts gets them at GO, with its probes
+// (control.cc, end_startup).
 void adopt_link(int fd, const std::string& name, pid_t daemon_pid, bool guards) {
   {
     std::lock_guard s(g_send_mu);

@@ -51,7 +51,6 @@ uint32_t g_area_generation = 0;                             // g_ctl_mu
 // for every CPU) rather than one each.
 bool g_starting = false;                          // g_ctl_mu
 bool g_start_guards_due = false;                  // g_ctl_mu
-void start_guards();
 std::vector<uint32_t>& g_startup_enable = *new std::vector<uint32_t>;  // g_ctl_mu: probe ids
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
 
@@ -262,7 +261,6 @@ void list_changed() {
 }
 
 void do_define(const lk::Message& m, lk::Reply* reply) {
-  if (g_starting) start_guards();
   const auto& d = std::get<lk::Define>(m.body);
   if (g_probes.count(d.probe_id))
     return set_error(reply, -EEXIST, "probe id " + std::to_string(d.probe_id) + " exists");
@@ -327,28 +325,27 @@ void refresh_fault_tolerance() {
     as->fault_tolerant = !as->syscall_reads && fault_fixup_installed();
 }
 
-// The guards of a process that starts go in with its first probe, or at GO: after SETUP
-// and BRANCHES (the guards' jmps are the first the optimizer places in libc, and the
-// daemon's table of libc spares the process a sweep of it), on the program's own thread
-// (the guards adopt its mask). A fork child has its parent's: this only reconciles.
-void start_guards() {
-  if (!g_start_guards_due) return;
-  g_start_guards_due = false;
-  (void)install_guards();
-  refresh_fault_tolerance();
-}
-
 }  // namespace
 
+// The guards of a process that starts go in at GO, after SETUP and BRANCHES (the guards'
+// jmps are the first the optimizer places in libc, and the daemon's table of libc spares
+// the process a sweep of it), on the program's own thread (the guards adopt its mask),
+// in one write window with the probes defined meanwhile: each window scans the threads
+// and waits for every CPU. A fork child has its parent's: that only reconciles.
 void end_startup() {
   if (!g_starting) return;
-  start_guards();
   g_starting = false;
   std::vector<probecore::Kprobe*> kps;
   for (uint32_t id : g_startup_enable)
     if (auto it = g_probes.find(id); it != g_probes.end()) kps.push_back(&it->second->hit->rp.kp);
   g_startup_enable.clear();
-  if (!kps.empty()) (void)probecore::enable_kprobes(kps.data(), static_cast<int>(kps.size()));
+  if (g_start_guards_due) {
+    g_start_guards_due = false;
+    (void)install_guards(kps.data(), static_cast<int>(kps.size()));
+    refresh_fault_tolerance();
+  } else if (!kps.empty()) {
+    (void)probecore::enable_kprobes(kps.data(), static_cast<int>(kps.size()));
+  }
 }
 
 namespace {

@@ -10,12 +10,14 @@
 #include <link.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "agent/signal_guard_state.h"
 #include "arch/signals.h"
@@ -238,9 +240,16 @@ bool resolve_own_guard_site(void* handle, const char* name, const char* version,
   return true;
 }
 
-int install_signal_guards() {
+int install_signal_guards(probecore::Kprobe* const* also, int n_also) {
   std::lock_guard lock(g_mu);
-  if (g_installed) return reconcile_locked();
+  auto enable_also = [&] {
+    if (n_also > 0)
+      (void)probecore::enable_kprobes(const_cast<probecore::Kprobe**>(also), n_also);
+  };
+  if (g_installed) {
+    enable_also();
+    return reconcile_locked();
+  }
 
   void* libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
   if (!libc) return -ENOENT;
@@ -280,6 +289,7 @@ int install_signal_guards() {
   if (rc != 0) {
     unregister_all_locked();
     give_back_actions_locked();
+    enable_also();
     return rc;
   }
 
@@ -291,11 +301,12 @@ int install_signal_guards() {
   adopt_thread_mask(owned);
   g_owned_mask.store(owned, std::memory_order_release);
   arch::set_foreign_signal_handler(&deliver);
-  probecore::Kprobe* guards[kNumGuards];
-  int n = 0;
+  std::vector<probecore::Kprobe*> guards;
   for (size_t i = 0; i < kNumGuards; ++i)
-    if (g_registered[i]) guards[n++] = &g_probes[i];
-  if (n) (void)probecore::enable_kprobes(guards, n);  // their jmps in one window
+    if (g_registered[i]) guards.push_back(&g_probes[i]);
+  guards.insert(guards.end(), also, also + std::max(n_also, 0));
+  if (!guards.empty())  // their jmps (and the others' int3s) in one window
+    (void)probecore::enable_kprobes(guards.data(), static_cast<int>(guards.size()));
   g_installed = true;
 
   // Armed when their jmps are written: at once unless a thread sits where they go.

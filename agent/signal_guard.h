@@ -68,8 +68,10 @@ bool resolve_own_guard_site(void* handle, const char* name, const char* version,
 // installed already it only reconciles (below). A fork child keeps everything. The other
 // threads at attach keep what they blocked before until their next pthread_sigmask call.
 // 0 or -errno: -ENOENT when libc or its __libc_sigaction/pthread_sigmask cannot be found,
-// or the engine's error for their probes (nothing is left installed then).
-[[nodiscard]] int install_signal_guards();
+// or the engine's error for their probes (nothing is left installed then). `also`: other
+// registered, disabled probes enabled in the same write window as the guards (a process
+// that starts: its own probes and the spawn guards), whatever the outcome.
+[[nodiscard]] int install_signal_guards(probecore::Kprobe* const* also = nullptr, int n_also = 0);
 
 // Gives the program back its virtual actions as the real ones (where the real action is
 // still the agent's or the engine's) and the calling thread's virtual mask, re-sends the

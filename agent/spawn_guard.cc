@@ -31,6 +31,7 @@ probecore::Kprobe& g_vfork = *new probecore::Kprobe;
 bool g_vfork_registered = false;
 constexpr const char* kSpawners[] = {"posix_spawn", "posix_spawnp"};
 constexpr size_t kNumSpawners = sizeof kSpawners / sizeof kSpawners[0];
+static_assert(1 + kNumSpawners == kMaxSpawnGuards, "vfork's guard and the spawners'");
 probecore::Kretprobe* const g_spawn = new probecore::Kretprobe[kNumSpawners];
 bool g_spawn_registered[kNumSpawners];
 
@@ -46,12 +47,12 @@ uintptr_t after_vfork_syscall(uintptr_t start, uintptr_t end) {
 
 }  // namespace
 
-void install_spawn_guards() {
+size_t register_spawn_guards(probecore::Kprobe** out, size_t max) {
   std::lock_guard lock(g_mu);
-  if (g_installed) return;
+  if (g_installed) return 0;
   g_installed = true;
   void* libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
-  if (!libc) return;
+  if (!libc) return 0;
   uintptr_t addr = 0;
   probecore::FunctionBounds bounds;
   if (resolve_own_guard_site(libc, "vfork", nullptr, &addr, &bounds)) {
@@ -81,13 +82,18 @@ void install_spawn_guards() {
     g_spawn_registered[i] = probecore::register_kretprobe(&rp) == 0;
   }
   dlclose(libc);
-  // Registered disabled, enabled together: one write window for all.
-  probecore::Kprobe* all[1 + kNumSpawners];
-  int n = 0;
-  if (g_vfork_registered) all[n++] = &g_vfork;
+  size_t n = 0;
+  if (g_vfork_registered && n < max) out[n++] = &g_vfork;
   for (size_t i = 0; i < kNumSpawners; ++i)
-    if (g_spawn_registered[i]) all[n++] = &g_spawn[i].kp;
-  if (n > 0) (void)probecore::enable_kprobes(all, n);
+    if (g_spawn_registered[i] && n < max) out[n++] = &g_spawn[i].kp;
+  return n;
+}
+
+void install_spawn_guards() {
+  // Registered disabled, enabled together: one write window for all.
+  probecore::Kprobe* all[kMaxSpawnGuards];
+  const size_t n = register_spawn_guards(all, kMaxSpawnGuards);
+  if (n > 0) (void)probecore::enable_kprobes(all, static_cast<int>(n));
 }
 
 void uninstall_spawn_guards() {

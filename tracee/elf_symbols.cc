@@ -719,7 +719,7 @@ struct ProcessSymbols::Impl : IfuncObjects {
   mutable std::mutex mu;
   std::vector<std::unique_ptr<ElfObject>> objects;  // search order
 
-  int scan();
+  int scan(const std::vector<Mapping>* given = nullptr);
   // Offers each object that `mod` names (any object when empty) in search order to
   // found(object, file), with the file's mutex held, until found returns true. With a
   // module, objects that carry exactly that basename go before those that only match
@@ -765,9 +765,10 @@ struct ProcessSymbols::Impl : IfuncObjects {
 
 // Reads the mappings and orders the objects: executable, link map, then the rest in address
 // order. Objects unchanged since the previous scan are kept with their parsed tables.
-int ProcessSymbols::Impl::scan() {
+int ProcessSymbols::Impl::scan(const std::vector<Mapping>* given) {
   std::vector<Mapping> maps;
-  if (int err = read_maps(pid, &maps); err != 0) return err;
+  if (given) maps = *given;
+  else if (int err = read_maps(pid, &maps); err != 0) return err;
   std::vector<MappingGroup> groups = group_mappings(std::move(maps));
 
   char exe_link[64];
@@ -974,7 +975,8 @@ void ProcessSymbols::Impl::resolve_ifunc(const ElfObject& def, const ElfSymbol& 
 ProcessSymbols::ProcessSymbols(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessSymbols::~ProcessSymbols() = default;
 
-std::unique_ptr<ProcessSymbols> ProcessSymbols::load(pid_t pid, int* err) {
+std::unique_ptr<ProcessSymbols> ProcessSymbols::load(pid_t pid, int* err,
+                                                     const std::vector<Mapping>* maps) {
   int ignored;
   if (err == nullptr) err = &ignored;
   if (!init_libelf()) {
@@ -990,7 +992,7 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::load(pid_t pid, int* err) {
   {
     // Nobody else sees impl yet; the lock states what scan() requires.
     std::lock_guard lock(impl->mu);
-    if (int r = impl->scan(); r != 0) {
+    if (int r = impl->scan(maps); r != 0) {
       *err = r;
       return nullptr;
     }
@@ -1014,9 +1016,9 @@ std::unique_ptr<ProcessSymbols> ProcessSymbols::fork_of(const ProcessSymbols& pa
 
 pid_t ProcessSymbols::pid() const { return impl_->pid; }
 
-int ProcessSymbols::reload() {
+int ProcessSymbols::reload(const std::vector<Mapping>* maps) {
   std::lock_guard lock(impl_->mu);
-  return impl_->scan();
+  return impl_->scan(maps);
 }
 
 int ProcessSymbols::resolve(std::string_view name, ResolvedSymbol* out) const {

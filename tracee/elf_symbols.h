@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "probecore/symbol_resolver.h"
+#include "tracee/proc_maps.h"
 
 namespace probefs::tracee {
 
@@ -86,8 +87,10 @@ struct MappedObject {
 class ProcessSymbols {
  public:
   // Loads the objects mapped in `pid` (getpid() for this process). Returns nullptr and
-  // sets *err to a negative errno on failure (-ESRCH: no such process).
-  static std::unique_ptr<ProcessSymbols> load(pid_t pid, int* err);
+  // sets *err to a negative errno on failure (-ESRCH: no such process). With `maps`, the
+  // process's mappings as the caller just read them (read_maps), not read again.
+  static std::unique_ptr<ProcessSymbols> load(pid_t pid, int* err,
+                                              const std::vector<Mapping>* maps = nullptr);
   // One ELF object (ET_EXEC or ET_DYN) given as its bytes, as though mapped at its own
   // virtual addresses (load bias 0, the span of its PT_LOAD segments): an object read
   // without a process, and the readers' fuzz target. The bytes are copied and parsed for
@@ -108,7 +111,7 @@ class ProcessSymbols {
   // Re-reads the process's mappings (libraries loaded or unloaded since). Objects still
   // mapped at the same place keep their parsed tables; new ones share those of a file
   // already parsed for any ProcessSymbols. 0 or a negative errno.
-  [[nodiscard]] int reload();
+  [[nodiscard]] int reload(const std::vector<Mapping>* maps = nullptr);
 
   // `SYM` or `MOD:SYM`; MOD is an object basename with or without its version suffix
   // ("libc:malloc", "libc.so.6:malloc"). .symtab where present, else .dynsym; the

@@ -84,12 +84,12 @@ int Tracer::Impl::refresh_symbols(Target& t) {
   t.maps = std::move(maps);
   if (!t.syms) {
     int err = 0;
-    t.syms = ProcessSymbols::load(t.pid, &err);
+    t.syms = ProcessSymbols::load(t.pid, &err, &t.maps);  // /proc/PID/maps read once
     if (!t.syms) return err;
     t.symbolizer = std::make_shared<TargetNames>(t.syms);
     return 0;
   }
-  return t.syms->reload();
+  return t.syms->reload(&t.maps);
 }
 
 // Makes t a working target: symbols, ring area, switches, every probe. mu held.
