@@ -97,9 +97,9 @@ TEST(ProcessSymbols, ResolvesMangledNames) {
   auto syms = load_self();
   ASSERT_NE(syms, nullptr);
   ResolvedSymbol r;
-  // probefs::tracee::ProcessSymbols::load(int, int*)
-  ASSERT_EQ(syms->resolve("_ZN7probefs6tracee14ProcessSymbols4loadEiPi", &r), 0);
-  EXPECT_EQ(r.addr, fn_addr(&ProcessSymbols::load));
+  // probefs::tracee::ProcessSymbols::fork_of(probefs::tracee::ProcessSymbols const&, int)
+  ASSERT_EQ(syms->resolve("_ZN7probefs6tracee14ProcessSymbols7fork_ofERKS1_i", &r), 0);
+  EXPECT_EQ(r.addr, fn_addr(&ProcessSymbols::fork_of));
   EXPECT_TRUE(r.function.contains(r.addr));
 }
 

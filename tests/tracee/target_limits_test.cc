@@ -27,6 +27,7 @@
 namespace probefs::tracee {
 namespace {
 
+using testing::eventually;
 using testing::KillGuard;
 using testing::make_tracer;
 using testing::ProgPipes;
@@ -92,18 +93,6 @@ size_t consume_all(Tracer& t, pid_t except) {
              SIZE_MAX) > 0) {
   }
   return others;
-}
-
-// Waits at most `timeout_ms` for `cond`, looking again whenever the tracer may have moved
-// (its service thread frees drained areas once a second).
-template <typename F>
-bool eventually(F cond, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    usleep(20000);
-  }
-  return true;
 }
 
 TEST(TargetLimitsTest, ThousandsOfShortLivedTargetsLeaveNothingBehindOnceRead) {

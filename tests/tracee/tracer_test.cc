@@ -77,6 +77,13 @@ struct Rec {
   std::vector<uint8_t> bytes;
 };
 
+// A fork child that took its parent's spare area runs on before the daemon has read its
+// HELLO; its hits count and its records can be read from then on. Waits (bounded) until
+// probe `id` counts `n` hits.
+bool hits_reach(Tracer& t, ProbeId id, uint64_t n) {
+  return testing::eventually([&] { return t.profile(id).hits >= n; }, 20000);
+}
+
 // Every record now in the rings, consumed.
 std::vector<Rec> drain(Tracer& t) {
   std::vector<Rec> out;
@@ -242,10 +249,12 @@ TEST(Tracer, ThreadsForkAndExec) {
   EXPECT_EQ(tids.size(), 4u);
 
   // A fork child: a target of its own, with the same events.
+  const uint64_t hits = t->profile(e.id).hits;
   std::string ans = p.pipes.ask("fork 300");
   int child = 0, st = -1;
   ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
   EXPECT_EQ(st, 0);
+  ASSERT_TRUE(hits_reach(*t, e.id, hits + 300));
   recs = drain(*t);
   size_t from_child = 0;
   for (const auto& x : recs) from_child += x.r.pid == child;
@@ -290,17 +299,6 @@ std::set<unsigned long> ring_inodes(pid_t pid) {
   return out;
 }
 
-// Whether cond() holds within timeout_ms, asked every millisecond.
-template <class F>
-bool within(int timeout_ms, F cond) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 // A process that forked once is handed a spare ring area; its next fork child records
 // into it from its first instruction (the area the child maps is that very spare), as
 // itself, and the parent is handed the next. Children forked back to back each record
@@ -321,38 +319,40 @@ TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
   ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
   EXPECT_EQ(drain(*t).size(), 5u);
   std::set<unsigned long> spare;
-  ASSERT_TRUE(within(20000, [&] {
+  ASSERT_TRUE(testing::eventually([&] {
     spare.clear();
     for (unsigned long i : ring_inodes(p.pid))
       if (!own.count(i)) spare.insert(i);
     return spare.size() == 1;
-  })) << "no spare area was handed to the process that forked";
+  }, 20000)) << "no spare area was handed to the process that forked";
 
   const std::string held = p.pipes.ask("hold");
   ASSERT_EQ(held.rfind("ok ", 0), 0u) << held;
   const pid_t holder = std::stoi(held.substr(3));
   KillGuard holder_guard(holder);
   std::vector<Rec> recs;
-  ASSERT_TRUE(within(20000, [&] {
+  ASSERT_TRUE(testing::eventually([&] {
     for (Rec& r : drain(*t)) recs.push_back(std::move(r));
     return !recs.empty();
-  }));
+  }, 20000));
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].r.pid, holder);
   // It recorded after its fork handler: the area it maps is the spare, its parent's gone.
   EXPECT_EQ(ring_inodes(holder), spare);
   // The parent gets the next one.
-  ASSERT_TRUE(within(20000, [&] {
+  ASSERT_TRUE(testing::eventually([&] {
     for (unsigned long i : ring_inodes(p.pid))
       if (!own.count(i) && !spare.count(i)) return true;
     return false;
-  }));
+  }, 20000));
 
   for (int round = 0; round < 4; ++round) {
     if (round == 2) define(*t, "p:t/add2 " + kProgName + ":traced_add b=%si", 31);
+    const uint64_t hits = t->profile(e.id).hits;
     ans = p.pipes.ask("fork 40");
     ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
     EXPECT_EQ(st, 0);
+    ASSERT_TRUE(hits_reach(*t, e.id, hits + 40)) << "round " << round;
     recs = drain(*t);
     EXPECT_EQ(recs.size(), round >= 2 ? 80u : 40u) << "round " << round;
     for (const auto& x : recs) EXPECT_EQ(x.r.pid, child) << "round " << round;
@@ -921,6 +921,7 @@ TEST(Tracer, TracingOffCountsHitsAndRecordsNothing) {
   int child = 0, st = -1;
   ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
   EXPECT_EQ(st, 0);
+  ASSERT_TRUE(hits_reach(*t, e.id, 120));
   EXPECT_EQ(drain(*t).size(), 0u);
   EXPECT_EQ(t->profile(e.id).hits, 120u);
   uint64_t entries = 0, written = 0;
@@ -1671,9 +1672,11 @@ TEST(Tracer, AWalkResumesWhereItStopped) {
   RecordWalk w2;
   EXPECT_EQ(walk_next(*t, e, &w2, 3), iota(60, 63));  // from the first not consumed
   // A fork child joins the walk with its own area.
+  const uint64_t hits = t->profile(e.id).hits;
   std::string ans = p.pipes.ask("fork 4");
   int child = 0, st = -1;
   ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  ASSERT_TRUE(hits_reach(*t, e.id, hits + 4));
   std::vector<pid_t> pids;
   const size_t n = t->for_each_record(&w, [&](const TraceRecord& r) {
     pids.push_back(r.pid);

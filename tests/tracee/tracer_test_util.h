@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,18 @@
 #include "tracee/tracer.h"
 
 namespace probefs::tracee::testing {
+
+// Whether `cond` holds within `timeout_ms`, asked again every few milliseconds (the
+// tracer's service thread moves on its own: it frees drained areas once a second).
+template <typename F>
+bool eventually(F cond, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
 
 inline std::unique_ptr<Tracer> make_tracer(uint32_t buffer_kb = 1024) {
   Tracer::Options o;
