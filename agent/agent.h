@@ -120,10 +120,11 @@ void end_startup();
 // Drops the ring area (and the spare) without a grace period: a fork child, whose only
 // thread is the caller.
 void drop_area_in_child();
-// Fork with a spare area (SPARE, events/link.h). In the parent: the spare is the child's
-// now, never to be used here (no system call: its view goes with the next SPARE). In the
-// child: the spare becomes the area, in place of the parent's, and its id is returned;
-// with no spare, drop_area_in_child() and 0.
+// Fork with spare areas (SPARE, events/link.h). In the parent: the oldest spare is the
+// child's now, never to be used here. In the child: that spare becomes the area, in place
+// of the parent's, and its id is returned; with no spare, drop_area_in_child() and 0.
+// Neither makes a system call for an area when a spare was held: views that are no one's
+// any more are unmapped at the next SETUP or SPARE (control.cc).
 void take_spare_in_parent();
 uint32_t adopt_spare_in_child();
 // Number of the daemon's probes registered (tests, logs).

@@ -155,31 +155,65 @@ AreaState* map_area(const lk::Setup& s, int fd, lk::Reply* reply) {
   return as;
 }
 
-void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
-  if (AreaState* as = map_area(s, fd, reply)) replace_area(as);
+// Spare areas (SPARE), held for the next fork children, oldest first; nobody records into
+// them here. Two, so that a process forking back to back finds one while the daemon is
+// still making the next.
+//
+// Fork handlers make no system call for areas: a view that is no one's here any more (a
+// spare a fork child took, in the parent; its parent's area and spares, in the child)
+// goes on the leftover list, unmapped at the next SETUP or SPARE, or with the process.
+// No handler can be in one: the parent never used its spare, and the child switched
+// areas while it was its only thread.
+constexpr size_t kMaxSpares = lk::kMaxHeldSpares;
+struct HeldSpare {
+  AreaState* as = nullptr;
+  uint32_t id = 0;
+};
+HeldSpare g_spares[kMaxSpares];
+size_t g_spare_count = 0;
+constexpr size_t kMaxLeftovers = 8;
+AreaState* g_leftovers[kMaxLeftovers];
+size_t g_leftover_count = 0;
+
+void leave(AreaState* as) {
+  if (!as) return;
+  if (g_leftover_count == kMaxLeftovers) {
+    unmap_area(as);  // never in practice: each SETUP or SPARE empties the list
+    return;
+  }
+  g_leftovers[g_leftover_count++] = as;
 }
 
-// The spare area (SPARE), held for the next fork child; nobody records into it here.
-// After a fork took it, the parent's view stays mapped (as `taken`) until the next SPARE
-// replaces it, so that the fork's handlers make no system call for it.
-AreaState* g_spare = nullptr;
-uint32_t g_spare_id = 0;
-AreaState* g_spare_taken = nullptr;
+void release_leftovers() {
+  for (size_t i = 0; i < g_leftover_count; ++i) unmap_area(g_leftovers[i]);
+  g_leftover_count = 0;
+}
+
+HeldSpare pop_spare() {
+  HeldSpare first = g_spares[0];
+  for (size_t i = 1; i < g_spare_count; ++i) g_spares[i - 1] = g_spares[i];
+  g_spares[--g_spare_count] = {};
+  return first;
+}
 
 void drop_spare() {
-  unmap_area(g_spare);
-  unmap_area(g_spare_taken);
-  g_spare = nullptr;
-  g_spare_id = 0;
-  g_spare_taken = nullptr;
+  while (g_spare_count > 0) unmap_area(pop_spare().as);
+  release_leftovers();
+}
+
+void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
+  if (AreaState* as = map_area(s, fd, reply)) {
+    replace_area(as);
+    drop_spare();  // of the old size: the daemon hands new ones
+  }
 }
 
 void do_spare(const lk::Spare& sp, int fd, lk::Reply* reply) {
   AreaState* as = map_area(sp.setup, fd, reply);
   if (!as) return;
-  drop_spare();  // unused here: no handler can be in either
-  g_spare = as;
-  g_spare_id = sp.id;
+  release_leftovers();
+  if (g_spare_count == kMaxSpares) unmap_area(pop_spare().as);  // let go by the daemon
+  g_spares[g_spare_count++] = {as, sp.id};
 }
 
 // BRANCHES: the daemon's branch table of one mapping (arch/branch_targets.h), mapped for
@@ -550,30 +584,22 @@ void drop_area_in_child() {
 }
 
 void take_spare_in_parent() {
-  if (!g_spare) return;
-  unmap_area(g_spare_taken);  // none: a SPARE came in between or none was taken
-  g_spare_taken = g_spare;    // the child's now; never used here
-  g_spare = nullptr;
-  g_spare_id = 0;
+  if (g_spare_count > 0) leave(pop_spare().as);  // the child's now; never used here
 }
 
 uint32_t adopt_spare_in_child() {
-  if (!g_spare) {
+  if (g_spare_count == 0) {
     drop_area_in_child();
     return 0;
   }
-  AreaState* as = g_spare;
-  const uint32_t id = g_spare_id;
-  g_spare = nullptr;
-  g_spare_id = 0;
-  unmap_area(g_spare_taken);  // a sibling's
-  g_spare_taken = nullptr;
-  as->pid = static_cast<int32_t>(::getpid());
+  const HeldSpare taken = pop_spare();
+  while (g_spare_count > 0) leave(pop_spare().as);  // the parent's
+  taken.as->pid = static_cast<int32_t>(::getpid());
   AreaState* old = g_area_owned;
-  g_area_owned = as;
-  g_area.store(as, std::memory_order_release);
-  unmap_area(old);  // the parent's; the caller is the child's only thread
-  return id;
+  g_area_owned = taken.as;
+  g_area.store(taken.as, std::memory_order_release);
+  leave(old);  // the parent's; the caller is the child's only thread
+  return taken.id;
 }
 
 size_t probe_count() { return g_probes.size(); }

@@ -132,15 +132,17 @@ struct Setup {
 inline constexpr uint32_t kSetupSyscallReads = 1u << 0;
 inline constexpr uint32_t kKnownSetupOptions = kSetupSyscallReads;
 
-// SPARE: a ring area held for the process's next fork child, as SETUP hands one (the
-// memfd is this packet's SCM_RIGHTS), numbered by the daemon. The agent maps it and keeps
-// it unused; a newer SPARE replaces it. At fork the child records into it from its first
-// instruction and names it in its HELLO (Hello::spare_id), so it runs on at once instead
-// of waiting for a SETUP; the parent never uses it again (its view goes with the next
-// SPARE). A process has at most one spare; one that forks again before the next SPARE
-// came forks the way it would without.
+// SPARE: a ring area held for one of the process's next fork children, as SETUP hands one
+// (the memfd is this packet's SCM_RIGHTS), numbered by the daemon. The agent maps it and
+// keeps it unused, with at most kMaxHeldSpares - 1 others, oldest first; a SPARE past that
+// replaces the oldest, and a SETUP lets all go. At fork the child takes the oldest,
+// records into it from its first instruction and names it in its HELLO
+// (Hello::spare_id), so it runs on at once instead of waiting for a SETUP; the parent
+// never uses it again. A process that forks while it holds none forks the way it would
+// without.
 //   u64 area_size, u32 trace_clock, u32 options, u32 id
 // id != 0.
+inline constexpr size_t kMaxHeldSpares = 2;
 struct Spare {
   Setup setup;
   uint32_t id = 0;

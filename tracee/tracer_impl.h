@@ -240,8 +240,9 @@ struct Tracer::Impl {
     bool list_known = false;
     std::string last_blacklist;
     bool blacklist_known = false;
-    // The spare area its agent holds for its next fork child (SPARE), 0: none.
-    uint32_t spare = 0;
+    // The spare areas its agent holds for its next fork children (SPARE), oldest first:
+    // at most lk::kMaxHeldSpares.
+    std::vector<uint32_t> spares;
   };
 
   // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next
@@ -387,6 +388,8 @@ struct Tracer::Impl {
   void handle_closed(const std::shared_ptr<AgentLink>& link);
   std::shared_ptr<Rings> take_spare(uint32_t id, pid_t owner, Target* owner_target);
   void hand_spare(Target& t);
+  bool hand_one_spare(Target& t);
+  void let_go_spare(uint32_t id);
   void hand_due_spares();
   void let_go_spares_of(pid_t pid);
   void drop_spares(const std::function<bool(const SpareArea&)>& which);

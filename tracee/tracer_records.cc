@@ -569,9 +569,8 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
   // with it); each holder gets one of the new size below.
   std::vector<pid_t> held_spare;
   for (auto& [pid, t] : impl_->targets)
-    if (t->spare != 0) held_spare.push_back(pid);
+    if (!t->spares.empty()) held_spare.push_back(pid);
   for (pid_t pid : held_spare) impl_->let_go_spares_of(pid);
-  for (auto& [pid, t] : impl_->targets) t->spare = 0;
   for (auto& [pid, t] : impl_->targets) {
     if (!t->link || t->link->closed()) continue;
     int err = 0;

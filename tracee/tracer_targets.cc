@@ -315,11 +315,9 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
   // one whose child came without the spare it was handed (the SPARE crossed the fork, or
   // the child that took it died before it said HELLO) gets the next.
   if (parent_target != nullptr) {
-    if (h.spare_id == 0 && parent_target->spare != 0) {
-      if (auto s = spares.find(parent_target->spare); s != spares.end())
-        if (s->second.let_go == std::chrono::steady_clock::time_point{})
-          s->second.let_go = std::chrono::steady_clock::now();
-      parent_target->spare = 0;
+    if (h.spare_id == 0) {
+      for (uint32_t id : parent_target->spares) let_go_spare(id);
+      parent_target->spares.clear();
     }
     // When nothing else waits: a new image's start before a spare of a process that
     // forked.
@@ -342,7 +340,15 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::take_spare(uint32_t id, pid_t
   std::shared_ptr<Rings> r = std::move(it->second.rings);
   spares.erase(it);
   listener->withdraw_spare(id);
-  if (owner_target != nullptr && owner_target->spare == id) owner_target->spare = 0;
+  if (owner_target != nullptr) {
+    // The agent hands out its spares oldest first: those handed before this one went to
+    // earlier children, which name them (within kSpareGrace) or died first.
+    std::vector<uint32_t>& held = owner_target->spares;
+    if (auto at = std::find(held.begin(), held.end(), id); at != held.end()) {
+      for (auto e = held.begin(); e != at; ++e) let_go_spare(*e);
+      held.erase(held.begin(), at + 1);
+    }
+  }
   return r;
 }
 
@@ -358,12 +364,17 @@ void Tracer::Impl::hand_due_spares() {
     if (auto t = targets.find(pid); t != targets.end()) hand_spare(*t->second);
 }
 
-// Hands t a spare area (SPARE) unless it holds one. mu held; takes read_mu.
+// Hands t spare areas (SPARE) until it holds lk::kMaxHeldSpares. mu held; takes read_mu.
 void Tracer::Impl::hand_spare(Target& t) {
-  if (t.spare != 0 || !t.rings || !t.link || t.link->closed()) return;
+  while (t.spares.size() < lk::kMaxHeldSpares && hand_one_spare(t)) {
+  }
+}
+
+bool Tracer::Impl::hand_one_spare(Target& t) {
+  if (!t.rings || !t.link || t.link->closed()) return false;
   int err = 0;
   std::shared_ptr<Rings> r = new_spare_rings(t.pid, &err);
-  if (!r) return;
+  if (!r) return false;
   uint32_t clk;
   {
     std::lock_guard rl(read_mu);
@@ -382,18 +393,26 @@ void Tracer::Impl::hand_spare(Target& t) {
     listener->withdraw_spare(id);
     std::lock_guard rl(read_mu);
     std::erase(spare_rings, r);
-    return;
+    return false;
   }
   spares[id] = SpareArea{t.pid, std::move(r), {}};
-  t.spare = id;
+  t.spares.push_back(id);
+  return true;
+}
+
+// Spare `id`, which its owner no longer holds for certain: it goes if no child names it
+// within kSpareGrace. mu held.
+void Tracer::Impl::let_go_spare(uint32_t id) {
+  if (auto s = spares.find(id); s != spares.end() && s->second.let_go == std::chrono::steady_clock::time_point{})
+    s->second.let_go = std::chrono::steady_clock::now();
 }
 
 // The spares held by pid's agent now, which no child of the process it is from now on
 // can name (exec, exit, detach): they go after kSpareGrace. mu held.
 void Tracer::Impl::let_go_spares_of(pid_t pid) {
-  const auto now = std::chrono::steady_clock::now();
   for (auto& [id, s] : spares)
-    if (s.owner == pid && s.let_go == std::chrono::steady_clock::time_point{}) s.let_go = now;
+    if (s.owner == pid) let_go_spare(id);
+  if (auto t = targets.find(pid); t != targets.end()) t->second->spares.clear();
 }
 
 // Removes the spares `which` picks. mu held; takes read_mu.
@@ -404,8 +423,8 @@ void Tracer::Impl::drop_spares(const std::function<bool(const SpareArea&)>& whic
       ++it;
       continue;
     }
-    if (auto t = targets.find(it->second.owner); t != targets.end() && t->second->spare == it->first)
-      t->second->spare = 0;
+    if (auto t = targets.find(it->second.owner); t != targets.end())
+      std::erase(t->second->spares, it->first);
     gone.push_back(std::move(it->second.rings));
     listener->withdraw_spare(it->first);
     it = spares.erase(it);

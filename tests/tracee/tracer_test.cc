@@ -1,6 +1,7 @@
 // The daemon-side API end to end, on real processes: the bundled traced_prog launched and
 // attached, events defined through the tracer as the filesystem will, records read back
 // from the rings. Every count is exact and every value is the program's real one.
+#include "events/link.h"
 #include "link/socket.h"
 #include "tracee/tracer.h"
 
@@ -39,6 +40,7 @@
 namespace probefs::tracee {
 namespace {
 
+namespace lk = events::link;
 using testing::define;
 using testing::Event;
 using testing::KillGuard;
@@ -299,10 +301,11 @@ std::set<unsigned long> ring_inodes(pid_t pid) {
   return out;
 }
 
-// A process that forked once is handed a spare ring area; its next fork child records
-// into it from its first instruction (the area the child maps is that very spare), as
-// itself, and the parent is handed the next. Children forked back to back each record
-// as themselves, and a probe defined between two forks is the next child's too.
+// A process that forked once is handed spare ring areas (two, lk::kMaxHeldSpares); its
+// next fork child records into the oldest from its first instruction, as itself, and the
+// parent is handed another in its place (its view of the taken one goes then). Children
+// forked back to back each record as themselves, and a probe defined between two forks is
+// the next child's too.
 TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
   auto t = make_tracer();
   ASSERT_NE(t, nullptr);
@@ -313,6 +316,12 @@ TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
   const std::set<unsigned long> own = ring_inodes(p.pid);
   ASSERT_EQ(own.size(), 1u);
   (void)drain(*t);
+  auto spares_of_parent = [&] {
+    std::set<unsigned long> out;
+    for (unsigned long i : ring_inodes(p.pid))
+      if (!own.count(i)) out.insert(i);
+    return out;
+  };
 
   std::string ans = p.pipes.ask("fork 5");
   int child = 0, st = -1;
@@ -320,11 +329,9 @@ TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
   EXPECT_EQ(drain(*t).size(), 5u);
   std::set<unsigned long> spare;
   ASSERT_TRUE(testing::eventually([&] {
-    spare.clear();
-    for (unsigned long i : ring_inodes(p.pid))
-      if (!own.count(i)) spare.insert(i);
-    return spare.size() == 1;
-  }, 20000)) << "no spare area was handed to the process that forked";
+    spare = spares_of_parent();
+    return spare.size() == lk::kMaxHeldSpares;
+  }, 20000)) << "no spare areas were handed to the process that forked";
 
   const std::string held = p.pipes.ask("hold");
   ASSERT_EQ(held.rfind("ok ", 0), 0u) << held;
@@ -337,14 +344,17 @@ TEST(Tracer, AForkChildTakesItsParentsSpareArea) {
   }, 20000));
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].r.pid, holder);
-  // It recorded after its fork handler: the area it maps is the spare, its parent's gone.
-  EXPECT_EQ(ring_inodes(holder), spare);
-  // The parent gets the next one.
+  // The parent gets another in place of the one its child took, which the child maps.
+  unsigned long taken = 0;
   ASSERT_TRUE(testing::eventually([&] {
-    for (unsigned long i : ring_inodes(p.pid))
-      if (!own.count(i) && !spare.count(i)) return true;
-    return false;
+    const std::set<unsigned long> now = spares_of_parent();
+    std::vector<unsigned long> gone, kept;
+    for (unsigned long i : spare) (now.count(i) ? kept : gone).push_back(i);
+    if (now.size() != lk::kMaxHeldSpares || gone.size() != 1) return false;
+    taken = gone[0];
+    return true;
   }, 20000));
+  EXPECT_TRUE(ring_inodes(holder).count(taken)) << "the child does not map the spare it took";
 
   for (int round = 0; round < 4; ++round) {
     if (round == 2) define(*t, "p:t/add2 " + kProgName + ":traced_add b=%si", 31);
