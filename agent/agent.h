@@ -131,6 +131,9 @@ uint32_t adopt_spare_in_child();
 size_t probe_count();
 // Their ids, or none when there are more than `max` (HELLO of a fork child).
 std::vector<uint32_t> probe_ids(size_t max);
+// The same into out[0, cap), allocating nothing (a fork child's HELLO): false when there
+// are more than cap.
+bool probe_ids_into(uint32_t* out, size_t cap, size_t* n);
 
 // ---------------------------------------------------------------------------------------
 // The link (bootstrap.cc).

@@ -34,6 +34,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/agent.h"
@@ -267,6 +269,29 @@ void* control_main(void*) {
 // Starts the control thread with every asynchronous signal blocked: the program's
 // handlers must not run on it. Synchronous signals stay open (a probe's int3 on this
 // thread, a fault), and so does the engine's thread-fixup signal.
+//
+// It runs on a stack of the agent's own, made once: a fork child starts its control thread
+// on the region its parent's ran on, which no thread of the child uses. With a stack of
+// glibc's, the child's pthread_create would take glibc's cached-stack path, whose first
+// call in a process binds a libc symbol lazily: every fork child walked every loaded
+// object's symbol table, a dozen page faults.
+constexpr size_t kControlStackBytes = size_t{8} << 20;
+constexpr size_t kControlStackGuard = 4096;
+void* g_ctl_stack = nullptr;    // the thread starting the control thread (one at a time)
+bool g_ctl_stack_busy = false;  // a thread of this process runs on it (or ran, and may still)
+
+void* control_stack() {
+  if (g_ctl_stack_busy) return nullptr;  // a control thread that ended may still be on it
+  if (!g_ctl_stack) {
+    void* p = ::mmap(nullptr, kControlStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    (void)::mprotect(p, kControlStackGuard, PROT_NONE);
+    g_ctl_stack = p;
+  }
+  return g_ctl_stack;
+}
+
 int start_control_thread() {
   sigset_t all, old;
   sigfillset(&all);
@@ -274,14 +299,20 @@ int start_control_thread() {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  void* stack = control_stack();
+  if (stack) pthread_attr_setstack(&attr, stack, kControlStackBytes);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   g_control_running.store(true);
   pthread_t t;
   const int rc = pthread_create(&t, &attr, control_main, nullptr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (rc != 0) g_control_running.store(false);
-  else dl_mailbox_reader_created();
+  if (rc != 0) {
+    g_control_running.store(false);
+  } else {
+    if (stack) g_ctl_stack_busy = true;
+    dl_mailbox_reader_created();
+  }
   return -rc;
 }
 
@@ -306,12 +337,14 @@ int send_hello(lk::HelloReason reason, std::vector<uint32_t> held, uint32_t spar
 // Takes fd as the link: g_ctl_mu held. At attach the guards go in now, on a thread of the
 // program's (they adopt its mask); a process that starts gets them at GO, with its probes
 // (control.cc, end_startup).
-void adopt_link(int fd, const std::string& name, pid_t daemon_pid, bool guards) {
+void adopt_link(int fd, std::string_view name, pid_t daemon_pid, bool guards) {
   {
     std::lock_guard s(g_send_mu);
     g_link_fd = fd;
   }
-  std::snprintf(g_link_name, sizeof g_link_name, "%s", name.c_str());
+  if (name.data() != g_link_name)  // a fork child's is its parent's, in place
+    std::snprintf(g_link_name, sizeof g_link_name, "%.*s", static_cast<int>(name.size()),
+                  name.data());
   g_daemon_pid = daemon_pid;
   g_linked.store(true);
   dl_mailbox_open();
@@ -409,13 +442,35 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
   return true;
 }
 
+// A fork child's HELLO naming the spare it took, encoded on the stack: in a fork child
+// every heap page written is a copy, a fault that costs more than the rest of the HELLO.
+// A process with more probes than fit says HELLO the allocating way.
+constexpr size_t kStackHelloProbes = 256;
+
+int send_spare_hello(uint32_t spare_id) {
+  uint32_t ids[kStackHelloProbes];
+  size_t n = 0;
+  if (!probe_ids_into(ids, kStackHelloProbes, &n))
+    return send_hello(lk::HelloReason::kFork, probe_ids(kHelloMaxProbes), spare_id);
+  lk::Hello h;
+  h.pid = static_cast<int32_t>(::getpid());
+  h.ppid = static_cast<int32_t>(::getppid());
+  h.reason = lk::HelloReason::kFork;
+  h.spare_id = spare_id;
+  uint8_t packet[lk::kHeaderSize + 32 + 4 * kStackHelloProbes];
+  const size_t len = lk::encode_hello(packet, sizeof packet, next_agent_seq(), h, ids, n);
+  if (len == 0) return -EINVAL;
+  std::lock_guard s(g_send_mu);
+  if (g_link_fd < 0) return -ENOTCONN;
+  return link::send_packet(g_link_fd, packet, len, kSendTimeout);
+}
+
 // A fork child that took its parent's spare area (already its own): connect, HELLO naming
 // the spare, the control thread; the daemon's requests are served as they come, the
 // program runs on at once. False when the child runs on untraced.
-bool join_with_spare(const std::string& name, pid_t daemon_pid, uint32_t spare_id) {
+bool join_with_spare(const char* name, pid_t daemon_pid, uint32_t spare_id) {
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
-  std::vector<uint32_t> held;
   {
     std::lock_guard l(g_ctl_mu);
     if (check_peer(fd, daemon_pid, false) != 0) {
@@ -423,10 +478,8 @@ bool join_with_spare(const std::string& name, pid_t daemon_pid, uint32_t spare_i
       return false;
     }
     adopt_link(fd, name, daemon_pid, false);
-    held = probe_ids(kHelloMaxProbes);
   }
-  if (send_hello(lk::HelloReason::kFork, std::move(held), spare_id) != 0 ||
-      start_control_thread() != 0) {
+  if (send_spare_hello(spare_id) != 0 || start_control_thread() != 0) {
     end_link();
     return false;
   }
@@ -466,16 +519,17 @@ void atfork_child() {
     }
     g_linked.store(false);
     g_control_running.store(false);  // threads do not survive fork
+    g_ctl_stack_busy = false;
     spare = adopt_spare_in_child();
   }
   dl_mailbox_open();
-  const std::string name = g_link_name;
-  const bool joined = spare != 0 ? join_with_spare(name, g_daemon_pid, spare)
-                                 : serve_start(name, g_daemon_pid, lk::HelloReason::kFork);
+  const bool joined =
+      spare != 0 ? join_with_spare(g_link_name, g_daemon_pid, spare)
+                 : serve_start(std::string(g_link_name), g_daemon_pid, lk::HelloReason::kFork);
   if (!joined) {
     std::lock_guard l(g_ctl_mu);
     teardown();  // nobody to report to: the child runs untraced
-  } else {
+  } else if (!std::getenv(kStartedEnv)) {  // a launched program's children have it
     ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
   }
   probecore::set_engine_thread(was);

@@ -2,6 +2,7 @@
 // area mapped and replaced, LIST and PROFILE, and the teardown that leaves the program
 // untraced. Runs on whichever thread holds g_ctl_mu (agent.h); never on the hit path.
 #include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "agent/signal_guard.h"
 #include "agent/symbols.h"
 #include "arch/branch_targets.h"
+#include "arch/self_memory.h"
 #include "probecore/rcu.h"
 
 namespace probefs::agent {
@@ -208,9 +210,39 @@ void do_setup(const lk::Setup& s, int fd, lk::Reply* reply) {
   }
 }
 
+// The agent's read-only mappings (its code, its constant data), each given a page of its
+// own (arch::own_a_page_of) so that fork children get their page table entries: a fork
+// child runs the agent's fork path without a fault per 64 KB of code. Once, when the
+// process first forks (its first SPARE): a process that never forks pays nothing.
+bool g_agent_pages_owned = false;
+
+int own_agent_segment(dl_phdr_info* info, size_t, void* self) {
+  const auto here = reinterpret_cast<uintptr_t>(self);
+  bool ours = false;
+  for (int i = 0; i < info->dlpi_phnum && !ours; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    ours = ph.p_type == PT_LOAD && lo <= here && here < lo + ph.p_memsz;
+  }
+  if (!ours) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W) || ph.p_memsz == 0) continue;
+    (void)arch::own_a_page_of(info->dlpi_addr + ph.p_vaddr + ph.p_memsz - 1);
+  }
+  return 1;
+}
+
+void own_agent_pages() {
+  if (g_agent_pages_owned) return;
+  g_agent_pages_owned = true;
+  dl_iterate_phdr(own_agent_segment, reinterpret_cast<void*>(&own_agent_pages));
+}
+
 void do_spare(const lk::Spare& sp, int fd, lk::Reply* reply) {
   AreaState* as = map_area(sp.setup, fd, reply);
   if (!as) return;
+  own_agent_pages();
   release_leftovers();
   if (g_spare_count == kMaxSpares) unmap_area(pop_spare().as);  // let go by the daemon
   g_spares[g_spare_count++] = {as, sp.id};
@@ -603,6 +635,14 @@ uint32_t adopt_spare_in_child() {
 }
 
 size_t probe_count() { return g_probes.size(); }
+
+bool probe_ids_into(uint32_t* out, size_t cap, size_t* n) {
+  if (g_probes.size() > cap) return false;
+  size_t i = 0;
+  for (const auto& [id, ap] : g_probes) out[i++] = id;
+  *n = i;
+  return true;
+}
 
 std::vector<uint32_t> probe_ids(size_t max) {
   std::vector<uint32_t> ids;

@@ -539,6 +539,36 @@ std::vector<std::vector<uint8_t>> encode(const Message& m) {
   return out;
 }
 
+size_t encode_hello(uint8_t* out, size_t cap, uint32_t seq, const Hello& h, const uint32_t* ids,
+                    size_t n) {
+  if (h.reason < HelloReason::kLaunch || h.reason > HelloReason::kExec) return 0;
+  if (h.spare_id != 0 && h.reason != HelloReason::kFork) return 0;
+  constexpr size_t kFixed = 4 + 4 + 4 + 1 + 1 + 2 + 4 + 4;
+  if (n > (kMaxMessageSize - kHeaderSize - kFixed) / 4) return 0;
+  const size_t payload = kFixed + 4 * n;
+  if (!out || cap < kHeaderSize + payload) return 0;
+  size_t at = 0;
+  auto put = [&](auto v) {
+    std::memcpy(out + at, &v, sizeof v);
+    at += sizeof v;
+  };
+  put(kMagic);
+  put(static_cast<uint16_t>(MsgType::kHello));
+  put(uint16_t{0});
+  put(seq);
+  put(static_cast<uint32_t>(payload));
+  put(h.abi_version);
+  put(h.pid);
+  put(h.ppid);
+  put(static_cast<uint8_t>(h.reason));
+  put(uint8_t{0});
+  put(uint16_t{0});
+  put(h.spare_id);
+  put(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) put(ids[i]);
+  return at;
+}
+
 int decode(const uint8_t* data, size_t n, Message* out, std::string* why) {
   auto bad = [&](const char* w) {
     if (why) *why = w;

@@ -296,6 +296,13 @@ const char* type_name(MsgType type);
 // limit above, or a DEFINE's program (or a filter) does not validate.
 std::vector<std::vector<uint8_t>> encode(const Message& m);
 
+// Encodes a HELLO into out[0, cap) without allocating: a fork child's, in its fork handler,
+// where every heap page it writes is a copy. h's probe_ids are ignored; `ids` (n of them)
+// go in their place. The bytes encode() makes of the same message, and their count; 0
+// when they do not fit or the fields are not valid.
+size_t encode_hello(uint8_t* out, size_t cap, uint32_t seq, const Hello& h, const uint32_t* ids,
+                    size_t n);
+
 // Decodes one packet. 0, or -EBADMSG with *why (when not null) saying what is wrong.
 // When the header itself was sound, *out's type, flags and seq are set even on failure,
 // so the receiver can address its error reply.

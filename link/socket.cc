@@ -137,6 +137,28 @@ int connect_link(std::string_view name, std::chrono::milliseconds timeout) {
   return fd;
 }
 
+namespace {
+
+// One packet, waiting at most `timeout` for room in the socket buffer.
+int send_one(int fd, const msghdr& mh, std::chrono::milliseconds timeout) {
+  for (;;) {
+    if (::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) return 0;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return -errno;
+    if (int w = wait_fd(fd, POLLOUT, timeout); w) return w;
+  }
+}
+
+}  // namespace
+
+int send_packet(int fd, const uint8_t* data, size_t n, std::chrono::milliseconds timeout) {
+  iovec iov{const_cast<uint8_t*>(data), n};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  return send_one(fd, mh, timeout);
+}
+
 int send_message(int fd, const events::link::Message& m, std::chrono::milliseconds timeout,
                  int pass_fd) {
   std::vector<std::vector<uint8_t>> packets = events::link::encode(m);
@@ -157,13 +179,7 @@ int send_message(int fd, const events::link::Message& m, std::chrono::millisecon
       c->cmsg_len = CMSG_LEN(sizeof(int));
       std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
     }
-    for (;;) {
-      ssize_t r = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (r >= 0) break;
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN) return -errno;
-      if (int w = wait_fd(fd, POLLOUT, timeout); w) return w;
-    }
+    if (int rc = send_one(fd, mh, timeout); rc != 0) return rc;
   }
   return 0;
 }

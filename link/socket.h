@@ -57,6 +57,11 @@ struct PeerCred {
 [[nodiscard]] int send_message(int fd, const events::link::Message& m,
                                std::chrono::milliseconds timeout, int pass_fd = -1);
 
+// Sends one packet already encoded (events::link::encode_hello), as send_message does;
+// allocates nothing.
+[[nodiscard]] int send_packet(int fd, const uint8_t* data, size_t n,
+                              std::chrono::milliseconds timeout);
+
 // Receives one packet into *buf (resized to its length). A file descriptor that came with
 // it is stored in *received_fd (CLOEXEC) when received_fd is not null, and closed
 // otherwise; -1 when none came. Returns the packet length (> 0), 0 at EOF, -ETIMEDOUT

@@ -114,6 +114,13 @@ int read_text_locked(uintptr_t addr, void* buf, size_t n) {
 
 }  // namespace
 
+int own_a_page_of(uintptr_t addr) {
+  uint8_t b = 0;
+  std::lock_guard lock(g_text_mu);  // the engine's writes reopen the same descriptor
+  if (!read_self_memory_all(addr, &b, 1)) return -EFAULT;
+  return x86_64::text_poke_by_copy(addr, &b, 1);
+}
+
 int prepare(uintptr_t addr, uintptr_t func_start, uintptr_t func_end, Site** out) {
   *out = nullptr;
   if (func_start > addr || addr >= func_end) return -EILSEQ;

@@ -47,6 +47,10 @@ int poke_mprotect(uintptr_t addr, const void* src, size_t n) {
 
 }  // namespace
 
+int text_poke_by_copy(uintptr_t addr, const void* src, size_t n) {
+  return n == 0 ? 0 : poke_proc_mem(addr, src, n);
+}
+
 int text_poke(uintptr_t addr, const void* src, size_t n) {
   if (n == 0) return 0;
   int rc = poke_proc_mem(addr, src, n);

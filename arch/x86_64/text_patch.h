@@ -13,6 +13,9 @@ namespace probefs::arch::x86_64 {
 // Copies n bytes to addr. 0 or -errno (-EFAULT when addr is not mapped).
 [[nodiscard]] int text_poke(uintptr_t addr, const void* src, size_t n);
 
+// Copies n bytes to addr through /proc/self/mem only (no fallback). 0 or -errno.
+[[nodiscard]] int text_poke_by_copy(uintptr_t addr, const void* src, size_t n);
+
 // Cross-modifying-code barrier: every thread of this process executes a serializing
 // instruction before its next user instruction (membarrier SYNC_CORE).
 void text_sync();

@@ -208,6 +208,44 @@ TEST(Link, ListChangedIsABareHeader) {
   }
 }
 
+// A fork child's HELLO, encoded without allocating, is byte for byte what encode() makes;
+// what does not fit, or could not be sent, is 0.
+TEST(Link, HelloEncodedInPlaceIsEncodes) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{37}}) {
+    Hello h;
+    h.pid = 4242;
+    h.ppid = 4241;
+    h.reason = HelloReason::kFork;
+    h.spare_id = n == 0 ? 0 : 9;
+    std::vector<uint32_t> ids;
+    for (size_t i = 0; i < n; ++i) ids.push_back(static_cast<uint32_t>(1000 + 7 * i));
+    Message m;
+    m.type = MsgType::kHello;
+    m.seq = 77;
+    Hello with = h;
+    with.probe_ids = ids;
+    m.body = with;
+    const auto packets = encode(m);
+    ASSERT_EQ(packets.size(), 1u);
+    std::vector<uint8_t> buf(packets[0].size() + 8, 0xee);
+    ASSERT_EQ(encode_hello(buf.data(), buf.size(), 77, h, ids.data(), n), packets[0].size()) << n;
+    EXPECT_TRUE(std::equal(packets[0].begin(), packets[0].end(), buf.begin())) << n;
+    EXPECT_EQ(buf[packets[0].size()], 0xee);  // nothing past it
+    // One byte short: nothing.
+    EXPECT_EQ(encode_hello(buf.data(), packets[0].size() - 1, 77, h, ids.data(), n), 0u);
+  }
+  std::vector<uint8_t> buf(256);
+  Hello h;
+  h.reason = HelloReason::kLaunch;
+  h.spare_id = 3;  // only a fork child names a spare
+  EXPECT_EQ(encode_hello(buf.data(), buf.size(), 1, h, nullptr, 0), 0u);
+  h.spare_id = 0;
+  h.reason = static_cast<HelloReason>(9);
+  EXPECT_EQ(encode_hello(buf.data(), buf.size(), 1, h, nullptr, 0), 0u);
+  h.reason = HelloReason::kExec;
+  EXPECT_EQ(encode_hello(buf.data(), buf.size(), 1, h, nullptr, 0), kHeaderSize + 24);
+}
+
 // Each case: a mutation of a valid packet, and the fact that it must not decode.
 TEST(Link, DecodeRefusesMalformedPackets) {
   Message m;

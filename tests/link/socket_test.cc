@@ -82,5 +82,33 @@ TEST(LinkSocket, CarriesMessagesAndDescriptors) {
   close(pipefd[1]);
 }
 
+// A packet encoded elsewhere (a fork child's HELLO) goes as one packet; a closed peer is
+// -EPIPE, never SIGPIPE.
+TEST(LinkSocket, SendsAnEncodedPacket) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  lk::Hello h;
+  h.pid = 11;
+  h.ppid = 10;
+  h.reason = lk::HelloReason::kFork;
+  h.spare_id = 5;
+  const uint32_t ids[] = {3, 4};
+  uint8_t packet[128];
+  const size_t n = lk::encode_hello(packet, sizeof packet, 2, h, ids, 2);
+  ASSERT_GT(n, 0u);
+  ASSERT_EQ(send_packet(sv[0], packet, n, 1s), 0);
+  std::vector<uint8_t> buf;
+  ASSERT_EQ(recv_packet(sv[1], &buf, 1s), static_cast<long>(n));
+  lk::Message got;
+  ASSERT_EQ(lk::decode(buf.data(), buf.size(), &got), 0);
+  ASSERT_EQ(got.type, lk::MsgType::kHello);
+  const auto& gh = std::get<lk::Hello>(got.body);
+  EXPECT_EQ(gh.spare_id, 5u);
+  EXPECT_EQ(gh.probe_ids, (std::vector<uint32_t>{3, 4}));
+  close(sv[1]);
+  EXPECT_EQ(send_packet(sv[0], packet, n, 1s), -EPIPE);
+  close(sv[0]);
+}
+
 }  // namespace
 }  // namespace probefs::link
