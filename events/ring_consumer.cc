@@ -325,6 +325,7 @@ inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
   if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
   if (p.off != st.tail) ++stats_.padding;
   st.tail = p.next;
+  ++progress_;
   st.consumed += p.advance;
   ++stats_.records;
   stats_.lost_reported += lost;
@@ -353,6 +354,7 @@ void RingAreaReader::skip_corrupt(uint32_t ring) {
     return;
   }
   ++stats_.corrupt;
+  ++progress_;
   st.consumed += distance(st.tail, h, geometry_.ring_bytes);
   st.tail = h;
   st.unpublished = 0;
@@ -485,6 +487,7 @@ uint32_t RingAreaReader::rings_in_use() const {
 
 void RingAreaReader::clear() {
   front_valid_ = false;
+  ++progress_;
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     State& st = states_[i];
     st.lost_base = load_relaxed(&control(i)->lost);

@@ -203,6 +203,9 @@ class RingAreaReader {
   // them as lost before the next record it returns of this area.
   uint64_t take_unowned_lost();
   const RingReaderStats& stats() const { return stats_; }
+  // Moves whenever a tail does (a record consumed, a skip, a clear). Where nobody writes
+  // any more (the process is gone), has_data() keeps its answer while this stays.
+  uint64_t progress() const { return progress_; }
 
  private:
   friend class RingMerger;
@@ -271,6 +274,7 @@ class RingAreaReader {
   uint32_t front_ring_ = 0;
   Parsed front_;
   RingReaderStats stats_;
+  uint64_t progress_ = 0;
 };
 
 // Records of many areas (one per traced process) in timestamp order across all their

@@ -213,6 +213,12 @@ struct Tracer::Impl {
       bool ok = false;
     };
     std::vector<OwnerCheck> owners;
+    // Once its target is gone nobody writes here, and only reading changes what the area
+    // holds: the reader's progress() when it was last found holding records, and when its
+    // rings were last reclaimed. A daemon that keeps thousands of unread areas (a traced
+    // build nobody reads) then looks at each again only after a read from it.
+    uint64_t full_at = ~uint64_t{0};
+    uint64_t reclaimed_at = ~uint64_t{0};
   };
 
   struct Target {
@@ -431,7 +437,7 @@ struct Tracer::Impl {
   std::shared_ptr<Rings> make_rings(pid_t pid, int* err);
   void read_rings(const std::shared_ptr<Rings>& r, pid_t pid);
   void save_comm(pid_t pid, uint32_t tid, std::string comm);
-  void reclaim_rings(Rings& r);
+  void reclaim_rings(Rings& r, bool live);
   void free_drained_rings(const std::set<Rings*>& live);
   void allow_event(Target& t, uint16_t id);
   void allow_sites(Target& t);

@@ -145,10 +145,14 @@ void Tracer::Impl::save_comm(pid_t pid, uint32_t tid, std::string comm) {
   }
 }
 
-// Frees the rings of an area whose owners are gone, keeping their names. read_mu held.
-void Tracer::Impl::reclaim_rings(Rings& r) {
+// Frees the rings of an area whose owners are gone, keeping their names. An area of a
+// target that is gone, reclaimed before and not read from since, has nothing new to free.
+// read_mu held.
+void Tracer::Impl::reclaim_rings(Rings& r, bool live) {
+  if (!live && r.reclaimed_at == r.reader.progress()) return;
   std::vector<std::pair<uint32_t, std::string>> names;
   r.reader.reclaim(&names);
+  if (!live) r.reclaimed_at = r.reader.progress();
   for (auto& [tid, comm] : names) save_comm(r.pid, tid, std::move(comm));
 }
 
@@ -163,7 +167,9 @@ void Tracer::Impl::free_drained_rings(const std::set<Rings*>& live) {
   kept.reserve(rings.size());
   for (std::shared_ptr<Rings>& sp : rings) {
     Rings* r = sp.get();
-    if (live.count(r) || r->reader.has_data()) {
+    const bool is_live = live.count(r) != 0;
+    if (is_live || r->full_at == r->reader.progress() || r->reader.has_data()) {
+      if (!is_live) r->full_at = r->reader.progress();
       kept.push_back(std::move(sp));
       continue;
     }

@@ -580,9 +580,10 @@ void Tracer::Impl::service_loop() {
       sweep_spares();
       std::lock_guard rl(read_mu);
       conv.update();
+      const std::set<Rings*> live = live_rings();
       for (auto& r : rings)
-        if (r != own) reclaim_rings(*r);
-      free_drained_rings(live_rings());
+        if (r != own) reclaim_rings(*r, live.count(r.get()) != 0);
+      free_drained_rings(live);
     }
   }
 }

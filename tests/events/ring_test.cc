@@ -1004,6 +1004,33 @@ TEST(RingCounts, EntriesDroppedNextRecordsCpuAndRingsInUse) {
   EXPECT_EQ(a.reader.entries(), 1u);
 }
 
+// progress() moves with every tail (a record consumed, the merger's reads, a clear) and
+// with nothing else: not with what producers write, nor with looking.
+TEST(RingCounts, ProgressMovesOnlyWhenATailDoes) {
+  TestArea a(geometry(2, 4096));
+  const uint64_t p0 = a.reader.progress();
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p));
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(produce(&p, 1, i));
+  EXPECT_TRUE(a.reader.has_data());
+  (void)a.reader.entries();
+  EXPECT_EQ(a.reader.progress(), p0);
+  RingRecord r;
+  ASSERT_TRUE(a.reader.consume(p.ring, &r));
+  const uint64_t p1 = a.reader.progress();
+  EXPECT_NE(p1, p0);
+  ASSERT_TRUE(produce(&p, 1, 3));
+  EXPECT_EQ(a.reader.progress(), p1);
+  RingMerger m;
+  m.add(&a.reader, 1);
+  ASSERT_TRUE(m.next(&r));
+  EXPECT_NE(a.reader.progress(), p1);
+  const uint64_t p2 = a.reader.progress();
+  a.reader.clear();
+  EXPECT_NE(a.reader.progress(), p2);
+  EXPECT_FALSE(a.reader.has_data());
+}
+
 TEST(RingMerger, PerCpuCallsNeverLoseOrRepeatARecord) {
   TestArea a(geometry(4, 64 * 1024), ring_detect_stamp_mode(kRingStampCounter));
   RingProducer p[4];
