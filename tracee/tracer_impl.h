@@ -249,6 +249,7 @@ struct Tracer::Impl {
     // The spare areas its agent holds for its next fork children (SPARE), oldest first:
     // at most lk::kMaxHeldSpares.
     std::vector<uint32_t> spares;
+    uint32_t forks = 0;  // its fork children that joined
   };
 
   // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next

@@ -321,6 +321,7 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     }
     // When nothing else waits: a new image's start before a spare of a process that
     // forked.
+    ++parent_target->forks;
     spare_due.push_back(parent_target->pid);
     spares_due.store(true);
   }
@@ -364,9 +365,12 @@ void Tracer::Impl::hand_due_spares() {
     if (auto t = targets.find(pid); t != targets.end()) hand_spare(*t->second);
 }
 
-// Hands t spare areas (SPARE) until it holds lk::kMaxHeldSpares. mu held; takes read_mu.
+// Hands t spare areas (SPARE): one to a process that forked once, lk::kMaxHeldSpares to
+// one that forks again (a shell running a script forks once per command; a server's
+// workers, a loop, back to back). mu held; takes read_mu.
 void Tracer::Impl::hand_spare(Target& t) {
-  while (t.spares.size() < lk::kMaxHeldSpares && hand_one_spare(t)) {
+  const size_t want = t.forks >= 2 ? lk::kMaxHeldSpares : 1;
+  while (t.spares.size() < want && hand_one_spare(t)) {
   }
 }
 
