@@ -367,11 +367,7 @@ void register_barriers() {
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
 // untraced.
-static long xt() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000L + t.tv_nsec / 1000; }
-static char g_xl[2048]; static int g_xn = 0;
-#define XT(tag) do { if (g_xn < 1900) g_xn += snprintf(g_xl + g_xn, sizeof g_xl - g_xn, " %s=%ld", tag, xt()); } while (0)
 bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
-  XT("start");
   const bool fork_child = reason == lk::HelloReason::kFork;  // its engine is its parent's
   int fd = link::connect_link(name, kConnectTimeout);
   if (fd < 0) return false;
@@ -397,7 +393,6 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
     end_link();
     return false;
   }
-  XT("hello");
   if (!fork_child) {
     // While the daemon reads the new image's symbols, what needs no answer: the
     // membarrier registrations (still one thread here; a fork child's came with its
@@ -415,7 +410,6 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
       return false;
     }
   }
-  XT("engine");
   const auto deadline = Clock::now() + kGoTimeout;
   std::vector<uint8_t> buf;
   for (;;) {
@@ -432,19 +426,15 @@ bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reas
       end_link();
       return false;
     }
-    { char tg[8]; snprintf(tg, sizeof tg, "r%u", buf.size() > 5 ? buf[4] : 0); XT(tg); }
     const Outcome o = serve_packet(buf, received);
-    XT("d");
     if (o == Outcome::kDetached) return false;
     if (o == Outcome::kGo) break;
   }
   {
     std::lock_guard l(g_ctl_mu);
     end_startup();
-    XT("startup_end");
     (void)install_dl_hook();
   }
-  XT("hook");
   if (start_control_thread() != 0) {
     end_link();
     return false;
@@ -606,7 +596,6 @@ void forget_environment() {
 }
 
 __attribute__((constructor)) void agent_constructor() {
-  XT("ctor");
   find_tid_offset();
   const char* name = std::getenv(link::kLinkEnv);
   pid_t daemon_pid = 0;
@@ -617,8 +606,6 @@ __attribute__((constructor)) void agent_constructor() {
   if (serve_start(name, daemon_pid, reason))
     ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
   probecore::set_engine_thread(was);
-  XT("end");
-  if (getenv("PFT")) { char b[64]; int n = snprintf(b, sizeof b, "XE %d", getpid()); (void)!write(2, b, n); g_xl[g_xn++] = '\n'; (void)!write(2, g_xl, g_xn); }
 }
 
 }  // namespace
