@@ -39,6 +39,53 @@ struct Out {
   void str(std::string_view s, size_t limit) { bytes(s.data(), s.size(), limit); }
 };
 
+// Out's writes into a buffer of fixed size (encode_hello: no allocation); a write past
+// its end is refused and sticks.
+struct FixedOut {
+  uint8_t* p;
+  size_t cap;
+  size_t at = 0;
+  bool ok = true;
+  template <class T>
+  void put(T v) {
+    if (!ok || cap - at < sizeof v) {
+      ok = false;
+      return;
+    }
+    std::memcpy(p + at, &v, sizeof v);
+    at += sizeof v;
+  }
+  void u8(uint8_t v) { put(v); }
+  void u16(uint16_t v) { put(v); }
+  void u32(uint32_t v) { put(v); }
+  void s32(int32_t v) { put(v); }
+};
+
+// The 16-byte header, into either writer.
+template <class W>
+void put_header(W& w, MsgType type, uint16_t flags, uint32_t seq, uint32_t payload_len) {
+  w.u32(kMagic);
+  w.u16(static_cast<uint16_t>(type));
+  w.u16(flags);
+  w.u32(seq);
+  w.u32(payload_len);
+}
+
+// HELLO's payload, with `n` probe ids from `ids`, into either writer.
+template <class W>
+void put_hello(W& w, const Hello& h, const uint32_t* ids, size_t n) {
+  w.u32(h.abi_version);
+  w.s32(h.pid);
+  w.s32(h.ppid);
+  w.u8(static_cast<uint8_t>(h.reason));
+  w.u8(0);
+  w.u16(0);
+  if (h.spare_id != 0 && h.reason != HelloReason::kFork) w.ok = false;
+  w.u32(h.spare_id);
+  w.u32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) w.u32(ids[i]);
+}
+
 // The strict reader: every get checks the remaining length; the first failure sticks and
 // says why.
 struct In {
@@ -248,16 +295,7 @@ void encode_body(Out& o, const Message& m) {
       break;
     case MsgType::kHello: {
       const auto& h = std::get<Hello>(m.body);
-      o.u32(h.abi_version);
-      o.s32(h.pid);
-      o.s32(h.ppid);
-      o.u8(static_cast<uint8_t>(h.reason));
-      o.u8(0);
-      o.u16(0);
-      if (h.spare_id != 0 && h.reason != HelloReason::kFork) o.ok = false;
-      o.u32(h.spare_id);
-      o.u32(static_cast<uint32_t>(h.probe_ids.size()));
-      for (uint32_t id : h.probe_ids) o.u32(id);
+      put_hello(o, h, h.probe_ids.data(), h.probe_ids.size());
       break;
     }
     case MsgType::kMapped:
@@ -445,11 +483,7 @@ std::vector<uint8_t> packet(MsgType type, uint16_t flags, uint32_t seq, const Ou
   std::vector<uint8_t> out;
   out.reserve(kHeaderSize + body.b.size());
   Out h;
-  h.u32(kMagic);
-  h.u16(static_cast<uint16_t>(type));
-  h.u16(flags);
-  h.u32(seq);
-  h.u32(static_cast<uint32_t>(body.b.size()));
+  put_header(h, type, flags, seq, static_cast<uint32_t>(body.b.size()));
   out = std::move(h.b);
   out.insert(out.end(), body.b.begin(), body.b.end());
   return out;
@@ -542,31 +576,12 @@ std::vector<std::vector<uint8_t>> encode(const Message& m) {
 size_t encode_hello(uint8_t* out, size_t cap, uint32_t seq, const Hello& h, const uint32_t* ids,
                     size_t n) {
   if (h.reason < HelloReason::kLaunch || h.reason > HelloReason::kExec) return 0;
-  if (h.spare_id != 0 && h.reason != HelloReason::kFork) return 0;
   constexpr size_t kFixed = 4 + 4 + 4 + 1 + 1 + 2 + 4 + 4;
-  if (n > (kMaxMessageSize - kHeaderSize - kFixed) / 4) return 0;
-  const size_t payload = kFixed + 4 * n;
-  if (!out || cap < kHeaderSize + payload) return 0;
-  size_t at = 0;
-  auto put = [&](auto v) {
-    std::memcpy(out + at, &v, sizeof v);
-    at += sizeof v;
-  };
-  put(kMagic);
-  put(static_cast<uint16_t>(MsgType::kHello));
-  put(uint16_t{0});
-  put(seq);
-  put(static_cast<uint32_t>(payload));
-  put(h.abi_version);
-  put(h.pid);
-  put(h.ppid);
-  put(static_cast<uint8_t>(h.reason));
-  put(uint8_t{0});
-  put(uint16_t{0});
-  put(h.spare_id);
-  put(static_cast<uint32_t>(n));
-  for (size_t i = 0; i < n; ++i) put(ids[i]);
-  return at;
+  if (!out || n > (kMaxMessageSize - kHeaderSize - kFixed) / 4) return 0;
+  FixedOut w{out, cap};
+  put_header(w, MsgType::kHello, 0, seq, static_cast<uint32_t>(kFixed + 4 * n));
+  put_hello(w, h, ids, n);
+  return w.ok ? w.at : 0;
 }
 
 int decode(const uint8_t* data, size_t n, Message* out, std::string* why) {

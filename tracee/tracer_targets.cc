@@ -407,7 +407,8 @@ bool Tracer::Impl::hand_one_spare(Target& t) {
 // Spare `id`, which its owner no longer holds for certain: it goes if no child names it
 // within kSpareGrace. mu held.
 void Tracer::Impl::let_go_spare(uint32_t id) {
-  if (auto s = spares.find(id); s != spares.end() && s->second.let_go == std::chrono::steady_clock::time_point{})
+  auto s = spares.find(id);
+  if (s != spares.end() && s->second.let_go == std::chrono::steady_clock::time_point{})
     s->second.let_go = std::chrono::steady_clock::now();
 }
 
