@@ -101,6 +101,13 @@ int spawn_return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 extern long g_tid_offset;
 // Forget this thread's ring (fork child: the area is the parent's).
 void forget_thread_ring();
+// The thread ends: its ring, if it has one in the current area, is retired and forgotten.
+void retire_thread_ring();
+// Retiring rings at thread exit (thread_exit.cc): init_thread_exit once, before any ring
+// is claimed (ensure_engine); watch_thread_exit on a thread's claim, so that its
+// retire_thread_ring runs when it ends.
+void init_thread_exit();
+void watch_thread_exit();
 
 // ---------------------------------------------------------------------------------------
 // The control plane (control.cc). Every function here with g_ctl_mu held.

@@ -106,6 +106,7 @@ int ensure_engine() {
   if (g_engine_ready) return 0;
   probecore::set_symbol_resolver(&defined_symbols());
   (void)probecore::within_kprobe_blacklist(0);  // initialises the engine
+  init_thread_exit();
   if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) return -ENOMEM;
   g_engine_ready = true;
   return 0;

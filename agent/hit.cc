@@ -34,6 +34,7 @@
 #include "agent/agent.h"
 #include "arch/syscall.h"
 #include "events/memory_reader.h"
+#include "probecore/rcu.h"
 
 namespace probefs::agent {
 
@@ -78,8 +79,8 @@ void read_comm(char (&comm)[16]) {
 // The first hit of a thread in an area, or a thread whose tid is not the one it claimed
 // its ring with (a child of _Fork or a raw clone that ran no atfork handler: the area is
 // its parent's). Returns the thread's ring, or nullptr (no ring: every ring is taken, or
-// the process is not the area's). A ring claimed gets the thread's name (one more system
-// call, once per thread and area), which names its records once the thread is gone.
+// the process is not the area's). The claim writes the thread's name (one more system
+// call, once per thread and area) in the ring's owner record, which names its records.
 [[gnu::noinline]] events::RingProducer* claim_slow(AreaState* as, int32_t* tid) {
   if (t_ring.gen == kSharedTlsGen) {  // a spawned child may be the one running
     if (static_cast<int32_t>(arch::raw_syscall(__NR_getpid)) != as->pid) {
@@ -108,18 +109,19 @@ void read_comm(char (&comm)[16]) {
   events::RingProducer fresh{};
   t_ring.gen = as->generation;
   t_ring.tid = real;
+  char comm[events::kRingCommBytes];
+  read_comm(comm);
   if (!events::ring_claim(as->area, static_cast<uint32_t>(real), &fresh,
-                          static_cast<uint32_t>(as->pid))) {
+                          static_cast<uint32_t>(as->pid), comm)) {
     t_ring.prod = nullptr;
     t_ring.claim_free_gen = fresh.claim_generation;
     return nullptr;
   }
   fresh.rseq_cpu = as->rseq_cpu;
-  char comm[events::kRingCommBytes];
-  read_comm(comm);
   events::ring_set_comm(&fresh, static_cast<uint32_t>(real), comm);
   new (&as->producers[fresh.ring]) events::RingProducer(fresh);
   t_ring.prod = &as->producers[fresh.ring];
+  watch_thread_exit();
   return t_ring.prod;
 }
 
@@ -337,6 +339,19 @@ void forget_thread_ring() {
   t_ring.gen = 0;
   t_ring.tid = 0;
   t_ring.claim_free_gen = 0;
+}
+
+void retire_thread_ring() {
+  if (t_ring.prod == nullptr || t_ring.gen == kSharedTlsGen) return;
+  // Read-side, as a hit: an area replaced meanwhile stays mapped until we are out.
+  probecore::rcu_read_lock();
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  // Only a ring of the current area, claimed by this very thread.
+  if (as != nullptr && t_ring.gen == as->generation &&
+      t_ring.tid == static_cast<int32_t>(arch::raw_syscall(__NR_gettid)))
+    events::ring_retire(t_ring.prod);
+  probecore::rcu_read_unlock();
+  forget_thread_ring();
 }
 
 // ---- the shared-TLS window (spawn_guard.cc registers these) ----

@@ -27,9 +27,10 @@
 // unowned_lost). A memfd's pages are allocated when first written, so the rings no
 // thread ever claimed cost next to nothing.
 //
-// Records. Each is a 16-byte RingRecordHeader, then (only for the first record after
+// Records. Each is a 16-byte RingRecordHeader, then (only for the first data record after
 // drops) the ring's cumulative lost count as a u64, then the payload (an events record,
-// events/compile.h; the ring treats it as bytes), padded to 8 bytes. A record never
+// events/compile.h, which the ring treats as bytes; or an owner record, below), padded to
+// 8 bytes. A record never
 // wraps: when the bytes left before the end of the data are too few, the producer writes
 // a padding marker there (only its first 8 bytes are meaningful) and puts the record at 0.
 // Offsets stay in [0, ring_bytes): head == tail is empty, and the producer never lets head
@@ -55,9 +56,21 @@
 // over a drained ring whose owner is gone (a CAS of owner from the old tid to its own; the
 // daemon's reclaim CASes the same word first to kRingOwnerFreeing, so one of the two
 // wins): threads that come and go reuse rings at once, without waiting for the daemon's
-// next reclaim, and the hit counters simply go on. The claimer then stores its name (the kernel's
-// comm) in the ring (ring_set_comm), so that the daemon can name the thread's records
-// after the thread is gone, as the kernel's saved_cmdlines names them. Rings, reserve and
+// next reclaim, and the hit counters simply go on. When none of those is left either (the
+// reader fell a whole area's rings behind threads that come and go), it takes over a ring
+// whose owner is gone with its records still unread, as long as an eighth of it is free:
+// records then follow one another in a ring whatever thread wrote them, and each claim
+// says whose they are from there on.
+//
+// Owner records. A claimer that gives its name (the agent's threads do) writes an owner
+// record first thing in the ring it claimed: a record of kind kRingKindOwner whose payload
+// is RingOwnerRecord, its tid and its name (the kernel's comm). The records after it, up to
+// the next owner record, are that thread's: the reader names each record by the last owner
+// record before it (RingRecord::tid), and keeps the name for the thread's lines after it
+// is gone, as the kernel's saved_cmdlines does. Owner records are not records the reader
+// returns. A claim without a name (the daemon's own ring) writes none, and its records are
+// the ring's owner word's. The claimer also stores its name in the ring's control
+// (ring_set_comm), where the daemon finds it for a thread whose ring it frees. Rings, reserve and
 // commit are not reentrant: one thread uses its RingProducer, and the caller's recursion
 // guard keeps a signal handler on the same thread from entering reserve while a
 // reservation is open.
@@ -115,7 +128,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 namespace probefs::events {
 
 inline constexpr uint32_t kRingAreaMagic = 0x52464270;      // "pBFR"
-inline constexpr uint32_t kRingAreaVersion = 2;
+inline constexpr uint32_t kRingAreaVersion = 3;
 inline constexpr uint32_t kRingPageBytes = 4096;
 inline constexpr uint32_t kRingMinBytes = kRingPageBytes;  // per ring, a page multiple
 inline constexpr uint32_t kRingMaxBytes = 1u << 30;
@@ -150,6 +163,7 @@ constexpr uint32_t ring_stamp_mode(RingStampClock clock, RingCpuSource cpu) {
 // RingRecordHeader::kind. Zeroed memory is no record at all.
 inline constexpr uint8_t kRingKindData = 1;
 inline constexpr uint8_t kRingKindPadding = 2;
+inline constexpr uint8_t kRingKindOwner = 3;  // payload: RingOwnerRecord
 // RingRecordHeader::flags.
 inline constexpr uint8_t kRingFlagCounterStamp = 1;  // stamp is the counter, not the TSC
 inline constexpr uint8_t kRingFlagLostCount = 2;     // a u64 cumulative lost count follows
@@ -163,6 +177,18 @@ struct RingRecordHeader {
   uint64_t stamp;  // TSC or counter value, taken at reserve
 };
 static_assert(sizeof(RingRecordHeader) == kRingRecordHeaderSize);
+
+// The owner's name: at most 15 bytes and a NUL, as the kernel's TASK_COMM_LEN.
+inline constexpr uint32_t kRingCommBytes = 16;
+
+// The payload of an owner record: the records after it are this thread's.
+struct RingOwnerRecord {
+  uint32_t tid;
+  uint32_t reserved;  // 0
+  char comm[kRingCommBytes];
+};
+static_assert(sizeof(RingOwnerRecord) == 24);
+inline constexpr uint32_t kRingOwnerRecordBytes = kRingRecordHeaderSize + sizeof(RingOwnerRecord);
 
 struct RingAreaHeader {
   // Line 0: written by the daemon before it hands the area out; read-only afterwards but
@@ -196,9 +222,6 @@ struct RingAreaHeader {
 static_assert(sizeof(RingAreaHeader) == 256);
 static_assert(offsetof(RingAreaHeader, counter) == 64);
 static_assert(offsetof(RingAreaHeader, wake_seq) == 192);
-
-// The owner's name: at most 15 bytes and a NUL, as the kernel's TASK_COMM_LEN.
-inline constexpr uint32_t kRingCommBytes = 16;
 
 struct RingControl {
   // Line 0: the producer's. owner is CASed by claiming threads and cleared by the daemon.
@@ -431,26 +454,111 @@ inline bool ring_owner_left(uint32_t o, uint32_t pid) {
   return arch::raw_syscall(__NR_tgkill, pid, o & kRingOwnerTidMask, 0) == -ESRCH;
 }
 
+namespace ring_detail {
+
+// The padding marker at p->head, when a record goes to `off` (0) instead: the consumer
+// skips from there to the end of the ring. Only its first 8 bytes are written: there may
+// be no more before the end.
+[[gnu::always_inline]] inline void put_padding(RingProducer* p, uint32_t off) {
+  if (off == p->head) return;
+  RingRecordHeader* pad = reinterpret_cast<RingRecordHeader*>(p->data + p->head);
+  pad->len = p->size - p->head;
+  pad->cpu = 0;
+  pad->kind = kRingKindPadding;
+  pad->flags = 0;
+}
+
+// Bytes a producer at `head` may still write before it reaches `tail`.
+inline uint32_t room(uint32_t head, uint32_t tail, uint32_t size) {
+  return tail > head ? tail - head : size - head + tail;
+}
+
+// Sets up `p` for ring i of `area`, just claimed: from the head the ring's previous owner
+// left (its committed records may still be unread). A head the daemon could not have
+// left (odd or out of range) starts over at the tail.
+inline void attach_producer(RingAreaHeader* area, uint32_t i, RingProducer* p) {
+  RingControl* ctl = control(area, i);
+  uint8_t* ring = reinterpret_cast<uint8_t*>(ctl);
+  const uint64_t hits_bytes = ring_align_up(uint64_t{area->probe_slots} * 8, 64);
+  p->ctl = ctl;
+  p->area = area;
+  p->hits = reinterpret_cast<uint64_t*>(ring + sizeof(RingControl));
+  p->size = area->ring_bytes;
+  p->probe_slots = area->probe_slots;
+  uint32_t head = load_relaxed(&ctl->head);
+  uint32_t tail = load_acquire(&ctl->tail);
+  if (tail >= p->size || tail % 8 != 0) tail = 0;
+  if (head >= p->size || head % 8 != 0) head = tail;
+  p->head = head;
+  p->tail_cache = tail;
+  p->lost = load_relaxed(&ctl->lost);
+  p->lost_marked = p->lost;
+  p->pending_off = 0;
+  p->pending_extra = 0;
+  p->ring = i;
+  p->data = ring + sizeof(RingControl) + hits_bytes;
+}
+
+// The claimer's owner record at the head of its ring, committed: false, and nothing
+// written, when the ring lacks the room.
+inline bool write_owner(RingProducer* p, uint32_t tid, const char* comm) {
+  uint32_t off;
+  if (!place(p, kRingOwnerRecordBytes, &off)) return false;
+  put_padding(p, off);
+  uint8_t* rec = p->data + off;
+  RingRecordHeader* h = reinterpret_cast<RingRecordHeader*>(rec);
+  h->cpu = 0;
+  h->kind = kRingKindOwner;
+  h->flags = 0;
+  h->stamp = 0;
+  RingOwnerRecord o;
+  o.tid = tid;
+  o.reserved = 0;
+  __builtin_memcpy(o.comm, comm, kRingCommBytes);
+  __builtin_memcpy(rec + kRingRecordHeaderSize, &o, sizeof o);
+  h->len = sizeof o;
+  // Committed as ring_commit does, without waking the reader: the records that follow
+  // will, and an owner record alone is nothing to read.
+  uint32_t head = off + kRingOwnerRecordBytes;
+  if (head == p->size) head = 0;
+  p->head = head;
+  store_release(&p->ctl->head, head);
+  return true;
+}
+
+}  // namespace ring_detail
+
 // Claims a ring of `area` for the calling thread, whose thread id is `tid`, and sets up
 // `p`: a free one, or else (when `pid`, the process's id, is given) a drained one whose
-// owner is gone. False when every ring is taken (p->claim_generation then remembers when,
-// see ring_claim_worth_retrying). The scan starts at ring 0, so that the rings in use
-// stay at the front (RingAreaHeader::rings_high).
-inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint32_t pid = 0) {
+// owner is gone, or else (when `comm`, the thread's name, is given too) one whose owner is
+// gone with an eighth of it or more free. With `comm`, the ring's first record from here
+// is the claimer's owner record. False when no ring can be had (p->claim_generation then
+// remembers when, see ring_claim_worth_retrying). The scans start at ring 0, so that the
+// rings in use stay at the front (RingAreaHeader::rings_high).
+inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint32_t pid = 0,
+                       const char* comm = nullptr) {
   using namespace ring_detail;
   const uint32_t generation = load_acquire(&area->free_generation);
   const uint32_t n = area->ring_count;
+  const uint32_t size = area->ring_bytes;
   const uint32_t want = tid & kRingOwnerTidMask;
   if (want == 0) return false;
-  for (uint32_t k = 0; k < 2 * n; ++k) {
+  const uint32_t passes = pid == 0 ? 1 : comm == nullptr ? 2 : 3;
+  for (uint32_t k = 0; k < passes * n; ++k) {
     const uint32_t i = k % n;  // the lowest first: the rings in use stay few and together
+    const uint32_t pass = k / n;
     RingControl* ctl = control(area, i);
     uint32_t expected = load_relaxed(&ctl->owner);
-    if (k < n) {  // first pass: a free ring
+    if (pass == 0) {  // a free ring
       if (expected != 0) continue;
-    } else {      // second pass: a ring left drained by a thread that is gone
-      if (expected == 0 || (expected & kRingOwnerFreeing) || pid == 0) continue;
-      if (load_acquire(&ctl->tail) != load_relaxed(&ctl->head)) continue;
+    } else {          // a ring whose owner is gone: drained (1), or with room enough (2)
+      if (expected == 0 || (expected & kRingOwnerFreeing)) continue;
+      const uint32_t head = load_relaxed(&ctl->head);
+      const uint32_t tail = load_acquire(&ctl->tail);
+      if (pass == 1 && tail != head) continue;
+      if (pass == 2 && (tail == head || head >= size || tail >= size || head % 8 != 0 ||
+                        tail % 8 != 0 || room(head, tail, size) < size / 8))
+        continue;
       // A ring of this tid's: a thread that had the number before is surely gone.
       if ((expected & kRingOwnerTidMask) != want && !ring_owner_left(expected, pid)) continue;
     }
@@ -461,29 +569,16 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint
       if (__atomic_compare_exchange_n(&area->rings_high, &high, i + 1, false, __ATOMIC_RELEASE,
                                       __ATOMIC_RELAXED))
         break;
-    uint8_t* ring = reinterpret_cast<uint8_t*>(ctl);
-    const uint64_t hits_bytes = ring_align_up(uint64_t{area->probe_slots} * 8, 64);
-    p->ctl = ctl;
-    p->area = area;
-    p->hits = reinterpret_cast<uint64_t*>(ring + sizeof(RingControl));
-    p->size = area->ring_bytes;
-    p->probe_slots = area->probe_slots;
-    // The previous owner's committed records may still be in the ring (the daemon frees a
-    // ring once drained, but a retired one may be claimed again by nobody else): go on
-    // from its head. A head the daemon could not have left (odd or out of range) starts
-    // over at the tail.
-    uint32_t head = load_relaxed(&ctl->head);
-    uint32_t tail = load_acquire(&ctl->tail);
-    if (tail >= p->size || tail % 8 != 0) tail = 0;
-    if (head >= p->size || head % 8 != 0) head = tail;
-    p->head = head;
-    p->tail_cache = tail;
-    p->lost = load_relaxed(&ctl->lost);
-    p->lost_marked = p->lost;
-    p->pending_off = 0;
-    p->pending_extra = 0;
-    p->ring = i;
-    p->data = ring + sizeof(RingControl) + hits_bytes;
+    attach_producer(area, i, p);
+    if (comm != nullptr && !write_owner(p, want, comm)) {
+      // No record of ours may follow the last owner's without our owner record before
+      // it: the ring goes back as it was.
+      uint32_t mine = want;
+      __atomic_compare_exchange_n(&ctl->owner, &mine, expected, false, __ATOMIC_RELEASE,
+                                  __ATOMIC_RELAXED);
+      *p = RingProducer{};
+      continue;
+    }
     return true;
   }
   p->claim_generation = generation;
@@ -523,15 +618,7 @@ inline bool ring_claim_worth_retrying(const RingAreaHeader* area, const RingProd
     return nullptr;
   }
   uint8_t* rec = p->data + off;
-  if (off != p->head) {
-    // The padding marker: the consumer skips from here to the end of the ring. Only its
-    // first 8 bytes are written: there may be no more before the end.
-    RingRecordHeader* pad = reinterpret_cast<RingRecordHeader*>(p->data + p->head);
-    pad->len = p->size - p->head;
-    pad->cpu = 0;
-    pad->kind = kRingKindPadding;
-    pad->flags = 0;
-  }
+  put_padding(p, off);
   uint32_t cpu;
   uint8_t flags;
   const uint64_t stamp = read_stamp(p, &cpu, &flags);

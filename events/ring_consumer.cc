@@ -249,33 +249,56 @@ inline bool RingAreaReader::head(uint32_t ring, uint32_t* out) const {
   return true;
 }
 
-// Reads the record at `off` (a padding marker first, at most one) of the records that end
-// at `head`. Every value comes from shared memory once and is checked before it is used.
+// Reads the record at `off` of the records that end at `head`: owner records on the way
+// are passed (the last one's tid and name go to `out`), and one padding marker. Every
+// value comes from shared memory once and is checked before it is used.
 inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t off,
                                                          uint32_t head, Parsed* out) const {
+  // Owner records passed in one call at most; the caller goes on from where they end.
+  constexpr int kMaxOwnerSteps = 64;
   const uint32_t size = geometry_.ring_bytes;
   const uint8_t* d = data(ring);
   uint32_t cur = off;
   uint32_t advance = 0;
-  for (int step = 0; step < 2; ++step) {
-    if (cur == head) return ParseResult::kEmpty;
+  int owners = 0;
+  out->writer = 0;
+  out->padded = false;
+  while (cur != head && owners < kMaxOwnerSteps) {
     const uint32_t len = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur));
     const uint32_t word = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur + 4));
     const uint32_t cpu = word & 0xffff;
     const uint8_t kind = static_cast<uint8_t>(word >> 16);
     const uint8_t flags = static_cast<uint8_t>(word >> 24);
     if (kind == kRingKindPadding) {
-      // Only where the producer went back to 0, so the head is behind, and only up to
-      // the end.
-      if (step != 0 || head > cur || len != size - cur) return ParseResult::kCorrupt;
+      // Only where the producer went back to 0, so the head is behind, only up to the
+      // end, and once.
+      if (out->padded || head > cur || len != size - cur) return ParseResult::kCorrupt;
+      out->padded = true;
       advance += size - cur;
       cur = 0;
       continue;
     }
-    if (kind != kRingKindData || (flags & ~kRingKnownFlags) != 0) return ParseResult::kCorrupt;
     // Committed bytes from cur without a wrap: up to the head, or to the end when the
     // head is behind.
     const uint32_t avail = (head > cur ? head : size) - cur;
+    if (kind == kRingKindOwner) {
+      if (flags != 0 || len != sizeof(RingOwnerRecord) || avail < kRingOwnerRecordBytes)
+        return ParseResult::kCorrupt;
+      RingOwnerRecord o;
+      for (uint32_t w = 0; w < sizeof o / 8; ++w) {
+        const uint64_t v = load_relaxed(
+            reinterpret_cast<const uint64_t*>(d + cur + kRingRecordHeaderSize) + w);
+        memcpy(reinterpret_cast<uint8_t*>(&o) + 8 * w, &v, 8);
+      }
+      if (o.tid == 0 || (o.tid & ~kRingOwnerTidMask) != 0) return ParseResult::kCorrupt;
+      out->writer = o.tid;
+      memcpy(out->writer_comm, o.comm, kRingCommBytes);
+      advance += kRingOwnerRecordBytes;
+      cur = cur + kRingOwnerRecordBytes == size ? 0 : cur + kRingOwnerRecordBytes;
+      ++owners;
+      continue;
+    }
+    if (kind != kRingKindData || (flags & ~kRingKnownFlags) != 0) return ParseResult::kCorrupt;
     const uint32_t extra = (flags & kRingFlagLostCount) ? 8 : 0;
     if (avail < kRingRecordHeaderSize + extra ||
         len > avail - kRingRecordHeaderSize - extra) {
@@ -294,7 +317,12 @@ inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t
               : 0;
     return ParseResult::kRecord;
   }
-  return ParseResult::kCorrupt;  // padding right after padding
+  if (owners == 0) return ParseResult::kEmpty;
+  // Owner records, and nothing after them yet (or more follow than one call passes).
+  out->off = cur;
+  out->next = cur;
+  out->advance = advance;
+  return ParseResult::kSkip;
 }
 
 inline uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) {
@@ -313,9 +341,11 @@ inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
   out->stamp = p.stamp;
   out->lost_before = lost;
   out->cpu = p.cpu & 0xfff;
-  out->tid = owner & kRingOwnerTidMask;
+  out->tid = (p.writer != 0 ? p.writer : owner) & kRingOwnerTidMask;
   out->ring = ring;
   out->counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
+  out->named = p.writer != 0;
+  if (out->named) memcpy(out->comm, p.writer_comm, kRingCommBytes);
   out->payload = std::span<const uint8_t>(buf->data(), p.len);
 }
 
@@ -323,12 +353,24 @@ inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
   State& st = states_[ring];
   const uint64_t lost = lost_before(p, st.lost_reported);
   if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
-  if (p.off != st.tail) ++stats_.padding;
+  if (p.padded) ++stats_.padding;
+  if (p.writer != 0) st.writer = p.writer;
   st.tail = p.next;
   ++progress_;
   st.consumed += p.advance;
   ++stats_.records;
   stats_.lost_reported += lost;
+  st.unpublished += p.advance;
+  if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
+}
+
+void RingAreaReader::pass_owners(uint32_t ring, const Parsed& p) {
+  State& st = states_[ring];
+  if (p.padded) ++stats_.padding;
+  st.writer = p.writer;
+  st.tail = p.next;
+  ++progress_;
+  st.consumed += p.advance;
   st.unpublished += p.advance;
   if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
 }
@@ -357,6 +399,7 @@ void RingAreaReader::skip_corrupt(uint32_t ring) {
   ++progress_;
   st.consumed += distance(st.tail, h, geometry_.ring_bytes);
   st.tail = h;
+  st.writer = 0;  // whose records follow is the owner word's from here
   st.unpublished = 0;
   store_release(&control(ring)->tail, st.tail);
 }
@@ -372,17 +415,24 @@ bool RingAreaReader::front(uint32_t ring, RingRecord* out) {
   }
   const uint32_t owner_now = owner(ring);
   Parsed p;
-  switch (parse(ring, st.tail, h, &p)) {
-    case ParseResult::kEmpty:
-      publish(ring);
-      return false;
-    case ParseResult::kCorrupt:
-      skip_corrupt(ring);
-      return false;
-    case ParseResult::kRecord:
-      break;
+  for (bool record = false; !record;) {
+    switch (parse(ring, st.tail, h, &p)) {
+      case ParseResult::kEmpty:
+        publish(ring);
+        return false;
+      case ParseResult::kCorrupt:
+        skip_corrupt(ring);
+        return false;
+      case ParseResult::kSkip:
+        pass_owners(ring, p);  // each moves the tail on: at most a ring's worth
+        break;
+      case ParseResult::kRecord:
+        record = true;
+        break;
+    }
   }
-  fill(ring, p, lost_before(p, st.lost_reported), owner_now, &buf_, out);
+  fill(ring, p, lost_before(p, st.lost_reported), st.writer != 0 ? st.writer : owner_now, &buf_,
+       out);
   front_ = p;
   front_ring_ = ring;
   front_valid_ = true;
@@ -408,6 +458,7 @@ RingAreaReader::Cursor RingAreaReader::cursor(uint32_t ring) const {
     c.off = states_[ring].tail;
     c.pos = states_[ring].consumed;
     c.lost_reported = states_[ring].lost_reported;
+    c.writer = states_[ring].writer;
   }
   return c;
 }
@@ -418,18 +469,29 @@ bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
   uint32_t h;
   if (!head(c->ring, &h)) return false;
   Parsed p;
-  switch (parse(c->ring, c->off, h, &p)) {
-    case ParseResult::kEmpty:
-      return false;
-    case ParseResult::kCorrupt:
-      // Not ours to repair: step over what is there, as the consumer will.
-      c->pos += distance(c->off, h, geometry_.ring_bytes);
-      c->off = h;
-      return false;
-    case ParseResult::kRecord:
-      break;
+  for (bool record = false; !record;) {
+    switch (parse(c->ring, c->off, h, &p)) {
+      case ParseResult::kEmpty:
+        return false;
+      case ParseResult::kCorrupt:
+        // Not ours to repair: step over what is there, as the consumer will.
+        c->pos += distance(c->off, h, geometry_.ring_bytes);
+        c->off = h;
+        c->writer = 0;
+        return false;
+      case ParseResult::kSkip:
+        c->off = p.next;
+        c->pos += p.advance;
+        c->writer = p.writer;
+        break;
+      case ParseResult::kRecord:
+        record = true;
+        break;
+    }
   }
-  fill(c->ring, p, lost_before(p, c->lost_reported), owner(c->ring), &buf_, out);
+  fill(c->ring, p, lost_before(p, c->lost_reported), c->writer != 0 ? c->writer : owner(c->ring),
+       &buf_, out);
+  if (p.writer != 0) c->writer = p.writer;
   if (p.flags & kRingFlagLostCount) c->lost_reported = std::max(c->lost_reported, p.lost_count);
   c->off = p.next;
   c->pos += p.advance;
@@ -440,10 +502,13 @@ bool RingAreaReader::has_data(int cpu) const {
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
     if (!head(i, &h) || h == states_[i].tail) continue;
-    if (cpu < 0) return true;
+    // Owner records alone are nothing to read.
     Parsed p;
-    if (parse(i, states_[i].tail, h, &p) == ParseResult::kRecord &&
-        (p.cpu & 0xfff) == static_cast<uint32_t>(cpu))
+    ParseResult r = ParseResult::kSkip;
+    for (uint32_t off = states_[i].tail; r == ParseResult::kSkip; off = p.next)
+      r = parse(i, off, h, &p);
+    if (r == ParseResult::kCorrupt && cpu < 0) return true;  // something to skip
+    if (r == ParseResult::kRecord && (cpu < 0 || (p.cpu & 0xfff) == static_cast<uint32_t>(cpu)))
       return true;
   }
   return false;
@@ -458,10 +523,10 @@ uint64_t RingAreaReader::entries() const {
     // anything inconsistent: at most ring_bytes / 16 steps.
     uint32_t off = states_[i].tail;
     Parsed p;
-    while (parse(i, off, h, &p) == ParseResult::kRecord) {
-      ++n;
-      off = p.next;
-    }
+    for (ParseResult r; (r = parse(i, off, h, &p)) == ParseResult::kRecord ||
+                        r == ParseResult::kSkip;
+         off = p.next)
+      if (r == ParseResult::kRecord) ++n;
   }
   return n;
 }
@@ -495,6 +560,7 @@ void RingAreaReader::clear() {
     if (!head(i, &h)) continue;
     st.consumed += distance(st.tail, h, geometry_.ring_bytes);
     st.tail = h;
+    st.writer = 0;
     st.lost_reported = std::max(st.lost_reported, st.lost_base);
     st.unpublished = 0;
     store_release(&control(i)->tail, st.tail);
@@ -542,7 +608,10 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     if (!head(i, &h)) {
       skip_corrupt(i);
     } else if (h != st.tail) {
-      continue;  // records still to read; freed on a later call
+      // Owner records alone are drained; records still to read are freed on a later call.
+      Parsed p;
+      if (parse(i, st.tail, h, &p) != ParseResult::kSkip || p.next != h) continue;
+      pass_owners(i, p);
     }
     // Ours from here: a new thread that takes the ring over CASes the same owner word.
     uint32_t held = o;
@@ -572,6 +641,7 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
     if (__atomic_compare_exchange_n(&ctl->owner, &expected, 0u, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED)) {
       ++freed;
+      if (o & kRingOwnerRetired) ++stats_.rings_freed_retired;
       if (named) names->emplace_back(o & kRingOwnerTidMask, std::move(comm));
     }
   }
@@ -692,14 +762,28 @@ bool RingMerger::load(uint32_t lane) {
     if (consume_) l.reader->publish(l.ring);
     return false;
   }
-  switch (l.reader->parse(l.ring, l.cursor.off, l.head, &l.rec)) {
-    case RingAreaReader::ParseResult::kRecord:
-      return true;
-    case RingAreaReader::ParseResult::kEmpty:
-      if (consume_) l.reader->publish(l.ring);
-      return false;
-    case RingAreaReader::ParseResult::kCorrupt:
-      break;
+  for (;;) {
+    switch (l.reader->parse(l.ring, l.cursor.off, l.head, &l.rec)) {
+      case RingAreaReader::ParseResult::kRecord:
+        return true;
+      case RingAreaReader::ParseResult::kEmpty:
+        if (consume_) l.reader->publish(l.ring);
+        return false;
+      case RingAreaReader::ParseResult::kSkip:
+        // Owner records: the lane's writer from here (each step moves the cursor on).
+        if (consume_) {
+          l.reader->pass_owners(l.ring, l.rec);
+          l.cursor = l.reader->cursor(l.ring);
+        } else {
+          l.cursor.off = l.rec.next;
+          l.cursor.pos += l.rec.advance;
+          l.cursor.writer = l.rec.writer;
+        }
+        continue;
+      case RingAreaReader::ParseResult::kCorrupt:
+        break;
+    }
+    break;
   }
   if (consume_) {
     l.reader->skip_corrupt(l.ring);
@@ -708,6 +792,7 @@ bool RingMerger::load(uint32_t lane) {
   } else {
     l.cursor.pos += distance(l.cursor.off, l.head, l.reader->ring_bytes());
     l.cursor.off = l.head;
+    l.cursor.writer = 0;
   }
   return false;
 }
@@ -784,17 +869,19 @@ bool RingMerger::next(RingRecord* out, int cpu) {
       // behind it, until the snapshot ends.
       continue;
     }
-    r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported), l.owner,
-            &buf_, out);
+    r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported),
+            l.cursor.writer != 0 ? l.cursor.writer : l.owner, &buf_, out);
     out->tag = l.tag;
     if (consume_) {
       r->advance(l.ring, l.rec);
       l.cursor.off = st.tail;
       l.cursor.pos = st.consumed;
       l.cursor.lost_reported = st.lost_reported;
+      l.cursor.writer = st.writer;
     } else {
       if (l.rec.flags & kRingFlagLostCount)
         l.cursor.lost_reported = std::max(l.cursor.lost_reported, l.rec.lost_count);
+      if (l.rec.writer != 0) l.cursor.writer = l.rec.writer;
       l.cursor.off = l.rec.next;
       l.cursor.pos += l.rec.advance;
     }

@@ -106,10 +106,17 @@ struct RingRecord {
   uint64_t stamp = 0;        // TSC or counter (counter_stamp): TraceClockConverter
   uint64_t lost_before = 0;  // records of this ring dropped just before this one
   uint32_t cpu = 0;
-  uint32_t tid = 0;          // the ring's owner when read (the payload has its own pid)
+  // The thread that wrote it: the last owner record before it in the ring, or (a ring
+  // whose owner gives no name, or read from the middle of a thread's records) the ring's
+  // owner when read. The payload has its own pid.
+  uint32_t tid = 0;
   uint32_t tag = 0;          // the merger's tag of the area
   uint32_t ring = 0;
   bool counter_stamp = false;
+  // The first record after an owner record: that record's name for `tid` (at most 15
+  // bytes and a NUL, the process's bytes), for the thread's lines after it is gone.
+  bool named = false;
+  char comm[kRingCommBytes] = {};
   // The record's bytes, copied out of the area; valid until the next call on the reader
   // or merger that returned it.
   std::span<const uint8_t> payload;
@@ -122,6 +129,7 @@ struct RingReaderStats {
   uint64_t corrupt = 0;            // times a ring was found inconsistent and skipped
   uint64_t padding = 0;            // padding markers passed
   uint64_t rings_freed = 0;
+  uint64_t rings_freed_retired = 0;  // of those, rings whose owner had retired them
 };
 
 // One area, as the daemon reads it.
@@ -156,6 +164,7 @@ class RingAreaReader {
     uint32_t off = 0;
     uint64_t pos = 0;            // bytes from the ring's first record ever
     uint64_t lost_reported = 0;  // lost counts already accounted before `off`
+    uint32_t writer = 0;         // the last owner record's tid before `off` (0: none seen)
   };
   Cursor cursor(uint32_t ring) const;
   bool peek(Cursor* c, RingRecord* out);
@@ -216,6 +225,7 @@ class RingAreaReader {
     uint64_t consumed = 0;       // bytes consumed ever (advances with tail)
     uint64_t lost_reported = 0;  // cumulative lost count already reported or folded
     uint32_t unpublished = 0;    // bytes consumed since the tail was last stored
+    uint32_t writer = 0;         // the last owner record's tid consumed (0: none since a skip)
     uint64_t lost_base = 0;      // the ring's lost count at the last clear
   };
   // A record parsed out of the ring (values copied once from shared memory).
@@ -228,8 +238,13 @@ class RingAreaReader {
     uint8_t flags = 0;
     uint64_t stamp = 0;
     uint64_t lost_count = 0; // cumulative, when flags has kRingFlagLostCount
+    bool padded = false;     // a padding marker passed on the way
+    uint32_t writer = 0;     // the last owner record passed on the way (0: none)
+    char writer_comm[kRingCommBytes] = {};
   };
-  enum class ParseResult { kEmpty, kRecord, kCorrupt };
+  // kSkip: owner records (and padding) up to the head, or more of them than one call
+  // passes: `next`, `advance` and `writer` say how far they went.
+  enum class ParseResult { kEmpty, kRecord, kCorrupt, kSkip };
 
   RingControl* control(uint32_t ring) const;
   const uint8_t* data(uint32_t ring) const;
@@ -252,6 +267,8 @@ class RingAreaReader {
   void publish(uint32_t ring);
   // Skips everything up to `head` (or to the current head when it is bad) and counts it.
   void skip_corrupt(uint32_t ring);
+  // Consumes the owner records a kSkip parse at the tail passed.
+  void pass_owners(uint32_t ring, const Parsed& p);
   uint64_t sum_hits(uint32_t slot) const;
   static uint64_t& slot_value(std::vector<uint64_t>& v, uint32_t slot);
   static uint64_t slot_value(const std::vector<uint64_t>& v, uint32_t slot);

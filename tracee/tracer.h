@@ -337,6 +337,9 @@ class Tracer {
   // (trace_marker) while it holds records: buffer_total_size_kb is this many times
   // buffer_size_kb.
   uint64_t rings_in_use();
+  // Rings of the targets' areas the daemon freed after their threads retired them (at
+  // thread exit), rather than found their owners gone.
+  uint64_t rings_freed_retired();
 
   // trace_clock: "local", "global", "counter", "mono", ... (events/trace_clock.h); a change
   // empties the buffers, as the kernel's does. -EINVAL for an unknown name.

@@ -293,10 +293,13 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
         Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
         if (c.tid != rr.tid) {
           c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
-          // Its name, for once it is gone: a thread that comes after it may take the
-          // ring over, name and all, as soon as it is drained.
+          // Its name, for once it is gone: its owner record's, or the ring's (a thread
+          // that comes after it may take the ring over, name and all).
           std::string comm;
-          if (c.ok && r->reader.owner_comm(rr.ring, rr.tid, &comm))
+          if (c.ok && rr.named)
+            impl.save_comm(r->pid, rr.tid,
+                           std::string(rr.comm, strnlen(rr.comm, events::kRingCommBytes - 1)));
+          else if (c.ok && r->reader.owner_comm(rr.ring, rr.tid, &comm))
             impl.save_comm(r->pid, rr.tid, std::move(comm));
         }
         ok = c.ok;
@@ -515,6 +518,13 @@ uint64_t Tracer::rings_in_use() {
     if (r == impl_->own) n += r->reader.has_data() ? 1 : 0;
     else n += r->reader.rings_in_use();
   }
+  return n;
+}
+
+uint64_t Tracer::rings_freed_retired() {
+  std::lock_guard rl(impl_->read_mu);
+  uint64_t n = 0;
+  for (auto& r : impl_->rings) n += r->reader.stats().rings_freed_retired;
   return n;
 }
 

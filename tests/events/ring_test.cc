@@ -633,6 +633,10 @@ TEST(RingHostile, CraftedRecordsAreSkippedAndCounted) {
       {"unknown flag", 48, 8, kRingKindData, 0x80},
       {"head not aligned", 44, 8, kRingKindData, 0},
       {"head past the end", 8192, 8, kRingKindData, 0},
+      {"owner record of the wrong length", 48, 8, kRingKindOwner, 0},
+      {"owner record with a flag", 48, 24, kRingKindOwner, 1},
+      {"owner record of tid 0", 48, 24, kRingKindOwner, 0},
+      {"owner record past the head", 32, 24, kRingKindOwner, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -1310,6 +1314,155 @@ TEST(RingOwners, TheClaimersNameOutlivesItUntilTheRingIsFreed) {
   EXPECT_EQ(name, std::string(15, 'x'));
   EXPECT_FALSE(a.reader.owner_comm(1 - ring, tid, &name));
   EXPECT_FALSE(a.reader.owner_comm(2, tid, &name));
+}
+
+// Threads that come and go faster than the reader reads: a new thread takes over the
+// unread ring of one that is gone (retired, or its thread ended) once no ring is free or
+// drained, and the owner record each claim writes names every record by its writer.
+TEST(RingOwners, AThreadTakesOverTheUnreadRingOfOneGoneAndRecordsKeepTheirWriters) {
+  TestArea a(geometry(1, 4 * 4096));
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  struct Writer {
+    uint32_t tid = 0;
+    bool claimed = false;
+  };
+  // Claims with its name, writes n records, and retires (or just ends).
+  auto run = [&](const char* name, uint64_t producer, int n, bool retire) {
+    Writer w;
+    std::thread t([&] {
+      w.tid = self_tid();
+      char comm[kRingCommBytes] = {};
+      strncpy(comm, name, sizeof comm - 1);
+      RingProducer p;
+      if (!ring_claim(a.header(), w.tid, &p, pid, comm)) return;
+      w.claimed = true;
+      for (int i = 0; i < n; ++i) produce(&p, producer, static_cast<uint64_t>(i));
+      if (retire) ring_retire(&p);
+    });
+    t.join();
+    return w;
+  };
+  const Writer alpha = run("alpha", 1, 3, true);
+  ASSERT_TRUE(alpha.claimed);
+  // Its thread ended without retiring: taken over once the kernel released it.
+  const Writer beta = run("beta", 2, 2, false);
+  ASSERT_TRUE(beta.claimed);
+  Deadline dl(30);
+  while (ring_owner_alive(getpid(), beta.tid) && !dl.passed()) std::this_thread::yield();
+  const Writer gamma = run("gamma", 3, 1, true);
+  ASSERT_TRUE(gamma.claimed);
+  // A claimer without a name (which writes no owner record) never takes an unread ring.
+  RingProducer nameless;
+  EXPECT_FALSE(ring_claim(a.header(), self_tid(), &nameless, pid));
+  EXPECT_EQ(a.reader.entries(), 6u);
+  EXPECT_TRUE(a.reader.has_data());
+
+  struct Seen {
+    uint32_t tid;
+    uint64_t producer;
+    std::string name;  // only on the first record after an owner record
+  };
+  auto read_all = [&](bool consume) {
+    std::vector<Seen> seen;
+    RingMerger m(consume);
+    m.add(&a.reader, 0);
+    RingRecord r;
+    while (m.next(&r))
+      seen.push_back({r.tid, payload_of(r).producer,
+                      r.named ? std::string(r.comm, strnlen(r.comm, sizeof r.comm)) : ""});
+    return seen;
+  };
+  const std::vector<Seen> expected = {
+      {alpha.tid, 1, "alpha"}, {alpha.tid, 1, ""}, {alpha.tid, 1, ""},
+      {beta.tid, 2, "beta"},   {beta.tid, 2, ""},  {gamma.tid, 3, "gamma"}};
+  for (bool consume : {false, true}) {
+    SCOPED_TRACE(consume ? "consuming" : "walking");
+    const std::vector<Seen> seen = read_all(consume);
+    ASSERT_EQ(seen.size(), expected.size());
+    for (size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_EQ(seen[i].tid, expected[i].tid) << i;
+      EXPECT_EQ(seen[i].producer, expected[i].producer) << i;
+      EXPECT_EQ(seen[i].name, expected[i].name) << i;
+    }
+  }
+  EXPECT_FALSE(a.reader.has_data());
+  EXPECT_EQ(a.reader.stats().corrupt, 0u);
+  EXPECT_EQ(reclaim_until(a.reader, 1), 1u);
+}
+
+// A ring is taken over unread only while an eighth of it is free: a thread that finds
+// every ring full has none (its records are counted lost) until the reader makes room.
+TEST(RingOwners, AFullRingIsNotTakenOverUntilTheReaderMakesRoom) {
+  TestArea a(geometry(1, 4096));
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const char comm[kRingCommBytes] = "filler";
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p, pid, comm));
+  uint64_t n = 0;
+  while (produce(&p, 1, n)) ++n;
+  ring_retire(&p);
+  uint32_t tid = 0;
+  bool claimed = true;
+  std::thread t([&] {
+    tid = self_tid();
+    RingProducer q;
+    claimed = ring_claim(a.header(), tid, &q, pid, comm);
+  });
+  t.join();
+  EXPECT_FALSE(claimed);
+  RingRecord r;
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(a.reader.consume(0, &r));
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), tid, &q, pid, comm));
+  ASSERT_TRUE(produce(&q, 2, 0));
+  uint64_t from_first = 40;
+  uint32_t last_tid = 0;
+  while (a.reader.consume(0, &r)) {
+    last_tid = r.tid;
+    if (payload_of(r).producer == 1) ++from_first;
+  }
+  EXPECT_EQ(from_first, n);
+  EXPECT_EQ(last_tid, tid);
+}
+
+// Owner records one after another, more than one parse passes: each reader goes on
+// from where the last left off, and the record after them is the last claimer's.
+TEST(RingOwners, ManyOwnerRecordsInARowAreAllPassed) {
+  TestArea a(geometry(1, 4 * 4096));
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const uint32_t tid = self_tid();
+  RingProducer p;
+  for (int i = 0; i < 150; ++i) {
+    char comm[kRingCommBytes] = {};
+    snprintf(comm, sizeof comm, "claim-%d", i);
+    ASSERT_TRUE(ring_claim(a.header(), tid, &p, pid, comm)) << i;
+    ASSERT_EQ(p.ring, 0u);
+    ring_retire(&p);
+  }
+  EXPECT_FALSE(a.reader.has_data());  // owner records are nothing to read
+  EXPECT_EQ(a.reader.entries(), 0u);
+  EXPECT_FALSE(a.reader.has_data(0));
+  const char last[kRingCommBytes] = "last";
+  ASSERT_TRUE(ring_claim(a.header(), tid, &p, pid, last));
+  ASSERT_TRUE(produce(&p, 5, 0));
+  EXPECT_EQ(a.reader.entries(), 1u);
+  for (bool consume : {false, true}) {
+    RingMerger m(consume);
+    m.add(&a.reader, 0);
+    RingRecord r;
+    ASSERT_TRUE(m.next(&r));
+    EXPECT_EQ(r.tid, tid);
+    ASSERT_TRUE(r.named);
+    EXPECT_STREQ(r.comm, "last");
+    EXPECT_FALSE(m.next(&r));
+  }
+  EXPECT_EQ(a.reader.stats().corrupt, 0u);
+  // Owner records alone are no records to wait for: the ring is drained.
+  ring_retire(&p);
+  char again[kRingCommBytes] = "again";
+  ASSERT_TRUE(ring_claim(a.header(), tid, &p, pid, again));
+  ring_retire(&p);
+  EXPECT_EQ(a.reader.reclaim(), 1u);
 }
 
 TEST(RingOwners, OwnerLiveness) {
