@@ -1351,32 +1351,43 @@ std::unique_ptr<PtraceSession> PtraceSession::attach(pid_t pid, const PtraceOpti
                                                      PtraceError* error) {
   PtraceError local;
   if (error == nullptr) error = &local;
-  *error = PtraceError{};
-  auto impl = std::make_unique<Impl>(options);
-  Impl* s = impl.get();
-  if (s->on_tracer([&] { return s->seize(pid, {}, error); }, error) != 0) return nullptr;
+  // Threads seized that ended before they stopped: a thread on its way out (an agent's
+  // control thread just after a detach) is seized like any other, and its end is not the
+  // process's. The process living on, another thread is taken, a few times.
+  std::vector<pid_t> ended;
+  for (int attempt = 0;; ++attempt) {
+    *error = PtraceError{};
+    auto impl = std::make_unique<Impl>(options);
+    Impl* s = impl.get();
+    if (s->on_tracer([&] { return s->seize(pid, ended, error); }, error) != 0) return nullptr;
 
-  // While the thread still runs: what the calls need, read ahead. Through the held
-  // thread's own /proc entries: those of a main thread that has exited show no memory.
-  const std::string mem = proc_path(s->tid, 0, "mem");
-  s->mem_fd = open(mem.c_str(), O_RDWR | O_CLOEXEC);
-  if (s->mem_fd < 0) {
-    int err = -errno;
-    fail(error, err, strf("cannot open %s: %s", mem.c_str(), errno_name(-err).c_str()));
-    return nullptr;  // the tracer thread's end lets the seized thread go
-  }
-  int err = 0;
-  s->symbols = ProcessSymbols::load(s->tid, &err);
-  if (s->symbols == nullptr) {
-    fail(error, err,
-         strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
-              errno_name(-err).c_str()));
-    return nullptr;
-  }
+    // While the thread still runs: what the calls need, read ahead. Through the held
+    // thread's own /proc entries: those of a main thread that has exited show no memory.
+    const std::string mem = proc_path(s->tid, 0, "mem");
+    s->mem_fd = open(mem.c_str(), O_RDWR | O_CLOEXEC);
+    if (s->mem_fd < 0) {
+      int err = -errno;
+      fail(error, err, strf("cannot open %s: %s", mem.c_str(), errno_name(-err).c_str()));
+      return nullptr;  // the tracer thread's end lets the seized thread go
+    }
+    int err = 0;
+    s->symbols = ProcessSymbols::load(s->tid, &err);
+    if (s->symbols == nullptr) {
+      fail(error, err,
+           strf("cannot read the objects of process %d: %s", static_cast<int>(s->pid),
+                errno_name(-err).c_str()));
+      return nullptr;
+    }
 
-  // On failure the thread is let go as it was (nothing of it changed yet), or has exited.
-  if (s->on_tracer([&] { return s->stop_and_save(error); }, error) != 0) return nullptr;
-  return std::unique_ptr<PtraceSession>(new PtraceSession(std::move(impl)));
+    // On failure the thread is let go as it was (nothing of it changed yet), or has exited.
+    if (s->on_tracer([&] { return s->stop_and_save(error); }, error) == 0)
+      return std::unique_ptr<PtraceSession>(new PtraceSession(std::move(impl)));
+    const char leader = thread_state(s->pid, s->pid);
+    if (s->state != Impl::State::kGone || s->tid == s->pid || attempt >= 3 || leader == 0 ||
+        thread_is_dead(leader))
+      return nullptr;
+    ended.push_back(s->tid);
+  }
 }
 
 int PtraceSession::hold_another(std::span<const pid_t> avoid, PtraceError* error) {

@@ -29,6 +29,10 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
     if (error) *error = "cannot listen for agents: " + std::string(strerror(-err));
     return nullptr;
   }
+  if (int e = impl->boot_conv.calibrate(events::TraceClock::kBoot); e != 0) {
+    if (error) *error = "cannot read the boot clock: " + std::string(strerror(-e));
+    return nullptr;
+  }
   if (int e = impl->conv.calibrate(impl->clock); e != 0) {
     if (error) *error = "cannot read the trace clock: " + std::string(strerror(-e));
     return nullptr;

@@ -351,6 +351,9 @@ struct Tracer::Impl {
   events::RingMerger peeker{false};
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
+  // Stamps as CLOCK_BOOTTIME, the clock of threads' start times (/proc/TID/stat): whether
+  // a record was written before the thread that holds its writer's number now began.
+  events::TraceClockConverter boot_conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
   // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
   // emptied: written in the trace header counts them.

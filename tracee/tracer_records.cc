@@ -242,12 +242,14 @@ int Tracer::Impl::new_own_rings() {
 
 namespace {
 
-// Whether thread `tid` may be named as the writer of records of target `pid`: a thread of
-// pid now, or a thread that is gone and whose number no live process holds (a short-lived
-// thread may claim a ring, write and exit before the daemon looks). A number held by
-// another process's thread is a forgery. /proc/TID/status answers for any thread, listed
-// or not.
-bool owner_is_thread_of(pid_t pid, uint32_t tid) {
+// Whether thread `tid` may be named as the writer of records of target `pid`, the first of
+// which has boot-clock time `written_ns` (-1: unknown): a thread of pid now, or a thread
+// that is gone and whose number no live process held when the record was written (a
+// short-lived thread may claim a ring, write and exit before the daemon looks, and with
+// nobody reading its number may come round again before that). A number that another
+// process's thread held when the record was written is a forgery. /proc/TID/status
+// answers for any thread, listed or not.
+bool owner_is_thread_of(pid_t pid, uint32_t tid, int64_t written_ns) {
   if (tid == 0 || tid > events::kRingOwnerTidMask) return false;
   // The common case in one system call: a thread of pid's thread group now. Otherwise
   // (gone, another process's, or not ours to signal) /proc/TID/status says.
@@ -259,7 +261,19 @@ bool owner_is_thread_of(pid_t pid, uint32_t tid) {
   if (err < 0) return false;
   if (status.text().empty()) return true;  // exiting as we read
   uint64_t tgid = 0;
-  return status.number("Tgid", &tgid) && tgid == static_cast<uint64_t>(pid);
+  if (!status.number("Tgid", &tgid)) return false;
+  if (tgid == static_cast<uint64_t>(pid)) return true;
+  // Another process's thread holds the number: ours only if it began after the record
+  // (its start is kept in clock ticks: before the tick it began in, surely).
+  ProcStat stat;
+  if (written_ns < 0) return false;
+  if (int e = read_proc_stat(static_cast<pid_t>(tgid), static_cast<pid_t>(tid), &stat); e != 0)
+    return e == -ENOENT || e == -ESRCH;  // gone as we looked
+  static const long ticks_per_s = sysconf(_SC_CLK_TCK);
+  if (ticks_per_s <= 0) return false;
+  const int64_t began_ns =
+      static_cast<int64_t>(stat.start) * (int64_t{1'000'000'000} / ticks_per_s);
+  return written_ns < began_ns;
 }
 
 // The record's facts, from the daemon's own knowledge (TraceRecord), and whether the
@@ -292,7 +306,9 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
       if (ok && rr.ring < r->owners.size()) {
         Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
         if (c.tid != rr.tid) {
-          c = {rr.tid, owner_is_thread_of(r->pid, rr.tid)};
+          const int64_t written =
+              rr.counter_stamp ? -1 : static_cast<int64_t>(impl.boot_conv.convert(rr.stamp, false));
+          c = {rr.tid, owner_is_thread_of(r->pid, rr.tid, written)};
           // Its name, for once it is gone: its owner record's, or the ring's (a thread
           // that comes after it may take the ring over, name and all).
           std::string comm;

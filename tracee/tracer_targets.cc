@@ -585,6 +585,7 @@ void Tracer::Impl::service_loop() {
       sweep_spares();
       std::lock_guard rl(read_mu);
       conv.update();
+      boot_conv.update();
       const std::set<Rings*> live = live_rings();
       for (auto& r : rings)
         if (r != own) reclaim_rings(*r, live.count(r.get()) != 0);

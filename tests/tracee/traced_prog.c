@@ -9,6 +9,7 @@
  *                   times once every one has started: "ok SUM"
  *   waves K N       K threads one after another (each joined before the next starts),
  *                   each calling traced_add N times: "ok SUM"
+ *   onethread N     one thread calling traced_add N times: "ok SUM TID" once it ended
  *   mix T N         T new threads, each calling traced_mix_o0 (straight-line code at -O0,
  *                   every instruction runs once a call) N times: "ok SUM"
  *   named T N NAME  the same, each thread first naming itself NAME-<i> (its comm)
@@ -143,12 +144,14 @@ static long run_calls(long n) {
 struct thread_arg {
   long n;
   long sum;
+  long tid;      /* the thread's id, set by the thread */
   int mix;       /* calls traced_mix_o0 rather than traced_add */
   char name[16]; /* the thread's name, if not empty */
 };
 
 static void *calls_thread(void *p) {
   struct thread_arg *a = p;
+  a->tid = syscall(SYS_gettid);
   if (a->name[0] && prctl(PR_SET_NAME, a->name) != 0) wrong("PR_SET_NAME", errno, 0);
   if (a->mix) {
     a->sum = 0;
@@ -301,6 +304,12 @@ int main(int argc, char **argv) {
       printf("ok %ld\n", run_crowd(t, n));
     } else if (sscanf(line, "waves %ld %ld", &t, &n) == 2 && t > 0) {
       printf("ok %ld\n", run_waves(t, n));
+    } else if (sscanf(line, "onethread %ld", &n) == 1) {
+      struct thread_arg a = {.n = n};
+      pthread_t th;
+      if (pthread_create(&th, NULL, calls_thread, &a) != 0) wrong("pthread_create", 0, 1);
+      pthread_join(th, NULL);
+      printf("ok %ld %ld\n", a.sum, a.tid);
     } else if (sscanf(line, "mix %ld %ld", &t, &n) == 2 && t > 0 && t <= 16) {
       printf("ok %ld\n", run_threads(t, n, NULL, 1));
     } else if (sscanf(line, "named %ld %ld %10s", &t, &n, arg) == 3 && t > 0 && t <= 16) {

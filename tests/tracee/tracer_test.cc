@@ -504,6 +504,63 @@ TEST(Tracer, AHundredThousandShortLivedThreadsAllRecordWithNobodyReading) {
   EXPECT_EQ(t->profile(e.id).hits, static_cast<uint64_t>(kThreads) + 1);
 }
 
+// With nobody reading, a thread's number may come round to another process before its
+// records are read (pid_max is 32768 on many machines). The records stay the thread's: the
+// process that holds the number now began after they were written.
+TEST(Tracer, AGoneThreadsRecordsStayItsOwnWhenAnotherProcessTakesItsNumber) {
+  if (access("/proc/sys/kernel/ns_last_pid", W_OK) != 0) GTEST_SKIP() << "ns_last_pid not writable";
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 30);
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  const std::string ans = p.pipes.ask("onethread 3");
+  long sum = -1, tid = 0;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %ld %ld", &sum, &tid), 2) << ans;
+  ASSERT_GT(tid, 1);
+  // A process of its own with the thread's number, once the number is free (its thread's
+  // end is seen shortly after the join) and the boot clock is two ticks past the records
+  // (a thread's start is kept in ticks of 1/USER_HZ: the holder must begin in a later one).
+  ASSERT_TRUE(testing::eventually([&] { return kill(static_cast<pid_t>(tid), 0) != 0; }, 20000));
+  auto boot_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  };
+  const int64_t two_ticks = 2 * 1'000'000'000 / sysconf(_SC_CLK_TCK);
+  for (const int64_t until = boot_ns() + two_ticks; boot_ns() < until;) sched_yield();
+  pid_t holder = -1;
+  for (int attempt = 0; attempt < 200 && holder != tid; ++attempt) {
+    if (holder > 0) {
+      kill(holder, SIGKILL);
+      waitpid(holder, nullptr, 0);
+    }
+    FILE* f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+    ASSERT_NE(f, nullptr);
+    fprintf(f, "%ld", tid - 1);
+    fclose(f);
+    holder = fork();
+    if (holder == 0) {
+      pause();
+      _exit(0);
+    }
+    ASSERT_GT(holder, 0);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{holder};
+  ASSERT_EQ(holder, tid) << "another process took the number first, 200 times";
+  std::vector<Rec> recs = drain(*t);
+  ASSERT_EQ(recs.size(), 3u);
+  for (const Rec& x : recs) EXPECT_EQ(x.r.tid, tid);
+  EXPECT_EQ(t->rejected_records(), 0u);
+  EXPECT_EQ(t->profile(e.id).hits, 3u);
+}
+
 // A thread's ring is retired when the thread ends (a pthread key's destructor in the
 // agent): the daemon frees it as retired, without asking the kernel whether its owner
 // lives.
