@@ -13,6 +13,8 @@
 
 #include <signal.h>
 
+#include <cstdint>
+
 namespace probefs::arch {
 
 // The real-time signal the engine sends to other threads to park them (SIGRTMAX - 1).
@@ -21,6 +23,14 @@ int fixup_signal();
 // Installs the fixup signal's handler now rather than at the first park. Idempotent.
 // 0 or -errno.
 [[nodiscard]] int install_thread_fixup_handler();
+
+// An engine thread with nothing to do sleeps in the engine's own code until *word is
+// nonzero (set it, then wake_quiet_sleeper(word)). Write windows opened while it sleeps
+// there pass it by: no look at its registers and stack through /proc, no signal (nothing
+// of the program's code lies under it; a look cost each window a third of a millisecond).
+// It returns only between windows. For a thread that blocks every asynchronous signal.
+void sleep_quietly_until(const uint32_t* word);
+void wake_quiet_sleeper(const uint32_t* word);
 
 // The action the program had for `sig` (SIGTRAP or fixup_signal()) when the engine
 // installed its handler, as foreign signals are passed on to it. 0; -EAGAIN when the

@@ -21,4 +21,11 @@ size_t site_detour_entries();
 // instruction that does not fall through).
 uintptr_t boost_return(const Site* site);
 
+// A write window's look at the other threads, with one address listed where no thread may
+// be (as a region being rewritten): 0 when every other thread was parked or passed by (the
+// window is then open: close_window()); -EAGAIN when one sits on `listed_pc` (asleep in
+// the kernel with that resume point, or running there).
+[[nodiscard]] int open_window_listing(uintptr_t listed_pc);
+void close_window();
+
 }  // namespace probefs::arch::testing

@@ -165,6 +165,9 @@ extern std::vector<Aggregate*>& g_opt_queue;  // g_mu
 // replaced in a fork child: a condition variable that had waiters is unusable there.
 extern std::condition_variable* g_opt_cv;
 extern bool g_optimizer_running;  // g_mu: the thread exists (reset in fork)
+// Nonzero once something was queued since the thread went to sleep (written under g_mu;
+// the thread sleeps on it in arch::sleep_quietly_until, without g_mu).
+extern uint32_t g_opt_kicked;
 extern uint64_t g_opt_passes;     // g_mu: completed optimizer passes
 // g_mu: changes of what kprobes_list() shows that the flags carry ([OPTIMIZED], [GONE]),
 // and whom to tell of those an optimizer pass made (set_kprobes_list_notifier).

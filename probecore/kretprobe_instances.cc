@@ -234,7 +234,7 @@ void sweep_parked(const InstancePool* want) {
     --t_sweep_skip;
     return;
   }
-  const long pid = arch::self_pid();
+  const long pid = arch::self_memory_pid();
   bool freed = false;
   KretprobeInstance* prev = nullptr;
   for (KretprobeInstance** link = &t_parked; KretprobeInstance* ri = *link;) {
@@ -665,7 +665,7 @@ void give_back_hijacked_returns(const void* frame) {
     pool_put(ri->pool, ri);
   }
   if (t_parked) {
-    const long pid = arch::self_pid();
+    const long pid = arch::self_memory_pid();
     for (KretprobeInstance* ri = t_parked; ri; ri = ri->next) {
       const auto slot = reinterpret_cast<uintptr_t>(slot_of(ri));
       uintptr_t v = 0;

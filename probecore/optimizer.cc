@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "arch/signals.h"
 #include "probecore/engine_state.h"
 #include "probecore/rcu.h"
 
@@ -140,6 +141,8 @@ namespace {
 void kick_optimizer() {
   if (g_opt_queue.empty()) return;
   start_optimizer();  // after fork, the child has none yet
+  __atomic_store_n(&g_opt_kicked, 1u, __ATOMIC_RELEASE);
+  arch::wake_quiet_sleeper(&g_opt_kicked);
   g_opt_cv->notify_all();
 }
 
@@ -281,7 +284,15 @@ void optimizer_main() {
   pthread_sigmask(SIG_BLOCK, &block, nullptr);
   std::unique_lock lock(g_mu);
   for (;;) {
-    g_opt_cv->wait(lock, [] { return !g_opt_queue.empty() || !g_optimizer_running; });
+    // Nothing to retry: sleep in the engine's own code, where write windows pass the
+    // thread by, until something is queued (kick_optimizer, under g_mu: not before the
+    // word is cleared here).
+    while (g_opt_queue.empty() && g_optimizer_running) {
+      __atomic_store_n(&g_opt_kicked, 0u, __ATOMIC_RELAXED);
+      lock.unlock();
+      arch::sleep_quietly_until(&g_opt_kicked);
+      lock.lock();
+    }
     if (!g_optimizer_running) return;
     // What could not be patched was in the way of a thread: retry soon a few times (glibc
     // blocks signals only for moments), then rarely.

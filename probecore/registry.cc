@@ -42,6 +42,7 @@ bool g_optimization = true;
 std::vector<Aggregate*>& g_opt_queue = *new std::vector<Aggregate*>;
 std::condition_variable* g_opt_cv = new std::condition_variable;
 bool g_optimizer_running = false;
+uint32_t g_opt_kicked = 0;
 uint64_t g_opt_passes = 0;
 uint64_t g_list_changes = 0;
 void (*g_list_notifier)() = nullptr;
@@ -230,6 +231,7 @@ void atfork_child() {
   g_optimizer_running = false;  // threads do not survive fork; restarted by the next
                                 // registration (init_locked), or when something is queued
   g_opt_cv = new std::condition_variable;
+  g_opt_kicked = 0;
   g_mu.unlock();
 }
 

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -87,8 +89,13 @@ int read_maps(pid_t pid, std::vector<Mapping>* out) {
   const int fd = ::open(file, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? -ESRCH : -errno;
   // Whole reads into one buffer, lines split out of it: a line is at most a page (the
-  // kernel's), so a line cut at the buffer's end moves to its front.
-  std::string buf(64 * 1024, '\0');
+  // kernel's), so a line cut at the buffer's end moves to its front. The buffer is the
+  // thread's, kept: a new one per call cost more (allocated, zeroed, its pages faulted in)
+  // than the kernel's formatting of a new image's maps.
+  constexpr size_t kBufBytes = 64 * 1024;
+  thread_local std::unique_ptr<char[]> kept;
+  if (!kept) kept.reset(new char[kBufBytes]);
+  const std::span<char> buf(kept.get(), kBufBytes);
   size_t have = 0;
   for (;;) {
     const ssize_t n = ::read(fd, buf.data() + have, buf.size() - have);

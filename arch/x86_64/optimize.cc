@@ -312,13 +312,24 @@ bool is_prefix(uint8_t b) {
   }
 }
 
-// Is `at` the opcode of an instruction in a linear sweep from kResyncBytes before it (at
-// its start, or after prefixes)? Reads code as it is without our patches.
-bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
+// The bytes the linear sweep for `at` reads: from kResyncBytes before it (or the mapping's
+// start) to an instruction's length after it.
+struct SweepWindow {
+  uintptr_t at;
+  uintptr_t from;
+  size_t n;
+};
+SweepWindow sweep_window(uintptr_t at, const MappingBranches& m) {
   const uintptr_t from = at - std::min<uintptr_t>(at - m.start, kResyncBytes);
-  uint8_t code[kResyncBytes + kMaxInsnLen];
-  const size_t n = std::min<uintptr_t>(at + kMaxInsnLen, m.end) - from;
-  if (!read_self_memory_all(from, code, n)) return true;  // unreadable: assume the worst
+  return {at, from, static_cast<size_t>(std::min<uintptr_t>(at + kMaxInsnLen, m.end) - from)};
+}
+constexpr size_t kSweepWindowBytes = kResyncBytes + kMaxInsnLen;
+
+// Is `at` the opcode of an instruction in a linear sweep of `code` (w's bytes as read)
+// from w.from (at its start, or after prefixes)? Sees code as it is without our patches.
+bool decodes_as_instruction_in(uint8_t* code, const SweepWindow& w) {
+  const uintptr_t from = w.from, at = w.at;
+  const size_t n = w.n;
   for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < from + n; ++it)
     code[it->first - from] = it->second;
   for (uintptr_t pc = from; pc <= at;) {
@@ -338,6 +349,47 @@ bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
   return false;
 }
 
+bool decodes_as_instruction(uintptr_t at, const MappingBranches& m) {
+  const SweepWindow w = sweep_window(at, m);
+  uint8_t code[kSweepWindowBytes];
+  if (!read_self_memory_all(w.from, code, w.n)) return true;  // unreadable: assume the worst
+  return decodes_as_instruction_in(code, w);
+}
+
+// Whether any of the direct branches at `sources` (addresses in mapping m) is a real one
+// (decodes_as_instruction), reading their code in batches of one system call each: a
+// region of libc can have dozens of candidate branches into it.
+bool any_decodes_as_instruction(const uintptr_t* sources, size_t count, const MappingBranches& m) {
+  constexpr size_t kBatch = 32;
+  struct IoVec {  // struct iovec, without libc's headers
+    void* base;
+    size_t len;
+  };
+  uint8_t code[kBatch][kSweepWindowBytes];  // 4.5 KiB: control operations only
+  for (size_t at = 0; at < count; at += kBatch) {
+    const size_t k = std::min(kBatch, count - at);
+    SweepWindow w[kBatch];
+    IoVec local[kBatch], remote[kBatch];
+    long want = 0;
+    for (size_t i = 0; i < k; ++i) {
+      w[i] = sweep_window(sources[at + i], m);
+      local[i] = {code[i], w[i].n};
+      remote[i] = {reinterpret_cast<void*>(w[i].from), w[i].n};
+      want += static_cast<long>(w[i].n);
+    }
+    const long got = raw_syscall(__NR_process_vm_readv, self_memory_pid(),
+                                 reinterpret_cast<long>(local), static_cast<long>(k),
+                                 reinterpret_cast<long>(remote), static_cast<long>(k), 0);
+    for (size_t i = 0; i < k; ++i) {
+      // A batch cut short (an unreadable window): the rest one by one.
+      const bool read = got == want;
+      if (read ? decodes_as_instruction_in(code[i], w[i]) : decodes_as_instruction(w[i].at, m))
+        return true;
+    }
+  }
+  return false;
+}
+
 // Does a direct branch from anywhere in the mapping land strictly inside (addr, addr+len)?
 bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   MappingBranches* b = branches_of_mapping(addr);
@@ -346,18 +398,20 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
   const size_t from_target = addr - lo + 1, to_target = addr - lo + len;  // [from, to)
   if (b->targets().any(from_target, to_target)) {
     auto lands = [&](uint64_t target) { return target - from_target < to_target - from_target; };
+    std::vector<uintptr_t> sources;
     if (b->given) {  // the candidates that land here, by a search
       const uint64_t* c = std::lower_bound(b->given_candidates,
                                            b->given_candidates + b->given_count,
                                            static_cast<uint64_t>(from_target) << 32);
       for (; c != b->given_candidates + b->given_count && lands(*c >> 32); ++c)
-        if (decodes_as_instruction(lo + (*c & 0xffffffffu), *b)) return true;
+        sources.push_back(lo + (*c & 0xffffffffu));
     } else {
       for (uint64_t c : b->candidates)
-        if (lands(c >> 32) && decodes_as_instruction(lo + (c & 0xffffffffu), *b)) return true;
+        if (lands(c >> 32)) sources.push_back(lo + (c & 0xffffffffu));
     }
+    if (any_decodes_as_instruction(sources.data(), sources.size(), *b)) return true;
   }
-  // Short branches: their opcode lies within [addr - 129, addr + len + 126].
+// Short branches: their opcode lies within [addr - 129, addr + len + 126].
   const uintptr_t from = std::max(lo, addr - std::min<uintptr_t>(addr, 130));
   const uintptr_t to = std::min(b->end, addr + len + 128);
   uint8_t code[130 + kMaxInsnLen * kJmpRel32Len + 128 + 2];
@@ -365,13 +419,14 @@ bool branch_into_region_from_anywhere(uintptr_t addr, size_t len) {
     return true;
   for (auto it = g_saved.lower_bound(from); it != g_saved.end() && it->first < to; ++it)
     code[it->first - from] = it->second;
+  std::vector<uintptr_t> sources;
   for (uintptr_t q = from; q + 2 <= to; ++q) {
     const uint8_t op = code[q - from];
     if (op != 0xeb && (op & 0xf0) != 0x70 && (op < 0xe0 || op > 0xe3)) continue;
     const uintptr_t target = q + 2 + static_cast<int8_t>(code[q - from + 1]);
-    if (target > addr && target < addr + len && decodes_as_instruction(q, *b)) return true;
+    if (target > addr && target < addr + len) sources.push_back(q);
   }
-  return false;
+  return any_decodes_as_instruction(sources.data(), sources.size(), *b);
 }
 
 // The context cell of every detour at a probe address, whatever its kind: one per address,

@@ -21,7 +21,7 @@ int g_mem_fd = -1;
 long g_mem_fd_pid = 0;
 
 int poke_proc_mem(uintptr_t addr, const void* src, size_t n) {
-  const long pid = self_pid();
+  const long pid = self_memory_pid();
   if (g_mem_fd < 0 || g_mem_fd_pid != pid) {
     if (g_mem_fd >= 0) close(g_mem_fd);
     g_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);

@@ -3,6 +3,7 @@
 #include "arch/self_memory.h"
 #include "arch/signals.h"
 #include "arch/syscall.h"
+#include "arch/testing.h"
 #include "arch/x86_64/foreign_signals.h"
 #include "arch/x86_64/site.h"
 
@@ -48,10 +49,47 @@ long raw_futex(std::atomic<int>* word, int op, int val) {
   return raw_syscall(__NR_futex, reinterpret_cast<long>(word), op, val, 0 /* no timeout */);
 }
 
+// Quiet sleepers (sleep_quietly_until). A window and a sleeper agree as Dekker's two
+// threads do, each storing its word and then loading the other's (sequentially
+// consistent): the window sets g_window and then reads a sleeper's state; the sleeper,
+// woken, says it leaves and then reads g_window. A window that saw kAsleep is one the
+// sleeper sees open, and it sleeps again, in our code, until the window closes.
+std::atomic<int> g_window{0};  // 1 while a park is in force (a futex word)
+// The process whose park it is: a child forked meanwhile (a raw clone, without the
+// engine's fork handlers) has none in force.
+std::atomic<long> g_window_pid{0};
+enum SleeperState : int { kFree = 0, kAsleep = 1, kLeaving = 2 };
+struct QuietSleeper {
+  std::atomic<long> tid{0};  // 0: a free slot
+  std::atomic<long> pid{0};  // the process that claimed it (a fork child's slots are stale)
+  std::atomic<int> state{kFree};
+};
+constexpr int kMaxQuietSleepers = 4;
+QuietSleeper g_sleepers[kMaxQuietSleepers];
+
+bool asleep_quietly(long tid) {
+  const long pid = self_memory_pid();
+  for (QuietSleeper& q : g_sleepers)
+    if (q.tid.load() == tid && q.pid.load() == pid) return q.state.load() == kAsleep;
+  return false;
+}
+
+void open_window() {
+  g_window_pid.store(self_memory_pid());
+  g_window.store(1);
+}
+
+bool window_open() { return g_window.load() != 0 && g_window_pid.load() == self_memory_pid(); }
+
+void close_window() {
+  g_window.store(0);
+  raw_futex(&g_window, FUTEX_WAKE_PRIVATE, 0x7fffffff);
+}
+
 // Reads this process's memory without faulting (this also runs inside the fixup signal
 // handler). Returns the bytes read.
 size_t safe_read(uintptr_t addr, void* buf, size_t n) {
-  const long ret = read_self_memory(self_pid(), addr, buf, n);
+  const long ret = read_self_memory(self_memory_pid(), addr, buf, n);
   return ret > 0 ? static_cast<size_t>(ret) : 0;
 }
 
@@ -270,6 +308,7 @@ int park_threads(const IpMove* caller_moves, size_t n, const CodeRange* hazards,
   });
   const IpMove* moves = g_move_storage;
   const long self = raw_syscall(__NR_gettid);
+  open_window();  // from here, a quiet sleeper that sleeps on stays asleep
 
   // Look at every thread first (this reads files and allocates), signal after: once the
   // first thread is parked, nothing here may take a lock it could hold.
@@ -278,7 +317,7 @@ int park_threads(const IpMove* caller_moves, size_t n, const CodeRange* hazards,
     int rc = 0;
     while (dirent* e = readdir(d)) {
       const long tid = parse_decimal(e->d_name);
-      if (tid <= 0 || tid == self) continue;
+      if (tid <= 0 || tid == self || asleep_quietly(tid)) continue;
       const char state = thread_state(tid);
       if (state == 'Z' || state == 'X') continue;
       uintptr_t sp = 0, pc = 0;
@@ -298,8 +337,12 @@ int park_threads(const IpMove* caller_moves, size_t n, const CodeRange* hazards,
       else running.push_back(tid);
     }
     closedir(d);
-    if (rc) return rc;
+    if (rc) {
+      close_window();
+      return rc;
+    }
   } else {
+    close_window();
     return -EAGAIN;
   }
 
@@ -344,6 +387,7 @@ void unpark_threads() {
   g_released.store(g_generation.load(), std::memory_order_release);
   raw_futex(&g_released, FUTEX_WAKE_PRIVATE, 0x7fffffff);
   g_generation.fetch_add(1);  // late handlers of this batch now ignore it
+  close_window();
 }
 
 }  // namespace probefs::arch::x86_64
@@ -351,5 +395,46 @@ void unpark_threads() {
 namespace probefs::arch {
 
 int install_thread_fixup_handler() { return x86_64::install_handler() ? 0 : -EINVAL; }
+
+void sleep_quietly_until(const uint32_t* word) {
+  using namespace x86_64;
+  auto* w = reinterpret_cast<std::atomic<int>*>(const_cast<uint32_t*>(word));
+  const long tid = raw_syscall(__NR_gettid), pid = self_memory_pid();
+  QuietSleeper* me = nullptr;
+  for (QuietSleeper& q : g_sleepers) {  // a free slot, or one a fork left behind
+    long held = q.tid.load();
+    if (held != 0 && q.pid.load() == pid) continue;
+    if (q.tid.compare_exchange_strong(held, tid)) {
+      q.pid.store(pid);
+      me = &q;
+      break;
+    }
+  }
+  for (;;) {
+    if (me) me->state.store(kAsleep);
+    while (w->load(std::memory_order_acquire) == 0) raw_futex(w, FUTEX_WAIT_PRIVATE, 0);
+    if (!me) return;  // no slot: windows look at this thread as at any other
+    me->state.store(kLeaving);
+    if (!window_open()) break;
+    // A window is open, and may have passed us by: not a step out of our code until it
+    // closes.
+    me->state.store(kAsleep);
+    while (window_open()) raw_futex(&g_window, FUTEX_WAIT_PRIVATE, 1);
+  }
+  me->state.store(kFree);
+  me->tid.store(0);
+}
+
+int testing::open_window_listing(uintptr_t listed_pc) {
+  const x86_64::IpMove refuse{listed_pc, 0};
+  return x86_64::park_threads(&refuse, 1);
+}
+
+void testing::close_window() { x86_64::unpark_threads(); }
+
+void wake_quiet_sleeper(const uint32_t* word) {
+  auto* w = reinterpret_cast<std::atomic<int>*>(const_cast<uint32_t*>(word));
+  x86_64::raw_futex(w, FUTEX_WAKE_PRIVATE, 0x7fffffff);
+}
 
 }  // namespace probefs::arch

@@ -99,5 +99,28 @@ TEST(SelfMemory, AnOwnedPageTakesTheMappingsEntriesIntoForkChildren) {
   munmap(m, bytes.size());
 }
 
+// The process id our own memory is read through is kept, and asked again in a fork child
+// (the page that keeps it is emptied there): the child reads its own memory, not its
+// parent's.
+TEST(SelfMemory, AForkChildReadsItsOwnMemoryAfterItsParentKeptItsId) {
+  static volatile long value = 1;
+  long got = 0;
+  ASSERT_TRUE(read_self_memory_all(reinterpret_cast<uintptr_t>(&value), &got, sizeof got));
+  EXPECT_EQ(got, 1);
+  EXPECT_EQ(self_memory_pid(), getpid());
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    value = 2;
+    long v = 0;
+    const bool ok = read_self_memory_all(reinterpret_cast<uintptr_t>(&value), &v, sizeof v);
+    _exit(ok && v == 2 && self_memory_pid() == getpid() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(self_memory_pid(), getpid());
+}
+
 }  // namespace
 }  // namespace probefs::arch
