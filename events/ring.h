@@ -492,7 +492,10 @@ inline void attach_producer(RingAreaHeader* area, uint32_t i, RingProducer* p) {
   p->head = head;
   p->tail_cache = tail;
   p->lost = load_relaxed(&ctl->lost);
-  p->lost_marked = p->lost;
+  // The claimer's first record carries the ring's lost count whenever it has one: what the
+  // previous owner lost after its last record (it may have ended without another) is
+  // reported then, and what the reader knows already counts as nothing more.
+  p->lost_marked = 0;
   p->pending_off = 0;
   p->pending_extra = 0;
   p->ring = i;

@@ -1425,6 +1425,41 @@ TEST(RingOwners, AFullRingIsNotTakenOverUntilTheReaderMakesRoom) {
   EXPECT_EQ(last_tid, tid);
 }
 
+// What a thread lost after its last record is reported before the first record of the
+// thread that takes its ring over, read or not: nothing is lost without a count.
+TEST(RingOwners, ATakerReportsWhatTheRingsLastOwnerLostAfterItsLastRecord) {
+  TestArea a(geometry(1, 4096));
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const char first[kRingCommBytes] = "first";
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p, pid, first));
+  uint64_t written = 0, attempts = 0;
+  for (; attempts < 1000; ++attempts)
+    if (produce(&p, 1, attempts)) ++written;
+  ASSERT_LT(written, attempts);  // the ring filled and dropped the rest
+  ring_retire(&p);
+  // The reader makes room (not all of it read), then another thread takes the ring.
+  RingRecord r;
+  uint64_t read = 0, lost = 0;
+  for (int i = 0; i < 60; ++i, ++read) {
+    ASSERT_TRUE(a.reader.consume(0, &r));
+    lost += r.lost_before;
+  }
+  const char second[kRingCommBytes] = "second";
+  RingProducer q;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &q, pid, second));
+  ASSERT_TRUE(produce(&q, 2, 0));
+  while (a.reader.consume(0, &r)) {
+    ++read;
+    lost += r.lost_before;
+    if (payload_of(r).producer == 2) {
+      EXPECT_EQ(r.lost_before, attempts - written);
+    }
+  }
+  EXPECT_EQ(read, written + 1);
+  EXPECT_EQ(read + lost, attempts + 1);
+}
+
 // Owner records one after another, more than one parse passes: each reader goes on
 // from where the last left off, and the record after them is the last claimer's.
 TEST(RingOwners, ManyOwnerRecordsInARowAreAllPassed) {
