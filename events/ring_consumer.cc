@@ -349,30 +349,24 @@ inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
   out->payload = std::span<const uint8_t>(buf->data(), p.len);
 }
 
-inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
+inline void RingAreaReader::move_tail(uint32_t ring, const Parsed& p) {
   State& st = states_[ring];
-  const uint64_t lost = lost_before(p, st.lost_reported);
-  if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
   if (p.padded) ++stats_.padding;
   if (p.writer != 0) st.writer = p.writer;
   st.tail = p.next;
   ++progress_;
   st.consumed += p.advance;
-  ++stats_.records;
-  stats_.lost_reported += lost;
   st.unpublished += p.advance;
   if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
 }
 
-void RingAreaReader::pass_owners(uint32_t ring, const Parsed& p) {
+inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
   State& st = states_[ring];
-  if (p.padded) ++stats_.padding;
-  st.writer = p.writer;
-  st.tail = p.next;
-  ++progress_;
-  st.consumed += p.advance;
-  st.unpublished += p.advance;
-  if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
+  const uint64_t lost = lost_before(p, st.lost_reported);
+  if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
+  ++stats_.records;
+  stats_.lost_reported += lost;
+  move_tail(ring, p);
 }
 
 inline void RingAreaReader::publish(uint32_t ring) {
@@ -424,7 +418,7 @@ bool RingAreaReader::front(uint32_t ring, RingRecord* out) {
         skip_corrupt(ring);
         return false;
       case ParseResult::kSkip:
-        pass_owners(ring, p);  // each moves the tail on: at most a ring's worth
+        move_tail(ring, p);  // each moves the tail on: at most a ring's worth
         break;
       case ParseResult::kRecord:
         record = true;
@@ -611,7 +605,7 @@ uint32_t RingAreaReader::reclaim(std::vector<std::pair<uint32_t, std::string>>* 
       // Owner records alone are drained; records still to read are freed on a later call.
       Parsed p;
       if (parse(i, st.tail, h, &p) != ParseResult::kSkip || p.next != h) continue;
-      pass_owners(i, p);
+      move_tail(i, p);
     }
     // Ours from here: a new thread that takes the ring over CASes the same owner word.
     uint32_t held = o;
@@ -772,7 +766,7 @@ bool RingMerger::load(uint32_t lane) {
       case RingAreaReader::ParseResult::kSkip:
         // Owner records: the lane's writer from here (each step moves the cursor on).
         if (consume_) {
-          l.reader->pass_owners(l.ring, l.rec);
+          l.reader->move_tail(l.ring, l.rec);
           l.cursor = l.reader->cursor(l.ring);
         } else {
           l.cursor.off = l.rec.next;

@@ -267,8 +267,10 @@ class RingAreaReader {
   void publish(uint32_t ring);
   // Skips everything up to `head` (or to the current head when it is bad) and counts it.
   void skip_corrupt(uint32_t ring);
-  // Consumes the owner records a kSkip parse at the tail passed.
-  void pass_owners(uint32_t ring, const Parsed& p);
+  // Moves the tail past what a parse at the tail passed (owner records and padding, and
+  // the record, if any), taking the last owner record's writer. advance() counts the
+  // record; a kSkip parse's owner records alone come here directly.
+  void move_tail(uint32_t ring, const Parsed& p);
   uint64_t sum_hits(uint32_t slot) const;
   static uint64_t& slot_value(std::vector<uint64_t>& v, uint32_t slot);
   static uint64_t slot_value(const std::vector<uint64_t>& v, uint32_t slot);

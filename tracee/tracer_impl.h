@@ -210,7 +210,9 @@ struct Tracer::Impl {
     std::vector<uint16_t> event_ids;
     struct OwnerCheck {
       uint32_t tid = 0;
-      bool ok = false;
+      // Records of tid are its own when written before this boot-clock time: INT64_MAX
+      // for a thread of pid, or one gone; -1: none (owner_written_before).
+      int64_t until_ns = -1;
     };
     std::vector<OwnerCheck> owners;
     // Once its target is gone nobody writes here, and only reading changes what the area

@@ -242,38 +242,37 @@ int Tracer::Impl::new_own_rings() {
 
 namespace {
 
-// Whether thread `tid` may be named as the writer of records of target `pid`, the first of
-// which has boot-clock time `written_ns` (-1: unknown): a thread of pid now, or a thread
-// that is gone and whose number no live process held when the record was written (a
-// short-lived thread may claim a ring, write and exit before the daemon looks, and with
-// nobody reading its number may come round again before that). A number that another
-// process's thread held when the record was written is a forgery. /proc/TID/status
-// answers for any thread, listed or not.
-bool owner_is_thread_of(pid_t pid, uint32_t tid, int64_t written_ns) {
-  if (tid == 0 || tid > events::kRingOwnerTidMask) return false;
+// Until when (a boot-clock time) thread `tid` may be named as the writer of records of
+// target `pid`: always (INT64_MAX) for a thread of pid now, or one that is gone (a
+// short-lived thread may claim a ring, write and exit before the daemon looks); before
+// the start of the thread of another process that holds the number now (with nobody
+// reading, the number may come round before its records are read); never (-1) where
+// the number is not one a thread may have. A record written while another process's
+// thread held the number is a forgery. /proc/TID/status answers for any thread, listed or
+// not.
+int64_t owner_written_before(pid_t pid, uint32_t tid) {
+  constexpr int64_t kAlways = INT64_MAX, kNever = -1;
+  if (tid == 0 || tid > events::kRingOwnerTidMask) return kNever;
   // The common case in one system call: a thread of pid's thread group now. Otherwise
   // (gone, another process's, or not ours to signal) /proc/TID/status says.
-  if (syscall(SYS_tgkill, pid, static_cast<pid_t>(tid), 0) == 0) return true;
+  if (syscall(SYS_tgkill, pid, static_cast<pid_t>(tid), 0) == 0) return kAlways;
   // Tgid is in the first hundred bytes.
   ProcStatus status;
   const int err = status.read(static_cast<pid_t>(tid), 0, 1024);
-  if (err == -ENOENT || err == -ESRCH) return true;  // gone, or exiting as we read
-  if (err < 0) return false;
-  if (status.text().empty()) return true;  // exiting as we read
+  if (err == -ENOENT || err == -ESRCH) return kAlways;  // gone, or exiting as we read
+  if (err < 0) return kNever;
+  if (status.text().empty()) return kAlways;  // exiting as we read
   uint64_t tgid = 0;
-  if (!status.number("Tgid", &tgid)) return false;
-  if (tgid == static_cast<uint64_t>(pid)) return true;
-  // Another process's thread holds the number: ours only if it began after the record
-  // (its start is kept in clock ticks: before the tick it began in, surely).
+  if (!status.number("Tgid", &tgid)) return kNever;
+  if (tgid == static_cast<uint64_t>(pid)) return kAlways;
+  // Another process's thread holds the number: records written before it began (its
+  // start is kept in clock ticks: surely before the tick it began in).
   ProcStat stat;
-  if (written_ns < 0) return false;
   if (int e = read_proc_stat(static_cast<pid_t>(tgid), static_cast<pid_t>(tid), &stat); e != 0)
-    return e == -ENOENT || e == -ESRCH;  // gone as we looked
+    return e == -ENOENT || e == -ESRCH ? kAlways : kNever;  // gone as we looked
   static const long ticks_per_s = sysconf(_SC_CLK_TCK);
-  if (ticks_per_s <= 0) return false;
-  const int64_t began_ns =
-      static_cast<int64_t>(stat.start) * (int64_t{1'000'000'000} / ticks_per_s);
-  return written_ns < began_ns;
+  if (ticks_per_s <= 0) return kNever;
+  return static_cast<int64_t>(stat.start) * (int64_t{1'000'000'000} / ticks_per_s);
 }
 
 // The record's facts, from the daemon's own knowledge (TraceRecord), and whether the
@@ -303,24 +302,25 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
     Tracer::Impl::LastAdmitted& last = impl.last_admitted;
     if (last.rings != r || last.ring != rr.ring || last.tid != rr.tid || last.id != id) {
       ok = std::binary_search(r->event_ids.begin(), r->event_ids.end(), id);
+      bool always = true;  // the verdict holds for the thread's later records too
       if (ok && rr.ring < r->owners.size()) {
         Tracer::Impl::Rings::OwnerCheck& c = r->owners[rr.ring];
-        if (c.tid != rr.tid) {
-          const int64_t written =
-              rr.counter_stamp ? -1 : static_cast<int64_t>(impl.boot_conv.convert(rr.stamp, false));
-          c = {rr.tid, owner_is_thread_of(r->pid, rr.tid, written)};
-          // Its name, for once it is gone: its owner record's, or the ring's (a thread
-          // that comes after it may take the ring over, name and all).
-          std::string comm;
-          if (c.ok && rr.named)
-            impl.save_comm(r->pid, rr.tid,
-                           std::string(rr.comm, strnlen(rr.comm, events::kRingCommBytes - 1)));
-          else if (c.ok && r->reader.owner_comm(rr.ring, rr.tid, &comm))
-            impl.save_comm(r->pid, rr.tid, std::move(comm));
-        }
-        ok = c.ok;
+        const bool first = c.tid != rr.tid;
+        if (first) c = {rr.tid, owner_written_before(r->pid, rr.tid)};
+        // A number another process holds now: each record by its own time.
+        always = c.until_ns == INT64_MAX;
+        ok = always || (c.until_ns >= 0 && !rr.counter_stamp &&
+                        static_cast<int64_t>(impl.boot_conv.convert(rr.stamp, false)) < c.until_ns);
+        // Its name, for once it is gone: its owner record's, or the ring's (a thread that
+        // comes after it may take the ring over, name and all).
+        std::string comm;
+        if (ok && first && rr.named)
+          impl.save_comm(r->pid, rr.tid,
+                         std::string(rr.comm, strnlen(rr.comm, events::kRingCommBytes - 1)));
+        else if (ok && first && r->reader.owner_comm(rr.ring, rr.tid, &comm))
+          impl.save_comm(r->pid, rr.tid, std::move(comm));
       }
-      if (ok) last = {r, rr.ring, rr.tid, id};
+      if (ok && always) last = {r, rr.ring, rr.tid, id};
     }
   }
   if (!consuming) {
