@@ -1,6 +1,7 @@
 // events/ and the files that show or steer the dynamic events: per event enable, filter,
 // trigger, format and id; per group enable and filter; events/enable, header_page and
-// header_event; available_events and set_event.
+// header_event; available_events and set_event. events/ftrace/ holds the kernel's own
+// events beside them (fs/ftrace_events.cc).
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -16,9 +17,9 @@ namespace {
 // The kernel reads these files' writes into a page at most.
 constexpr size_t kMaxWrite = 4096;
 
-// What the kernel's events/header_page and events/header_event read (its ring buffer's
-// page and entry headers; probefs records have no such headers, tools read these to
-// parse the kernel's raw buffers, which probefs does not offer).
+// What the kernel's events/header_page and events/header_event read: its ring buffer's
+// page and entry headers. probefs's own records have no such headers; tools read these
+// to parse the raw buffers, per_cpu/cpuN/trace_pipe_raw, whose pages have this layout.
 constexpr std::string_view kHeaderPage =
     "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
     "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
@@ -98,6 +99,7 @@ void DynamicEvents::Impl::add_events_dir() {
                 make_text_file([] { return std::string(kHeaderPage); }));
   tree.add_file(events_dir, "header_event", kModeRead,
                 make_text_file([] { return std::string(kHeaderEvent); }));
+  add_ftrace_events(tree, events_dir);
 }
 
 bool DynamicEvents::Impl::names_free(std::string_view group, std::string_view name) {

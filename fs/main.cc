@@ -25,6 +25,10 @@
 #ifndef PROBEFS_VERSION
 #define PROBEFS_VERSION "0"
 #endif
+// Defined where libtracefs was found (tools/tracefs_shim).
+#ifndef PROBEFS_TRACEFS_SHIM_BUILD_PATH
+#define PROBEFS_TRACEFS_SHIM_BUILD_PATH ""
+#endif
 
 namespace probefs::fs {
 
@@ -35,6 +39,7 @@ constexpr const char* kUsage =
     "       probefs exec MOUNTPOINT [--] CMD [ARGS...]\n"
     "       probefs attach MOUNTPOINT PID...\n"
     "       probefs detach MOUNTPOINT PID...\n"
+    "       probefs run [--shim] MOUNTPOINT [--] CMD [ARGS...]\n"
     "\n"
     "Mounts a tracefs for user-space processes: define probes in kprobe_events,\n"
     "uprobe_events or dynamic_events, enable them under events/, read trace_pipe.\n"
@@ -52,6 +57,10 @@ constexpr const char* kUsage =
     "          its exit status is probefs's\n"
     "  attach  injects the probefs agent into running processes (ptrace)\n"
     "  detach  removes every probe from them; they run on\n"
+    "  run     runs CMD, a tracefs client (trace-cmd, a libtracefs program, perf),\n"
+    "          with MOUNTPOINT as its tracefs: as root in a mount namespace of its own\n"
+    "          where MOUNTPOINT covers /sys/kernel/tracing; otherwise, or with --shim,\n"
+    "          with libprobefs-tracefs.so preloaded; its exit status is probefs's\n"
     "\n"
     "Unmount with `fusermount3 -u MOUNTPOINT` (or umount): every probe goes, the\n"
     "traced processes run on, and the daemon ends.\n";
@@ -66,17 +75,28 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-// The agent library: $PROBEFS_AGENT, next to an installed probefs, or in the build tree.
-std::string find_agent() {
-  if (const char* env = getenv("PROBEFS_AGENT"); env && *env) return env;
+// One of probefs's libraries, `name`: the path in the variable `env`, next to an installed
+// probefs, or in the build tree (`build_dir` beside fs/, or where the build put it).
+std::string find_library(const char* env, const std::string& name, const std::string& build_dir,
+                         const std::string& build_path) {
+  if (const char* v = getenv(env); v && *v) return v;
   const std::string dir = self_dir();
-  for (const std::string& c : {dir + "/../lib/probefs/libprobefs-agent.so",
-                               dir + "/../agent/libprobefs-agent.so",
-                               std::string(PROBEFS_AGENT_BUILD_PATH)}) {
+  for (const std::string& c :
+       {dir + "/../lib/probefs/" + name, dir + "/../" + build_dir + "/" + name, build_path}) {
     char real[PATH_MAX];
-    if (access(c.c_str(), R_OK) == 0 && realpath(c.c_str(), real)) return real;
+    if (!c.empty() && access(c.c_str(), R_OK) == 0 && realpath(c.c_str(), real)) return real;
   }
   return {};
+}
+
+std::string find_agent() {
+  return find_library("PROBEFS_AGENT", "libprobefs-agent.so", "agent", PROBEFS_AGENT_BUILD_PATH);
+}
+
+// The preloaded library of `probefs run` (tools/tracefs_shim).
+std::string find_tracefs_shim() {
+  return find_library("PROBEFS_TRACEFS_SHIM", "libprobefs-tracefs.so", "tools/tracefs_shim",
+                      PROBEFS_TRACEFS_SHIM_BUILD_PATH);
 }
 
 // A probefs mount at `mnt` already (compared by the mount point's real path).
@@ -277,6 +297,24 @@ int probefs_main(int argc, char** argv) {
         return 2;
       }
       return exec_command(argv[2], std::vector<std::string>(argv + first, argv + argc));
+    }
+    if (sub == "run") {
+      // probefs run [--shim] MOUNTPOINT [--] CMD [ARGS...]
+      int i = 2;
+      bool force_shim = i < argc && std::string(argv[i]) == "--shim";
+      if (force_shim) ++i;
+      if (i < argc && argv[i][0] == '-') {
+        say(std::string("run: unknown option ") + argv[i]);
+        return 2;
+      }
+      const int mnt = i++;
+      if (i < argc && std::string(argv[i]) == "--") ++i;
+      if (i >= argc) {
+        say("usage: probefs run [--shim] MOUNTPOINT [--] CMD [ARGS...]");
+        return 2;
+      }
+      return run_command(argv[mnt], std::vector<std::string>(argv + i, argv + argc),
+                         find_tracefs_shim(), force_shim);
     }
     if (sub == "attach" || sub == "detach") {
       if (argc < 4) {

@@ -11,6 +11,10 @@
 
 #include "events/kstrto.h"
 #include "events/trace_clock.h"
+#include "fs/raw_pipe.h"
+#include "fs/saved_tgids.h"
+#include "fs/settings_files.h"
+#include "fs/trace_options.h"
 #include "fs/trace_reader.h"
 #include "fs/tracefs.h"
 #include "tracee/proc_info.h"
@@ -18,14 +22,15 @@
 namespace probefs::fs {
 namespace {
 
-// options/ and per_cpu/ (and each cpuN/) are drwxr-x--- in the kernel's tracefs.
-constexpr mode_t kModeDirPrivate = 0750;
 // A blocked read looks at Request::is_interrupted() this often.
 constexpr int kReaderSliceMs = 20;
 // Records a trace_pipe read takes from the tracer at once, at most.
 constexpr size_t kMaxBatch = 512;
 // The kernel's ring pages hold 4080 bytes of events; a buffer has at least two.
 constexpr uint64_t kPageData = 4080;
+// A trace_marker_raw write: a u32 id, then data; the kernel takes 4096 bytes at most.
+constexpr size_t kMarkerRawMin = 4;
+constexpr size_t kMarkerRawMax = 4096;
 
 std::string_view trim(std::string_view s) {
   const char* ws = " \t\n\r\f\v";
@@ -300,12 +305,14 @@ class MarkerFile : public File {
 
 struct TraceFiles::Impl {
   explicit Impl(Tracefs& f)
-      : fs(f), reader(std::make_shared<TraceReader>(f, cmdlines)) {}
+      : fs(f), reader(std::make_shared<TraceReader>(f, cmdlines)), settings(f.cpus()) {}
 
   void add_files();
   void add_options(const NodePtr& dir);
   void add_per_cpu(const NodePtr& dir);
   int64_t write_marker(const Request& rq, std::string_view data);
+  int64_t write_marker_raw(std::string_view data);
+  std::string saved_tgids_text();
   int64_t write_buffer_size(std::string_view data);
   int64_t write_trace_clock(std::string_view data);
 
@@ -313,6 +320,9 @@ struct TraceFiles::Impl {
   SavedCmdlines cmdlines;
   std::shared_ptr<TraceReader> reader;
   std::atomic<bool> markers{true};
+  SavedTgids tgids;
+  TraceOptions options;
+  SettingsFiles settings;
 };
 
 void TraceFiles::Impl::add_files() {
@@ -368,27 +378,24 @@ void TraceFiles::Impl::add_files() {
                               cmdlines.resize(static_cast<uint32_t>(v));
                               return static_cast<int64_t>(d.size());
                             }));
+  t.add_file(root, "saved_tgids", kModeRead,
+             make_text_file([this] { return saved_tgids_text(); }));
+  t.add_file(root, "trace_marker_raw", kModeWrite,
+             std::make_shared<MarkerFile>(
+                 [this](const Request&, std::string_view d) { return write_marker_raw(d); }));
+  settings.add_files(t, root);
   add_options(t.mkdir(root, "options", kModeDirPrivate));
   add_per_cpu(t.mkdir(root, "per_cpu", kModeDirPrivate));
 }
 
-// The options that change what probefs prints; the kernel's others have nothing to change
-// in these lines (print-parent, sym-offset, sym-addr act on kernel addresses only) or
-// belong to tracers and formats probefs does not have.
+// options/ and trace_options (fs/trace_options.h). The options that change what probefs
+// prints are bound to the reader's text options and to the marker switch; the kernel's
+// others are stored and read back (print-parent, sym-offset and sym-addr act on kernel
+// addresses only; the rest belong to tracers and formats probefs does not have).
 void TraceFiles::Impl::add_options(const NodePtr& dir) {
-  Tree& t = fs.tree();
-  auto add = [&](const char* name, std::function<bool()> get, std::function<void(bool)> set) {
-    t.add_file(dir, name, kModeReadWrite,
-               make_text_file([get] { return std::string(get() ? "1\n" : "0\n"); },
-                              [set](const Request&, std::string_view d) -> int64_t {
-                                uint64_t v;
-                                if (!events::kstrtoull(d, 10, &v) || v > 1) return -EINVAL;
-                                set(v == 1);
-                                return static_cast<int64_t>(d.size());
-                              }));
-  };
-  auto text_option = [&](const char* name, bool TextOptions::*field) {
-    add(name, [this, field] { return reader->options().*field; },
+  auto text_option = [this](const char* name, bool TextOptions::*field) {
+    options.bind(
+        name, [this, field] { return reader->options().*field; },
         [this, field](bool on) {
           TextOptions o = reader->options();
           o.*field = on;
@@ -397,8 +404,9 @@ void TraceFiles::Impl::add_options(const NodePtr& dir) {
   };
   text_option("context-info", &TextOptions::context_info);
   text_option("irq-info", &TextOptions::irq_info);
-  add("markers", [this] { return markers.load(); }, [this](bool on) { markers = on; });
   text_option("record-tgid", &TextOptions::record_tgid);
+  options.bind("markers", [this] { return markers.load(); }, [this](bool on) { markers = on; });
+  options.add_files(fs.tree(), fs.tree().root(), dir);
 }
 
 void TraceFiles::Impl::add_per_cpu(const NodePtr& dir) {
@@ -409,6 +417,15 @@ void TraceFiles::Impl::add_per_cpu(const NodePtr& dir) {
                make_text_file([r = reader, cpu] { return r->stats(cpu); }));
     t.add_file(d, "trace", kModeReadWrite, std::make_shared<TraceFile>(fs, reader, cpu));
     t.add_file(d, "trace_pipe", kModeRead, std::make_shared<PipeFile>(fs, reader, cpu));
+    t.add_file(d, "trace_pipe_raw", kModeRead, make_raw_pipe_file(fs, reader, cpu));
+    // Rings are per thread, not per CPU: each CPU's size is the one size, and setting it
+    // sets that size.
+    t.add_file(d, "buffer_size_kb", kModeReadWrite,
+               make_text_file(
+                   [&tracer = fs.tracer()] {
+                     return number_line(kernel_buffer_kb(tracer.buffer_size_kb()));
+                   },
+                   [this](const Request&, std::string_view d) { return write_buffer_size(d); }));
   }
 }
 
@@ -442,8 +459,31 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
   const int err = fs.tracer().write_record(rec.data(), static_cast<uint32_t>(rec.size()));
   if (err == -ENOSPC) return -EBADF;
   if (err < 0) return err;
-  if (tid > 0) cmdlines.save(tid, comm);
+  if (tid > 0) {
+    cmdlines.save(tid, comm);
+    tgids.save(tid, tgid);
+  }
   return static_cast<int64_t>(text.size());
+}
+
+// trace_marker_raw: checked as the kernel checks a write (markers on, at least the u32
+// id, at most kMarkerRawMax bytes; EBADF while the buffer takes nothing), then taken
+// whole. Nothing is recorded: no reader would show such a record yet.
+int64_t TraceFiles::Impl::write_marker_raw(std::string_view data) {
+  if (!markers) return -EINVAL;
+  if (data.size() < kMarkerRawMin || data.size() > kMarkerRawMax) return -EINVAL;
+  if (!fs.tracing_on()) return -EBADF;
+  return static_cast<int64_t>(data.size());
+}
+
+// The threads of the records in the buffer (the tracer knows each writer's group), of
+// trace_marker's writes, and those saved_cmdlines names (whose records readers took).
+std::string TraceFiles::Impl::saved_tgids_text() {
+  fs.tracer().for_each_record([this](const tracee::TraceRecord& r) {
+    if (r.pid != 0) tgids.save(r.tid, r.pid);
+  });
+  tgids.save_missing(cmdlines.show(), [](pid_t tid) { return tracee::proc_tgid(tid); });
+  return tgids.show();
 }
 
 int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
@@ -471,10 +511,21 @@ int64_t TraceFiles::Impl::write_trace_clock(std::string_view data) {
   return static_cast<int64_t>(data.size());
 }
 
-TraceFiles::TraceFiles(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) { impl_->add_files(); }
+TraceFiles::TraceFiles(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {
+  impl_->reader->set_scope(&impl_->settings, [impl = impl_.get()] {
+    return impl->options.get("event-fork").value_or(false);
+  });
+  impl_->add_files();
+}
 
 TraceFiles::~TraceFiles() { impl_->reader->stop(); }
 
 void TraceFiles::wake_readers() { impl_->reader->wake_all(); }
+
+bool TraceFiles::cpu_traced(int cpu) const { return impl_->settings.cpu_traced(cpu); }
+
+bool TraceFiles::event_pid_allowed(pid_t tid) const {
+  return impl_->settings.event_pid_allowed(tid);
+}
 
 }  // namespace probefs::fs

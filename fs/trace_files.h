@@ -1,9 +1,14 @@
 // The files that show and steer the trace buffer: trace (non-consuming, with its header;
 // truncation clears it), trace_pipe (consuming; blocks until data, O_NONBLOCK gives
 // EAGAIN, poll works, a blocked read returns on a signal and on unmount), per_cpu/cpuN/
-// (trace, trace_pipe, stats), tracing_on, trace_marker, trace_clock, buffer_size_kb,
-// buffer_total_size_kb, current_tracer, available_tracers, saved_cmdlines,
-// saved_cmdlines_size and options/ (context-info, irq-info, markers, record-tgid).
+// (trace, trace_pipe, stats), tracing_on, trace_marker, trace_marker_raw (checked and
+// taken, not recorded), trace_clock, buffer_size_kb, buffer_total_size_kb,
+// current_tracer, available_tracers, saved_cmdlines, saved_cmdlines_size, saved_tgids,
+// options/ and trace_options (every kernel option; context-info, irq-info, markers and
+// record-tgid act, the others are stored: fs/trace_options.h), and the settings and
+// placeholders of fs/settings_files.h (tracing_cpumask, set_event_pid,
+// set_event_notrace_pid, buffer_percent, tracing_thresh, timestamp_mode,
+// printk_formats, free_buffer, instances/).
 //
 // Where the kernel's buffer is per CPU, probefs's is per thread (events/ring.h):
 //   - buffer_size_kb is the size of each thread's ring, rounded as the kernel rounds a
@@ -18,6 +23,8 @@
 //
 // Threads: any FUSE thread; see fs/trace_reader.h.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <memory>
@@ -41,6 +48,13 @@ class TraceFiles {
   // Wakes every blocked reader and poll waiter (tracing_on changed, the mount is going
   // away): each looks again.
   void wake_readers();
+
+  // Whether tracing_cpumask has CPU `cpu` (false for a CPU past the configured ones).
+  bool cpu_traced(int cpu) const;
+  // Whether set_event_pid and set_event_notrace_pid keep the events of thread `tid`: a
+  // thread id, as the kernel tests a task's pid (not its process's). Nothing filters by
+  // it yet.
+  bool event_pid_allowed(pid_t tid) const;
 
  private:
   struct Impl;

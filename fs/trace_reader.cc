@@ -13,6 +13,8 @@
 
 #include "events/output.h"
 #include "events/record.h"
+#include "fs/settings_files.h"
+#include "tracee/proc_info.h"
 
 namespace probefs::fs {
 namespace {
@@ -24,6 +26,10 @@ constexpr int64_t kCommRefreshMs = 1000;
 // Caches of threads bigger than this are emptied (or pruned) rather than grown.
 constexpr size_t kMaxComms = 16384;
 constexpr size_t kMaxIdleGates = 4096;
+// Threads whose scope is remembered at once; past it the memory starts again.
+constexpr size_t kMaxScopeThreads = 16384;
+// How far up its parents a process is followed under event-fork.
+constexpr int kMaxAncestors = 64;
 // The background waiter's wait on the tracer, and its pause when records are there that
 // none of the waiting readers takes (another CPU's).
 constexpr int kTracerWaitMs = 100;
@@ -223,6 +229,18 @@ void TraceReader::begin_fill() {
   fill_fast_ = fill_opts_.irq_info && fill_opts_.context_info && !fill_opts_.record_tgid &&
                events::trace_clock_in_ns(fill_clock_);
   fill_now_ms_ = coarse_ms();
+  fill_scope_ = scope_ ? scope_->scope_version() : 0;
+  if (fill_scope_ != 0) {
+    const bool follow = event_fork_ && event_fork_();
+    if (fill_scope_ != scope_seen_ || follow != scope_follow_ ||
+        scope_threads_.size() > kMaxScopeThreads) {
+      scope_seen_ = fill_scope_;
+      scope_follow_ = follow;
+      scope_threads_.clear();
+      scope_cpus_.assign(static_cast<size_t>(fs_.cpus()), 0);
+      for (int cpu = 0; cpu < fs_.cpus(); ++cpu) scope_cpus_[cpu] = scope_->cpu_traced(cpu);
+    }
+  }
   symbolizers_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
 }
@@ -258,6 +276,7 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (h.len < 8) return false;
   const uint16_t id = load16(data);
   if (id == kMarkerEventId) return h.pid == 0;  // markers are not events: no trigger sees them
+  if (fill_scope_ != 0 && !in_scope(h)) return false;
   const EventView* v = view(id);
   if (!v) return false;
   // A record its event's program cannot have written is dropped here, before a trigger,
@@ -275,6 +294,36 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   r.len = h.len;
   r.lost_before = h.lost_before;
   return fs_.events().admit(*v, r);
+}
+
+void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
+  std::lock_guard l(mu_);
+  scope_ = settings;
+  event_fork_ = std::move(event_fork);
+}
+
+bool TraceReader::in_scope(const Held& h) {
+  if (h.cpu >= scope_cpus_.size() || !scope_cpus_[h.cpu]) return false;
+  auto [it, added] = scope_threads_.try_emplace(key_of(h.pid, h.tid), false);
+  if (added) it->second = pid_in_scope(h.pid, h.tid);
+  return it->second;
+}
+
+// The kernel keeps a task's events when set_event_pid (if not empty) lists it and
+// set_event_notrace_pid does not; with event-fork it adds the threads and processes a
+// listed task makes as they are made. Here that is: a thread of a listed process, or of
+// a process with a listed ancestor, is kept, unless it is refused itself.
+bool TraceReader::pid_in_scope(pid_t tgid, pid_t tid) {
+  if (scope_->event_pid_allowed(tid)) return true;
+  if (!scope_follow_ || scope_->event_pid_refused(tid)) return false;
+  pid_t p = tgid;
+  for (int depth = 0; p > 1 && depth < kMaxAncestors; ++depth) {
+    if (scope_->event_pid_allowed(p)) return true;
+    tracee::ProcStat st;
+    if (tracee::read_proc_stat(p, 0, &st) != 0) break;
+    p = st.ppid;
+  }
+  return false;
 }
 
 bool TraceReader::decide_consumed(ThreadGate& g, const Held& h, const uint8_t* data) {

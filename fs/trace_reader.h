@@ -91,9 +91,16 @@ class SavedCmdlines {
   std::unordered_map<pid_t, std::string> comm_;
 };
 
+class SettingsFiles;  // fs/settings_files.h
+
 class TraceReader {
  public:
   TraceReader(Tracefs& fs, SavedCmdlines& cmdlines);
+  // What is traced at all: tracing_cpumask and the pid lists of `settings`, followed into
+  // children while `event_fork` says so (options/event-fork). The kernel drops records
+  // outside them as they are written; here the gate drops them, before triggers and
+  // filters see them. Set once, before any read.
+  void set_scope(const SettingsFiles* settings, std::function<bool()> event_fork);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -129,6 +136,9 @@ class TraceReader {
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before
   // it, then its line if it is shown.
   void append(std::string& out, const Batch& b, const Held& h, bool lost_lines);
+  // Learns the name of a thread whose record a raw reader took (saved_cmdlines keeps it
+  // for the tools that read it after the pages).
+  void remember_comm(pid_t pid, pid_t tid) { comm(pid, tid); }
 
   // Where a `trace` reader is in the buffer: per thread (key), the incarnation of its
   // gate entry and the number of its first record not passed yet.
@@ -203,6 +213,8 @@ class TraceReader {
 
   ThreadGate& gate(uint64_t key);
   bool admit_new(const Held& h, const uint8_t* data);
+  bool in_scope(const Held& h);
+  bool pid_in_scope(pid_t tgid, pid_t tid);
   bool decide_consumed(ThreadGate& g, const Held& h, const uint8_t* data);
   static void skip_consumed(ThreadGate& g);
   bool decide_peeked(ThreadGate& g, uint64_t index, const Held& h, const uint8_t* data);
@@ -246,6 +258,15 @@ class TraceReader {
   std::unordered_map<uint64_t, CommSlot> comms_;
   // This fill's, held until the next: a departed target's may be the last reference.
   std::vector<std::pair<pid_t, std::shared_ptr<tracee::TargetSymbolizer>>> symbolizers_;
+  // The scope (set_scope): its version as this fill began (0: nothing limited), and
+  // what was decided under that version.
+  const SettingsFiles* scope_ = nullptr;
+  std::function<bool()> event_fork_;
+  uint64_t fill_scope_ = 0;
+  uint64_t scope_seen_ = 0;
+  bool scope_follow_ = false;
+  std::vector<char> scope_cpus_;
+  std::unordered_map<uint64_t, bool> scope_threads_;
   std::vector<uint64_t> read_events_;   // per CPU: records consumed
   std::vector<uint64_t> dropped_events_;  // per CPU: records lost before those
   // One trace walk's scratch.

@@ -5,10 +5,15 @@
 //   Tracefs
 //   ├─ DynamicEvents (fs/dynamic_events.h): kprobe_events, uprobe_events, dynamic_events,
 //   │     kprobe_profile, uprobe_profile, error_log, events/ (groups, events, enable,
-//   │     filter, format, id, trigger), available_events, set_event
+//   │     filter, format, id, trigger; the kernel's events/ftrace/ from
+//   │     fs/ftrace_events.cc), available_events, set_event
 //   ├─ TraceFiles (fs/trace_files.h): trace, trace_pipe, per_cpu/, tracing_on, trace_marker,
-//   │     trace_clock, buffer_size_kb, buffer_total_size_kb, current_tracer,
-//   │     available_tracers, saved_cmdlines, options/
+//   │     trace_marker_raw, trace_clock, buffer_size_kb, buffer_total_size_kb,
+//   │     current_tracer, available_tracers, saved_cmdlines, saved_tgids, options/ and
+//   │     trace_options (fs/trace_options.h), and the stored settings of
+//   │     fs/settings_files.h: tracing_cpumask, set_event_pid, set_event_notrace_pid,
+//   │     buffer_percent, tracing_thresh, timestamp_mode, printk_formats, free_buffer,
+//   │     instances/
 //   └─ control files (fs/control_files.cc): README, targets, kprobes/ (list, enabled,
 //         blacklist, optimization)
 //
@@ -42,6 +47,9 @@ inline constexpr uint16_t kFirstEventId = 0xF000;   // 61440
 inline constexpr uint16_t kLastEventId = 0xFFFE;
 // The id of trace_marker's records (the kernel's ftrace/print event).
 inline constexpr uint16_t kMarkerEventId = 0xFFFF;
+// The kernel's id of ftrace/print (events/ftrace/print/id): what trace_marker's records
+// are in a raw buffer, where tools decode them with that event's format.
+inline constexpr uint16_t kPrintEventId = 5;
 
 // What printing a record of one event needs. Immutable once published.
 struct EventView {
@@ -129,5 +137,9 @@ class Tracefs {
 
 // The control files (fs/control_files.cc): README, targets, kprobes/.
 void add_control_files(Tracefs& fs);
+
+// events/ftrace/ (fs/ftrace_events.cc): the kernel's print, bprint, bputs and function
+// events, under `events_dir`.
+void add_ftrace_events(Tree& tree, const NodePtr& events_dir);
 
 }  // namespace probefs::fs

@@ -110,7 +110,9 @@ std::shared_ptr<TextFile> make_text_file(TextFile::Show show, TextFile::Store st
 inline constexpr mode_t kModeRead = 0440;       // -r--r-----
 inline constexpr mode_t kModeReadWrite = 0640;  // -rw-r-----
 inline constexpr mode_t kModeWrite = 0220;      // --w--w----  (trace_marker)
+inline constexpr mode_t kModeWriteOwner = 0200; // --w-------  (free_buffer)
 inline constexpr mode_t kModeDir = 0755;        // drwxr-xr-x
+inline constexpr mode_t kModeDirPrivate = 0750; // drwxr-x---  (options, per_cpu, instances)
 
 class Node : public std::enable_shared_from_this<Node> {
  public:

@@ -10,6 +10,9 @@
 //                  reader, blocked in read(), takes CLOCK_MONOTONIC when the line arrives
 //   3. first hit   the definition is written to kprobe_events (and enabled) while the
 //                  target calls bench_hit in a loop, until its first line is read
+//   4. raw         the unthrottled run of table 1 with a binary reader: the target kept on
+//                  CPU 1, the reader on per_cpu/cpu1/trace_pipe_raw reading the kernel's
+//                  ring-buffer pages as trace-cmd does, beside table 1's text reader
 //
 // The probefs event is `p:bench/hit trace_pipe_target:bench_hit a=%di b=%si` on a mount of
 // its own (probefs -f on a fresh directory), the target run with `probefs exec`. The
@@ -33,13 +36,14 @@
 // program is gone.
 //
 //   trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K] [--read-kb KB]
-//                    [--no-kernel] [--only throughput|latency|first]
+//                    [--no-kernel] [--only throughput|latency|first|raw]
 //
 // (defaults: 4000000 records, 2000000 calls/s, 300 samples, 5 reps, reads of 128 KiB)
 //
 // Threads: one. The readers are processes, forked, not executed.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -78,6 +82,8 @@ constexpr uint64_t kFence = 0x46454e4345;
 constexpr uint64_t kEnd = 0x454e44;
 
 constexpr size_t kMaxReadSize = 1 << 20;
+constexpr size_t kRawPage = 4096;       // the kernel's ring-buffer page
+constexpr int kRawCpu = 1;              // where a raw run's target is kept
 size_t g_read_size = 128 * 1024;  // the reader's read(): cat's buffer unless --read-kb
 constexpr int kWatchdogS = 90;            // the whole run, at most
 constexpr int kReaderMaxS = 85;           // a reader's own end, should this program vanish
@@ -481,6 +487,7 @@ struct ReaderSpec {
   int fd = -1;       // a descriptor to read
   uint64_t id = 0;   // the run's marker
   std::string needle;
+  bool raw = false;  // pages of trace_pipe_raw, not lines
 };
 
 // The reader child's side. It reports on `out`, one line each:
@@ -510,7 +517,12 @@ class ReaderChild {
         bytes_ += static_cast<uint64_t>(n);
       }
       t_ = t;
-      split(buf, static_cast<size_t>(n));
+      if (s_.raw) {
+        for (size_t at = 0; at + kRawPage <= static_cast<size_t>(n) && !done_; at += kRawPage)
+          page(reinterpret_cast<const uint8_t*>(buf) + at);
+      } else {
+        split(buf, static_cast<size_t>(n));
+      }
       if (done_) break;
     }
     if (s_.mode == ReadMode::kThroughput)
@@ -551,6 +563,64 @@ class ReaderChild {
       }
       line(std::string_view(b + at, static_cast<size_t>(nl - (b + at))));
       at = static_cast<size_t>(nl - b) + 1;
+    }
+  }
+
+  // A page of the kernel's ring buffer (events/header_page, header_event): the records'
+  // a and b (both events lay a record out as 8 bytes of common fields, the probe's
+  // address, a, b), and the count of records lost before the page.
+  void page(const uint8_t* p) {
+    uint64_t commit;
+    std::memcpy(&commit, p + 8, 8);
+    const size_t size = std::min<size_t>(commit & ((1u << 27) - 1), kRawPage - 16);
+    const uint8_t* d = p + 16;
+    if ((commit & (1ull << 31)) && fenced_) {
+      uint64_t missed = 0;
+      if ((commit & (1ull << 30)) && size + 24 <= kRawPage) std::memcpy(&missed, d + size, 8);
+      lost_ += missed;
+      ++lost_lines_;
+    }
+    for (size_t at = 0; at + 4 <= size && !done_;) {
+      uint32_t h, len;
+      std::memcpy(&h, d + at, 4);
+      at += 4;
+      const uint32_t type = h & 31;
+      if (type == 0 || type == 29) {  // a length word; padding: the bytes to skip
+        if (at + 4 > size || (type == 29 && (h >> 5) == 0)) break;
+        std::memcpy(&len, d + at, 4);
+        if (type == 0) {
+          at += 4;
+          len -= 4;
+        }
+      } else if (type >= 30) {  // a time extend or stamp: one word
+        len = 4;
+      } else {
+        len = type * 4;
+      }
+      if (len > size - at) break;
+      if (type != 29 && type < 30 && len >= 32) {
+        uint64_t a, b;
+        std::memcpy(&a, d + at + 16, 8);
+        std::memcpy(&b, d + at + 24, 8);
+        record(a, b);
+      }
+      at += len;
+    }
+  }
+
+  void record(uint64_t a, uint64_t b) {
+    if (fenced_ && b < 16) {  // the run's own records: b is one hex digit
+      ++lines_;
+      t_last_ = t_;
+    } else if (a == kWarm && b == s_.id) {
+      if (!warm_seen_) say("W");
+      warm_seen_ = true;
+    } else if (b == s_.id && a == kFence && !fenced_) {
+      fenced_ = true;
+      t_fence_ = t_;
+      say("F");
+    } else if (fenced_ && b == s_.id && a == kEnd) {
+      done_ = true;
     }
   }
 
@@ -722,6 +792,8 @@ struct Setup {
   std::string broken[3];
 };
 
+std::string raw_file() { return "per_cpu/cpu" + std::to_string(kRawCpu) + "/trace_pipe_raw"; }
+
 // Why a source cannot run now ("" when it can).
 std::string unavailable(const Setup& s, Source src) {
   if (!s.broken[static_cast<int>(src)].empty()) return s.broken[static_cast<int>(src)];
@@ -749,7 +821,7 @@ bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::str
       break;
     case Source::kProbefs:
       s.mount->clear_buffer();
-      spec.path = s.mount->path("trace_pipe");
+      spec.path = s.mount->path(spec.raw ? raw_file() : "trace_pipe");
       argv = {PROBEFS_BIN, "exec", s.mount->dir(), "--", s.target, "hit"};
       break;
     case Source::kKernel:
@@ -760,7 +832,7 @@ bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::str
         s.broken[static_cast<int>(src)] = *why;
         return false;
       }
-      spec.path = s.kernel->instance() + "/trace_pipe";
+      spec.path = s.kernel->instance() + "/" + (spec.raw ? raw_file() : "trace_pipe");
       argv = {s.target, "hit"};
       break;
   }
@@ -768,7 +840,15 @@ bool start_run(Setup& s, Source src, ReaderSpec spec, const std::vector<std::str
   argv.insert(argv.end(), args.begin(), args.end());
   *r = start_reader(spec);
   bool ok = r->pid > 0 && r->started(5000, why);
+  // A raw run's target on kRawCpu, so that its records are that CPU's (the reader's
+  // file); its children inherit the affinity this program has while it spawns them.
+  cpu_set_t before, one;
+  CPU_ZERO(&one);
+  CPU_SET(kRawCpu, &one);
+  const bool pin = spec.raw && sched_getaffinity(0, sizeof before, &before) == 0 &&
+                   sched_setaffinity(0, sizeof one, &one) == 0;
   if (ok) ok = spawn(argv, pipefd[1], target);
+  if (pin) sched_setaffinity(0, sizeof before, &before);
   if (pipefd[0] >= 0) {
     close(pipefd[0]);
     close(pipefd[1]);
@@ -800,10 +880,11 @@ struct Throughput {
 // milliseconds pass first; the target keeps its pace busy on its CPU, or asleep between
 // bursts of calls (`sleep`).
 Throughput run_throughput(Setup& s, Source src, uint64_t records, long rate, long ms,
-                          bool sleep = false) {
+                          bool sleep = false, bool raw = false) {
   Throughput t;
   if ((t.why = unavailable(s, src)) != "") return t;
   ReaderSpec spec;
+  spec.raw = raw;
   spec.mode = ReadMode::kThroughput;
   spec.id = s.next_id++;
   Reader r;
@@ -1095,7 +1176,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K]\n"
                  "                        [--read-kb KB] [--no-kernel]\n"
-                 "                        [--only throughput|latency|first]\n");
+                 "                        [--only throughput|latency|first|raw]\n");
     return 2;
   }
   g_read_size = o.read_kb * 1024;
@@ -1178,6 +1259,36 @@ int main(int argc, char** argv) {
     std::printf("  (sleeps: the target makes its calls in bursts of 2048 and sleeps between "
                 "them; otherwise it keeps its pace busy on its CPU. reader, daemon: the CPU "
                 "they used while the records came, %% of one CPU)\n");
+    std::printf("\n");
+  }
+  if ((all || o.only == "raw") && cpus > kRawCpu) {
+    const uint64_t many = 1ULL << 40;
+    Throughput pipe_max = run_throughput(s, Source::kPipe, many, 0, kUnthrottledMs);
+    Throughput text = run_throughput(s, Source::kProbefs, many, 0, kUnthrottledMs);
+    Throughput raw = run_throughput(s, Source::kProbefs, many, 0, kUnthrottledMs, false, true);
+    Throughput kraw = run_throughput(s, Source::kKernel, many, 0, kUnthrottledMs, false, true);
+    std::printf("4. trace_pipe_raw: the kernel's ring-buffer pages, read() of %zu KiB in a loop "
+                "on per_cpu/cpu%d/trace_pipe_raw; the target on CPU %d, unthrottled: %ld ms "
+                "of calls\n",
+                g_read_size / 1024, kRawCpu, kRawCpu, kUnthrottledMs);
+    std::printf("  %-31s %9s %9s %9s %9s %7s %7s %6s %7s  %s\n", "", "calls/s", "records/s",
+                "lost", "missing", "B/read", "reader", "daemon", "x pipe", "x kernel");
+    throughput_row("plain pipe, text lines", pipe_max, pipe_max, kraw);
+    throughput_row("probefs trace_pipe (text)", text, pipe_max, kraw);
+    throughput_row("probefs trace_pipe_raw", raw, pipe_max, kraw);
+    throughput_row("kernel tracefs trace_pipe_raw", kraw, pipe_max, kraw);
+    auto frac = [](const Throughput& t) {
+      return t.why.empty() && t.records > 0
+                 ? strprintf("%.1f%%", 100.0 * static_cast<double>(t.lines) /
+                                           static_cast<double>(t.records))
+                 : std::string("-");
+    };
+    std::printf("  delivered of the calls made: raw %s, text %s (%s raw/text)\n",
+                frac(raw).c_str(), frac(text).c_str(), ratio(raw.rate(), text.rate()).c_str());
+    std::printf("  budget >= 20 M records/s, 0 lost: %s\n",
+                !raw.why.empty()                                ? "not measured"
+                : raw.rate() >= 20e6 && raw.lost == 0 && raw.lines == raw.records ? "met"
+                                                                                   : "MISSED");
     std::printf("\n");
   }
   if (all || o.only == "latency") {

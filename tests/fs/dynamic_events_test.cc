@@ -209,7 +209,8 @@ TEST_F(DynamicEventsTest, FilesHaveTheKernelsModesAndOrder) {
   EXPECT_LT(pos("uprobe_events"), pos("set_event"));
   EXPECT_LT(pos("set_event"), pos("dynamic_events"));
   EXPECT_LT(pos("dynamic_events"), pos("available_events"));
-  EXPECT_EQ(ls("events"), (std::vector<std::string>{"enable", "header_page", "header_event"}));
+  EXPECT_EQ(ls("events"),
+            (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   EXPECT_EQ(read("events/header_page"),
             "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
             "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
@@ -240,7 +241,7 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
   ASSERT_EQ(echo("uprobe_events", "p:agrp/e3 " + b + ":0x13c0"), 0);
   // The kernel's readdir orders, as its tracefs lists them.
   EXPECT_EQ(ls("events"), (std::vector<std::string>{"enable", "header_page", "header_event",
-                                                    "zgrp", "agrp"}));
+                                                    "ftrace", "zgrp", "agrp"}));
   EXPECT_EQ(ls("events/zgrp"), (std::vector<std::string>{"filter", "enable", "e1", "e2", "e0"}));
   EXPECT_EQ(ls("events/zgrp/e1"),
             (std::vector<std::string>{"enable", "filter", "trigger", "format", "id"}));
@@ -298,11 +299,49 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
   ASSERT_EQ(echo("uprobe_events", "-:zgrp/"), 0);
   EXPECT_EQ(h->write(rq, 0, "1\n"), -ENODEV);
   EXPECT_FALSE(exists("events/zgrp"));
-  EXPECT_EQ(ls("events"), (std::vector<std::string>{"enable", "header_page", "header_event"}));
+  EXPECT_EQ(ls("events"),
+            (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   EXPECT_EQ(read("available_events"), "");
   // The next event gets the next id: ids are not reused at once.
   ASSERT_EQ(echo("uprobe_events", "p:zgrp/e5 " + b + ":0x1370"), 0);
   EXPECT_EQ(read("events/zgrp/e5/id"), std::to_string(kFirstEventId + 4) + "\n");
+}
+
+// The kernel takes a dynamic event into its own ftrace group (a uprobe `p:ftrace/x` is
+// defined there, with its event files but no group enable or filter), and refuses a name
+// one of its ftrace events has.
+TEST_F(DynamicEventsTest, FtraceGroupTakesDynamicEventsBesideTheKernels) {
+  const std::string b = kProg;
+  const std::vector<std::string> kernel_events = {"bputs", "print", "bprint", "function"};
+  ASSERT_EQ(echo("uprobe_events", "p:ftrace/x " + b + ":0x1370"), 0);
+  EXPECT_EQ(read("uprobe_events"), "p:ftrace/x " + b + ":" + padded(0x1370) + "\n");
+  EXPECT_EQ(read("available_events"), "ftrace:x\n");
+  std::vector<std::string> with_x = kernel_events;
+  with_x.push_back("x");
+  EXPECT_EQ(ls("events/ftrace"), with_x);
+  EXPECT_EQ(ls("events/ftrace/x"),
+            (std::vector<std::string>{"enable", "filter", "trigger", "format", "id"}));
+  EXPECT_EQ(read("events/ftrace/x/id"), std::to_string(kFirstEventId) + "\n");
+  ASSERT_EQ(write("events/ftrace/x/enable", "1"), 1);
+  EXPECT_EQ(read("set_event"), "ftrace:x\n");
+  EXPECT_EQ(read("events/enable"), "1\n");
+  ASSERT_EQ(write("events/ftrace/x/enable", "0"), 1);
+  ASSERT_EQ(echo("uprobe_events", "-:ftrace/x"), 0);
+  EXPECT_EQ(ls("events/ftrace"), kernel_events);
+  EXPECT_EQ(read("available_events"), "");
+
+  clear_log();
+  const std::string taken = "p:ftrace/print " + b + ":0x1370";
+  EXPECT_EQ(echo("uprobe_events", taken), -EEXIST);
+  EXPECT_EQ(log(), log_entry("trace_uprobe",
+                             "Given group/event name is already used by another event", taken, 0));
+  EXPECT_EQ(read("uprobe_events"), "");
+  EXPECT_EQ(ls("events/ftrace/print"), (std::vector<std::string>{"trigger", "format", "id"}));
+  // The kernel's events are not dynamic: nothing removes them.
+  EXPECT_EQ(echo("uprobe_events", "-:ftrace/print"), -ENOENT);
+  EXPECT_EQ(echo("dynamic_events", "-:ftrace/"), -ENOENT);
+  ASSERT_EQ(open_truncating("dynamic_events"), 0);
+  EXPECT_EQ(ls("events/ftrace"), kernel_events);
 }
 
 // ---- definitions: read-back, errors ------------------------------------------------------
@@ -628,7 +667,8 @@ TEST_F(DynamicEventsTest, RemovalForms) {
   EXPECT_EQ(read("uprobe_events"), "p:grp1/multi " + b + ":" + padded(0x1370) + " a=%di\n");
   EXPECT_EQ(echo("uprobe_events", "-:grp1/multi " + b + ":" + padded(0x1370)), 0);
   EXPECT_EQ(read("uprobe_events"), "");
-  EXPECT_EQ(ls("events"), (std::vector<std::string>{"enable", "header_page", "header_event"}));
+  EXPECT_EQ(ls("events"),
+            (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   // Malformed removals.
   for (const char* d : {"-:", "-", "-uprobes/x"}) EXPECT_EQ(echo("uprobe_events", d), -EINVAL) << d;
   EXPECT_EQ(echo("uprobe_events", "-:uprobes/bad-name"), -ENOENT);
@@ -1326,7 +1366,8 @@ TEST_F(DynamicEventsTest, ClearAllRemovesEverything) {
   EXPECT_EQ(read("dynamic_events"), "");
   EXPECT_EQ(read("available_events"), "");
   EXPECT_EQ(read("set_event"), "");
-  EXPECT_EQ(ls("events"), (std::vector<std::string>{"enable", "header_page", "header_event"}));
+  EXPECT_EQ(ls("events"),
+            (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   EXPECT_EQ(fs_->events().find(kFirstEventId), nullptr);
   // The tracer holds no probe any more: a program launched now runs without any.
   ASSERT_EQ(echo("uprobe_events", "p:g/a " + b + ":0x1370"), 0);

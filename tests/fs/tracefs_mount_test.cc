@@ -193,28 +193,42 @@ mode_t kernel_mode(const std::string& p) {
       {"README", S_IFREG | 0440},
       {"available_events", S_IFREG | 0440},
       {"available_tracers", S_IFREG | 0440},
+      {"buffer_percent", S_IFREG | 0640},
       {"buffer_size_kb", S_IFREG | 0640},
       {"buffer_total_size_kb", S_IFREG | 0440},
       {"current_tracer", S_IFREG | 0640},
       {"dynamic_events", S_IFREG | 0640},
       {"error_log", S_IFREG | 0640},
+      {"free_buffer", S_IFREG | 0200},
+      {"instances", S_IFDIR | 0750},
       {"kprobe_events", S_IFREG | 0640},
       {"kprobe_profile", S_IFREG | 0440},
+      {"printk_formats", S_IFREG | 0440},
       {"saved_cmdlines", S_IFREG | 0440},
       {"saved_cmdlines_size", S_IFREG | 0640},
+      {"saved_tgids", S_IFREG | 0440},
       {"set_event", S_IFREG | 0640},
+      {"set_event_notrace_pid", S_IFREG | 0640},
+      {"set_event_pid", S_IFREG | 0640},
       {"targets", S_IFREG | 0640},  // probefs's own, as writable as the definition files
       {"trace", S_IFREG | 0640},
       {"trace_clock", S_IFREG | 0640},
+      {"timestamp_mode", S_IFREG | 0440},
       {"trace_marker", S_IFREG | 0220},
+      {"trace_marker_raw", S_IFREG | 0220},
+      {"trace_options", S_IFREG | 0640},
       {"trace_pipe", S_IFREG | 0440},
+      {"tracing_cpumask", S_IFREG | 0640},
       {"tracing_on", S_IFREG | 0640},
+      {"tracing_thresh", S_IFREG | 0640},
       {"uprobe_events", S_IFREG | 0640},
       {"uprobe_profile", S_IFREG | 0440},
       {"events", S_IFDIR | 0755},
       {"events/enable", S_IFREG | 0640},
       {"events/header_event", S_IFREG | 0440},
       {"events/header_page", S_IFREG | 0440},
+      {"events/ftrace", S_IFDIR | 0755},
+      {"events/ftrace/print/trigger", S_IFREG | 0640},
       {"options", S_IFDIR | 0750},
       {"per_cpu", S_IFDIR | 0750},
       // debugfs's kprobes/ and the debug.kprobes-optimization sysctl
@@ -237,6 +251,12 @@ mode_t kernel_mode(const std::string& p) {
     if (part.size() == 3 && part[2] == "stats") return S_IFREG | 0440;
     if (part.size() == 3 && part[2] == "trace") return S_IFREG | 0640;
     if (part.size() == 3 && part[2] == "trace_pipe") return S_IFREG | 0440;
+    if (part.size() == 3 && part[2] == "trace_pipe_raw") return S_IFREG | 0440;
+    if (part.size() == 3 && part[2] == "buffer_size_kb") return S_IFREG | 0640;
+  }
+  if (part[0] == "events" && part[1] == "ftrace") {  // print, bprint, bputs, function
+    if (part.size() == 3) return S_IFDIR | 0755;
+    if (part.size() == 4 && (part[3] == "format" || part[3] == "id")) return S_IFREG | 0440;
   }
   if (part[0] == "events" && (part[1] == "grp" || part[1] == "kgrp")) {
     if (part.size() == 2) return S_IFDIR | 0755;
@@ -263,16 +283,18 @@ TEST_F(TracefsMountTest, EveryFileHasTheKernelsModeSizeZeroAndCatShowsIt) {
   for (long c = 0; c < cpus; ++c)
     EXPECT_TRUE(found.count("per_cpu/cpu" + std::to_string(c) + "/trace")) << c;
   // The files a fresh mount may show empty; every other readable file has text.
-  const std::set<std::string> may_be_empty = {"error_log", "set_event", "saved_cmdlines",
-                                              "targets", "kprobes/list", "kprobes/blacklist"};
+  const std::set<std::string> may_be_empty = {
+      "error_log",      "set_event",   "saved_cmdlines", "targets",
+      "kprobes/list",   "kprobes/blacklist",
+      "printk_formats", "saved_tgids", "set_event_pid",  "set_event_notrace_pid"};
   for (const auto& [p, f] : found) {
     SCOPED_TRACE(p);
     EXPECT_EQ(f.mode, kernel_mode(p)) << std::oct << f.mode << " vs " << kernel_mode(p);
     if (!S_ISREG(f.mode)) continue;
     EXPECT_EQ(f.size, 0);
     const std::string name = p.substr(p.rfind('/') + 1);
-    if (name == "trace_pipe") continue;  // blocks when empty: below
-    if (name == "trace_marker") {
+    if (name == "trace_pipe" || name == "trace_pipe_raw") continue;  // block when empty
+    if (name == "trace_marker" || name == "trace_marker_raw" || name == "free_buffer") {
       EXPECT_EQ(cat(path(p)), "<exit 1: cat: " + path(p) + ": Invalid argument\n>");
       continue;
     }

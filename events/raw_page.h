@@ -1,0 +1,84 @@
+// The kernel's ring-buffer sub-buffer ("page"), as per_cpu/cpuN/trace_pipe_raw hands it to
+// trace-cmd and libtracefs, and as events/header_page and events/header_event describe it.
+// A pure encoder: it lays records out in a page and knows nothing of where they came from.
+//
+// A page is kRawPageSize bytes:
+//   0   u64 timestamp    the stamp the first event's delta counts from (trace clock, ns)
+//   8   u64 commit       bytes of event data used, with the missed-events flags above
+//                        them: bit 31 records were lost before this page's first event,
+//                        bit 30 their count is stored as a u64 right after the data
+//   16  data             events, then zeros to the end of the page
+// An event is a u32 header, type_len in its low 5 bits and time_delta (ns since the event
+// before it, or since the page's timestamp) in the other 27, then:
+//   type_len 1..28   a payload of type_len * 4 bytes (records of up to 112 bytes)
+//   type_len 0       a u32 length (the payload's bytes rounded up to 4, plus these 4),
+//                    then the payload
+//   type_len 30      a time extend: delta >> 27 in the u32 after the header; the delta
+//                    of the event after it counts from there
+// Payloads are padded with zeros to 4 bytes. This writer never writes padding events
+// (type 29) or absolute stamps (type 31): a page's unused tail is plain zeros past commit.
+//
+// Times that go back (two threads' records stamped in one order and taken in the other)
+// are written with a delta of 0: a page's events never go back in time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace probefs::events {
+
+inline constexpr size_t kRawPageSize = 4096;
+inline constexpr size_t kRawPageHeader = 16;
+inline constexpr size_t kRawPageData = kRawPageSize - kRawPageHeader;  // 4080
+// The largest payload one event can carry: the page's data less a header and length word.
+inline constexpr size_t kRawMaxPayload = kRawPageData - 8;
+
+inline constexpr uint64_t kRawMissedEvents = uint64_t{1} << 31;
+inline constexpr uint64_t kRawMissedStored = uint64_t{1} << 30;
+
+// Event header types (events/header_event).
+inline constexpr uint32_t kRawTypePadding = 29;
+inline constexpr uint32_t kRawTypeTimeExtend = 30;
+inline constexpr uint32_t kRawTypeTimeStamp = 31;
+inline constexpr uint32_t kRawMaxDataType = 28;
+inline constexpr uint64_t kRawDeltaMask = (uint64_t{1} << 27) - 1;
+
+class RawPageWriter {
+ public:
+  // Writes into `page`, kRawPageSize bytes the caller owns; starts empty.
+  explicit RawPageWriter(uint8_t* page) : page_(page) { reset(); }
+
+  // Empties the page.
+  void reset();
+
+  // Records lost before this page's first event: the page says so, and stores the count
+  // (room for it is kept from here on). Only while the page is empty.
+  void set_missed(uint64_t n);
+
+  // Appends one event of `len` payload bytes stamped `ts`. false, and the page as it
+  // was, when it does not fit (or `len` is 0 or above kRawMaxPayload).
+  bool add(uint64_t ts, const uint8_t* payload, size_t len);
+
+  // Writes the header and the zeros past the data: the page is ready to be read.
+  void finish();
+
+  bool empty() const { return events_ == 0; }
+  size_t events() const { return events_; }
+  size_t used() const { return used_; }
+
+ private:
+  size_t room() const;
+  void put32(uint32_t v);
+
+  uint8_t* page_;
+  size_t used_ = 0;  // bytes of data written
+  size_t events_ = 0;
+  uint64_t first_ts_ = 0;
+  uint64_t last_ts_ = 0;
+  uint64_t missed_ = 0;
+};
+
+// The bytes one event of `len` payload bytes takes in a page, its header included.
+size_t raw_event_size(size_t len);
+
+}  // namespace probefs::events

@@ -1,0 +1,178 @@
+#include "fs/raw_pipe.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "events/raw_page.h"
+#include "fs/trace_reader.h"
+#include "fs/tracefs.h"
+#include "fs/vfs.h"
+
+namespace probefs::fs {
+namespace {
+
+// A blocked read looks at Request::is_interrupted() this often.
+constexpr int kReaderSliceMs = 20;
+// Records taken from the tracer at once: about two pages of small records.
+constexpr size_t kBatch = 256;
+
+// trace_marker's record (fs/trace_reader.h) as the kernel's ftrace print event:
+//   0 u16 common_type (5)  2 u8 flags  3 u8 preempt count  4 s32 pid  8 u64 ip (0)  16 text\0
+// false when the record is too short to be one.
+bool marker_as_print(const uint8_t* data, uint32_t len, std::vector<uint8_t>* out) {
+  if (len < kMarkerHeaderSize) return false;
+  uint32_t text_len;
+  std::memcpy(&text_len, data + 12, 4);
+  text_len = std::min(text_len, len - kMarkerHeaderSize);
+  const char* text = reinterpret_cast<const char*>(data + kMarkerHeaderSize);
+  text_len = static_cast<uint32_t>(strnlen(text, text_len));
+  out->assign(16 + text_len + 1, 0);
+  const uint16_t id = kPrintEventId;
+  std::memcpy(out->data(), &id, 2);
+  std::memcpy(out->data() + 2, data + 2, 6);  // flags, preempt count, pid
+  std::memcpy(out->data() + 16, text, text_len);
+  return true;
+}
+
+class RawPipeHandle : public Handle {
+ public:
+  RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu), writer_(page_.data()) {}
+
+  int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
+    out->clear();
+    if (size == 0) return 0;
+    std::unique_lock l(mu_);
+    for (;;) {
+      if (pos_ < ready_) {
+        const size_t n = std::min(size, ready_ - pos_);
+        out->assign(reinterpret_cast<const char*>(page_.data()) + pos_, n);
+        pos_ += n;
+        returned_data_ = true;
+        // More whole pages, while the caller has room for them and records are there.
+        while (pos_ == ready_ && size - out->size() >= events::kRawPageSize && fill()) {
+          out->append(reinterpret_cast<const char*>(page_.data()), ready_);
+          pos_ = ready_;
+        }
+        return 0;
+      }
+      const uint64_t gen = reader_->data_gen();
+      if (fill()) continue;
+      if (rq.nonblocking()) return -EAGAIN;
+      if (fs_.shutting_down() || reader_->stopped()) return 0;
+      // Once this file returned a page, tracing off ends it (trace_pipe's rule).
+      if (returned_data_ && !fs_.tracing_on()) return 0;
+      if (rq.is_interrupted()) return -EINTR;
+      l.unlock();
+      reader_->wait(gen, kReaderSliceMs);
+      l.lock();
+    }
+  }
+
+  bool readable() override {
+    std::lock_guard l(mu_);
+    if (pos_ < ready_ || fill()) return true;
+    if (fs_.shutting_down() || reader_->stopped()) return true;
+    if (returned_data_ && !fs_.tracing_on()) return true;
+    reader_->arm_poll();
+    return false;
+  }
+
+ private:
+  // Lays this CPU's next records out in the page: true when it holds any (ready to read).
+  bool fill() {
+    auto lk = reader_->lock();
+    reader_->revalidate(&batch_);
+    writer_.reset();
+    for (;;) {
+      if (batch_.left() == 0 && reader_->consume(&batch_, kBatch, cpu_) == 0) break;
+      TraceReader::Held& h = batch_.recs[batch_.next];
+      if (h.lost_before != 0) {
+        if (!writer_.empty()) break;  // a loss opens the next page
+        missed_ += h.lost_before;
+        h.lost_before = 0;
+      }
+      writer_.set_missed(missed_);
+      if (!h.shown) {
+        ++batch_.next;
+        continue;
+      }
+      const uint8_t* data = batch_.bytes.data() + h.off;
+      size_t len = h.len;
+      if (h.pid == 0 && len >= 2 && data[0] == (kMarkerEventId & 0xff) &&
+          data[1] == (kMarkerEventId >> 8)) {
+        if (!marker_as_print(data, h.len, &scratch_)) {
+          ++batch_.next;
+          continue;
+        }
+        data = scratch_.data();
+        len = scratch_.size();
+      }
+      if (!writer_.add(h.ts, data, len)) {
+        if (!writer_.empty()) break;  // the page is full: the record opens the next one
+        ++missed_;                    // larger than any page: lost, as the kernel drops it
+        ++batch_.next;
+        continue;
+      }
+      missed_ = 0;  // the page carries the count
+      if (h.pid != 0 && (h.pid != last_pid_ || h.tid != last_tid_)) {
+        reader_->remember_comm(h.pid, h.tid);  // for saved_cmdlines, read after the pages
+        last_pid_ = h.pid;
+        last_tid_ = h.tid;
+      }
+      ++batch_.next;
+    }
+    if (writer_.empty()) return false;
+    writer_.finish();
+    ready_ = events::kRawPageSize;
+    pos_ = 0;
+    return true;
+  }
+
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+  std::mutex mu_;
+  std::array<uint8_t, events::kRawPageSize> page_{};
+  events::RawPageWriter writer_;
+  size_t ready_ = 0;  // bytes of page_ to hand out; pos_ of them handed out
+  size_t pos_ = 0;
+  uint64_t missed_ = 0;  // lost records not yet reported on a page
+  TraceReader::Batch batch_;
+  std::vector<uint8_t> scratch_;
+  pid_t last_pid_ = 0, last_tid_ = 0;
+  bool returned_data_ = false;
+};
+
+class RawPipeFile : public File {
+ public:
+  RawPipeFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
+    *out = std::make_unique<RawPipeHandle>(fs_, reader_, cpu_);
+    return 0;
+  }
+  void set_wakeup(std::function<void()> wake) override {
+    reader_->add_poll_wake(std::move(wake));
+  }
+  bool stream() const override { return true; }
+
+ private:
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+};
+
+}  // namespace
+
+std::shared_ptr<File> make_raw_pipe_file(Tracefs& fs, std::shared_ptr<TraceReader> reader,
+                                         int cpu) {
+  return std::make_shared<RawPipeFile>(fs, std::move(reader), cpu);
+}
+
+}  // namespace probefs::fs

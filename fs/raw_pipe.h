@@ -1,0 +1,34 @@
+// per_cpu/cpuN/trace_pipe_raw: the records of CPU N in the kernel's binary ring-buffer
+// pages (events/raw_page.h), as trace-cmd, libtracefs and KernelShark read them.
+//
+// Records are taken from the tracer as trace_pipe takes them (consuming, through the
+// record gate: filters, triggers and soft-disabled events decide once) and laid out in a
+// page as their event's `format` file says; trace_marker's records become the kernel's
+// ftrace `print` event (id 5: common fields, ip, then the text with its NUL). A page holds
+// the records that fit, oldest first; records lost before one (its ring was full) end the
+// page before it, and the next page carries their count in its commit word as the
+// kernel's does.
+//
+// Reads as the kernel's: each read returns the rest of the current page (a whole page,
+// 4096 bytes, unless the caller asked for less; the rest stays for the next read on the
+// same open file), blocks while the CPU has no record (O_NONBLOCK: EAGAIN; a signal:
+// EINTR; tracing turned off after this file returned a page, or the mount going away:
+// end of file), and poll() says readable once a record is there. One difference: a read
+// with room for more pages gets, after the first, the whole pages ready at once, as the
+// kernel's splice() does. A FUSE splice is a read of the pipe's size, and each read is a
+// round trip to the daemon: one page per read would cost a round trip per 4 KiB. A
+// reader of one page per read (trace-cmd --nosplice, libtracefs) sees the kernel's rule.
+#pragma once
+
+#include <memory>
+
+namespace probefs::fs {
+
+class File;
+class Tracefs;
+class TraceReader;
+
+std::shared_ptr<File> make_raw_pipe_file(Tracefs& fs, std::shared_ptr<TraceReader> reader,
+                                         int cpu);
+
+}  // namespace probefs::fs

@@ -1,0 +1,311 @@
+// per_cpu/cpuN/trace_pipe_raw without a mount: a Tracer with the real agent, traced_prog
+// run under it, and every page read back through libtraceevent's kbuffer, the decoder
+// trace-cmd uses on the kernel's raw buffers.
+#include "fs/raw_pipe.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "events/raw_page.h"
+#include "fs/tracefs.h"
+#include "tests/fs/trace_files_test_util.h"
+#include "tracee/probe_places.h"
+#include "tracee/tracer.h"
+
+extern "C" {
+#include <traceevent/kbuffer.h>
+}
+
+namespace probefs::fs {
+namespace {
+
+using testing::KillOnExit;
+using testing::ProgramPipes;
+
+const std::string kProg = PROBEFS_TRACED_PROG;
+
+// One event of a page: its stamp and payload (the event's `format` layout).
+struct RawEvent {
+  uint64_t ts = 0;
+  std::vector<uint8_t> data;
+  uint16_t type() const { return load<uint16_t>(0); }
+  int32_t pid() const { return load<int32_t>(4); }
+  template <typename T>
+  T load(size_t off) const {
+    T v{};
+    if (off + sizeof v <= data.size()) std::memcpy(&v, data.data() + off, sizeof v);
+    return v;
+  }
+};
+
+struct RawPage {
+  std::vector<RawEvent> events;
+  int missed = 0;
+};
+
+RawPage decode(const std::string& bytes) {
+  RawPage out;
+  EXPECT_EQ(bytes.size(), events::kRawPageSize);
+  std::vector<uint8_t> page(bytes.begin(), bytes.end());
+  page.resize(events::kRawPageSize);
+  kbuffer* kb = kbuffer_alloc(KBUFFER_LSIZE_8, KBUFFER_ENDIAN_LITTLE);
+  EXPECT_EQ(kbuffer_load_subbuffer(kb, page.data()), 0);
+  out.missed = kbuffer_missed_events(kb);
+  unsigned long long ts = 0;
+  for (void* d = kbuffer_read_event(kb, &ts); d; d = kbuffer_next_event(kb, &ts)) {
+    const auto* p = static_cast<const uint8_t*>(d);
+    out.events.push_back({ts, std::vector<uint8_t>(p, p + kbuffer_event_size(kb))});
+  }
+  kbuffer_free(kb);
+  return out;
+}
+
+class RawPipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tracee::Tracer::Options o;
+    o.agent_path = PROBEFS_AGENT_PATH;
+    std::string err;
+    tracer_ = tracee::Tracer::create(o, &err);
+    ASSERT_NE(tracer_, nullptr) << err;
+    Tracefs::Options fo;
+    fo.agent_path = PROBEFS_AGENT_PATH;
+    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int st;
+      (void)tracer_->wait_exit(pid_, 10000, &st);
+    }
+    fs_.reset();
+    tracer_.reset();
+  }
+
+  // p:t/add traced_prog:traced_add a=%di b=%si (uprobe syntax): its event id.
+  uint16_t define_add() {
+    uint64_t off = 0;
+    EXPECT_EQ(tracee::symbol_file_offset(kProg, "traced_add", &off), 0);
+    char line[1024];
+    snprintf(line, sizeof line, "p:t/add %s:0x%llx a=%%di b=%%si", kProg.c_str(),
+             static_cast<unsigned long long>(off));
+    return testing::define_event(*fs_, *tracer_, line);
+  }
+
+  bool launch() {
+    tracee::Tracer::LaunchSpec s;
+    s.argv = {kProg};
+    s.stdin_fd = pipes_.child_stdin();
+    s.stdout_fd = pipes_.child_stdout();
+    std::string err;
+    int rc = tracer_->launch(s, &pid_, &err);
+    EXPECT_EQ(rc, 0) << err;
+    if (rc != 0) return false;
+    guard_.set(pid_);
+    pipes_.parent_side();
+    return pipes_.line() == "ready";
+  }
+
+  // traced_add(i, 2i) for i in [0, n).
+  void call(long n) {
+    ASSERT_EQ(pipes_.ask("call " + std::to_string(n)),
+              "ok " + std::to_string(3 * (n * (n - 1) / 2)));
+  }
+
+  std::unique_ptr<Handle> open(const std::string& path, int flags) {
+    std::unique_ptr<Handle> h;
+    Request rq;
+    rq.flags = flags;
+    rq.pid = static_cast<pid_t>(gettid());
+    EXPECT_EQ(fs_->tree().open(path, rq, flags, &h), 0) << path;
+    return h;
+  }
+
+  static std::string raw_path(int cpu) {
+    return "per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
+  }
+
+  // Every page of CPU `cpu` until EAGAIN, each read `size` bytes at most.
+  std::vector<std::string> drain(int cpu, size_t size = events::kRawPageSize) {
+    std::vector<std::string> reads;
+    auto h = open(raw_path(cpu), O_RDONLY | O_NONBLOCK);
+    if (!h) return reads;
+    Request rq;
+    rq.flags = O_RDONLY | O_NONBLOCK;
+    for (;;) {
+      std::string part;
+      const int rc = h->read(rq, 0, size, &part);
+      if (rc == -EAGAIN) return reads;
+      EXPECT_EQ(rc, 0);
+      EXPECT_FALSE(part.empty());
+      if (rc != 0 || part.empty()) return reads;
+      reads.push_back(part);
+    }
+  }
+
+  // Every page of every CPU, decoded; events of each CPU in page order.
+  std::vector<RawPage> drain_all() {
+    std::vector<RawPage> pages;
+    for (int cpu = 0; cpu < fs_->cpus(); ++cpu)
+      for (const std::string& p : drain(cpu)) pages.push_back(decode(p));
+    return pages;
+  }
+
+  int64_t write(const std::string& path, std::string_view data) {
+    auto h = open(path, O_WRONLY);
+    if (!h) return -ENOENT;
+    Request rq;
+    rq.pid = static_cast<pid_t>(gettid());
+    return h->write(rq, 0, data);
+  }
+
+  // Keeps the program on CPU 0, where a test waits for its records.
+  void pin_to_cpu0() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    ASSERT_EQ(sched_setaffinity(pid_, sizeof set, &set), 0);
+  }
+
+  std::unique_ptr<tracee::Tracer> tracer_;
+  std::unique_ptr<Tracefs> fs_;
+  ProgramPipes pipes_;
+  KillOnExit guard_;
+  pid_t pid_ = 0;
+};
+
+// Each CPU's pages hold that CPU's records, every one of them, laid out as the event's
+// format says (common_type, common_pid, __probe_ip, a, b), stamps never going back.
+TEST_F(RawPipeTest, EveryRecordComesBackInPagesLaidOutAsTheFormatSays) {
+  const uint16_t id = define_add();
+  ASSERT_TRUE(launch());
+  call(600);
+  std::vector<bool> seen(600, false);
+  size_t n = 0;
+  for (int cpu = 0; cpu < fs_->cpus(); ++cpu) {
+    uint64_t last = 0;
+    for (const std::string& bytes : drain(cpu)) {
+      const RawPage page = decode(bytes);
+      EXPECT_EQ(page.missed, 0);
+      for (const RawEvent& e : page.events) {
+        ASSERT_EQ(e.data.size(), 32u);  // 8 common + ip + a + b
+        EXPECT_EQ(e.type(), id);
+        EXPECT_EQ(e.pid(), pid_);
+        EXPECT_NE(e.load<uint64_t>(8), 0u);  // __probe_ip
+        const uint64_t a = e.load<uint64_t>(16);
+        EXPECT_EQ(e.load<uint64_t>(24), 2 * a);
+        ASSERT_LT(a, 600u);
+        EXPECT_FALSE(seen[a]) << a;
+        seen[a] = true;
+        EXPECT_GE(e.ts, last);
+        last = e.ts;
+        ++n;
+      }
+    }
+  }
+  EXPECT_EQ(n, 600u);
+}
+
+// A read smaller than a page gets that much; the next read gets the rest of the page.
+TEST_F(RawPipeTest, ASmallReadLeavesTheRestOfThePageForTheNext) {
+  define_add();
+  ASSERT_TRUE(launch());
+  pin_to_cpu0();
+  call(5);
+  auto h = open(raw_path(0), O_RDONLY | O_NONBLOCK);
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string first, rest, none;
+  ASSERT_EQ(h->read(rq, 0, 100, &first), 0);
+  EXPECT_EQ(first.size(), 100u);
+  ASSERT_EQ(h->read(rq, 0, 1 << 20, &rest), 0);
+  EXPECT_EQ(rest.size(), events::kRawPageSize - 100);
+  const RawPage page = decode(first + rest);
+  EXPECT_EQ(page.events.size(), 5u);
+  EXPECT_EQ(h->read(rq, 0, 4096, &none), -EAGAIN);
+}
+
+// A blocked read returns with the page once a record comes, and -EINTR on a signal.
+TEST_F(RawPipeTest, ABlockedReadWakesForARecordAndForASignal) {
+  define_add();
+  ASSERT_TRUE(launch());
+  pin_to_cpu0();
+  auto h = open(raw_path(0), O_RDONLY);
+  std::promise<void> blocked;
+  std::atomic<bool> told{false}, interrupt{false};
+  auto read_blocking = [&](std::string* out) {
+    Request rq;
+    rq.flags = O_RDONLY;
+    rq.interrupted = [&] {
+      if (!told.exchange(true)) blocked.set_value();
+      return interrupt.load();
+    };
+    return h->read(rq, 0, events::kRawPageSize, out);
+  };
+  std::string page;
+  auto r = std::async(std::launch::async, read_blocking, &page);
+  ASSERT_EQ(blocked.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  call(3);
+  ASSERT_EQ(r.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(r.get(), 0);
+  EXPECT_EQ(decode(page).events.size(), 3u);
+
+  blocked = std::promise<void>();
+  told = false;
+  std::string none;
+  auto r2 = std::async(std::launch::async, read_blocking, &none);
+  ASSERT_EQ(blocked.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  interrupt = true;
+  ASSERT_EQ(r2.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(r2.get(), -EINTR);
+  EXPECT_TRUE(none.empty());
+}
+
+// Records dropped because the ring was full: the page of the next record says how many,
+// as the kernel's commit flags and stored count do.
+TEST_F(RawPipeTest, LostRecordsAreCountedOnTheNextPage) {
+  ASSERT_EQ(write("buffer_size_kb", "4"), 1);
+  define_add();
+  ASSERT_TRUE(launch());
+  call(2000);
+  size_t kept = 0;
+  for (const RawPage& p : drain_all()) {
+    EXPECT_EQ(p.missed, 0);
+    kept += p.events.size();
+  }
+  ASSERT_GT(kept, 0u);
+  ASSERT_LT(kept, 2000u);
+  call(1);
+  const std::vector<RawPage> pages = drain_all();
+  ASSERT_EQ(pages.size(), 1u);
+  ASSERT_EQ(pages[0].events.size(), 1u);
+  EXPECT_EQ(pages[0].missed, static_cast<int>(2000 - kept));
+}
+
+// trace_marker's text is the kernel's ftrace print event: id 5, the writer's pid, ip 0,
+// the text with its newline and a NUL.
+TEST_F(RawPipeTest, MarkersAreTheKernelsPrintEvent) {
+  ASSERT_EQ(write("trace_marker", "hello raw"), 9);
+  std::vector<RawEvent> all;
+  for (const RawPage& p : drain_all()) all.insert(all.end(), p.events.begin(), p.events.end());
+  ASSERT_EQ(all.size(), 1u);
+  const RawEvent& e = all[0];
+  EXPECT_EQ(e.type(), kPrintEventId);
+  EXPECT_EQ(e.pid(), static_cast<int32_t>(gettid()));
+  EXPECT_EQ(e.load<uint64_t>(8), 0u);
+  ASSERT_GE(e.data.size(), 16u + 11u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(e.data.data() + 16), 11),
+            std::string("hello raw\n\0", 11));
+}
+
+}  // namespace
+}  // namespace probefs::fs
