@@ -1,7 +1,7 @@
 // The files that show and steer the trace buffer: trace (non-consuming, with its header;
 // truncation clears it), trace_pipe (consuming; blocks until data, O_NONBLOCK gives
 // EAGAIN, poll works, a blocked read returns on a signal and on unmount), per_cpu/cpuN/
-// (trace, trace_pipe, stats), tracing_on, trace_marker, trace_marker_raw (checked and
+// (trace, trace_pipe, trace_pipe_raw: fs/raw_pipe.h, stats, buffer_size_kb), tracing_on, trace_marker, trace_marker_raw (checked and
 // taken, not recorded), trace_clock, buffer_size_kb, buffer_total_size_kb,
 // current_tracer, available_tracers, saved_cmdlines, saved_cmdlines_size, saved_tgids,
 // options/ and trace_options (every kernel option; context-info, irq-info, markers and
@@ -14,7 +14,8 @@
 //   - buffer_size_kb is the size of each thread's ring, rounded as the kernel rounds a
 //     per-CPU buffer (to 4080-byte pages, at least two); buffer_total_size_kb is that
 //     times the threads whose records are in the buffer now (the rings holding data).
-//   - per_cpu/cpuN/ shows the records written on CPU N, from every thread's ring.
+//   - per_cpu/cpuN/ shows the records written on CPU N, from every thread's ring;
+//     its buffer_size_kb is that one size (a write sets it for every CPU).
 //   - a record lost because its thread's ring was full is the kernel's non-overwrite
 //     loss: trace_pipe prints "CPU:N [LOST n EVENTS]" before the next record of that
 //     ring, and per_cpu stats count it under "dropped events".
@@ -52,8 +53,8 @@ class TraceFiles {
   // Whether tracing_cpumask has CPU `cpu` (false for a CPU past the configured ones).
   bool cpu_traced(int cpu) const;
   // Whether set_event_pid and set_event_notrace_pid keep the events of thread `tid`: a
-  // thread id, as the kernel tests a task's pid (not its process's). Nothing filters by
-  // it yet.
+  // thread id, as the kernel tests a task's pid (not its process's). The trace readers
+  // keep a record by these and by options/event-fork (fs/trace_reader.h, set_scope).
   bool event_pid_allowed(pid_t tid) const;
 
  private:

@@ -229,6 +229,7 @@ void TraceReader::begin_fill() {
   fill_fast_ = fill_opts_.irq_info && fill_opts_.context_info && !fill_opts_.record_tgid &&
                events::trace_clock_in_ns(fill_clock_);
   fill_now_ms_ = coarse_ms();
+  fill_gate_ = fs_.events().gate();
   fill_scope_ = scope_ ? scope_->scope_version() : 0;
   if (fill_scope_ != 0) {
     const bool follow = event_fork_ && event_fork_();
@@ -293,7 +294,7 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   r.data = data;
   r.len = h.len;
   r.lost_before = h.lost_before;
-  return fs_.events().admit(*v, r);
+  return fill_gate_ ? (*fill_gate_)(*v, r) : true;
 }
 
 void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
@@ -319,6 +320,12 @@ bool TraceReader::pid_in_scope(pid_t tgid, pid_t tid) {
   pid_t p = tgid;
   for (int depth = 0; p > 1 && depth < kMaxAncestors; ++depth) {
     if (scope_->event_pid_allowed(p)) return true;
+    // A target's parent as the tracer saw the fork (the child may be gone by now);
+    // else the process's parent now.
+    if (const pid_t parent = fs_.fork_parent(p); parent > 0) {
+      p = parent;
+      continue;
+    }
     tracee::ProcStat st;
     if (tracee::read_proc_stat(p, 0, &st) != 0) break;
     p = st.ppid;

@@ -260,6 +260,7 @@ class TraceReader {
   std::vector<std::pair<pid_t, std::shared_ptr<tracee::TargetSymbolizer>>> symbolizers_;
   // The scope (set_scope): its version as this fill began (0: nothing limited), and
   // what was decided under that version.
+  std::shared_ptr<const EventTable::Gate> fill_gate_;  // the gate as this fill began
   const SettingsFiles* scope_ = nullptr;
   std::function<bool()> event_fork_;
   uint64_t fill_scope_ = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -52,16 +53,17 @@ std::shared_ptr<const EventView> EventTable::find(uint16_t id) const {
 
 void EventTable::set_gate(Gate gate) {
   std::lock_guard l(mu_);
-  gate_ = std::move(gate);
+  gate_ = gate ? std::make_shared<const Gate>(std::move(gate)) : nullptr;
+}
+
+std::shared_ptr<const EventTable::Gate> EventTable::gate() const {
+  std::lock_guard l(mu_);
+  return gate_;
 }
 
 bool EventTable::admit(const EventView& ev, const tracee::TraceRecord& rec) const {
-  Gate g;
-  {
-    std::lock_guard l(mu_);
-    g = gate_;
-  }
-  return g ? g(ev, rec) : true;
+  const std::shared_ptr<const Gate> g = gate();
+  return g ? (*g)(ev, rec) : true;
 }
 
 // ---- Tracefs -------------------------------------------------------------------------------
@@ -69,6 +71,8 @@ bool EventTable::admit(const EventView& ev, const tracee::TraceRecord& rec) cons
 struct Tracefs::NoticeSink {
   std::mutex mu;
   DynamicEvents* events = nullptr;  // nullptr once the Tracefs goes
+  std::unordered_map<pid_t, pid_t> parents;  // fork child -> its parent
+  std::deque<pid_t> children;                // oldest first, for forgetting
 };
 
 Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer), opts_(opts) {
@@ -83,6 +87,16 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
   notices_ = std::make_shared<NoticeSink>();
   notices_->events = dynamic_.get();
   tracer_.on_target_notice([sink = notices_](const tracee::TargetNotice& n) {
+    if (n.kind == tracee::TargetNotice::Kind::kForked && n.parent > 0) {
+      std::lock_guard l(sink->mu);
+      if (sink->parents.insert_or_assign(n.pid, n.parent).second)
+        sink->children.push_back(n.pid);
+      if (sink->children.size() > kForkParentsKept) {
+        sink->parents.erase(sink->children.front());
+        sink->children.pop_front();
+      }
+      return;
+    }
     if (n.kind != tracee::TargetNotice::Kind::kRefused) return;
     events::Diagnostic d;
     d.code = events::ErrorCode::kTargetLimit;
@@ -125,5 +139,11 @@ void Tracefs::shutdown() {
 }
 
 bool Tracefs::shutting_down() const { return shutdown_; }
+
+pid_t Tracefs::fork_parent(pid_t pid) const {
+  std::lock_guard l(notices_->mu);
+  auto it = notices_->parents.find(pid);
+  return it == notices_->parents.end() ? 0 : it->second;
+}
 
 }  // namespace probefs::fs

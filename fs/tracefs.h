@@ -75,13 +75,15 @@ class EventTable {
   using Gate = std::function<bool(const EventView& ev, const tracee::TraceRecord& rec)>;
   void set_gate(Gate gate);
   bool admit(const EventView& ev, const tracee::TraceRecord& rec) const;
+  // The gate as it is now (null: none), for a reader that decides many records at once.
+  std::shared_ptr<const Gate> gate() const;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<const EventView>> views_;
   std::unordered_map<uint16_t, bool> used_;
   uint16_t next_ = kFirstEventId;
-  Gate gate_;
+  std::shared_ptr<const Gate> gate_;
 };
 
 class DynamicEvents;  // fs/dynamic_events.h
@@ -116,6 +118,12 @@ class Tracefs {
   // tracing_on as the file shows it: after the changes that triggers of records already
   // read asked for (a traceoff acts when its record is read, on the gate's thread).
   bool tracing_on_settled();
+
+  // The target `pid` was forked from, as the tracer said when the child joined (0: not
+  // known, or not a fork child). Remembered for the last kForkParentsKept children, gone
+  // or not: their records may be read long after they ended.
+  pid_t fork_parent(pid_t pid) const;
+  static constexpr size_t kForkParentsKept = 65536;
 
   // The mount is going away: blocked readers return.
   void shutdown();

@@ -834,6 +834,69 @@ TEST_F(TraceFilesTest, OptionsChangeTheText) {
   EXPECT_EQ(read_file("options/irq-info"), "1\n");
 }
 
+// set_event_pid and set_event_notrace_pid decide which threads' events are kept, as the
+// kernel's lists do; emptying them (O_TRUNC) keeps every thread's again.
+TEST_F(TraceFilesTest, EventPidListsKeepTheListedThreadsEvents) {
+  define_add();
+  ASSERT_TRUE(launch());
+  const std::string other = std::to_string(pid_ + 1);  // not the program's thread
+  ASSERT_EQ(write("set_event_pid", other), static_cast<int64_t>(other.size()));
+  call(5);
+  EXPECT_EQ(drain_text("trace_pipe"), "");
+  ASSERT_EQ(write("set_event_pid", std::to_string(pid_)),
+            static_cast<int64_t>(std::to_string(pid_).size()));
+  call(3);
+  EXPECT_EQ(body(drain_text("trace_pipe")).size(), 3u);
+  ASSERT_EQ(write("set_event_pid", "", O_WRONLY | O_TRUNC), 0);
+  ASSERT_EQ(write("set_event_notrace_pid", std::to_string(pid_)),
+            static_cast<int64_t>(std::to_string(pid_).size()));
+  call(4);
+  EXPECT_EQ(drain_text("trace_pipe"), "");
+  ASSERT_EQ(write("set_event_notrace_pid", "", O_WRONLY | O_TRUNC), 0);
+  call(2);
+  EXPECT_EQ(body(drain_text("trace_pipe")).size(), 2u);
+}
+
+// A listed process's fork child is kept only with options/event-fork, as the kernel adds
+// a listed task's children to the list only then.
+TEST_F(TraceFilesTest, EventForkKeepsAListedProcesssChildren) {
+  define_add();
+  ASSERT_TRUE(launch());
+  ASSERT_EQ(write("set_event_pid", std::to_string(pid_)),
+            static_cast<int64_t>(std::to_string(pid_).size()));
+  std::string answer = pipes_.ask("fork 4");
+  ASSERT_EQ(answer.rfind("ok ", 0), 0u) << answer;
+  EXPECT_EQ(drain_text("trace_pipe"), "");
+  ASSERT_EQ(write("options/event-fork", "1"), 1);
+  answer = pipes_.ask("fork 4");
+  ASSERT_EQ(answer.rfind("ok ", 0), 0u) << answer;
+  const pid_t child = static_cast<pid_t>(std::atol(answer.c_str() + 3));
+  const std::vector<std::string> lines = body(drain_text("trace_pipe"));
+  ASSERT_EQ(lines.size(), 4u);
+  for (const std::string& l : lines) {
+    AddLine v;
+    ASSERT_TRUE(parse_add(l, &v)) << l;
+    EXPECT_EQ(v.pid, child) << l;
+  }
+}
+
+// tracing_cpumask keeps the records of the CPUs it has.
+TEST_F(TraceFilesTest, TracingCpumaskKeepsTheRecordsOfItsCpus) {
+  if (fs_->cpus() < 2) GTEST_SKIP() << "one CPU: no mask leaves the program's CPU out";
+  define_add();
+  ASSERT_TRUE(launch());
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  ASSERT_EQ(sched_setaffinity(pid_, sizeof one, &one), 0);
+  ASSERT_EQ(write("tracing_cpumask", "2"), 1);  // CPU 1 only
+  call(5);
+  EXPECT_EQ(drain_text("trace_pipe"), "");
+  ASSERT_EQ(write("tracing_cpumask", "1"), 1);  // CPU 0 only
+  call(5);
+  EXPECT_EQ(body(drain_text("trace_pipe")).size(), 5u);
+}
+
 TEST_F(TraceFilesTest, LostRecordsPrintTheKernelsLostLine) {
   ASSERT_EQ(write("buffer_size_kb", "4"), 1);
   define_add();
