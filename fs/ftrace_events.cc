@@ -44,6 +44,10 @@ constexpr FtraceEvent kEvents[] = {
      "\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n"
      "\tfield:const char * str;\toffset:16;\tsize:8;\tsigned:0;\n",
      "\"%ps: %s\", (void *)REC->ip, REC->str", false, false},
+    {"raw_data", kRawDataEventId,
+     "\tfield:unsigned int id;\toffset:8;\tsize:4;\tsigned:0;\n"
+     "\tfield:char buf[];\toffset:12;\tsize:0;\tsigned:0;\n",
+     "\"id:%04x %08x\", REC->id, (int)REC->buf[0]", false, false},
     {"print", kPrintEventId,
      "\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n"
      "\tfield:char buf[];\toffset:16;\tsize:0;\tsigned:0;\n",

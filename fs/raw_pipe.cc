@@ -39,6 +39,33 @@ bool marker_as_print(const uint8_t* data, uint32_t len, std::vector<uint8_t>* ou
   return true;
 }
 
+// trace_marker_raw's record as the kernel's ftrace raw_data event:
+//   0 u16 common_type (19)  2 u8 flags  3 u8 preempt count  4 s32 pid  8 u32 id  12 data
+bool marker_raw_as_raw_data(const uint8_t* data, uint32_t len, std::vector<uint8_t>* out) {
+  if (len < kMarkerHeaderSize + 4) return false;
+  uint32_t n;
+  std::memcpy(&n, data + 12, 4);
+  n = std::min(n, len - kMarkerHeaderSize);
+  if (n < 4) return false;
+  out->assign(8 + n, 0);
+  const uint16_t id = kRawDataEventId;
+  std::memcpy(out->data(), &id, 2);
+  std::memcpy(out->data() + 2, data + 2, 6);  // flags, preempt count, pid
+  std::memcpy(out->data() + 8, data + kMarkerHeaderSize, n);
+  return true;
+}
+
+// A daemon record (pid 0) of trace_marker or trace_marker_raw as the kernel's event;
+// false for one that is neither, or too short.
+bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8_t>* out) {
+  if (len < 2) return false;
+  uint16_t id;
+  std::memcpy(&id, data, 2);
+  if (id == kMarkerEventId) return marker_as_print(data, len, out);
+  if (id == kMarkerRawEventId) return marker_raw_as_raw_data(data, len, out);
+  return false;
+}
+
 class RawPipeHandle : public Handle {
  public:
   RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
@@ -104,9 +131,8 @@ class RawPipeHandle : public Handle {
       }
       const uint8_t* data = batch_.bytes.data() + h.off;
       size_t len = h.len;
-      if (h.pid == 0 && len >= 2 && data[0] == (kMarkerEventId & 0xff) &&
-          data[1] == (kMarkerEventId >> 8)) {
-        if (!marker_as_print(data, h.len, &scratch_)) {
+      if (h.pid == 0) {
+        if (!daemon_record_as_event(data, h.len, &scratch_)) {
           ++batch_.next;
           continue;
         }

@@ -31,6 +31,9 @@ constexpr uint64_t kPageData = 4080;
 // A trace_marker_raw write: a u32 id, then data; the kernel takes 4096 bytes at most.
 constexpr size_t kMarkerRawMin = 4;
 constexpr size_t kMarkerRawMax = 4096;
+// The most a raw_data entry's page takes: 4080 bytes of data less a header, a length word
+// and the entry's own 8 bytes of common fields.
+constexpr size_t kMarkerRawMaxRecorded = 4060;
 
 std::string_view trim(std::string_view s) {
   const char* ws = " \t\n\r\f\v";
@@ -311,7 +314,8 @@ struct TraceFiles::Impl {
   void add_options(const NodePtr& dir);
   void add_per_cpu(const NodePtr& dir);
   int64_t write_marker(const Request& rq, std::string_view data);
-  int64_t write_marker_raw(std::string_view data);
+  int64_t write_marker_raw(const Request& rq, std::string_view data);
+  int record_marker(const Request& rq, uint16_t id, std::string_view payload, bool add_newline);
   std::string saved_tgids_text();
   int64_t write_buffer_size(std::string_view data);
   int64_t write_trace_clock(std::string_view data);
@@ -382,7 +386,7 @@ void TraceFiles::Impl::add_files() {
              make_text_file([this] { return saved_tgids_text(); }));
   t.add_file(root, "trace_marker_raw", kModeWrite,
              std::make_shared<MarkerFile>(
-                 [this](const Request&, std::string_view d) { return write_marker_raw(d); }));
+                 [this](const Request& rq, std::string_view d) { return write_marker_raw(rq, d); }));
   settings.add_files(t, root);
   add_options(t.mkdir(root, "options", kModeDirPrivate));
   add_per_cpu(t.mkdir(root, "per_cpu", kModeDirPrivate));
@@ -437,6 +441,14 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
   if (!fs.tracing_on()) return -EBADF;  // the kernel's answer when the buffer takes nothing
   const std::string_view text = data.substr(0, std::min(data.size(), kMarkerMaxText));
   const bool add_newline = text.empty() || text.back() != '\n';
+  const int err = record_marker(rq, kMarkerEventId, text, add_newline);
+  return err < 0 ? err : static_cast<int64_t>(text.size());
+}
+
+// One record of a marker file (fs/trace_reader.h: the writer, then `payload`, and a
+// newline when `add_newline`): 0 or a negative errno (EBADF when the buffer takes nothing).
+int TraceFiles::Impl::record_marker(const Request& rq, uint16_t id, std::string_view payload,
+                                    bool add_newline) {
   std::string comm = "<...>";
   int32_t tgid = 0;
   if (rq.pid > 0) {
@@ -444,9 +456,8 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
     if (tracee::read_proc_comm(rq.pid, 0, &c) == 0) comm = c;
     tgid = tracee::proc_tgid(rq.pid);
   }
-  const uint32_t text_len = static_cast<uint32_t>(text.size() + (add_newline ? 1 : 0));
+  const uint32_t text_len = static_cast<uint32_t>(payload.size() + (add_newline ? 1 : 0));
   std::vector<uint8_t> rec(kMarkerHeaderSize + text_len, 0);
-  const uint16_t id = kMarkerEventId;
   const int32_t tid = rq.pid;
   std::memcpy(rec.data(), &id, 2);
   rec[3] = 1;  // preempt depth 1, as the kernel's write path has it ("...1.")
@@ -454,7 +465,7 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
   std::memcpy(rec.data() + 8, &tgid, 4);
   std::memcpy(rec.data() + 12, &text_len, 4);
   std::memcpy(rec.data() + 16, comm.data(), std::min<size_t>(comm.size(), 16));
-  std::memcpy(rec.data() + kMarkerHeaderSize, text.data(), text.size());
+  std::memcpy(rec.data() + kMarkerHeaderSize, payload.data(), payload.size());
   if (add_newline) rec.back() = '\n';
   const int err = fs.tracer().write_record(rec.data(), static_cast<uint32_t>(rec.size()));
   if (err == -ENOSPC) return -EBADF;
@@ -463,17 +474,19 @@ int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data)
     cmdlines.save(tid, comm);
     tgids.save(tid, tgid);
   }
-  return static_cast<int64_t>(text.size());
+  return 0;
 }
 
 // trace_marker_raw: checked as the kernel checks a write (markers on, at least the u32
-// id, at most kMarkerRawMax bytes; EBADF while the buffer takes nothing), then taken
-// whole. Nothing is recorded: no reader would show such a record yet.
-int64_t TraceFiles::Impl::write_marker_raw(std::string_view data) {
+// id, at most kMarkerRawMax bytes; EBADF while the buffer takes nothing), then one
+// record of it whole (the kernel's raw_data event).
+int64_t TraceFiles::Impl::write_marker_raw(const Request& rq, std::string_view data) {
   if (!markers) return -EINVAL;
   if (data.size() < kMarkerRawMin || data.size() > kMarkerRawMax) return -EINVAL;
-  if (!fs.tracing_on()) return -EBADF;
-  return static_cast<int64_t>(data.size());
+  // The kernel's EBADF too for what its page cannot hold (the raw_data entry whole).
+  if (!fs.tracing_on() || data.size() > kMarkerRawMaxRecorded) return -EBADF;
+  const int err = record_marker(rq, kMarkerRawEventId, data, false);
+  return err < 0 ? err : static_cast<int64_t>(data.size());
 }
 
 // The threads of the records in the buffer (the tracer knows each writer's group), of

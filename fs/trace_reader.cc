@@ -276,7 +276,8 @@ TraceReader::ThreadGate& TraceReader::gate(uint64_t key) {
 bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (h.len < 8) return false;
   const uint16_t id = load16(data);
-  if (id == kMarkerEventId) return h.pid == 0;  // markers are not events: no trigger sees them
+  // Markers are not events: no trigger sees them.
+  if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
   if (fill_scope_ != 0 && !in_scope(h)) return false;
   const EventView* v = view(id);
   if (!v) return false;
@@ -401,11 +402,20 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
         return true;
       },
       max, cpu);
-  // The gate runs here, once the tracer's lock is released.
+  // The gate runs here, once the tracer's lock is released. Records come in runs of one
+  // thread's: its entry is looked up once a run (entries stay where they are until the
+  // pruning below).
+  ThreadGate* g = nullptr;
+  uint64_t g_key = 0;
   for (size_t i = first; i < b->recs.size(); ++i) {
     Held& h = b->recs[i];
     const uint8_t* d = b->bytes.data() + h.off;
-    h.shown = decide_consumed(gate(key_of(h.pid, h.tid)), h, d);
+    const uint64_t key = key_of(h.pid, h.tid);
+    if (!g || key != g_key) {
+      g = &gate(key);
+      g_key = key;
+    }
+    h.shown = decide_consumed(*g, h, d);
     if (h.cpu < read_events_.size()) {
       ++read_events_[h.cpu];
       dropped_events_[h.cpu] += h.lost_before;
@@ -555,8 +565,10 @@ void TraceReader::append(std::string& out, const Batch& b, const Held& h, bool l
 void TraceReader::append_line(std::string& out, const Held& h, const uint8_t* data) {
   if (h.len < 8) return;
   const uint16_t id = load16(data);
-  if (id == kMarkerEventId) {
-    if (h.pid == 0) append_marker(out, h, data);  // only trace_marker writes these
+  if (id == kMarkerEventId || id == kMarkerRawEventId) {
+    if (h.pid != 0) return;  // only trace_marker and trace_marker_raw write these
+    if (id == kMarkerEventId) append_marker(out, h, data);
+    else append_marker_raw(out, h, data);
     return;
   }
   const EventView* v = view(id);
@@ -601,6 +613,29 @@ void TraceReader::append_marker(std::string& out, const Held& h, const uint8_t* 
   // The kernel prints the text as a C string: it ends at a NUL, newline included.
   const char* text = reinterpret_cast<const char*>(data + kMarkerHeaderSize);
   out.append(text, strnlen(text, text_len));
+}
+
+// The kernel's raw_data line: "# ID buf:" and each byte of the data in hex, the data
+// padded with zeros as the kernel's entry is, to a multiple of 4 bytes with the 12 before.
+void TraceReader::append_marker_raw(std::string& out, const Held& h, const uint8_t* data) {
+  if (h.len < kMarkerHeaderSize + 4) return;
+  const pid_t tid = load32(data + 4), tgid = load32(data + 8);
+  uint32_t len = static_cast<uint32_t>(load32(data + 12));
+  len = std::min(len, h.len - kMarkerHeaderSize);
+  if (len < 4) return;
+  const char* comm16 = reinterpret_cast<const char*>(data + 16);
+  put_context(out, std::string_view(comm16, strnlen(comm16, 16)), tid, tgid, h.cpu, data[2],
+              data[3], h.ts);
+  const uint8_t* bytes = data + kMarkerHeaderSize;
+  char buf[16];
+  snprintf(buf, sizeof buf, "# %x buf:", static_cast<uint32_t>(load32(bytes)));
+  out += buf;
+  const uint32_t shown = ((12 + (len - 4) + 3) & ~3u) - 12;
+  for (uint32_t i = 0; i < shown; ++i) {
+    snprintf(buf, sizeof buf, " %02x", 4 + i < len ? bytes[4 + i] : 0);
+    out += buf;
+  }
+  out += '\n';
 }
 
 // "%16s-%-7d [(%7d) ][%03d] [FLAGS] TIMESTAMP: " as the options say.

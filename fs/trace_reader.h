@@ -62,6 +62,8 @@ inline constexpr size_t kTraceChunkRecordBytes = 4u << 20;
 //   4 s32 common_pid (writer's thread)   8 s32 writer's tgid   12 u32 text length
 //   16 char comm[16] (the writer's name at the write)   32 text
 inline constexpr uint32_t kMarkerHeaderSize = 32;
+// trace_marker_raw's records (kMarkerRawEventId) have the same header, then the bytes as
+// written: the u32 id, then the data.
 // The most text one write() records: the kernel's limit with 4 KiB sub-buffers (a longer
 // write is cut to this and returns it).
 inline constexpr size_t kMarkerMaxText = 4054;
@@ -224,6 +226,7 @@ class TraceReader {
   void begin_fill();
   void append_line(std::string& out, const Held& h, const uint8_t* data);
   void append_marker(std::string& out, const Held& h, const uint8_t* data);
+  void append_marker_raw(std::string& out, const Held& h, const uint8_t* data);
   void put_context(std::string& out, std::string_view comm, pid_t tid, pid_t tgid,
                    uint32_t cpu, uint8_t flags, uint8_t pc, uint64_t ts) const;
   void prune_unseen();

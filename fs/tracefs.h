@@ -44,12 +44,16 @@ namespace probefs::fs {
 // probefs event finds no kernel tracepoint with that id and fails rather than recording
 // something else.
 inline constexpr uint16_t kFirstEventId = 0xF000;   // 61440
-inline constexpr uint16_t kLastEventId = 0xFFFE;
+inline constexpr uint16_t kLastEventId = 0xFFFD;
+// The id of trace_marker_raw's records (the kernel's ftrace/raw_data event).
+inline constexpr uint16_t kMarkerRawEventId = 0xFFFE;
 // The id of trace_marker's records (the kernel's ftrace/print event).
 inline constexpr uint16_t kMarkerEventId = 0xFFFF;
 // The kernel's id of ftrace/print (events/ftrace/print/id): what trace_marker's records
 // are in a raw buffer, where tools decode them with that event's format.
 inline constexpr uint16_t kPrintEventId = 5;
+// The kernel's id of ftrace/raw_data: what trace_marker_raw's records are in a raw buffer.
+inline constexpr uint16_t kRawDataEventId = 19;
 
 // What printing a record of one event needs. Immutable once published.
 struct EventView {

@@ -172,11 +172,12 @@ TEST_F(TracefsKernelFilesTest, FtraceEventsAreTheKernels) {
   EXPECT_EQ(ls("events"),
             (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   EXPECT_EQ(ls("events/ftrace"),
-            (std::vector<std::string>{"bputs", "print", "bprint", "function"}));
+            (std::vector<std::string>{"bputs", "raw_data", "print", "bprint", "function"}));
   EXPECT_EQ(ls("events/ftrace/print"), (std::vector<std::string>{"trigger", "format", "id"}));
   EXPECT_EQ(ls("events/ftrace/function"), (std::vector<std::string>{"format", "id"}));
   EXPECT_EQ(ls("events/ftrace/bprint"), (std::vector<std::string>{"format"}));
   EXPECT_EQ(ls("events/ftrace/bputs"), (std::vector<std::string>{"format"}));
+  EXPECT_EQ(ls("events/ftrace/raw_data"), (std::vector<std::string>{"format"}));
   for (const char* dir : {"events/ftrace", "events/ftrace/print", "events/ftrace/function",
                           "events/ftrace/bprint", "events/ftrace/bputs"})
     EXPECT_EQ(mode(dir), 0755u) << dir;
@@ -208,6 +209,11 @@ TEST_F(TracefsKernelFilesTest, FtraceEventsAreTheKernels) {
                 "\tfield:unsigned long parent_ip;\toffset:16;\tsize:8;\tsigned:0;\n"
                 "\tfield:unsigned long args[];\toffset:24;\tsize:0;\tsigned:0;\n"
                 "\nprint fmt: \" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip\n");
+  EXPECT_EQ(read("events/ftrace/raw_data/format"),
+            std::string("name: raw_data\nID: 19\nformat:\n") + kCommonFields +
+                "\n\tfield:unsigned int id;\toffset:8;\tsize:4;\tsigned:0;\n"
+                "\tfield:char buf[];\toffset:12;\tsize:0;\tsigned:0;\n"
+                "\nprint fmt: \"id:%04x %08x\", REC->id, (int)REC->buf[0]\n");
   EXPECT_EQ(read("events/ftrace/print/id"), "5\n");
   EXPECT_EQ(read("events/ftrace/function/id"), "1\n");
   EXPECT_EQ(kPrintEventId, 5);
@@ -463,7 +469,9 @@ TEST_F(TracefsKernelFilesTest, TraceMarkerRawChecksAsTheKernelDoes) {
   const std::string id_and_data("\x01\x00\x00\x00payload", 11);
   EXPECT_EQ(write("trace_marker_raw", id_and_data), 11);
   EXPECT_EQ(write("trace_marker_raw", std::string(4, '\0')), 4);
-  EXPECT_EQ(write("trace_marker_raw", std::string(4096, 'r')), 4096);
+  // Past what a page holds (4060): the kernel's EBADF, as when the buffer takes nothing.
+  EXPECT_EQ(write("trace_marker_raw", std::string(4096, 'r')), -EBADF);
+  EXPECT_EQ(write("trace_marker_raw", std::string(4061, 'r')), -EBADF);
   EXPECT_EQ(write("trace_marker_raw", std::string(3, '\0')), -EINVAL);
   EXPECT_EQ(write("trace_marker_raw", ""), -EINVAL);
   EXPECT_EQ(write("trace_marker_raw", std::string(4097, 'r')), -EINVAL);
@@ -474,8 +482,8 @@ TEST_F(TracefsKernelFilesTest, TraceMarkerRawChecksAsTheKernelDoes) {
   ASSERT_EQ(write("tracing_on", "0"), 1);
   EXPECT_EQ(write("trace_marker_raw", id_and_data), -EBADF);
   ASSERT_EQ(write("tracing_on", "1"), 1);
-  // Nothing is recorded (yet): the buffer stays empty.
-  EXPECT_NE(read("trace").find("# entries-in-buffer/entries-written: 0/0 "), std::string::npos);
+  // The two writes taken are two records.
+  EXPECT_NE(read("trace").find("# entries-in-buffer/entries-written: 2/2 "), std::string::npos);
 }
 
 // ---- saved_tgids ---------------------------------------------------------------------------

@@ -315,5 +315,31 @@ TEST_F(RawPipeTest, MarkersAreTheKernelsPrintEvent) {
             std::string("hello raw\n\0", 11));
 }
 
+// trace_marker_raw's write is the kernel's ftrace raw_data event: id 19, the writer's pid,
+// the u32 id, the data; trace_pipe shows the kernel's "# ID buf: .." line.
+TEST_F(RawPipeTest, RawMarkersAreTheKernelsRawDataEvent) {
+  const std::string written("\x2a\0\0\0hello", 9);
+  ASSERT_EQ(write("trace_marker_raw", written), 9);
+  std::vector<RawEvent> all;
+  for (const RawPage& p : drain_all()) all.insert(all.end(), p.events.begin(), p.events.end());
+  ASSERT_EQ(all.size(), 1u);
+  const RawEvent& e = all[0];
+  EXPECT_EQ(e.type(), kRawDataEventId);
+  EXPECT_EQ(e.pid(), static_cast<int32_t>(gettid()));
+  EXPECT_EQ(e.load<uint32_t>(8), 0x2au);
+  ASSERT_GE(e.data.size(), 17u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(e.data.data() + 12), 5), "hello");
+  ASSERT_EQ(write("trace_marker_raw", written), 9);
+  auto h = open("trace_pipe", O_RDONLY | O_NONBLOCK);
+  Request rq;
+  rq.flags = O_RDONLY | O_NONBLOCK;
+  std::string text;
+  ASSERT_EQ(h->read(rq, 0, 8192, &text), 0);
+  EXPECT_NE(text.find(": # 2a buf: 68 65 6c 6c 6f 00 00 00\n"), std::string::npos) << text;
+  // What a page cannot hold is refused as the kernel refuses it.
+  EXPECT_EQ(write("trace_marker_raw", std::string(4061, 'x')), -EBADF);
+  EXPECT_EQ(write("trace_marker_raw", std::string(4060, 'x')), 4060);
+}
+
 }  // namespace
 }  // namespace probefs::fs
