@@ -18,8 +18,8 @@ namespace {
 
 // A blocked read looks at Request::is_interrupted() this often.
 constexpr int kReaderSliceMs = 20;
-// Records taken from the tracer at once: about two pages of small records.
-constexpr size_t kBatch = 256;
+// Records taken from the tracer at once: about eight pages of small records.
+constexpr size_t kBatch = 1024;
 
 // trace_marker's record (fs/trace_reader.h) as the kernel's ftrace print event:
 //   0 u16 common_type (5)  2 u8 flags  3 u8 preempt count  4 s32 pid  8 u64 ip (0)  16 text\0
@@ -69,27 +69,19 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
 class RawPipeHandle : public Handle {
  public:
   RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
-      : fs_(fs), reader_(std::move(r)), cpu_(cpu), writer_(page_.data()) {}
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
 
   int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
     out->clear();
     if (size == 0) return 0;
     std::unique_lock l(mu_);
     for (;;) {
-      if (pos_ < ready_) {
-        const size_t n = std::min(size, ready_ - pos_);
-        out->assign(reinterpret_cast<const char*>(page_.data()) + pos_, n);
-        pos_ += n;
-        returned_data_ = true;
-        // More whole pages, while the caller has room for them and records are there.
-        while (pos_ == ready_ && size - out->size() >= events::kRawPageSize && fill()) {
-          out->append(reinterpret_cast<const char*>(page_.data()), ready_);
-          pos_ = ready_;
-        }
+      if (pos_ < pages_.size()) {
+        serve(size, out);
         return 0;
       }
       const uint64_t gen = reader_->data_gen();
-      if (fill()) continue;
+      if (fill(std::max<size_t>(1, size / events::kRawPageSize))) continue;
       if (rq.nonblocking()) return -EAGAIN;
       if (fs_.shutting_down() || reader_->stopped()) return 0;
       // Once this file returned a page, tracing off ends it (trace_pipe's rule).
@@ -103,7 +95,7 @@ class RawPipeHandle : public Handle {
 
   bool readable() override {
     std::lock_guard l(mu_);
-    if (pos_ < ready_ || fill()) return true;
+    if (pos_ < pages_.size() || fill(1)) return true;
     if (fs_.shutting_down() || reader_->stopped()) return true;
     if (returned_data_ && !fs_.tracing_on()) return true;
     reader_->arm_poll();
@@ -111,20 +103,50 @@ class RawPipeHandle : public Handle {
   }
 
  private:
-  // Lays this CPU's next records out in the page: true when it holds any (ready to read).
-  bool fill() {
+  // The rest of the page begun (at most `size` bytes), or as many whole pages as `size`
+  // holds, or the first `size` bytes of a page.
+  void serve(size_t size, std::string* out) {
+    const size_t in_page = pos_ % events::kRawPageSize;
+    size_t n;
+    if (in_page != 0 || size < events::kRawPageSize)
+      n = std::min(size, events::kRawPageSize - in_page);
+    else
+      n = std::min(size - size % events::kRawPageSize, pages_.size() - pos_);
+    out->assign(pages_, pos_, n);
+    pos_ += n;
+    returned_data_ = true;
+  }
+
+  // Lays this CPU's next records out in up to `max` pages, under one hold of the reader:
+  // true when there is any.
+  bool fill(size_t max) {
+    pages_.clear();
+    pos_ = 0;
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
-    writer_.reset();
+    for (size_t i = 0; i < max; ++i) {
+      const size_t at = pages_.size();
+      pages_.resize(at + events::kRawPageSize);
+      events::RawPageWriter w(reinterpret_cast<uint8_t*>(pages_.data() + at));
+      if (!fill_page(w)) {
+        pages_.resize(at);
+        break;
+      }
+    }
+    return !pages_.empty();
+  }
+
+  // One page of the records taken: false when it would hold none.
+  bool fill_page(events::RawPageWriter& w) {
     for (;;) {
       if (batch_.left() == 0 && reader_->consume(&batch_, kBatch, cpu_) == 0) break;
       TraceReader::Held& h = batch_.recs[batch_.next];
       if (h.lost_before != 0) {
-        if (!writer_.empty()) break;  // a loss opens the next page
+        if (!w.empty()) break;  // a loss opens the next page
         missed_ += h.lost_before;
         h.lost_before = 0;
       }
-      writer_.set_missed(missed_);
+      w.set_missed(missed_);
       if (!h.shown) {
         ++batch_.next;
         continue;
@@ -139,9 +161,9 @@ class RawPipeHandle : public Handle {
         data = scratch_.data();
         len = scratch_.size();
       }
-      if (!writer_.add(h.ts, data, len)) {
-        if (!writer_.empty()) break;  // the page is full: the record opens the next one
-        ++missed_;                    // larger than any page: lost, as the kernel drops it
+      if (!w.add(h.ts, data, len)) {
+        if (!w.empty()) break;  // the page is full: the record opens the next one
+        ++missed_;              // larger than any page: lost, as the kernel drops it
         ++batch_.next;
         continue;
       }
@@ -153,10 +175,8 @@ class RawPipeHandle : public Handle {
       }
       ++batch_.next;
     }
-    if (writer_.empty()) return false;
-    writer_.finish();
-    ready_ = events::kRawPageSize;
-    pos_ = 0;
+    if (w.empty()) return false;
+    w.finish();
     return true;
   }
 
@@ -164,9 +184,7 @@ class RawPipeHandle : public Handle {
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
   std::mutex mu_;
-  std::array<uint8_t, events::kRawPageSize> page_{};
-  events::RawPageWriter writer_;
-  size_t ready_ = 0;  // bytes of page_ to hand out; pos_ of them handed out
+  std::string pages_;  // whole pages laid out; pos_ of them handed out
   size_t pos_ = 0;
   uint64_t missed_ = 0;  // lost records not yet reported on a page
   TraceReader::Batch batch_;

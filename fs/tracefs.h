@@ -39,16 +39,17 @@
 
 namespace probefs::fs {
 
-// Event ids (common_type) are taken from the top of the 16-bit range, which the kernel
-// never reaches (it hands its own ids out from the bottom), so that `perf record -e` on a
-// probefs event finds no kernel tracepoint with that id and fails rather than recording
-// something else.
-inline constexpr uint16_t kFirstEventId = 0xF000;   // 61440
-inline constexpr uint16_t kLastEventId = 0xFFFD;
+// Event ids (common_type) are taken from the top of the positive 16-bit range, which the
+// kernel never reaches (it hands its own ids out from the bottom, a few thousand at most),
+// so that `perf record -e` on a probefs event finds no kernel tracepoint with that id and
+// fails rather than recording something else. Not above 0x7FFF: KernelShark keeps an
+// event's id in a signed 16-bit number, and names no event whose id is negative there.
+inline constexpr uint16_t kFirstEventId = 0x7000;   // 28672
+inline constexpr uint16_t kLastEventId = 0x7FFD;
 // The id of trace_marker_raw's records (the kernel's ftrace/raw_data event).
-inline constexpr uint16_t kMarkerRawEventId = 0xFFFE;
+inline constexpr uint16_t kMarkerRawEventId = 0x7FFE;
 // The id of trace_marker's records (the kernel's ftrace/print event).
-inline constexpr uint16_t kMarkerEventId = 0xFFFF;
+inline constexpr uint16_t kMarkerEventId = 0x7FFF;
 // The kernel's id of ftrace/print (events/ftrace/print/id): what trace_marker's records
 // are in a raw buffer, where tools decode them with that event's format.
 inline constexpr uint16_t kPrintEventId = 5;

@@ -89,7 +89,7 @@ int forge(uint32_t victim, uint16_t foreign_id, uint16_t own_id, uint32_t fixed,
   if (!ring_claim(area, self, &mine)) return -1;
   // trace_marker's id, naming the victim, its tgid and a name.
   std::memset(rec, 0, sizeof rec);
-  header(rec, 0xFFFF, static_cast<int32_t>(victim));
+  header(rec, 0x7FFF, static_cast<int32_t>(victim));  // fs/tracefs.h: kMarkerEventId
   std::memcpy(rec + 8, &victim, 4);
   const uint32_t text_len = 12;
   std::memcpy(rec + 12, &text_len, 4);
