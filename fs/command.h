@@ -33,6 +33,13 @@ int attach_command(const std::string& mountpoint, const std::vector<std::string>
 int run_command(const std::string& mountpoint, const std::vector<std::string>& argv,
                 const std::string& shim, bool force_shim);
 
+// Puts `library` first in LD_PRELOAD, before what the environment has there.
+void preload_first(const std::string& library);
+
+// execvp(argv[0], argv): returns only when that failed, after a line on stderr, with the
+// shell's status (127: not found, 126: found and cannot run).
+int exec_or_status(const std::vector<std::string>& argv);
+
 // A one-line check that `mountpoint` is a probefs mount; "" when it is.
 std::string check_probefs_mount(const std::string& mountpoint);
 

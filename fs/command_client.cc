@@ -71,10 +71,18 @@ int exec_command(const std::string& mnt, const std::vector<std::string>& argv) {
   }
   std::string link = answer.substr(0, sp);
   std::string agent = answer.substr(sp + 1);
-  const char* old = getenv("LD_PRELOAD");
-  std::string preload = agent + (old && *old ? ":" + std::string(old) : "");
-  setenv("LD_PRELOAD", preload.c_str(), 1);
+  preload_first(agent);
   setenv("PROBEFS_AGENT_LINK", link.c_str(), 1);
+  return exec_or_status(argv);
+}
+
+void preload_first(const std::string& library) {
+  const char* old = getenv("LD_PRELOAD");
+  const std::string preload = library + (old && *old ? ":" + std::string(old) : "");
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+}
+
+int exec_or_status(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

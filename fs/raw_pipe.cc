@@ -193,30 +193,12 @@ class RawPipeHandle : public Handle {
   bool returned_data_ = false;
 };
 
-class RawPipeFile : public File {
- public:
-  RawPipeFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
-      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
-  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
-    *out = std::make_unique<RawPipeHandle>(fs_, reader_, cpu_);
-    return 0;
-  }
-  void set_wakeup(std::function<void()> wake) override {
-    reader_->add_poll_wake(std::move(wake));
-  }
-  bool stream() const override { return true; }
-
- private:
-  Tracefs& fs_;
-  std::shared_ptr<TraceReader> reader_;
-  const int cpu_;
-};
 
 }  // namespace
 
 std::shared_ptr<File> make_raw_pipe_file(Tracefs& fs, std::shared_ptr<TraceReader> reader,
                                          int cpu) {
-  return std::make_shared<RawPipeFile>(fs, std::move(reader), cpu);
+  return std::make_shared<ConsumingFile<RawPipeHandle>>(fs, std::move(reader), cpu);
 }
 
 }  // namespace probefs::fs

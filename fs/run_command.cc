@@ -136,20 +136,11 @@ int run_command(const std::string& mnt, const std::vector<std::string>& argv,
           "is built where libtracefs is installed)");
       return 1;
     }
-    const char* old = getenv("LD_PRELOAD");
-    std::string preload = shim + (old && *old ? ":" + std::string(old) : "");
-    setenv("LD_PRELOAD", preload.c_str(), 1);
+    preload_first(shim);
     setenv("PROBEFS_TRACING_DIR", real, 1);
     setenv("TRACEFS_PATH", real, 1);
   }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  int err = errno;
-  say(argv[0] + ": " + strerror(err));
-  // The shell's convention, as probefs exec: 127 not found, 126 cannot run.
-  return err == ENOENT ? 127 : 126;
+  return exec_or_status(argv);
 }
 
 }  // namespace probefs::fs

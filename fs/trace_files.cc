@@ -257,24 +257,7 @@ class PipeHandle : public Handle {
   bool returned_data_ = false;
 };
 
-class PipeFile : public File {
- public:
-  PipeFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
-      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
-  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
-    *out = std::make_unique<PipeHandle>(fs_, reader_, cpu_);
-    return 0;
-  }
-  void set_wakeup(std::function<void()> wake) override {
-    reader_->add_poll_wake(std::move(wake));
-  }
-  bool stream() const override { return true; }
-
- private:
-  Tracefs& fs_;
-  std::shared_ptr<TraceReader> reader_;
-  const int cpu_;
-};
+using PipeFile = ConsumingFile<PipeHandle>;
 
 // ---- trace_marker --------------------------------------------------------------------------
 

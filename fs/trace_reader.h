@@ -291,4 +291,27 @@ class TraceReader {
   std::atomic<bool> stop_{false};
 };
 
+// A file whose every open is a consuming reader of its own, a Handle H(fs, reader, cpu)
+// (trace_pipe, trace_pipe_raw, of one CPU or of all for -1): read as a stream, and poll
+// waiters woken when the reader says records may have come.
+template <typename H>
+class ConsumingFile : public File {
+ public:
+  ConsumingFile(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+  int open(const Request&, int, std::unique_ptr<Handle>* out) override {
+    *out = std::make_unique<H>(fs_, reader_, cpu_);
+    return 0;
+  }
+  void set_wakeup(std::function<void()> wake) override {
+    reader_->add_poll_wake(std::move(wake));
+  }
+  bool stream() const override { return true; }
+
+ private:
+  Tracefs& fs_;
+  std::shared_ptr<TraceReader> reader_;
+  const int cpu_;
+};
+
 }  // namespace probefs::fs

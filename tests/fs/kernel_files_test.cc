@@ -27,10 +27,7 @@
 namespace probefs::fs {
 namespace {
 
-using testing::KillOnExit;
-using testing::ProgramPipes;
 
-const std::string kProg = PROBEFS_TRACED_PROG;
 
 // The kernel's options/, in its readdir order, and what each reads on a fresh boot.
 const std::vector<std::pair<std::string, std::string>> kKernelOptions = {
@@ -64,52 +61,9 @@ const char kCommonFields[] =
     "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
     "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n";
 
-class TracefsKernelFilesTest : public ::testing::Test {
+class TracefsKernelFilesTest : public testing::TracedProgramTest {
  protected:
-  void SetUp() override { ASSERT_TRUE(make(2)); }
-
-  void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int st;
-      (void)tracer_->wait_exit(pid_, 10000, &st);
-    }
-    fs_.reset();
-    tracer_.reset();
-  }
-
-  // A new tracer and mount of `cpus` CPUs.
-  bool make(int cpus) {
-    fs_.reset();
-    tracer_.reset();
-    tracee::Tracer::Options o;
-    o.agent_path = PROBEFS_AGENT_PATH;
-    o.buffer_size_kb = 64;
-    std::string err;
-    tracer_ = tracee::Tracer::create(o, &err);
-    EXPECT_NE(tracer_, nullptr) << err;
-    if (!tracer_) return false;
-    Tracefs::Options fo;
-    fo.cpus = cpus;
-    fo.agent_path = PROBEFS_AGENT_PATH;
-    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
-    return true;
-  }
-
-  Request request(int flags) const {
-    Request rq;
-    rq.pid = static_cast<pid_t>(gettid());
-    rq.flags = flags;
-    return rq;
-  }
-
-  // One open and one write(): the bytes taken, or the open's or the write's errno.
-  int64_t write(const std::string& path, std::string_view data, int flags = O_WRONLY) {
-    Request rq = request(flags);
-    std::unique_ptr<Handle> h;
-    if (int err = fs_->tree().open(path, rq, flags, &h); err != 0) return err;
-    return h->write(rq, 0, data);
-  }
+  void SetUp() override { ASSERT_TRUE(make(2, 64)); }
 
   // The whole file, or "<errno N>" when the open or a read fails.
   std::string read(const std::string& path) {
@@ -144,26 +98,6 @@ class TracefsKernelFilesTest : public ::testing::Test {
     NodePtr n = fs_->tree().walk(path);
     return n ? n->mode() : 0;
   }
-
-  bool launch() {
-    tracee::Tracer::LaunchSpec s;
-    s.argv = {kProg};
-    s.stdin_fd = pipes_.child_stdin();
-    s.stdout_fd = pipes_.child_stdout();
-    std::string err;
-    int rc = tracer_->launch(s, &pid_, &err);
-    EXPECT_EQ(rc, 0) << err;
-    if (rc != 0) return false;
-    guard_.set(pid_);
-    pipes_.parent_side();
-    return pipes_.line() == "ready";
-  }
-
-  std::unique_ptr<tracee::Tracer> tracer_;
-  std::unique_ptr<Tracefs> fs_;
-  ProgramPipes pipes_;
-  KillOnExit guard_;
-  pid_t pid_ = 0;
 };
 
 // ---- events/ftrace -----------------------------------------------------------------------
@@ -494,12 +428,7 @@ TEST_F(TracefsKernelFilesTest, SavedTgidsNamesTheGroupOfEachThreadSeen) {
   const std::string mine = std::to_string(gettid()) + " " + std::to_string(getpid()) + "\n";
   EXPECT_EQ(read("saved_tgids"), mine);
 
-  uint64_t off = 0;
-  ASSERT_EQ(tracee::symbol_file_offset(kProg, "traced_add", &off), 0);
-  char line[1024];
-  snprintf(line, sizeof line, "p:t/add %s:0x%llx", kProg.c_str(),
-           static_cast<unsigned long long>(off));
-  testing::define_event(*fs_, *tracer_, line);
+  define_add();
   ASSERT_TRUE(launch());
   ASSERT_EQ(pipes_.ask("call 1"), "ok 0");
   ASSERT_EQ(pipes_.ask("threads 2 1"), "ok 0");

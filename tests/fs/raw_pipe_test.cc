@@ -27,11 +27,6 @@ extern "C" {
 namespace probefs::fs {
 namespace {
 
-using testing::KillOnExit;
-using testing::ProgramPipes;
-
-const std::string kProg = PROBEFS_TRACED_PROG;
-
 // One event of a page: its stamp and payload (the event's `format` layout).
 struct RawEvent {
   uint64_t ts = 0;
@@ -68,88 +63,15 @@ RawPage decode(const std::string& bytes) {
   return out;
 }
 
-class RawPipeTest : public ::testing::Test {
+class RawPipeTest : public testing::TracedProgramTest {
  protected:
-  void SetUp() override {
-    tracee::Tracer::Options o;
-    o.agent_path = PROBEFS_AGENT_PATH;
-    std::string err;
-    tracer_ = tracee::Tracer::create(o, &err);
-    ASSERT_NE(tracer_, nullptr) << err;
-    Tracefs::Options fo;
-    fo.agent_path = PROBEFS_AGENT_PATH;
-    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
-  }
-
-  void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int st;
-      (void)tracer_->wait_exit(pid_, 10000, &st);
-    }
-    fs_.reset();
-    tracer_.reset();
-  }
-
-  // p:t/add traced_prog:traced_add a=%di b=%si (uprobe syntax): its event id.
-  uint16_t define_add() {
-    uint64_t off = 0;
-    EXPECT_EQ(tracee::symbol_file_offset(kProg, "traced_add", &off), 0);
-    char line[1024];
-    snprintf(line, sizeof line, "p:t/add %s:0x%llx a=%%di b=%%si", kProg.c_str(),
-             static_cast<unsigned long long>(off));
-    return testing::define_event(*fs_, *tracer_, line);
-  }
-
-  bool launch() {
-    tracee::Tracer::LaunchSpec s;
-    s.argv = {kProg};
-    s.stdin_fd = pipes_.child_stdin();
-    s.stdout_fd = pipes_.child_stdout();
-    std::string err;
-    int rc = tracer_->launch(s, &pid_, &err);
-    EXPECT_EQ(rc, 0) << err;
-    if (rc != 0) return false;
-    guard_.set(pid_);
-    pipes_.parent_side();
-    return pipes_.line() == "ready";
-  }
-
-  // traced_add(i, 2i) for i in [0, n).
-  void call(long n) {
-    ASSERT_EQ(pipes_.ask("call " + std::to_string(n)),
-              "ok " + std::to_string(3 * (n * (n - 1) / 2)));
-  }
-
-  std::unique_ptr<Handle> open(const std::string& path, int flags) {
-    std::unique_ptr<Handle> h;
-    Request rq;
-    rq.flags = flags;
-    rq.pid = static_cast<pid_t>(gettid());
-    EXPECT_EQ(fs_->tree().open(path, rq, flags, &h), 0) << path;
-    return h;
-  }
-
   static std::string raw_path(int cpu) {
     return "per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
   }
 
-  // Every page of CPU `cpu` until EAGAIN, each read `size` bytes at most.
-  std::vector<std::string> drain(int cpu, size_t size = events::kRawPageSize) {
-    std::vector<std::string> reads;
-    auto h = open(raw_path(cpu), O_RDONLY | O_NONBLOCK);
-    if (!h) return reads;
-    Request rq;
-    rq.flags = O_RDONLY | O_NONBLOCK;
-    for (;;) {
-      std::string part;
-      const int rc = h->read(rq, 0, size, &part);
-      if (rc == -EAGAIN) return reads;
-      EXPECT_EQ(rc, 0);
-      EXPECT_FALSE(part.empty());
-      if (rc != 0 || part.empty()) return reads;
-      reads.push_back(part);
-    }
+  // Every page of CPU `cpu` until EAGAIN, a page a read.
+  std::vector<std::string> drain(int cpu) {
+    return TracedProgramTest::drain(raw_path(cpu), events::kRawPageSize);
   }
 
   // Every page of every CPU, decoded; events of each CPU in page order.
@@ -160,14 +82,6 @@ class RawPipeTest : public ::testing::Test {
     return pages;
   }
 
-  int64_t write(const std::string& path, std::string_view data) {
-    auto h = open(path, O_WRONLY);
-    if (!h) return -ENOENT;
-    Request rq;
-    rq.pid = static_cast<pid_t>(gettid());
-    return h->write(rq, 0, data);
-  }
-
   // Keeps the program on CPU 0, where a test waits for its records.
   void pin_to_cpu0() {
     cpu_set_t set;
@@ -175,12 +89,6 @@ class RawPipeTest : public ::testing::Test {
     CPU_SET(0, &set);
     ASSERT_EQ(sched_setaffinity(pid_, sizeof set, &set), 0);
   }
-
-  std::unique_ptr<tracee::Tracer> tracer_;
-  std::unique_ptr<Tracefs> fs_;
-  ProgramPipes pipes_;
-  KillOnExit guard_;
-  pid_t pid_ = 0;
 };
 
 // Each CPU's pages hold that CPU's records, every one of them, laid out as the event's

@@ -99,72 +99,8 @@ std::string add_line(const std::string& comm, const AddLine& v) {
   return buf;
 }
 
-class TraceFilesTest : public ::testing::Test {
+class TraceFilesTest : public testing::TracedProgramTest {
  protected:
-  void SetUp() override {
-    tracee::Tracer::Options o;
-    o.agent_path = PROBEFS_AGENT_PATH;
-    std::string err;
-    tracer_ = tracee::Tracer::create(o, &err);
-    ASSERT_NE(tracer_, nullptr) << err;
-    Tracefs::Options fo;
-    fo.agent_path = PROBEFS_AGENT_PATH;
-    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
-  }
-
-  void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int st;
-      (void)tracer_->wait_exit(pid_, 10000, &st);
-    }
-    fs_.reset();
-    tracer_.reset();
-  }
-
-  // Defines `line` (uprobe or kprobe syntax) as an enabled probe of a new event, which is
-  // published in the EventTable: what the definition files do.
-  uint16_t define(const std::string& line) { return testing::define_event(*fs_, *tracer_, line); }
-
-  // p:t/add on traced_add, uprobe syntax.
-  uint16_t define_add() {
-    uint64_t off = 0;
-    EXPECT_EQ(tracee::symbol_file_offset(kProg, "traced_add", &off), 0);
-    char line[1024];
-    snprintf(line, sizeof line, "p:t/add %s:0x%llx a=%%di b=%%si", kProg.c_str(),
-             static_cast<unsigned long long>(off));
-    return define(line);
-  }
-
-  bool launch() {
-    tracee::Tracer::LaunchSpec s;
-    s.argv = {kProg};
-    s.stdin_fd = pipes_.child_stdin();
-    s.stdout_fd = pipes_.child_stdout();
-    std::string err;
-    int rc = tracer_->launch(s, &pid_, &err);
-    EXPECT_EQ(rc, 0) << err;
-    if (rc != 0) return false;
-    guard_.set(pid_);
-    pipes_.parent_side();
-    return pipes_.line() == "ready";
-  }
-
-  void call(long n) {
-    ASSERT_EQ(pipes_.ask("call " + std::to_string(n)), "ok " + std::to_string(sum_calls(n)));
-  }
-
-  std::unique_ptr<Handle> open(const std::string& path, int flags, int* err = nullptr) {
-    std::unique_ptr<Handle> h;
-    Request rq;
-    rq.flags = flags;
-    rq.pid = static_cast<pid_t>(gettid());
-    int rc = fs_->tree().open(path, rq, flags, &h);
-    if (err) *err = rc;
-    else EXPECT_EQ(rc, 0) << path;
-    return h;
-  }
-
   // The whole file from offset 0, `chunk` bytes a read.
   std::string read_file(const std::string& path, size_t chunk = 4096) {
     auto h = open(path, O_RDONLY);
@@ -178,44 +114,11 @@ class TraceFilesTest : public ::testing::Test {
     }
   }
 
-  // Every read of a non-blocking trace_pipe until EAGAIN, each read's text apart.
-  std::vector<std::string> drain(const std::string& path, size_t size = 1 << 20) {
-    auto h = open(path, O_RDONLY | O_NONBLOCK);
-    std::vector<std::string> reads;
-    if (!h) return reads;
-    Request rq;
-    rq.flags = O_RDONLY | O_NONBLOCK;
-    for (;;) {
-      std::string part;
-      int rc = h->read(rq, 0, size, &part);
-      if (rc == -EAGAIN) return reads;
-      EXPECT_EQ(rc, 0);
-      EXPECT_FALSE(part.empty());
-      if (rc != 0 || part.empty()) return reads;
-      reads.push_back(part);
-    }
-  }
-
   std::string drain_text(const std::string& path) {
     std::string s;
     for (const std::string& r : drain(path)) s += r;
     return s;
   }
-
-  int64_t write(const std::string& path, std::string_view data, int flags = O_WRONLY) {
-    int err = 0;
-    auto h = open(path, flags, &err);
-    if (err != 0) return err;
-    Request rq;
-    rq.pid = static_cast<pid_t>(gettid());
-    return h->write(rq, 0, data);
-  }
-
-  std::unique_ptr<tracee::Tracer> tracer_;
-  std::unique_ptr<Tracefs> fs_;
-  ProgramPipes pipes_;
-  KillOnExit guard_;
-  pid_t pid_ = 0;
 };
 
 // A blocking read in another thread; `blocked` is set when it first asks whether it was

@@ -15,11 +15,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "events/compile.h"
 #include "events/parse.h"
 #include "fs/tracefs.h"
 #include "tests/fs/line_reader.h"
+#include "tracee/probe_places.h"
 #include "tracee/tracer.h"
 
 namespace probefs::fs::testing {
@@ -108,5 +110,125 @@ class KillOnExit {
  private:
   pid_t pid_ = 0;
 };
+
+#if defined(PROBEFS_TRACED_PROG) && defined(PROBEFS_AGENT_PATH)
+// The trace files' tests: a Tracer with the real agent, a Tracefs over it, the bundled
+// traced_prog run under it on pipes (launch()), and every file opened through the tree.
+class TracedProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(make()); }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int st;
+      (void)tracer_->wait_exit(pid_, 10000, &st);
+    }
+    fs_.reset();
+    tracer_.reset();
+  }
+
+  // A new tracer and Tracefs: `cpus` CPUs (0: the machine's), each thread's ring
+  // `buffer_kb` (0: the default).
+  bool make(int cpus = 0, uint32_t buffer_kb = 0) {
+    fs_.reset();
+    tracer_.reset();
+    tracee::Tracer::Options o;
+    o.agent_path = PROBEFS_AGENT_PATH;
+    if (buffer_kb != 0) o.buffer_size_kb = buffer_kb;
+    std::string err;
+    tracer_ = tracee::Tracer::create(o, &err);
+    EXPECT_NE(tracer_, nullptr) << err;
+    if (!tracer_) return false;
+    Tracefs::Options fo;
+    fo.cpus = cpus;
+    fo.agent_path = PROBEFS_AGENT_PATH;
+    fs_ = std::make_unique<Tracefs>(*tracer_, fo);
+    return true;
+  }
+
+  // Defines `line` as an enabled probe of a new event (define_event): its id.
+  uint16_t define(const std::string& line) { return define_event(*fs_, *tracer_, line); }
+
+  // p:t/add PROG:0xOFF a=%di b=%si, on traced_add (uprobe syntax): its event id.
+  uint16_t define_add() {
+    uint64_t off = 0;
+    EXPECT_EQ(tracee::symbol_file_offset(PROBEFS_TRACED_PROG, "traced_add", &off), 0);
+    char line[1024];
+    snprintf(line, sizeof line, "p:t/add %s:0x%llx a=%%di b=%%si", PROBEFS_TRACED_PROG,
+             static_cast<unsigned long long>(off));
+    return define(line);
+  }
+
+  // traced_prog, until it says it is ready.
+  bool launch() {
+    tracee::Tracer::LaunchSpec s;
+    s.argv = {PROBEFS_TRACED_PROG};
+    s.stdin_fd = pipes_.child_stdin();
+    s.stdout_fd = pipes_.child_stdout();
+    std::string err;
+    int rc = tracer_->launch(s, &pid_, &err);
+    EXPECT_EQ(rc, 0) << err;
+    if (rc != 0) return false;
+    guard_.set(pid_);
+    pipes_.parent_side();
+    return pipes_.line() == "ready";
+  }
+
+  // traced_add(i, 2i) for i in [0, n), answered with their sum.
+  void call(long n) {
+    ASSERT_EQ(pipes_.ask("call " + std::to_string(n)),
+              "ok " + std::to_string(3 * (n * (n - 1) / 2)));
+  }
+
+  Request request(int flags) const {
+    Request rq;
+    rq.pid = static_cast<pid_t>(gettid());
+    rq.flags = flags;
+    return rq;
+  }
+
+  // An open file of the tree: with `err`, the open's errno goes there; else it must open.
+  std::unique_ptr<Handle> open(const std::string& path, int flags, int* err = nullptr) {
+    std::unique_ptr<Handle> h;
+    const int rc = fs_->tree().open(path, request(flags), flags, &h);
+    if (err) *err = rc;
+    else EXPECT_EQ(rc, 0) << path;
+    return h;
+  }
+
+  // One open and one write(): the bytes taken, or the open's or the write's errno.
+  int64_t write(const std::string& path, std::string_view data, int flags = O_WRONLY) {
+    int err = 0;
+    std::unique_ptr<Handle> h = open(path, flags, &err);
+    if (err != 0) return err;
+    return h->write(request(flags), 0, data);
+  }
+
+  // Every read of a non-blocking pipe file (trace_pipe, trace_pipe_raw) until EAGAIN, each
+  // read's bytes apart, each read `size` bytes at most.
+  std::vector<std::string> drain(const std::string& path, size_t size = 1 << 20) {
+    auto h = open(path, O_RDONLY | O_NONBLOCK);
+    std::vector<std::string> reads;
+    if (!h) return reads;
+    const Request rq = request(O_RDONLY | O_NONBLOCK);
+    for (;;) {
+      std::string part;
+      const int rc = h->read(rq, 0, size, &part);
+      if (rc == -EAGAIN) return reads;
+      EXPECT_EQ(rc, 0);
+      EXPECT_FALSE(part.empty());
+      if (rc != 0 || part.empty()) return reads;
+      reads.push_back(part);
+    }
+  }
+
+  std::unique_ptr<tracee::Tracer> tracer_;
+  std::unique_ptr<Tracefs> fs_;
+  ProgramPipes pipes_;
+  KillOnExit guard_;
+  pid_t pid_ = 0;
+};
+#endif
 
 }  // namespace probefs::fs::testing
