@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string_view>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,8 +24,28 @@ constexpr int kReaderSliceMs = 20;
 // Records taken from the tracer at once: about eight pages of small records.
 constexpr size_t kBatch = 1024;
 
+// Where the kernel's trace_marker records say they were written: its tracing_mark_write,
+// from /proc/kallsyms (read once), which trace-cmd saves with a recording and names the
+// print event's ip by. 0 where kallsyms hides addresses or has no such function.
+uint64_t tracing_mark_write_address() {
+  static const uint64_t address = [] {
+    std::ifstream in("/proc/kallsyms");
+    std::string line;
+    constexpr std::string_view kName = " tracing_mark_write";
+    while (std::getline(in, line)) {
+      if (line.size() <= kName.size() || line.compare(line.size() - kName.size(),
+                                                      kName.size(), kName) != 0)
+        continue;
+      return std::strtoull(line.c_str(), nullptr, 16);
+    }
+    return 0ull;
+  }();
+  return address;
+}
+
 // trace_marker's record (fs/trace_reader.h) as the kernel's ftrace print event:
-//   0 u16 common_type (5)  2 u8 flags  3 u8 preempt count  4 s32 pid  8 u64 ip (0)  16 text\0
+//   0 u16 common_type (5)  2 u8 flags  3 u8 preempt count  4 s32 pid
+//   8 u64 ip (tracing_mark_write_address())  16 text\0
 // false when the record is too short to be one.
 bool marker_as_print(const uint8_t* data, uint32_t len, std::vector<uint8_t>* out) {
   if (len < kMarkerHeaderSize) return false;
@@ -35,6 +58,8 @@ bool marker_as_print(const uint8_t* data, uint32_t len, std::vector<uint8_t>* ou
   const uint16_t id = kPrintEventId;
   std::memcpy(out->data(), &id, 2);
   std::memcpy(out->data() + 2, data + 2, 6);  // flags, preempt count, pid
+  const uint64_t ip = tracing_mark_write_address();
+  std::memcpy(out->data() + 8, &ip, 8);
   std::memcpy(out->data() + 16, text, text_len);
   return true;
 }
@@ -68,8 +93,8 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
 
 class RawPipeHandle : public Handle {
  public:
-  RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
-      : fs_(fs), reader_(std::move(r)), cpu_(cpu) {}
+  RawPipeHandle(Tracefs&, std::shared_ptr<TraceReader> r, int cpu)
+      : reader_(std::move(r)), cpu_(cpu) {}
 
   int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
     out->clear();
@@ -82,11 +107,7 @@ class RawPipeHandle : public Handle {
       }
       const uint64_t gen = reader_->data_gen();
       if (fill(std::max<size_t>(1, size / events::kRawPageSize))) continue;
-      if (rq.nonblocking()) return -EAGAIN;
-      if (fs_.shutting_down() || reader_->stopped()) return 0;
-      // Once this file returned a page, tracing off ends it (trace_pipe's rule).
-      if (returned_data_ && !fs_.tracing_on()) return 0;
-      if (rq.is_interrupted()) return -EINTR;
+      if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
       l.unlock();
       reader_->wait(gen, kReaderSliceMs);
       l.lock();
@@ -95,9 +116,7 @@ class RawPipeHandle : public Handle {
 
   bool readable() override {
     std::lock_guard l(mu_);
-    if (pos_ < pages_.size() || fill(1)) return true;
-    if (fs_.shutting_down() || reader_->stopped()) return true;
-    if (returned_data_ && !fs_.tracing_on()) return true;
+    if (pos_ < pages_.size() || fill(1) || reader_->read_ends(returned_data_)) return true;
     reader_->arm_poll();
     return false;
   }
@@ -180,7 +199,6 @@ class RawPipeHandle : public Handle {
     return true;
   }
 
-  Tracefs& fs_;
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
   std::mutex mu_;

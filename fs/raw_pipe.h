@@ -4,7 +4,8 @@
 // Records are taken from the tracer as trace_pipe takes them (consuming, through the
 // record gate: filters, triggers and soft-disabled events decide once) and laid out in a
 // page as their event's `format` file says; trace_marker's records become the kernel's
-// ftrace `print` event (id 5: common fields, ip, then the text with its NUL), and
+// ftrace `print` event (id 5: common fields, the ip of the kernel's tracing_mark_write
+// as /proc/kallsyms gives it, then the text with its NUL), and
 // trace_marker_raw's its `raw_data` event (id 19: common fields, the u32 id, the data). A page holds
 // the records that fit, oldest first; records lost before one (its ring was full) end the
 // page before it, and the next page carries their count in its commit word as the

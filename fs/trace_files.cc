@@ -164,11 +164,7 @@ class PipeHandle : public Handle {
         returned_data_ = true;
         return 0;
       }
-      if (rq.nonblocking()) return -EAGAIN;
-      if (fs_.shutting_down() || reader_->stopped()) return 0;
-      // Once this file returned data, tracing off ends it (the kernel's EOF rule).
-      if (returned_data_ && !fs_.tracing_on()) return 0;
-      if (rq.is_interrupted()) return -EINTR;
+      if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
       l.unlock();
       reader_->wait(gen, kReaderSliceMs);
       l.lock();
@@ -178,8 +174,7 @@ class PipeHandle : public Handle {
   bool readable() override {
     std::lock_guard l(mu_);
     if (rest_pos_ < rest_.size() || !carry_.empty()) return true;
-    if (fs_.shutting_down() || reader_->stopped()) return true;
-    if (returned_data_ && !fs_.tracing_on()) return true;
+    if (reader_->read_ends(returned_data_)) return true;
     {
       auto lk = reader_->lock();
       reader_->revalidate(&batch_);

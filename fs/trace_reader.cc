@@ -714,6 +714,18 @@ void TraceReader::learn_comms() {
 
 // ---- waiting ---------------------------------------------------------------------------------
 
+bool TraceReader::read_ends(bool returned_data) {
+  if (fs_.shutting_down() || stopped()) return true;
+  return returned_data && !fs_.tracing_on();
+}
+
+int TraceReader::empty_read(const Request& rq, bool returned_data) {
+  if (rq.nonblocking()) return -EAGAIN;
+  if (read_ends(returned_data)) return 0;
+  if (rq.is_interrupted()) return -EINTR;
+  return 1;
+}
+
 uint64_t TraceReader::data_gen() {
   std::lock_guard l(wait_mu_);
   return data_gen_;

@@ -178,6 +178,14 @@ class TraceReader {
 
   // ---- waiting (never under lock()) -------------------------------------------------------
 
+  // A consuming read (trace_pipe, trace_pipe_raw) that found nothing: whether it ends
+  // here (end of file) rather than waits: the mount is going away, or tracing is off and
+  // this open file already returned data (the kernel's rule).
+  bool read_ends(bool returned_data);
+  // What such a read returns now: -EAGAIN when non-blocking, 0 when it ends (read_ends),
+  // -EINTR when the caller was signalled; 1 when it is to wait.
+  int empty_read(const Request& rq, bool returned_data);
+
   // A number that changes whenever records may have arrived or readers must look again.
   uint64_t data_gen();
   // Sleeps at most `timeout_ms` until data_gen() is no longer `seen`.

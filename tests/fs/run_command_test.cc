@@ -1,16 +1,14 @@
 // probefs run: unmodified tracefs clients on a real mount, both ways it shows them the
 // mount (a private mount namespace as root; the preloaded library with --shim): trace-cmd
-// list, stat and reset, a libtracefs program of ours (tracefs_client.c), the command's
-// exit status, and the one-line errors. The host's mount table must be as it was, and its
-// /sys/kernel/tracing still the kernel's.
+// list, stat and reset, a libtracefs program of ours (tracefs_client.c: the events, and
+// the per-CPU raw buffers), the command's exit status, and the one-line errors. The
+// host's mount table must be as it was, and its /sys/kernel/tracing still the kernel's.
+// trace-cmd's recordings on a mount are trace_cmd_test.cc's.
 #include <gtest/gtest.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
-#include <sys/statfs.h>
 
 #include <algorithm>
-#include <fstream>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -18,66 +16,19 @@
 #include <vector>
 
 #include "tests/fs/mount_fixture.h"
+#include "tests/fs/tracefs_clients.h"
 
 namespace probefs::fs {
 namespace {
 
+using testing::can_unshare_mounts;
 using testing::CommandResult;
+using testing::fs_type;
+using testing::host_tracing_mounts;
+using testing::kTracingDir;
+using testing::lines_of;
 using testing::Mount;
 using testing::run_command;
-
-constexpr long kTracefsMagic = 0x74726163;
-constexpr const char* kTracingDir = "/sys/kernel/tracing";
-
-std::set<std::string> lines_of(const std::string& text) {
-  std::set<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.insert(line);
-  return lines;
-}
-
-bool on_path(const std::string& prog) {
-  const char* path = getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':'))
-    if (access((dir + "/" + prog).c_str(), X_OK) == 0) return true;
-  return false;
-}
-
-// Whether this process may make a mount namespace (root, and not refused by a container).
-bool can_unshare_mounts() {
-  pid_t pid = fork();
-  if (pid == 0) _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
-  int status = testing::wait_child(pid, 10000);
-  return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-// The host's mounts that a namespace gone wrong would change: those under /sys/kernel/
-// (tracing, debug) and every tracefs, as "POINT TYPE" lines of /proc/self/mountinfo.
-std::vector<std::string> host_tracing_mounts() {
-  std::vector<std::string> found;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream f(line);
-    std::string id, parent, dev, root, point, opts, field, type;
-    f >> id >> parent >> dev >> root >> point >> opts;
-    while (f >> field && field != "-") {
-    }
-    f >> type;
-    if (point.rfind("/sys/kernel/", 0) == 0 || type == "tracefs" || type == "debugfs")
-      found.push_back(point + " " + type);
-  }
-  return found;
-}
-
-long fs_type(const std::string& path) {
-  struct statfs sf;
-  return statfs(path.c_str(), &sf) == 0 ? static_cast<long>(sf.f_type) : -1;
-}
 
 enum class Way { kNamespace, kShim };
 
@@ -153,9 +104,6 @@ class RunCommandShim : public RunCommandBase {
 INSTANTIATE_TEST_SUITE_P(Ways, RunCommandTest, ::testing::Values(Way::kNamespace, Way::kShim),
                          way_name);
 
-#define SKIP_WITHOUT_TRACE_CMD() \
-  if (!on_path("trace-cmd")) GTEST_SKIP() << "no trace-cmd on PATH (the trace-cmd package)"
-
 TEST_P(RunCommandTest, TraceCmdListsTheMountsEventsAndNoneOfTheKernels) {
   SKIP_WITHOUT_TRACE_CMD();
   CommandResult r = run({"trace-cmd", "list", "-e"});
@@ -192,6 +140,40 @@ TEST_P(RunCommandTest, LibtracefsProgramListsTheMountsEvents) {
   EXPECT_EQ(lines.erase("dir " + expected_dir()), 1u) << r.out;
   EXPECT_EQ(lines, lines_of(m_.read("available_events")));
   EXPECT_TRUE(lines.count("runtest:done")) << r.out;
+}
+
+// tracefs_iterate_raw_events() over every CPU's trace_pipe_raw: each call once, oldest
+// first, its argument read through the event's format; the records are consumed.
+TEST_P(RunCommandTest, LibtracefsProgramIteratesTheRawBuffersOfEveryCpu) {
+  ASSERT_EQ(m_.write("kprobe_events", "p:runtest/add traced_prog:traced_add a=%di b=%si\n"), 0);
+  ASSERT_EQ(m_.write("events/runtest/add/enable", "1"), 0);
+  CommandResult prog = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", PROBEFS_TRACED_PROG},
+                                   60000, "call 20\n");
+  ASSERT_EQ(prog.exit_code(), 0) << prog.err;
+  ASSERT_EQ(prog.out, "ready\nok 570\n");
+
+  CommandResult r = run({PROBEFS_TRACEFS_CLIENT, "raw", "a"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  std::vector<std::string> values;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream f(line);
+    std::string name, value;
+    long cpu = -1;
+    f >> name >> cpu >> value;
+    EXPECT_EQ(name, "runtest:add") << line;
+    EXPECT_TRUE(cpu >= 0 && cpu < cpus) << line;
+    values.push_back(value);
+  }
+  std::vector<std::string> want;
+  for (int i = 0; i < 20; ++i) want.push_back("a=" + std::to_string(i));
+  EXPECT_EQ(values, want) << r.out;
+
+  r = run({PROBEFS_TRACEFS_CLIENT, "raw", "a"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "");
 }
 
 TEST_P(RunCommandTest, ExitStatusIsTheCommands) {
