@@ -739,8 +739,14 @@ TEST_F(TraceCmd, RecordSentToAListenerOnLoopbackIsReportedFromTheCollectorsFile)
 // debugfs trace-cmd record mounts stays in a mount namespace of the test's own where one
 // can be made.
 TEST_F(TraceCmd, RecordAndReportThroughThePreloadedLibrary) {
-  std::vector<std::string> argv;
-  if (testing::can_unshare_mounts()) argv = {"unshare", "-m", "--propagation", "private"};
+  // The preloaded library comes before everything else in the processes trace-cmd starts,
+  // probefs exec among them; an ASan build of probefs would refuse to run behind it.
+  const char* asan = getenv("ASAN_OPTIONS");
+  std::vector<std::string> argv = {
+      "env", "ASAN_OPTIONS=" + std::string(asan ? asan : "") + ":verify_asan_link_order=0"};
+  if (testing::can_unshare_mounts()) {
+    for (const char* a : {"unshare", "-m", "--propagation", "private"}) argv.push_back(a);
+  }
   const std::string file = dir_.file("shim.dat");
   const std::vector<std::string> run = {PROBEFS_BIN, "run",    "--shim", m_.dir(), "--",
                                         "trace-cmd", "record", "-d",     "-e",     "tc",
