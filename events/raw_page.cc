@@ -30,40 +30,49 @@ size_t RawPageWriter::room() const {
   return kRawPageData - used_ - (missed_ != 0 ? sizeof(uint64_t) : 0);
 }
 
-void RawPageWriter::put32(uint32_t v) {
-  std::memcpy(page_ + kRawPageHeader + used_, &v, 4);
-  used_ += 4;
-}
-
-bool RawPageWriter::add(uint64_t ts, const uint8_t* payload, size_t len) {
-  if (len == 0 || len > kRawMaxPayload) return false;
-  if (events_ == 0) first_ts_ = last_ts_ = ts;
-  const uint64_t delta = ts > last_ts_ ? ts - last_ts_ : 0;
+uint8_t* RawPageWriter::reserve(uint64_t ts, size_t len) {
+  if (len == 0 || len > kRawMaxPayload) return nullptr;
+  const uint64_t from = events_ == 0 ? ts : last_ts_;
+  const uint64_t delta = ts > from ? ts - from : 0;
   const bool extend = delta > kRawDeltaMask;
   const size_t need = raw_event_size(len) + (extend ? 8 : 0);
-  if (need > room()) {
-    if (events_ == 0) first_ts_ = last_ts_ = 0;
-    return false;
-  }
+  if (need > room()) return nullptr;
+  uint8_t* at = page_ + kRawPageHeader + used_;
+  auto put = [&at](uint32_t v) {
+    std::memcpy(at, &v, 4);
+    at += 4;
+  };
   uint32_t event_delta = static_cast<uint32_t>(delta);
   if (extend) {
-    put32(kRawTypeTimeExtend | static_cast<uint32_t>((delta & kRawDeltaMask) << 5));
-    put32(static_cast<uint32_t>(delta >> 27));
+    put(kRawTypeTimeExtend | static_cast<uint32_t>((delta & kRawDeltaMask) << 5));
+    put(static_cast<uint32_t>(delta >> 27));
     event_delta = 0;
   }
   const size_t padded = align4(len);
   if (len <= kSmallMax) {
-    put32(static_cast<uint32_t>(padded / 4) | (event_delta << 5));
+    put(static_cast<uint32_t>(padded / 4) | (event_delta << 5));
   } else {
-    put32(event_delta << 5);  // type_len 0: the length word follows
-    put32(static_cast<uint32_t>(padded + 4));
+    put(event_delta << 5);  // type_len 0: the length word follows
+    put(static_cast<uint32_t>(padded + 4));
   }
-  uint8_t* at = page_ + kRawPageHeader + used_;
-  std::memcpy(at, payload, len);
   std::memset(at + len, 0, padded - len);
-  used_ += padded;
+  reserved_end_ = static_cast<size_t>(at + padded - (page_ + kRawPageHeader));
+  reserved_ts_ = ts;
+  return at;
+}
+
+void RawPageWriter::commit() {
+  if (events_ == 0) first_ts_ = last_ts_ = reserved_ts_;
+  if (reserved_ts_ > last_ts_) last_ts_ = reserved_ts_;
+  used_ = reserved_end_;
   ++events_;
-  if (ts > last_ts_) last_ts_ = ts;
+}
+
+bool RawPageWriter::add(uint64_t ts, const uint8_t* payload, size_t len) {
+  uint8_t* at = reserve(ts, len);
+  if (!at) return false;
+  std::memcpy(at, payload, len);
+  commit();
   return true;
 }
 

@@ -59,6 +59,13 @@ class RawPageWriter {
   // was, when it does not fit (or `len` is 0 or above kRawMaxPayload).
   bool add(uint64_t ts, const uint8_t* payload, size_t len);
 
+  // add() in two steps, for a caller that writes the payload in place: where the `len`
+  // bytes go (their padding already zero), or nullptr when they do not fit. The event is
+  // in the page once commit() is called; until then the page is as it was, and the next
+  // reserve() or add() forgets it.
+  uint8_t* reserve(uint64_t ts, size_t len);
+  void commit();
+
   // Writes the header and the zeros past the data: the page is ready to be read.
   void finish();
 
@@ -68,7 +75,6 @@ class RawPageWriter {
 
  private:
   size_t room() const;
-  void put32(uint32_t v);
 
   uint8_t* page_;
   size_t used_ = 0;  // bytes of data written
@@ -76,6 +82,9 @@ class RawPageWriter {
   uint64_t first_ts_ = 0;
   uint64_t last_ts_ = 0;
   uint64_t missed_ = 0;
+  // What a commit() makes of a reserve().
+  size_t reserved_end_ = 0;
+  uint64_t reserved_ts_ = 0;
 };
 
 // The bytes one event of `len` payload bytes takes in a page, its header included.

@@ -32,6 +32,9 @@ constexpr uint32_t distance(uint32_t a, uint32_t b, uint32_t size) {
   return b >= a ? b - a : size - a + b;
 }
 
+// How far ahead of the record it parses the consumer asks for the ring's bytes.
+constexpr uint32_t kPrefetchAhead = 1024;
+
 bool head_ok(uint32_t h, uint32_t size) { return h < size && h % 8 == 0; }
 
 bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lane_b) {
@@ -305,6 +308,11 @@ inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t
       return ParseResult::kCorrupt;
     }
     const uint32_t stride = align8(uint64_t{kRingRecordHeaderSize} + extra + len);
+    // The producer's recent lines come from another core: ask for the ones a few records
+    // on while this one is handled, so that a reader close behind it keeps up.
+    uint32_t ahead = cur + kPrefetchAhead;
+    if (ahead >= size) ahead -= size;
+    __builtin_prefetch(d + ahead, 0, 3);
     out->off = cur;
     out->next = cur + stride == size ? 0 : cur + stride;
     out->advance = advance + stride;

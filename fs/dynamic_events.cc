@@ -352,9 +352,9 @@ void DynamicEvents::Impl::clear_all() {
 DynamicEvents::DynamicEvents(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {
   impl_->add_root_files();
   Impl* impl = impl_.get();
-  fs.events().set_gate([impl](const EventView& v, const tracee::TraceRecord& r) {
-    return impl->gate.admit(v, r);
-  });
+  fs.events().set_gate(
+      [impl](const EventView& v, const tracee::TraceRecord& r) { return impl->gate.admit(v, r); },
+      [impl] { return impl->gate.quiet(); });
 }
 
 DynamicEvents::~DynamicEvents() {

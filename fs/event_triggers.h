@@ -126,6 +126,8 @@ class TriggerGate {
 
   // The EventTable gate: whether the record is shown; fires the event's triggers.
   bool admit(const EventView& view, const tracee::TraceRecord& rec);
+  // True while admit() would show every record and fire nothing.
+  bool quiet() const { return quiet_.load(std::memory_order_acquire); }
 
   // Waits until every tracing_on change the triggers asked for has been made, then
   // looks at tracing_on at once (rather than at the thread's next look).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string_view>
 #include <mutex>
 #include <string>
@@ -91,7 +92,10 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
   return false;
 }
 
-class RawPipeHandle : public Handle {
+// One open trace_pipe_raw: the pages a read lays out, handed out in order. A fill makes
+// as many pages as the read asked for; records go straight from the rings into them
+// while the gate is quiet (TraceReader::consume_direct), through a Batch otherwise.
+class RawPipeHandle final : public Handle, private TraceReader::Taker {
  public:
   RawPipeHandle(Tracefs&, std::shared_ptr<TraceReader> r, int cpu)
       : reader_(std::move(r)), cpu_(cpu) {}
@@ -101,7 +105,7 @@ class RawPipeHandle : public Handle {
     if (size == 0) return 0;
     std::unique_lock l(mu_);
     for (;;) {
-      if (pos_ < pages_.size()) {
+      if (pos_ < made()) {
         serve(size, out);
         return 0;
       }
@@ -116,12 +120,14 @@ class RawPipeHandle : public Handle {
 
   bool readable() override {
     std::lock_guard l(mu_);
-    if (pos_ < pages_.size() || fill(1) || reader_->read_ends(returned_data_)) return true;
+    if (pos_ < made() || fill(1) || reader_->read_ends(returned_data_)) return true;
     reader_->arm_poll();
     return false;
   }
 
  private:
+  size_t made() const { return pages_ * events::kRawPageSize; }
+
   // The rest of the page begun (at most `size` bytes), or as many whole pages as `size`
   // holds, or the first `size` bytes of a page.
   void serve(size_t size, std::string* out) {
@@ -130,8 +136,8 @@ class RawPipeHandle : public Handle {
     if (in_page != 0 || size < events::kRawPageSize)
       n = std::min(size, events::kRawPageSize - in_page);
     else
-      n = std::min(size - size % events::kRawPageSize, pages_.size() - pos_);
-    out->assign(pages_, pos_, n);
+      n = std::min(size - size % events::kRawPageSize, made() - pos_);
+    out->assign(reinterpret_cast<const char*>(buf_.get() + pos_), n);
     pos_ += n;
     returned_data_ = true;
   }
@@ -139,78 +145,135 @@ class RawPipeHandle : public Handle {
   // Lays this CPU's next records out in up to `max` pages, under one hold of the reader:
   // true when there is any.
   bool fill(size_t max) {
-    pages_.clear();
+    pages_ = 0;
     pos_ = 0;
+    max_pages_ = max;
+    if (cap_pages_ < max) {
+      buf_.reset(new uint8_t[max * events::kRawPageSize]);
+      cap_pages_ = max;
+    }
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
-    for (size_t i = 0; i < max; ++i) {
-      const size_t at = pages_.size();
-      pages_.resize(at + events::kRawPageSize);
-      events::RawPageWriter w(reinterpret_cast<uint8_t*>(pages_.data() + at));
-      if (!fill_page(w)) {
-        pages_.resize(at);
-        break;
+    open_next();
+    for (bool room = true; room;) {
+      for (; batch_.left() > 0; ++batch_.next) {
+        TraceReader::Held& h = batch_.recs[batch_.next];
+        if (!put_held(h, batch_.bytes.data() + h.off)) {
+          room = false;
+          break;
+        }
       }
+      if (room && (reader_->direct() ? reader_->consume_direct(&batch_, kBatch, cpu_, *this)
+                                     : reader_->consume(&batch_, kBatch, cpu_)) == 0)
+        break;
     }
-    return !pages_.empty();
+    close_page();
+    return pages_ != 0;
   }
 
-  // One page of the records taken: false when it would hold none.
-  bool fill_page(events::RawPageWriter& w) {
-    for (;;) {
-      if (batch_.left() == 0 && reader_->consume(&batch_, kBatch, cpu_) == 0) break;
-      TraceReader::Held& h = batch_.recs[batch_.next];
-      if (h.lost_before != 0) {
-        if (!w.empty()) break;  // a loss opens the next page
-        missed_ += h.lost_before;
-        h.lost_before = 0;
-      }
-      w.set_missed(missed_);
-      if (!h.shown) {
-        ++batch_.next;
-        continue;
-      }
-      const uint8_t* data = batch_.bytes.data() + h.off;
-      size_t len = h.len;
-      if (h.pid == 0) {
-        if (!daemon_record_as_event(data, h.len, &scratch_)) {
-          ++batch_.next;
-          continue;
-        }
-        data = scratch_.data();
-        len = scratch_.size();
-      }
-      if (!w.add(h.ts, data, len)) {
-        if (!w.empty()) break;  // the page is full: the record opens the next one
-        ++missed_;              // larger than any page: lost, as the kernel drops it
-        ++batch_.next;
-        continue;
-      }
-      missed_ = 0;  // the page carries the count
-      if (h.pid != 0 && (h.pid != last_pid_ || h.tid != last_tid_)) {
-        reader_->remember_comm(h.pid, h.tid);  // for saved_cmdlines, read after the pages
-        last_pid_ = h.pid;
-        last_tid_ = h.tid;
-      }
-      ++batch_.next;
-    }
-    if (w.empty()) return false;
-    w.finish();
+  // Ends the page being written (one with no event is not made) and begins the next: false
+  // when `max_pages_` are made.
+  bool open_next() {
+    close_page();
+    if (pages_ >= max_pages_) return false;
+    writer_ = events::RawPageWriter(buf_.get() + made());
+    open_ = true;
     return true;
+  }
+
+  void close_page() {
+    if (!open_ || writer_.empty()) return;
+    writer_.finish();
+    ++pages_;
+    open_ = false;
+  }
+
+  // Room for a record of `len` bytes in the page being written, or in the next: nullptr
+  // when every page is made, or, with *too_large, when no page can hold it.
+  uint8_t* room(uint64_t ts, size_t len, uint64_t missed, bool* too_large) {
+    *too_large = false;
+    if (!open_) return nullptr;
+    writer_.set_missed(missed);
+    if (uint8_t* to = writer_.reserve(ts, len)) return to;
+    if (writer_.empty() || !open_next()) {
+      *too_large = writer_.empty();
+      return nullptr;
+    }
+    writer_.set_missed(missed);
+    uint8_t* to = writer_.reserve(ts, len);
+    *too_large = to == nullptr;
+    return to;
+  }
+
+  // A record laid out: the page carries the count of those lost before it.
+  void laid(const TraceReader::Held& h) {
+    writer_.commit();
+    missed_ = 0;
+    if (h.pid != 0 && (h.pid != last_pid_ || h.tid != last_tid_)) {
+      reader_->remember_comm(h.pid, h.tid);  // for saved_cmdlines, read after the pages
+      last_pid_ = h.pid;
+      last_tid_ = h.tid;
+    }
+  }
+
+  // A decided record of the Batch: false when there is no room for it in this fill.
+  bool put_held(TraceReader::Held& h, const uint8_t* data) {
+    if (h.lost_before != 0) {
+      if (!writer_.empty() && !open_next()) return false;  // a loss opens the next page
+      missed_ += h.lost_before;
+      h.lost_before = 0;
+    }
+    if (!h.shown) return true;
+    size_t len = h.len;
+    if (h.pid == 0) {
+      if (!daemon_record_as_event(data, h.len, &scratch_)) return true;
+      data = scratch_.data();
+      len = scratch_.size();
+    }
+    bool too_large;
+    uint8_t* to = room(h.ts, len, missed_, &too_large);
+    if (!to) {
+      if (!too_large) return false;
+      ++missed_;  // larger than any page: lost, as the kernel drops it
+      return true;
+    }
+    std::memcpy(to, data, len);
+    laid(h);
+    return true;
+  }
+
+  // Taker: a record straight from the rings. The daemon's own records (markers, laid out
+  // as other events) and those that need more than room go through the Batch.
+  uint8_t* place(const TraceReader::Held& h) override {
+    if (h.pid == 0) return nullptr;
+    if (h.lost_before != 0 && !writer_.empty() && !open_next()) return nullptr;
+    const uint64_t missed = missed_ + h.lost_before;
+    bool too_large;
+    uint8_t* to = room(h.ts, h.len, missed, &too_large);
+    if (to) missed_ = missed;
+    return to;
+  }
+
+  void placed(const TraceReader::Held& h, bool shown) override {
+    if (shown) laid(h);
   }
 
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
   std::mutex mu_;
-  std::string pages_;  // whole pages laid out; pos_ of them handed out
+  std::unique_ptr<uint8_t[]> buf_;  // cap_pages_ pages; pages_ of them made, pos_ bytes handed out
+  size_t cap_pages_ = 0;
+  size_t pages_ = 0;
+  size_t max_pages_ = 0;
   size_t pos_ = 0;
+  events::RawPageWriter writer_{nullptr};
+  bool open_ = false;    // writer_ is on the page after the ones made
   uint64_t missed_ = 0;  // lost records not yet reported on a page
   TraceReader::Batch batch_;
   std::vector<uint8_t> scratch_;
   pid_t last_pid_ = 0, last_tid_ = 0;
   bool returned_data_ = false;
 };
-
 
 }  // namespace
 

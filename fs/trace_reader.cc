@@ -60,15 +60,21 @@ int32_t load32(const uint8_t* p) {
 // agent writes 0 there too). Filters, triggers and lines all read the copy, so none of
 // them sees what a process claimed about itself. The daemon's own records (pid 0) are
 // kept as written.
-uint32_t copy_record(std::vector<uint8_t>& bytes, const tracee::TraceRecord& r) {
-  const size_t off = bytes.size();
-  bytes.insert(bytes.end(), r.data, r.data + r.len);
+// A record's bytes as readers keep them: a target's with its flags and preempt count
+// zeroed and its thread (the daemon's fact) written over common_pid.
+void copy_to(uint8_t* d, const tracee::TraceRecord& r) {
+  std::memcpy(d, r.data, r.len);
   if (r.pid != 0 && r.len >= 8) {
-    uint8_t* d = bytes.data() + off;
     d[2] = 0;
     d[3] = 0;
     std::memcpy(d + 4, &r.tid, 4);
   }
+}
+
+uint32_t copy_record(std::vector<uint8_t>& bytes, const tracee::TraceRecord& r) {
+  const size_t off = bytes.size();
+  bytes.resize(off + r.len);
+  copy_to(bytes.data() + off, r);
   return static_cast<uint32_t>(off);
 }
 
@@ -242,6 +248,7 @@ void TraceReader::begin_fill() {
       for (int cpu = 0; cpu < fs_.cpus(); ++cpu) scope_cpus_[cpu] = scope_->cpu_traced(cpu);
     }
   }
+  fill_direct_ = fill_scope_ == 0 && fs_.events().gate_quiet();
   symbolizers_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
 }
@@ -287,6 +294,7 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
     if (h.cpu < dropped_events_.size()) ++dropped_events_[h.cpu];
     return false;
   }
+  if (!fill_gate_ || direct_now_) return true;
   tracee::TraceRecord r;
   r.pid = h.pid;
   r.tid = h.tid;
@@ -295,7 +303,7 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   r.data = data;
   r.len = h.len;
   r.lost_before = h.lost_before;
-  return fill_gate_ ? (*fill_gate_)(*v, r) : true;
+  return (*fill_gate_)(*v, r);
 }
 
 void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
@@ -421,12 +429,60 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
       dropped_events_[h.cpu] += h.lost_before;
     }
   }
-  if (gates_.size() > kMaxIdleGates) {
-    // A thread with nothing decided ahead of the consumers needs no entry: its records
-    // still in the buffer were never passed by a cursor.
-    for (auto it = gates_.begin(); it != gates_.end();)
-      it = it->second.consumed == it->second.decided ? gates_.erase(it) : std::next(it);
-  }
+  prune_idle();
+  return n;
+}
+
+void TraceReader::prune_idle() {
+  if (gates_.size() <= kMaxIdleGates) return;
+  // A thread with nothing decided ahead of the consumers needs no entry: its records
+  // still in the buffer were never passed by a cursor.
+  for (auto it = gates_.begin(); it != gates_.end();)
+    it = it->second.consumed == it->second.decided ? gates_.erase(it) : std::next(it);
+}
+
+size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
+  b->bytes.clear();
+  b->recs.clear();
+  b->next = 0;
+  b->clear_gen = clear_gen_;
+  // The gate decides here, with the tracer's lock held: it is quiet (no trigger to call
+  // back into the tracer), so admit_new() is asked not to run it at all.
+  ThreadGate* g = nullptr;
+  uint64_t g_key = 0;
+  direct_now_ = true;
+  const size_t n = tracer_.consume_records(
+      [&](const tracee::TraceRecord& r) {
+        Held h;
+        h.pid = r.pid;
+        h.tid = r.tid;
+        h.cpu = r.cpu;
+        h.ts = r.ts_ns;
+        h.lost_before = r.lost_before;
+        h.len = r.len;
+        if (h.cpu < read_events_.size()) {
+          ++read_events_[h.cpu];
+          dropped_events_[h.cpu] += h.lost_before;
+        }
+        const uint64_t key = key_of(h.pid, h.tid);
+        if (!g || key != g_key) {
+          g = &gate(key);
+          g_key = key;
+        }
+        uint8_t* to = t.place(h);
+        if (!to) {
+          h.off = copy_record(b->bytes, r);
+          h.shown = decide_consumed(*g, h, b->bytes.data() + h.off);
+          b->recs.push_back(h);
+          return false;
+        }
+        copy_to(to, r);
+        t.placed(h, decide_consumed(*g, h, to));
+        return true;
+      },
+      max, cpu);
+  direct_now_ = false;
+  prune_idle();
   return n;
 }
 

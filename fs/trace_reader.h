@@ -135,6 +135,28 @@ class TraceReader {
   size_t consume(Batch* b, size_t max, int cpu);
   // Drops what `b` holds from before the buffers were last emptied.
   void revalidate(Batch* b);
+
+  // A consumer that lays records out as they are taken, with no copy between the ring
+  // and its own buffer (trace_pipe_raw's pages). For each record, place() gets its facts
+  // and returns where its h.len bytes go, or nullptr when it cannot take the record now.
+  // The bytes are copied there (a target's record with its thread written in, as in
+  // Batch::bytes) and the record is decided on that copy, never on the target's memory;
+  // then placed() says whether it is shown.
+  class Taker {
+   public:
+    virtual uint8_t* place(const Held& h) = 0;
+    virtual void placed(const Held& h, bool shown) = 0;
+
+   protected:
+    ~Taker() = default;
+  };
+  // Whether this lock holder may use consume_direct(): the gate has nothing to hide or
+  // fire and no pid list or cpumask limits what is traced.
+  bool direct() const { return fill_direct_; }
+  // Consumes up to `max` records of CPU `cpu` (-1: all) into `t`, when direct(); `b` must
+  // hold nothing. A record place() refuses is consumed into `b`, decided, and ends the
+  // call. Returns how many records were consumed.
+  size_t consume_direct(Batch* b, size_t max, int cpu, Taker& t);
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before
   // it, then its line if it is shown.
   void append(std::string& out, const Batch& b, const Held& h, bool lost_lines);
@@ -238,6 +260,7 @@ class TraceReader {
   void put_context(std::string& out, std::string_view comm, pid_t tid, pid_t tgid,
                    uint32_t cpu, uint8_t flags, uint8_t pc, uint64_t ts) const;
   void prune_unseen();
+  void prune_idle();
   void waiter_main();
 
   Tracefs& fs_;
@@ -256,6 +279,8 @@ class TraceReader {
   TextOptions fill_opts_;
   events::TraceClock fill_clock_ = events::TraceClock::kLocal;
   bool fill_fast_ = true;
+  bool fill_direct_ = false;
+  bool direct_now_ = false;  // in consume_direct(): admit_new() leaves the quiet gate out
   int64_t fill_now_ms_ = 0;
   struct ViewSlot {
     uint64_t gen = 0;

@@ -51,9 +51,22 @@ std::shared_ptr<const EventView> EventTable::find(uint16_t id) const {
   return it == views_.end() ? nullptr : it->second;
 }
 
-void EventTable::set_gate(Gate gate) {
+void EventTable::set_gate(Gate gate, std::function<bool()> quiet) {
   std::lock_guard l(mu_);
+  quiet_ = gate && quiet ? std::make_shared<const std::function<bool()>>(std::move(quiet))
+                         : nullptr;
   gate_ = gate ? std::make_shared<const Gate>(std::move(gate)) : nullptr;
+}
+
+bool EventTable::gate_quiet() const {
+  std::shared_ptr<const Gate> g;
+  std::shared_ptr<const std::function<bool()>> q;
+  {
+    std::lock_guard l(mu_);
+    g = gate_;
+    q = quiet_;
+  }
+  return !g || (q && (*q)());
 }
 
 std::shared_ptr<const EventTable::Gate> EventTable::gate() const {

@@ -78,10 +78,14 @@ class EventTable {
   // Decides whether a record is shown: soft-disabled events and triggers. Trace readers
   // call admit() exactly once per record, in timestamp order, before anyone sees it.
   using Gate = std::function<bool(const EventView& ev, const tracee::TraceRecord& rec)>;
-  void set_gate(Gate gate);
+  // `quiet` says when the gate would show every record and fire nothing, so that a
+  // reader may skip it (null: never known to be).
+  void set_gate(Gate gate, std::function<bool()> quiet = {});
   bool admit(const EventView& ev, const tracee::TraceRecord& rec) const;
   // The gate as it is now (null: none), for a reader that decides many records at once.
   std::shared_ptr<const Gate> gate() const;
+  // No gate, or one that has nothing to hide or fire now.
+  bool gate_quiet() const;
 
  private:
   mutable std::mutex mu_;
@@ -89,6 +93,7 @@ class EventTable {
   std::unordered_map<uint16_t, bool> used_;
   uint16_t next_ = kFirstEventId;
   std::shared_ptr<const Gate> gate_;
+  std::shared_ptr<const std::function<bool()>> quiet_;
 };
 
 class DynamicEvents;  // fs/dynamic_events.h
