@@ -309,10 +309,13 @@ inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t
     }
     const uint32_t stride = align8(uint64_t{kRingRecordHeaderSize} + extra + len);
     // The producer's recent lines come from another core: ask for the ones a few records
-    // on while this one is handled, so that a reader close behind it keeps up.
-    uint32_t ahead = cur + kPrefetchAhead;
-    if (ahead >= size) ahead -= size;
-    __builtin_prefetch(d + ahead, 0, 3);
+    // on while this one is handled, so that a reader close behind it keeps up; but never
+    // for the line it may still be writing, which it would then have to take back.
+    if (head > cur ? head - cur > kPrefetchAhead + 64 : size - cur + head > kPrefetchAhead + 64) {
+      uint32_t ahead = cur + kPrefetchAhead;
+      if (ahead >= size) ahead -= size;
+      __builtin_prefetch(d + ahead, 0, 3);
+    }
     out->off = cur;
     out->next = cur + stride == size ? 0 : cur + stride;
     out->advance = advance + stride;

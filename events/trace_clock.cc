@@ -11,7 +11,6 @@ namespace {
 
 constexpr size_t kMaxPieces = 64;
 constexpr int64_t kStepNs = 10'000'000;        // a larger difference is a step of the clock
-constexpr uint64_t kNsPerUptimeTick = 10'000'000;  // USER_HZ = 100
 constexpr int64_t kCalibrationNs = 10'000'000;
 constexpr int64_t kLongRunNs = 1'000'000'000;
 constexpr int64_t kMaxSlewDivisor = 1000;  // 1000 ppm
@@ -202,28 +201,6 @@ void TraceClockConverter::update() {
   last_update_tsc_ = tsc;
   if (pieces_.size() == kMaxPieces) pieces_.erase(pieces_.begin());
   pieces_.push_back(next);
-}
-
-int64_t TraceClockConverter::to_ns(uint64_t tsc) const {
-  // The last piece that starts at or before tsc (the first for earlier stamps).
-  size_t i = pieces_.size() - 1;
-  while (i > 0 && pieces_[i].tsc > tsc) --i;
-  const Piece& p = pieces_[i];
-  const __int128 delta = static_cast<__int128>(tsc) - static_cast<__int128>(p.tsc);
-  const __int128 scaled = delta * static_cast<__int128>(p.mult);
-  // Arithmetic shift: floor for stamps before the anchor, so the map stays monotonic.
-  // A stamp from a hostile process can be anything: saturate rather than wrap.
-  const __int128 ns = static_cast<__int128>(p.ns) + (scaled >> 32);
-  if (ns > INT64_MAX) return INT64_MAX;
-  if (ns < INT64_MIN) return INT64_MIN;
-  return static_cast<int64_t>(ns);
-}
-
-uint64_t TraceClockConverter::convert(uint64_t stamp, bool counter_stamp) const {
-  if (counter_stamp || pieces_.empty()) return stamp;
-  const int64_t ns = to_ns(stamp);
-  const uint64_t v = ns < 0 ? 0 : static_cast<uint64_t>(ns);
-  return clock_ == TraceClock::kUptime ? v / kNsPerUptimeTick : v;
 }
 
 }  // namespace probefs::events

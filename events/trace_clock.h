@@ -120,4 +120,30 @@ class TraceClockConverter {
   uint64_t last_update_tsc_ = 0;
 };
 
+// The uptime clock's tick (USER_HZ = 100).
+inline constexpr uint64_t kNsPerUptimeTick = 10'000'000;
+
+// Per record: inline.
+inline int64_t TraceClockConverter::to_ns(uint64_t tsc) const {
+  // The last piece that starts at or before tsc (the first for earlier stamps).
+  size_t i = pieces_.size() - 1;
+  while (i > 0 && pieces_[i].tsc > tsc) --i;
+  const Piece& p = pieces_[i];
+  const __int128 delta = static_cast<__int128>(tsc) - static_cast<__int128>(p.tsc);
+  const __int128 scaled = delta * static_cast<__int128>(p.mult);
+  // Arithmetic shift: floor for stamps before the anchor, so the map stays monotonic.
+  // A stamp from a hostile process can be anything: saturate rather than wrap.
+  const __int128 ns = static_cast<__int128>(p.ns) + (scaled >> 32);
+  if (ns > INT64_MAX) return INT64_MAX;
+  if (ns < INT64_MIN) return INT64_MIN;
+  return static_cast<int64_t>(ns);
+}
+
+inline uint64_t TraceClockConverter::convert(uint64_t stamp, bool counter_stamp) const {
+  if (counter_stamp || pieces_.empty()) return stamp;
+  const int64_t ns = to_ns(stamp);
+  const uint64_t v = ns < 0 ? 0 : static_cast<uint64_t>(ns);
+  return clock_ == TraceClock::kUptime ? v / kNsPerUptimeTick : v;
+}
+
 }  // namespace probefs::events

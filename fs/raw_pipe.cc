@@ -10,6 +10,7 @@
 #include <string_view>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "events/raw_page.h"
@@ -155,20 +156,24 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
     open_next();
-    for (bool room = true; room;) {
-      for (; batch_.left() > 0; ++batch_.next) {
-        TraceReader::Held& h = batch_.recs[batch_.next];
-        if (!put_held(h, batch_.bytes.data() + h.off)) {
-          room = false;
-          break;
-        }
-      }
-      if (room && (reader_->direct() ? reader_->consume_direct(&batch_, kBatch, cpu_, *this)
-                                     : reader_->consume(&batch_, kBatch, cpu_)) == 0)
-        break;
+    while (drain_batch()) {
+      const size_t n = reader_->direct() ? reader_->consume_direct(&batch_, kBatch, cpu_, *this)
+                                         : reader_->consume(&batch_, kBatch, cpu_);
+      learn_threads();
+      if (n == 0) break;
     }
+    learn_threads();
     close_page();
     return pages_ != 0;
+  }
+
+  // Lays out what the Batch holds: false when the pages are full first.
+  bool drain_batch() {
+    for (; batch_.left() > 0; ++batch_.next) {
+      TraceReader::Held& h = batch_.recs[batch_.next];
+      if (!put_held(h, batch_.bytes.data() + h.off)) return false;
+    }
+    return true;
   }
 
   // Ends the page being written (one with no event is not made) and begins the next: false
@@ -205,15 +210,22 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
     return to;
   }
 
-  // A record laid out: the page carries the count of those lost before it.
+  // A record laid out: the page carries the count of those lost before it. Its thread's
+  // name is learnt once the records are taken (the tracer's lock is held meanwhile).
   void laid(const TraceReader::Held& h) {
     writer_.commit();
     missed_ = 0;
     if (h.pid != 0 && (h.pid != last_pid_ || h.tid != last_tid_)) {
-      reader_->remember_comm(h.pid, h.tid);  // for saved_cmdlines, read after the pages
+      threads_.emplace_back(h.pid, h.tid);
       last_pid_ = h.pid;
       last_tid_ = h.tid;
     }
+  }
+
+  // For saved_cmdlines, which tools read after the pages.
+  void learn_threads() {
+    for (const auto& [pid, tid] : threads_) reader_->remember_comm(pid, tid);
+    threads_.clear();
   }
 
   // A decided record of the Batch: false when there is no room for it in this fill.
@@ -272,6 +284,7 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
   TraceReader::Batch batch_;
   std::vector<uint8_t> scratch_;
   pid_t last_pid_ = 0, last_tid_ = 0;
+  std::vector<std::pair<pid_t, pid_t>> threads_;  // laid out, name not learnt yet
   bool returned_data_ = false;
 };
 

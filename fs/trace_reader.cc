@@ -306,6 +306,24 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   return (*fill_gate_)(*v, r);
 }
 
+// admit_new() with a quiet gate and no scope, for consume_direct(): the event's view is
+// looked up once per run of its records.
+bool TraceReader::admit_quiet(const Held& h, const uint8_t* data, QuietView* last) {
+  if (h.len < 8) return false;
+  const uint16_t id = load16(data);
+  if (id != last->id || !last->view) {
+    if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
+    last->id = id;
+    last->view = view(id);
+    if (!last->view) return false;
+  }
+  if (events::check_record(last->view->compiled, data, h.len) != events::RecordFault::kFits) {
+    if (h.cpu < dropped_events_.size()) ++dropped_events_[h.cpu];
+    return false;
+  }
+  return true;
+}
+
 void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
   std::lock_guard l(mu_);
   scope_ = settings;
@@ -450,6 +468,7 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
   // back into the tracer), so admit_new() is asked not to run it at all.
   ThreadGate* g = nullptr;
   uint64_t g_key = 0;
+  QuietView last;
   direct_now_ = true;
   const size_t n = tracer_.consume_records(
       [&](const tracee::TraceRecord& r) {
@@ -477,7 +496,15 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
           return false;
         }
         copy_to(to, r);
-        t.placed(h, decide_consumed(*g, h, to));
+        bool shown;
+        if (g->consumed == g->decided) {  // nothing decided ahead by a `trace` reader
+          ++g->consumed;
+          ++g->decided;
+          shown = admit_quiet(h, to, &last);
+        } else {
+          shown = decide_consumed(*g, h, to);
+        }
+        t.placed(h, shown);
         return true;
       },
       max, cpu);

@@ -141,7 +141,8 @@ class TraceReader {
   // and returns where its h.len bytes go, or nullptr when it cannot take the record now.
   // The bytes are copied there (a target's record with its thread written in, as in
   // Batch::bytes) and the record is decided on that copy, never on the target's memory;
-  // then placed() says whether it is shown.
+  // then placed() says whether it is shown. Both run with the tracer's read lock held:
+  // they must not call into the Tracer (nor anything that does, such as comm lookups).
   class Taker {
    public:
     virtual uint8_t* place(const Held& h) = 0;
@@ -245,6 +246,11 @@ class TraceReader {
 
   ThreadGate& gate(uint64_t key);
   bool admit_new(const Held& h, const uint8_t* data);
+  struct QuietView {
+    uint16_t id = 0;
+    const EventView* view = nullptr;
+  };
+  bool admit_quiet(const Held& h, const uint8_t* data, QuietView* last);
   bool in_scope(const Held& h);
   bool pid_in_scope(pid_t tgid, pid_t tid);
   bool decide_consumed(ThreadGate& g, const Held& h, const uint8_t* data);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <string>
@@ -264,6 +265,28 @@ TEST_F(RawPipeTest, RawMarkersAreTheKernelsRawDataEvent) {
   // What a page cannot hold is refused as the kernel refuses it.
   EXPECT_EQ(write("trace_marker_raw", std::string(4061, 'x')), -EBADF);
   EXPECT_EQ(write("trace_marker_raw", std::string(4060, 'x')), 4060);
+}
+
+// The records of a process that is gone (a fork child, exited and reaped) are read as any
+// others, and its name is learnt for saved_cmdlines: from the name it left in its ring,
+// which the reader looks up once the records are taken, not while it holds the tracer.
+TEST_F(RawPipeTest, AGoneProcessesRecordsAreReadAndItsNameKept) {
+  const uint16_t id = define_add();
+  ASSERT_TRUE(launch());
+  const std::string reply = pipes_.ask("fork 40");
+  int child = 0, status = -1;
+  ASSERT_EQ(sscanf(reply.c_str(), "ok %d %d", &child, &status), 2) << reply;
+  ASSERT_EQ(status, 0);
+  size_t n = 0;
+  for (const RawPage& p : drain_all())
+    for (const RawEvent& e : p.events)
+      if (e.type() == id && e.pid() == child) ++n;
+  EXPECT_EQ(n, 40u);
+  auto h = open("saved_cmdlines", O_RDONLY);
+  ASSERT_TRUE(h);
+  std::string names;
+  ASSERT_EQ(h->read(request(O_RDONLY), 0, 1 << 20, &names), 0);
+  EXPECT_NE(names.find(std::to_string(child) + " traced_prog\n"), std::string::npos) << names;
 }
 
 }  // namespace
