@@ -78,6 +78,18 @@ uint32_t copy_record(std::vector<uint8_t>& bytes, const tracee::TraceRecord& r) 
   return static_cast<uint32_t>(off);
 }
 
+// A record's facts as a reader holds them (its bytes are copied apart).
+TraceReader::Held held_of(const tracee::TraceRecord& r) {
+  TraceReader::Held h;
+  h.pid = r.pid;
+  h.tid = r.tid;
+  h.cpu = r.cpu;
+  h.ts = r.ts_ns;
+  h.lost_before = r.lost_before;
+  h.len = r.len;
+  return h;
+}
+
 int64_t coarse_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -416,13 +428,7 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
   const size_t first = b->recs.size();
   const size_t n = tracer_.consume_records(
       [b](const tracee::TraceRecord& r) {
-        Held h;
-        h.pid = r.pid;
-        h.tid = r.tid;
-        h.cpu = r.cpu;
-        h.ts = r.ts_ns;
-        h.lost_before = r.lost_before;
-        h.len = r.len;
+        Held h = held_of(r);
         h.off = copy_record(b->bytes, r);
         b->recs.push_back(h);
         return true;
@@ -472,13 +478,7 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
   direct_now_ = true;
   const size_t n = tracer_.consume_records(
       [&](const tracee::TraceRecord& r) {
-        Held h;
-        h.pid = r.pid;
-        h.tid = r.tid;
-        h.cpu = r.cpu;
-        h.ts = r.ts_ns;
-        h.lost_before = r.lost_before;
-        h.len = r.len;
+        Held h = held_of(r);
         if (h.cpu < read_events_.size()) {
           ++read_events_[h.cpu];
           dropped_events_[h.cpu] += h.lost_before;
