@@ -769,8 +769,10 @@ struct AgentListener::Impl {
       link::PeerCred cred;
       ProcStat stat;
       bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid;
-      // A process gone already is judged by its HELLO alone (a spare's fork child).
-      const bool gone = ok && !proc_stat(cred.pid, &stat) && !process_exists(cred.pid);
+      // A process gone already is judged by its HELLO alone (a spare's fork child), and so
+      // is one whose /proc entry is gone while kill() still finds its pid: seen under load,
+      // a spare's fork child at its exit, refused for want of a parent until this.
+      const bool gone = ok && !proc_stat(cred.pid, &stat);
       if (ok && !gone) {
         std::lock_guard l(mu);
         ok = admit_locked(cred, stat);
