@@ -12,10 +12,9 @@ void RawPageWriter::reset() {
 }
 
 bool RawPageWriter::add(uint64_t ts, const uint8_t* payload, size_t len) {
-  uint8_t* at = reserve(ts, len);
+  uint8_t* at = append(ts, len);
   if (!at) return false;
   std::memcpy(at, payload, len);
-  commit();
   return true;
 }
 

@@ -60,12 +60,12 @@ class RawPageWriter {
   // was, when it does not fit (or `len` is 0 or above kRawMaxPayload).
   bool add(uint64_t ts, const uint8_t* payload, size_t len);
 
-  // add() in two steps, for a caller that writes the payload in place: where the `len`
-  // bytes go (their padding already zero), or nullptr when they do not fit. The event is
-  // in the page once commit() is called; until then the page is as it was, and the next
-  // reserve() or add() forgets it.
-  uint8_t* reserve(uint64_t ts, size_t len);
-  void commit();
+  // add() for a caller that writes the payload in place: the event is in the page, and
+  // this is where its `len` bytes go (their padding already zero); nullptr, and the page
+  // as it was, when they do not fit. retract() takes the last one back out (a record
+  // found not to be shown once copied); only right after append().
+  uint8_t* append(uint64_t ts, size_t len);
+  void retract();
 
   // Writes the header and the zeros past the data: the page is ready to be read.
   void finish();
@@ -83,9 +83,11 @@ class RawPageWriter {
   uint64_t first_ts_ = 0;
   uint64_t last_ts_ = 0;
   uint64_t missed_ = 0;
-  // What a commit() makes of a reserve().
-  size_t reserved_end_ = 0;
-  uint64_t reserved_ts_ = 0;
+  // The page before the last append(), for retract(). Written on every append and read
+  // only by a retract: a reader lays out millions of events a second, and state that an
+  // append stores and the next event loads back in other widths stalls it.
+  size_t undo_used_ = 0;
+  uint64_t undo_last_ts_ = 0;
 };
 
 // The bytes one event of `len` payload bytes takes in a page, its header included.
@@ -105,7 +107,7 @@ inline size_t RawPageWriter::room() const {
   return kRawPageData - used_ - (missed_ != 0 ? sizeof(uint64_t) : 0);
 }
 
-inline uint8_t* RawPageWriter::reserve(uint64_t ts, size_t len) {
+inline uint8_t* RawPageWriter::append(uint64_t ts, size_t len) {
   constexpr size_t kSmallMax = kRawMaxDataType * 4;
   if (len == 0 || len > kRawMaxPayload) return nullptr;
   const uint64_t from = events_ == 0 ? ts : last_ts_;
@@ -132,16 +134,19 @@ inline uint8_t* RawPageWriter::reserve(uint64_t ts, size_t len) {
     put(static_cast<uint32_t>(padded + 4));
   }
   if (padded != len) std::memset(at + len, 0, padded - len);
-  reserved_end_ = static_cast<size_t>(at + padded - (page_ + kRawPageHeader));
-  reserved_ts_ = ts;
+  undo_used_ = used_;
+  undo_last_ts_ = last_ts_;
+  if (events_ == 0) first_ts_ = ts;
+  last_ts_ = from + delta;  // the later of the two: times never go back in a page
+  used_ = static_cast<size_t>(at + padded - (page_ + kRawPageHeader));
+  ++events_;
   return at;
 }
 
-inline void RawPageWriter::commit() {
-  if (events_ == 0) first_ts_ = last_ts_ = reserved_ts_;
-  if (reserved_ts_ > last_ts_) last_ts_ = reserved_ts_;
-  used_ = reserved_end_;
-  ++events_;
+inline void RawPageWriter::retract() {
+  used_ = undo_used_;
+  last_ts_ = undo_last_ts_;
+  --events_;
 }
 
 }  // namespace probefs::events

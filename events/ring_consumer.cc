@@ -345,10 +345,15 @@ inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
                                  uint32_t owner, std::vector<uint8_t>* buf,
                                  RingRecord* out) const {
   const uint32_t extra = (p.flags & kRingFlagLostCount) ? 8 : 0;
-  if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
-  // parse() checked that the payload lies inside the ring's data. An empty payload may
-  // meet a buffer that has none (memcpy wants real pointers even for 0 bytes).
-  if (p.len) memcpy(buf->data(), data(ring) + p.off + kRingRecordHeaderSize + extra, p.len);
+  // parse() checked that the payload lies inside the ring's data, in one piece.
+  const uint8_t* payload = data(ring) + p.off + kRingRecordHeaderSize + extra;
+  if (buf != nullptr) {
+    if (buf->size() < p.len) buf->resize(std::max<size_t>(p.len, 256));
+    // An empty payload may meet a buffer that has none (memcpy wants real pointers even
+    // for 0 bytes).
+    if (p.len) memcpy(buf->data(), payload, p.len);
+    payload = buf->data();
+  }
   out->stamp = p.stamp;
   out->lost_before = lost;
   out->cpu = p.cpu & 0xfff;
@@ -357,10 +362,10 @@ inline void RingAreaReader::fill(uint32_t ring, const Parsed& p, uint64_t lost,
   out->counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
   out->named = p.writer != 0;
   if (out->named) memcpy(out->comm, p.writer_comm, kRingCommBytes);
-  out->payload = std::span<const uint8_t>(buf->data(), p.len);
+  out->payload = std::span<const uint8_t>(payload, p.len);
 }
 
-inline void RingAreaReader::move_tail(uint32_t ring, const Parsed& p) {
+inline void RingAreaReader::move_tail(uint32_t ring, const Parsed& p, bool keep_bytes) {
   State& st = states_[ring];
   if (p.padded) ++stats_.padding;
   if (p.writer != 0) st.writer = p.writer;
@@ -368,16 +373,20 @@ inline void RingAreaReader::move_tail(uint32_t ring, const Parsed& p) {
   ++progress_;
   st.consumed += p.advance;
   st.unpublished += p.advance;
-  if (st.unpublished >= geometry_.ring_bytes / 16) publish(ring);
+  if (!keep_bytes) publish_due(ring);
 }
 
-inline void RingAreaReader::advance(uint32_t ring, const Parsed& p) {
+inline void RingAreaReader::publish_due(uint32_t ring) {
+  if (states_[ring].unpublished >= geometry_.ring_bytes / 16) publish(ring);
+}
+
+inline void RingAreaReader::advance(uint32_t ring, const Parsed& p, bool keep_bytes) {
   State& st = states_[ring];
   const uint64_t lost = lost_before(p, st.lost_reported);
   if (p.flags & kRingFlagLostCount) st.lost_reported = std::max(st.lost_reported, p.lost_count);
   ++stats_.records;
   stats_.lost_reported += lost;
-  move_tail(ring, p);
+  move_tail(ring, p, keep_bytes);
 }
 
 inline void RingAreaReader::publish(uint32_t ring) {
@@ -742,6 +751,7 @@ RingMerger::Lane RingMerger::new_lane(RingAreaReader* reader, uint32_t tag, uint
 void RingMerger::remove(RingAreaReader* reader) { remove(std::span(&reader, 1)); }
 
 void RingMerger::remove(std::span<RingAreaReader* const> readers) {
+  held_ = kNoLane;  // lanes move: a tail still kept is stored by publish() (consume_from)
   if (readers.empty()) return;
   std::vector<RingAreaReader*> gone(readers.begin(), readers.end());
   std::sort(gone.begin(), gone.end());
@@ -764,7 +774,7 @@ void RingMerger::push(uint32_t lane) {
 bool RingMerger::load(uint32_t lane) {
   Lane& l = lanes_[lane];
   if (l.cursor.off == l.head) {
-    if (consume_) l.reader->publish(l.ring);
+    if (consume_ && !hold_) l.reader->publish(l.ring);
     return false;
   }
   for (;;) {
@@ -772,12 +782,12 @@ bool RingMerger::load(uint32_t lane) {
       case RingAreaReader::ParseResult::kRecord:
         return true;
       case RingAreaReader::ParseResult::kEmpty:
-        if (consume_) l.reader->publish(l.ring);
+        if (consume_ && !hold_) l.reader->publish(l.ring);
         return false;
       case RingAreaReader::ParseResult::kSkip:
         // Owner records: the lane's writer from here (each step moves the cursor on).
         if (consume_) {
-          l.reader->move_tail(l.ring, l.rec);
+          l.reader->move_tail(l.ring, l.rec, hold_);
           l.cursor = l.reader->cursor(l.ring);
         } else {
           l.cursor.off = l.rec.next;
@@ -875,10 +885,11 @@ bool RingMerger::next(RingRecord* out, int cpu) {
       continue;
     }
     r->fill(l.ring, l.rec, RingAreaReader::lost_before(l.rec, l.cursor.lost_reported),
-            l.cursor.writer != 0 ? l.cursor.writer : l.owner, &buf_, out);
+            l.cursor.writer != 0 ? l.cursor.writer : l.owner, hold_ ? nullptr : &buf_, out);
     out->tag = l.tag;
+    returned_ = lane;
     if (consume_) {
-      r->advance(l.ring, l.rec);
+      r->advance(l.ring, l.rec, hold_);
       l.cursor.off = st.tail;
       l.cursor.pos = st.consumed;
       l.cursor.lost_reported = st.lost_reported;
@@ -901,7 +912,18 @@ bool RingMerger::next(RingRecord* out, int cpu) {
   }
 }
 
+bool RingMerger::next_in_place(RingRecord* out, int cpu) {
+  // The record returned last is done with: its ring's tail may go to the producer.
+  if (held_ != kNoLane) lanes_[held_].reader->publish_due(lanes_[held_].ring);
+  hold_ = true;
+  const bool got = next(out, cpu);
+  hold_ = false;
+  held_ = got ? returned_ : kNoLane;
+  return got;
+}
+
 void RingMerger::publish() {
+  held_ = kNoLane;
   if (!consume_) return;
   for (const Lane& l : lanes_) l.reader->publish(l.ring);
 }

@@ -256,12 +256,17 @@ class RingAreaReader {
   ParseResult parse(uint32_t ring, uint32_t off, uint32_t head, Parsed* out) const;
   // The lost count a record reports before itself, given what was reported so far.
   static uint64_t lost_before(const Parsed& p, uint64_t reported);
+  // The record's facts into *out, its payload copied into *buf, or (buf nullptr) left
+  // where it lies in the ring.
   void fill(uint32_t ring, const Parsed& p, uint64_t lost, uint32_t owner,
             std::vector<uint8_t>* buf, RingRecord* out) const;
   // Consumes `p` (the record at the ring's tail): advances the tail, and stores it for
-  // the producer once a sixteenth of the ring is consumed. Storing it for every record
-  // would move the cache line to the reader and back for each one.
-  void advance(uint32_t ring, const Parsed& p);
+  // the producer once a sixteenth of the ring is consumed (publish_due), unless
+  // keep_bytes: then the caller, which reads the bytes in place, stores it later. Storing
+  // it for every record would move the cache line to the reader and back for each one.
+  void advance(uint32_t ring, const Parsed& p, bool keep_bytes = false);
+  // Stores the tail once a sixteenth of the ring was consumed since it was last stored.
+  void publish_due(uint32_t ring);
   // Stores the tail if it moved since it was last stored: whenever the reader has caught
   // up with a head, and before a ring changes hands.
   void publish(uint32_t ring);
@@ -270,7 +275,7 @@ class RingAreaReader {
   // Moves the tail past what a parse at the tail passed (owner records and padding, and
   // the record, if any), taking the last owner record's writer. advance() counts the
   // record; a kSkip parse's owner records alone come here directly.
-  void move_tail(uint32_t ring, const Parsed& p);
+  void move_tail(uint32_t ring, const Parsed& p, bool keep_bytes = false);
   uint64_t sum_hits(uint32_t slot) const;
   static uint64_t& slot_value(std::vector<uint64_t>& v, uint32_t slot);
   static uint64_t slot_value(const std::vector<uint64_t>& v, uint32_t slot);
@@ -320,6 +325,10 @@ class RingMerger {
   // (a ring is read in order), until a call with another `cpu` or a fresh snapshot finds
   // it free. Nothing is skipped for good: a record is returned once, whatever the calls.
   bool next(RingRecord* out, int cpu = -1);
+  // next() for a caller that reads the payload where it lies in the ring: `payload`
+  // points into the target's memory, which may change under the caller (copy it once,
+  // and check the copy), and stays the reader's until publish(). Consuming mode only.
+  bool next_in_place(RingRecord* out, int cpu = -1);
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
   // Consuming mode: gives the producers the room of every record returned so far now
@@ -350,6 +359,9 @@ class RingMerger {
   void push(uint32_t lane);
 
   bool consume_;
+  bool hold_ = false;  // in next_in_place(): the tails are stored by the next call or publish()
+  uint32_t returned_ = kNoLane;  // the lane of next()'s last record
+  uint32_t held_ = kNoLane;      // next_in_place()'s last record's lane, its tail not stored
   bool rewound_ = true;
   int cpu_ = -1;                 // the CPU the current snapshot was taken for (-1: any)
   std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;

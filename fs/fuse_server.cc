@@ -262,12 +262,16 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
     std::lock_guard l(s.reads_mu);
     ++s.reads_in_flight;
   }
-  std::string out;
-  int err = of->handle->read(s.request(req, fi->flags), static_cast<uint64_t>(off), size, &out);
-  if (err < 0)
+  bool replied = false;
+  const int err = of->handle->read_to(s.request(req, fi->flags), static_cast<uint64_t>(off),
+                                      size, [&](const char* data, size_t len) {
+                                        fuse_reply_buf(req, data, len);
+                                        replied = true;
+                                      });
+  if (err < 0 && !replied)
     fuse_reply_err(req, -err);
-  else
-    fuse_reply_buf(req, out.data(), out.size());
+  else if (!replied)
+    fuse_reply_buf(req, nullptr, 0);
   std::lock_guard l(s.reads_mu);
   if (--s.reads_in_flight == 0) s.reads_cv.notify_all();
 }

@@ -15,6 +15,7 @@
 
 #include "events/raw_page.h"
 #include "fs/trace_reader.h"
+#include "fs/trace_reader_direct.h"
 #include "fs/tracefs.h"
 #include "fs/vfs.h"
 
@@ -96,27 +97,23 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
 // One open trace_pipe_raw: the pages a read lays out, handed out in order. A fill makes
 // as many pages as the read asked for; records go straight from the rings into them
 // while the gate is quiet (TraceReader::consume_direct), through a Batch otherwise.
-class RawPipeHandle final : public Handle, private TraceReader::Taker {
+class RawPipeHandle final : public Handle {
  public:
   RawPipeHandle(Tracefs&, std::shared_ptr<TraceReader> r, int cpu)
       : reader_(std::move(r)), cpu_(cpu) {}
 
   int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
     out->clear();
-    if (size == 0) return 0;
-    std::unique_lock l(mu_);
-    for (;;) {
-      if (pos_ < made()) {
-        serve(size, out);
-        return 0;
-      }
-      const uint64_t gen = reader_->data_gen();
-      if (fill(std::max<size_t>(1, size / events::kRawPageSize))) continue;
-      if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
-      l.unlock();
-      reader_->wait(gen, kReaderSliceMs);
-      l.lock();
-    }
+    return read_pages(rq, size, [out](const uint8_t* data, size_t len) {
+      out->assign(reinterpret_cast<const char*>(data), len);
+    });
+  }
+
+  // The server's read: the pages go out from buf_ itself, under mu_.
+  int read_to(const Request& rq, uint64_t, size_t size, const Send& send) override {
+    return read_pages(rq, size, [&send](const uint8_t* data, size_t len) {
+      send(reinterpret_cast<const char*>(data), len);
+    });
   }
 
   bool readable() override {
@@ -129,18 +126,33 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
  private:
   size_t made() const { return pages_ * events::kRawPageSize; }
 
-  // The rest of the page begun (at most `size` bytes), or as many whole pages as `size`
+  // Blocks (as the kernel's reader does) until there are pages, then hands `out` the
+  // rest of the page begun (at most `size` bytes), or as many whole pages as `size`
   // holds, or the first `size` bytes of a page.
-  void serve(size_t size, std::string* out) {
-    const size_t in_page = pos_ % events::kRawPageSize;
-    size_t n;
-    if (in_page != 0 || size < events::kRawPageSize)
-      n = std::min(size, events::kRawPageSize - in_page);
-    else
-      n = std::min(size - size % events::kRawPageSize, made() - pos_);
-    out->assign(reinterpret_cast<const char*>(buf_.get() + pos_), n);
-    pos_ += n;
-    returned_data_ = true;
+  template <class Out>
+  int read_pages(const Request& rq, size_t size, Out&& out) {
+    if (size == 0) return 0;
+    std::unique_lock l(mu_);
+    for (;;) {
+      if (pos_ < made()) {
+        const size_t in_page = pos_ % events::kRawPageSize;
+        size_t n;
+        if (in_page != 0 || size < events::kRawPageSize)
+          n = std::min(size, events::kRawPageSize - in_page);
+        else
+          n = std::min(size - size % events::kRawPageSize, made() - pos_);
+        out(buf_.get() + pos_, n);
+        pos_ += n;
+        returned_data_ = true;
+        return 0;
+      }
+      const uint64_t gen = reader_->data_gen();
+      if (fill(std::max<size_t>(1, size / events::kRawPageSize))) continue;
+      if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
+      l.unlock();
+      reader_->wait(gen, kReaderSliceMs);
+      l.lock();
+    }
   }
 
   // Lays this CPU's next records out in up to `max` pages, under one hold of the reader:
@@ -193,19 +205,20 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
     open_ = false;
   }
 
-  // Room for a record of `len` bytes in the page being written, or in the next: nullptr
-  // when every page is made, or, with *too_large, when no page can hold it.
+  // A record of `len` bytes appended to the page being written, or to the next: where its
+  // bytes go; nullptr when every page is made, or, with *too_large, when no page can
+  // hold it.
   uint8_t* room(uint64_t ts, size_t len, uint64_t missed, bool* too_large) {
     *too_large = false;
     if (!open_) return nullptr;
     writer_.set_missed(missed);
-    if (uint8_t* to = writer_.reserve(ts, len)) return to;
+    if (uint8_t* to = writer_.append(ts, len)) return to;
     if (writer_.empty() || !open_next()) {
       *too_large = writer_.empty();
       return nullptr;
     }
     writer_.set_missed(missed);
-    uint8_t* to = writer_.reserve(ts, len);
+    uint8_t* to = writer_.append(ts, len);
     *too_large = to == nullptr;
     return to;
   }
@@ -213,7 +226,6 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
   // A record laid out: the page carries the count of those lost before it. Its thread's
   // name is learnt once the records are taken (the tracer's lock is held meanwhile).
   void laid(const TraceReader::Held& h) {
-    writer_.commit();
     missed_ = 0;
     if (h.pid != 0 && (h.pid != last_pid_ || h.tid != last_tid_)) {
       threads_.emplace_back(h.pid, h.tid);
@@ -254,9 +266,11 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
     return true;
   }
 
-  // Taker: a record straight from the rings. The daemon's own records (markers, laid out
-  // as other events) and those that need more than room go through the Batch.
-  uint8_t* place(const TraceReader::Held& h) override {
+  // consume_direct()'s taker: a record straight from the rings. The daemon's own records
+  // (markers, laid out as other events) and those that need more than room go through the
+  // Batch.
+  friend class probefs::fs::TraceReader;
+  uint8_t* place(const TraceReader::Held& h) {
     if (h.pid == 0) return nullptr;
     if (h.lost_before != 0 && !writer_.empty() && !open_next()) return nullptr;
     const uint64_t missed = missed_ + h.lost_before;
@@ -266,8 +280,9 @@ class RawPipeHandle final : public Handle, private TraceReader::Taker {
     return to;
   }
 
-  void placed(const TraceReader::Held& h, bool shown) override {
+  void placed(const TraceReader::Held& h, bool shown) {
     if (shown) laid(h);
+    else writer_.retract();
   }
 
   std::shared_ptr<TraceReader> reader_;

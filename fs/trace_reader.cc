@@ -1,4 +1,5 @@
 #include "fs/trace_reader.h"
+#include "fs/trace_reader_direct.h"
 
 #include <time.h>
 #include <x86intrin.h>
@@ -38,56 +39,10 @@ constexpr auto kRecheck = std::chrono::milliseconds(2);
 // time 0: "%16s-%-7d [%03d] FFFFF %5lu.%06lu: ".
 constexpr size_t kBlankContext = 51;
 
-uint64_t key_of(pid_t pid, pid_t tid) {
-  return static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | static_cast<uint32_t>(tid);
-}
-
-uint16_t load16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 int32_t load32(const uint8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-// Copies a record out of the tracer, with the facts the daemon owns in the copy's header:
-// common_pid is the writing thread the tracer names, and a target's flags and preempt
-// count are 0 (a user thread runs with interrupts on, outside any kernel context; the
-// agent writes 0 there too). Filters, triggers and lines all read the copy, so none of
-// them sees what a process claimed about itself. The daemon's own records (pid 0) are
-// kept as written.
-// A record's bytes as readers keep them: a target's with its flags and preempt count
-// zeroed and its thread (the daemon's fact) written over common_pid.
-void copy_to(uint8_t* d, const tracee::TraceRecord& r) {
-  std::memcpy(d, r.data, r.len);
-  if (r.pid != 0 && r.len >= 8) {
-    d[2] = 0;
-    d[3] = 0;
-    std::memcpy(d + 4, &r.tid, 4);
-  }
-}
-
-uint32_t copy_record(std::vector<uint8_t>& bytes, const tracee::TraceRecord& r) {
-  const size_t off = bytes.size();
-  bytes.resize(off + r.len);
-  copy_to(bytes.data() + off, r);
-  return static_cast<uint32_t>(off);
-}
-
-// A record's facts as a reader holds them (its bytes are copied apart).
-TraceReader::Held held_of(const tracee::TraceRecord& r) {
-  TraceReader::Held h;
-  h.pid = r.pid;
-  h.tid = r.tid;
-  h.cpu = r.cpu;
-  h.ts = r.ts_ns;
-  h.lost_before = r.lost_before;
-  h.len = r.len;
-  return h;
 }
 
 int64_t coarse_ms() {
@@ -318,24 +273,6 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   return (*fill_gate_)(*v, r);
 }
 
-// admit_new() with a quiet gate and no scope, for consume_direct(): the event's view is
-// looked up once per run of its records.
-bool TraceReader::admit_quiet(const Held& h, const uint8_t* data, QuietView* last) {
-  if (h.len < 8) return false;
-  const uint16_t id = load16(data);
-  if (id != last->id || !last->view) {
-    if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
-    last->id = id;
-    last->view = view(id);
-    if (!last->view) return false;
-  }
-  if (events::check_record(last->view->compiled, data, h.len) != events::RecordFault::kFits) {
-    if (h.cpu < dropped_events_.size()) ++dropped_events_[h.cpu];
-    return false;
-  }
-  return true;
-}
-
 void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
   std::lock_guard l(mu_);
   scope_ = settings;
@@ -463,54 +400,6 @@ void TraceReader::prune_idle() {
   // still in the buffer were never passed by a cursor.
   for (auto it = gates_.begin(); it != gates_.end();)
     it = it->second.consumed == it->second.decided ? gates_.erase(it) : std::next(it);
-}
-
-size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
-  b->bytes.clear();
-  b->recs.clear();
-  b->next = 0;
-  b->clear_gen = clear_gen_;
-  // The gate decides here, with the tracer's lock held: it is quiet (no trigger to call
-  // back into the tracer), so admit_new() is asked not to run it at all.
-  ThreadGate* g = nullptr;
-  uint64_t g_key = 0;
-  QuietView last;
-  direct_now_ = true;
-  const size_t n = tracer_.consume_records(
-      [&](const tracee::TraceRecord& r) {
-        Held h = held_of(r);
-        if (h.cpu < read_events_.size()) {
-          ++read_events_[h.cpu];
-          dropped_events_[h.cpu] += h.lost_before;
-        }
-        const uint64_t key = key_of(h.pid, h.tid);
-        if (!g || key != g_key) {
-          g = &gate(key);
-          g_key = key;
-        }
-        uint8_t* to = t.place(h);
-        if (!to) {
-          h.off = copy_record(b->bytes, r);
-          h.shown = decide_consumed(*g, h, b->bytes.data() + h.off);
-          b->recs.push_back(h);
-          return false;
-        }
-        copy_to(to, r);
-        bool shown;
-        if (g->consumed == g->decided) {  // nothing decided ahead by a `trace` reader
-          ++g->consumed;
-          ++g->decided;
-          shown = admit_quiet(h, to, &last);
-        } else {
-          shown = decide_consumed(*g, h, to);
-        }
-        t.placed(h, shown);
-        return true;
-      },
-      max, cpu);
-  direct_now_ = false;
-  prune_idle();
-  return n;
 }
 
 void TraceReader::revalidate(Batch* b) {

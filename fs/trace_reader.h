@@ -136,27 +136,23 @@ class TraceReader {
   // Drops what `b` holds from before the buffers were last emptied.
   void revalidate(Batch* b);
 
-  // A consumer that lays records out as they are taken, with no copy between the ring
-  // and its own buffer (trace_pipe_raw's pages). For each record, place() gets its facts
-  // and returns where its h.len bytes go, or nullptr when it cannot take the record now.
-  // The bytes are copied there (a target's record with its thread written in, as in
-  // Batch::bytes) and the record is decided on that copy, never on the target's memory;
-  // then placed() says whether it is shown. Both run with the tracer's read lock held:
-  // they must not call into the Tracer (nor anything that does, such as comm lookups).
-  class Taker {
-   public:
-    virtual uint8_t* place(const Held& h) = 0;
-    virtual void placed(const Held& h, bool shown) = 0;
-
-   protected:
-    ~Taker() = default;
-  };
+  // consume_direct()'s Taker lays records out as they are taken, with no copy between
+  // the ring and its own buffer (trace_pipe_raw's pages). For each record, its
+  // `uint8_t* place(const Held& h)` gets the facts and returns where the h.len bytes go,
+  // or nullptr when it cannot take the record now. The bytes are copied there (a
+  // target's record with its thread written in, as in Batch::bytes) and the record is
+  // decided on that copy, never on the target's memory; then its
+  // `void placed(const Held& h, bool shown)` says whether it is shown. Both run with the
+  // tracer's read lock held: they must not call into the Tracer (nor anything that does,
+  // such as comm lookups).
+  //
   // Whether this lock holder may use consume_direct(): the gate has nothing to hide or
   // fire and no pid list or cpumask limits what is traced.
   bool direct() const { return fill_direct_; }
   // Consumes up to `max` records of CPU `cpu` (-1: all) into `t`, when direct(); `b` must
   // hold nothing. A record place() refuses is consumed into `b`, decided, and ends the
-  // call. Returns how many records were consumed.
+  // call. Returns how many records were consumed. Defined in fs/trace_reader_direct.h.
+  template <class Taker>
   size_t consume_direct(Batch* b, size_t max, int cpu, Taker& t);
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before
   // it, then its line if it is shown.

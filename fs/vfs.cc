@@ -11,6 +11,13 @@ bool Request::nonblocking() const { return (flags & O_NONBLOCK) != 0; }
 
 // ---- Handle and File defaults ----------------------------------------------------------
 
+int Handle::read_to(const Request& rq, uint64_t off, size_t size, const Send& send) {
+  std::string out;
+  const int err = read(rq, off, size, &out);
+  if (err >= 0) send(out.data(), out.size());
+  return err;
+}
+
 int64_t Handle::write(const Request&, uint64_t, std::string_view) { return -EINVAL; }
 int Handle::truncate(const Request&) { return 0; }
 bool Handle::readable() { return true; }

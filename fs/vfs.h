@@ -54,6 +54,11 @@ class Handle {
   // Up to `size` bytes at `off` into *out. 0 (with *out empty: end of file), or a negative
   // errno. May block (see Request).
   virtual int read(const Request& rq, uint64_t off, size_t size, std::string* out) = 0;
+  // read() as the server does it: on success the bytes go to `send`, once, and may lie
+  // in the handle's own buffer for the time of that call (a reader of pages spares a
+  // copy of each). The default reads into a string.
+  using Send = std::function<void(const char* data, size_t len)>;
+  virtual int read_to(const Request& rq, uint64_t off, size_t size, const Send& send);
   // Consumes `data` (one write() of the caller): bytes taken, or a negative errno.
   virtual int64_t write(const Request& rq, uint64_t off, std::string_view data);
   // ftruncate(fd, 0) (and SETATTR size 0 on an open file): 0 or a negative errno.

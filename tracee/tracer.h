@@ -176,6 +176,7 @@ struct TraceRecord {
   // Records dropped from this record's ring because it was full, since the last record
   // the reader returned from it: trace_pipe prints "CPU:%d [LOST %lu EVENTS]" first.
   uint64_t lost_before = 0;
+  uint16_t id = 0;  // a target's record: the event id it was admitted with
 };
 
 class Tracer {
@@ -302,6 +303,11 @@ class Tracer {
   // call the Tracer (it runs under the reader's lock), nor may for_each_record's.
   size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max,
                          int cpu = -1);
+  // consume_records() for a consumer that copies each record itself: a target's record's
+  // `data` points into that target's memory, which it may change at any time. Copy the
+  // bytes once, check the copy, and take it only if its event id is still `id`.
+  size_t consume_records_in_place(const std::function<bool(const TraceRecord&)>& fn,
+                                  size_t max, int cpu = -1);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
   bool wait_for_records(int timeout_ms);

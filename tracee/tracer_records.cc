@@ -290,6 +290,7 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
   // Records of the target's threads that found no ring: lost before its next record.
   if (consuming && r != nullptr && r->pid != 0) out->lost_before += r->reader.take_unowned_lost();
   bool ok = r != nullptr && out->len >= 8;
+  out->id = 0;
   if (ok && r->pid == 0) {
     int32_t writer;  // the daemon's own record names its writer
     std::memcpy(&writer, out->data + 4, 4);
@@ -298,6 +299,7 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
     out->tid = static_cast<pid_t>(rr.tid);
     uint16_t id;
     std::memcpy(&id, out->data, 2);
+    out->id = id;
     // A run of one thread's records of one event is the common case: the last verdict.
     Tracer::Impl::LastAdmitted& last = impl.last_admitted;
     if (last.rings != r || last.ring != rr.ring || last.tid != rr.tid || last.id != id) {
@@ -380,19 +382,34 @@ bool Tracer::next_record(TraceRecord* out) {
   }
 }
 
-size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
-                               size_t max, int cpu) {
-  std::lock_guard rl(impl_->read_mu);
+namespace {
+
+// consume_records(), with the payloads copied out of the rings or (in_place) not.
+size_t consume_from(Tracer::Impl& impl, bool in_place,
+                    const std::function<bool(const TraceRecord&)>& fn, size_t max, int cpu) {
+  std::lock_guard rl(impl.read_mu);
   size_t n = 0;
   events::RingRecord rr;
   TraceRecord t;
-  while (n < max && impl_->merger.next(&rr, cpu)) {
-    if (!admit_record(*impl_, rr, &t, true)) continue;
+  while (n < max && (in_place ? impl.merger.next_in_place(&rr, cpu) : impl.merger.next(&rr, cpu))) {
+    if (!admit_record(impl, rr, &t, true)) continue;
     ++n;
     if (!fn(t)) break;
   }
-  impl_->merger.publish();
+  impl.merger.publish();  // in place: the bytes handed out go back to the producers here
   return n;
+}
+
+}  // namespace
+
+size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
+                               size_t max, int cpu) {
+  return consume_from(*impl_, false, fn, max, cpu);
+}
+
+size_t Tracer::consume_records_in_place(const std::function<bool(const TraceRecord&)>& fn,
+                                        size_t max, int cpu) {
+  return consume_from(*impl_, true, fn, max, cpu);
 }
 
 bool Tracer::wait_for_records(int timeout_ms) {
