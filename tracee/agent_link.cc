@@ -732,9 +732,10 @@ struct AgentListener::Impl {
     return -1;
   }
 
+  // Counted before the peer can see the end: whoever it tells finds it counted.
   void refuse(int fd) {
-    ::close(fd);
     refused.fetch_add(1);
+    ::close(fd);
   }
 
   void accept_on(int lfd) {

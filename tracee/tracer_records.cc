@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstring>
 
@@ -279,10 +280,20 @@ int64_t owner_written_before(pid_t pid, uint32_t tid) {
 // target had any business writing it. A consumer counts what it rejects and hands a lost
 // count the rejected record carried on to the next record it returns; a walk (`trace`)
 // only skips. read_mu held.
+// out's pid and tid in one store: a consumer loads them together (its key of the thread),
+// and one load over two narrower stores waits for both to reach the cache, every record.
+void store_thread(TraceRecord* out, pid_t pid, pid_t tid) {
+  static_assert(offsetof(TraceRecord, tid) == offsetof(TraceRecord, pid) + sizeof(pid_t));
+  const uint64_t both =
+      static_cast<uint32_t>(pid) | uint64_t{static_cast<uint32_t>(tid)} << 32;
+  std::memcpy(reinterpret_cast<unsigned char*>(out) + offsetof(TraceRecord, pid), &both, 8);
+}
+
 bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out,
                   bool consuming) {
   Tracer::Impl::Rings* r = rr.tag < impl.tag_rings.size() ? impl.tag_rings[rr.tag] : nullptr;
-  out->pid = rr.tag < impl.tag_pid.size() ? impl.tag_pid[rr.tag] : 0;
+  const pid_t pid = rr.tag < impl.tag_pid.size() ? impl.tag_pid[rr.tag] : 0;
+  pid_t tid = 0;
   out->cpu = rr.cpu;
   out->data = rr.payload.data();
   out->len = static_cast<uint32_t>(rr.payload.size());
@@ -294,9 +305,9 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
   if (ok && r->pid == 0) {
     int32_t writer;  // the daemon's own record names its writer
     std::memcpy(&writer, out->data + 4, 4);
-    out->tid = writer;
+    tid = writer;
   } else if (ok) {
-    out->tid = static_cast<pid_t>(rr.tid);
+    tid = static_cast<pid_t>(rr.tid);
     uint16_t id;
     std::memcpy(&id, out->data, 2);
     out->id = id;
@@ -325,6 +336,7 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
       if (ok && always) last = {r, rr.ring, rr.tid, id};
     }
   }
+  store_thread(out, pid, tid);
   if (!consuming) {
     if (ok) out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
     return ok;
