@@ -58,4 +58,8 @@ Tracer::~Tracer() {
   impl_->listener.reset();
 }
 
+uint64_t Tracer::refused_links() const {
+  return impl_->listener ? impl_->listener->stats().refused : 0;
+}
+
 }  // namespace probefs::tracee

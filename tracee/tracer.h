@@ -335,6 +335,8 @@ class Tracer {
   // Whether a consuming read would find a record now (poll), without consuming: of any
   // CPU, or for `cpu` >= 0 what consume_records(.., cpu) can take.
   bool has_records(int cpu = -1);
+  // Connections of agents the listener turned away so far (diagnostics, tests).
+  uint64_t refused_links() const;
   // Records dropped because their target had no business writing them (TraceRecord), on
   // CPU `cpu` (-1: all), since the buffers were last emptied: per_cpu/cpuN/stats counts
   // them among its dropped events.

@@ -115,7 +115,8 @@ TEST(TargetLimitsTest, ThousandsOfShortLivedTargetsLeaveNothingBehindOnceRead) {
   auto counts = [&] {
     std::lock_guard l(mu);
     return std::to_string(forked.load()) + " forked, " + std::to_string(execed.load()) +
-           " exec'd, " + std::to_string(exited.load()) + " exited;" + unexpected;
+           " exec'd, " + std::to_string(exited.load()) + " exited, " +
+           std::to_string(t->refused_links()) + " connections refused;" + unexpected;
   };
   testing::define(*t, add_probe(), 0xF001);
   Launched prog;
