@@ -774,6 +774,15 @@ TEST_F(TraceFilesTest, EventForkKeepsAListedProcesssChildren) {
   answer = pipes_.ask("fork 4");
   ASSERT_EQ(answer.rfind("ok ", 0), 0u) << answer;
   const pid_t child = static_cast<pid_t>(std::atol(answer.c_str() + 3));
+  // The child ran at once on its parent's spare area and may be gone before the daemon
+  // took its HELLO: its records are read from when it became a target, which its exit,
+  // once known, says it did.
+  int status = 0, rc;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((rc = tracer_->wait_exit(child, 100, &status)) == -ESRCH &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  ASSERT_EQ(rc, 0) << "the fork child never became a target";
   const std::vector<std::string> lines = body(drain_text("trace_pipe"));
   ASSERT_EQ(lines.size(), 4u);
   for (const std::string& l : lines) {
