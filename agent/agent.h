@@ -28,6 +28,7 @@
 #include "events/compile.h"
 #include "events/fetch.h"
 #include "events/filter.h"
+#include "events/hist.h"
 #include "events/link.h"
 #include "events/ring.h"
 #include "probecore/kprobes.h"
@@ -40,6 +41,27 @@ namespace lk = events::link;
 // What the handlers read (hit.cc). Plain data, published before the probe is registered
 // and freed only after it is unregistered (probecore waits for a grace period there) or,
 // for a replaced filter, after a grace period of its own.
+
+// The histograms one probe's hits count into (SET_HIST), immutable once published: a new
+// set replaces it whole, freed after a grace period.
+struct HitHists {
+  uint32_t n = 0;
+  bool needs_comm = false;  // a trigger's filter reads the thread's name
+  events::HistProgram programs[events::kHistMaxPerEvent];
+  events::HistGeometry geometries[events::kHistMaxPerEvent];
+};
+
+// The tables of one histogram slot in this process (HIST_TABLE): the memfd mapping, and
+// what it was made for. base is published (release) after the rest; a handler that loads
+// it non-null reads the rest as they were then. A fork child lets every slot go at once
+// (forget_hist_tables): the tables are its parent's.
+struct HistSlot {
+  std::atomic<uint8_t*> base{nullptr};
+  uint64_t signature = 0;  // HistGeometry::signature()
+  uint32_t rings = 0;      // tables in the mapping: a ring at or past this counts nowhere
+  uint64_t bytes = 0;
+};
+extern HistSlot g_hist_slots[events::kHistMaxSlots];
 
 // One probe as its handlers see it. `rp` comes first, so the Kprobe* and Kretprobe* that
 // probecore hands a handler are pointers to the HitProbe.
@@ -60,6 +82,10 @@ struct HitProbe {
   bool fast = false;
   uint8_t fast_nargs = 0;
   uint32_t fast_args[kMaxFastArgs] = {};
+  // Histograms (SET_HIST): null when none. With one, the handler takes the general path.
+  std::atomic<const HitHists*> hists{nullptr};
+  // False while the event only aggregates (soft mode): its hits write no ring record.
+  std::atomic<bool> record{true};
 };
 
 // The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer
@@ -99,6 +125,9 @@ int spawn_return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 // handler reads it without a system call; -1 when unknown or untrusted, and then handlers
 // ask the kernel once per thread and area. Set at startup (bootstrap.cc).
 extern long g_tid_offset;
+// A fork child: the histogram tables mapped now are its parent's; it counts into none
+// until the daemon hands it its own.
+void forget_hist_tables();
 // Forget this thread's ring (fork child: the area is the parent's).
 void forget_thread_ring();
 // The thread ends: its ring, if it has one in the current area, is retired and forgotten.

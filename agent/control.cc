@@ -40,6 +40,7 @@ struct AgentProbe {
   std::unique_ptr<HitProbe> hit;
   events::FetchProgram program;                  // hit->view points into it
   std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
+  std::unique_ptr<HitHists> hists;                 // what hit->hists points to
 };
 
 // Never destroyed, like all the agent's state: the control thread (detached) may still
@@ -480,6 +481,77 @@ void do_set_filter(const lk::SetFilter& s, lk::Reply* reply) {
   ap->filter = std::move(next);
 }
 
+// ---- histograms ----
+
+// HIST_TABLE: maps (or lets go) the tables of one histogram slot.
+void do_hist_table(const lk::HistTable& h, int fd, lk::Reply* reply) {
+  HistSlot& slot = g_hist_slots[h.slot];
+  if (uint8_t* old = slot.base.load(std::memory_order_relaxed)) {
+    slot.base.store(nullptr, std::memory_order_release);
+    probecore::synchronize_rcu();  // no handler counts into the old tables any more
+    ::munmap(old, slot.bytes);
+  }
+  if (h.release) return;
+  if (fd < 0) return set_error(reply, -EBADF, "no descriptor came with the histogram's tables");
+  const uint64_t bytes = h.geometry.memfd_bytes(h.rings);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < bytes)
+    return set_error(reply, -EINVAL, "the histogram's tables are smaller than the request says");
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of a histogram's tables failed");
+  slot.signature = h.geometry.signature();
+  slot.rings = h.rings;
+  slot.bytes = bytes;
+  slot.base.store(static_cast<uint8_t*>(mem), std::memory_order_release);
+}
+
+// Whether `o` reads only inside the fixed part of the probe's records.
+bool operand_fits(const events::HistOperand& o, const events::ProgramView& v) {
+  if (o.source == events::HistSource::kCpu) return true;
+  const uint32_t size = o.source == events::HistSource::kString ? 4 : o.size;
+  return o.offset <= v.fixed_size && size <= v.fixed_size - o.offset;
+}
+
+// SET_HIST: the histograms a probe's hits count into, and whether they record.
+void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
+  AgentProbe* ap = find_probe(s.probe_id, reply);
+  if (!ap) return;
+  std::unique_ptr<HitHists> next;
+  if (!s.programs.empty()) {
+    next = std::make_unique<HitHists>();
+    for (size_t i = 0; i < s.programs.size(); ++i) {
+      const events::HistProgram& p = s.programs[i];
+      for (uint32_t k = 0; k < p.nkeys; ++k)
+        if (!operand_fits(p.keys[k], ap->hit->view))
+          return set_error(reply, -EINVAL, "a histogram key lies outside the record");
+      for (uint32_t v = 0; v < p.nvals; ++v)
+        if (!operand_fits(p.vals[v], ap->hit->view))
+          return set_error(reply, -EINVAL, "a histogram value lies outside the record");
+      next->programs[i] = p;
+      next->geometries[i] = s.geometries[i];
+      if (filter_reads_comm(p.filter ? &*p.filter : nullptr)) next->needs_comm = true;
+    }
+    next->n = static_cast<uint32_t>(s.programs.size());
+  }
+  ap->hit->record.store(s.record, std::memory_order_relaxed);
+  ap->hit->hists.store(next.get(), std::memory_order_release);
+  probecore::synchronize_rcu();  // no handler still counts with the old set
+  ap->hists = std::move(next);
+}
+
+}  // namespace
+
+void forget_hist_tables() {
+  for (HistSlot& slot : g_hist_slots) {
+    uint8_t* old = slot.base.load(std::memory_order_relaxed);
+    if (!old) continue;
+    slot.base.store(nullptr, std::memory_order_relaxed);
+    ::munmap(old, slot.bytes);
+  }
+}
+
+namespace {
+
 void do_profile(lk::Reply* reply) {
   for (const auto& [id, ap] : g_probes) {
     uint64_t missed = ap->hit->rp.kp.nmissed.load(std::memory_order_relaxed);
@@ -557,6 +629,12 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
     case lk::MsgType::kSetFilter:
       do_set_filter(std::get<lk::SetFilter>(m.body), reply);
       break;
+    case lk::MsgType::kHistTable:
+      do_hist_table(std::get<lk::HistTable>(m.body), received_fd, reply);
+      break;
+    case lk::MsgType::kSetHist:
+      do_set_hist(std::get<lk::SetHist>(m.body), reply);
+      break;
     case lk::MsgType::kArmAll:
       if (int rc = probecore::arm_all_kprobes(); rc) set_error(reply, rc, errno_text("arm", rc));
       // The guards were disarmed too: take back what the program changed meanwhile.
@@ -596,6 +674,7 @@ void teardown() {
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them
   g_probes.clear();
+  forget_hist_tables();  // no handler runs any more: nothing counts into them
   remove_dl_hook();
   defined_symbols().clear();
   replace_area(nullptr);

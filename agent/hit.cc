@@ -40,6 +40,7 @@ namespace probefs::agent {
 
 std::atomic<AreaState*> g_area{nullptr};
 long g_tid_offset = -1;
+HistSlot g_hist_slots[events::kHistMaxSlots];
 
 namespace {
 
@@ -151,6 +152,96 @@ template <class Reader>
   if (!events::ring_record_disabled(as->area)) events::ring_drop_unowned(as->area);
 }
 
+// The bytes of a record built for histograms alone (the event does not record, or its
+// ring is full): on the handler's stack, strings cut to fit.
+constexpr uint32_t kHistRecordBytes = 1024;
+
+// Counts the hit in each of hh's histograms whose filter keeps it. `rec` is the record as
+// the event's format lays it out; `ring` the thread's ring, which names its tables.
+void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t ring,
+                 uint32_t cpu, const char* comm) {
+  for (uint32_t i = 0; i < hh->n; ++i) {
+    const events::HistProgram& prog = hh->programs[i];
+    const events::HistGeometry& g = hh->geometries[i];
+    HistSlot& slot = g_hist_slots[prog.slot];
+    uint8_t* base = slot.base.load(std::memory_order_acquire);
+    if (base == nullptr || slot.signature != g.signature() || ring >= slot.rings) continue;
+    if (prog.filter) {
+      events::FilterContext fc;
+      fc.cpu = cpu;
+      fc.comm = comm;
+      if (!events::filter_match(*prog.filter, rec, len, fc)) continue;
+    }
+    const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
+    uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.table_stride();
+    (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, [](char* name) {
+      arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(name));
+      name[events::kHistCommBytes - 1] = 0;
+    });
+  }
+}
+
+// A hit of a probe with histograms: the record is built (into the ring when the event
+// records and there is room, else on the stack), counted in the histograms, then
+// committed or dropped by the event's filter as emit() does.
+[[gnu::noinline]] void emit_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
+                                  events::RingProducer* p, int32_t tid, const PtRegs* regs,
+                                  uint64_t ip, uint64_t ret_ip, const uint64_t* entry_args) {
+  bool record = hp->record.load(std::memory_order_relaxed) &&
+                !events::ring_record_disabled(p->area);
+  uint8_t* rec = nullptr;
+  uint32_t cap = hp->record_cap;
+  uint32_t cpu = 0;
+  if (record) {
+    rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+    if (rec == nullptr) record = false;  // full: counted as lost; the histograms still count
+    else cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
+  }
+  alignas(8) uint8_t stack[kHistRecordBytes];
+  if (!record) {
+    rec = stack;
+    if (cap > kHistRecordBytes) cap = kHistRecordBytes;
+    cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
+  }
+  char comm[16];
+  comm[0] = 0;
+  events::HitContext hc;
+  hc.regs = regs;
+  hc.ip = ip;
+  hc.ret_ip = ret_ip;
+  hc.entry_args = entry_args;
+  hc.pid = tid;
+  hc.event_id = hp->event_id;
+  if (__atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) || hh->needs_comm) {
+    read_comm(comm);
+    hc.comm = comm;
+  }
+  uint32_t len;
+  if (as->fault_tolerant) {
+    events::FaultTolerantReader rd;
+    len = events::write_record(hp->view, hc, rd, rec, cap);
+  } else {
+    events::LiveMemoryReader rd(as->pid);
+    len = events::write_record(hp->view, hc, rd, rec, cap);
+  }
+  if (len != 0) count_hists(hh, rec, len, p->ring, cpu, comm);
+  if (!record) return;
+  if (len == 0) {
+    events::ring_discard(p);
+    return;
+  }
+  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+    events::FilterContext fc;
+    fc.cpu = cpu;
+    fc.comm = comm;
+    if (!events::filter_match(*f, rec, len, fc)) {
+      events::ring_discard(p);
+      return;
+    }
+  }
+  events::ring_commit(p, len);
+}
+
 // Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
 [[gnu::noinline]] void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
                                         uint64_t ret_ip, const uint64_t* entry_args) {
@@ -163,6 +254,10 @@ template <class Reader>
     return;
   }
   events::ring_count_hit(p, hp->counter_slot);
+  if (const HitHists* hh = hp->hists.load(std::memory_order_acquire)) {
+    emit_hists(hp, hh, as, p, tid, regs, ip, ret_ip, entry_args);
+    return;
+  }
   if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;  // full: counted as lost
@@ -262,9 +357,10 @@ template <class Reader>
 }
 
 // The straight path applies while no one asked for the thread's name (needs_comm only
-// grows: a filter that reads COMM may come later).
+// grows: a filter that reads COMM may come later) and no histogram counts the hits.
 [[gnu::always_inline]] inline bool takes_fast_path(const HitProbe* hp) {
-  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED);
+  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED) &&
+         hp->hists.load(std::memory_order_relaxed) == nullptr;
 }
 
 inline HitProbe* from_kprobe(probecore::Kprobe* kp) { return reinterpret_cast<HitProbe*>(kp); }

@@ -30,7 +30,8 @@ std::string format_error_log_entry(uint64_t timestamp_ns, const Diagnostic& d) {
                 static_cast<unsigned long long>(timestamp_ns / 1000000000ull),
                 static_cast<unsigned>((timestamp_ns % 1000000000ull) / 1000));
   std::string out = stamp;
-  out += d.subsystem;
+  if (d.location.empty()) out += d.subsystem;
+  else out += d.location;
   out += ": error: ";
   out += d.message();
   out += "\n  Command: ";

@@ -95,7 +95,20 @@ namespace probefs::events {
     EINVAL)                                                                              \
   X(kFiltTooManyPreds, "Too many terms in predicate expression", EINVAL)                 \
   X(kFiltInvalidValue, "Invalid value (did you forget quotes)?", EINVAL)                 \
-  X(kFiltErrno, "Error", EINVAL)
+  X(kFiltErrno, "Error", EINVAL)                                                         \
+  /* hist triggers (trace_events_hist.c) */                                              \
+  X(kHistNamedMismatch,                                                                  \
+    "Named hist trigger doesn't match existing named trigger (includes variables)", EINVAL) \
+  X(kHistTriggerExists, "Hist trigger already exists", EEXIST)                           \
+  X(kHistTriggerEnoentClear, "Can't clear or continue a nonexistent hist trigger", ENOENT) \
+  X(kHistBadFieldModifier, "Invalid field modifier", EINVAL)                             \
+  X(kHistCreateFail, "Couldn't create histogram for field", EINVAL)                      \
+  X(kHistFieldNotFound, "Couldn't find field", EINVAL)                                   \
+  X(kHistEmptyAssignment, "Empty assignment", EINVAL)                                    \
+  X(kHistInvalidSortModifier, "Invalid sort modifier", EINVAL)                           \
+  X(kHistEmptySortField, "Empty sort field", EINVAL)                                     \
+  X(kHistTooManySortFields, "Too many sort fields (Max = 2)", EINVAL)                    \
+  X(kHistInvalidSortField, "Sort field must be a key or a val", EINVAL)
 
 enum class ErrorCode : uint8_t {
 #define PROBEFS_EVENTS_ERROR_ENUM(code, msg, err) code,
@@ -122,6 +135,9 @@ struct Diagnostic {
   int pos = 0;            // caret column inside `command`
   std::string command;    // the command as error_log shows it
   std::string_view subsystem = kLogUprobe;
+  // Where the entry says it comes from when it is not a fixed subsystem (hist triggers:
+  // "hist:GROUP:EVENT"); empty: `subsystem`.
+  std::string location;
 
   bool ok() const { return err == 0; }
   bool logged() const { return err != 0 && code != ErrorCode::kSilent; }

@@ -234,6 +234,138 @@ bool get_setup(In& in, Setup* s) {
   return in.ok();
 }
 
+void put_geometry(Out& o, const HistGeometry& g) {
+  o.u8(g.with_comm ? 1 : 0);
+  o.u8(0);
+  o.u16(0);
+  o.u32(g.key_bytes);
+  o.u32(g.nvals);
+  o.u32(g.capacity_bits);
+}
+
+bool get_geometry(In& in, HistGeometry* g) {
+  in.boolean(&g->with_comm, "hist: with_comm");
+  uint8_t pad8 = 0;
+  uint16_t pad16 = 0;
+  in.get(&pad8, "hist");
+  in.get(&pad16, "hist");
+  in.get(&g->key_bytes, "hist");
+  in.get(&g->nvals, "hist");
+  in.get(&g->capacity_bits, "hist");
+  if (!in.ok()) return false;
+  if (g->key_bytes < 8 || g->key_bytes > kHistMaxKeyBytes || g->key_bytes % 8 != 0)
+    return in.fail("hist: key size out of range");
+  if (g->nvals >= kHistMaxVals) return in.fail("hist: too many values");
+  if (g->capacity_bits < kHistMinBits || g->capacity_bits > kHistMaxBits)
+    return in.fail("hist: size out of range");
+  return true;
+}
+
+void put_operand(Out& o, const HistOperand& x) {
+  o.u8(static_cast<uint8_t>(x.source));
+  o.u8(static_cast<uint8_t>(x.transform));
+  o.u8(x.size);
+  o.u8(x.is_signed ? 1 : 0);
+  o.u32(x.offset);
+  o.u32(x.key_offset);
+  o.u32(x.key_size);
+  o.u64(x.buckets);
+}
+
+bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
+  uint8_t source = 0, transform = 0;
+  in.get(&source, "hist operand");
+  in.get(&transform, "hist operand");
+  in.get(&x->size, "hist operand");
+  in.boolean(&x->is_signed, "hist operand");
+  in.get(&x->offset, "hist operand");
+  in.get(&x->key_offset, "hist operand");
+  in.get(&x->key_size, "hist operand");
+  in.get(&x->buckets, "hist operand");
+  if (!in.ok()) return false;
+  if (source > static_cast<uint8_t>(HistSource::kCpu) ||
+      transform > static_cast<uint8_t>(HistTransform::kBuckets))
+    return in.fail("hist operand: unknown kind");
+  x->source = static_cast<HistSource>(source);
+  x->transform = static_cast<HistTransform>(transform);
+  if (x->size != 1 && x->size != 2 && x->size != 4 && x->size != 8)
+    return in.fail("hist operand: size");
+  if (x->transform == HistTransform::kBuckets && x->buckets == 0)
+    return in.fail("hist operand: no buckets");
+  if (x->offset > kMaxMessageSize) return in.fail("hist operand: offset");
+  if (x->source == HistSource::kString && !key) return in.fail("hist operand: a string value");
+  if (key) {
+    const uint32_t want = x->source == HistSource::kString ? x->key_size : 8;
+    if (x->key_size != want || want < 8 || want > kHistMaxStringKey || want % 8 != 0 ||
+        x->key_offset % 8 != 0 || x->key_offset > key_bytes || want > key_bytes - x->key_offset)
+      return in.fail("hist operand: outside the key");
+  }
+  return true;
+}
+
+void put_set_hist(Out& o, const SetHist& s) {
+  if (s.programs.size() > kHistMaxPerEvent || s.geometries.size() != s.programs.size()) {
+    o.ok = false;
+    return;
+  }
+  o.u32(s.probe_id);
+  o.u8(s.record ? 1 : 0);
+  o.u8(static_cast<uint8_t>(s.programs.size()));
+  o.u16(0);
+  for (size_t i = 0; i < s.programs.size(); ++i) {
+    const HistProgram& p = s.programs[i];
+    if (p.slot >= kHistMaxSlots || p.nkeys == 0 || p.nkeys > kHistMaxKeys ||
+        p.nvals >= kHistMaxVals || p.nvals != s.geometries[i].nvals) {
+      o.ok = false;
+      return;
+    }
+    o.u32(p.slot);
+    put_geometry(o, s.geometries[i]);
+    o.u8(static_cast<uint8_t>(p.nkeys));
+    o.u8(static_cast<uint8_t>(p.nvals));
+    o.u16(0);
+    for (uint32_t k = 0; k < p.nkeys; ++k) put_operand(o, p.keys[k]);
+    for (uint32_t v = 0; v < p.nvals; ++v) put_operand(o, p.vals[v]);
+    put_filter(o, p.filter);
+  }
+}
+
+bool get_set_hist(In& in, SetHist* s) {
+  uint8_t n = 0;
+  uint16_t pad = 0;
+  in.get(&s->probe_id, "set_hist");
+  in.boolean(&s->record, "set_hist: record flag");
+  in.get(&n, "set_hist");
+  in.get(&pad, "set_hist");
+  if (!in.ok()) return false;
+  if (n > kHistMaxPerEvent) return in.fail("set_hist: too many histograms");
+  for (uint8_t i = 0; i < n; ++i) {
+    HistProgram p;
+    HistGeometry g;
+    uint8_t nkeys = 0, nvals = 0;
+    in.get(&p.slot, "set_hist");
+    if (!in.ok()) return false;
+    if (p.slot >= kHistMaxSlots) return in.fail("set_hist: slot out of range");
+    if (!get_geometry(in, &g)) return false;
+    in.get(&nkeys, "set_hist");
+    in.get(&nvals, "set_hist");
+    in.get(&pad, "set_hist");
+    if (!in.ok()) return false;
+    if (nkeys == 0 || nkeys > kHistMaxKeys || nvals != g.nvals)
+      return in.fail("set_hist: key or value count");
+    p.nkeys = nkeys;
+    p.nvals = nvals;
+    for (uint32_t k = 0; k < p.nkeys; ++k)
+      if (!get_operand(in, &p.keys[k], true, g.key_bytes)) return false;
+    for (uint32_t v = 0; v < p.nvals; ++v)
+      if (!get_operand(in, &p.vals[v], false, g.key_bytes)) return false;
+    if (!get_filter(in, &p.filter)) return false;
+    s->programs.push_back(std::move(p));
+    s->geometries.push_back(g);
+  }
+  return in.ok();
+}
+
 void encode_body(Out& o, const Message& m) {
   switch (m.type) {
     case MsgType::kBranches: {
@@ -248,6 +380,18 @@ void encode_body(Out& o, const Message& m) {
     }
     case MsgType::kSetup:
       put_setup(o, std::get<Setup>(m.body));
+      break;
+    case MsgType::kHistTable: {
+      const auto& h = std::get<HistTable>(m.body);
+      if (h.slot >= kHistMaxSlots || h.rings == 0 || h.rings > 65536) o.ok = false;
+      o.u32(h.slot);
+      o.u8(h.release ? 1 : 0);
+      put_geometry(o, h.geometry);
+      o.u32(h.rings);
+      break;
+    }
+    case MsgType::kSetHist:
+      put_set_hist(o, std::get<SetHist>(m.body));
       break;
     case MsgType::kSpare: {
       const auto& sp = std::get<Spare>(m.body);
@@ -320,7 +464,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kSpare)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kSetHist)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
@@ -344,6 +488,24 @@ bool decode_body(In& in, Message* m) {
       Setup s;
       if (!get_setup(in, &s)) return false;
       m->body = s;
+      break;
+    }
+    case MsgType::kHistTable: {
+      HistTable h;
+      in.get(&h.slot, "hist_table");
+      in.boolean(&h.release, "hist_table: release flag");
+      if (!in.ok()) return false;
+      if (h.slot >= kHistMaxSlots) return in.fail("hist_table: slot out of range");
+      if (!get_geometry(in, &h.geometry)) return false;
+      in.get(&h.rings, "hist_table");
+      if (in.ok() && (h.rings == 0 || h.rings > 65536)) return in.fail("hist_table: rings");
+      m->body = h;
+      break;
+    }
+    case MsgType::kSetHist: {
+      SetHist s;
+      if (!get_set_hist(in, &s)) return false;
+      m->body = std::move(s);
       break;
     }
     case MsgType::kSpare: {
@@ -505,6 +667,8 @@ size_t body_index(MsgType type) {
     case MsgType::kReply: return 8;
     case MsgType::kBranches: return 9;
     case MsgType::kSpare: return 10;
+    case MsgType::kHistTable: return 11;
+    case MsgType::kSetHist: return 12;
     default: return 0;
   }
 }
@@ -527,6 +691,8 @@ const char* type_name(MsgType type) {
     case MsgType::kBlacklist: return "BLACKLIST";
     case MsgType::kBranches: return "BRANCHES";
     case MsgType::kSpare: return "SPARE";
+    case MsgType::kHistTable: return "HIST_TABLE";
+    case MsgType::kSetHist: return "SET_HIST";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kListChanged: return "LIST_CHANGED";

@@ -61,6 +61,7 @@
 #include "arch/text_range.h"
 #include "events/compile.h"
 #include "events/filter.h"
+#include "events/hist.h"
 
 namespace probefs::events::link {
 
@@ -68,7 +69,8 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 4;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE
+inline constexpr uint32_t kAgentAbiVersion = 5;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+                                                  // 5: HIST_TABLE, SET_HIST
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -100,6 +102,8 @@ enum class MsgType : uint16_t {
                       // "0x%016lx-0x%016lx\n" line per range [start, end)
   kBranches = 15,     // Branches + the table's sealed memfd (SCM_RIGHTS)
   kSpare = 16,        // Spare + the spare ring area's memfd (SCM_RIGHTS)
+  kHistTable = 17,    // HistTable [+ the tables' memfd (SCM_RIGHTS)]
+  kSetHist = 18,      // SetHist
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
@@ -214,6 +218,39 @@ struct SetFilter {
   std::optional<CompiledFilter> filter;
 };
 
+// HIST_TABLE: the tables of one histogram in this process (events/hist.h), as a memfd of
+// geometry.memfd_bytes(rings) bytes that this packet carries (SCM_RIGHTS), mapped shared
+// for as long as the slot lives; without a descriptor (release), the slot's tables are
+// let go. A fork child starts with no tables: its hits of a histogram count once the
+// daemon handed it the slot.
+//   u32 slot, u8 release, u8 with_comm, u16 0, u32 key_bytes, u32 nvals, u32 capacity_bits,
+//   u32 rings
+// slot < kHistMaxSlots; key_bytes a multiple of 8, 8..kHistMaxKeyBytes; nvals below
+// kHistMaxVals; capacity_bits within kHistMinBits..kHistMaxBits; 0 < rings <= 65536.
+struct HistTable {
+  uint32_t slot = 0;
+  bool release = false;
+  HistGeometry geometry;
+  uint32_t rings = 0;
+};
+
+// SET_HIST: what the hits of one probe do besides recording: the histograms they count
+// into, and whether they write ring records at all (an event that only aggregates writes
+// none: the kernel's soft mode).
+//   u32 probe_id, u8 record, u8 n, u16 0,
+//   n x (u32 slot, geometry as in HIST_TABLE, u8 nkeys, u8 nvals, u16 0,
+//        nkeys x operand, nvals x operand, u8 has_filter, [bytes filter])
+//   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
+//            u32 key_size, u64 buckets
+// n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind; the
+// record offsets are checked against the probe's record by the agent.
+struct SetHist {
+  uint32_t probe_id = 0;
+  bool record = true;
+  std::vector<HistProgram> programs;
+  std::vector<HistGeometry> geometries;  // one per program: its slot's
+};
+
 // OPTIMIZATION: u8 on (debug.kprobes_optimization)
 struct Optimization {
   bool on = true;
@@ -276,7 +313,7 @@ struct Reply {
 };
 
 using Body = std::variant<std::monostate, Setup, Define, ProbeRef, SetFilter, Optimization,
-                          Hello, Mapped, Reply, Branches, Spare>;
+                          Hello, Mapped, Reply, Branches, Spare, HistTable, SetHist>;
 
 struct Message {
   MsgType type = MsgType::kReply;

@@ -250,6 +250,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   p->event = ev;
   ev->probes.push_back(p.get());
   probes.push_back(std::move(p));
+  if (!ev->hists.empty()) apply_hists(*ev);
   if (created) {
     events.push_back(created);
     add_event_nodes(created);
@@ -286,6 +287,7 @@ int DynamicEvents::Impl::remove_probe(DynProbe* p) {
 // The event's last probe is gone: its triggers let their targets go, and its id, view,
 // gate record and files go.
 void DynamicEvents::Impl::destroy_event(DynEvent* ev) {
+  ev->hists.clear();  // their tables go with the last trigger that shares them
   for (const TriggerGate::EventPtr& t : gate.remove_all(*ev->gate))
     if (DynEvent* target = event_of(t.get()); target && target != ev) soft_off(*target);
   gate.remove_event(ev->id);

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,7 @@
 #include "fs/dynamic_events.h"
 #include "fs/error_log.h"
 #include "fs/event_triggers.h"
+#include "fs/hist_trigger.h"
 #include "fs/tracefs.h"
 #include "fs/vfs.h"
 #include "tracee/tracer.h"
@@ -34,6 +36,28 @@ namespace probefs::fs {
 enum class DefinitionFile : uint8_t { kKprobe, kUprobe, kDynamic };
 
 struct DynEvent;
+
+// One histogram: its tables in the targets (a tracer slot). A named one is shared by the
+// hist triggers of that name on every event; it goes with the last of them.
+struct HistData {
+  tracee::Tracer* tracer = nullptr;
+  uint32_t slot = 0;
+  std::string name;
+  bool paused = false;
+  HistData() = default;
+  HistData(const HistData&) = delete;
+  HistData& operator=(const HistData&) = delete;
+  ~HistData() {
+    if (tracer) tracer->destroy_hist(slot);
+  }
+};
+
+// One hist trigger of an event.
+struct HistTrigger {
+  HistSpec spec;
+  std::shared_ptr<HistData> data;
+  std::shared_ptr<const events::CompiledFilter> filter;  // the trigger's `if`
+};
 
 // One line of a definition file: one probe in the tracer.
 struct DynProbe {
@@ -58,6 +82,7 @@ struct DynEvent {
   std::shared_ptr<const events::CompiledFilter> filter;
   std::string filter_text = "none\n";  // what its filter file reads
   TriggerGate::EventPtr gate;
+  std::vector<HistTrigger> hists;  // in the order they were added
   bool removed = false;  // files still open on a removed event find this
 };
 
@@ -106,6 +131,14 @@ struct DynamicEvents::Impl {
   int64_t write_filter(DynEvent& ev, std::string_view data);
   int64_t write_group_filter(const std::string& group, std::string_view data);
   int64_t write_trigger(DynEvent& ev, std::string_view data);
+  // ---- fs/event_hists.cc: hist triggers and the hist file ----
+  std::map<std::string, std::weak_ptr<HistData>> named_hists;
+  int64_t write_hist(DynEvent& ev, std::string_view data);
+  std::string trigger_text(const DynEvent& ev);
+  std::string hist_text(const DynEvent& ev);
+  // What the event's probes count, and whether they record: told to each probe.
+  void apply_hists(DynEvent& ev);
+  void drop_hists(DynEvent& ev);
   std::string available_events();
   std::string set_event_text();
   int64_t write_set_event(std::string_view data);

@@ -169,11 +169,15 @@ void DynamicEvents::Impl::add_event_nodes(const std::shared_ptr<DynEvent>& ev) {
                 make_text_file(
                     [this, ev] {
                       std::lock_guard l(mu);
-                      return ev->removed ? std::string() : gate.show(*ev->gate);
+                      return ev->removed ? std::string() : trigger_text(*ev);
                     },
                     [this, ev](const Request&, std::string_view data) {
                       return write_trigger(*ev, data);
                     }));
+  tree.add_file(edir, "hist", kModeRead, make_text_file([this, ev] {
+                  std::lock_guard l(mu);
+                  return ev->removed ? std::string() : hist_text(*ev);
+                }));
   tree.add_file(edir, "format", kModeRead, make_text_file([ev] {
                   return events::format_file(ev->compiled, ev->id);
                 }));
@@ -229,11 +233,14 @@ void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
 // the soft-disabled state follows, as in the kernel.
 int DynamicEvents::Impl::set_enable(DynEvent& ev, bool on) {
   if (on) {
+    const bool was_soft = gate.soft_disabled(*ev.gate);
     gate.set_soft_disabled(*ev.gate, false);
+    if (was_soft && !ev.hists.empty()) apply_hists(ev);  // records again
     return ev.registered ? 0 : register_event(ev);
   }
-  if (ev.soft_refs > 0) {
+  if (ev.soft_refs > 0 || !ev.hists.empty()) {
     gate.set_soft_disabled(*ev.gate, true);
+    if (!ev.hists.empty()) apply_hists(ev);  // histograms only: no records
     return 0;
   }
   if (ev.registered) unregister_event(ev);
@@ -259,6 +266,10 @@ int DynamicEvents::Impl::soft_on(DynEvent& ev) {
 // soft-enabled, else off.
 void DynamicEvents::Impl::soft_off(DynEvent& ev) {
   if (ev.soft_refs == 0 || --ev.soft_refs > 0) return;
+  if (!ev.hists.empty()) {  // histograms keep it running; no records while soft-disabled
+    apply_hists(ev);
+    return;
+  }
   if (gate.soft_disabled(*ev.gate) && ev.registered) unregister_event(ev);
   gate.set_soft_disabled(*ev.gate, false);
 }
@@ -267,7 +278,7 @@ void DynamicEvents::Impl::soft_off(DynEvent& ev) {
 std::string DynamicEvents::Impl::enable_text(const DynEvent& ev) {
   bool soft_disabled = gate.soft_disabled(*ev.gate);
   std::string s = ev.registered && !soft_disabled ? "1" : "0";
-  if (ev.soft_refs > 0 || soft_disabled) s += "*";
+  if (ev.soft_refs > 0 || soft_disabled || !ev.hists.empty()) s += "*";
   return s + "\n";
 }
 
@@ -343,6 +354,15 @@ int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
 
 int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) {
   if (data.size() >= kMaxWrite) return -EINVAL;
+  {
+    size_t i = 0;
+    while (i < data.size() && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n')) ++i;
+    if (i < data.size() && data[i] == '!') ++i;
+    if (data.substr(i, 4) == "hist" &&
+        (i + 4 == data.size() || data[i + 4] == ':' || data[i + 4] == ' ' ||
+         data[i + 4] == '\t' || data[i + 4] == '\n'))
+      return write_hist(ev, data);
+  }
   TriggerCommand c;
   if (parse_trigger(data, &c) != 0) return -EINVAL;
   std::lock_guard l(mu);

@@ -142,7 +142,7 @@ int parse_trigger(std::string_view text, TriggerCommand* out) {
 }
 
 std::string_view no_triggers_text() {
-  return "# Available triggers:\n# traceon traceoff enable_event disable_event\n";
+  return "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n";
 }
 
 // ---- the gate ----------------------------------------------------------------------------

@@ -294,6 +294,7 @@ AgentLink::Ticket AgentLink::start(lk::MsgType type, lk::Body body) {
     case lk::MsgType::kEnable:
     case lk::MsgType::kDisable:
     case lk::MsgType::kSetFilter:
+    case lk::MsgType::kSetHist:
     case lk::MsgType::kArmAll:
     case lk::MsgType::kDisarmAll:
     case lk::MsgType::kOptimization:
@@ -317,6 +318,10 @@ AgentLink::Ticket AgentLink::start_setup(int memfd, uint64_t area_size, uint32_t
     return t;
   }
   return impl_->start(lk::MsgType::kSetup, lk::Setup{area_size, trace_clock, options}, memfd);
+}
+
+AgentLink::Ticket AgentLink::start_hist_table(const lk::HistTable& h, int memfd) {
+  return impl_->start(lk::MsgType::kHistTable, h, h.release ? -1 : memfd);
 }
 
 AgentLink::Ticket AgentLink::start_branches(const lk::Branches& b, int table_fd) {

@@ -153,6 +153,8 @@ class AgentLink {
   // caller keeps its own fd).
   Ticket start_setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
   Ticket start_branches(const lk::Branches& b, int table_fd);
+  // HIST_TABLE with the tables' memfd (none for a release).
+  Ticket start_hist_table(const lk::HistTable& h, int memfd);
   // SPARE (events/link.h), sent without anybody waiting for its reply: the daemon learns
   // whether the agent took it from a fork child that names it. 0 once it left, or why not.
   int post_spare(const lk::Spare& s, int memfd);

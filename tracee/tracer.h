@@ -51,6 +51,7 @@
 #include "events/definition.h"
 #include "events/errors.h"
 #include "events/filter.h"
+#include "events/hist.h"
 #include "events/output.h"
 
 namespace probefs::tracee {
@@ -103,6 +104,17 @@ struct ProbeSpec {
   bool enabled = false;
   // Optional; set_filter() changes it later.
   std::shared_ptr<const events::CompiledFilter> filter;
+  // The histograms its hits count into, and whether they write records; set_hists()
+  // changes them.
+  std::vector<events::HistProgram> hists;
+  bool record = true;
+};
+
+// What a histogram holds now, summed over every target that counted into it (live or
+// gone since).
+struct HistSnapshot {
+  events::HistEntries entries;
+  events::HistTotals totals;
 };
 
 class Tracer;
@@ -259,6 +271,21 @@ class Tracer {
   [[nodiscard]] int disable_probe(ProbeId id);
   // nullptr removes the filter.
   [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
+  // The histograms the probe's hits count into (their slots made by create_hist), and
+  // whether the hits write records at all (false: the event only aggregates).
+  [[nodiscard]] int set_hists(ProbeId id, std::vector<events::HistProgram> programs, bool record);
+
+  // ---- histograms (events/hist.h) ----------------------------------------------------
+  // A histogram's tables, made in every target now and to come: its slot, or -ENOSPC when
+  // events::kHistMaxSlots are in use.
+  [[nodiscard]] int create_hist(const events::HistGeometry& geometry, uint32_t* slot);
+  // Lets the tables go in every target (no probe counts into the slot any more).
+  void destroy_hist(uint32_t slot);
+  // :clear and :pause/:cont, in every target; reading never waits for one.
+  void clear_hist(uint32_t slot);
+  void pause_hist(uint32_t slot, bool paused);
+  HistSnapshot read_hist(uint32_t slot);
+
   // kprobe_profile's counts, from the targets' ring areas (their agents count each hit
   // and each miss there as it happens): never waits for a target.
   ProbeProfile profile(ProbeId id);

@@ -176,6 +176,39 @@ class FanOut {
   std::vector<Call> calls_;
 };
 
+// The histograms' tables as the daemon keeps them (tracer_hists.cc), shared with the
+// mappings, which fold their counts in when their target goes.
+struct HistMemory;
+struct HistState {
+  struct Hist {
+    events::HistGeometry geometry;
+    bool paused = false;
+    uint64_t generation = 0;  // distinct for each histogram a slot ever held
+    std::vector<std::weak_ptr<HistMemory>> tables;  // one per target that has them
+    HistSnapshot retained;  // what the targets gone since counted
+  };
+  std::mutex mu;  // a leaf: taken last, never across a request to an agent
+  std::map<uint32_t, Hist> hists;
+  uint64_t next_generation = 1;
+};
+
+// One target's tables of one histogram: the daemon's mapping of the memfd it handed the
+// agent. When the target leaves the table, its counts join the histogram's retained
+// counts (if the histogram is still the one it was made for) and the mapping goes.
+struct HistMemory {
+  std::shared_ptr<HistState> state;
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  events::HistGeometry geometry;
+  uint8_t* base = nullptr;
+  uint64_t bytes = 0;
+  uint32_t rings = 0;
+  HistMemory() = default;
+  HistMemory(const HistMemory&) = delete;
+  HistMemory& operator=(const HistMemory&) = delete;
+  ~HistMemory();
+};
+
 struct Tracer::Impl {
   struct Probe {
     ProbeId id = 0;
@@ -183,6 +216,8 @@ struct Tracer::Impl {
     FileIdentity file;
     uint32_t slot = 0;
     bool per_target_compile = false;
+    // Bumped by each set_hists(): sites told an older one are told again (sync_hists).
+    uint64_t hist_generation = 0;
     // Counts of targets that are gone.
     uint64_t gone_hits = 0;
     uint64_t gone_misses = 0;
@@ -252,6 +287,10 @@ struct Tracer::Impl {
     // at most lk::kMaxHeldSpares.
     std::vector<uint32_t> spares;
     uint32_t forks = 0;  // its fork children that joined
+    // Its tables of each histogram (HIST_TABLE), and for each of its sites (agent id)
+    // the hist_generation of its probe that it was last told (SET_HIST).
+    std::map<uint32_t, std::shared_ptr<HistMemory>> hist_tables;
+    std::map<uint32_t, uint64_t> hist_sent;
   };
 
   // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next
@@ -426,6 +465,12 @@ struct Tracer::Impl {
                            std::vector<AgentLink::Ticket>* tickets);
   void adopt_inherited_probes(Target& child, const Target* parent);
   void forget_unmapped_sites(Target& t);
+
+  // ---- the histograms (tracer_hists.cc; mu held) ----
+  std::shared_ptr<HistState> hist_state = std::make_shared<HistState>();
+  // Hands t the tables of every histogram it lacks, and tells each of its sites the
+  // histograms of its probe where it was not told them yet.
+  void sync_hists(Target& t);
 
   // ---- the records room's functions (tracer_records.cc; mu held unless said) ----
   // The stamp mode of the trace clock, for new areas. read_mu held.

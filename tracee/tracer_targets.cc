@@ -149,7 +149,9 @@ int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent,
     if (!r.ok() && error) *error = "agent refused its ring area: " + r.message;
     return r.ok() ? 0 : (r.error != 0 ? r.error : -EIO);
   };
-  return place_all_pending(t, first);
+  const int placed = place_all_pending(t, first);
+  if (placed == 0) sync_hists(t);
+  return placed;
 }
 
 Tracer::Impl::Target* Tracer::Impl::target_of_link(const std::shared_ptr<AgentLink>& link) {
@@ -469,6 +471,7 @@ void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
   for (size_t i = 0; i < defs.size() && i < res.size(); ++i)
     if (res[i].ok()) t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
   if (!mapped) forget_unmapped_sites(*t);
+  if (!defs.empty()) sync_hists(*t);
 }
 
 void Tracer::Impl::handle_closed(const std::shared_ptr<AgentLink>& link) {

@@ -244,7 +244,7 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
                                                     "ftrace", "zgrp", "agrp"}));
   EXPECT_EQ(ls("events/zgrp"), (std::vector<std::string>{"filter", "enable", "e1", "e2", "e0"}));
   EXPECT_EQ(ls("events/zgrp/e1"),
-            (std::vector<std::string>{"enable", "filter", "trigger", "format", "id"}));
+            (std::vector<std::string>{"enable", "filter", "trigger", "hist", "format", "id"}));
   for (const char* f : {"enable", "filter", "trigger"})
     EXPECT_EQ(mode(std::string("events/zgrp/e1/") + f), 0640u) << f;
   EXPECT_EQ(mode("events/zgrp/e1/format"), 0440u);
@@ -270,7 +270,7 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
   EXPECT_EQ(read("events/zgrp/e1/enable"), "0\n");
   EXPECT_EQ(read("events/zgrp/e1/filter"), "none\n");
   EXPECT_EQ(read("events/zgrp/e1/trigger"),
-            "# Available triggers:\n# traceon traceoff enable_event disable_event\n");
+            "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n");
   EXPECT_EQ(read("events/zgrp/filter"),
             "### global filter ###\n# Use this to set filters for multiple events.\n"
             "# Only events with the given fields will be affected.\n"
@@ -321,7 +321,7 @@ TEST_F(DynamicEventsTest, FtraceGroupTakesDynamicEventsBesideTheKernels) {
   with_x.push_back("x");
   EXPECT_EQ(ls("events/ftrace"), with_x);
   EXPECT_EQ(ls("events/ftrace/x"),
-            (std::vector<std::string>{"enable", "filter", "trigger", "format", "id"}));
+            (std::vector<std::string>{"enable", "filter", "trigger", "hist", "format", "id"}));
   EXPECT_EQ(read("events/ftrace/x/id"), std::to_string(kFirstEventId) + "\n");
   ASSERT_EQ(write("events/ftrace/x/enable", "1"), 1);
   EXPECT_EQ(read("set_event"), "ftrace:x\n");
@@ -971,7 +971,7 @@ TEST_F(DynamicEventsTest, TriggerFileGrammarAndReadBack) {
   ASSERT_EQ(echo("uprobe_events", "p:zgrp/e0 " + b + ":0x13b0"), 0);
   ASSERT_EQ(echo("uprobe_events", "p:agrp/e3 " + b + ":0x13c0"), 0);
   const char* t = "events/zgrp/e1/trigger";
-  const std::string none = "# Available triggers:\n# traceon traceoff enable_event disable_event\n";
+  const std::string none = "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n";
   struct Step {
     const char* write;
     int err;

@@ -1,0 +1,45 @@
+// The daemon's side of the histogram tables (events/hist.h): reading them, as hostile
+// memory written by a traced process.
+#include "events/hist.h"
+
+#include <cstring>
+
+namespace probefs::events {
+
+void hist_read_tables(const uint8_t* base, uint64_t bytes, uint32_t ring_count,
+                      const HistGeometry& g, HistEntries* out, HistTotals* totals) {
+  if (base == nullptr || bytes < g.memfd_bytes(ring_count)) return;
+  const auto* ctl = reinterpret_cast<const HistControl*>(base);
+  const uint32_t epoch = __atomic_load_n(&ctl->epoch, __ATOMIC_ACQUIRE);
+  const uint32_t eb = g.entry_bytes();
+  const uint32_t kb = g.key_bytes;
+  for (uint32_t r = 0; r < ring_count; ++r) {
+    const uint8_t* table = base + kHistControlBytes + uint64_t{r} * g.table_stride();
+    const auto* h = reinterpret_cast<const HistTableHeader*>(table);
+    if (__atomic_load_n(&h->epoch, __ATOMIC_ACQUIRE) != epoch) continue;
+    totals->hits += __atomic_load_n(&h->hits, __ATOMIC_RELAXED);
+    totals->drops += __atomic_load_n(&h->drops, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&h->used, __ATOMIC_RELAXED) == 0) continue;
+    const uint8_t* entries = table + kHistTableHeaderBytes;
+    for (uint32_t i = 0, n = g.slots(); i < n; ++i) {
+      const uint8_t* e = entries + uint64_t{i} * eb;
+      if (__atomic_load_n(reinterpret_cast<const uint64_t*>(e), __ATOMIC_ACQUIRE) == 0) continue;
+      std::string key(reinterpret_cast<const char*>(e + 8), kb);
+      auto [it, fresh] = out->try_emplace(std::move(key));
+      HistEntry& dst = it->second;
+      const auto* sums = reinterpret_cast<const uint64_t*>(e + 8 + kb);
+      dst.hitcount += __atomic_load_n(&sums[0], __ATOMIC_RELAXED);
+      for (uint32_t v = 0; v < g.nvals && v < kHistMaxVals; ++v)
+        dst.vals[v] += __atomic_load_n(&sums[1 + v], __ATOMIC_RELAXED);
+      if (fresh) {
+        dst.key = it->first;
+        if (g.with_comm) {
+          const char* c = reinterpret_cast<const char*>(e + 8 + kb + 8 + 8 * uint64_t{g.nvals});
+          dst.comm.assign(c, strnlen(c, kHistCommBytes - 1));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace probefs::events

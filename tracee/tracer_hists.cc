@@ -1,0 +1,227 @@
+// The histograms room of Tracer: each histogram's tables in every target (one memfd per
+// histogram and target, events/hist.h), the histograms each probe's hits count into, and
+// reading them. Reading takes only the histograms' own lock (HistState::mu, a leaf) and
+// reads shared memory: it never waits for a target, and a stopped or hung one shows what
+// it counted so far. A target that goes leaves its counts behind (~HistMemory).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "tracee/tracer_impl.h"
+
+namespace probefs::tracee {
+
+HistMemory::~HistMemory() {
+  if (base == nullptr) return;
+  {
+    std::lock_guard l(state->mu);
+    auto it = state->hists.find(slot);
+    if (it != state->hists.end() && it->second.generation == generation)
+      events::hist_read_tables(base, bytes, rings, geometry, &it->second.retained.entries,
+                               &it->second.retained.totals);
+  }
+  ::munmap(base, bytes);
+}
+
+namespace {
+
+// A fresh memfd of the histogram's tables for a target of `rings` rings, mapped; its
+// descriptor in *fd (the caller hands it over and closes it). nullptr on failure.
+std::shared_ptr<HistMemory> make_tables(const std::shared_ptr<HistState>& state, uint32_t slot,
+                                        const HistState::Hist& h, uint32_t rings, int* fd) {
+  const uint64_t bytes = h.geometry.memfd_bytes(rings);
+  *fd = ::memfd_create("probefs-hist", MFD_CLOEXEC);
+  if (*fd < 0) return nullptr;
+  if (::ftruncate(*fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(*fd);
+    return nullptr;
+  }
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  if (mem == MAP_FAILED) {
+    ::close(*fd);
+    return nullptr;
+  }
+  auto* ctl = static_cast<events::HistControl*>(mem);
+  ctl->paused = h.paused ? 1 : 0;
+  auto m = std::make_shared<HistMemory>();
+  m->state = state;
+  m->slot = slot;
+  m->generation = h.generation;
+  m->geometry = h.geometry;
+  m->base = static_cast<uint8_t*>(mem);
+  m->bytes = bytes;
+  m->rings = rings;
+  return m;
+}
+
+}  // namespace
+
+void Tracer::Impl::sync_hists(Target& t) {
+  if (!t.link || t.link->closed() || !t.rings) return;
+  if (t.link->hello().abi_version < 5) return;
+  std::vector<AgentLink::Ticket> tickets;
+  {
+    // Tables of histograms made since, and none of those destroyed since.
+    std::lock_guard l(hist_state->mu);
+    for (auto it = t.hist_tables.begin(); it != t.hist_tables.end();) {
+      auto h = hist_state->hists.find(it->first);
+      if (h == hist_state->hists.end() || h->second.generation != it->second->generation)
+        it = t.hist_tables.erase(it);
+      else
+        ++it;
+    }
+    for (auto& [slot, h] : hist_state->hists) {
+      if (t.hist_tables.count(slot)) continue;
+      int fd = -1;
+      auto m = make_tables(hist_state, slot, h, t.rings->reader.ring_count(), &fd);
+      if (!m) continue;
+      lk::HistTable msg;
+      msg.slot = slot;
+      msg.geometry = h.geometry;
+      msg.rings = m->rings;
+      tickets.push_back(t.link->start_hist_table(msg, fd));
+      ::close(fd);
+      h.tables.push_back(m);
+      t.hist_tables[slot] = std::move(m);
+    }
+  }
+  for (auto& [id, sites] : t.sites) {
+    auto p = probes.find(id);
+    if (p == probes.end() || p->second.hist_generation == 0) continue;
+    lk::SetHist sh;
+    sh.record = p->second.spec.record;
+    {
+      std::lock_guard l(hist_state->mu);
+      for (const events::HistProgram& prog : p->second.spec.hists) {
+        auto h = hist_state->hists.find(prog.slot);
+        if (h == hist_state->hists.end()) continue;
+        sh.programs.push_back(prog);
+        sh.geometries.push_back(h->second.geometry);
+      }
+    }
+    for (const Site& s : sites) {
+      uint64_t& sent = t.hist_sent[s.agent_id];
+      if (sent == p->second.hist_generation) continue;
+      sent = p->second.hist_generation;
+      sh.probe_id = s.agent_id;
+      tickets.push_back(t.link->start(lk::MsgType::kSetHist, sh));
+    }
+  }
+  for (const AgentLink::Ticket& k : tickets)
+    (void)t.link->collect(k, std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout);
+}
+
+int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs, bool record) {
+  if (programs.size() > events::kHistMaxPerEvent) return -EINVAL;
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  it->second.spec.hists = std::move(programs);
+  it->second.spec.record = record;
+  ++it->second.hist_generation;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+int Tracer::create_hist(const events::HistGeometry& geometry, uint32_t* slot) {
+  std::lock_guard lock(impl_->mu);
+  {
+    std::lock_guard l(impl_->hist_state->mu);
+    HistState& st = *impl_->hist_state;
+    uint32_t s = 0;
+    while (s < events::kHistMaxSlots && st.hists.count(s)) ++s;
+    if (s == events::kHistMaxSlots) return -ENOSPC;
+    HistState::Hist& h = st.hists[s];
+    h.geometry = geometry;
+    h.generation = st.next_generation++;
+    *slot = s;
+  }
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+void Tracer::destroy_hist(uint32_t slot) {
+  std::lock_guard lock(impl_->mu);
+  {
+    std::lock_guard l(impl_->hist_state->mu);
+    impl_->hist_state->hists.erase(slot);
+  }
+  std::vector<std::pair<std::shared_ptr<AgentLink>, AgentLink::Ticket>> tickets;
+  std::vector<std::shared_ptr<HistMemory>> gone;
+  for (auto& [pid, t] : impl_->targets) {
+    auto it = t->hist_tables.find(slot);
+    if (it == t->hist_tables.end()) continue;
+    if (t->link && !t->link->closed()) {
+      lk::HistTable msg;
+      msg.slot = slot;
+      msg.release = true;
+      msg.geometry = it->second->geometry;
+      msg.rings = it->second->rings;
+      tickets.emplace_back(t->link, t->link->start_hist_table(msg, -1));
+    }
+    gone.push_back(std::move(it->second));
+    t->hist_tables.erase(it);
+  }
+  for (auto& [link, k] : tickets)
+    (void)link->collect(k, std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout);
+  gone.clear();  // after the agents let go: the mappings fold into nothing and go
+}
+
+void Tracer::clear_hist(uint32_t slot) {
+  std::vector<std::shared_ptr<HistMemory>> held;  // released after the lock: may fold
+  std::lock_guard l(impl_->hist_state->mu);
+  auto it = impl_->hist_state->hists.find(slot);
+  if (it == impl_->hist_state->hists.end()) return;
+  it->second.retained = HistSnapshot{};
+  for (auto& w : it->second.tables) {
+    auto m = w.lock();
+    if (!m) continue;
+    auto* ctl = reinterpret_cast<events::HistControl*>(m->base);
+    __atomic_store_n(&ctl->epoch, ctl->epoch + 1, __ATOMIC_RELEASE);
+    held.push_back(std::move(m));
+  }
+}
+
+void Tracer::pause_hist(uint32_t slot, bool paused) {
+  std::vector<std::shared_ptr<HistMemory>> held;
+  std::lock_guard l(impl_->hist_state->mu);
+  auto it = impl_->hist_state->hists.find(slot);
+  if (it == impl_->hist_state->hists.end()) return;
+  it->second.paused = paused;
+  for (auto& w : it->second.tables) {
+    auto m = w.lock();
+    if (!m) continue;
+    auto* ctl = reinterpret_cast<events::HistControl*>(m->base);
+    __atomic_store_n(&ctl->paused, paused ? 1u : 0u, __ATOMIC_RELEASE);
+    held.push_back(std::move(m));
+  }
+}
+
+HistSnapshot Tracer::read_hist(uint32_t slot) {
+  HistSnapshot out;
+  std::vector<std::shared_ptr<HistMemory>> live;
+  events::HistGeometry g;
+  {
+    std::lock_guard l(impl_->hist_state->mu);
+    auto it = impl_->hist_state->hists.find(slot);
+    if (it == impl_->hist_state->hists.end()) return out;
+    out = it->second.retained;
+    g = it->second.geometry;
+    auto& v = it->second.tables;
+    for (auto w = v.begin(); w != v.end();) {
+      if (auto m = w->lock()) {
+        live.push_back(std::move(m));
+        ++w;
+      } else {
+        w = v.erase(w);  // its target went: its counts are in `retained`
+      }
+    }
+  }
+  for (const auto& m : live)
+    events::hist_read_tables(m->base, m->bytes, m->rings, g, &out.entries, &out.totals);
+  live.clear();  // without the lock: a last reference folds into the retained counts
+  return out;
+}
+
+}  // namespace probefs::tracee
