@@ -1,0 +1,203 @@
+// The histogram tables (events/hist.h): what hist_update counts, as hist_read_tables
+// reads it back, in memory laid out as the daemon's memfd is; and tables full of garbage,
+// as a hostile target may leave them, read within their bounds.
+#include "events/hist.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+namespace probefs::events {
+namespace {
+
+// A record as compile() lays it out: the common header, __probe_ip, then a (s32 @16),
+// b (u64 @20), s (a __data_loc string @28) and the string after the fixed part.
+struct Rec {
+  uint8_t bytes[128] = {};
+  uint32_t len = 32;
+  Rec(int32_t a, uint64_t b, const char* s = "") {
+    std::memcpy(bytes + 16, &a, 4);
+    std::memcpy(bytes + 20, &b, 8);
+    const uint32_t n = static_cast<uint32_t>(std::strlen(s)) + 1;
+    const uint32_t loc = n << 16 | 32;
+    std::memcpy(bytes + 28, &loc, 4);
+    std::memcpy(bytes + 32, s, n);
+    len = 32 + n;
+  }
+};
+
+HistOperand number(uint32_t offset, uint8_t size, bool is_signed) {
+  HistOperand o;
+  o.offset = offset;
+  o.size = size;
+  o.is_signed = is_signed;
+  return o;
+}
+
+struct Tables {
+  HistGeometry g;
+  uint32_t rings;
+  std::vector<uint64_t> mem;  // 8-byte aligned, zeroed: a fresh memfd
+  explicit Tables(const HistGeometry& geo, uint32_t r = 2) : g(geo), rings(r) {
+    mem.assign(g.memfd_bytes(rings) / 8 + 1, 0);
+  }
+  uint8_t* base() { return reinterpret_cast<uint8_t*>(mem.data()); }
+  HistControl* ctl() { return reinterpret_cast<HistControl*>(base()); }
+  uint8_t* table(uint32_t ring) { return base() + kHistControlBytes + ring * g.table_stride(); }
+  bool hit(const HistProgram& p, const Rec& r, uint32_t ring = 0, uint32_t cpu = 0) {
+    return hist_update(p, g, ctl(), table(ring), r.bytes, r.len, cpu,
+                       [](char* name) { std::strcpy(name, "worker"); });
+  }
+  HistEntries read(HistTotals* t = nullptr) {
+    HistEntries e;
+    HistTotals local;
+    hist_read_tables(base(), g.memfd_bytes(rings), rings, g, &e, t ? t : &local);
+    return e;
+  }
+};
+
+uint64_t key0(const std::string& key) {
+  uint64_t v;
+  std::memcpy(&v, key.data(), 8);
+  return v;
+}
+
+TEST(HistTables, CountsSumsAndKeysAcrossThreadTables) {
+  HistProgram p;
+  p.nkeys = 1;
+  p.keys[0] = number(16, 4, true);
+  p.nvals = 1;
+  p.vals[0] = number(20, 8, false);
+  HistGeometry g;
+  g.key_bytes = 8;
+  g.nvals = 1;
+  Tables t(g);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(t.hit(p, Rec(i % 3 - 1, 10), static_cast<uint32_t>(i % 2)));
+  HistTotals tot;
+  HistEntries e = t.read(&tot);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(tot.hits, 30u);
+  EXPECT_EQ(tot.drops, 0u);
+  for (const auto& [k, v] : e) {
+    EXPECT_EQ(v.hitcount, 10u);
+    EXPECT_EQ(v.vals[0], 100u);
+    const auto key = static_cast<int64_t>(key0(k));  // signed fields are sign-extended
+    EXPECT_TRUE(key == -1 || key == 0 || key == 1) << key;
+  }
+}
+
+TEST(HistTables, Log2BucketsCpuAndStringKeys) {
+  HistProgram p;
+  p.nkeys = 3;
+  p.keys[0] = number(20, 8, false);
+  p.keys[0].transform = HistTransform::kLog2;
+  p.keys[1].source = HistSource::kCpu;
+  p.keys[1].key_offset = 8;
+  p.keys[2].source = HistSource::kString;
+  p.keys[2].offset = 28;
+  p.keys[2].key_offset = 16;
+  p.keys[2].key_size = 16;
+  HistGeometry g;
+  g.key_bytes = 32;
+  Tables t(g);
+  for (uint64_t v : {0, 1, 2, 3, 4, 5, 1000}) ASSERT_TRUE(t.hit(p, Rec(0, v, "a-rather-long-name"), 0, 1));
+  HistEntries e = t.read();
+  std::map<uint64_t, uint64_t> by_log2;
+  for (const auto& [k, v] : e) {
+    by_log2[key0(k)] += v.hitcount;
+    uint64_t cpu;
+    std::memcpy(&cpu, k.data() + 8, 8);
+    EXPECT_EQ(cpu, 1u);
+    EXPECT_EQ(std::string(k.data() + 16), "a-rather-long-n");  // cut to 15 + NUL
+  }
+  EXPECT_EQ(by_log2, (std::map<uint64_t, uint64_t>{{0, 2}, {1, 1}, {2, 2}, {3, 1}, {10, 1}}));
+
+  HistProgram b = p;
+  b.nkeys = 1;
+  b.keys[0].transform = HistTransform::kBuckets;
+  b.keys[0].buckets = 100;
+  HistGeometry gb;
+  Tables tb(gb);
+  for (uint64_t v = 0; v < 1000; ++v) ASSERT_TRUE(tb.hit(b, Rec(0, v)));
+  HistEntries eb = tb.read();
+  ASSERT_EQ(eb.size(), 10u);
+  for (const auto& [k, v] : eb) {
+    EXPECT_EQ(key0(k) % 100, 0u);
+    EXPECT_EQ(v.hitcount, 100u);
+  }
+}
+
+TEST(HistTables, AFullTableDropsNewKeysAndCountsThem) {
+  HistProgram p;
+  p.nkeys = 1;
+  p.keys[0] = number(20, 8, false);
+  HistGeometry g;
+  g.capacity_bits = kHistMinBits;
+  Tables t(g, 1);
+  const uint32_t cap = g.capacity();
+  for (uint64_t v = 0; v < cap + 50; ++v) t.hit(p, Rec(0, v));
+  for (uint64_t v = 0; v < cap; ++v) ASSERT_TRUE(t.hit(p, Rec(0, v)));  // known keys still count
+  HistTotals tot;
+  HistEntries e = t.read(&tot);
+  EXPECT_EQ(e.size(), cap);
+  EXPECT_EQ(tot.drops, 50u);
+  EXPECT_EQ(tot.hits, 2u * cap + 50u);
+  for (const auto& [k, v] : e) EXPECT_EQ(v.hitcount, 2u);
+}
+
+TEST(HistTables, ClearAndPauseTakeEffectAtTheNextHit) {
+  HistProgram p;
+  p.nkeys = 1;
+  p.keys[0] = number(20, 8, false);
+  HistGeometry g;
+  g.with_comm = true;
+  Tables t(g);
+  for (int i = 0; i < 5; ++i) t.hit(p, Rec(0, 7));
+  HistEntries e = t.read();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e.begin()->second.comm, "worker");
+  t.ctl()->epoch++;  // :clear
+  EXPECT_TRUE(t.read().empty());  // the table's counts are from before the clear
+  t.ctl()->paused = 1;
+  t.hit(p, Rec(0, 8));
+  EXPECT_TRUE(t.read().empty());
+  t.ctl()->paused = 0;
+  t.hit(p, Rec(0, 9));
+  e = t.read();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(key0(e.begin()->first), 9u);
+  EXPECT_EQ(e.begin()->second.hitcount, 1u);
+}
+
+// Whatever a target wrote into its tables, reading them stays inside the mapping and
+// names end within their bytes (the sanitizer build checks the bounds).
+TEST(HistTables, GarbageTablesAreReadWithinBounds) {
+  std::mt19937_64 rng(42);
+  for (int round = 0; round < 50; ++round) {
+    HistGeometry g;
+    g.capacity_bits = kHistMinBits;
+    g.key_bytes = 8 * (1 + round % 4);
+    g.nvals = round % 3;
+    g.with_comm = round % 2;
+    Tables t(g, 3);
+    for (uint64_t& w : t.mem) w = rng();
+    t.ctl()->epoch = 0;
+    for (uint32_t r = 0; r < 3; ++r) reinterpret_cast<HistTableHeader*>(t.table(r))->epoch = 0;
+    HistTotals tot;
+    HistEntries e = t.read(&tot);
+    for (const auto& [k, v] : e) {
+      EXPECT_EQ(k.size(), g.key_bytes);
+      EXPECT_LT(v.comm.size(), kHistCommBytes);
+    }
+    // A mapping shorter than the geometry says is not read at all.
+    HistEntries none;
+    hist_read_tables(t.base(), g.memfd_bytes(3) - 1, 3, g, &none, &tot);
+    EXPECT_TRUE(none.empty());
+  }
+}
+
+}  // namespace
+}  // namespace probefs::events

@@ -1,0 +1,198 @@
+// The hist trigger language (fs/hist_trigger.h) against the kernel's: what a command
+// reads back as, the error_log entry and errno a bad one gets (the carets where the
+// kernel's errpos() puts them), and the hist file's text for known counts.
+#include "fs/hist_trigger.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "events/compile.h"
+#include "events/parse.h"
+
+namespace probefs::fs {
+namespace {
+
+events::CompiledEvent event() {
+  events::ParseResult r = events::parse_kprobe_command(
+      "p:g/e prog:f a=%di:s32 b=%si:u64 name=+0(%dx):string addr=%cx:x64");
+  EXPECT_EQ(r.status, events::ParseStatus::kDefine);
+  events::CompiledEvent c;
+  events::Diagnostic d;
+  EXPECT_TRUE(events::compile(r.def, {}, &c, &d));
+  return c;
+}
+
+struct Parsed {
+  int rc = 0;
+  HistSpec spec;
+  events::Diagnostic err;
+};
+
+Parsed parse(std::string_view text) {
+  Parsed p;
+  p.rc = parse_hist(text, event(), "g", "e", &p.spec, &p.err);
+  return p;
+}
+
+TEST(HistTrigger, ReadsBackAsTheKernelPrintsIt) {
+  struct Case {
+    const char* in;
+    const char* out;
+  } cases[] = {
+      {"hist:keys=a", "hist:keys=a:vals=hitcount:sort=hitcount:size=2048"},
+      {"hist:key=a:val=b", "hist:keys=a:vals=hitcount,b:sort=hitcount:size=2048"},
+      {"hist:keys=a,b.hex:values=hitcount,b:sort=b.descending,a:size=100",
+       "hist:keys=a,b.hex:vals=hitcount,b:sort=b.descending,a:size=128"},
+      {"hist:keys=common_pid.execname,name:sort=hitcount.descending",
+       "hist:keys=common_pid.execname,name:vals=hitcount:sort=hitcount.descending:size=2048"},
+      {"hist:keys=b.log2,a.buckets=10:vals=b.percent,a.graph",
+       "hist:keys=b.log2,a.buckets=10:vals=hitcount,b.percent,a.graph:sort=hitcount:size=2048"},
+      {"hist:keys=addr.sym-offset:sort=addr.ascending",
+       "hist:keys=addr.sym-offset:vals=hitcount:sort=addr.sym-offset:size=2048"},
+      {"hist:keys=cpu", "hist:keys=common_cpu:vals=hitcount:sort=hitcount:size=2048"},
+      {"hist:name=foo:keys=a:pause", "hist:name=foo:keys=a:vals=hitcount:sort=hitcount:size=2048"},
+      {"  hist:keys=a if a > 3 && b < 2  \n",
+       "hist:keys=a:vals=hitcount:sort=hitcount:size=2048 if a > 3 && b < 2"},
+      {"hist keys=a:size=131072", "hist:keys=a:vals=hitcount:sort=hitcount:size=131072"},
+  };
+  for (const Case& c : cases) {
+    Parsed p = parse(c.in);
+    ASSERT_EQ(p.rc, 0) << c.in << ": " << p.err.message();
+    EXPECT_EQ(p.spec.text(), c.out) << c.in;
+  }
+  EXPECT_TRUE(parse("!hist:keys=a").spec.remove);
+  EXPECT_TRUE(parse("hist:keys=a:pause").spec.pause);
+  EXPECT_TRUE(parse("hist:keys=a:continue").spec.cont);
+  EXPECT_TRUE(parse("hist:keys=a:clear").spec.clear);
+}
+
+TEST(HistTrigger, BadCommandsGetTheKernelsErrorsAndCarets) {
+  struct Case {
+    const char* in;
+    int rc;
+    const char* message;  // nullptr: nothing logged
+    int pos;
+  } cases[] = {
+      {"hist", -EINVAL, nullptr, 0},
+      {"hist:vals=a", -EINVAL, nullptr, 0},
+      {"hist:keys=a:size=64", -EINVAL, nullptr, 0},
+      {"hist:keys=a:size=262144", -EINVAL, nullptr, 0},
+      {"hist:keys=a:size=x", -EINVAL, nullptr, 0},
+      {"hist:keys=a,b,name,addr", -EINVAL, nullptr, 0},
+      {"hist:keys=a:vals=b,a,b", -EINVAL, nullptr, 0},
+      {"hist:keys=a:bogus", -EINVAL, nullptr, 0},
+      {"hist:keys=nope", -EINVAL, "Couldn't find field", 10},
+      {"hist:keys=a:vals=zz", -EINVAL, "Couldn't find field", 17},
+      {"hist:keys=a.foo", -EINVAL, "Invalid field modifier", 12},
+      {"hist:keys=a.execname", -EINVAL, "Invalid field modifier", 12},
+      {"hist:keys=a.percent", -EINVAL, "Invalid field modifier", 12},
+      {"hist:keys=a.buckets=0", -EINVAL, "Invalid field modifier", 12},
+      {"hist:keys=a:sort=", -EINVAL, "Empty assignment", 12},
+      {"hist:keys=a:sort=b", -EINVAL, "Sort field must be a key or a val", 17},
+      {"hist:keys=a:sort=a.up", -EINVAL, "Invalid sort modifier", 19},
+      {"hist:keys=a:sort=a,hitcount,a", -EINVAL, "Too many sort fields (Max = 2)", 12},
+      {"hist:keys=a:sort=a,,", -EINVAL, "Empty sort field", 12},
+      {"hist:keys=common_timestamp", -EINVAL, "Couldn't create histogram for field", 10},
+      {"hist:keys=a:x=b", -EINVAL, "Couldn't create histogram for field", 12},
+      {"hist:keys=a+b", -EINVAL, "Couldn't create histogram for field", 10},
+      {"hist:keys=a:onmax(b).save(a)", -EINVAL, "Couldn't create histogram for field", 12},
+  };
+  for (const Case& c : cases) {
+    Parsed p = parse(c.in);
+    EXPECT_EQ(p.rc, c.rc) << c.in;
+    if (c.message == nullptr) {
+      EXPECT_FALSE(p.err.logged()) << c.in << ": " << p.err.message();
+      continue;
+    }
+    ASSERT_TRUE(p.err.logged()) << c.in;
+    EXPECT_EQ(p.err.message(), c.message) << c.in;
+    EXPECT_EQ(p.err.pos, c.pos) << c.in;
+    EXPECT_EQ(p.err.command, std::string(c.in)) << c.in;
+    EXPECT_EQ(p.err.location, "hist:g:e");
+  }
+  // The entry as error_log prints it.
+  Parsed p = parse("hist:keys=a:vals=zz");
+  EXPECT_EQ(events::format_error_log_entry(1500000, p.err),
+            "[    0.001500] hist:g:e: error: Couldn't find field\n"
+            "  Command: hist:keys=a:vals=zz\n"
+            "                            ^\n");
+}
+
+std::string key_of(std::initializer_list<uint64_t> words) {
+  std::string k;
+  for (uint64_t w : words) k.append(reinterpret_cast<const char*>(&w), 8);
+  return k;
+}
+
+TEST(HistTrigger, HistFileAsTheKernelPrintsIt) {
+  Parsed p = parse("hist:keys=a,b.hex:vals=b:sort=b.descending");
+  ASSERT_EQ(p.rc, 0);
+  tracee::HistSnapshot snap;
+  auto add = [&](int64_t a, uint64_t b, uint64_t hits, uint64_t sum) {
+    events::HistEntry& e = snap.entries[key_of({static_cast<uint64_t>(a), b})];
+    e.hitcount = hits;
+    e.vals[0] = sum;
+  };
+  add(1, 0x10, 3, 48);
+  add(-1, 0xff, 1, 255);
+  snap.totals.hits = 5;
+  snap.totals.drops = 1;
+  EXPECT_EQ(format_hist(p.spec, false, snap, {}, 0),
+            "# event histogram\n"
+            "#\n"
+            "# trigger info: hist:keys=a,b.hex:vals=hitcount,b:sort=b.descending:size=2048 [active]\n"
+            "#\n"
+            "\n"
+            "{ a: 18446744073709551615, b: ff } hitcount:          1  b:        255\n"
+            "{ a:          1, b: 10 } hitcount:          3  b:         48\n"
+            "\n"
+            "Totals:\n"
+            "    Hits: 5\n"
+            "    Entries: 2\n"
+            "    Dropped: 1\n");
+
+  Parsed q = parse("hist:keys=b.log2,a.buckets=10:vals=b.percent,a.graph:pause");
+  ASSERT_EQ(q.rc, 0);
+  tracee::HistSnapshot s2;
+  events::HistEntry& x = s2.entries[key_of({3, 20})];
+  x.hitcount = 1;
+  x.vals[0] = 1;
+  x.vals[1] = 10;
+  events::HistEntry& y = s2.entries[key_of({4, 30})];
+  y.hitcount = 2;
+  y.vals[0] = 3;
+  y.vals[1] = 20;
+  const std::string text = format_hist(q.spec, true, s2, {}, 1);
+  EXPECT_EQ(text.substr(0, 2), "\n\n");
+  EXPECT_NE(text.find("size=2048 [paused]\n"), std::string::npos);
+  EXPECT_NE(text.find("{ b: ~ 2^3 , a: ~ 20-29 } hitcount:          1  b (%):  25.00  a: ##########          \n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("{ b: ~ 2^4 , a: ~ 30-39 } hitcount:          2  b (%):  75.00  a: ####################\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(HistTrigger, SymbolAndNameKeys) {
+  Parsed p = parse("hist:keys=addr.sym,common_pid.execname,name");
+  ASSERT_EQ(p.rc, 0);
+  tracee::HistSnapshot snap;
+  std::string key = key_of({0x401000, 42});
+  key += std::string("worker") + std::string(events::kHistMaxStringKey - 6, '\0');
+  snap.entries[key].hitcount = 7;
+  snap.entries[key].comm = "prog";
+  HistSymbolizer sym = [](uint64_t addr, bool, std::string* out) {
+    if (addr != 0x401000) return false;
+    *out = "main";
+    return true;
+  };
+  const std::string text = format_hist(p.spec, false, snap, sym, 0);
+  const std::string want = "{ addr: [401000] main" + std::string(41, ' ') +
+                           ", common_pid: prog" + std::string(12, ' ') + "[        42]" +
+                           ", name: worker" + std::string(44, ' ') + " } hitcount:          7\n";
+  EXPECT_NE(text.find(want), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace probefs::fs
