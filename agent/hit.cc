@@ -311,23 +311,10 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
   return events::filter_match(*f, rec, len, fc);
 }
 
-// emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads
-// no thread name: the record is the common header, ip (and ret_ip), and register stores,
-// written here directly. No call on the way but the cold ones.
-[[gnu::always_inline]] inline void emit_fast(const HitProbe* hp, const PtRegs* regs,
-                                             uint64_t ret_ip) {
-  AreaState* as = g_area.load(std::memory_order_acquire);
-  if (__builtin_expect(as == nullptr, 0)) return;
-  int32_t tid = 0;
-  events::RingProducer* p = this_thread_ring(as, &tid);
-  if (__builtin_expect(p == nullptr, 0)) {
-    if (tid != 0) count_unowned(as, hp);
-    return;
-  }
-  events::ring_count_hit(p, hp->counter_slot);
-  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
-  auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
-  if (__builtin_expect(rec == nullptr, 0)) return;
+// The record of a probe whose arguments are all registers (HitProbe::fast): the common
+// header, ip (and ret_ip), and register stores, written here directly.
+[[gnu::always_inline]] inline void write_fast_record(const HitProbe* hp, const PtRegs* regs,
+                                                     uint64_t ret_ip, int32_t tid, uint8_t* rec) {
   // event id, common_flags 0, common_preempt_count 0, pid: one store.
   const uint64_t common = hp->event_id | uint64_t{static_cast<uint32_t>(tid)} << 32;
   __builtin_memcpy(rec, &common, 8);
@@ -346,6 +333,64 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
       default: *d = static_cast<uint8_t>(v); break;
     }
   }
+}
+
+// emit_hists() for a probe on the straight path: no interpreter, no reader.
+[[gnu::noinline]] void emit_fast_hists(const HitProbe* hp, const HitHists* hh,
+                                       events::RingProducer* p, int32_t tid,
+                                       const PtRegs* regs, uint64_t ret_ip) {
+  bool record = hp->record.load(std::memory_order_relaxed) &&
+                !events::ring_record_disabled(p->area);
+  uint8_t* rec = nullptr;
+  uint32_t cpu = 0;
+  if (record) {
+    rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+    if (rec == nullptr) record = false;  // full: counted as lost; the histograms still count
+    else cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
+  }
+  alignas(8) uint8_t stack[kHistRecordBytes];
+  if (!record) {
+    rec = stack;
+    cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
+  }
+  write_fast_record(hp, regs, ret_ip, tid, rec);
+  const uint32_t len = hp->view.fixed_size;
+  char comm[16];
+  comm[0] = 0;
+  if (hh->needs_comm) read_comm(comm);
+  count_hists(hh, rec, len, p->ring, cpu, comm);
+  if (!record) return;
+  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+    if (!fast_filter_keeps(f, p, rec, len)) {
+      events::ring_discard(p);
+      return;
+    }
+  }
+  events::ring_commit(p, len);
+}
+
+// emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads
+// no thread name: the record written by write_fast_record. No call on the way but the
+// cold ones.
+[[gnu::always_inline]] inline void emit_fast(const HitProbe* hp, const PtRegs* regs,
+                                             uint64_t ret_ip) {
+  AreaState* as = g_area.load(std::memory_order_acquire);
+  if (__builtin_expect(as == nullptr, 0)) return;
+  int32_t tid = 0;
+  events::RingProducer* p = this_thread_ring(as, &tid);
+  if (__builtin_expect(p == nullptr, 0)) {
+    if (tid != 0) count_unowned(as, hp);
+    return;
+  }
+  events::ring_count_hit(p, hp->counter_slot);
+  if (const HitHists* hh = hp->hists.load(std::memory_order_acquire)) {
+    emit_fast_hists(hp, hh, p, tid, regs, ret_ip);
+    return;
+  }
+  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
+  auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+  if (__builtin_expect(rec == nullptr, 0)) return;
+  write_fast_record(hp, regs, ret_ip, tid, rec);
   const uint32_t len = hp->view.fixed_size;
   if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
     if (!fast_filter_keeps(f, p, rec, len)) {
@@ -357,10 +402,9 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
 }
 
 // The straight path applies while no one asked for the thread's name (needs_comm only
-// grows: a filter that reads COMM may come later) and no histogram counts the hits.
+// grows: a filter that reads COMM may come later).
 [[gnu::always_inline]] inline bool takes_fast_path(const HitProbe* hp) {
-  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED) &&
-         hp->hists.load(std::memory_order_relaxed) == nullptr;
+  return hp->fast && !__atomic_load_n(&hp->needs_comm, __ATOMIC_RELAXED);
 }
 
 inline HitProbe* from_kprobe(probecore::Kprobe* kp) { return reinterpret_cast<HitProbe*>(kp); }

@@ -9,6 +9,8 @@
 //   event 2 args   p: bench_add a=%di b=%si                (optimized entry, ring record)
 //   entry+return   the above and r: bench_add rv=$retval
 //   string arg     p: bench_str s=+0(%di):string
+//   histogram      p: bench_add a=%di b=%si with hist:keys=b,a.log2:vals=a, counted in the
+//                  target: the event only aggregates (soft mode), no ring record
 //   ring           records consumed per second while the 2-args loop runs, and lost
 //   attach         a running program until its first event is read, median of 5
 #include <fcntl.h>
@@ -131,9 +133,29 @@ struct Run {
   double busy_s = 0;  // the consumer's time with records to take
 };
 
+// hist:keys=b,a.log2:vals=a on the first event (a at 16, b at 24 in its records), the
+// event only aggregating.
+bool add_hist(tracee::Tracer& t, tracee::ProbeId probe) {
+  events::HistGeometry g;
+  g.key_bytes = 16;
+  g.nvals = 1;
+  uint32_t slot = 0;
+  if (t.create_hist(g, &slot) != 0) return false;
+  events::HistProgram p;
+  p.slot = slot;
+  p.nkeys = 2;
+  p.keys[0].offset = 24;
+  p.keys[1].offset = 16;
+  p.keys[1].key_offset = 8;
+  p.keys[1].transform = events::HistTransform::kLog2;
+  p.nvals = 1;
+  p.vals[0].offset = 16;
+  return t.set_hists(probe, {p}, false) == 0;
+}
+
 // Launches bench_target under the tracer with the events given, drains while it runs.
 Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps,
-               uint32_t buffer_size_kb = 4096) {
+               uint32_t buffer_size_kb = 4096, bool hist = false) {
   Run run;
   std::string err;
   tracee::Tracer::Options o;
@@ -148,6 +170,10 @@ Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, i
   for (const std::string& d : defs) {
     tracee::ProbeId pid;
     if (!define(*t, d, id++, &pid)) return run;
+    if (hist && id == 101 && !add_hist(*t, pid)) {
+      std::fprintf(stderr, "hist: not set\n");
+      return run;
+    }
   }
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return run;
@@ -278,7 +304,7 @@ int main(int argc, char** argv) {
   // producer's cost without drops (a dropped record takes a cheaper path), though then
   // each record's first write to a fresh page of the ring counts too.
   if (argc > 2 && (std::string(argv[2]) == "one" || std::string(argv[2]) == "ret" ||
-                   std::string(argv[2]) == "str")) {
+                   std::string(argv[2]) == "str" || std::string(argv[2]) == "hist")) {
     const std::string which = argv[2];
     const auto kb = static_cast<uint32_t>(argc > 3 ? std::atol(argv[3]) : 4096);
     std::vector<std::string> defs = {"p:bench/add bench_target:bench_add a=%di b=%si"};
@@ -286,7 +312,7 @@ int main(int argc, char** argv) {
     if (which == "str") defs = {"p:bench/str bench_target:bench_str s=+0(%di):string"};
     const char* mode = which == "str" ? "str" : "add";
     Run b1 = traced_run({}, n, mode, reps, kb);
-    Run e1 = traced_run(defs, n, mode, reps, kb);
+    Run e1 = traced_run(defs, n, mode, reps, kb, which == "hist");
     std::printf("%s: baseline %.1f ns/call, with events %.1f ns/call (%.1f ns/hit), records "
                 "%llu, lost %llu\n",
                 which.c_str(), median(b1.ns), median(e1.ns), median(e1.ns) - median(b1.ns),
@@ -302,6 +328,8 @@ int main(int argc, char** argv) {
                            "r:bench/addret bench_target:bench_add rv=$retval"},
                           n, "add", reps);
   Run str = traced_run({"p:bench/str bench_target:bench_str s=+0(%di):string"}, n, "str", reps);
+  Run hist = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si"}, n, "add", reps,
+                        4096, true);
 
   // The kernel's uprobes cost microseconds: fewer calls.
   const long kn = std::max(1L, n / 100);
@@ -341,6 +369,7 @@ int main(int argc, char** argv) {
   row("entry + return (budget 50)", median(entret.ns), b, k_entret.c_str(), "");
   row("baseline (string loop)", bs, bs, "", "bench_str loop");
   row("string arg (budget 50)", median(str.ns), bs, k_str.c_str(), "");
+  row("hist 2 keys 1 val (budget 20)", median(hist.ns), b, "", "no ring record");
   const double expected = static_cast<double>(n) * reps;
   std::printf("\nrecords: 2 args %llu of %.0f (lost %llu), entry+return %llu of %.0f (lost %llu), "
               "string %llu of %.0f (lost %llu)\n",

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "events/compile.h"
 #include "events/filter.h"
 #include "events/parse.h"
@@ -155,6 +157,85 @@ TEST(Link, EveryMessageRoundTrips) {
   EXPECT_EQ(r.message, "no such probe");
   ASSERT_EQ(r.profile.size(), 2u);
   EXPECT_EQ(r.profile[1].nmissed, 4u);
+}
+
+TEST(Link, HistMessagesRoundTripAndAreChecked) {
+  Message m;
+  m.seq = 4;
+  m.type = MsgType::kHistTable;
+  HistTable t;
+  t.slot = 5;
+  t.geometry.key_bytes = 24;
+  t.geometry.nvals = 2;
+  t.geometry.capacity_bits = 9;
+  t.geometry.with_comm = true;
+  t.rings = 64;
+  m.body = t;
+  HistTable t2 = std::get<HistTable>(roundtrip(m).body);
+  EXPECT_EQ(t2.slot, 5u);
+  EXPECT_FALSE(t2.release);
+  EXPECT_EQ(t2.geometry.signature(), t.geometry.signature());
+  EXPECT_EQ(t2.rings, 64u);
+  for (void (*bad)(HistTable*) : {+[](HistTable* h) { h->slot = kHistMaxSlots; },
+                                  +[](HistTable* h) { h->rings = 0; }}) {
+    HistTable b = t;
+    bad(&b);
+    m.body = b;
+    EXPECT_TRUE(encode(m).empty());
+  }
+
+  m.type = MsgType::kSetHist;
+  SetHist sh;
+  sh.probe_id = 8;
+  sh.record = false;
+  HistProgram p;
+  p.slot = 5;
+  p.nkeys = 2;
+  p.keys[0].offset = 16;
+  p.keys[0].size = 4;
+  p.keys[0].is_signed = true;
+  p.keys[1].source = HistSource::kString;
+  p.keys[1].offset = 20;
+  p.keys[1].key_offset = 8;
+  p.keys[1].key_size = 16;
+  p.nvals = 2;
+  p.vals[0].offset = 24;
+  p.vals[1].source = HistSource::kCpu;
+  p.vals[1].transform = HistTransform::kBuckets;
+  p.vals[1].buckets = 4;
+  p.filter = sample_define().filter;
+  sh.programs.push_back(p);
+  sh.geometries.push_back(t.geometry);
+  m.body = sh;
+  SetHist s2 = std::get<SetHist>(roundtrip(m).body);
+  EXPECT_EQ(s2.probe_id, 8u);
+  EXPECT_FALSE(s2.record);
+  ASSERT_EQ(s2.programs.size(), 1u);
+  EXPECT_EQ(s2.programs[0].keys[1].source, HistSource::kString);
+  EXPECT_EQ(s2.programs[0].keys[1].key_size, 16u);
+  EXPECT_TRUE(s2.programs[0].keys[0].is_signed);
+  EXPECT_EQ(s2.programs[0].vals[1].buckets, 4u);
+  ASSERT_TRUE(s2.programs[0].filter.has_value());
+  // Every bound the agent relies on is checked when decoding.
+  auto decodes = [&](const std::function<void(SetHist*)>& change) {
+    SetHist b = sh;
+    change(&b);
+    Message mm = m;
+    mm.body = b;
+    std::vector<std::vector<uint8_t>> pk = encode(mm);
+    if (pk.empty()) return false;
+    Message out;
+    return decode(pk[0].data(), pk[0].size(), &out) == 0;
+  };
+  EXPECT_TRUE(decodes([](SetHist*) {}));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].keys[1].key_offset = 16; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].keys[1].key_size = 12; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].keys[0].size = 3; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].vals[1].buckets = 0; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].vals[0].source = HistSource::kString; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].nkeys = 0; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->geometries[0].capacity_bits = kHistMaxBits + 1; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].slot = kHistMaxSlots; }));
 }
 
 TEST(Link, EncodeRefusesWhatCannotBeSent) {
