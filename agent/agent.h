@@ -51,17 +51,16 @@ struct HitHists {
   events::HistGeometry geometries[events::kHistMaxPerEvent];
 };
 
-// The tables of one histogram slot in this process (HIST_TABLE): the memfd mapping, and
+// The tables of one histogram slot for one ring area (HIST_TABLE): the memfd mapping, and
 // what it was made for. base is published (release) after the rest; a handler that loads
-// it non-null reads the rest as they were then. A fork child lets every slot go at once
-// (forget_hist_tables): the tables are its parent's.
+// it non-null reads the rest as they were then. They belong to the area: a fork child
+// that takes a spare area takes its tables, and they go when the area goes.
 struct HistSlot {
   std::atomic<uint8_t*> base{nullptr};
   uint64_t signature = 0;  // HistGeometry::signature()
   uint32_t rings = 0;      // tables in the mapping: a ring at or past this counts nowhere
   uint64_t bytes = 0;
 };
-extern HistSlot g_hist_slots[events::kHistMaxSlots];
 
 // One probe as its handlers see it. `rp` comes first, so the Kprobe* and Kretprobe* that
 // probecore hands a handler are pointers to the HitProbe.
@@ -102,6 +101,7 @@ struct AreaState {
   bool fault_tolerant = false;  // read through the SIGSEGV fixup (see lk::kSetupSyscallReads)
   bool syscall_reads = false;   // SETUP asked for system calls (lk::kSetupSyscallReads)
   int32_t rseq_cpu = -1;        // RingProducer::rseq_cpu of every ring this process claims
+  HistSlot hist[events::kHistMaxSlots];  // this area's histogram tables, by slot
 };
 
 extern std::atomic<AreaState*> g_area;
@@ -125,9 +125,6 @@ int spawn_return_handler(probecore::KretprobeInstance* ri, PtRegs* regs);
 // handler reads it without a system call; -1 when unknown or untrusted, and then handlers
 // ask the kernel once per thread and area. Set at startup (bootstrap.cc).
 extern long g_tid_offset;
-// A fork child: the histogram tables mapped now are its parent's; it counts into none
-// until the daemon hands it its own.
-void forget_hist_tables();
 // Forget this thread's ring (fork child: the area is the parent's).
 void forget_thread_ring();
 // The thread ends: its ring, if it has one in the current area, is retired and forgotten.

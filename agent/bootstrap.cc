@@ -509,7 +509,6 @@ void atfork_child() {
   g_send_mu.unlock();
   g_ctl_mu.unlock();
   forget_thread_ring();
-  forget_hist_tables();
   if (!g_linked.load()) return;
   const bool was = probecore::set_engine_thread(true);
   uint32_t spare;

@@ -88,6 +88,8 @@ probecore::FunctionBounds to_bounds(const lk::Bounds& b) {
 
 void unmap_area(AreaState* as) {
   if (!as) return;
+  for (HistSlot& h : as->hist)
+    if (uint8_t* base = h.base.load(std::memory_order_relaxed)) ::munmap(base, h.bytes);
   ::munmap(as->area, as->size);
   if (as->producers) ::munmap(as->producers, as->producer_bytes);
   delete as;
@@ -240,9 +242,48 @@ void own_agent_pages() {
   dl_iterate_phdr(own_agent_segment, reinterpret_cast<void*>(&own_agent_pages));
 }
 
+// The histogram tables of spares to come: the daemon sends a spare's tables ahead of its
+// SPARE, so that no fork child can take the spare before they are in it.
+struct PendingTable {
+  uint32_t spare_id = 0;
+  uint32_t slot = 0;
+  uint8_t* base = nullptr;
+  uint64_t signature = 0;
+  uint32_t rings = 0;
+  uint64_t bytes = 0;
+};
+constexpr size_t kMaxPendingTables = 2 * events::kHistMaxSlots;
+PendingTable g_pending_tables[kMaxPendingTables];
+size_t g_pending_count = 0;
+
+void drop_pending_tables(uint32_t below_id) {
+  size_t kept = 0;
+  for (size_t i = 0; i < g_pending_count; ++i) {
+    if (g_pending_tables[i].spare_id < below_id) ::munmap(g_pending_tables[i].base, g_pending_tables[i].bytes);
+    else g_pending_tables[kept++] = g_pending_tables[i];
+  }
+  g_pending_count = kept;
+}
+
 void do_spare(const lk::Spare& sp, int fd, lk::Reply* reply) {
   AreaState* as = map_area(sp.setup, fd, reply);
   if (!as) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < g_pending_count; ++i) {
+    const PendingTable& t = g_pending_tables[i];
+    if (t.spare_id != sp.id) {
+      g_pending_tables[kept++] = t;
+      continue;
+    }
+    HistSlot& slot = as->hist[t.slot];
+    if (uint8_t* old = slot.base.load(std::memory_order_relaxed)) ::munmap(old, slot.bytes);
+    slot.signature = t.signature;
+    slot.rings = t.rings;
+    slot.bytes = t.bytes;
+    slot.base.store(t.base, std::memory_order_relaxed);  // nobody records here yet
+  }
+  g_pending_count = kept;
+  drop_pending_tables(sp.id);  // of spares that never came
   own_agent_pages();
   release_leftovers();
   if (g_spare_count == kMaxSpares) unmap_area(pop_spare().as);  // let go by the daemon
@@ -483,12 +524,25 @@ void do_set_filter(const lk::SetFilter& s, lk::Reply* reply) {
 
 // ---- histograms ----
 
-// HIST_TABLE: maps (or lets go) the tables of one histogram slot.
+// HIST_TABLE: maps (or lets go) the tables of one histogram slot for the current area or
+// a spare one.
 void do_hist_table(const lk::HistTable& h, int fd, lk::Reply* reply) {
-  HistSlot& slot = g_hist_slots[h.slot];
+  AreaState* as = g_area_owned;
+  if (h.spare_id != 0) {
+    as = nullptr;
+    for (size_t i = 0; i < g_spare_count; ++i)
+      if (g_spares[i].id == h.spare_id) as = g_spares[i].as;
+  }
+  if (as == nullptr && h.spare_id == 0) return set_error(reply, -ENOENT, "no ring area");
+  if (as == nullptr && h.release) return;  // a spare taken or let go since: nothing held
+  if (as == nullptr && g_pending_count == kMaxPendingTables)
+    return set_error(reply, -ENOSPC, "too many histogram tables wait for their spare");
+  HistSlot pending;
+  HistSlot& slot = as ? as->hist[h.slot] : pending;
   if (uint8_t* old = slot.base.load(std::memory_order_relaxed)) {
     slot.base.store(nullptr, std::memory_order_release);
-    probecore::synchronize_rcu();  // no handler counts into the old tables any more
+    // No handler counts into the old tables any more (nobody records into a spare).
+    if (as == g_area_owned) probecore::synchronize_rcu();
     ::munmap(old, slot.bytes);
   }
   if (h.release) return;
@@ -499,6 +553,11 @@ void do_hist_table(const lk::HistTable& h, int fd, lk::Reply* reply) {
     return set_error(reply, -EINVAL, "the histogram's tables are smaller than the request says");
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of a histogram's tables failed");
+  if (as == nullptr) {  // a spare that comes next
+    g_pending_tables[g_pending_count++] = {h.spare_id, h.slot, static_cast<uint8_t*>(mem),
+                                           h.geometry.signature(), h.rings, bytes};
+    return;
+  }
   slot.signature = h.geometry.signature();
   slot.rings = h.rings;
   slot.bytes = bytes;
@@ -539,18 +598,6 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   ap->hists = std::move(next);
 }
 
-}  // namespace
-
-void forget_hist_tables() {
-  for (HistSlot& slot : g_hist_slots) {
-    uint8_t* old = slot.base.load(std::memory_order_relaxed);
-    if (!old) continue;
-    slot.base.store(nullptr, std::memory_order_relaxed);
-    ::munmap(old, slot.bytes);
-  }
-}
-
-namespace {
 
 void do_profile(lk::Reply* reply) {
   for (const auto& [id, ap] : g_probes) {
@@ -674,7 +721,7 @@ void teardown() {
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them
   g_probes.clear();
-  forget_hist_tables();  // no handler runs any more: nothing counts into them
+  drop_pending_tables(~0u);
   remove_dl_hook();
   defined_symbols().clear();
   replace_area(nullptr);
@@ -699,6 +746,7 @@ void take_spare_in_parent() {
 }
 
 uint32_t adopt_spare_in_child() {
+  drop_pending_tables(~0u);  // the parent's spares to come
   if (g_spare_count == 0) {
     drop_area_in_child();
     return 0;

@@ -40,7 +40,6 @@ namespace probefs::agent {
 
 std::atomic<AreaState*> g_area{nullptr};
 long g_tid_offset = -1;
-HistSlot g_hist_slots[events::kHistMaxSlots];
 
 namespace {
 
@@ -158,12 +157,12 @@ constexpr uint32_t kHistRecordBytes = 1024;
 
 // Counts the hit in each of hh's histograms whose filter keeps it. `rec` is the record as
 // the event's format lays it out; `ring` the thread's ring, which names its tables.
-void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t ring,
-                 uint32_t cpu, const char* comm) {
+void count_hists(AreaState* as, const HitHists* hh, const uint8_t* rec, uint32_t len,
+                 uint32_t ring, uint32_t cpu, const char* comm) {
   for (uint32_t i = 0; i < hh->n; ++i) {
     const events::HistProgram& prog = hh->programs[i];
     const events::HistGeometry& g = hh->geometries[i];
-    HistSlot& slot = g_hist_slots[prog.slot];
+    HistSlot& slot = as->hist[prog.slot];
     uint8_t* base = slot.base.load(std::memory_order_acquire);
     if (base == nullptr || slot.signature != g.signature() || ring >= slot.rings) continue;
     if (prog.filter) {
@@ -224,7 +223,7 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
     events::LiveMemoryReader rd(as->pid);
     len = events::write_record(hp->view, hc, rd, rec, cap);
   }
-  if (len != 0) count_hists(hh, rec, len, p->ring, cpu, comm);
+  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm);
   if (!record) return;
   if (len == 0) {
     events::ring_discard(p);
@@ -336,7 +335,7 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
 }
 
 // emit_hists() for a probe on the straight path: no interpreter, no reader.
-[[gnu::noinline]] void emit_fast_hists(const HitProbe* hp, const HitHists* hh,
+[[gnu::noinline]] void emit_fast_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
                                        events::RingProducer* p, int32_t tid,
                                        const PtRegs* regs, uint64_t ret_ip) {
   bool record = hp->record.load(std::memory_order_relaxed) &&
@@ -358,7 +357,7 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
   char comm[16];
   comm[0] = 0;
   if (hh->needs_comm) read_comm(comm);
-  count_hists(hh, rec, len, p->ring, cpu, comm);
+  count_hists(as, hh, rec, len, p->ring, cpu, comm);
   if (!record) return;
   if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
     if (!fast_filter_keeps(f, p, rec, len)) {
@@ -384,7 +383,7 @@ void count_hists(const HitHists* hh, const uint8_t* rec, uint32_t len, uint32_t 
   }
   events::ring_count_hit(p, hp->counter_slot);
   if (const HitHists* hh = hp->hists.load(std::memory_order_acquire)) {
-    emit_fast_hists(hp, hh, p, tid, regs, ret_ip);
+    emit_fast_hists(hp, hh, as, p, tid, regs, ret_ip);
     return;
   }
   if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0

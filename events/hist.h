@@ -169,17 +169,18 @@ inline uint64_t mix(uint64_t h, uint64_t w) {
 
 }  // namespace hist_detail
 
-// Builds the key of `p` for a record of `len` bytes: every one of the key_bytes is set.
-inline void hist_make_key(const HistProgram& p, uint32_t key_bytes, const uint8_t* rec,
-                          uint32_t len, uint32_t cpu, uint8_t* key) {
-  for (uint32_t i = 0; i < key_bytes; ++i) {
-    asm("" : "+r"(i));
-    key[i] = 0;
-  }
+// Builds the key of `p` for a record of `len` bytes: the keys lie side by side, so every
+// one of the key_bytes is set (a string's bytes past its end are zeroed).
+inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len, uint32_t cpu,
+                          uint8_t* key) {
   for (uint32_t k = 0; k < p.nkeys; ++k) {
     const HistOperand& o = p.keys[k];
     uint8_t* d = key + o.key_offset;
     if (o.source == HistSource::kString) {
+      for (uint32_t i = 0; i < o.key_size; i += 8) {
+        asm("" : "+r"(i));
+        __builtin_memset(d + i, 0, 8);
+      }
       uint32_t loc;
       __builtin_memcpy(&loc, rec + o.offset, 4);
       const uint32_t off = loc & 0xffff, n = loc >> 16;
@@ -223,7 +224,7 @@ inline bool hist_update(const HistProgram& p, const HistGeometry& g, const HistC
   __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
   alignas(8) uint8_t key[kHistMaxKeyBytes];
   const uint32_t kb = g.key_bytes;
-  hist_make_key(p, kb, rec, len, cpu, key);
+  hist_make_key(p, rec, len, cpu, key);
   uint64_t hash = 0x243f6a8885a308d3ull;
   for (uint32_t i = 0; i < kb; i += 8) {
     uint64_t w;

@@ -355,8 +355,13 @@ bool get_set_hist(In& in, SetHist* s) {
       return in.fail("set_hist: key or value count");
     p.nkeys = nkeys;
     p.nvals = nvals;
-    for (uint32_t k = 0; k < p.nkeys; ++k)
+    uint32_t key_at = 0;
+    for (uint32_t k = 0; k < p.nkeys; ++k) {
       if (!get_operand(in, &p.keys[k], true, g.key_bytes)) return false;
+      if (p.keys[k].key_offset != key_at) return in.fail("set_hist: keys not side by side");
+      key_at += p.keys[k].key_size;
+    }
+    if (key_at != g.key_bytes) return in.fail("set_hist: keys do not fill the key");
     for (uint32_t v = 0; v < p.nvals; ++v)
       if (!get_operand(in, &p.vals[v], false, g.key_bytes)) return false;
     if (!get_filter(in, &p.filter)) return false;
@@ -388,6 +393,7 @@ void encode_body(Out& o, const Message& m) {
       o.u8(h.release ? 1 : 0);
       put_geometry(o, h.geometry);
       o.u32(h.rings);
+      o.u32(h.spare_id);
       break;
     }
     case MsgType::kSetHist:
@@ -498,6 +504,7 @@ bool decode_body(In& in, Message* m) {
       if (h.slot >= kHistMaxSlots) return in.fail("hist_table: slot out of range");
       if (!get_geometry(in, &h.geometry)) return false;
       in.get(&h.rings, "hist_table");
+      in.get(&h.spare_id, "hist_table");
       if (in.ok() && (h.rings == 0 || h.rings > 65536)) return in.fail("hist_table: rings");
       m->body = h;
       break;

@@ -218,13 +218,14 @@ struct SetFilter {
   std::optional<CompiledFilter> filter;
 };
 
-// HIST_TABLE: the tables of one histogram in this process (events/hist.h), as a memfd of
-// geometry.memfd_bytes(rings) bytes that this packet carries (SCM_RIGHTS), mapped shared
-// for as long as the slot lives; without a descriptor (release), the slot's tables are
-// let go. A fork child starts with no tables: its hits of a histogram count once the
-// daemon handed it the slot.
+// HIST_TABLE: the tables of one histogram for one ring area of this process
+// (events/hist.h), as a memfd of geometry.memfd_bytes(rings) bytes that this packet
+// carries (SCM_RIGHTS), mapped shared for as long as the area and the slot live; without
+// a descriptor (release), the area's tables of the slot are let go. spare_id 0 names the
+// area the process records into now, another a spare area (SPARE): a fork child that
+// takes the spare counts into its tables from its first instruction.
 //   u32 slot, u8 release, u8 with_comm, u16 0, u32 key_bytes, u32 nvals, u32 capacity_bits,
-//   u32 rings
+//   u32 rings, u32 spare_id
 // slot < kHistMaxSlots; key_bytes a multiple of 8, 8..kHistMaxKeyBytes; nvals below
 // kHistMaxVals; capacity_bits within kHistMinBits..kHistMaxBits; 0 < rings <= 65536.
 struct HistTable {
@@ -232,6 +233,7 @@ struct HistTable {
   bool release = false;
   HistGeometry geometry;
   uint32_t rings = 0;
+  uint32_t spare_id = 0;
 };
 
 // SET_HIST: what the hits of one probe do besides recording: the histograms they count

@@ -57,35 +57,51 @@ std::shared_ptr<HistMemory> make_tables(const std::shared_ptr<HistState>& state,
 
 }  // namespace
 
+void Tracer::Impl::give_hist_tables(Rings& r, AgentLink& link, uint32_t spare_id,
+                                    std::vector<HistTableTicket>* tickets) {
+  std::lock_guard l(hist_state->mu);
+  // None of the histograms destroyed since.
+  for (auto it = r.hist_tables.begin(); it != r.hist_tables.end();) {
+    auto h = hist_state->hists.find(it->first);
+    if (h == hist_state->hists.end() || h->second.generation != it->second->generation)
+      it = r.hist_tables.erase(it);
+    else
+      ++it;
+  }
+  for (auto& [slot, h] : hist_state->hists) {
+    if (r.hist_tables.count(slot)) continue;
+    int fd = -1;
+    auto m = make_tables(hist_state, slot, h, r.reader.ring_count(), &fd);
+    if (!m) continue;
+    lk::HistTable msg;
+    msg.slot = slot;
+    msg.geometry = h.geometry;
+    msg.rings = m->rings;
+    msg.spare_id = spare_id;
+    tickets->push_back({&r, slot, link.start_hist_table(msg, fd)});
+    ::close(fd);
+    h.tables.push_back(m);
+    r.hist_tables[slot] = std::move(m);
+  }
+}
+
+void Tracer::Impl::collect_hist_tables(AgentLink& link, std::vector<HistTableTicket>& tickets) {
+  const auto deadline = std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout;
+  for (HistTableTicket& k : tickets)
+    if (!link.collect(k.ticket, deadline).ok()) k.rings->hist_tables.erase(k.slot);
+  tickets.clear();
+}
+
 void Tracer::Impl::sync_hists(Target& t) {
   if (!t.link || t.link->closed() || !t.rings) return;
   if (t.link->hello().abi_version < 5) return;
+  std::vector<HistTableTicket> tables;
+  give_hist_tables(*t.rings, *t.link, 0, &tables);
+  for (uint32_t id : t.spares)
+    if (auto s = spares.find(id); s != spares.end() && s->second.rings)
+      give_hist_tables(*s->second.rings, *t.link, id, &tables);
+  collect_hist_tables(*t.link, tables);
   std::vector<AgentLink::Ticket> tickets;
-  {
-    // Tables of histograms made since, and none of those destroyed since.
-    std::lock_guard l(hist_state->mu);
-    for (auto it = t.hist_tables.begin(); it != t.hist_tables.end();) {
-      auto h = hist_state->hists.find(it->first);
-      if (h == hist_state->hists.end() || h->second.generation != it->second->generation)
-        it = t.hist_tables.erase(it);
-      else
-        ++it;
-    }
-    for (auto& [slot, h] : hist_state->hists) {
-      if (t.hist_tables.count(slot)) continue;
-      int fd = -1;
-      auto m = make_tables(hist_state, slot, h, t.rings->reader.ring_count(), &fd);
-      if (!m) continue;
-      lk::HistTable msg;
-      msg.slot = slot;
-      msg.geometry = h.geometry;
-      msg.rings = m->rings;
-      tickets.push_back(t.link->start_hist_table(msg, fd));
-      ::close(fd);
-      h.tables.push_back(m);
-      t.hist_tables[slot] = std::move(m);
-    }
-  }
   for (auto& [id, sites] : t.sites) {
     auto p = probes.find(id);
     if (p == probes.end() || p->second.hist_generation == 0) continue;
@@ -149,19 +165,27 @@ void Tracer::destroy_hist(uint32_t slot) {
   }
   std::vector<std::pair<std::shared_ptr<AgentLink>, AgentLink::Ticket>> tickets;
   std::vector<std::shared_ptr<HistMemory>> gone;
-  for (auto& [pid, t] : impl_->targets) {
-    auto it = t->hist_tables.find(slot);
-    if (it == t->hist_tables.end()) continue;
-    if (t->link && !t->link->closed()) {
+  auto release = [&](Impl::Rings* r, const std::shared_ptr<AgentLink>& link, uint32_t spare_id) {
+    if (r == nullptr) return;
+    auto it = r->hist_tables.find(slot);
+    if (it == r->hist_tables.end()) return;
+    if (link && !link->closed()) {
       lk::HistTable msg;
       msg.slot = slot;
       msg.release = true;
       msg.geometry = it->second->geometry;
       msg.rings = it->second->rings;
-      tickets.emplace_back(t->link, t->link->start_hist_table(msg, -1));
+      msg.spare_id = spare_id;
+      tickets.emplace_back(link, link->start_hist_table(msg, -1));
     }
     gone.push_back(std::move(it->second));
-    t->hist_tables.erase(it);
+    r->hist_tables.erase(it);
+  };
+  for (auto& [pid, t] : impl_->targets) {
+    release(t->rings.get(), t->link, 0);
+    for (uint32_t id : t->spares)
+      if (auto s = impl_->spares.find(id); s != impl_->spares.end())
+        release(s->second.rings.get(), t->link, id);
   }
   for (auto& [link, k] : tickets)
     (void)link->collect(k, std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout);

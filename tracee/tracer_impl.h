@@ -256,6 +256,9 @@ struct Tracer::Impl {
     // build nobody reads) then looks at each again only after a read from it.
     uint64_t full_at = ~uint64_t{0};
     uint64_t reclaimed_at = ~uint64_t{0};
+    // The histograms' tables the process counts into while it records here (HIST_TABLE,
+    // by slot; mu): a fork child that takes this area as its spare takes them too.
+    std::map<uint32_t, std::shared_ptr<HistMemory>> hist_tables;
   };
 
   struct Target {
@@ -287,9 +290,8 @@ struct Tracer::Impl {
     // at most lk::kMaxHeldSpares.
     std::vector<uint32_t> spares;
     uint32_t forks = 0;  // its fork children that joined
-    // Its tables of each histogram (HIST_TABLE), and for each of its sites (agent id)
-    // the hist_generation of its probe that it was last told (SET_HIST).
-    std::map<uint32_t, std::shared_ptr<HistMemory>> hist_tables;
+    // For each of its sites (agent id) the hist_generation of its probe that it was last
+    // told (SET_HIST).
     std::map<uint32_t, uint64_t> hist_sent;
   };
 
@@ -471,6 +473,17 @@ struct Tracer::Impl {
   // Hands t the tables of every histogram it lacks, and tells each of its sites the
   // histograms of its probe where it was not told them yet.
   void sync_hists(Target& t);
+  // Gives area r (of the process on `link`; a spare when spare_id != 0) the tables of
+  // every histogram it lacks: the HIST_TABLEs are started, then collected; a table the
+  // agent did not take is forgotten, to be given again.
+  struct HistTableTicket {
+    Rings* rings;
+    uint32_t slot;
+    AgentLink::Ticket ticket;
+  };
+  void give_hist_tables(Rings& r, AgentLink& link, uint32_t spare_id,
+                        std::vector<HistTableTicket>* tickets);
+  void collect_hist_tables(AgentLink& link, std::vector<HistTableTicket>& tickets);
 
   // ---- the records room's functions (tracer_records.cc; mu held unless said) ----
   // The stamp mode of the trace clock, for new areas. read_mu held.

@@ -659,6 +659,7 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
     r->area.close_fd();
     if (!res.ok()) return res.error;
     t->rings = r;
+    impl_->sync_hists(*t);  // the new area's histogram tables (the old one's keep their counts)
   }
   for (pid_t pid : held_spare)
     if (auto t = impl_->targets.find(pid); t != impl_->targets.end()) impl_->hand_spare(*t->second);

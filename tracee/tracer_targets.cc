@@ -392,9 +392,14 @@ bool Tracer::Impl::hand_one_spare(Target& t) {
   sp.setup.area_size = r->area.size();
   sp.setup.trace_clock = clk;
   sp.id = id;
+  // Its histogram tables go first: the agent keeps them for the spare, which no child can
+  // take before it came.
+  std::vector<HistTableTicket> tables;
+  if (t.link->hello().abi_version >= 5) give_hist_tables(*r, *t.link, id, &tables);
   listener->offer_spare(id, t.pid);  // before a child can name it
   const int rc = t.link->post_spare(sp, r->area.fd());
   r->area.close_fd();
+  collect_hist_tables(*t.link, tables);  // one not taken is given again (sync_hists)
   if (rc != 0) {
     listener->withdraw_spare(id);
     std::lock_guard rl(read_mu);

@@ -236,6 +236,7 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].nkeys = 0; }));
   EXPECT_FALSE(decodes([](SetHist* b) { b->geometries[0].capacity_bits = kHistMaxBits + 1; }));
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].slot = kHistMaxSlots; }));
+  EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].nkeys = 1; }));  // a gap in the key
 }
 
 TEST(Link, EncodeRefusesWhatCannotBeSent) {

@@ -198,5 +198,19 @@ TEST_F(EventHistsTest, EntriesOutliveTheTargetAndAFullTableCountsItsDrops) {
   EXPECT_EQ(totals(hist), "Totals:\n    Hits: 1000\n    Entries: 128\n    Dropped: 872");
 }
 
+// Children forked one after another, most of them running at once on a spare ring area
+// their parent held (with its histogram tables, handed ahead of it): every call of every
+// child counts, under the child's own pid.
+TEST_F(EventHistsTest, ForkChildrenCountFromTheirFirstCall) {
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid"), 0);
+  ASSERT_TRUE(launch());
+  ASSERT_EQ(pipes_.ask("forks 30 100"), "ok 30");
+  const std::string hist = read("events/t/add/hist");
+  const std::vector<std::string> lines = entries(hist);
+  EXPECT_EQ(lines.size(), 30u) << hist;
+  for (const std::string& l : lines) EXPECT_NE(l.find("} hitcount:        100"), std::string::npos) << l;
+  EXPECT_EQ(totals(hist), "Totals:\n    Hits: 3000\n    Entries: 30\n    Dropped: 0");
+}
+
 }  // namespace
 }  // namespace probefs::fs
