@@ -194,5 +194,38 @@ TEST(HistTrigger, SymbolAndNameKeys) {
   EXPECT_NE(text.find(want), std::string::npos) << text;
 }
 
+// Commands made of the language's own pieces in random order and number: each parses or
+// fails with an errno, and what parses reads back as something that parses to itself.
+TEST(HistTrigger, RandomCommandsParseOrFailCleanly) {
+  const char* pieces[] = {"hist", "!hist", ":", " ", "keys=", "key=", "vals=", "sort=", "size=",
+                          "name=", "a", "b", "name", "addr", "common_pid", "cpu", ".hex",
+                          ".log2", ".buckets=", "7", "0x10", ".execname", ".percent",
+                          ".descending", ",", "hitcount", "pause", "cont", "clear", " if ",
+                          "a > 1", "$x", "+", "=", "(", "onmax(", "\n", "\t", "-"};
+  uint64_t seed = 12345;
+  auto next = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>(seed >> 33);
+  };
+  const events::CompiledEvent ev = event();
+  for (int i = 0; i < 20000; ++i) {
+    std::string cmd = i % 2 ? "hist:keys=" : "";
+    for (size_t n = next() % 12; n > 0; --n) cmd += pieces[next() % std::size(pieces)];
+    HistSpec spec;
+    events::Diagnostic err;
+    const int rc = parse_hist(cmd, ev, "g", "e", &spec, &err);
+    if (rc != 0) {
+      EXPECT_LT(rc, 0) << cmd;
+      if (err.logged()) {
+        EXPECT_LE(static_cast<size_t>(err.pos), err.command.size()) << cmd;
+      }
+      continue;
+    }
+    HistSpec again;
+    ASSERT_EQ(parse_hist(spec.text(), ev, "g", "e", &again, &err), 0) << cmd << " -> " << spec.text();
+    EXPECT_EQ(again.text(), spec.text()) << cmd;
+  }
+}
+
 }  // namespace
 }  // namespace probefs::fs
