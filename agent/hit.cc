@@ -157,8 +157,9 @@ constexpr uint32_t kHistRecordBytes = 1024;
 
 // Counts the hit in each of hh's histograms whose filter keeps it. `rec` is the record as
 // the event's format lays it out; `ring` the thread's ring, which names its tables.
-void count_hists(AreaState* as, const HitHists* hh, const uint8_t* rec, uint32_t len,
-                 uint32_t ring, uint32_t cpu, const char* comm) {
+[[gnu::always_inline]] inline void count_hists(AreaState* as, const HitHists* hh,
+                                               const uint8_t* rec, uint32_t len, uint32_t ring,
+                                               uint32_t cpu, const char* comm) {
   for (uint32_t i = 0; i < hh->n; ++i) {
     const events::HistProgram& prog = hh->programs[i];
     const events::HistGeometry& g = hh->geometries[i];

@@ -105,8 +105,13 @@ struct HistGeometry {
 
   uint32_t capacity() const { return 1u << capacity_bits; }
   uint32_t slots() const { return 2u << capacity_bits; }
+  // A power of two (an entry never straddles more cache lines than it must, and its
+  // address is a shift away from its index).
   uint32_t entry_bytes() const {
-    return 8 + key_bytes + 8 + 8 * nvals + (with_comm ? kHistCommBytes : 0);
+    const uint32_t used = 8 + key_bytes + 8 + 8 * nvals + (with_comm ? kHistCommBytes : 0);
+    uint32_t b = 32;
+    while (b < used) b <<= 1;
+    return b;
   }
   uint64_t table_stride() const {
     const uint64_t b = kHistTableHeaderBytes + uint64_t{slots()} * entry_bytes();
@@ -161,10 +166,19 @@ inline uint64_t transform(uint64_t v, const HistOperand& o) {
   }
 }
 
-inline uint64_t mix(uint64_t h, uint64_t w) {
-  h ^= w;
-  h *= 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 29);
+// The key's hash: each word multiplied by its own odd constant, independently (the
+// multiplies overlap), summed, and the high bits folded down; short on the hit's critical
+// path, which goes from the record through the hash to the entry's load.
+inline uint64_t hash_key(const uint8_t* key, uint32_t key_bytes) {
+  constexpr uint64_t kMul[4] = {0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
+                                0x165667b19e3779f9ull, 0xd6e8feb86659fd93ull};
+  uint64_t h = 0;
+  for (uint32_t i = 0; i < key_bytes; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, key + i, 8);
+    h += (w ^ (i >> 3)) * kMul[(i >> 3) & 3];
+  }
+  return h ^ (h >> 31);
 }
 
 }  // namespace hist_detail
@@ -202,13 +216,14 @@ inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len
 // format lays it out, `len` its bytes; `comm_of` fills a new entry's name when the
 // geometry keeps names (called at most once). Returns false when the hit was dropped.
 template <class CommOf>
-inline bool hist_update(const HistProgram& p, const HistGeometry& g, const HistControl* ctl,
+[[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistGeometry& g, const HistControl* ctl,
                         uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
                         CommOf&& comm_of) {
   if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
   auto* h = reinterpret_cast<HistTableHeader*>(table);
   const uint32_t epoch = __atomic_load_n(&ctl->epoch, __ATOMIC_ACQUIRE);
   const uint32_t eb = g.entry_bytes();
+  const uint32_t eshift = static_cast<uint32_t>(__builtin_ctz(eb));
   uint8_t* entries = table + kHistTableHeaderBytes;
   if (__builtin_expect(h->epoch != epoch, 0)) {
     // Cleared: tags first (so the reader finds no entry half-zeroed), then the counts.
@@ -225,18 +240,13 @@ inline bool hist_update(const HistProgram& p, const HistGeometry& g, const HistC
   alignas(8) uint8_t key[kHistMaxKeyBytes];
   const uint32_t kb = g.key_bytes;
   hist_make_key(p, rec, len, cpu, key);
-  uint64_t hash = 0x243f6a8885a308d3ull;
-  for (uint32_t i = 0; i < kb; i += 8) {
-    uint64_t w;
-    __builtin_memcpy(&w, key + i, 8);
-    hash = hist_detail::mix(hash, w);
-  }
+  const uint64_t hash = hist_detail::hash_key(key, kb);
   const uint64_t tag = hash | 1;
   const uint32_t mask = g.slots() - 1;
-  uint32_t at = static_cast<uint32_t>(hash >> 32) & mask;
+  uint32_t at = static_cast<uint32_t>(hash >> 40) & mask;
   uint8_t* e = nullptr;
   for (uint32_t probe = 0; probe <= mask; ++probe, at = (at + 1) & mask) {
-    uint8_t* c = entries + uint64_t{at} * eb;
+    uint8_t* c = entries + (uint64_t{at} << eshift);
     uint64_t ct;
     __builtin_memcpy(&ct, c, 8);
     if (ct == 0) {
