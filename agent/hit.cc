@@ -181,28 +181,36 @@ constexpr uint32_t kHistRecordBytes = 1024;
   }
 }
 
+// Where a hit with histograms builds its record: in the ring when the event records and
+// there is room, else in `stack` (kHistRecordBytes). *record says which; *cpu is the CPU
+// the hit ran on.
+[[gnu::always_inline]] inline uint8_t* hist_record_room(const HitProbe* hp,
+                                                        events::RingProducer* p, uint8_t* stack,
+                                                        bool* record, uint32_t* cpu) {
+  *record = hp->record.load(std::memory_order_relaxed) && !events::ring_record_disabled(p->area);
+  if (*record) {
+    auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
+    if (rec != nullptr) {
+      *cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
+      return rec;
+    }
+    *record = false;  // full: counted as lost; the histograms still count
+  }
+  *cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
+  return stack;
+}
+
 // A hit of a probe with histograms: the record is built (into the ring when the event
 // records and there is room, else on the stack), counted in the histograms, then
 // committed or dropped by the event's filter as emit() does.
 [[gnu::noinline]] void emit_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
                                   events::RingProducer* p, int32_t tid, const PtRegs* regs,
                                   uint64_t ip, uint64_t ret_ip, const uint64_t* entry_args) {
-  bool record = hp->record.load(std::memory_order_relaxed) &&
-                !events::ring_record_disabled(p->area);
-  uint8_t* rec = nullptr;
-  uint32_t cap = hp->record_cap;
-  uint32_t cpu = 0;
-  if (record) {
-    rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
-    if (rec == nullptr) record = false;  // full: counted as lost; the histograms still count
-    else cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
-  }
   alignas(8) uint8_t stack[kHistRecordBytes];
-  if (!record) {
-    rec = stack;
-    if (cap > kHistRecordBytes) cap = kHistRecordBytes;
-    cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
-  }
+  bool record;
+  uint32_t cpu;
+  uint8_t* rec = hist_record_room(hp, p, stack, &record, &cpu);
+  const uint32_t cap = record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
   char comm[16];
   comm[0] = 0;
   events::HitContext hc;
@@ -339,20 +347,10 @@ constexpr uint32_t kHistRecordBytes = 1024;
 [[gnu::noinline]] void emit_fast_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
                                        events::RingProducer* p, int32_t tid,
                                        const PtRegs* regs, uint64_t ret_ip) {
-  bool record = hp->record.load(std::memory_order_relaxed) &&
-                !events::ring_record_disabled(p->area);
-  uint8_t* rec = nullptr;
-  uint32_t cpu = 0;
-  if (record) {
-    rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
-    if (rec == nullptr) record = false;  // full: counted as lost; the histograms still count
-    else cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
-  }
   alignas(8) uint8_t stack[kHistRecordBytes];
-  if (!record) {
-    rec = stack;
-    cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
-  }
+  bool record;
+  uint32_t cpu;
+  uint8_t* rec = hist_record_room(hp, p, stack, &record, &cpu);
   write_fast_record(hp, regs, ret_ip, tid, rec);
   const uint32_t len = hp->view.fixed_size;
   char comm[16];

@@ -131,6 +131,8 @@ struct DynamicEvents::Impl {
   int64_t write_filter(DynEvent& ev, std::string_view data);
   int64_t write_group_filter(const std::string& group, std::string_view data);
   int64_t write_trigger(DynEvent& ev, std::string_view data);
+  int compile_trigger_filter(const DynEvent& ev, std::string_view text,
+                             std::shared_ptr<const events::CompiledFilter>* out);
   // ---- fs/event_hists.cc: hist triggers and the hist file ----
   std::map<std::string, std::weak_ptr<HistData>> named_hists;
   int64_t write_hist(DynEvent& ev, std::string_view data);

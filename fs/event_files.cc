@@ -352,6 +352,19 @@ int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
 
 // ---- triggers ----------------------------------------------------------------------------------
 
+// A trigger's `if FILTER`, compiled against the event; one that does not compile is logged.
+int DynamicEvents::Impl::compile_trigger_filter(const DynEvent& ev, std::string_view text,
+                                                std::shared_ptr<const events::CompiledFilter>* out) {
+  events::CompiledFilter f;
+  events::Diagnostic d;
+  if (!events::compile_filter(text, ev.compiled, &f, &d)) {
+    error_log.add(d);
+    return -(d.err ? d.err : EINVAL);
+  }
+  *out = std::make_shared<const events::CompiledFilter>(std::move(f));
+  return 0;
+}
+
 int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) {
   if (data.size() >= kMaxWrite) return -EINVAL;
   {
@@ -380,15 +393,8 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     return done(data);
   }
   std::shared_ptr<const events::CompiledFilter> filter;
-  if (c.has_filter) {
-    events::CompiledFilter f;
-    events::Diagnostic d;
-    if (!events::compile_filter(c.filter, ev.compiled, &f, &d)) {
-      error_log.add(d);
-      return -(d.err ? d.err : EINVAL);
-    }
-    filter = std::make_shared<const events::CompiledFilter>(std::move(f));
-  }
+  if (c.has_filter)
+    if (int err = compile_trigger_filter(ev, c.filter, &filter); err != 0) return err;
   if (gate.taken(*ev.gate, c.kind, target_gate)) return -EEXIST;
   if (target)
     if (int err = soft_on(*target); err != 0) return err;

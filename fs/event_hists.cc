@@ -53,15 +53,8 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
     return rc;
   }
   std::shared_ptr<const events::CompiledFilter> filter;
-  if (spec.has_filter) {
-    events::CompiledFilter f;
-    events::Diagnostic fd;
-    if (!events::compile_filter(spec.filter, ev.compiled, &f, &fd)) {
-      error_log.add(fd);
-      return -(fd.err ? fd.err : EINVAL);
-    }
-    filter = std::make_shared<const events::CompiledFilter>(std::move(f));
-  }
+  if (spec.has_filter)
+    if (int err = compile_trigger_filter(ev, spec.filter, &filter); err != 0) return err;
   const std::string command = "hist:" + std::string([&] {
     std::string_view s = data;
     while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
