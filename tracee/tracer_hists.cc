@@ -3,6 +3,7 @@
 // reading them. Reading takes only the histograms' own lock (HistState::mu, a leaf) and
 // reads shared memory: it never waits for a target, and a stopped or hung one shows what
 // it counted so far. A target that goes leaves its counts behind (~HistMemory).
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,9 +32,12 @@ namespace {
 std::shared_ptr<HistMemory> make_tables(const std::shared_ptr<HistState>& state, uint32_t slot,
                                         const HistState::Hist& h, uint32_t rings, int* fd) {
   const uint64_t bytes = h.geometry.memfd_bytes(rings);
-  *fd = ::memfd_create("probefs-hist", MFD_CLOEXEC);
+  *fd = ::memfd_create("probefs-hist", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (*fd < 0) return nullptr;
-  if (::ftruncate(*fd, static_cast<off_t>(bytes)) != 0) {
+  // Sealed at its size: a target that kept the descriptor cannot shrink it under the
+  // daemon's mapping (its reads would fault) nor grow it.
+  if (::ftruncate(*fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     ::close(*fd);
     return nullptr;
   }

@@ -4,6 +4,9 @@
 // threads did it, and an event that only aggregates records nothing.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include <string>
 #include <vector>
@@ -210,6 +213,32 @@ TEST_F(EventHistsTest, ForkChildrenCountFromTheirFirstCall) {
   EXPECT_EQ(lines.size(), 30u) << hist;
   for (const std::string& l : lines) EXPECT_NE(l.find("} hitcount:        100"), std::string::npos) << l;
   EXPECT_EQ(totals(hist), "Totals:\n    Hits: 3000\n    Entries: 30\n    Dropped: 0");
+}
+
+// The tables' memfd is the target's too: one that opens it again (map_files) can neither
+// shrink it under the daemon's mapping nor grow it, and the daemon reads on.
+TEST_F(EventHistsTest, ATargetCannotResizeItsTables) {
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=a"), 0);
+  ASSERT_TRUE(launch());
+  call(3);
+  std::ifstream maps("/proc/" + std::to_string(pid_) + "/maps");
+  std::string line;
+  int tried = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("memfd:probefs-hist") == std::string::npos) continue;
+    const std::string range = line.substr(0, line.find(' '));
+    const int fd = ::open(("/proc/" + std::to_string(pid_) + "/map_files/" + range).c_str(),
+                          O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << range;
+    EXPECT_EQ(::ftruncate(fd, 0), -1);
+    EXPECT_EQ(errno, EPERM);
+    EXPECT_EQ(::ftruncate(fd, 1 << 30), -1);
+    EXPECT_EQ(errno, EPERM);
+    ::close(fd);
+    ++tried;
+  }
+  EXPECT_GE(tried, 1);
+  EXPECT_EQ(totals(read("events/t/add/hist")), "Totals:\n    Hits: 3\n    Entries: 3\n    Dropped: 0");
 }
 
 }  // namespace
