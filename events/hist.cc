@@ -21,13 +21,24 @@ void hist_read_tables(const uint8_t* base, uint64_t bytes, uint32_t ring_count,
     totals->drops += __atomic_load_n(&h->drops, __ATOMIC_RELAXED);
     if (__atomic_load_n(&h->used, __ATOMIC_RELAXED) == 0) continue;
     const uint8_t* entries = table + kHistTableHeaderBytes;
-    for (uint32_t i = 0, n = g.slots(); i < n; ++i) {
+    uint32_t seen = 0;  // a writer never takes more than capacity(); a table that says so lies
+    for (uint32_t i = 0, n = g.slots(); i < n && seen < g.capacity(); ++i) {
       const uint8_t* e = entries + uint64_t{i} * eb;
       if (__atomic_load_n(reinterpret_cast<const uint64_t*>(e), __ATOMIC_ACQUIRE) == 0) continue;
-      std::string key(reinterpret_cast<const char*>(e + 8), kb);
-      auto [it, fresh] = out->try_emplace(std::move(key));
-      HistEntry& dst = it->second;
+      ++seen;
       const auto* sums = reinterpret_cast<const uint64_t*>(e + 8 + kb);
+      std::string key(reinterpret_cast<const char*>(e + 8), kb);
+      auto found = out->find(key);
+      if (found == out->end() && out->size() >= g.capacity()) {
+        // The histogram holds `size` keys at most, as the kernel's map: the hits of a key
+        // past that are dropped ones.
+        totals->drops += __atomic_load_n(&sums[0], __ATOMIC_RELAXED);
+        continue;
+      }
+      const bool fresh = found == out->end();
+      if (fresh) found = out->emplace(std::move(key), HistEntry{}).first;
+      auto it = found;
+      HistEntry& dst = it->second;
       dst.hitcount += __atomic_load_n(&sums[0], __ATOMIC_RELAXED);
       for (uint32_t v = 0; v < g.nvals && v < kHistMaxVals; ++v)
         dst.vals[v] += __atomic_load_n(&sums[1 + v], __ATOMIC_RELAXED);

@@ -13,8 +13,8 @@
 //   - common_timestamp, variables, expressions, actions (onmatch, onmax, onchange) and
 //     the stacktrace key are refused ("Couldn't create histogram for field"), as is the
 //     .syscall modifier (no system-call keys in user-space events).
-//   - `size` bounds each thread's table, not the sum of them: a histogram of several
-//     threads may show more entries than its size.
+//   - `size` bounds each thread's table and the merged histogram: the hits of a key that
+//     finds either full count as dropped.
 #pragma once
 
 #include <cstdint>
