@@ -777,8 +777,13 @@ struct AgentListener::Impl {
       bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid;
       // A process gone already is judged by its HELLO alone (a spare's fork child), and so
       // is one whose /proc entry is gone while kill() still finds its pid: seen under load,
-      // a spare's fork child at its exit, refused for want of a parent until this.
-      const bool gone = ok && !proc_stat(cred.pid, &stat);
+      // a spare's fork child at its exit, refused for want of a parent until this. So is
+      // one its parent is reaping: its stat still reads, but with parent 0 (the kernel
+      // fills that field in only while the process has its signal handlers, which it has
+      // let go of); a live process whose parent is outside our pid namespace reads 0 too,
+      // and is still running.
+      const bool gone = ok && (!proc_stat(cred.pid, &stat) ||
+                               (stat.ppid == 0 && !process_running(cred.pid)));
       if (ok && !gone) {
         std::lock_guard l(mu);
         ok = admit_locked(cred, stat);

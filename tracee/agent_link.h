@@ -29,7 +29,8 @@
 //     exec), or of a process whose own connection waits for its HELLO (a fork child that
 //     runs on at once may fork before the daemon read its HELLO: that HELLO is read
 //     first),
-//   - or a process of the endpoint's uid that is gone already: a fork child that took
+//   - or a process of the endpoint's uid that is gone already (no /proc entry, or one
+//     that its parent is reaping, whose parent reads as 0): a fork child that took
 //     its parent's spare area (offer_spare) runs on without waiting and may exit before
 //     it is accepted; it is let in only by a HELLO that names a spare offered to its
 //     parent, a process with a link and that uid (its records are in that area).
