@@ -47,8 +47,10 @@ namespace lk = events::link;
 struct HitHists {
   uint32_t n = 0;
   bool needs_comm = false;  // a trigger's filter reads the thread's name
+  bool needs_cpu = false;   // a key, a value or a filter reads the CPU
   events::HistProgram programs[events::kHistMaxPerEvent];
-  events::HistGeometry geometries[events::kHistMaxPerEvent];
+  events::HistShape shapes[events::kHistMaxPerEvent];
+  uint64_t signatures[events::kHistMaxPerEvent];  // each geometry's (HistSlot::signature)
 };
 
 // The tables of one histogram slot for one ring area (HIST_TABLE): the memfd mapping, and

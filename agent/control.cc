@@ -587,8 +587,19 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
         if (!operand_fits(p.vals[v], ap->hit->view))
           return set_error(reply, -EINVAL, "a histogram value lies outside the record");
       next->programs[i] = p;
-      next->geometries[i] = s.geometries[i];
+      next->shapes[i] = events::HistShape(s.geometries[i]);
+      next->signatures[i] = s.geometries[i].signature();
       if (filter_reads_comm(p.filter ? &*p.filter : nullptr)) next->needs_comm = true;
+      for (uint32_t k = 0; k < p.nkeys; ++k)
+        if (p.keys[k].source == events::HistSource::kCpu) next->needs_cpu = true;
+      for (uint32_t v = 0; v < p.nvals; ++v)
+        if (p.vals[v].source == events::HistSource::kCpu) next->needs_cpu = true;
+      if (p.filter && std::any_of(p.filter->insns.begin(), p.filter->insns.end(),
+                                  [](const events::FilterInsn& in) {
+                                    return in.kind == events::FilterInsn::kPred &&
+                                           in.source == events::FilterInsn::kCpu;
+                                  }))
+        next->needs_cpu = true;
     }
     next->n = static_cast<uint32_t>(s.programs.size());
   }

@@ -162,10 +162,10 @@ constexpr uint32_t kHistRecordBytes = 1024;
                                                uint32_t cpu, const char* comm) {
   for (uint32_t i = 0; i < hh->n; ++i) {
     const events::HistProgram& prog = hh->programs[i];
-    const events::HistGeometry& g = hh->geometries[i];
+    const events::HistShape& g = hh->shapes[i];
     HistSlot& slot = as->hist[prog.slot];
     uint8_t* base = slot.base.load(std::memory_order_acquire);
-    if (base == nullptr || slot.signature != g.signature() || ring >= slot.rings) continue;
+    if (base == nullptr || slot.signature != hh->signatures[i] || ring >= slot.rings) continue;
     if (prog.filter) {
       events::FilterContext fc;
       fc.cpu = cpu;
@@ -173,7 +173,7 @@ constexpr uint32_t kHistRecordBytes = 1024;
       if (!events::filter_match(*prog.filter, rec, len, fc)) continue;
     }
     const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
-    uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.table_stride();
+    uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.stride;
     (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, [](char* name) {
       arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(name));
       name[events::kHistCommBytes - 1] = 0;
@@ -184,7 +184,7 @@ constexpr uint32_t kHistRecordBytes = 1024;
 // Where a hit with histograms builds its record: in the ring when the event records and
 // there is room, else in `stack` (kHistRecordBytes). *record says which; *cpu is the CPU
 // the hit ran on.
-[[gnu::always_inline]] inline uint8_t* hist_record_room(const HitProbe* hp,
+[[gnu::always_inline]] inline uint8_t* hist_record_room(const HitProbe* hp, const HitHists* hh,
                                                         events::RingProducer* p, uint8_t* stack,
                                                         bool* record, uint32_t* cpu) {
   *record = hp->record.load(std::memory_order_relaxed) && !events::ring_record_disabled(p->area);
@@ -196,7 +196,7 @@ constexpr uint32_t kHistRecordBytes = 1024;
     }
     *record = false;  // full: counted as lost; the histograms still count
   }
-  *cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
+  *cpu = hh->needs_cpu ? events::ring_detail::ring_rseq_cpu(p->rseq_cpu) : 0;
   return stack;
 }
 
@@ -209,7 +209,7 @@ constexpr uint32_t kHistRecordBytes = 1024;
   alignas(8) uint8_t stack[kHistRecordBytes];
   bool record;
   uint32_t cpu;
-  uint8_t* rec = hist_record_room(hp, p, stack, &record, &cpu);
+  uint8_t* rec = hist_record_room(hp, hh, p, stack, &record, &cpu);
   const uint32_t cap = record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
   char comm[16];
   comm[0] = 0;
@@ -350,7 +350,7 @@ constexpr uint32_t kHistRecordBytes = 1024;
   alignas(8) uint8_t stack[kHistRecordBytes];
   bool record;
   uint32_t cpu;
-  uint8_t* rec = hist_record_room(hp, p, stack, &record, &cpu);
+  uint8_t* rec = hist_record_room(hp, hh, p, stack, &record, &cpu);
   write_fast_record(hp, regs, ret_ip, tid, rec);
   const uint32_t len = hp->view.fixed_size;
   char comm[16];

@@ -127,6 +127,26 @@ struct HistGeometry {
   }
 };
 
+// What the hit path needs of a geometry, worked out once (SET_HIST), not on every hit.
+struct HistShape {
+  uint32_t key_bytes = 8;
+  uint32_t nvals = 0;
+  uint32_t capacity = 0;
+  uint32_t mask = 0;         // slots - 1
+  uint32_t entry_shift = 0;  // log2(entry_bytes)
+  bool with_comm = false;
+  uint64_t stride = 0;       // table_stride
+  HistShape() = default;
+  explicit HistShape(const HistGeometry& g)
+      : key_bytes(g.key_bytes),
+        nvals(g.nvals),
+        capacity(g.capacity()),
+        mask(g.slots() - 1),
+        entry_shift(static_cast<uint32_t>(__builtin_ctz(g.entry_bytes()))),
+        with_comm(g.with_comm),
+        stride(g.table_stride()) {}
+};
+
 struct HistControl {
   uint32_t epoch;   // bumped by :clear
   uint32_t paused;  // nonzero: updates count nothing (:pause)
@@ -166,17 +186,20 @@ inline uint64_t transform(uint64_t v, const HistOperand& o) {
   }
 }
 
-// The key's hash: each word multiplied by its own odd constant, independently (the
-// multiplies overlap), summed, and the high bits folded down; short on the hit's critical
-// path, which goes from the record through the hash to the entry's load.
+// The key's hash: the first two words multiplied by odd constants independently (the
+// multiplies overlap) and summed, any further word mixed in after; the high bits folded
+// down. Short on the hit's critical path, which runs from the record through the hash to
+// the entry's load.
 inline uint64_t hash_key(const uint8_t* key, uint32_t key_bytes) {
-  constexpr uint64_t kMul[4] = {0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
-                                0x165667b19e3779f9ull, 0xd6e8feb86659fd93ull};
-  uint64_t h = 0;
-  for (uint32_t i = 0; i < key_bytes; i += 8) {
+  uint64_t w0, w1 = 0;
+  __builtin_memcpy(&w0, key, 8);
+  if (key_bytes > 8) __builtin_memcpy(&w1, key + 8, 8);
+  uint64_t h = w0 * 0x9e3779b97f4a7c15ull + (w1 ^ 0x5bd1e995ull) * 0xc2b2ae3d27d4eb4full;
+  for (uint32_t i = 16; i < key_bytes; i += 8) {
     uint64_t w;
     __builtin_memcpy(&w, key + i, 8);
-    h += (w ^ (i >> 3)) * kMul[(i >> 3) & 3];
+    h = (h ^ w) * 0x165667b19e3779f9ull;
+    h ^= h >> 29;
   }
   return h ^ (h >> 31);
 }
@@ -185,7 +208,7 @@ inline uint64_t hash_key(const uint8_t* key, uint32_t key_bytes) {
 
 // Builds the key of `p` for a record of `len` bytes: the keys lie side by side, so every
 // one of the key_bytes is set (a string's bytes past its end are zeroed).
-inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len, uint32_t cpu,
+[[gnu::always_inline]] inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len, uint32_t cpu,
                           uint8_t* key) {
   for (uint32_t k = 0; k < p.nkeys; ++k) {
     const HistOperand& o = p.keys[k];
@@ -216,20 +239,19 @@ inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len
 // format lays it out, `len` its bytes; `comm_of` fills a new entry's name when the
 // geometry keeps names (called at most once). Returns false when the hit was dropped.
 template <class CommOf>
-[[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistGeometry& g, const HistControl* ctl,
+[[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistShape& g, const HistControl* ctl,
                         uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
                         CommOf&& comm_of) {
   if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
   auto* h = reinterpret_cast<HistTableHeader*>(table);
   const uint32_t epoch = __atomic_load_n(&ctl->epoch, __ATOMIC_ACQUIRE);
-  const uint32_t eb = g.entry_bytes();
-  const uint32_t eshift = static_cast<uint32_t>(__builtin_ctz(eb));
+  const uint32_t eshift = g.entry_shift;
   uint8_t* entries = table + kHistTableHeaderBytes;
   if (__builtin_expect(h->epoch != epoch, 0)) {
     // Cleared: tags first (so the reader finds no entry half-zeroed), then the counts.
-    for (uint32_t i = 0, n = g.slots(); i < n; ++i) {
+    for (uint32_t i = 0; i <= g.mask; ++i) {
       asm("" : "+r"(i));
-      __atomic_store_n(reinterpret_cast<uint64_t*>(entries + uint64_t{i} * eb), 0, __ATOMIC_RELAXED);
+      __atomic_store_n(reinterpret_cast<uint64_t*>(entries + (uint64_t{i} << eshift)), 0, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&h->used, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->hits, 0, __ATOMIC_RELAXED);
@@ -242,7 +264,7 @@ template <class CommOf>
   hist_make_key(p, rec, len, cpu, key);
   const uint64_t hash = hist_detail::hash_key(key, kb);
   const uint64_t tag = hash | 1;
-  const uint32_t mask = g.slots() - 1;
+  const uint32_t mask = g.mask;
   uint32_t at = static_cast<uint32_t>(hash >> 40) & mask;
   uint8_t* e = nullptr;
   for (uint32_t probe = 0; probe <= mask; ++probe, at = (at + 1) & mask) {
@@ -250,7 +272,7 @@ template <class CommOf>
     uint64_t ct;
     __builtin_memcpy(&ct, c, 8);
     if (ct == 0) {
-      if (h->used >= g.capacity()) {
+      if (h->used >= g.capacity) {
         __atomic_store_n(&h->drops, h->drops + 1, __ATOMIC_RELAXED);
         return false;
       }

@@ -48,7 +48,7 @@ struct Tables {
   HistControl* ctl() { return reinterpret_cast<HistControl*>(base()); }
   uint8_t* table(uint32_t ring) { return base() + kHistControlBytes + ring * g.table_stride(); }
   bool hit(const HistProgram& p, const Rec& r, uint32_t ring = 0, uint32_t cpu = 0) {
-    return hist_update(p, g, ctl(), table(ring), r.bytes, r.len, cpu,
+    return hist_update(p, HistShape(g), ctl(), table(ring), r.bytes, r.len, cpu,
                        [](char* name) { std::strcpy(name, "worker"); });
   }
   HistEntries read(HistTotals* t = nullptr) {
