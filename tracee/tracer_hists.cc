@@ -19,8 +19,8 @@ HistMemory::~HistMemory() {
     std::lock_guard l(state->mu);
     auto it = state->hists.find(slot);
     if (it != state->hists.end() && it->second.generation == generation)
-      events::hist_read_tables(base, bytes, rings, geometry, &it->second.retained.entries,
-                               &it->second.retained.totals);
+      events::hist_read_tables(base, bytes, rings_in_use(), geometry,
+                               &it->second.retained.entries, &it->second.retained.totals);
   }
   ::munmap(base, bytes);
 }
@@ -77,6 +77,7 @@ void Tracer::Impl::give_hist_tables(Rings& r, AgentLink& link, uint32_t spare_id
     int fd = -1;
     auto m = make_tables(hist_state, slot, h, r.reader.ring_count(), &fd);
     if (!m) continue;
+    m->rings_high = &r.area.header()->rings_high;
     lk::HistTable msg;
     msg.slot = slot;
     msg.geometry = h.geometry;
@@ -247,7 +248,7 @@ HistSnapshot Tracer::read_hist(uint32_t slot) {
     }
   }
   for (const auto& m : live)
-    events::hist_read_tables(m->base, m->bytes, m->rings, g, &out.entries, &out.totals);
+    events::hist_read_tables(m->base, m->bytes, m->rings_in_use(), g, &out.entries, &out.totals);
   live.clear();  // without the lock: a last reference folds into the retained counts
   return out;
 }

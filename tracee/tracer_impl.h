@@ -203,6 +203,14 @@ struct HistMemory {
   uint8_t* base = nullptr;
   uint64_t bytes = 0;
   uint32_t rings = 0;
+  // The area's rings_high (RingAreaHeader): tables at or past it were never written, and
+  // are not read. The area outlives this (Rings holds both, this one destroyed first).
+  const uint32_t* rings_high = nullptr;
+  // The tables worth reading now: below rings_high, however the target set it.
+  uint32_t rings_in_use() const {
+    const uint32_t high = rings_high ? __atomic_load_n(rings_high, __ATOMIC_ACQUIRE) : rings;
+    return high < rings ? high : rings;
+  }
   HistMemory() = default;
   HistMemory(const HistMemory&) = delete;
   HistMemory& operator=(const HistMemory&) = delete;
