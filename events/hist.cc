@@ -37,17 +37,13 @@ void hist_read_tables(const uint8_t* base, uint64_t bytes, uint32_t ring_count,
       }
       const bool fresh = found == out->end();
       if (fresh) found = out->emplace(std::move(key), HistEntry{}).first;
-      auto it = found;
-      HistEntry& dst = it->second;
+      HistEntry& dst = found->second;
       dst.hitcount += __atomic_load_n(&sums[0], __ATOMIC_RELAXED);
       for (uint32_t v = 0; v < g.nvals && v < kHistMaxVals; ++v)
         dst.vals[v] += __atomic_load_n(&sums[1 + v], __ATOMIC_RELAXED);
-      if (fresh) {
-        dst.key = it->first;
-        if (g.with_comm) {
-          const char* c = reinterpret_cast<const char*>(e + 8 + kb + 8 + 8 * uint64_t{g.nvals});
-          dst.comm.assign(c, strnlen(c, kHistCommBytes - 1));
-        }
+      if (fresh && g.with_comm) {
+        const char* c = reinterpret_cast<const char*>(e + 8 + kb + 8 + 8 * uint64_t{g.nvals});
+        dst.comm.assign(c, strnlen(c, kHistCommBytes - 1));
       }
     }
   }

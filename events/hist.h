@@ -322,7 +322,6 @@ template <class CommOf>
 // ---- the daemon: reading tables --------------------------------------------------------
 
 struct HistEntry {
-  std::string key;      // key_bytes
   uint64_t hitcount = 0;
   uint64_t vals[kHistMaxVals] = {};
   std::string comm;     // with_comm: the name of the thread that made the entry

@@ -167,9 +167,11 @@ int Tracer::Impl::send_defines(Target& t, ProbeId id, uint16_t event_id,
 void Tracer::Impl::remove_sites(FanOut& fan, Target& t, ProbeId id) {
   auto it = t.sites.find(id);
   if (it == t.sites.end()) return;
-  for (const Site& s : it->second)
+  for (const Site& s : it->second) {
     if (t.link && !t.link->closed())
       fan.start(t.link, lk::MsgType::kRemove, lk::ProbeRef{s.agent_id});
+    t.hist_sent.erase(s.agent_id);
+  }
   t.sites.erase(it);
   if (auto p = probes.find(id); p != probes.end()) forget_notes(t, id, p->second.spec.event_id);
 }
