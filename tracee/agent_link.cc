@@ -751,7 +751,10 @@ struct AgentListener::Impl {
       if (it == endpoints.end() || !it->second.accepting) return;
       uid = it->second.uid;
     }
-    for (int other_errors = 0; other_errors < 64;) {
+    // At most kAcceptBatch connections per wake-up: a peer that connects again as soon as
+    // it is refused would otherwise keep this loop on its endpoint, and the other
+    // endpoints and links would wait (epoll reports this one again while it has more).
+    for (int taken = 0, other_errors = 0; taken < kAcceptBatch && other_errors < 64;) {
       if (pending_per_uid[uid] >= kMaxPendingPerUid) {
         // The rest wait in the kernel's backlog until a HELLO or a timeout frees a place.
         warn(warned_pending, "more than " + std::to_string(kMaxPendingPerUid) +
@@ -772,6 +775,7 @@ struct AgentListener::Impl {
         ++other_errors;  // a connection that went away before we took it (ECONNABORTED)
         continue;
       }
+      ++taken;
       link::PeerCred cred;
       ProcStat stat;
       bool ok = link::peer_cred(fd, &cred) == 0 && cred.uid == uid;

@@ -279,6 +279,8 @@ class AgentListener {
   static constexpr std::chrono::milliseconds kHelloTimeout{5000};
   static constexpr size_t kMaxPendingPerUid = 32;
   static constexpr std::chrono::milliseconds kAcceptPause{100};
+  // Connections one endpoint may hand over per wake-up before the others are served.
+  static constexpr int kAcceptBatch = 16;
   static constexpr int kMaxMappedInFlight = 8;
   static constexpr int kMaxProtocolErrors = 64;
 
