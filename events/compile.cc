@@ -142,6 +142,13 @@ std::string format_file(const CompiledEvent& ev, int id) {
   s += "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n";
   s += "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n";
   s += "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n";
+  if (ev.synthetic) {
+    for (const FieldLayout& f : ev.fields)
+      s += "\tfield:" + f.decl + ";\toffset:" + std::to_string(f.offset) +
+           ";\tsize:" + std::to_string(f.decl_size) + ";\tsigned:" + (f.decl_signed ? "1" : "0") +
+           ";\n";
+    return s + "\nprint fmt: " + ev.print_fmt + "\n";
+  }
   if (ev.is_return) {
     s += "\tfield:unsigned long __probe_func;\toffset:8;\tsize:8;\tsigned:0;\n";
     s += "\tfield:unsigned long __probe_ret_ip;\toffset:16;\tsize:8;\tsigned:0;\n";

@@ -27,6 +27,11 @@ struct FieldLayout {
   uint32_t offset = 0;
   uint32_t size = 0;    // bytes in the fixed part (elements x element size)
   uint32_t count = 0;   // array elements, 0 when scalar
+  // A synthetic event's field: the format file's declaration ("u64 lat", "char comm[]"),
+  // the size it states and its sign, which the fetch type does not say.
+  std::string decl;
+  uint32_t decl_size = 0;
+  bool decl_signed = false;
 };
 
 // What the hit path runs. Plain data: the daemon sends it to the agent as it is, and the
@@ -63,6 +68,7 @@ struct CompiledEvent {
   std::vector<FieldLayout> fields;  // the arguments
   FetchProgram program;
   std::string print_fmt;            // the text after "print fmt: "
+  bool synthetic = false;           // no probe fields (__probe_ip...): events/synthetic.h
 };
 
 // Resolves a data symbol of `@SYM[+|-offs]` (kprobe syntax) to an address in the target.

@@ -108,7 +108,18 @@ namespace probefs::events {
   X(kHistInvalidSortModifier, "Invalid sort modifier", EINVAL)                           \
   X(kHistEmptySortField, "Empty sort field", EINVAL)                                     \
   X(kHistTooManySortFields, "Too many sort fields (Max = 2)", EINVAL)                    \
-  X(kHistInvalidSortField, "Sort field must be a key or a val", EINVAL)
+  X(kHistInvalidSortField, "Sort field must be a key or a val", EINVAL)                 \
+  /* synthetic events (trace_events_synth.c) */                                          \
+  X(kSynthBadName, "Illegal name", EINVAL)                                               \
+  X(kSynthInvalidCmd, "Command must be of the form: <name> field[;field] ...", EINVAL)   \
+  X(kSynthInvalidDynCmd,                                                                 \
+    "Command must be of the form: s or -:[synthetic/]<name> field[;field] ...", EINVAL)  \
+  X(kSynthEventExists, "Event already exists", EEXIST)                                   \
+  X(kSynthTooManyFields, "Too many fields", EINVAL)                                      \
+  X(kSynthIncompleteType, "Incomplete type", EINVAL)                                     \
+  X(kSynthInvalidType, "Invalid type", EINVAL)                                           \
+  X(kSynthInvalidField, "Invalid field", EINVAL)                                         \
+  X(kSynthInvalidArraySpec, "Invalid array specification", EINVAL)
 
 enum class ErrorCode : uint8_t {
 #define PROBEFS_EVENTS_ERROR_ENUM(code, msg, err) code,

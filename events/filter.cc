@@ -54,7 +54,9 @@ bool find_field(const CompiledEvent& ev, std::string_view name, FieldRef* f) {
       return true;
     }
   }
-  if (ev.is_return) {
+  if (ev.synthetic) {
+    // no probe fields
+  } else if (ev.is_return) {
     if (name == "__probe_func") return *f = {FilterInsn::kRecordNumber, 8, 8, false}, true;
     if (name == "__probe_ret_ip") return *f = {FilterInsn::kRecordNumber, 16, 8, false}, true;
   } else if (name == "__probe_ip") {

@@ -106,6 +106,12 @@ void DynamicEvents::Impl::add_root_files() {
                                [this](const Request&) { return clear_set_event(); }));
   tree.add_file(root, "dynamic_events", kModeReadWrite,
                 definitions(DefinitionFile::kDynamic));
+  tree.add_file(root, "synthetic_events", kModeReadWrite,
+                make_text_file([this] { return synthetic_text(); },
+                               [this](const Request&, std::string_view data) {
+                                 return write_synthetic(data);
+                               },
+                               [this](const Request&) { return truncate_synthetic(); }));
   tree.add_file(root, "available_events", kModeRead, make_text_file([this] {
                   return available_events();
                 }));
@@ -115,9 +121,19 @@ void DynamicEvents::Impl::add_root_files() {
 
 std::string DynamicEvents::Impl::read_back(DefinitionFile which) {
   std::lock_guard l(mu);
-  std::string out;
+  // dynamic_events lists synthetic events too, each where it was defined among the probes.
+  std::vector<std::pair<uint64_t, std::string>> lines;
   for (const auto& p : probes)
-    if (applies_to(which, p->def.syntax)) out += events::read_back(p->def) + "\n";
+    if (applies_to(which, p->def.syntax)) lines.emplace_back(p->seq, events::read_back(p->def));
+  if (which == DefinitionFile::kDynamic)
+    for (const auto& ev : events)
+      if (ev->synthetic)
+        lines.emplace_back(ev->seq, "s:" + std::string(events::kSynthSystem) + "/" +
+                                        events::synthetic_description(ev->synth));
+  std::sort(lines.begin(), lines.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (const auto& [seq, line] : lines) out += line + "\n";
   return out;
 }
 
@@ -138,6 +154,19 @@ int64_t DynamicEvents::Impl::write_definitions(DefinitionFile which, const Reque
   };
   std::lock_guard l(mu);
   for (const std::string& line : lines) {
+    if (which == DefinitionFile::kDynamic && events::is_synthetic_dynamic(line)) {
+      const std::string text = line.substr(0, line.find('#'));
+      const events::SynthResult r = events::parse_synthetic_dynamic(text);
+      int err = 0;
+      if (r.status == events::SynthStatus::kError) {
+        if (r.error.logged()) error_log.add(r.error);
+        err = -r.error.err;
+      } else if (r.status == events::SynthStatus::kDefine) {
+        err = define_synthetic(r.event, r.error.command.empty() ? text : r.error.command);
+      }
+      if (err != 0) return err;
+      continue;
+    }
     events::ParseResult r = parse_line(which, line, opts);
     int err = 0;
     switch (r.status) {
@@ -161,11 +190,14 @@ int64_t DynamicEvents::Impl::write_definitions(DefinitionFile which, const Reque
 int DynamicEvents::Impl::truncate_definitions(DefinitionFile which) {
   std::lock_guard l(mu);
   for (const auto& ev : events)
-    if (applies_to(which, ev->syntax) && ev->registered) return -EBUSY;
+    if ((ev->synthetic ? which == DefinitionFile::kDynamic : applies_to(which, ev->syntax)) &&
+        ev->registered)
+      return -EBUSY;
   std::vector<DynProbe*> doomed;
   for (const auto& p : probes)
     if (applies_to(which, p->def.syntax)) doomed.push_back(p.get());
   for (DynProbe* p : doomed) (void)remove_probe(p);
+  if (which == DefinitionFile::kDynamic) return truncate_synthetic_locked();
   return 0;
 }
 
@@ -192,7 +224,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   if (ev) {
     // An event of the other kind: the kernel finds no probe event of its own kind by that
     // name, and registering the name fails.
-    if (ev->syntax != def.syntax)
+    if (ev->synthetic || ev->syntax != def.syntax)
       return fail(events::make_diagnostic(def, events::ErrorCode::kEventExist, 0, 0));
     for (DynProbe* p : ev->probes) {
       events::Diagnostic d = events::check_append(p->def, def);
@@ -248,6 +280,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   if (def.syntax == events::ProbeSyntax::kUprobe) p->file = spec.def.path;
   p->id = id;
   p->event = ev;
+  p->seq = next_seq++;
   ev->probes.push_back(p.get());
   probes.push_back(std::move(p));
   if (!ev->hists.empty()) apply_hists(*ev);
@@ -271,7 +304,114 @@ int DynamicEvents::Impl::remove(DefinitionFile which, const events::RemovalReque
     err = remove_probe(p);
     if (err != 0) break;
   }
+  // A synthetic event matches by its name, in its group or in none.
+  if (which == DefinitionFile::kDynamic && err == -ENOENT && !req.event.empty() &&
+      (!req.has_group || req.group == events::kSynthSystem))
+    if (DynEvent* ev = find_event(events::kSynthSystem, req.event); ev && ev->synthetic)
+      err = remove_synthetic(req.event);
   return err;
+}
+
+// ---- synthetic events ------------------------------------------------------------------------
+
+std::string DynamicEvents::Impl::synthetic_text() {
+  std::lock_guard l(mu);
+  std::string out;
+  for (const auto& ev : events)
+    if (ev->synthetic) out += events::synthetic_description(ev->synth) + "\n";
+  return out;
+}
+
+// Each line by itself, as the kernel's trace_parse_run_command: the first bad one ends
+// the write with its errno.
+int64_t DynamicEvents::Impl::write_synthetic(std::string_view data) {
+  bool too_long = false;
+  const std::vector<std::string> lines = events::split_write(data, &too_long);
+  std::lock_guard l(mu);
+  for (const std::string& line : lines) {
+    const std::string text = line.substr(0, line.find('#'));
+    const events::SynthResult r = events::parse_synthetic_command(text);
+    int err = 0;
+    switch (r.status) {
+      case events::SynthStatus::kEmpty: break;
+      case events::SynthStatus::kError:
+        if (r.error.logged()) error_log.add(r.error);
+        err = -r.error.err;
+        break;
+      case events::SynthStatus::kRemove: err = remove_synthetic(r.remove); break;
+      case events::SynthStatus::kDefine: {
+        const size_t start = text.find_first_not_of(" \t\n\v\f\r");
+        err = define_synthetic(r.event, text.substr(start == std::string::npos ? 0 : start));
+        break;
+      }
+    }
+    if (err != 0) return err;
+  }
+  if (too_long) return -EINVAL;
+  return static_cast<int64_t>(data.size());
+}
+
+int DynamicEvents::Impl::truncate_synthetic() {
+  std::lock_guard l(mu);
+  return truncate_synthetic_locked();
+}
+
+// Every synthetic event goes, or (one is enabled) none does: EBUSY.
+int DynamicEvents::Impl::truncate_synthetic_locked() {
+  for (const auto& ev : events)
+    if (ev->synthetic && ev->registered) return -EBUSY;
+  std::vector<DynEvent*> doomed;
+  for (const auto& ev : events)
+    if (ev->synthetic) doomed.push_back(ev.get());
+  for (DynEvent* ev : doomed) destroy_event(ev);
+  return 0;
+}
+
+int DynamicEvents::Impl::define_synthetic(const events::SynthEvent& se,
+                                          const std::string& command) {
+  if (DynEvent* old = find_event(events::kSynthSystem, se.name); old && old->synthetic) {
+    events::Diagnostic d;
+    d.code = events::ErrorCode::kSynthEventExists;
+    d.err = EEXIST;
+    d.command = command;
+    d.subsystem = events::kLogSynth;
+    const size_t at = command.find(se.name);
+    d.pos = at == std::string::npos ? 0 : static_cast<int>(at);
+    error_log.add(d);
+    return -EEXIST;
+  }
+  // A probe event of that group and name holds it: the kernel's registration fails.
+  if (!names_free(events::kSynthSystem, se.name)) return -EEXIST;
+  auto ev = std::make_shared<DynEvent>();
+  ev->group = std::string(events::kSynthSystem);
+  ev->name = se.name;
+  ev->syntax = events::ProbeSyntax::kKprobe;
+  ev->synthetic = true;
+  ev->synth = se;
+  ev->compiled = events::synthetic_compiled(se);
+  ev->seq = next_seq++;
+  ev->id = fs.events().allocate_id();
+  if (ev->id == 0) return -ENOSPC;
+  auto view = std::make_shared<EventView>();
+  view->id = ev->id;
+  view->system = ev->group;
+  view->name = ev->name;
+  view->compiled = ev->compiled;
+  fs.events().publish(std::move(view));
+  ev->gate = gate.add_event(ev->id);
+  events.push_back(ev);
+  add_event_nodes(ev);
+  return 0;
+}
+
+// `!NAME` (synthetic_events) or `-:[synthetic/]NAME` (dynamic_events): ENOENT when there
+// is none, EBUSY while it is enabled.
+int DynamicEvents::Impl::remove_synthetic(std::string_view name) {
+  DynEvent* ev = find_event(events::kSynthSystem, name);
+  if (!ev || !ev->synthetic) return -ENOENT;
+  if (ev->registered) return -EBUSY;
+  destroy_event(ev);
+  return 0;
 }
 
 int DynamicEvents::Impl::remove_probe(DynProbe* p) {

@@ -22,6 +22,7 @@
 #include "events/definition.h"
 #include "events/errors.h"
 #include "events/filter.h"
+#include "events/synthetic.h"
 #include "fs/dynamic_events.h"
 #include "fs/error_log.h"
 #include "fs/event_triggers.h"
@@ -65,6 +66,7 @@ struct DynProbe {
   std::string file;             // uprobe syntax: PATH resolved at definition (the writer's cwd)
   tracee::ProbeId id = 0;
   DynEvent* event = nullptr;
+  uint64_t seq = 0;  // definition order across probes and synthetic events
 };
 
 // One event (GROUP/NAME) and its probes.
@@ -84,6 +86,11 @@ struct DynEvent {
   TriggerGate::EventPtr gate;
   std::vector<HistTrigger> hists;  // in the order they were added
   bool removed = false;  // files still open on a removed event find this
+  // A synthetic event (events/synthetic.h): no probes; defined by synthetic_events or
+  // `s:` in dynamic_events, and lives until removed there.
+  bool synthetic = false;
+  events::SynthEvent synth;
+  uint64_t seq = 0;
 };
 
 struct DynamicEvents::Impl {
@@ -98,6 +105,7 @@ struct DynamicEvents::Impl {
   std::mutex mu;
   std::vector<std::unique_ptr<DynProbe>> probes;  // definition order
   std::vector<std::shared_ptr<DynEvent>> events;  // creation order
+  uint64_t next_seq = 1;
   NodePtr events_dir;
 
   // ---- fs/dynamic_events.cc: the definition files and the events' life ----
@@ -109,6 +117,13 @@ struct DynamicEvents::Impl {
   int remove(DefinitionFile which, const events::RemovalRequest& req);
   int remove_probe(DynProbe* p);
   void destroy_event(DynEvent* ev);
+  // ---- synthetic events ----
+  std::string synthetic_text();
+  int64_t write_synthetic(std::string_view data);
+  int truncate_synthetic();
+  int truncate_synthetic_locked();
+  int define_synthetic(const events::SynthEvent& se, const std::string& command);
+  int remove_synthetic(std::string_view name);
   std::string uprobe_profile();
   std::string kprobe_profile();
   void clear_all();

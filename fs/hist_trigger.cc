@@ -88,6 +88,7 @@ bool find_field(const events::CompiledEvent& ev, std::string_view name, HistFiel
     f->is_signed = c.is_signed;
     return true;
   }
+  if (ev.synthetic) return false;
   if (ev.is_return ? (name == "__probe_func" || name == "__probe_ret_ip") : name == "__probe_ip") {
     f->offset = name == "__probe_ret_ip" ? 16 : 8;
     f->size = 8;

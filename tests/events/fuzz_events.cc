@@ -17,6 +17,7 @@
 #include "events/output.h"
 #include "events/parse.h"
 #include "events/record.h"
+#include "events/synthetic.h"
 #include "events/wire.h"
 
 using namespace probefs;
@@ -52,6 +53,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   bool too_long;
   split_write(rest, &too_long);
+  // The synthetic_events language on the same line: carets inside the command, and what
+  // it defines reads back into the same definition.
+  for (const SynthResult& sr :
+       {parse_synthetic_command(line), is_synthetic_dynamic(line) ? parse_synthetic_dynamic(line)
+                                                                  : SynthResult{}}) {
+    if (sr.status == SynthStatus::kError &&
+        (sr.error.pos < 0 || sr.error.pos > static_cast<int>(sr.error.command.size())))
+      abort();
+    if (sr.status != SynthStatus::kDefine) continue;
+    std::string back = synthetic_description(sr.event);
+    back[back.find('\t')] = ' ';
+    const SynthResult again = parse_synthetic_command(back);
+    if (again.status != SynthStatus::kDefine ||
+        synthetic_description(again.event) != synthetic_description(sr.event))
+      abort();
+    format_file(synthetic_compiled(sr.event), 1);
+  }
   ParseResult r = mode == 0   ? parse_kprobe_command(line)
                   : mode == 1 ? parse_uprobe_command(line)
                               : parse_dynamic_command(line);

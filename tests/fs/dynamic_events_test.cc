@@ -195,6 +195,7 @@ TEST_F(DynamicEventsTest, FilesHaveTheKernelsModesAndOrder) {
     mode_t mode;
   } files[] = {
       {"kprobe_events", 0640}, {"uprobe_events", 0640}, {"dynamic_events", 0640},
+      {"synthetic_events", 0640},
       {"kprobe_profile", 0440}, {"uprobe_profile", 0440}, {"error_log", 0640},
       {"available_events", 0440}, {"set_event", 0640}, {"events", 0755},
       {"events/enable", 0640}, {"events/header_page", 0440}, {"events/header_event", 0440},
@@ -221,7 +222,8 @@ TEST_F(DynamicEventsTest, FilesHaveTheKernelsModesAndOrder) {
             "\tarray       :   32 bits\n\n\tpadding     : type == 29\n"
             "\ttime_extend : type == 30\n\ttime_stamp : type == 31\n"
             "\tdata max type_len  == 28\n");
-  for (const char* f : {"uprobe_events", "kprobe_events", "dynamic_events", "uprobe_profile",
+  for (const char* f : {"uprobe_events", "kprobe_events", "dynamic_events", "synthetic_events",
+                        "uprobe_profile",
                         "kprobe_profile", "available_events", "set_event", "error_log"})
     EXPECT_EQ(read(f), "") << f;
   // No event at all: the kernel's aggregate of nothing, and a reset that changes nothing
@@ -575,10 +577,16 @@ TEST_F(DynamicEventsTest, EachWriteIsParsedByItselfLineByLine) {
                              static_cast<int>(dy1.find("%zz"))));
   // Types no dynamic-event kind claims: EINVAL, nothing logged.
   clear_log();
-  for (const char* d : {"e:dyn/ep sched.sched_switch", "s:dyn/synth u64 lat",
-                        "f:dyn/fp vfs_read", "t:dyn/tp sched_switch"})
+  for (const char* d : {"e:dyn/ep sched.sched_switch", "f:dyn/fp vfs_read",
+                        "t:dyn/tp sched_switch"})
     EXPECT_EQ(echo("dynamic_events", d), -EINVAL) << d;
   EXPECT_EQ(log(), "");
+  // A synthetic event belongs to the synthetic group alone.
+  EXPECT_EQ(echo("dynamic_events", "s:dyn/synth u64 lat"), -EINVAL);
+  EXPECT_EQ(log(), log_entry("synthetic_events",
+                             "Command must be of the form: s or -:[synthetic/]<name> "
+                             "field[;field] ...",
+                             "s:dyn/synth u64 lat", 0));
   // A name without group and event prefix characters ("r10:", "pfoo:") keeps the defaults.
   LinkDir links;
   const std::string ptx = links.link("pt_x");
@@ -1373,6 +1381,93 @@ TEST_F(DynamicEventsTest, ClearAllRemovesEverything) {
   // The tracer holds no probe any more: a program launched now runs without any.
   ASSERT_EQ(echo("uprobe_events", "p:g/a " + b + ":0x1370"), 0);
   EXPECT_EQ(read("uprobe_events"), "p:g/a " + b + ":" + padded(0x1370) + "\n");
+}
+
+// ---- synthetic events ------------------------------------------------------------------
+
+// synthetic_events and `s:` in dynamic_events define the same events: each file reads them
+// back in its own form, dynamic_events in definition order among the probes; each gets
+// events/synthetic/NAME with the kernel's format; `!NAME`, `-:[synthetic/]NAME` and a
+// truncating open remove them, not while enabled.
+TEST_F(DynamicEventsTest, SyntheticEventsAreDefinedReadBackAndRemovedAsInTheKernel) {
+  const std::string b = kProg;
+  ASSERT_EQ(echo("uprobe_events", "p:g/a " + b + ":0x1370"), 0);
+  ASSERT_EQ(echo("synthetic_events", "wakeup_latency  u64 lat;pid_t pid"), 0);
+  ASSERT_EQ(echo("dynamic_events", "s:synthetic/name_len char[] name; unsigned int len"), 0);
+  ASSERT_EQ(echo("uprobe_events", "p:g/c " + b + ":0x1380"), 0);
+  EXPECT_EQ(read("synthetic_events"),
+            "wakeup_latency\tu64 lat; pid_t pid\nname_len\tchar[] name; unsigned int len\n");
+  EXPECT_EQ(read("dynamic_events"),
+            "p:g/a " + b + ":" + padded(0x1370) + "\n" +
+            "s:synthetic/wakeup_latency\tu64 lat; pid_t pid\n"
+            "s:synthetic/name_len\tchar[] name; unsigned int len\n" +
+            "p:g/c " + b + ":" + padded(0x1380) + "\n");
+  EXPECT_EQ(read("uprobe_events"),
+            "p:g/a " + b + ":" + padded(0x1370) + "\np:g/c " + b + ":" + padded(0x1380) + "\n");
+  EXPECT_EQ(ls("events/synthetic/wakeup_latency"),
+            (std::vector<std::string>{"enable", "filter", "trigger", "hist", "format", "id"}));
+  const std::string id = read("events/synthetic/wakeup_latency/id");
+  EXPECT_EQ(read("events/synthetic/wakeup_latency/format"),
+            "name: wakeup_latency\nID: " + id.substr(0, id.size() - 1) + "\nformat:\n"
+            "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+            "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+            "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+            "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+            "\tfield:u64 lat;\toffset:8;\tsize:8;\tsigned:0;\n"
+            "\tfield:pid_t pid;\toffset:16;\tsize:4;\tsigned:1;\n\n"
+            "print fmt: \"lat=%llu, pid=%d\", REC->lat, REC->pid\n");
+  EXPECT_NE(read("available_events").find("synthetic:wakeup_latency\n"), std::string::npos);
+  // Its fields work in a filter and as hist keys; probe fields do not exist on it.
+  EXPECT_EQ(write("events/synthetic/wakeup_latency/filter", "lat > 10 && pid != 0\n"), 21);
+  EXPECT_EQ(read("events/synthetic/wakeup_latency/filter"), "lat > 10 && pid != 0\n");
+  EXPECT_EQ(write("events/synthetic/wakeup_latency/filter", "__probe_ip != 0\n"), -EINVAL);
+  EXPECT_EQ(echo("events/synthetic/wakeup_latency/trigger", "hist:keys=pid:vals=lat"), 0);
+  EXPECT_EQ(read("events/synthetic/wakeup_latency/trigger"),
+            "hist:keys=pid:vals=hitcount,lat:sort=hitcount:size=2048 [active]\n");
+  EXPECT_NE(read("events/synthetic/wakeup_latency/hist").find("Hits: 0\n"), std::string::npos);
+  EXPECT_EQ(echo("events/synthetic/wakeup_latency/trigger", "!hist:keys=pid:vals=lat"), 0);
+
+  // Errors: a taken name (logged, EEXIST), a probe event in the synthetic group.
+  clear_log();
+  EXPECT_EQ(echo("synthetic_events", "wakeup_latency u64 x"), -EEXIST);
+  EXPECT_EQ(echo("dynamic_events", "s:wakeup_latency u64 x"), -EEXIST);
+  EXPECT_EQ(log(), log_entry("synthetic_events", "Event already exists", "wakeup_latency u64 x", 0) +
+                       log_entry("synthetic_events", "Event already exists",
+                                 "s:wakeup_latency u64 x", 2));
+  clear_log();
+  EXPECT_EQ(echo("uprobe_events", "p:synthetic/wakeup_latency " + b + ":0x1370"), -EEXIST);
+  EXPECT_EQ(echo("synthetic_events", "lat2 u65 x"), -EINVAL);
+  EXPECT_EQ(log(), log_entry("trace_uprobe", "Given group/event name is already used by another event",
+                             "p:synthetic/wakeup_latency " + b + ":0x1370", 0) +
+                       log_entry("synthetic_events", "Invalid type", "lat2 u65 x", 5));
+  // A write stops at its first bad line; the lines before it stay.
+  EXPECT_EQ(write("synthetic_events", "ok1 u64 a\nbad u64\nok2 u64 b\n"), -EINVAL);
+  EXPECT_NE(read("synthetic_events").find("ok1\tu64 a\n"), std::string::npos);
+  EXPECT_EQ(read("synthetic_events").find("ok2"), std::string::npos);
+
+  // Removal: by name in either file; ENOENT for none; EBUSY while enabled.
+  EXPECT_EQ(echo("synthetic_events", "!nope"), -ENOENT);
+  EXPECT_EQ(echo("synthetic_events", "!ok1"), 0);
+  EXPECT_EQ(echo("dynamic_events", "-:nope"), -ENOENT);
+  ASSERT_EQ(write("events/synthetic/name_len/enable", "1\n"), 2);
+  EXPECT_EQ(echo("dynamic_events", "-:synthetic/name_len"), -EBUSY);
+  EXPECT_EQ(echo("synthetic_events", "!name_len"), -EBUSY);
+  EXPECT_EQ(open_truncating("synthetic_events"), -EBUSY);
+  EXPECT_EQ(open_truncating("dynamic_events"), -EBUSY);
+  ASSERT_EQ(write("events/synthetic/name_len/enable", "0\n"), 2);
+  EXPECT_EQ(echo("dynamic_events", "-:synthetic/name_len"), 0);
+  EXPECT_FALSE(exists("events/synthetic/name_len"));
+  EXPECT_EQ(read("synthetic_events"), "wakeup_latency\tu64 lat; pid_t pid\n");
+  // Truncating synthetic_events leaves the probes; dynamic_events removes both.
+  ASSERT_EQ(open_truncating("synthetic_events"), 0);
+  EXPECT_EQ(read("synthetic_events"), "");
+  EXPECT_FALSE(exists("events/synthetic"));
+  EXPECT_EQ(read("uprobe_events"),
+            "p:g/a " + b + ":" + padded(0x1370) + "\np:g/c " + b + ":" + padded(0x1380) + "\n");
+  ASSERT_EQ(echo("synthetic_events", "again u64 a"), 0);
+  ASSERT_EQ(open_truncating("dynamic_events"), 0);
+  EXPECT_EQ(read("dynamic_events"), "");
+  EXPECT_EQ(read("synthetic_events"), "");
 }
 
 }  // namespace

@@ -210,6 +210,7 @@ mode_t kernel_mode(const std::string& p) {
       {"set_event", S_IFREG | 0640},
       {"set_event_notrace_pid", S_IFREG | 0640},
       {"set_event_pid", S_IFREG | 0640},
+      {"synthetic_events", S_IFREG | 0640},
       {"targets", S_IFREG | 0640},  // probefs's own, as writable as the definition files
       {"trace", S_IFREG | 0640},
       {"trace_clock", S_IFREG | 0640},
@@ -287,7 +288,8 @@ TEST_F(TracefsMountTest, EveryFileHasTheKernelsModeSizeZeroAndCatShowsIt) {
   const std::set<std::string> may_be_empty = {
       "error_log",      "set_event",   "saved_cmdlines", "targets",
       "kprobes/list",   "kprobes/blacklist",
-      "printk_formats", "saved_tgids", "set_event_pid",  "set_event_notrace_pid"};
+      "printk_formats", "saved_tgids", "set_event_pid",  "set_event_notrace_pid",
+      "synthetic_events"};
   for (const auto& [p, f] : found) {
     SCOPED_TRACE(p);
     EXPECT_EQ(f.mode, kernel_mode(p)) << std::oct << f.mode << " vs " << kernel_mode(p);
@@ -471,7 +473,7 @@ TEST_F(TracefsMountTest, EachWriteIsParsedByItselfInEitherFile) {
   EXPECT_NE(read("uprobe_events").find("p:uprobes/split1 " + b + ":" + padded(0x1370) + "\n"),
             std::string::npos);
   // dynamic_events: the same definitions, errors logged as trace_uprobe, other types'
-  // syntax refused without a log.
+  // syntax refused without a log (a synthetic event outside its group with one).
   clear_error_log();
   echo("dynamic_events", "p:dyn/d1 " + b + ":0x1370 a=%di b=+0(%si):string");
   echo("dynamic_events", "r:dyn/d2 " + b + ":0x13c0 rv=$retval:s64");
@@ -483,8 +485,13 @@ TEST_F(TracefsMountTest, EachWriteIsParsedByItselfInEitherFile) {
                                    std::string("t:dyn/tp sched_switch"),
                                    "x:dyn/bad " + b + ":0x1370"})
     EXPECT_EQ(echo_append(path("dynamic_events"), other).err, echo_write_error(EINVAL)) << other;
-  EXPECT_EQ(error_log(), error_log_entry("trace_uprobe", "Invalid register name", zz,
-                                         static_cast<int>(zz.find("%zz"))));
+  EXPECT_EQ(error_log(),
+            error_log_entry("trace_uprobe", "Invalid register name", zz,
+                            static_cast<int>(zz.find("%zz"))) +
+                error_log_entry("synthetic_events",
+                                "Command must be of the form: s or -:[synthetic/]<name> "
+                                "field[;field] ...",
+                                "s:dyn/synth u64 lat", 0));
   EXPECT_EQ(read("dynamic_events"), read("uprobe_events"));
   EXPECT_NE(read("uprobe_events").find("p:uprobes/d4 " + b + ":" + padded(0x1380) + "\n"),
             std::string::npos);
