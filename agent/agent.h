@@ -48,10 +48,30 @@ struct HitHists {
   uint32_t n = 0;
   bool needs_comm = false;  // a trigger's filter reads the thread's name
   bool needs_cpu = false;   // a key, a value or a filter reads the CPU
+  bool any_inter = false;   // a program takes hist_update_inter (variables, actions...)
   events::HistProgram programs[events::kHistMaxPerEvent];
   events::HistShape shapes[events::kHistMaxPerEvent];
   uint64_t signatures[events::kHistMaxPerEvent];  // each geometry's (HistSlot::signature)
+  bool inter[events::kHistMaxPerEvent] = {};      // programs[i].inter_event()
+  // References' shapes and signatures, by program and reference.
+  events::HistShape ref_shapes[events::kHistMaxPerEvent][events::kHistMaxVarRefs];
+  uint64_t ref_signatures[events::kHistMaxPerEvent][events::kHistMaxVarRefs] = {};
+  events::HistClock clock;  // common_timestamp from the TSC
 };
+
+// A synthetic event as hist actions write it (SET_HIST with a synth_id): its record size,
+// whether it records, its filter and its own histograms. Immutable once published;
+// replaced whole, the old one freed after a grace period.
+struct HitSynth {
+  uint16_t event_id = 0;
+  uint32_t size = 0;  // the record: header and one u64 slot per field (strings: more)
+  bool record = false;
+  std::optional<events::CompiledFilter> filter;
+  HitHists hists;
+};
+inline constexpr uint32_t kMaxSynthEvents = 64;
+// The synthetic events of this process, found by a scan for their event id.
+extern std::atomic<const HitSynth*> g_synths[kMaxSynthEvents];
 
 // The tables of one histogram slot for one ring area (HIST_TABLE): the memfd mapping, and
 // what it was made for. base is published (release) after the rest; a handler that loads

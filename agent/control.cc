@@ -564,51 +564,110 @@ void do_hist_table(const lk::HistTable& h, int fd, lk::Reply* reply) {
   slot.base.store(static_cast<uint8_t*>(mem), std::memory_order_release);
 }
 
-// Whether `o` reads only inside the fixed part of the probe's records.
-bool operand_fits(const events::HistOperand& o, const events::ProgramView& v) {
-  if (o.source == events::HistSource::kCpu) return true;
+// Whether `o` reads only inside the fixed part of a record of `fixed` bytes.
+bool operand_fits(const events::HistOperand& o, uint32_t fixed) {
+  if (o.source != events::HistSource::kNumber && o.source != events::HistSource::kString)
+    return true;  // the CPU, the time, a variable, a reference, a constant
   const uint32_t size = o.source == events::HistSource::kString ? 4 : o.size;
-  return o.offset <= v.fixed_size && size <= v.fixed_size - o.offset;
+  return o.offset <= fixed && size <= fixed - o.offset;
+}
+
+bool filter_reads_cpu(const std::optional<events::CompiledFilter>& f) {
+  return f && std::any_of(f->insns.begin(), f->insns.end(), [](const events::FilterInsn& in) {
+           return in.kind == events::FilterInsn::kPred && in.source == events::FilterInsn::kCpu;
+         });
+}
+
+// The histograms of SET_HIST as the handlers read them, checked against records of
+// `fixed` bytes; nullptr (and the reply's error) when an operand lies outside.
+std::unique_ptr<HitHists> make_hit_hists(const lk::SetHist& s, uint32_t fixed, lk::Reply* reply) {
+  auto next = std::make_unique<HitHists>();
+  next->clock = s.clock;
+  for (size_t i = 0; i < s.programs.size(); ++i) {
+    const events::HistProgram& p = s.programs[i];
+    bool fits = true;
+    for (uint32_t k = 0; k < p.nkeys; ++k) fits = fits && operand_fits(p.keys[k], fixed);
+    for (uint32_t v = 0; v < p.nvals; ++v) fits = fits && operand_fits(p.vals[v], fixed);
+    for (uint32_t v = 0; v < p.nvars; ++v)
+      fits = fits && operand_fits(p.vars[v].a, fixed) && operand_fits(p.vars[v].b, fixed);
+    for (uint32_t a = 0; a < p.action.nparams; ++a) fits = fits && operand_fits(p.action.params[a], fixed);
+    if (!fits) {
+      set_error(reply, -EINVAL, "a histogram operand lies outside the record");
+      return nullptr;
+    }
+    next->programs[i] = p;
+    next->shapes[i] = events::HistShape(s.geometries[i]);
+    next->signatures[i] = s.geometries[i].signature();
+    next->inter[i] = p.inter_event();
+    next->any_inter = next->any_inter || next->inter[i];
+    for (uint32_t r = 0; r < p.nrefs; ++r) {
+      next->ref_shapes[i][r] = events::HistShape(p.refs[r].geometry);
+      next->ref_signatures[i][r] = p.refs[r].geometry.signature();
+    }
+    if (filter_reads_comm(p.filter ? &*p.filter : nullptr)) next->needs_comm = true;
+    for (uint32_t k = 0; k < p.nkeys; ++k)
+      if (p.keys[k].source == events::HistSource::kCpu) next->needs_cpu = true;
+    for (uint32_t v = 0; v < p.nvals; ++v)
+      if (p.vals[v].source == events::HistSource::kCpu) next->needs_cpu = true;
+    if (filter_reads_cpu(p.filter)) next->needs_cpu = true;
+    // A program that computes variables or an action may read the CPU anywhere.
+    if (next->inter[i]) next->needs_cpu = true;
+  }
+  next->n = static_cast<uint32_t>(s.programs.size());
+  return next;
+}
+
+// The synthetic events' published configurations and the ones replaced, kept until a
+// grace period has passed (they are small; a handler may still read a replaced one).
+std::unique_ptr<HitSynth> g_synth_owned[kMaxSynthEvents];  // g_ctl_mu
+
+// SET_HIST of a synthetic event: how hist actions write it. No programs, no record and
+// no filter: the synthetic event is let go.
+void do_set_synth(const lk::SetHist& s, lk::Reply* reply) {
+  std::unique_ptr<HitSynth> next;
+  if (!s.programs.empty() || s.record) {
+    next = std::make_unique<HitSynth>();
+    next->event_id = s.synth_id;
+    next->size = s.synth_size;
+    next->record = s.record;
+    next->filter = s.synth_filter;
+    if (!s.programs.empty()) {
+      std::unique_ptr<HitHists> hh = make_hit_hists(s, s.synth_size, reply);
+      if (!hh) return;
+      next->hists = *hh;
+    }
+  }
+  int at = -1, free_at = -1;
+  for (int i = 0; i < static_cast<int>(kMaxSynthEvents); ++i) {
+    const HitSynth* hs = g_synths[i].load(std::memory_order_relaxed);
+    if (hs && hs->event_id == s.synth_id) at = i;
+    if (!hs && free_at < 0) free_at = i;
+  }
+  if (at < 0) {
+    if (!next) return;
+    if (free_at < 0) return set_error(reply, -ENOSPC, "too many synthetic events");
+    at = free_at;
+  }
+  g_synths[at].store(next.get(), std::memory_order_release);
+  probecore::synchronize_rcu();  // no handler still writes with the old one
+  g_synth_owned[at] = std::move(next);
 }
 
 // SET_HIST: the histograms a probe's hits count into, and whether they record.
 void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
+  if (s.synth_id != 0) return do_set_synth(s, reply);
   AgentProbe* ap = find_probe(s.probe_id, reply);
   if (!ap) return;
   std::unique_ptr<HitHists> next;
   if (!s.programs.empty()) {
-    next = std::make_unique<HitHists>();
-    for (size_t i = 0; i < s.programs.size(); ++i) {
-      const events::HistProgram& p = s.programs[i];
-      for (uint32_t k = 0; k < p.nkeys; ++k)
-        if (!operand_fits(p.keys[k], ap->hit->view))
-          return set_error(reply, -EINVAL, "a histogram key lies outside the record");
-      for (uint32_t v = 0; v < p.nvals; ++v)
-        if (!operand_fits(p.vals[v], ap->hit->view))
-          return set_error(reply, -EINVAL, "a histogram value lies outside the record");
-      next->programs[i] = p;
-      next->shapes[i] = events::HistShape(s.geometries[i]);
-      next->signatures[i] = s.geometries[i].signature();
-      if (filter_reads_comm(p.filter ? &*p.filter : nullptr)) next->needs_comm = true;
-      for (uint32_t k = 0; k < p.nkeys; ++k)
-        if (p.keys[k].source == events::HistSource::kCpu) next->needs_cpu = true;
-      for (uint32_t v = 0; v < p.nvals; ++v)
-        if (p.vals[v].source == events::HistSource::kCpu) next->needs_cpu = true;
-      if (p.filter && std::any_of(p.filter->insns.begin(), p.filter->insns.end(),
-                                  [](const events::FilterInsn& in) {
-                                    return in.kind == events::FilterInsn::kPred &&
-                                           in.source == events::FilterInsn::kCpu;
-                                  }))
-        next->needs_cpu = true;
-    }
-    next->n = static_cast<uint32_t>(s.programs.size());
+    next = make_hit_hists(s, ap->hit->view.fixed_size, reply);
+    if (!next) return;
   }
   ap->hit->record.store(s.record, std::memory_order_relaxed);
   ap->hit->hists.store(next.get(), std::memory_order_release);
   probecore::synchronize_rcu();  // no handler still counts with the old set
   ap->hists = std::move(next);
 }
-
 
 void do_profile(lk::Reply* reply) {
   for (const auto& [id, ap] : g_probes) {
@@ -732,6 +791,11 @@ void teardown() {
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them
   g_probes.clear();
+  // No probe is left to fire an action: the synthetic events go without a grace period.
+  for (uint32_t i = 0; i < kMaxSynthEvents; ++i) {
+    g_synths[i].store(nullptr, std::memory_order_release);
+    g_synth_owned[i].reset();
+  }
   drop_pending_tables(~0u);
   remove_dl_hook();
   defined_symbols().clear();

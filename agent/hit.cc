@@ -39,6 +39,7 @@
 namespace probefs::agent {
 
 std::atomic<AreaState*> g_area{nullptr};
+std::atomic<const HitSynth*> g_synths[kMaxSynthEvents];
 long g_tid_offset = -1;
 
 namespace {
@@ -155,11 +156,49 @@ template <class Reader>
 // ring is full): on the handler's stack, strings cut to fit.
 constexpr uint32_t kHistRecordBytes = 1024;
 
+// The synthetic events a hit's hist actions asked for: written after the hit's own
+// record is committed (a ring holds one reservation at a time).
+struct FiredSet {
+  uint32_t n = 0;
+  events::HistFired f[events::kHistMaxPerEvent];
+};
+
+void name_entry(char* name) {
+  arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(name));
+  name[events::kHistCommBytes - 1] = 0;
+}
+
+// One hit of a program with variables, references or an action (hist_update_inter): its
+// references' tables are this ring's tables of their slots.
+[[gnu::noinline]] void count_inter(AreaState* as, const HitHists* hh, uint32_t i,
+                                   const events::HistControl* ctl, uint8_t* table,
+                                   const uint8_t* rec, uint32_t len, uint32_t ring, uint32_t cpu,
+                                   FiredSet* fired) {
+  const events::HistProgram& prog = hh->programs[i];
+  events::HistRefTable refs[events::kHistMaxVarRefs];
+  for (uint32_t r = 0; r < prog.nrefs && r < events::kHistMaxVarRefs; ++r) {
+    HistSlot& rs = as->hist[prog.refs[r].slot % events::kHistMaxSlots];
+    uint8_t* base = rs.base.load(std::memory_order_acquire);
+    if (base == nullptr || rs.signature != hh->ref_signatures[i][r] || ring >= rs.rings) continue;
+    refs[r].ctl = reinterpret_cast<const events::HistControl*>(base);
+    refs[r].shape = hh->ref_shapes[i][r];
+    refs[r].table = base + events::kHistControlBytes + uint64_t{ring} * refs[r].shape.stride;
+  }
+  const uint64_t now = hh->clock.mult ? hh->clock.ns(events::ring_detail::read_tsc()) : 0;
+  events::HistFired f;
+  f.synth_id = 0;
+  (void)events::hist_update_inter(prog, hh->shapes[i], ctl, table, rec, len, cpu, now, refs,
+                                  name_entry, &f);
+  if (f.synth_id != 0 && fired != nullptr && fired->n < events::kHistMaxPerEvent)
+    fired->f[fired->n++] = f;
+}
+
 // Counts the hit in each of hh's histograms whose filter keeps it. `rec` is the record as
-// the event's format lays it out; `ring` the thread's ring, which names its tables.
+// the event's format lays it out; `ring` the thread's ring, which names its tables. The
+// actions that fire go into *fired (none are kept when it is null).
 [[gnu::always_inline]] inline void count_hists(AreaState* as, const HitHists* hh,
                                                const uint8_t* rec, uint32_t len, uint32_t ring,
-                                               uint32_t cpu, const char* comm) {
+                                               uint32_t cpu, const char* comm, FiredSet* fired) {
   for (uint32_t i = 0; i < hh->n; ++i) {
     const events::HistProgram& prog = hh->programs[i];
     const events::HistShape& g = hh->shapes[i];
@@ -174,10 +213,70 @@ constexpr uint32_t kHistRecordBytes = 1024;
     }
     const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
     uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.stride;
-    (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, [](char* name) {
-      arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(name));
-      name[events::kHistCommBytes - 1] = 0;
-    });
+    if (__builtin_expect(hh->inter[i], 0)) {
+      count_inter(as, hh, i, ctl, table, rec, len, ring, cpu, fired);
+      continue;
+    }
+    (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, name_entry);
+  }
+}
+
+const HitSynth* find_synth(uint16_t id) {
+  for (auto& slot : g_synths) {
+    const HitSynth* hs = slot.load(std::memory_order_acquire);
+    if (hs != nullptr && hs->event_id == id) return hs;
+  }
+  return nullptr;
+}
+
+// The records of the synthetic events `fs` holds, into the thread's ring (when the event
+// records) and their own histograms; a synthetic event's actions fire one level further
+// at most (a chain of synthetic events ends there).
+[[gnu::noinline]] void emit_synths(AreaState* as, events::RingProducer* p, int32_t tid,
+                                   uint32_t cpu, const FiredSet& fs, int depth) {
+  for (uint32_t k = 0; k < fs.n; ++k) {
+    const events::HistFired& f = fs.f[k];
+    const HitSynth* hs = find_synth(f.synth_id);
+    constexpr uint32_t kSynthRecordBytes = 1024;
+    if (hs == nullptr || hs->size > kSynthRecordBytes || hs->size % 8 || f.action == nullptr)
+      continue;
+    alignas(8) uint8_t rec[kSynthRecordBytes];
+    for (uint32_t i = 0; i < hs->size; i += 8) {
+      asm("" : "+r"(i));
+      __builtin_memset(rec + i, 0, 8);
+    }
+    const uint64_t common = hs->event_id | uint64_t{static_cast<uint32_t>(tid)} << 32;
+    __builtin_memcpy(rec, &common, 8);
+    for (uint32_t i = 0; i < f.nparams; ++i) {
+      const uint32_t off = f.action->param_offset[i], size = f.action->param_size[i];
+      if (off < 8 || off > hs->size || size > hs->size - off) continue;
+      const uint64_t v = f.params[i];  // little-endian: the low bytes
+      switch (size) {
+        case 1: rec[off] = static_cast<uint8_t>(v); break;
+        case 2: { const auto x = static_cast<uint16_t>(v); __builtin_memcpy(rec + off, &x, 2); break; }
+        case 4: { const auto x = static_cast<uint32_t>(v); __builtin_memcpy(rec + off, &x, 4); break; }
+        default: __builtin_memcpy(rec + off, &v, 8); break;
+      }
+    }
+    FiredSet next;
+    if (hs->hists.n) count_hists(as, &hs->hists, rec, hs->size, p->ring, cpu, "", depth < 1 ? &next : nullptr);
+    if (hs->record && !events::ring_record_disabled(p->area)) {
+      if (hs->filter) {
+        events::FilterContext fc;
+        fc.cpu = cpu;
+        fc.comm = "";
+        if (!events::filter_match(*hs->filter, rec, hs->size, fc)) goto chained;
+      }
+      if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, hs->size))) {
+        for (uint32_t i = 0; i < hs->size; i += 8) {  // sizes are multiples of 8
+          asm("" : "+r"(i));
+          __builtin_memcpy(r + i, rec + i, 8);
+        }
+        events::ring_commit(p, hs->size);
+      }
+    }
+  chained:
+    if (next.n) emit_synths(as, p, tid, cpu, next, depth + 1);
   }
 }
 
@@ -232,22 +331,19 @@ constexpr uint32_t kHistRecordBytes = 1024;
     events::LiveMemoryReader rd(as->pid);
     len = events::write_record(hp->view, hc, rd, rec, cap);
   }
-  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm);
-  if (!record) return;
-  if (len == 0) {
-    events::ring_discard(p);
-    return;
-  }
-  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
+  FiredSet fired;
+  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm, &fired);
+  if (record) {
+    const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
     events::FilterContext fc;
     fc.cpu = cpu;
     fc.comm = comm;
-    if (!events::filter_match(*f, rec, len, fc)) {
+    if (len == 0 || (f != nullptr && !events::filter_match(*f, rec, len, fc)))
       events::ring_discard(p);
-      return;
-    }
+    else
+      events::ring_commit(p, len);
   }
-  events::ring_commit(p, len);
+  if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
 
 // Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
@@ -356,15 +452,16 @@ constexpr uint32_t kHistRecordBytes = 1024;
   char comm[16];
   comm[0] = 0;
   if (hh->needs_comm) read_comm(comm);
-  count_hists(as, hh, rec, len, p->ring, cpu, comm);
-  if (!record) return;
-  if (const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire)) {
-    if (!fast_filter_keeps(f, p, rec, len)) {
+  FiredSet fired;
+  count_hists(as, hh, rec, len, p->ring, cpu, comm, &fired);
+  if (record) {
+    const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
+    if (f != nullptr && !fast_filter_keeps(f, p, rec, len))
       events::ring_discard(p);
-      return;
-    }
+    else
+      events::ring_commit(p, len);
   }
-  events::ring_commit(p, len);
+  if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
 
 // emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads

@@ -109,6 +109,26 @@ namespace probefs::events {
   X(kHistEmptySortField, "Empty sort field", EINVAL)                                     \
   X(kHistTooManySortFields, "Too many sort fields (Max = 2)", EINVAL)                    \
   X(kHistInvalidSortField, "Sort field must be a key or a val", EINVAL)                 \
+  X(kHistDuplicateVar, "Variable already defined", EINVAL)                               \
+  X(kHistVarNotUnique,                                                                   \
+    "Variable name not unique, need to use fully qualified name (subsys.event.var) for " \
+    "variable", EINVAL)                                                                  \
+  X(kHistTooManyVars, "Too many variables defined", EINVAL)                              \
+  X(kHistTooManySubexpr, "Too many subexpressions (3 max)", EINVAL)                      \
+  X(kHistTimestampMismatch, "Timestamp units in expression don't match", EINVAL)         \
+  X(kHistHistNotFound, "Matching event histogram not found", EINVAL)                     \
+  X(kHistSynthEventNotFound, "Couldn't find synthetic event", EINVAL)                    \
+  X(kHistSynthTypeMismatch, "Param type doesn't match synthetic event field type", EINVAL) \
+  X(kHistSynthCountMismatch, "Param count doesn't match synthetic event field count", EINVAL) \
+  X(kHistTooManyParams, "Too many action params", EINVAL)                                \
+  X(kHistParamNotFound, "Couldn't find param", EINVAL)                                   \
+  X(kHistActionNotFound, "No action found", EINVAL)                                      \
+  X(kHistNoClosingParen, "No closing paren found", EINVAL)                               \
+  X(kHistSubsysNotFound, "Missing subsystem", EINVAL)                                    \
+  X(kHistInvalidSubsysEvent, "Invalid subsystem or event name", EINVAL)                  \
+  X(kHistInvalidRefKey, "Using variable references in keys not supported", EINVAL)       \
+  X(kHistVarNotFound, "Couldn't find variable", EINVAL)                                  \
+  X(kHistInvalidStrOperand, "String type can not be an operand in expression", EINVAL)   \
   /* synthetic events (trace_events_synth.c) */                                          \
   X(kSynthBadName, "Illegal name", EINVAL)                                               \
   X(kSynthInvalidCmd, "Command must be of the form: <name> field[;field] ...", EINVAL)   \

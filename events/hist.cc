@@ -42,7 +42,7 @@ void hist_read_tables(const uint8_t* base, uint64_t bytes, uint32_t ring_count,
       for (uint32_t v = 0; v < g.nvals && v < kHistMaxVals; ++v)
         dst.vals[v] += __atomic_load_n(&sums[1 + v], __ATOMIC_RELAXED);
       if (fresh && g.with_comm) {
-        const char* c = reinterpret_cast<const char*>(e + 8 + kb + 8 + 8 * uint64_t{g.nvals});
+        const char* c = reinterpret_cast<const char*>(e + g.comm_offset());
         dst.comm.assign(c, strnlen(c, kHistCommBytes - 1));
       }
     }

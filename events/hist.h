@@ -62,15 +62,20 @@ inline constexpr uint32_t kHistMaxSlots = 64;
 inline constexpr uint32_t kHistMaxPerEvent = 8;
 
 enum class HistSource : uint8_t {
-  kNumber,  // a number in the record's fixed part: offset, size, is_signed
-  kString,  // a __data_loc string of the record: offset of its u32
-  kCpu,     // common_cpu
+  kNumber,     // a number in the record's fixed part: offset, size, is_signed
+  kString,     // a __data_loc string of the record: offset of its u32
+  kCpu,        // common_cpu
+  kTimestamp,  // common_timestamp: the hit's time in ns of the trace clock
+  kVar,        // a variable of this histogram, as this hit sets it: offset = its index
+  kVarRef,     // $var of another histogram's entry of the same key: offset = ref index
+  kConst,      // a number written in the trigger: `value`
 };
 
 enum class HistTransform : uint8_t {
   kNone,
   kLog2,     // .log2: ilog2 of the value rounded up to a power of two
   kBuckets,  // .buckets=N: the value rounded down to a multiple of N
+  kUsecs,    // .usecs: ns to microseconds
 };
 
 // One key or value of a histogram.
@@ -83,16 +88,32 @@ struct HistOperand {
   uint32_t key_offset = 0;   // keys: where in the entry's key; numbers take 8 bytes
   uint32_t key_size = 8;     // keys: 8 for numbers, the string's bytes for strings
   uint64_t buckets = 0;      // kBuckets: N > 0
+  uint64_t value = 0;        // kConst
 };
 
-// What a hit does for one histogram.
-struct HistProgram {
-  uint32_t slot = 0;         // the table memfd it counts into (below kHistMaxSlots)
-  uint32_t nkeys = 0;
-  uint32_t nvals = 0;        // sums besides hitcount
-  HistOperand keys[kHistMaxKeys] = {};
-  HistOperand vals[kHistMaxVals] = {};
-  std::optional<CompiledFilter> filter;  // the trigger's `if`
+// Inter-event histograms (histogram.rst 2.2): variables, references and actions.
+inline constexpr uint32_t kHistMaxVars = 8;      // per histogram
+inline constexpr uint32_t kHistMaxVarRefs = 4;   // $vars of other histograms, per histogram
+inline constexpr uint32_t kHistMaxParams = 8;    // fields an action's synthetic event gets
+
+enum class HistOp : uint8_t { kNone, kAdd, kSub };
+
+// A variable's value on each hit: `a` or `a OP b`.
+struct HistExpr {
+  HistOperand a;
+  HistOperand b;
+  HistOp op = HistOp::kNone;
+};
+
+// onmatch(...).trace(SYNTH, params): when every reference resolved, a record of the
+// synthetic event `synth_id` with param i in the field at param_offset[i], its low
+// param_size[i] bytes (1, 2, 4 or 8).
+struct HistAction {
+  uint16_t synth_id = 0;  // 0: none
+  uint32_t nparams = 0;
+  HistOperand params[kHistMaxParams] = {};
+  uint32_t param_offset[kHistMaxParams] = {};
+  uint8_t param_size[kHistMaxParams] = {};
 };
 
 // A slot's geometry: the same for every program that counts into it (a named histogram
@@ -102,17 +123,23 @@ struct HistGeometry {
   uint32_t nvals = 0;        // sums besides hitcount
   uint32_t capacity_bits = kHistDefaultBits;
   bool with_comm = false;    // entries keep the inserting thread's name (.execname)
+  uint32_t nvars = 0;        // variables (kHistMaxVars at most)
 
   uint32_t capacity() const { return 1u << capacity_bits; }
   uint32_t slots() const { return 2u << capacity_bits; }
   // A power of two (an entry never straddles more cache lines than it must, and its
   // address is a shift away from its index).
   uint32_t entry_bytes() const {
-    const uint32_t used = 8 + key_bytes + 8 + 8 * nvals + (with_comm ? kHistCommBytes : 0);
+    const uint32_t used = 8 + key_bytes + 8 + 8 * nvals + vars_bytes() +
+                          (with_comm ? kHistCommBytes : 0);
     uint32_t b = 32;
     while (b < used) b <<= 1;
     return b;
   }
+  // Where an entry keeps its variables: a u64 of which are set, then one u64 each.
+  uint32_t vars_offset() const { return 8 + key_bytes + 8 + 8 * nvals; }
+  uint32_t vars_bytes() const { return nvars ? 8 + 8 * nvars : 0; }
+  uint32_t comm_offset() const { return vars_offset() + vars_bytes(); }
   uint64_t table_stride() const {
     const uint64_t b = kHistTableHeaderBytes + uint64_t{slots()} * entry_bytes();
     return (b + 4095) & ~uint64_t{4095};
@@ -123,7 +150,55 @@ struct HistGeometry {
   // Equal for equal geometries: what a program and the tables it counts into must share.
   uint64_t signature() const {
     return uint64_t{key_bytes} | uint64_t{nvals} << 16 | uint64_t{capacity_bits} << 24 |
-           uint64_t{with_comm} << 32;
+           uint64_t{with_comm} << 32 | uint64_t{nvars} << 40;
+  }
+};
+
+// $var of another histogram: the entry of this hit's key in that histogram's table of
+// this thread's ring (so a variable is seen by later hits of the same thread), its
+// variable `var`. The slot has the same key bytes (`geometry` is its geometry).
+struct HistVarRef {
+  uint32_t slot = 0;
+  uint32_t var = 0;
+  HistGeometry geometry;
+};
+
+// The trace clock as a function of the TSC, for common_timestamp in the target:
+// ns = anchor_ns + ((tsc - anchor_tsc) * mult >> 32). mult 0: no clock (timestamps 0).
+struct HistClock {
+  uint64_t anchor_tsc = 0;
+  uint64_t anchor_ns = 0;
+  uint64_t mult = 0;
+  uint64_t ns(uint64_t tsc) const {
+    const auto d = static_cast<unsigned __int128>(tsc - anchor_tsc) * mult;
+    return anchor_ns + static_cast<uint64_t>(d >> 32);
+  }
+};
+
+// What a hit does for one histogram.
+struct HistProgram {
+  uint32_t slot = 0;         // the table memfd it counts into (below kHistMaxSlots)
+  uint32_t nkeys = 0;
+  uint32_t nvals = 0;        // sums besides hitcount
+  HistOperand keys[kHistMaxKeys] = {};
+  HistOperand vals[kHistMaxVals] = {};
+  std::optional<CompiledFilter> filter;  // the trigger's `if`
+  // Inter-event: variables set on each hit, references read (and consumed) from other
+  // histograms' entries, an action run when they all resolved.
+  uint32_t nvars = 0;
+  HistExpr vars[kHistMaxVars] = {};
+  uint32_t nrefs = 0;
+  HistVarRef refs[kHistMaxVarRefs] = {};
+  HistAction action;
+
+  // Whether the hit path must take hist_update_inter: variables, references, an action,
+  // or a value hist_update does not compute (a timestamp, a variable, a constant).
+  bool inter_event() const {
+    if (nvars || nrefs || action.synth_id) return true;
+    for (uint32_t v = 0; v < nvals && v < kHistMaxVals; ++v)
+      if (vals[v].source >= HistSource::kTimestamp || vals[v].transform == HistTransform::kUsecs)
+        return true;
+    return false;
   }
 };
 
@@ -135,6 +210,9 @@ struct HistShape {
   uint32_t mask = 0;         // slots - 1
   uint32_t entry_shift = 0;  // log2(entry_bytes)
   bool with_comm = false;
+  uint32_t nvars = 0;
+  uint32_t vars_offset = 0;  // in an entry
+  uint32_t comm_offset = 0;
   uint64_t stride = 0;       // table_stride
   HistShape() = default;
   explicit HistShape(const HistGeometry& g)
@@ -144,6 +222,9 @@ struct HistShape {
         mask(g.slots() - 1),
         entry_shift(static_cast<uint32_t>(__builtin_ctz(g.entry_bytes()))),
         with_comm(g.with_comm),
+        nvars(g.nvars),
+        vars_offset(g.vars_offset()),
+        comm_offset(g.comm_offset()),
         stride(g.table_stride()) {}
 };
 
@@ -182,6 +263,7 @@ inline uint64_t transform(uint64_t v, const HistOperand& o) {
       // ilog2(roundup_pow_of_two(v)): 0 and 1 give 0.
       return v <= 1 ? 0 : 64 - static_cast<uint64_t>(__builtin_clzll(v - 1));
     case HistTransform::kBuckets: return v / o.buckets * o.buckets;
+    case HistTransform::kUsecs: return v / 1000;
     default: return v;
   }
 }
@@ -235,86 +317,232 @@ inline uint64_t hash_key(const uint8_t* key, uint32_t key_bytes) {
   }
 }
 
-// Counts one hit of `p` into `table` (this thread's). `rec` is the record as the event's
-// format lays it out, `len` its bytes; `comm_of` fills a new entry's name when the
-// geometry keeps names (called at most once). Returns false when the hit was dropped.
-template <class CommOf>
-[[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistShape& g, const HistControl* ctl,
-                        uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
-                        CommOf&& comm_of) {
-  if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
+namespace hist_detail {
+
+// The table as of the control's epoch: a table still of an earlier epoch (a :clear
+// since) is emptied first, tags before counts, so a reader never finds an entry
+// half-zeroed.
+[[gnu::always_inline]] inline void settle_epoch(const HistShape& g, const HistControl* ctl,
+                                                uint8_t* table) {
   auto* h = reinterpret_cast<HistTableHeader*>(table);
   const uint32_t epoch = __atomic_load_n(&ctl->epoch, __ATOMIC_ACQUIRE);
-  const uint32_t eshift = g.entry_shift;
+  if (__builtin_expect(h->epoch == epoch, 1)) return;
   uint8_t* entries = table + kHistTableHeaderBytes;
-  if (__builtin_expect(h->epoch != epoch, 0)) {
-    // Cleared: tags first (so the reader finds no entry half-zeroed), then the counts.
-    for (uint32_t i = 0; i <= g.mask; ++i) {
-      asm("" : "+r"(i));
-      __atomic_store_n(reinterpret_cast<uint64_t*>(entries + (uint64_t{i} << eshift)), 0, __ATOMIC_RELAXED);
-    }
-    __atomic_store_n(&h->used, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->hits, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->drops, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->epoch, epoch, __ATOMIC_RELEASE);
+  for (uint32_t i = 0; i <= g.mask; ++i) {
+    asm("" : "+r"(i));
+    __atomic_store_n(reinterpret_cast<uint64_t*>(entries + (uint64_t{i} << g.entry_shift)), 0,
+                     __ATOMIC_RELAXED);
   }
-  __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
-  alignas(8) uint8_t key[kHistMaxKeyBytes];
+  __atomic_store_n(&h->used, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->hits, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->drops, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->epoch, epoch, __ATOMIC_RELEASE);
+}
+
+[[gnu::always_inline]] inline bool same_key(const uint8_t* entry, const uint8_t* key,
+                                            uint32_t kb) {
+  for (uint32_t i = 0; i < kb; i += 8) {
+    uint64_t a, b;
+    __builtin_memcpy(&a, entry + 8 + i, 8);
+    __builtin_memcpy(&b, key + i, 8);
+    if (a != b) return false;
+  }
+  return true;
+}
+
+// The entry of `key` (hash `hash`) in `table`, made when there is none and room; nullptr
+// when the table is full (the drop counted).
+template <class CommOf>
+[[gnu::always_inline]] inline uint8_t* find_or_insert(const HistShape& g, uint8_t* table,
+                                                      const uint8_t* key, uint64_t hash,
+                                                      CommOf&& comm_of) {
+  auto* h = reinterpret_cast<HistTableHeader*>(table);
+  uint8_t* entries = table + kHistTableHeaderBytes;
   const uint32_t kb = g.key_bytes;
-  hist_make_key(p, rec, len, cpu, key);
-  const uint64_t hash = hist_detail::hash_key(key, kb);
   const uint64_t tag = hash | 1;
   const uint32_t mask = g.mask;
   uint32_t at = static_cast<uint32_t>(hash >> 40) & mask;
-  uint8_t* e = nullptr;
   for (uint32_t probe = 0; probe <= mask; ++probe, at = (at + 1) & mask) {
-    uint8_t* c = entries + (uint64_t{at} << eshift);
+    uint8_t* c = entries + (uint64_t{at} << g.entry_shift);
     uint64_t ct;
     __builtin_memcpy(&ct, c, 8);
     if (ct == 0) {
-      if (h->used >= g.capacity) {
-        __atomic_store_n(&h->drops, h->drops + 1, __ATOMIC_RELAXED);
-        return false;
-      }
+      if (h->used >= g.capacity) break;
       for (uint32_t i = 0; i < kb; i += 8) __builtin_memcpy(c + 8 + i, key + i, 8);
       uint8_t* sums = c + 8 + kb;
       for (uint32_t i = 0; i <= g.nvals; ++i) {
         asm("" : "+r"(i));
         __atomic_store_n(reinterpret_cast<uint64_t*>(sums) + i, 0, __ATOMIC_RELAXED);
       }
-      if (g.with_comm) comm_of(reinterpret_cast<char*>(sums + 8 + 8 * g.nvals));
+      if (g.nvars) __atomic_store_n(reinterpret_cast<uint64_t*>(c + g.vars_offset), 0, __ATOMIC_RELAXED);
+      if (g.with_comm) comm_of(reinterpret_cast<char*>(c + g.comm_offset));
       __atomic_store_n(&h->used, h->used + 1, __ATOMIC_RELAXED);
       __atomic_store_n(reinterpret_cast<uint64_t*>(c), tag, __ATOMIC_RELEASE);
-      e = c;
-      break;
+      return c;
     }
-    if (ct != tag) continue;
-    bool same = true;
-    for (uint32_t i = 0; i < kb; i += 8) {
-      uint64_t a, b;
-      __builtin_memcpy(&a, c + 8 + i, 8);
-      __builtin_memcpy(&b, key + i, 8);
-      if (a != b) {
-        same = false;
-        break;
-      }
-    }
-    if (same) {
-      e = c;
-      break;
-    }
+    if (ct == tag && same_key(c, key, kb)) return c;
   }
-  if (e == nullptr) {  // every slot was tried: cannot happen below capacity
-    __atomic_store_n(&h->drops, h->drops + 1, __ATOMIC_RELAXED);
-    return false;
+  // Full (every slot tried cannot happen below capacity): a dropped hit.
+  __atomic_store_n(&h->drops, h->drops + 1, __ATOMIC_RELAXED);
+  return nullptr;
+}
+
+// The entry of `key` in `table` if there is one (no entry is made).
+[[gnu::always_inline]] inline uint8_t* find(const HistShape& g, uint8_t* table,
+                                            const uint8_t* key, uint64_t hash) {
+  uint8_t* entries = table + kHistTableHeaderBytes;
+  const uint64_t tag = hash | 1;
+  uint32_t at = static_cast<uint32_t>(hash >> 40) & g.mask;
+  for (uint32_t probe = 0; probe <= g.mask; ++probe, at = (at + 1) & g.mask) {
+    uint8_t* c = entries + (uint64_t{at} << g.entry_shift);
+    uint64_t ct;
+    __builtin_memcpy(&ct, c, 8);
+    if (ct == 0) return nullptr;
+    if (ct == tag && same_key(c, key, g.key_bytes)) return c;
   }
-  auto* sums = reinterpret_cast<uint64_t*>(e + 8 + kb);
+  return nullptr;
+}
+
+}  // namespace hist_detail
+
+// Counts one hit of `p` into `table` (this thread's). `rec` is the record as the event's
+// format lays it out, `len` its bytes; `comm_of` fills a new entry's name when the
+// geometry keeps names (called at most once). Returns false when the hit was dropped.
+// For programs without variables, references or actions (hist_update_inter has those).
+template <class CommOf>
+[[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistShape& g, const HistControl* ctl,
+                        uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
+                        CommOf&& comm_of) {
+  if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
+  auto* h = reinterpret_cast<HistTableHeader*>(table);
+  hist_detail::settle_epoch(g, ctl, table);
+  __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
+  alignas(8) uint8_t key[kHistMaxKeyBytes];
+  hist_make_key(p, rec, len, cpu, key);
+  const uint64_t hash = hist_detail::hash_key(key, g.key_bytes);
+  uint8_t* e = hist_detail::find_or_insert(g, table, key, hash, comm_of);
+  if (e == nullptr) return false;
+  auto* sums = reinterpret_cast<uint64_t*>(e + 8 + g.key_bytes);
   __atomic_store_n(&sums[0], sums[0] + 1, __ATOMIC_RELAXED);
   for (uint32_t v = 0; v < p.nvals; ++v) {
     const HistOperand& o = p.vals[v];
     const uint64_t x = hist_detail::transform(
         o.source == HistSource::kCpu ? cpu : hist_detail::load_number(rec, o), o);
     __atomic_store_n(&sums[1 + v], sums[1 + v] + x, __ATOMIC_RELAXED);
+  }
+  return true;
+}
+
+// A synthetic event an action asks for: its id and its fields' values, in order. Left
+// uninitialized by its constructor (the hit path makes room for several per hit).
+struct HistFired {
+  uint16_t synth_id;
+  uint32_t nparams;
+  const HistAction* action;  // where the values go
+  uint64_t params[kHistMaxParams];
+};
+
+// The tables a program's references read: for reference i, the referenced histogram's
+// table of this thread's ring and its shape, or nullptr when the target has none.
+struct HistRefTable {
+  uint8_t* table = nullptr;
+  const HistControl* ctl = nullptr;
+  HistShape shape;
+};
+
+namespace hist_detail {
+
+struct InterValues {
+  uint64_t now = 0;  // the hit's time, ns
+  uint32_t cpu = 0;
+  uint64_t vars[kHistMaxVars] = {};
+  uint64_t refs[kHistMaxVarRefs] = {};
+};
+
+inline uint64_t value_of(const HistOperand& o, const uint8_t* rec, const InterValues& iv) {
+  uint64_t v;
+  switch (o.source) {
+    case HistSource::kCpu: v = iv.cpu; break;
+    case HistSource::kTimestamp: v = iv.now; break;
+    case HistSource::kVar: v = iv.vars[o.offset % kHistMaxVars]; break;
+    case HistSource::kVarRef: v = iv.refs[o.offset % kHistMaxVarRefs]; break;
+    case HistSource::kConst: v = o.value; break;
+    default: v = load_number(rec, o); break;
+  }
+  return transform(v, o);
+}
+
+inline uint64_t value_of(const HistExpr& x, const uint8_t* rec, const InterValues& iv) {
+  const uint64_t a = value_of(x.a, rec, iv);
+  switch (x.op) {
+    case HistOp::kAdd: return a + value_of(x.b, rec, iv);
+    case HistOp::kSub: return a - value_of(x.b, rec, iv);
+    default: return a;
+  }
+}
+
+}  // namespace hist_detail
+
+// hist_update for a program with variables, references or an action, as the kernel's
+// event_hist_trigger: while a reference has no value for this hit's key (its variable
+// unset, or no entry) nothing is counted; then the entry is updated, this program's
+// variables set, the referenced variables consumed (read once), and the action, if any,
+// filled into *fired (fired->synth_id stays 0 otherwise). `now_ns` is the hit's time;
+// `refs[i]` the table of reference i. Returns false when the hit was dropped.
+template <class CommOf>
+inline bool hist_update_inter(const HistProgram& p, const HistShape& g, const HistControl* ctl,
+                              uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
+                              uint64_t now_ns, const HistRefTable* refs, CommOf&& comm_of,
+                              HistFired* fired) {
+  if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
+  auto* h = reinterpret_cast<HistTableHeader*>(table);
+  hist_detail::settle_epoch(g, ctl, table);
+  alignas(8) uint8_t key[kHistMaxKeyBytes];
+  hist_make_key(p, rec, len, cpu, key);
+  const uint64_t hash = hist_detail::hash_key(key, g.key_bytes);
+  hist_detail::InterValues iv;
+  iv.now = now_ns;
+  iv.cpu = cpu;
+  uint64_t* ref_sets[kHistMaxVarRefs] = {};
+  for (uint32_t r = 0; r < p.nrefs && r < kHistMaxVarRefs; ++r) {
+    const HistRefTable& t = refs[r];
+    if (t.table == nullptr || t.shape.key_bytes != g.key_bytes || p.refs[r].var >= t.shape.nvars)
+      return true;
+    // A referenced table of an earlier epoch holds nothing of now.
+    const auto* rh = reinterpret_cast<const HistTableHeader*>(t.table);
+    if (__atomic_load_n(&rh->epoch, __ATOMIC_RELAXED) !=
+        __atomic_load_n(&t.ctl->epoch, __ATOMIC_ACQUIRE))
+      return true;
+    uint8_t* e = hist_detail::find(t.shape, t.table, key, hash);
+    if (e == nullptr) return true;
+    auto* set = reinterpret_cast<uint64_t*>(e + t.shape.vars_offset);
+    if (!(*set >> p.refs[r].var & 1)) return true;
+    iv.refs[r] = set[1 + p.refs[r].var];
+    ref_sets[r] = set;
+  }
+  __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
+  uint8_t* e = hist_detail::find_or_insert(g, table, key, hash, comm_of);
+  if (e == nullptr) return false;
+  for (uint32_t v = 0; v < p.nvars && v < kHistMaxVars; ++v)
+    iv.vars[v] = hist_detail::value_of(p.vars[v], rec, iv);
+  auto* sums = reinterpret_cast<uint64_t*>(e + 8 + g.key_bytes);
+  __atomic_store_n(&sums[0], sums[0] + 1, __ATOMIC_RELAXED);
+  for (uint32_t v = 0; v < p.nvals; ++v)
+    __atomic_store_n(&sums[1 + v], sums[1 + v] + hist_detail::value_of(p.vals[v], rec, iv),
+                     __ATOMIC_RELAXED);
+  if (p.nvars && p.nvars <= g.nvars) {
+    auto* set = reinterpret_cast<uint64_t*>(e + g.vars_offset);
+    for (uint32_t v = 0; v < p.nvars; ++v) __atomic_store_n(&set[1 + v], iv.vars[v], __ATOMIC_RELAXED);
+    __atomic_store_n(set, *set | ((uint64_t{1} << p.nvars) - 1), __ATOMIC_RELAXED);
+  }
+  for (uint32_t r = 0; r < p.nrefs && r < kHistMaxVarRefs; ++r)
+    __atomic_store_n(ref_sets[r], *ref_sets[r] & ~(uint64_t{1} << p.refs[r].var), __ATOMIC_RELAXED);
+  if (p.action.synth_id != 0) {
+    fired->synth_id = p.action.synth_id;
+    fired->action = &p.action;
+    fired->nparams = p.action.nparams < kHistMaxParams ? p.action.nparams : kHistMaxParams;
+    for (uint32_t i = 0; i < fired->nparams; ++i)
+      fired->params[i] = hist_detail::value_of(p.action.params[i], rec, iv);
   }
   return true;
 }

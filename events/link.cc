@@ -236,7 +236,7 @@ bool get_setup(In& in, Setup* s) {
 
 void put_geometry(Out& o, const HistGeometry& g) {
   o.u8(g.with_comm ? 1 : 0);
-  o.u8(0);
+  o.u8(static_cast<uint8_t>(g.nvars));
   o.u16(0);
   o.u32(g.key_bytes);
   o.u32(g.nvals);
@@ -245,10 +245,11 @@ void put_geometry(Out& o, const HistGeometry& g) {
 
 bool get_geometry(In& in, HistGeometry* g) {
   in.boolean(&g->with_comm, "hist: with_comm");
-  uint8_t pad8 = 0;
+  uint8_t nvars = 0;
   uint16_t pad16 = 0;
-  in.get(&pad8, "hist");
+  in.get(&nvars, "hist");
   in.get(&pad16, "hist");
+  g->nvars = nvars;
   in.get(&g->key_bytes, "hist");
   in.get(&g->nvals, "hist");
   in.get(&g->capacity_bits, "hist");
@@ -256,6 +257,7 @@ bool get_geometry(In& in, HistGeometry* g) {
   if (g->key_bytes < 8 || g->key_bytes > kHistMaxKeyBytes || g->key_bytes % 8 != 0)
     return in.fail("hist: key size out of range");
   if (g->nvals >= kHistMaxVals) return in.fail("hist: too many values");
+  if (g->nvars > kHistMaxVars) return in.fail("hist: too many variables");
   if (g->capacity_bits < kHistMinBits || g->capacity_bits > kHistMaxBits)
     return in.fail("hist: size out of range");
   return true;
@@ -270,6 +272,7 @@ void put_operand(Out& o, const HistOperand& x) {
   o.u32(x.key_offset);
   o.u32(x.key_size);
   o.u64(x.buckets);
+  o.u64(x.value);
 }
 
 bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
@@ -282,9 +285,10 @@ bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
   in.get(&x->key_offset, "hist operand");
   in.get(&x->key_size, "hist operand");
   in.get(&x->buckets, "hist operand");
+  in.get(&x->value, "hist operand");
   if (!in.ok()) return false;
-  if (source > static_cast<uint8_t>(HistSource::kCpu) ||
-      transform > static_cast<uint8_t>(HistTransform::kBuckets))
+  if (source > static_cast<uint8_t>(HistSource::kConst) ||
+      transform > static_cast<uint8_t>(HistTransform::kUsecs))
     return in.fail("hist operand: unknown kind");
   x->source = static_cast<HistSource>(source);
   x->transform = static_cast<HistTransform>(transform);
@@ -294,7 +298,13 @@ bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
     return in.fail("hist operand: no buckets");
   if (x->offset > kMaxMessageSize) return in.fail("hist operand: offset");
   if (x->source == HistSource::kString && !key) return in.fail("hist operand: a string value");
+  if (x->source == HistSource::kVar && x->offset >= kHistMaxVars)
+    return in.fail("hist operand: no such variable");
+  if (x->source == HistSource::kVarRef && x->offset >= kHistMaxVarRefs)
+    return in.fail("hist operand: no such reference");
   if (key) {
+    if (x->source > HistSource::kCpu || x->transform == HistTransform::kUsecs)
+      return in.fail("hist operand: not a key");
     const uint32_t want = x->source == HistSource::kString ? x->key_size : 8;
     if (x->key_size != want || want < 8 || want > kHistMaxStringKey || want % 8 != 0 ||
         x->key_offset % 8 != 0 || x->key_offset > key_bytes || want > key_bytes - x->key_offset)
@@ -311,11 +321,18 @@ void put_set_hist(Out& o, const SetHist& s) {
   o.u32(s.probe_id);
   o.u8(s.record ? 1 : 0);
   o.u8(static_cast<uint8_t>(s.programs.size()));
-  o.u16(0);
+  o.u16(s.synth_id);
+  o.u32(s.synth_size);
+  put_filter(o, s.synth_filter);
+  o.u64(s.clock.anchor_tsc);
+  o.u64(s.clock.anchor_ns);
+  o.u64(s.clock.mult);
   for (size_t i = 0; i < s.programs.size(); ++i) {
     const HistProgram& p = s.programs[i];
     if (p.slot >= kHistMaxSlots || p.nkeys == 0 || p.nkeys > kHistMaxKeys ||
-        p.nvals >= kHistMaxVals || p.nvals != s.geometries[i].nvals) {
+        p.nvals >= kHistMaxVals || p.nvals != s.geometries[i].nvals ||
+        p.nvars > kHistMaxVars || p.nrefs > kHistMaxVarRefs ||
+        p.action.nparams > kHistMaxParams) {
       o.ok = false;
       return;
     }
@@ -327,6 +344,29 @@ void put_set_hist(Out& o, const SetHist& s) {
     for (uint32_t k = 0; k < p.nkeys; ++k) put_operand(o, p.keys[k]);
     for (uint32_t v = 0; v < p.nvals; ++v) put_operand(o, p.vals[v]);
     put_filter(o, p.filter);
+    o.u8(static_cast<uint8_t>(p.nvars));
+    o.u8(static_cast<uint8_t>(p.nrefs));
+    o.u8(static_cast<uint8_t>(p.action.nparams));
+    o.u8(0);
+    o.u16(p.action.synth_id);
+    o.u16(0);
+    for (uint32_t v = 0; v < p.nvars; ++v) {
+      o.u8(static_cast<uint8_t>(p.vars[v].op));
+      put_operand(o, p.vars[v].a);
+      put_operand(o, p.vars[v].b);
+    }
+    for (uint32_t r = 0; r < p.nrefs; ++r) {
+      o.u32(p.refs[r].slot);
+      o.u32(p.refs[r].var);
+      put_geometry(o, p.refs[r].geometry);
+    }
+    for (uint32_t a = 0; a < p.action.nparams; ++a) {
+      put_operand(o, p.action.params[a]);
+      o.u32(p.action.param_offset[a]);
+      o.u8(p.action.param_size[a]);
+      o.u8(0);
+      o.u16(0);
+    }
   }
 }
 
@@ -336,8 +376,16 @@ bool get_set_hist(In& in, SetHist* s) {
   in.get(&s->probe_id, "set_hist");
   in.boolean(&s->record, "set_hist: record flag");
   in.get(&n, "set_hist");
-  in.get(&pad, "set_hist");
+  in.get(&s->synth_id, "set_hist");
+  in.get(&s->synth_size, "set_hist");
   if (!in.ok()) return false;
+  if (!get_filter(in, &s->synth_filter)) return false;
+  in.get(&s->clock.anchor_tsc, "set_hist");
+  in.get(&s->clock.anchor_ns, "set_hist");
+  in.get(&s->clock.mult, "set_hist");
+  if (!in.ok()) return false;
+  if (s->synth_id != 0 && (s->synth_size < 8 || s->synth_size > kMaxMessageSize))
+    return in.fail("set_hist: synthetic record size");
   if (n > kHistMaxPerEvent) return in.fail("set_hist: too many histograms");
   for (uint8_t i = 0; i < n; ++i) {
     HistProgram p;
@@ -365,6 +413,52 @@ bool get_set_hist(In& in, SetHist* s) {
     for (uint32_t v = 0; v < p.nvals; ++v)
       if (!get_operand(in, &p.vals[v], false, g.key_bytes)) return false;
     if (!get_filter(in, &p.filter)) return false;
+    uint8_t nvars = 0, nrefs = 0, nparams = 0, pad8 = 0;
+    in.get(&nvars, "set_hist");
+    in.get(&nrefs, "set_hist");
+    in.get(&nparams, "set_hist");
+    in.get(&pad8, "set_hist");
+    in.get(&p.action.synth_id, "set_hist");
+    in.get(&pad, "set_hist");
+    if (!in.ok()) return false;
+    if (nvars > kHistMaxVars || nvars > g.nvars || nrefs > kHistMaxVarRefs ||
+        nparams > kHistMaxParams || (nparams && !p.action.synth_id))
+      return in.fail("set_hist: variable, reference or parameter count");
+    p.nvars = nvars;
+    p.nrefs = nrefs;
+    p.action.nparams = nparams;
+    for (uint32_t v = 0; v < p.nvars; ++v) {
+      uint8_t op = 0;
+      in.get(&op, "set_hist");
+      if (!in.ok()) return false;
+      if (op > static_cast<uint8_t>(HistOp::kSub)) return in.fail("set_hist: operator");
+      p.vars[v].op = static_cast<HistOp>(op);
+      if (!get_operand(in, &p.vars[v].a, false, g.key_bytes) ||
+          !get_operand(in, &p.vars[v].b, false, g.key_bytes))
+        return false;
+    }
+    for (uint32_t r = 0; r < p.nrefs; ++r) {
+      in.get(&p.refs[r].slot, "set_hist");
+      in.get(&p.refs[r].var, "set_hist");
+      if (!in.ok()) return false;
+      if (p.refs[r].slot >= kHistMaxSlots) return in.fail("set_hist: slot out of range");
+      if (!get_geometry(in, &p.refs[r].geometry)) return false;
+      if (p.refs[r].var >= p.refs[r].geometry.nvars || p.refs[r].geometry.key_bytes != g.key_bytes)
+        return in.fail("set_hist: reference outside its histogram");
+    }
+    for (uint32_t a = 0; a < p.action.nparams; ++a) {
+      if (!get_operand(in, &p.action.params[a], false, g.key_bytes)) return false;
+      uint8_t size = 0, pad_a = 0;
+      in.get(&p.action.param_offset[a], "set_hist");
+      in.get(&size, "set_hist");
+      in.get(&pad_a, "set_hist");
+      in.get(&pad, "set_hist");
+      if (!in.ok()) return false;
+      if (size != 1 && size != 2 && size != 4 && size != 8) return in.fail("set_hist: parameter size");
+      if (p.action.param_offset[a] < 8 || p.action.param_offset[a] > kMaxMessageSize)
+        return in.fail("set_hist: parameter offset");
+      p.action.param_size[a] = size;
+    }
     s->programs.push_back(std::move(p));
     s->geometries.push_back(g);
   }

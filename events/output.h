@@ -40,7 +40,11 @@ struct LineContext {
 //   "%16s-%-7d [%03d] %5s %5lu.%06lu: %s: <body>\n"
 // The body is `(0xADDR)` / `(0xRET <- 0xFUNC)` for uprobe-style events and
 // `(sym+off/size)` / `(caller+off/size <- func)` for kprobe-style ones, then ` name=value`
-// for each argument. Returns false (and appends nothing) if `len` is too short.
+// for each argument. A synthetic event's (ev.synthetic) body is the kernel's
+// print_synth_event(): `name=value` joined by blanks, each as synth_field_fmt() of its
+// type, a gfp_t followed by " (FLAGS)" (with the NUL the kernel leaves in it), a stack as
+// "STACK:\n" and a "=> addr\n" line per address. Returns false (and appends nothing) if
+// `len` is too short.
 // Safe for any bytes in rec[0, len), checked by check_record (record.h) or not: nothing
 // outside them is read, and the line is bounded by the event's layout, not by lengths the
 // record claims. A string prints only when its __data_loc names at most kMaxStringSize

@@ -359,7 +359,7 @@ int DynamicEvents::Impl::truncate_synthetic() {
 // Every synthetic event goes, or (one is enabled) none does: EBUSY.
 int DynamicEvents::Impl::truncate_synthetic_locked() {
   for (const auto& ev : events)
-    if (ev->synthetic && ev->registered) return -EBUSY;
+    if (ev->synthetic && (ev->registered || synth_referenced(ev->id))) return -EBUSY;
   std::vector<DynEvent*> doomed;
   for (const auto& ev : events)
     if (ev->synthetic) doomed.push_back(ev.get());
@@ -409,7 +409,7 @@ int DynamicEvents::Impl::define_synthetic(const events::SynthEvent& se,
 int DynamicEvents::Impl::remove_synthetic(std::string_view name) {
   DynEvent* ev = find_event(events::kSynthSystem, name);
   if (!ev || !ev->synthetic) return -ENOENT;
-  if (ev->registered) return -EBUSY;
+  if (ev->registered || synth_referenced(ev->id)) return -EBUSY;
   destroy_event(ev);
   return 0;
 }
@@ -430,6 +430,7 @@ void DynamicEvents::Impl::destroy_event(DynEvent* ev) {
   ev->hists.clear();  // their tables go with the last trigger that shares them
   for (const TriggerGate::EventPtr& t : gate.remove_all(*ev->gate))
     if (DynEvent* target = event_of(t.get()); target && target != ev) soft_off(*target);
+  if (ev->synthetic) tracer.remove_synth(ev->id);
   gate.remove_event(ev->id);
   fs.events().unpublish(ev->id);
   fs.events().release_id(ev->id);
@@ -479,6 +480,7 @@ void DynamicEvents::Impl::clear_all() {
   probes.clear();
   for (const auto& ev : events) {
     ev->registered = false;
+    if (ev->synthetic) tracer.remove_synth(ev->id);
     gate.remove_event(ev->id);
     fs.events().unpublish(ev->id);
     fs.events().release_id(ev->id);

@@ -58,6 +58,9 @@ struct HistTrigger {
   HistSpec spec;
   std::shared_ptr<HistData> data;
   std::shared_ptr<const events::CompiledFilter> filter;  // the trigger's `if`
+  // What its hits run: keys and values, and the variables, references (to other
+  // histograms' slots) and action resolved when it was added (compile_hist).
+  events::HistProgram program;
 };
 
 // One line of a definition file: one probe in the tracer.
@@ -143,6 +146,8 @@ struct DynamicEvents::Impl {
   int soft_on(DynEvent& ev);
   void soft_off(DynEvent& ev);
   std::string enable_text(const DynEvent& ev);
+  int set_filters(DynEvent& ev, std::shared_ptr<const events::CompiledFilter> f,
+                  std::string text);
   int64_t write_filter(DynEvent& ev, std::string_view data);
   int64_t write_group_filter(const std::string& group, std::string_view data);
   int64_t write_trigger(DynEvent& ev, std::string_view data);
@@ -151,6 +156,14 @@ struct DynamicEvents::Impl {
   // ---- fs/event_hists.cc: hist triggers and the hist file ----
   std::map<std::string, std::weak_ptr<HistData>> named_hists;
   int64_t write_hist(DynEvent& ev, std::string_view data);
+  // Resolves spec's variables, references and action against the events defined now;
+  // 0, or a negative errno with *d set where the kernel logs an entry.
+  int compile_hist(const DynEvent& ev, const HistSpec& spec, const std::string& command,
+                   events::HistProgram* out, events::Diagnostic* d);
+  // Whether another histogram reads a variable of the slot, or an action writes the
+  // synthetic event: what may not go yet (EBUSY).
+  bool slot_referenced(uint32_t slot, const HistTrigger* except) const;
+  bool synth_referenced(uint16_t event_id) const;
   std::string trigger_text(const DynEvent& ev);
   std::string hist_text(const DynEvent& ev);
   // What the event's probes count, and whether they record: told to each probe.

@@ -220,12 +220,14 @@ int DynamicEvents::Impl::register_event(DynEvent& ev) {
     }
   }
   ev.registered = true;
+  if (ev.synthetic) apply_hists(ev);  // its records are written from now
   return 0;
 }
 
 void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
   for (DynProbe* p : ev.probes) (void)tracer.disable_probe(p->id);
   ev.registered = false;
+  if (ev.synthetic) apply_hists(ev);
 }
 
 // The enable file, set_event and the group and top-level enables. In soft mode (an
@@ -290,6 +292,7 @@ int set_probe_filters(tracee::Tracer& tracer, DynEvent& ev,
                       std::shared_ptr<const events::CompiledFilter> f, std::string text) {
   ev.filter = f;
   ev.filter_text = std::move(text);
+
   int first = 0;
   for (DynProbe* p : ev.probes)
     if (int err = tracer.set_filter(p->id, f); err != 0 && first == 0) first = err;
@@ -298,6 +301,16 @@ int set_probe_filters(tracee::Tracer& tracer, DynEvent& ev,
 
 }  // namespace
 
+// The event's filter, in its probes; a synthetic event's runs where hist actions write it,
+// told with the rest of what they need.
+int DynamicEvents::Impl::set_filters(DynEvent& ev,
+                                     std::shared_ptr<const events::CompiledFilter> f,
+                                     std::string text) {
+  const int err = set_probe_filters(tracer, ev, std::move(f), std::move(text));
+  if (ev.synthetic) apply_hists(ev);
+  return err;
+}
+
 // `0` clears; a filter that does not compile leaves the event unfiltered, its text and
 // the error in the file, and an entry in error_log.
 int64_t DynamicEvents::Impl::write_filter(DynEvent& ev, std::string_view data) {
@@ -305,19 +318,19 @@ int64_t DynamicEvents::Impl::write_filter(DynEvent& ev, std::string_view data) {
   std::lock_guard l(mu);
   if (ev.removed) return -ENODEV;
   if (trim(data) == "0") {
-    int err = set_probe_filters(tracer, ev, nullptr, "none\n");
+    int err = set_filters(ev, nullptr, "none\n");
     return err != 0 ? err : done(data);
   }
   events::CompiledFilter f;
   events::Diagnostic d;
   if (!events::compile_filter(data, ev.compiled, &f, &d)) {
-    (void)set_probe_filters(tracer, ev, nullptr, events::filter_error_text(d));
+    (void)set_filters(ev, nullptr, events::filter_error_text(d));
     error_log.add(d);
     return -(d.err ? d.err : EINVAL);
   }
   auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
   std::string text = shared->text + "\n";
-  int err = set_probe_filters(tracer, ev, std::move(shared), std::move(text));
+  int err = set_filters(ev, std::move(shared), std::move(text));
   return err != 0 ? err : done(data);
 }
 
@@ -332,7 +345,7 @@ int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
   for (const auto& ev : events) {
     if (ev->group != group) continue;
     if (clear) {
-      (void)set_probe_filters(tracer, *ev, nullptr, "none\n");
+      (void)set_filters(*ev, nullptr, "none\n");
       continue;
     }
     events::CompiledFilter f;
@@ -340,10 +353,10 @@ int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
     if (events::compile_filter(data, ev->compiled, &f, &d)) {
       auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
       std::string text = shared->text + "\n";
-      (void)set_probe_filters(tracer, *ev, std::move(shared), std::move(text));
+      (void)set_filters(*ev, std::move(shared), std::move(text));
     } else {
       events::Diagnostic sub = events::subsystem_filter_error(data);
-      (void)set_probe_filters(tracer, *ev, nullptr, events::filter_error_text(sub));
+      (void)set_filters(*ev, nullptr, events::filter_error_text(sub));
       error_log.add(sub);
     }
   }

@@ -22,7 +22,7 @@ size_t done(std::string_view data) { return data.size(); }
 void DynamicEvents::Impl::apply_hists(DynEvent& ev) {
   std::vector<events::HistProgram> programs;
   for (const HistTrigger& t : ev.hists) {
-    events::HistProgram p = t.spec.program();
+    events::HistProgram p = t.program;
     p.slot = t.data->slot;
     if (t.filter) p.filter = *t.filter;
     programs.push_back(std::move(p));
@@ -30,7 +30,135 @@ void DynamicEvents::Impl::apply_hists(DynEvent& ev) {
   // Only histograms keep it running: no records. Soft mode for enable_event targets keeps
   // recording (the gate decides what a reader sees; fs/event_triggers.h).
   const bool record = !(gate.soft_disabled(*ev.gate) && ev.soft_refs == 0);
+  if (ev.synthetic) {
+    // Written by hist actions in the targets: its size, filter and histograms go with it.
+    tracee::Tracer::SynthSpec spec;
+    spec.size = ev.compiled.program.fixed_size;
+    spec.record = ev.registered && record;
+    if (ev.filter) spec.filter = *ev.filter;
+    spec.hists = std::move(programs);
+    (void)tracer.set_synth(ev.id, std::move(spec));
+    return;
+  }
   for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, record);
+}
+
+bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* except) const {
+  for (const auto& e : events)
+    for (const HistTrigger& t : e->hists) {
+      if (&t == except) continue;
+      for (uint32_t r = 0; r < t.program.nrefs; ++r)
+        if (t.program.refs[r].slot == slot && t.data->slot != slot) return true;
+    }
+  return false;
+}
+
+bool DynamicEvents::Impl::synth_referenced(uint16_t event_id) const {
+  for (const auto& e : events)
+    for (const HistTrigger& t : e->hists)
+      if (t.program.action.synth_id == event_id) return true;
+  return false;
+}
+
+int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
+                                      const std::string& command, events::HistProgram* out,
+                                      events::Diagnostic* d) {
+  auto fail = [&](events::ErrorCode code, std::string_view at) {
+    const size_t pos = at.empty() ? std::string::npos : command.find(at);
+    *d = hist_diagnostic(code, command, pos == std::string::npos ? 0 : static_cast<int>(pos),
+                         ev.group, ev.name);
+    return -d->err;
+  };
+  events::HistProgram p = spec.program();
+  const events::HistGeometry own = spec.geometry();
+  // $VAR: a variable of this histogram defined before (kVar), else one of another
+  // event's histogram of the same key layout (a reference, read once).
+  auto resolve = [&](const HistField& f, size_t defined, events::HistOperand* o) -> int {
+    *o = hist_operand(f);
+    if (f.var.empty()) return 0;
+    const std::string& name = f.var;
+    if (name.find('.') == std::string::npos)
+      for (size_t v = 0; v < defined; ++v)
+        if (spec.vars[v].name == name) {
+          o->source = events::HistSource::kVar;
+          o->offset = static_cast<uint32_t>(v);
+          return 0;
+        }
+    // SYSTEM.EVENT.VAR names one event's; a bare name must be unique among the others.
+    std::string system, event, var = name;
+    if (const size_t dot = name.rfind('.'); dot != std::string::npos) {
+      var = name.substr(dot + 1);
+      const std::string se = name.substr(0, dot);
+      const size_t d1 = se.find('.');
+      if (d1 == std::string::npos) return fail(events::ErrorCode::kHistVarNotFound, "$" + name);
+      system = se.substr(0, d1);
+      event = se.substr(d1 + 1);
+    }
+    const HistTrigger* found = nullptr;
+    uint32_t index = 0;
+    int matches = 0;
+    for (const auto& e : events) {
+      if (e.get() == &ev || (!system.empty() && (e->group != system || e->name != event))) continue;
+      for (const HistTrigger& t : e->hists)
+        for (size_t v = 0; v < t.spec.vars.size(); ++v)
+          if (t.spec.vars[v].name == var) {
+            ++matches;
+            found = &t;
+            index = static_cast<uint32_t>(v);
+          }
+    }
+    if (matches == 0) return fail(events::ErrorCode::kHistVarNotFound, "$" + name);
+    if (matches > 1) return fail(events::ErrorCode::kHistVarNotUnique, "$" + name);
+    const events::HistGeometry g = found->spec.geometry();
+    if (g.key_bytes != own.key_bytes) return fail(events::ErrorCode::kHistCreateFail, "$" + name);
+    uint32_t r = 0;
+    while (r < p.nrefs && !(p.refs[r].slot == found->data->slot && p.refs[r].var == index)) ++r;
+    if (r == p.nrefs) {
+      if (p.nrefs == events::kHistMaxVarRefs) return fail(events::ErrorCode::kHistTooManyVars, "$" + name);
+      p.refs[r].slot = found->data->slot;
+      p.refs[r].var = index;
+      p.refs[r].geometry = g;
+      ++p.nrefs;
+    }
+    o->source = events::HistSource::kVarRef;
+    o->offset = r;
+    return 0;
+  };
+  p.nvars = static_cast<uint32_t>(spec.vars.size());
+  for (size_t v = 0; v < spec.vars.size(); ++v) {
+    const HistVarDef& def = spec.vars[v];
+    if (int rc = resolve(def.a, v, &p.vars[v].a); rc != 0) return rc;
+    if (def.op) {
+      if (int rc = resolve(def.b, v, &p.vars[v].b); rc != 0) return rc;
+      p.vars[v].op = def.op == '+' ? events::HistOp::kAdd : events::HistOp::kSub;
+    }
+  }
+  for (const HistOnMatch& m : spec.actions) {
+    if (!find_event(m.system, m.event))
+      return fail(events::ErrorCode::kHistInvalidSubsysEvent, m.system + "." + m.event);
+    const DynEvent* se = find_event(events::kSynthSystem, m.synth);
+    if (!se || !se->synthetic) return fail(events::ErrorCode::kHistSynthEventNotFound, m.synth);
+    if (m.params.size() != se->synth.fields.size())
+      return fail(events::ErrorCode::kHistSynthCountMismatch, "");
+    p.action.synth_id = se->id;
+    p.action.nparams = static_cast<uint32_t>(m.params.size());
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const events::SynthField& sf = se->synth.fields[i];
+      if (sf.is_string || sf.is_stack) return fail(events::ErrorCode::kHistSynthTypeMismatch, m.params[i]);
+      HistField f;
+      if (m.params[i][0] == '$') {
+        f.var = m.params[i].substr(1);
+        f.name = m.params[i];
+      } else if (!hist_find_field(ev.compiled, m.params[i], &f) || f.is_string) {
+        return fail(events::ErrorCode::kHistParamNotFound, m.params[i]);
+      }
+      if (int rc = resolve(f, spec.vars.size(), &p.action.params[i]); rc != 0) return rc;
+      p.action.param_offset[i] = sf.offset;
+      p.action.param_size[i] = static_cast<uint8_t>(sf.size);
+    }
+  }
+  *out = std::move(p);
+  return 0;
 }
 
 // The event's last hist trigger went: it leaves the soft mode they held it in.
@@ -69,6 +197,9 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
   });
   if (spec.remove) {
     if (match == ev.hists.end()) return done(data);  // the kernel's answer too
+    // Another histogram reads its variables: it stays until that one goes.
+    if (match->data.use_count() == 1 && slot_referenced(match->data->slot, &*match))
+      return -EBUSY;
     ev.hists.erase(match);
     if (ev.hists.empty()) drop_hists(ev);
     else apply_hists(ev);
@@ -121,6 +252,11 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
     return -ENOENT;
   }
   if (ev.hists.size() >= events::kHistMaxPerEvent) return -ENOSPC;
+  events::HistProgram program;
+  if (int rc = compile_hist(ev, spec, command, &program, &d); rc != 0) {
+    if (d.logged()) error_log.add(d);
+    return rc;
+  }
   if (!shared) {
     uint32_t slot = 0;
     if (int rc = tracer.create_hist(spec.geometry(), &slot); rc != 0) return rc;
@@ -136,6 +272,7 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
   t.spec = std::move(spec);
   t.data = std::move(shared);
   t.filter = std::move(filter);
+  t.program = std::move(program);
   ev.hists.push_back(std::move(t));
   // Soft mode: running, not recording, unless enabled (apply_hists first, so that the
   // first hits of a newly enabled probe already write nothing).

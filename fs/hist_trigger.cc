@@ -5,6 +5,7 @@
 #include "fs/hist_trigger.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -138,7 +139,13 @@ int parse_field(Parser& ps, const events::CompiledEvent& ev, std::string_view te
     if (!ok) return ps.fail(ErrorCode::kHistBadFieldModifier, modifier);
   }
   f->name = std::string(name);
-  if (name == "common_timestamp") return ps.fail(ErrorCode::kHistCreateFail, name);
+  if (name == "common_timestamp") {
+    if (key || (f->flag != HistFlag::kNone && f->flag != HistFlag::kUsecs))
+      return ps.fail(ErrorCode::kHistCreateFail, name);
+    f->is_timestamp = true;
+    return 0;
+  }
+  if (f->flag == HistFlag::kUsecs) return ps.fail(ErrorCode::kHistBadFieldModifier, "usecs");
   if (find_field(ev, name, f)) return 0;
   if (name == "common_cpu" || name == "cpu" || name == "CPU") {
     f->is_cpu = true;
@@ -147,6 +154,99 @@ int parse_field(Parser& ps, const events::CompiledEvent& ev, std::string_view te
     return 0;
   }
   return ps.fail(ErrorCode::kHistFieldNotFound, name);
+}
+
+// One term of an expression, or a value: $VAR, a number, or FIELD[.MODIFIER].
+int parse_term(Parser& ps, const events::CompiledEvent& ev, std::string_view text, bool key,
+               HistField* f) {
+  if (!text.empty() && text.front() == '$') {
+    if (key) return ps.fail(ErrorCode::kHistInvalidRefKey, text);
+    if (text.size() == 1) return ps.fail(ErrorCode::kHistVarNotFound, text);
+    f->var = std::string(text.substr(1));
+    f->name = std::string(text);
+    return 0;
+  }
+  if (!text.empty() && text.front() >= '0' && text.front() <= '9') {
+    if (key) return ps.fail(ErrorCode::kHistCreateFail, text);
+    uint64_t v = 0;
+    if (!events::kstrtoull(text, 0, &v)) return ps.fail(ErrorCode::kHistCreateFail, text);
+    f->is_const = true;
+    f->constant = v;
+    f->name = std::to_string(v);
+    return 0;
+  }
+  return parse_field(ps, ev, text, key, f);
+}
+
+// Where a top-level + or - splits an expression (not the '-' of .sym-offset), or npos.
+size_t operator_at(std::string_view s, size_t from = 0) {
+  for (size_t i = from; i < s.size(); ++i) {
+    if (s[i] == '+') return i;
+    if (s[i] == '-' && !(i >= 4 && s.substr(i - 4, 5) == ".sym-")) return i;
+  }
+  return std::string_view::npos;
+}
+
+// NAME=EXPR.
+int parse_var(Parser& ps, const events::CompiledEvent& ev, std::string_view name,
+              std::string_view expr, HistVarDef* v) {
+  v->name = std::string(name);
+  bool ident = !name.empty() && !(name.front() >= '0' && name.front() <= '9');
+  for (char c : name) ident = ident && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ident) return ps.fail(ErrorCode::kHistCreateFail, name);
+  if (expr.empty()) return ps.fail(ErrorCode::kHistEmptyAssignment, name);
+  if (expr.front() == '-' || expr.find_first_of("*/()") != std::string_view::npos)
+    return ps.fail(ErrorCode::kHistCreateFail, expr);
+  const size_t op = operator_at(expr);
+  if (op == std::string_view::npos) return parse_term(ps, ev, expr, false, &v->a);
+  if (operator_at(expr, op + 1) != std::string_view::npos)
+    return ps.fail(ErrorCode::kHistTooManySubexpr, expr);
+  v->op = expr[op];
+  if (int rc = parse_term(ps, ev, expr.substr(0, op), false, &v->a); rc != 0) return rc;
+  if (int rc = parse_term(ps, ev, expr.substr(op + 1), false, &v->b); rc != 0) return rc;
+  if (v->a.is_string || v->b.is_string) return ps.fail(ErrorCode::kHistInvalidStrOperand, expr);
+  if (v->a.is_timestamp && v->b.is_timestamp && v->a.flag != v->b.flag)
+    return ps.fail(ErrorCode::kHistTimestampMismatch, expr);
+  return 0;
+}
+
+// onmatch(SYSTEM.EVENT).ACTION(PARAMS)
+int parse_onmatch(Parser& ps, std::string_view tok, HistOnMatch* m) {
+  std::string_view rest = tok.substr(8);  // after "onmatch("
+  const size_t close = rest.find(')');
+  if (close == std::string_view::npos) return ps.fail(ErrorCode::kHistNoClosingParen, tok);
+  const std::string_view target = rest.substr(0, close);
+  const size_t dot = target.find('.');
+  if (dot == std::string_view::npos) return ps.fail(ErrorCode::kHistSubsysNotFound, tok);
+  m->system = std::string(target.substr(0, dot));
+  m->event = std::string(target.substr(dot + 1));
+  if (m->system.empty() || m->event.empty()) return ps.fail(ErrorCode::kHistInvalidSubsysEvent, target);
+  rest = rest.substr(close + 1);
+  if (rest.empty() || rest.front() != '.') return ps.fail(ErrorCode::kHistActionNotFound, tok);
+  rest.remove_prefix(1);
+  const size_t open = rest.find('(');
+  if (open == std::string_view::npos || open == 0) return ps.fail(ErrorCode::kHistActionNotFound, tok);
+  const std::string_view action = rest.substr(0, open);
+  if (rest.back() != ')') return ps.fail(ErrorCode::kHistNoClosingParen, tok);
+  const std::string_view params = rest.substr(open + 1, rest.size() - open - 2);
+  if (action == "save" || action == "snapshot") return ps.fail(ErrorCode::kHistCreateFail, tok);
+  std::vector<std::string_view> ps_list;
+  if (!params.empty()) ps_list = split(params, ',');
+  if (action == "trace") {
+    m->trace_keyword = true;
+    if (ps_list.empty() || ps_list.front().empty())
+      return ps.fail(ErrorCode::kHistSynthEventNotFound, tok);
+    m->synth = std::string(ps_list.front());
+    ps_list.erase(ps_list.begin());
+  } else {
+    m->synth = std::string(action);
+  }
+  if (ps_list.size() > events::kHistMaxParams) return ps.fail(ErrorCode::kHistTooManyParams, params);
+  for (std::string_view p : ps_list) {
+    if (p.empty()) return ps.fail(ErrorCode::kHistParamNotFound, params);
+    m->params.emplace_back(p);
+  }
+  return 0;
 }
 
 const char* flag_suffix(HistFlag f) {
@@ -165,6 +265,7 @@ const char* flag_suffix(HistFlag f) {
 }
 
 std::string field_text(const HistField& f) {
+  if (!f.var.empty() || f.is_const) return f.name;
   std::string s = f.name + flag_suffix(f.flag);
   if (f.flag == HistFlag::kBuckets) s += "=" + std::to_string(f.buckets);
   return s;
@@ -249,7 +350,19 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
         if (size == 0 || bits < events::kHistMinBits || bits > events::kHistMaxBits) return -EINVAL;
         out->bits = bits;
       } else {
-        return ps.fail(ErrorCode::kHistCreateFail, tok);  // a variable
+        // Variables: NAME=EXPR[,NAME=EXPR...]
+        for (std::string_view def : split(tok, ',')) {
+          const size_t deq = def.find('=');
+          if (deq == std::string_view::npos) return ps.fail(ErrorCode::kHistCreateFail, def);
+          HistVarDef v;
+          if (int rc = parse_var(ps, ev, def.substr(0, deq), def.substr(deq + 1), &v); rc != 0)
+            return rc;
+          for (const HistVarDef& o : out->vars)
+            if (o.name == v.name) return ps.fail(ErrorCode::kHistDuplicateVar, v.name);
+          if (out->vars.size() == events::kHistMaxVars)
+            return ps.fail_at0(ErrorCode::kHistTooManyVars);
+          out->vars.push_back(std::move(v));
+        }
       }
     } else if (tok == "pause") {
       out->pause = true;
@@ -257,8 +370,12 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
       out->cont = true;
     } else if (tok == "clear") {
       out->clear = true;
-    } else if (tok.substr(0, 8) == "onmatch(" || tok.substr(0, 6) == "onmax(" ||
-               tok.substr(0, 9) == "onchange(") {
+    } else if (tok.substr(0, 8) == "onmatch(") {
+      if (!out->actions.empty()) return ps.fail(ErrorCode::kHistCreateFail, tok);
+      HistOnMatch m;
+      if (int rc = parse_onmatch(ps, tok, &m); rc != 0) return rc;
+      out->actions.push_back(std::move(m));
+    } else if (tok.substr(0, 6) == "onmax(" || tok.substr(0, 9) == "onchange(") {
       return ps.fail(ErrorCode::kHistCreateFail, tok);
     } else {
       return -EINVAL;
@@ -272,7 +389,8 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
     for (; i < vs.size() && out->vals.size() + 1 < events::kHistMaxVals; ++i) {
       if (vs[i] == "hitcount") continue;
       HistField f;
-      if (int rc = parse_field(ps, ev, vs[i], false, &f); rc != 0) return rc;
+      if (int rc = parse_term(ps, ev, vs[i], false, &f); rc != 0) return rc;
+      if (f.is_const) return ps.fail(ErrorCode::kHistCreateFail, vs[i]);
       if (f.is_string) return -EINVAL;
       out->vals.push_back(std::move(f));
     }
@@ -285,7 +403,7 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
       if (k == "stacktrace" || k == "common_stacktrace")
         return ps.fail(ErrorCode::kHistCreateFail, k);
       HistField f;
-      if (int rc = parse_field(ps, ev, k, true, &f); rc != 0) return rc;
+      if (int rc = parse_term(ps, ev, k, true, &f); rc != 0) return rc;
       out->keys.push_back(std::move(f));
     }
   }
@@ -322,6 +440,12 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
       out->sort.push_back(sk);
     }
   }
+  for (const HistField& v : out->vals) {
+    if (v.var.empty()) continue;
+    if (std::none_of(out->vars.begin(), out->vars.end(),
+                     [&](const HistVarDef& d) { return d.name == v.var; }))
+      return ps.fail(ErrorCode::kHistVarNotFound, v.name);
+  }
   uint32_t key_bytes = 0;
   for (const HistField& k : out->keys) key_bytes += key_size_of(k);
   if (key_bytes > events::kHistMaxKeyBytes) return -EINVAL;
@@ -339,6 +463,7 @@ std::string HistSpec::identity() const {
   for (size_t i = 0; i < keys.size(); ++i) s += (i ? "," : "") + field_text(keys[i]);
   s += ":vals=hitcount";
   for (const HistField& v : vals) s += "," + field_text(v);
+  for (size_t i = 0; i < vars.size(); ++i) s += (i ? "," : ":") + vars[i].text();
   s += ":sort=";
   for (size_t i = 0; i < sort.size(); ++i) {
     if (i) s += ",";
@@ -356,7 +481,32 @@ std::string HistSpec::text() const {
   const size_t filter_at = has_filter ? id.rfind(" if " + filter) : std::string::npos;
   std::string head = filter_at == std::string::npos ? id : id.substr(0, filter_at);
   std::string tail = filter_at == std::string::npos ? "" : id.substr(filter_at);
-  return "hist:" + head + ":size=" + std::to_string(1u << bits) + tail;
+  // The kernel prints the size, the clock and the actions after the sort keys.
+  const size_t sort_end = head.size();
+  std::string extra = ":size=" + std::to_string(1u << bits);
+  if (uses_timestamp()) extra += ":clock=global";
+  for (const HistOnMatch& m : actions) extra += m.text();
+  return "hist:" + head.substr(0, sort_end) + extra + tail;
+}
+
+bool HistSpec::uses_timestamp() const {
+  auto ts = [](const HistField& f) { return f.is_timestamp; };
+  return std::any_of(vals.begin(), vals.end(), ts) ||
+         std::any_of(vars.begin(), vars.end(),
+                     [&](const HistVarDef& v) { return ts(v.a) || ts(v.b); });
+}
+
+std::string HistVarDef::text() const {
+  std::string s = name + "=" + field_text(a);
+  if (op) s += op + field_text(b);
+  return s;
+}
+
+std::string HistOnMatch::text() const {
+  std::string s = ":onmatch(" + system + "." + event + ").";
+  s += trace_keyword ? "trace(" + synth : synth + "(";
+  for (size_t i = 0; i < params.size(); ++i) s += (i || trace_keyword ? "," : "") + params[i];
+  return s + ")";
 }
 
 events::HistGeometry HistSpec::geometry() const {
@@ -367,6 +517,7 @@ events::HistGeometry HistSpec::geometry() const {
   g.capacity_bits = bits;
   g.with_comm = std::any_of(keys.begin(), keys.end(),
                             [](const HistField& k) { return k.flag == HistFlag::kExecname; });
+  g.nvars = static_cast<uint32_t>(vars.size());
   return g;
 }
 
@@ -374,6 +525,16 @@ namespace {
 
 events::HistOperand operand_of(const HistField& f) {
   events::HistOperand o;
+  if (f.is_timestamp) {
+    o.source = events::HistSource::kTimestamp;
+    if (f.flag == HistFlag::kUsecs) o.transform = events::HistTransform::kUsecs;
+    return o;
+  }
+  if (f.is_const) {
+    o.source = events::HistSource::kConst;
+    o.value = f.constant;
+    return o;
+  }
   o.source = f.is_cpu ? events::HistSource::kCpu
              : f.is_string ? events::HistSource::kString
                            : events::HistSource::kNumber;
@@ -391,6 +552,20 @@ events::HistOperand operand_of(const HistField& f) {
 
 }  // namespace
 
+events::HistOperand hist_operand(const HistField& f) { return operand_of(f); }
+
+bool hist_find_field(const events::CompiledEvent& ev, std::string_view name, HistField* f) {
+  f->name = std::string(name);
+  if (find_field(ev, name, f)) return true;
+  if (name == "common_cpu" || name == "cpu" || name == "CPU") {
+    f->is_cpu = true;
+    f->name = "common_cpu";
+    f->size = 4;
+    return true;
+  }
+  return false;
+}
+
 events::HistProgram HistSpec::program() const {
   events::HistProgram p;
   uint32_t at = 0;
@@ -401,7 +576,14 @@ events::HistProgram HistSpec::program() const {
     at += p.keys[i].key_size;
   }
   p.nvals = static_cast<uint32_t>(vals.size());
-  for (size_t i = 0; i < vals.size(); ++i) p.vals[i] = operand_of(vals[i]);
+  for (size_t i = 0; i < vals.size(); ++i) {
+    p.vals[i] = operand_of(vals[i]);
+    if (!vals[i].var.empty()) {  // a variable of this histogram (parse_hist checked)
+      p.vals[i].source = events::HistSource::kVar;
+      for (size_t v = 0; v < vars.size(); ++v)
+        if (vars[v].name == vals[i].var) p.vals[i].offset = static_cast<uint32_t>(v);
+    }
+  }
   return p;
 }
 
@@ -546,11 +728,12 @@ std::string format_hist(const HistSpec& spec, bool paused, const tracee::HistSna
     for (size_t v = 0; v < spec.vals.size(); ++v) {
       const HistField& f = spec.vals[v];
       const uint64_t val = r.e->vals[v];
+      const char* vname = (f.var.empty() ? f.name : f.var).c_str();
       out += " ";
       if (f.flag == HistFlag::kPercent) {
         const unsigned pc = percentage(val, total[v + 1]);
-        if (pc == ~0u) appendf(&out, " %s (%%):[ERROR]", f.name.c_str());
-        else appendf(&out, " %s (%%): %3u.%02u", f.name.c_str(), pc / 100, pc % 100);
+        if (pc == ~0u) appendf(&out, " %s (%%):[ERROR]", vname);
+        else appendf(&out, " %s (%%): %3u.%02u", vname, pc / 100, pc % 100);
       } else if (f.flag == HistFlag::kGraph) {
         const unsigned pc = percentage(val, max[v + 1]);
         std::string bar;
@@ -560,11 +743,11 @@ std::string format_hist(const HistSpec& spec, bool paused, const tracee::HistSna
           const size_t len = std::min<size_t>(pc * 20u / 10000u, 20);
           bar = std::string(len, '#') + std::string(20 - len, ' ');
         }
-        appendf(&out, " %s: %20s", f.name.c_str(), bar.c_str());
+        appendf(&out, " %s: %20s", vname, bar.c_str());
       } else if (f.flag == HistFlag::kHex) {
-        appendf(&out, " %s: %10llx", f.name.c_str(), static_cast<unsigned long long>(val));
+        appendf(&out, " %s: %10llx", vname, static_cast<unsigned long long>(val));
       } else {
-        appendf(&out, " %s: %10llu", f.name.c_str(), static_cast<unsigned long long>(val));
+        appendf(&out, " %s: %10llu", vname, static_cast<unsigned long long>(val));
       }
     }
     out += "\n";

@@ -9,10 +9,22 @@
 //         .execname (common_pid) .log2 .buckets=N, and on values .percent .graph
 //   S:    hitcount or a key or value name, with .ascending or .descending
 //
+// Inter-event histograms (histogram.rst 2.2):
+//   NAME=EXPR[,NAME=EXPR...]   variables, set on each hit for the hit's key
+//   EXPR:  TERM [+|- TERM]     TERM: a field, common_timestamp[.usecs], $VAR, a number
+//   vals=$VAR                  a variable of this histogram, summed
+//   onmatch(SYSTEM.EVENT).trace(SYNTH,PARAM,...) or .SYNTH(PARAM,...)
+//          PARAM: $VAR or a field of this event: a record of the synthetic event SYNTH
+//          each time every $VAR of this histogram's expressions and params resolved
+// A $VAR of another histogram is read from that histogram's entry of this hit's key and
+// then unset (read once), as in the kernel.
+//
 // What differs from the kernel (README's limits say so too):
-//   - common_timestamp, variables, expressions, actions (onmatch, onmax, onchange) and
-//     the stacktrace key are refused ("Couldn't create histogram for field"), as is the
-//     .syscall modifier (no system-call keys in user-space events).
+//   - A variable is seen by later hits of the same thread only (each thread counts into
+//     its own table): entry and return of a function, not a wakeup on another CPU.
+//   - onmax, onchange, save, snapshot, string variables, variables as keys, expressions
+//     of more than two terms and the stacktrace key are refused ("Couldn't create
+//     histogram for field"), as is the .syscall modifier.
 //   - `size` bounds each thread's table and the merged histogram: the hits of a key that
 //     finds either full count as dropped.
 #pragma once
@@ -45,6 +57,28 @@ struct HistField {
   bool is_signed = false;
   uint32_t offset = 0;
   uint32_t size = 8;
+  bool is_timestamp = false;  // common_timestamp (flag kUsecs: in microseconds)
+  bool is_const = false;      // a number
+  uint64_t constant = 0;
+  std::string var;            // $VAR: the variable's name (as written, maybe SYS.EVENT.VAR)
+};
+
+// NAME=A or NAME=A OP B.
+struct HistVarDef {
+  std::string name;
+  HistField a, b;
+  char op = 0;  // 0, '+' or '-'
+  std::string text() const;  // "NAME=EXPR" as the kernel prints it
+};
+
+// onmatch(SYSTEM.EVENT).ACTION(PARAMS): ACTION is "trace" (the first param names the
+// synthetic event) or the synthetic event's name.
+struct HistOnMatch {
+  std::string system, event;
+  std::string synth;
+  bool trace_keyword = false;
+  std::vector<std::string> params;
+  std::string text() const;  // ":onmatch(...)..." as the kernel prints it
 };
 
 struct HistSortKey {
@@ -63,6 +97,10 @@ struct HistSpec {
   bool pause = false, cont = false, clear = false;
   bool has_filter = false;
   std::string filter;  // as written after "if", trimmed
+  std::vector<HistVarDef> vars;
+  std::vector<HistOnMatch> actions;  // at most one
+  // Whether a timestamp is read (the read-back then names the clock).
+  bool uses_timestamp() const;
 
   // What the trigger file and the hist header show, without " [active]"/" [paused]".
   std::string text() const;
@@ -81,6 +119,12 @@ struct HistSpec {
 [[nodiscard]] int parse_hist(std::string_view text, const events::CompiledEvent& ev,
                              std::string_view group, std::string_view event, HistSpec* out,
                              events::Diagnostic* err);
+
+// The operand a key or value reads (not a $VAR: the caller resolves those).
+events::HistOperand hist_operand(const HistField& f);
+
+// The event's field `name` (or common_cpu) as a key or value finds it; false if none.
+bool hist_find_field(const events::CompiledEvent& ev, std::string_view name, HistField* f);
 
 // A diagnostic of a hist command at `pos` in its command ("hist:" + the text after it).
 events::Diagnostic hist_diagnostic(events::ErrorCode code, std::string_view command, int pos,

@@ -286,6 +286,18 @@ class Tracer {
   void pause_hist(uint32_t slot, bool paused);
   HistSnapshot read_hist(uint32_t slot);
 
+  // A synthetic event as hist actions write it in every target (events/synthetic.h): its
+  // records' size, whether they are written (enabled), their filter, and the histograms
+  // they count into. Replaces what the event had; remove_synth() lets it go.
+  struct SynthSpec {
+    uint32_t size = 0;
+    bool record = false;
+    std::optional<events::CompiledFilter> filter;
+    std::vector<events::HistProgram> hists;
+  };
+  [[nodiscard]] int set_synth(uint16_t event_id, SynthSpec spec);
+  void remove_synth(uint16_t event_id);
+
   // kprobe_profile's counts, from the targets' ring areas (their agents count each hit
   // and each miss there as it happens): never waits for a target.
   ProbeProfile profile(ProbeId id);

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
+
+#include "events/trace_clock.h"
 
 #include "tracee/tracer_impl.h"
 
@@ -112,6 +115,7 @@ void Tracer::Impl::sync_hists(Target& t) {
     if (p == probes.end() || p->second.hist_generation == 0) continue;
     lk::SetHist sh;
     sh.record = p->second.spec.record;
+    sh.clock = hist_clock();
     {
       std::lock_guard l(hist_state->mu);
       for (const events::HistProgram& prog : p->second.spec.hists) {
@@ -129,8 +133,75 @@ void Tracer::Impl::sync_hists(Target& t) {
       tickets.push_back(t.link->start(lk::MsgType::kSetHist, sh));
     }
   }
+  // Synthetic events: the ones gone, then the ones changed since this target was told.
+  for (auto it = t.synth_sent.begin(); it != t.synth_sent.end();) {
+    if (synths.count(it->first)) {
+      ++it;
+      continue;
+    }
+    lk::SetHist sh;
+    sh.synth_id = it->first;
+    sh.synth_size = 8;
+    sh.record = false;
+    tickets.push_back(t.link->start(lk::MsgType::kSetHist, sh));
+    it = t.synth_sent.erase(it);
+  }
+  for (const auto& [id, sy] : synths) {
+    // Its records come from any target its actions run in: theirs to write.
+    allow_event(t, id);
+    uint64_t& sent = t.synth_sent[id];
+    if (sent == sy.generation) continue;
+    sent = sy.generation;
+    lk::SetHist sh;
+    sh.synth_id = id;
+    sh.synth_size = sy.spec.size;
+    sh.record = sy.spec.record;
+    sh.synth_filter = sy.spec.filter;
+    sh.clock = hist_clock();
+    {
+      std::lock_guard l(hist_state->mu);
+      for (const events::HistProgram& prog : sy.spec.hists) {
+        auto h = hist_state->hists.find(prog.slot);
+        if (h == hist_state->hists.end()) continue;
+        sh.programs.push_back(prog);
+        sh.geometries.push_back(h->second.geometry);
+      }
+    }
+    tickets.push_back(t.link->start(lk::MsgType::kSetHist, sh));
+  }
   for (const AgentLink::Ticket& k : tickets)
     (void)t.link->collect(k, std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout);
+}
+
+events::HistClock Tracer::Impl::hist_clock() {
+  if (hist_clock_.mult == 0) {
+    timespec ts{};
+    const uint64_t tsc = events::ring_detail::read_tsc();
+    ::clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    hist_clock_.anchor_tsc = tsc;
+    hist_clock_.anchor_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+                            static_cast<uint64_t>(ts.tv_nsec);
+    hist_clock_.mult = events::tsc_ns_mult();
+  }
+  return hist_clock_;
+}
+
+int Tracer::set_synth(uint16_t event_id, SynthSpec spec) {
+  if (event_id == 0 || spec.size < 8 || spec.size % 8 != 0 ||
+      spec.hists.size() > events::kHistMaxPerEvent)
+    return -EINVAL;
+  std::lock_guard lock(impl_->mu);
+  Impl::Synth& sy = impl_->synths[event_id];
+  sy.spec = std::move(spec);
+  sy.generation = impl_->next_synth_generation++;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+void Tracer::remove_synth(uint16_t event_id) {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->synths.erase(event_id)) return;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
 }
 
 int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs, bool record) {

@@ -301,6 +301,8 @@ struct Tracer::Impl {
     // For each of its sites (agent id) the hist_generation of its probe that it was last
     // told (SET_HIST).
     std::map<uint32_t, uint64_t> hist_sent;
+    // The generation of each synthetic event it was last told (SET_HIST with synth_id).
+    std::map<uint16_t, uint64_t> synth_sent;
   };
 
   // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next
@@ -478,6 +480,17 @@ struct Tracer::Impl {
 
   // ---- the histograms (tracer_hists.cc; mu held) ----
   std::shared_ptr<HistState> hist_state = std::make_shared<HistState>();
+  // Synthetic events (Tracer::set_synth), each with the generation targets are told.
+  struct Synth {
+    Tracer::SynthSpec spec;
+    uint64_t generation = 0;
+  };
+  std::map<uint16_t, Synth> synths;
+  uint64_t next_synth_generation = 1;
+  // common_timestamp in the targets: the TSC against CLOCK_MONOTONIC_RAW (the `local`
+  // clock), anchored once.
+  events::HistClock hist_clock();
+  events::HistClock hist_clock_;
   // Hands t the tables of every histogram it lacks, and tells each of its sites the
   // histograms of its probe where it was not told them yet.
   void sync_hists(Target& t);

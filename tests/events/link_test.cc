@@ -217,8 +217,8 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_EQ(s2.programs[0].vals[1].buckets, 4u);
   ASSERT_TRUE(s2.programs[0].filter.has_value());
   // Every bound the agent relies on is checked when decoding.
-  auto decodes = [&](const std::function<void(SetHist*)>& change) {
-    SetHist b = sh;
+  auto decodes_from = [&](const SetHist& base, const std::function<void(SetHist*)>& change) {
+    SetHist b = base;
     change(&b);
     Message mm = m;
     mm.body = b;
@@ -227,6 +227,7 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
     Message out;
     return decode(pk[0].data(), pk[0].size(), &out) == 0;
   };
+  auto decodes = [&](const std::function<void(SetHist*)>& change) { return decodes_from(sh, change); };
   EXPECT_TRUE(decodes([](SetHist*) {}));
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].keys[1].key_offset = 16; }));
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].keys[1].key_size = 12; }));
@@ -237,6 +238,74 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(decodes([](SetHist* b) { b->geometries[0].capacity_bits = kHistMaxBits + 1; }));
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].slot = kHistMaxSlots; }));
   EXPECT_FALSE(decodes([](SetHist* b) { b->programs[0].nkeys = 1; }));  // a gap in the key
+
+  // Inter-event parts: variables, references, an action; a synthetic event's own form.
+  SetHist inter = sh;
+  inter.geometries[0].nvars = 2;
+  HistProgram& q = inter.programs[0];
+  q.nvars = 2;
+  q.vars[0].a.source = HistSource::kTimestamp;
+  q.vars[0].a.transform = HistTransform::kUsecs;
+  q.vars[1].op = HistOp::kSub;
+  q.vars[1].a.offset = 24;
+  q.vars[1].b.source = HistSource::kVarRef;
+  q.vars[1].b.offset = 0;
+  q.nrefs = 1;
+  q.refs[0].slot = 9;
+  q.refs[0].var = 1;
+  q.refs[0].geometry = inter.geometries[0];
+  q.action.synth_id = 77;
+  q.action.nparams = 2;
+  q.action.params[0].source = HistSource::kVar;
+  q.action.params[0].offset = 1;
+  q.action.params[1].source = HistSource::kConst;
+  q.action.params[1].value = 123456789;
+  q.action.param_offset[0] = 8;
+  q.action.param_size[0] = 8;
+  q.action.param_offset[1] = 16;
+  q.action.param_size[1] = 4;
+  inter.clock = {11, 22, 33};
+  m.body = inter;
+  SetHist i2 = std::get<SetHist>(roundtrip(m).body);
+  ASSERT_EQ(i2.programs.size(), 1u);
+  const HistProgram& q2 = i2.programs[0];
+  EXPECT_EQ(q2.nvars, 2u);
+  EXPECT_EQ(q2.vars[0].a.transform, HistTransform::kUsecs);
+  EXPECT_EQ(q2.vars[1].op, HistOp::kSub);
+  EXPECT_EQ(q2.vars[1].b.source, HistSource::kVarRef);
+  EXPECT_EQ(q2.refs[0].slot, 9u);
+  EXPECT_EQ(q2.refs[0].geometry.nvars, 2u);
+  EXPECT_EQ(q2.action.synth_id, 77u);
+  EXPECT_EQ(q2.action.params[1].value, 123456789u);
+  EXPECT_EQ(q2.action.param_size[1], 4u);
+  EXPECT_EQ(i2.clock.mult, 33u);
+  auto inter_decodes = [&](const std::function<void(SetHist*)>& change) {
+    return decodes_from(inter, change);
+  };
+  EXPECT_TRUE(inter_decodes([](SetHist*) {}));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].refs[0].var = 2; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].refs[0].geometry.key_bytes = 8; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].vars[1].b.offset = kHistMaxVarRefs; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].action.param_size[0] = 3; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].action.param_offset[0] = 4; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->geometries[0].nvars = 1; }));  // 2 vars
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].keys[0].source = HistSource::kTimestamp; }));
+  SetHist synth;
+  synth.synth_id = 77;
+  synth.synth_size = 24;
+  synth.record = true;
+  synth.synth_filter = sample_define().filter;
+  m.body = synth;
+  SetHist sy2 = std::get<SetHist>(roundtrip(m).body);
+  EXPECT_EQ(sy2.synth_id, 77u);
+  EXPECT_EQ(sy2.synth_size, 24u);
+  EXPECT_TRUE(sy2.synth_filter.has_value());
+  synth.synth_size = 4;
+  m.body = synth;
+  std::vector<std::vector<uint8_t>> pk = encode(m);
+  ASSERT_FALSE(pk.empty());
+  Message out;
+  EXPECT_NE(decode(pk[0].data(), pk[0].size(), &out), 0);
 }
 
 TEST(Link, EncodeRefusesWhatCannotBeSent) {

@@ -59,6 +59,18 @@ class EventHistsTest : public testing::TracedProgramTest {
     }
     return out;
   }
+  // The lines a drain of trace_pipe gives, whatever reads they came in.
+  std::vector<std::string> pipe_lines() {
+    std::string all;
+    for (const std::string& part : drain("trace_pipe")) all += part;
+    std::vector<std::string> lines;
+    for (size_t at = 0; at < all.size();) {
+      const size_t nl = all.find('\n', at);
+      lines.push_back(all.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+      at = nl == std::string::npos ? all.size() : nl + 1;
+    }
+    return lines;
+  }
   std::string totals(const std::string& hist, int n = 0) {
     size_t at = 0;
     for (int i = 0; i <= n && at != std::string::npos; ++i) at = hist.find("Totals:", i ? at + 1 : 0);
@@ -241,5 +253,125 @@ TEST_F(EventHistsTest, ATargetCannotResizeItsTables) {
   EXPECT_EQ(totals(read("events/t/add/hist")), "Totals:\n    Hits: 3\n    Entries: 3\n    Dropped: 0");
 }
 
+
+// ---- inter-event histograms: variables, onmatch, synthetic events --------------------------
+
+// The latency of a function, as histogram.rst measures wakeup latency: the entry saves
+// common_timestamp.usecs per thread, the return subtracts it and writes a synthetic event,
+// whose own histogram sums the latencies by argument. traced_sleep sleeps a known time:
+// each call's latency is at least that.
+TEST_F(EventHistsTest, AFunctionsLatencyIsOneSyntheticEventAndItsHistogram) {
+  ASSERT_EQ(echo("synthetic_events", "fnlat u64 lat; long us"), 0);
+  ASSERT_EQ(echo("kprobe_events", "p:t/sin " + kProgName + ":traced_sleep us=%di"), 0);
+  ASSERT_EQ(echo("kprobe_events", "r:t/sout " + kProgName + ":traced_sleep ret=$retval"), 0);
+  ASSERT_EQ(echo("events/t/sin/trigger", "hist:keys=common_pid:ts0=common_timestamp.usecs"), 0);
+  ASSERT_EQ(echo("events/t/sout/trigger",
+                 "hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:"
+                 "onmatch(t.sin).trace(fnlat,$lat,ret)"),
+            0);
+  ASSERT_EQ(echo("events/synthetic/fnlat/trigger", "hist:keys=us:vals=lat:sort=us"), 0);
+  EXPECT_EQ(read("events/t/sin/trigger"),
+            "hist:keys=common_pid:vals=hitcount:ts0=common_timestamp.usecs:sort=hitcount:"
+            "size=2048:clock=global [active]\n");
+  EXPECT_EQ(read("events/t/sout/trigger"),
+            "hist:keys=common_pid:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:"
+            "size=2048:clock=global:onmatch(t.sin).trace(fnlat,$lat,ret) [active]\n");
+  ASSERT_EQ(echo("events/synthetic/fnlat/enable", "1"), 0);
+  ASSERT_TRUE(launch());
+  ASSERT_EQ(pipes_.ask("sleeps 4 1000 5000 20000"), "ok 12");
+  // Every call one synthetic record: its latency and the function's argument.
+  int lines = 0;
+  for (const std::string& line : pipe_lines()) {
+    const size_t at = line.find("fnlat: lat=");
+    ASSERT_NE(at, std::string::npos) << line;
+    unsigned long lat = 0, us = 0;
+    ASSERT_EQ(sscanf(line.c_str() + at, "fnlat: lat=%lu us=%lu", &lat, &us), 2) << line;
+    EXPECT_GE(lat, us) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 12);
+  // Its histogram: four calls for each time, their latencies summed.
+  std::vector<std::string> got = entries(read("events/synthetic/fnlat/hist"));
+  ASSERT_EQ(got.size(), 3u) << read("events/synthetic/fnlat/hist");
+  const unsigned long us_of[] = {1000, 5000, 20000};
+  for (size_t i = 0; i < got.size(); ++i) {
+    unsigned long us = 0, hits = 0, sum = 0;
+    ASSERT_EQ(sscanf(got[i].c_str(), "{ us: %lu } hitcount: %lu lat: %lu", &us, &hits, &sum), 3)
+        << got[i];
+    EXPECT_EQ(us, us_of[i]);
+    EXPECT_EQ(hits, 4u);
+    EXPECT_GE(sum, 4 * us_of[i]);
+  }
+  // The return event's histogram counted the matches, one entry for the thread.
+  EXPECT_EQ(totals(read("events/t/sout/hist")), "Totals:\n    Hits: 12\n    Entries: 1\n    Dropped: 0");
+  // Busy while used: the entry histogram (its variable is read), the synthetic event.
+  EXPECT_EQ(echo("events/t/sin/trigger", "!hist:keys=common_pid:ts0=common_timestamp.usecs"),
+            -EBUSY);
+  EXPECT_EQ(echo("events/synthetic/fnlat/enable", "0"), 0);
+  EXPECT_EQ(echo("synthetic_events", "!fnlat"), -EBUSY);
+  ASSERT_EQ(echo("events/t/sout/trigger",
+                 "!hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:"
+                 "onmatch(t.sin).trace(fnlat,$lat,ret)"),
+            0);
+  EXPECT_EQ(echo("events/t/sin/trigger", "!hist:keys=common_pid:ts0=common_timestamp.usecs"), 0);
+}
+
+// The entry saves each call's first argument per thread; the return reads it once: the
+// synthetic record pairs each call's result with its argument. A return whose entry's
+// variable was already read (or never set) matches nothing.
+TEST_F(EventHistsTest, AVariableIsReadOnceAndOnlyAfterItWasSet) {
+  ASSERT_EQ(echo("synthetic_events", "pair s64 rv; u64 d"), 0);
+  ASSERT_EQ(echo("kprobe_events", "r:t/ret " + kProgName + ":traced_add rv=$retval:s64"), 0);
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:a0=a"), 0);
+  ASSERT_EQ(echo("events/t/ret/trigger",
+                 "hist:keys=common_pid:vals=$d:d=rv-$a0:onmatch(t.add).pair(rv,$d)"),
+            0);
+  EXPECT_EQ(read("events/t/ret/trigger"),
+            "hist:keys=common_pid:vals=hitcount,$d:d=rv-$a0:sort=hitcount:size=2048:"
+            "onmatch(t.add).pair(rv,$d) [active]\n");
+  ASSERT_EQ(echo("events/synthetic/pair/enable", "1"), 0);
+  ASSERT_TRUE(launch());
+  call(5);  // traced_add(i, 2i) returns 3i: d = 3i - i
+  std::vector<std::string> got;
+  for (const std::string& line : pipe_lines()) got.push_back(line.substr(line.find("pair: ")));
+  EXPECT_EQ(got, (std::vector<std::string>{"pair: rv=0 d=0", "pair: rv=3 d=2", "pair: rv=6 d=4",
+                                           "pair: rv=9 d=6", "pair: rv=12 d=8"}));
+  std::string hist = read("events/t/ret/hist");
+  EXPECT_EQ(entries(hist), (std::vector<std::string>{"{ common_pid: " + [&] {
+              char pid[16];
+              snprintf(pid, sizeof pid, "%10d", pid_);
+              return std::string(pid);
+            }() + " } hitcount:          5  d:         20"}))
+      << hist;
+  // The entry probe off: its variable is never set again, so the returns match nothing.
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:a0=a:pause"), 0);
+  call(3);
+  EXPECT_TRUE(pipe_lines().empty());
+  EXPECT_EQ(totals(read("events/t/ret/hist")), "Totals:\n    Hits: 5\n    Entries: 1\n    Dropped: 0");
+}
+
+// What cannot resolve is refused as the kernel refuses it, with its error_log entry.
+TEST_F(EventHistsTest, InterEventErrorsAreTheKernels) {
+  ASSERT_EQ(echo("synthetic_events", "one u64 v"), 0);
+  auto last_error = [&] {
+    const std::string log = read("error_log");
+    const size_t at = log.rfind("error: ");
+    return at == std::string::npos ? log : log.substr(at);
+  };
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:d=b-$nope"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 29), "error: Couldn't find variable");
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).nope(a)"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 36), "error: Couldn't find synthetic event");
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).one(a,b)"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 60), "error: Param count doesn't match synthetic event field count");
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).one(zz)"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 26), "error: Couldn't find param");
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(x.y).one(a)"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 38), "error: Invalid subsystem or event name");
+  // Nothing was added by any of them.
+  EXPECT_EQ(read("events/t/add/trigger"), read("events/t/add/trigger").substr(0, 0) +
+                                              "# Available triggers:\n# traceon traceoff "
+                                              "enable_event disable_event hist\n");
+}
 }  // namespace
 }  // namespace probefs::fs

@@ -55,6 +55,18 @@ TEST(HistTrigger, ReadsBackAsTheKernelPrintsIt) {
       {"  hist:keys=a if a > 3 && b < 2  \n",
        "hist:keys=a:vals=hitcount:sort=hitcount:size=2048 if a > 3 && b < 2"},
       {"hist keys=a:size=131072", "hist:keys=a:vals=hitcount:sort=hitcount:size=131072"},
+      // Variables after the values, the clock and the action after the size.
+      {"hist:keys=common_pid:ts0=common_timestamp.usecs",
+       "hist:keys=common_pid:vals=hitcount:ts0=common_timestamp.usecs:sort=hitcount:size=2048:"
+       "clock=global"},
+      {"hist:keys=a:vals=$x,b:x=b+3,y=a:z=common_timestamp-$t if a > 1",
+       "hist:keys=a:vals=hitcount,$x,b:x=b+3,y=a,z=common_timestamp-$t:sort=hitcount:size=2048:"
+       "clock=global if a > 1"},
+      {"hist:keys=a:lat=common_timestamp.usecs-$ts0:onmatch(g.e).trace(s,$lat,a)",
+       "hist:keys=a:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:size=2048:"
+       "clock=global:onmatch(g.e).trace(s,$lat,a)"},
+      {"hist:keys=a:d=b-$x:onmatch(g.e).s($d,b)",
+       "hist:keys=a:vals=hitcount:d=b-$x:sort=hitcount:size=2048:onmatch(g.e).s($d,b)"},
   };
   for (const Case& c : cases) {
     Parsed p = parse(c.in);
@@ -94,7 +106,19 @@ TEST(HistTrigger, BadCommandsGetTheKernelsErrorsAndCarets) {
       {"hist:keys=a:sort=a,hitcount,a", -EINVAL, "Too many sort fields (Max = 2)", 12},
       {"hist:keys=a:sort=a,,", -EINVAL, "Empty sort field", 12},
       {"hist:keys=common_timestamp", -EINVAL, "Couldn't create histogram for field", 10},
-      {"hist:keys=a:x=b", -EINVAL, "Couldn't create histogram for field", 12},
+      {"hist:keys=a:x=b,x=a", -EINVAL, "Variable already defined", 12},
+      {"hist:keys=$x", -EINVAL, "Using variable references in keys not supported", 10},
+      {"hist:keys=a:vals=$y", -EINVAL, "Couldn't find variable", 17},
+      {"hist:keys=a:x=a-b-a", -EINVAL, "Too many subexpressions (3 max)", 14},
+      {"hist:keys=a:x=common_timestamp-common_timestamp.usecs", -EINVAL,
+       "Timestamp units in expression don't match", 14},
+      {"hist:keys=a:x=", -EINVAL, "Empty assignment", 12},
+      {"hist:keys=a:x=a*b", -EINVAL, "Couldn't create histogram for field", 14},
+      {"hist:keys=a:onmatch(t", -EINVAL, "No closing paren found", 12},
+      {"hist:keys=a:onmatch(te).x(a)", -EINVAL, "Missing subsystem", 12},
+      {"hist:keys=a:onmatch(t.e)", -EINVAL, "No action found", 12},
+      {"hist:keys=a:onmatch(t.e).save(a)", -EINVAL, "Couldn't create histogram for field", 12},
+      {"hist:keys=a:vals=common_timestamp.hex", -EINVAL, "Couldn't create histogram for field", 17},
       {"hist:keys=a+b", -EINVAL, "Couldn't create histogram for field", 10},
       {"hist:keys=a:onmax(b).save(a)", -EINVAL, "Couldn't create histogram for field", 12},
   };

@@ -33,6 +33,8 @@
  *   env NAME        "ok VALUE" of the environment variable, "ok -" when it is unset
  *   recurse D       traced_rec(D): D + 1 calls of it in flight at the deepest point,
  *                   "ok D"
+ *   sleeps N US...  traced_sleep(US) for each US given (at most 16), N times over: each
+ *                   call sleeps US microseconds at least; "ok CALLS"
  *   spin            a thread that blocks every signal and runs (no system call) until
  *                   "unspin": "ok" once it runs so
  *   unspin          ends it: "ok"
@@ -55,6 +57,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Read by @traced_global fetch arguments. */
@@ -97,6 +100,14 @@ __attribute__((noinline)) long traced_rec(long d) {
   long r = traced_rec(d - 1) + 1;
   __asm__ volatile("" ::: "memory"); /* not a tail call: every frame stays */
   return r;
+}
+
+/* Sleeps `us` microseconds at least (a function of known latency); returns us. */
+__attribute__((noinline)) long traced_sleep(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  return us;
 }
 
 /* Straight-line at -O0: a probe on each instruction fires once a call. */
@@ -418,6 +429,15 @@ int main(int argc, char **argv) {
       long (*fn)(long) = h && sym ? (long (*)(long))dlsym(h, sym) : NULL;
       if (!fn) printf("WRONG dlopen %s\n", dlerror());
       else printf("ok %ld\n", fn(7));
+    } else if (strncmp(line, "sleeps ", 7) == 0) {
+      long us[16], k = 0, calls = 0;
+      char *save = NULL, *tok = strtok_r(line + 7, " \n", &save);
+      long times = tok ? atol(tok) : 0;
+      while ((tok = strtok_r(NULL, " \n", &save)) != NULL && k < 16) us[k++] = atol(tok);
+      for (long t = 0; t < times; ++t)
+        for (long i = 0; i < k; ++i, ++calls)
+          if (traced_sleep(us[i]) != us[i]) wrong("traced_sleep", us[i], us[i]);
+      printf("ok %ld\n", calls);
     } else if (sscanf(line, "recurse %ld", &n) == 1 && n >= 0 && n <= 1000) {
       long r = traced_rec(n);
       if (r != n) wrong("traced_rec", r, n);
