@@ -179,10 +179,11 @@ void name_entry(char* name) {
   for (uint32_t r = 0; r < prog.nrefs && r < events::kHistMaxVarRefs; ++r) {
     HistSlot& rs = as->hist[prog.refs[r].slot % events::kHistMaxSlots];
     uint8_t* base = rs.base.load(std::memory_order_acquire);
-    if (base == nullptr || rs.signature != hh->ref_signatures[i][r] || ring >= rs.rings) continue;
+    refs[r].shape = &hh->ref_shapes[i][r];
     refs[r].ctl = reinterpret_cast<const events::HistControl*>(base);
-    refs[r].shape = hh->ref_shapes[i][r];
-    refs[r].table = base + events::kHistControlBytes + uint64_t{ring} * refs[r].shape.stride;
+    refs[r].table = base == nullptr || rs.signature != hh->ref_signatures[i][r] || ring >= rs.rings
+                        ? nullptr
+                        : base + events::kHistControlBytes + uint64_t{ring} * refs[r].shape->stride;
   }
   const uint64_t now = hh->clock.mult ? hh->clock.ns(events::ring_detail::read_tsc()) : 0;
   events::HistFired f;

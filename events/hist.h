@@ -443,20 +443,24 @@ struct HistFired {
 };
 
 // The tables a program's references read: for reference i, the referenced histogram's
-// table of this thread's ring and its shape, or nullptr when the target has none.
+// table of this thread's ring and its shape, or a null table when the target has none.
+// Plain (no initializers): the hit path fills only the references a program has.
 struct HistRefTable {
-  uint8_t* table = nullptr;
-  const HistControl* ctl = nullptr;
-  HistShape shape;
+  uint8_t* table;
+  const HistControl* ctl;
+  const HistShape* shape;
 };
 
 namespace hist_detail {
 
+// A hit's values: vars[i] is set before anything reads it (a variable reads only those
+// before it; a read past them finds garbage, never memory outside), refs[r] for r below
+// the program's references. Left uninitialized: zeroing them costs the hit.
 struct InterValues {
-  uint64_t now = 0;  // the hit's time, ns
-  uint32_t cpu = 0;
-  uint64_t vars[kHistMaxVars] = {};
-  uint64_t refs[kHistMaxVarRefs] = {};
+  uint64_t now;  // the hit's time, ns
+  uint32_t cpu;
+  uint64_t vars[kHistMaxVars];
+  uint64_t refs[kHistMaxVarRefs];
 };
 
 inline uint64_t value_of(const HistOperand& o, const uint8_t* rec, const InterValues& iv) {
@@ -506,16 +510,16 @@ inline bool hist_update_inter(const HistProgram& p, const HistShape& g, const Hi
   uint64_t* ref_sets[kHistMaxVarRefs] = {};
   for (uint32_t r = 0; r < p.nrefs && r < kHistMaxVarRefs; ++r) {
     const HistRefTable& t = refs[r];
-    if (t.table == nullptr || t.shape.key_bytes != g.key_bytes || p.refs[r].var >= t.shape.nvars)
+    if (t.table == nullptr || t.shape->key_bytes != g.key_bytes || p.refs[r].var >= t.shape->nvars)
       return true;
     // A referenced table of an earlier epoch holds nothing of now.
     const auto* rh = reinterpret_cast<const HistTableHeader*>(t.table);
     if (__atomic_load_n(&rh->epoch, __ATOMIC_RELAXED) !=
         __atomic_load_n(&t.ctl->epoch, __ATOMIC_ACQUIRE))
       return true;
-    uint8_t* e = hist_detail::find(t.shape, t.table, key, hash);
+    uint8_t* e = hist_detail::find(*t.shape, t.table, key, hash);
     if (e == nullptr) return true;
-    auto* set = reinterpret_cast<uint64_t*>(e + t.shape.vars_offset);
+    auto* set = reinterpret_cast<uint64_t*>(e + t.shape->vars_offset);
     if (!(*set >> p.refs[r].var & 1)) return true;
     iv.refs[r] = set[1 + p.refs[r].var];
     ref_sets[r] = set;

@@ -11,6 +11,10 @@
 //   string arg     p: bench_str s=+0(%di):string
 //   histogram      p: bench_add a=%di b=%si with hist:keys=b,a.log2:vals=a, counted in the
 //                  target: the event only aggregates (soft mode), no ring record
+//   latency        the entry and return events of bench_add as README's latency walk sets
+//                  them: ts0=common_timestamp on entry, lat=common_timestamp-$ts0 and
+//                  onmatch(...).lat($lat) on return, hist:keys=lat.log2 on the synthetic
+//                  event; no ring record
 //   ring           records consumed per second while the 2-args loop runs, and lost
 //   attach         a running program until its first event is read, median of 5
 #include <fcntl.h>
@@ -153,9 +157,54 @@ bool add_hist(tracee::Tracer& t, tracee::ProbeId probe) {
   return t.set_hists(probe, {p}, false) == 0;
 }
 
+// The latency histogram of bench_add (see the top): the entry's ts0 per thread, the
+// return's lat=now-$ts0 and its action, and keys=lat.log2 on synthetic event 300.
+bool add_latency(tracee::Tracer& t, tracee::ProbeId entry, tracee::ProbeId ret) {
+  events::HistGeometry ge;
+  ge.nvars = 1;
+  events::HistGeometry gs;
+  uint32_t se = 0, ss = 0, sr = 0;
+  if (t.create_hist(ge, &se) != 0 || t.create_hist(gs, &ss) != 0 || t.create_hist(ge, &sr) != 0)
+    return false;
+  events::HistOperand pid;  // common_pid
+  pid.offset = 4;
+  pid.size = 4;
+  pid.is_signed = true;
+  events::HistProgram pe;
+  pe.slot = se;
+  pe.nkeys = 1;
+  pe.keys[0] = pid;
+  pe.nvars = 1;
+  pe.vars[0].a.source = events::HistSource::kTimestamp;
+  events::HistProgram ps;
+  ps.slot = ss;
+  ps.nkeys = 1;
+  ps.keys[0].offset = 8;
+  ps.keys[0].transform = events::HistTransform::kLog2;
+  tracee::Tracer::SynthSpec synth;
+  synth.size = 16;
+  synth.hists = {ps};
+  events::HistProgram pr = pe;
+  pr.slot = sr;
+  pr.vars[0].op = events::HistOp::kSub;
+  pr.vars[0].b.source = events::HistSource::kVarRef;
+  pr.nrefs = 1;
+  pr.refs[0] = {se, 0, ge};
+  pr.action.synth_id = 300;
+  pr.action.nparams = 1;
+  pr.action.params[0].source = events::HistSource::kVar;
+  pr.action.param_offset[0] = 8;
+  pr.action.param_size[0] = 8;
+  return t.set_hists(entry, {pe}, false) == 0 && t.set_synth(300, synth) == 0 &&
+         t.set_hists(ret, {pr}, false) == 0;
+}
+
+enum class Aggregate { kNone, kHist, kLatency };
+
 // Launches bench_target under the tracer with the events given, drains while it runs.
 Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps,
-               uint32_t buffer_size_kb = 4096, bool hist = false) {
+               uint32_t buffer_size_kb = 4096, Aggregate agg = Aggregate::kNone) {
+  const bool hist = agg == Aggregate::kHist;
   Run run;
   std::string err;
   tracee::Tracer::Options o;
@@ -167,13 +216,19 @@ Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, i
     return run;
   }
   uint16_t id = 100;
+  std::vector<tracee::ProbeId> probes;
   for (const std::string& d : defs) {
     tracee::ProbeId pid;
     if (!define(*t, d, id++, &pid)) return run;
+    probes.push_back(pid);
     if (hist && id == 101 && !add_hist(*t, pid)) {
       std::fprintf(stderr, "hist: not set\n");
       return run;
     }
+  }
+  if (agg == Aggregate::kLatency && (probes.size() != 2 || !add_latency(*t, probes[0], probes[1]))) {
+    std::fprintf(stderr, "latency: not set\n");
+    return run;
   }
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return run;
@@ -304,15 +359,20 @@ int main(int argc, char** argv) {
   // producer's cost without drops (a dropped record takes a cheaper path), though then
   // each record's first write to a fresh page of the ring counts too.
   if (argc > 2 && (std::string(argv[2]) == "one" || std::string(argv[2]) == "ret" ||
-                   std::string(argv[2]) == "str" || std::string(argv[2]) == "hist")) {
+                   std::string(argv[2]) == "str" || std::string(argv[2]) == "hist" ||
+                   std::string(argv[2]) == "latency")) {
     const std::string which = argv[2];
     const auto kb = static_cast<uint32_t>(argc > 3 ? std::atol(argv[3]) : 4096);
     std::vector<std::string> defs = {"p:bench/add bench_target:bench_add a=%di b=%si"};
-    if (which == "ret") defs.push_back("r:bench/addret bench_target:bench_add rv=$retval");
+    if (which == "ret" || which == "latency")
+      defs.push_back("r:bench/addret bench_target:bench_add rv=$retval");
     if (which == "str") defs = {"p:bench/str bench_target:bench_str s=+0(%di):string"};
     const char* mode = which == "str" ? "str" : "add";
     Run b1 = traced_run({}, n, mode, reps, kb);
-    Run e1 = traced_run(defs, n, mode, reps, kb, which == "hist");
+    const Aggregate agg = which == "hist"      ? Aggregate::kHist
+                          : which == "latency" ? Aggregate::kLatency
+                                               : Aggregate::kNone;
+    Run e1 = traced_run(defs, n, mode, reps, kb, agg);
     std::printf("%s: baseline %.1f ns/call, with events %.1f ns/call (%.1f ns/hit), records "
                 "%llu, lost %llu\n",
                 which.c_str(), median(b1.ns), median(e1.ns), median(e1.ns) - median(b1.ns),
@@ -329,7 +389,10 @@ int main(int argc, char** argv) {
                           n, "add", reps);
   Run str = traced_run({"p:bench/str bench_target:bench_str s=+0(%di):string"}, n, "str", reps);
   Run hist = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si"}, n, "add", reps,
-                        4096, true);
+                        4096, Aggregate::kHist);
+  Run latency = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si",
+                            "r:bench/addret bench_target:bench_add rv=$retval"},
+                           n, "add", reps, 4096, Aggregate::kLatency);
 
   // The kernel's uprobes cost microseconds: fewer calls.
   const long kn = std::max(1L, n / 100);
@@ -370,6 +433,8 @@ int main(int argc, char** argv) {
   row("baseline (string loop)", bs, bs, "", "bench_str loop");
   row("string arg (budget 50)", median(str.ns), bs, k_str.c_str(), "");
   row("hist 2 keys 1 val (budget 20)", median(hist.ns), b, "", "no ring record");
+  row("latency hist (entry+return)", median(latency.ns), b, k_entret.c_str(),
+      "ts0, lat, onmatch, lat.log2");
   const double expected = static_cast<double>(n) * reps;
   std::printf("\nrecords: 2 args %llu of %.0f (lost %llu), entry+return %llu of %.0f (lost %llu), "
               "string %llu of %.0f (lost %llu)\n",
