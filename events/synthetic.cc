@@ -145,11 +145,11 @@ std::optional<SynthResult> parse_field(std::string_view command,
   std::string full = prefix + std::string(type) + std::string(array);
   SynthField f;
   f.name = std::string(name);
-  std::optional<uint32_t> size;
+  // A number's size; a string's N (0 for char[]); 0 for anything else (long[] included,
+  // told apart below), as the kernel's synth_field_size.
+  std::optional<uint32_t> size = 0;
   if (const TypeInfo* t = number_type(full)) size = t->size;
   else if (full.find("char[") != std::string::npos) size = string_size(full);
-  else if (full.find("long[") != std::string::npos) size = 0;
-  else size = 0;
   if (!size) {
     return fail(command, array.empty() ? SynthError::kInvalidType : SynthError::kInvalidArraySpec,
                 where(command, array.empty() ? type : w[i - 1]));
@@ -212,10 +212,8 @@ bool command_complete(std::string_view s) {
   return words(first).size() >= 3;
 }
 
-}  // namespace
-
-SynthResult parse_synthetic_command(std::string_view line) {
-  const std::string_view command = skip_blanks(line);
+// A line of synthetic_events, its leading blanks gone.
+SynthResult parse_command(std::string_view command) {
   if (command.empty()) return {};
   if (!command_complete(command)) return fail(command, SynthError::kInvalidCmd, 0);
   const size_t blank = command.find_first_of(kBlanks);
@@ -231,10 +229,8 @@ SynthResult parse_synthetic_command(std::string_view line) {
   return create(command, name, skip_blanks(command.substr(blank)));
 }
 
-bool is_synthetic_dynamic(std::string_view line) { return skip_blanks(line).starts_with("s:"); }
-
-SynthResult parse_synthetic_dynamic(std::string_view line) {
-  const std::string_view command = skip_blanks(line);
+// A line of dynamic_events that starts with "s:", its leading blanks gone.
+SynthResult parse_dynamic(std::string_view command) {
   std::string_view name = command.substr(2);
   const size_t blank = command.find_first_of(kBlanks);
   if (blank == std::string_view::npos) return fail(command, SynthError::kInvalidCmd, 0);
@@ -249,6 +245,24 @@ SynthResult parse_synthetic_dynamic(std::string_view line) {
   const size_t name_at = static_cast<size_t>(name.data() - command.data());
   if (!command_complete(command.substr(name_at))) return fail(command, SynthError::kInvalidCmd, 0);
   return create(command, command.substr(name_at, blank - name_at), fields);
+}
+
+}  // namespace
+
+SynthResult parse_synthetic_command(std::string_view line) {
+  const std::string_view command = skip_blanks(line);
+  SynthResult r = parse_command(command);
+  r.command = std::string(command);
+  return r;
+}
+
+bool is_synthetic_dynamic(std::string_view line) { return skip_blanks(line).starts_with("s:"); }
+
+SynthResult parse_synthetic_dynamic(std::string_view line) {
+  const std::string_view command = skip_blanks(line);
+  SynthResult r = parse_dynamic(command);
+  r.command = std::string(command);
+  return r;
 }
 
 std::string synthetic_description(const SynthEvent& ev) {

@@ -51,6 +51,7 @@ struct SynthResult {
   SynthEvent event;        // kDefine
   std::string remove;      // kRemove: the name after '!'
   Diagnostic error;        // kError: err set; logged() when the kernel logs it
+  std::string command;     // the line without its leading blanks, as error_log shows it
 };
 
 // One line of a write to `synthetic_events` (comment already cut at '#').

@@ -162,7 +162,7 @@ int64_t DynamicEvents::Impl::write_definitions(DefinitionFile which, const Reque
         if (r.error.logged()) error_log.add(r.error);
         err = -r.error.err;
       } else if (r.status == events::SynthStatus::kDefine) {
-        err = define_synthetic(r.event, r.error.command.empty() ? text : r.error.command);
+        err = define_synthetic(r.event, r.command);
       }
       if (err != 0) return err;
       continue;
@@ -339,11 +339,7 @@ int64_t DynamicEvents::Impl::write_synthetic(std::string_view data) {
         err = -r.error.err;
         break;
       case events::SynthStatus::kRemove: err = remove_synthetic(r.remove); break;
-      case events::SynthStatus::kDefine: {
-        const size_t start = text.find_first_not_of(" \t\n\v\f\r");
-        err = define_synthetic(r.event, text.substr(start == std::string::npos ? 0 : start));
-        break;
-      }
+      case events::SynthStatus::kDefine: err = define_synthetic(r.event, r.command); break;
     }
     if (err != 0) return err;
   }

@@ -482,11 +482,10 @@ std::string HistSpec::text() const {
   std::string head = filter_at == std::string::npos ? id : id.substr(0, filter_at);
   std::string tail = filter_at == std::string::npos ? "" : id.substr(filter_at);
   // The kernel prints the size, the clock and the actions after the sort keys.
-  const size_t sort_end = head.size();
   std::string extra = ":size=" + std::to_string(1u << bits);
   if (uses_timestamp()) extra += ":clock=global";
   for (const HistOnMatch& m : actions) extra += m.text();
-  return "hist:" + head.substr(0, sort_end) + extra + tail;
+  return "hist:" + head + extra + tail;
 }
 
 bool HistSpec::uses_timestamp() const {

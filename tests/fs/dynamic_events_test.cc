@@ -1430,7 +1430,7 @@ TEST_F(DynamicEventsTest, SyntheticEventsAreDefinedReadBackAndRemovedAsInTheKern
   // Errors: a taken name (logged, EEXIST), a probe event in the synthetic group.
   clear_log();
   EXPECT_EQ(echo("synthetic_events", "wakeup_latency u64 x"), -EEXIST);
-  EXPECT_EQ(echo("dynamic_events", "s:wakeup_latency u64 x"), -EEXIST);
+  EXPECT_EQ(echo("dynamic_events", "  s:wakeup_latency u64 x"), -EEXIST);
   EXPECT_EQ(log(), log_entry("synthetic_events", "Event already exists", "wakeup_latency u64 x", 0) +
                        log_entry("synthetic_events", "Event already exists",
                                  "s:wakeup_latency u64 x", 2));
