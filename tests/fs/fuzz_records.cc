@@ -43,6 +43,7 @@
 #include "events/record.h"
 #include "events/ring.h"
 #include "events/ring_consumer.h"
+#include "events/synthetic.h"
 #include "fs/event_triggers.h"
 #include "fs/trace_reader.h"
 #include "fs/tracefs.h"
@@ -68,6 +69,15 @@ const char* const kDefinitions[] = {
     "p:uprobes/u_many /bin/true:0x1370 s=+0(%si):string arr=+0(%cx):string[16]",
 };
 constexpr size_t kEvents = sizeof kDefinitions / sizeof kDefinitions[0];
+
+// Synthetic events (events/synthetic.h) after the probe events: numbers of every size,
+// a string kept in place, a __data_loc string and address list, gfp_t's flag names.
+const char* const kSynthDefinitions[] = {
+    "synth_all s8 a; u16 b; char s[16]; char d[]; gfp_t g; pid_t pid; bool flag",
+    "synth_stack u64 lat; long st[]; char d[]",
+};
+constexpr size_t kSynthEvents = sizeof kSynthDefinitions / sizeof kSynthDefinitions[0];
+constexpr size_t kAllEvents = kEvents + kSynthEvents;
 
 // Tried on every event; those that compile against it are its filters.
 const char* const kFilters[] = {
@@ -124,6 +134,24 @@ std::vector<Event>& events_table() {
       if (!e.view.compiled.fields.empty() && e.filters.empty()) {
         std::fprintf(stderr, "fuzz_records: no filter compiles for %s\n", kDefinitions[i]);
         std::abort();
+      }
+      t->push_back(std::move(e));
+    }
+    for (size_t i = 0; i < kSynthEvents; ++i) {
+      SynthResult r = parse_synthetic_command(kSynthDefinitions[i]);
+      if (r.status != SynthStatus::kDefine) {
+        std::fprintf(stderr, "fuzz_records: %s is no synthetic event\n", kSynthDefinitions[i]);
+        std::abort();
+      }
+      Event e;
+      e.view.compiled = synthetic_compiled(r.event);
+      e.view.id = static_cast<uint16_t>(fs::kFirstEventId + kEvents + i);
+      e.view.system = e.view.compiled.group;
+      e.view.name = e.view.compiled.event;
+      for (const char* text : kFilters) {
+        CompiledFilter f;
+        Diagnostic err;
+        if (compile_filter(text, e.view.compiled, &f, &err)) e.filters.push_back(std::move(f));
       }
       t->push_back(std::move(e));
     }
@@ -233,9 +261,9 @@ struct Input {
 
 // The ids a produced record may carry: each event's, the marker's, one nobody defined.
 uint16_t id_for(uint8_t sel) {
-  const size_t k = sel % (kEvents + 2);
-  if (k < kEvents) return static_cast<uint16_t>(fs::kFirstEventId + k);
-  return k == kEvents ? fs::kMarkerEventId : static_cast<uint16_t>(0x1234);
+  const size_t k = sel % (kAllEvents + 2);
+  if (k < kAllEvents) return static_cast<uint16_t>(fs::kFirstEventId + k);
+  return k == kAllEvents ? fs::kMarkerEventId : static_cast<uint16_t>(0x1234);
 }
 
 void run_ring(Input in, fs::TriggerGate& gate, uint8_t ctl) {
@@ -461,7 +489,7 @@ void write_seeds(const std::string& dir) {
   std::memcpy(marker.data() + 16, "fuzzprog", 8);
   marker[12] = 6;
   std::memcpy(marker.data() + fs::kMarkerHeaderSize, "hello\n", 6);
-  append_produce(ring, 0, static_cast<uint8_t>(kEvents), marker);
+  append_produce(ring, 0, static_cast<uint8_t>(kAllEvents), marker);
   std::vector<uint8_t> walked = ring;
   walked.insert(walked.end(), {3, 15, 2, 3});
   write_seed(dir, "ring_well_formed", walked);
@@ -526,7 +554,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<fs::TriggerGate::EventPtr> evs;
   arm_gate(g, evs, ctl);
   if ((ctl & 1) == 0) {
-    const Event& e = events_table()[(data[1] & 7) % kEvents];
+    const Event& e = events_table()[(data[1] & 7) % kAllEvents];
     if (data[1] & 8) {
       const size_t want = (data[2] | size_t{data[3]} << 8 | size_t{data[4]} << 16) % (1u << 18);
       std::vector<uint8_t> rec(data + 6, data + size);
