@@ -705,8 +705,10 @@ TEST_F(TraceCmd, RecordSentToAListenerOnLoopbackIsReportedFromTheCollectorsFile)
   for (int attempt = 0; attempt < 5 && !listener; ++attempt) {
     port = free_tcp_port();
     ASSERT_GT(port, 0);
-    auto l = std::make_unique<Group>(std::vector<std::string>{
-        "trace-cmd", "listen", "-p", std::to_string(port), "-d", collected});
+    // On the mount too: libtracefs in the listener mounts the host's tracefs when it finds
+    // none.
+    auto l = std::make_unique<Group>(
+        on_mount({"trace-cmd", "listen", "-p", std::to_string(port), "-d", collected}));
     // Re-checked every 20 ms (the listener says nothing when it listens), and at its end.
     const auto deadline = Clock::now() + std::chrono::milliseconds(20000);
     while (!listening_on(port) && !l->ended(20) && ms_left(deadline) > 0) {
