@@ -1262,7 +1262,7 @@ TEST(AgentLinkGuard, HostilePeersDoNotDelayALaunchOrAnAttach) {
   ASSERT_NO_FATAL_FAILURE(end_stdin_and_expect_exit_ok(attached));
 }
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(PROBEFS_SANITIZED)
 constexpr bool kAddressSanitizer = true;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
