@@ -591,6 +591,7 @@ std::unique_ptr<HitHists> make_hit_hists(const lk::SetHist& s, uint32_t fixed, l
     for (uint32_t v = 0; v < p.nvars; ++v)
       fits = fits && operand_fits(p.vars[v].a, fixed) && operand_fits(p.vars[v].b, fixed);
     for (uint32_t a = 0; a < p.action.nparams; ++a) fits = fits && operand_fits(p.action.params[a], fixed);
+    for (uint32_t a = 0; a < p.track.nsave; ++a) fits = fits && operand_fits(p.track.save[a], fixed);
     if (!fits) {
       set_error(reply, -EINVAL, "a histogram operand lies outside the record");
       return nullptr;

@@ -129,6 +129,12 @@ namespace probefs::events {
   X(kHistInvalidRefKey, "Using variable references in keys not supported", EINVAL)       \
   X(kHistVarNotFound, "Couldn't find variable", EINVAL)                                  \
   X(kHistInvalidStrOperand, "String type can not be an operand in expression", EINVAL)   \
+  X(kHistOnxNotVar, "For onmax(x) or onchange(x), x must be a variable", EINVAL)         \
+  X(kHistOnxVarNotFound, "Couldn't find onmax or onchange variable", EINVAL)             \
+  X(kHistFieldVarCreateFail, "Couldn't create field variable", EINVAL)                   \
+  X(kHistTooManySaveActions, "Can't have more than one save() action per hist", EEXIST)  \
+  X(kHistActionMismatch, "Handler doesn't support action", EINVAL)                       \
+  X(kHistInvalidParam, "Invalid action param", EINVAL)                                   \
   /* synthetic events (trace_events_synth.c) */                                          \
   X(kSynthBadName, "Illegal name", EINVAL)                                               \
   X(kSynthInvalidCmd, "Command must be of the form: <name> field[;field] ...", EINVAL)   \

@@ -41,6 +41,20 @@ void hist_read_tables(const uint8_t* base, uint64_t bytes, uint32_t ring_count,
       dst.hitcount += __atomic_load_n(&sums[0], __ATOMIC_RELAXED);
       for (uint32_t v = 0; v < g.nvals && v < kHistMaxVals; ++v)
         dst.vals[v] += __atomic_load_n(&sums[1 + v], __ATOMIC_RELAXED);
+      if (g.track != HistTrackKind::kNone && g.nsave <= kHistMaxParams) {
+        const auto* block = reinterpret_cast<const uint64_t*>(e + g.track_offset());
+        const uint64_t when = __atomic_load_n(&block[0], __ATOMIC_RELAXED);
+        const uint64_t value = __atomic_load_n(&block[1], __ATOMIC_RELAXED);
+        const bool wins = dst.track_when == 0 ||
+                          (g.track == HistTrackKind::kMax ? value > dst.track_value
+                                                          : when > dst.track_when);
+        if (when != 0 && wins) {
+          dst.track_when = when;
+          dst.track_value = value;
+          for (uint32_t i = 0; i < g.nsave; ++i)
+            dst.saved[i] = __atomic_load_n(&block[2 + i], __ATOMIC_RELAXED);
+        }
+      }
       if (fresh && g.with_comm) {
         const char* c = reinterpret_cast<const char*>(e + g.comm_offset());
         dst.comm.assign(c, strnlen(c, kHistCommBytes - 1));

@@ -116,6 +116,20 @@ struct HistAction {
   uint8_t param_size[kHistMaxParams] = {};
 };
 
+// onmax($VAR) / onchange($VAR): the variable `var` of this histogram is tracked per entry;
+// when a hit's value passes (above the entry's maximum, or different from its last value)
+// the entry keeps it with the hit's fields `save[]` (.save(...)), and the program's
+// action fires (onmax(...).trace(...)) if `fires`; otherwise that action does not fire.
+enum class HistTrackKind : uint8_t { kNone, kMax, kChange };
+
+struct HistTrack {
+  HistTrackKind kind = HistTrackKind::kNone;
+  bool fires = false;        // the program's action is this handler's
+  uint32_t var = 0;          // this histogram's variable
+  uint32_t nsave = 0;
+  HistOperand save[kHistMaxParams] = {};
+};
+
 // A slot's geometry: the same for every program that counts into it (a named histogram
 // shared by events has one key layout).
 struct HistGeometry {
@@ -124,13 +138,17 @@ struct HistGeometry {
   uint32_t capacity_bits = kHistDefaultBits;
   bool with_comm = false;    // entries keep the inserting thread's name (.execname)
   uint32_t nvars = 0;        // variables (kHistMaxVars at most)
+  // onmax/onchange: how entries compare tracked values, and how many hit fields they keep
+  // with them (the block: u64 when, u64 value, u64 saved[nsave]; when 0: never tracked).
+  HistTrackKind track = HistTrackKind::kNone;
+  uint32_t nsave = 0;        // kHistMaxParams at most
 
   uint32_t capacity() const { return 1u << capacity_bits; }
   uint32_t slots() const { return 2u << capacity_bits; }
   // A power of two (an entry never straddles more cache lines than it must, and its
   // address is a shift away from its index).
   uint32_t entry_bytes() const {
-    const uint32_t used = 8 + key_bytes + 8 + 8 * nvals + vars_bytes() +
+    const uint32_t used = 8 + key_bytes + 8 + 8 * nvals + vars_bytes() + track_bytes() +
                           (with_comm ? kHistCommBytes : 0);
     uint32_t b = 32;
     while (b < used) b <<= 1;
@@ -139,7 +157,9 @@ struct HistGeometry {
   // Where an entry keeps its variables: a u64 of which are set, then one u64 each.
   uint32_t vars_offset() const { return 8 + key_bytes + 8 + 8 * nvals; }
   uint32_t vars_bytes() const { return nvars ? 8 + 8 * nvars : 0; }
-  uint32_t comm_offset() const { return vars_offset() + vars_bytes(); }
+  uint32_t track_offset() const { return vars_offset() + vars_bytes(); }
+  uint32_t track_bytes() const { return track != HistTrackKind::kNone ? 16 + 8 * nsave : 0; }
+  uint32_t comm_offset() const { return track_offset() + track_bytes(); }
   uint64_t table_stride() const {
     const uint64_t b = kHistTableHeaderBytes + uint64_t{slots()} * entry_bytes();
     return (b + 4095) & ~uint64_t{4095};
@@ -150,7 +170,8 @@ struct HistGeometry {
   // Equal for equal geometries: what a program and the tables it counts into must share.
   uint64_t signature() const {
     return uint64_t{key_bytes} | uint64_t{nvals} << 16 | uint64_t{capacity_bits} << 24 |
-           uint64_t{with_comm} << 32 | uint64_t{nvars} << 40;
+           uint64_t{with_comm} << 32 | uint64_t{nvars} << 40 |
+           uint64_t{static_cast<uint8_t>(track)} << 48 | uint64_t{nsave} << 52;
   }
 };
 
@@ -190,11 +211,12 @@ struct HistProgram {
   uint32_t nrefs = 0;
   HistVarRef refs[kHistMaxVarRefs] = {};
   HistAction action;
+  HistTrack track;
 
   // Whether the hit path must take hist_update_inter: variables, references, an action,
   // or a value hist_update does not compute (a timestamp, a variable, a constant).
   bool inter_event() const {
-    if (nvars || nrefs || action.synth_id) return true;
+    if (nvars || nrefs || action.synth_id || track.kind != HistTrackKind::kNone) return true;
     for (uint32_t v = 0; v < nvals && v < kHistMaxVals; ++v)
       if (vals[v].source >= HistSource::kTimestamp || vals[v].transform == HistTransform::kUsecs)
         return true;
@@ -212,6 +234,9 @@ struct HistShape {
   bool with_comm = false;
   uint32_t nvars = 0;
   uint32_t vars_offset = 0;  // in an entry
+  uint32_t track_offset = 0;
+  uint32_t nsave = 0;        // saved fields of a tracking geometry
+  bool track = false;
   uint32_t comm_offset = 0;
   uint64_t stride = 0;       // table_stride
   HistShape() = default;
@@ -224,6 +249,9 @@ struct HistShape {
         with_comm(g.with_comm),
         nvars(g.nvars),
         vars_offset(g.vars_offset()),
+        track_offset(g.track_offset()),
+        nsave(g.nsave),
+        track(g.track != HistTrackKind::kNone),
         comm_offset(g.comm_offset()),
         stride(g.table_stride()) {}
 };
@@ -375,6 +403,13 @@ template <class CommOf>
         __atomic_store_n(reinterpret_cast<uint64_t*>(sums) + i, 0, __ATOMIC_RELAXED);
       }
       if (g.nvars) __atomic_store_n(reinterpret_cast<uint64_t*>(c + g.vars_offset), 0, __ATOMIC_RELAXED);
+      if (g.track) {
+        // The whole block: an entry never tracked reads 0 everywhere, as the kernel's.
+        for (uint32_t i = 0; i < 2 + g.nsave; ++i) {
+          asm("" : "+r"(i));
+          __atomic_store_n(reinterpret_cast<uint64_t*>(c + g.track_offset) + i, 0, __ATOMIC_RELAXED);
+        }
+      }
       if (g.with_comm) comm_of(reinterpret_cast<char*>(c + g.comm_offset));
       __atomic_store_n(&h->used, h->used + 1, __ATOMIC_RELAXED);
       __atomic_store_n(reinterpret_cast<uint64_t*>(c), tag, __ATOMIC_RELEASE);
@@ -541,7 +576,20 @@ inline bool hist_update_inter(const HistProgram& p, const HistShape& g, const Hi
   }
   for (uint32_t r = 0; r < p.nrefs && r < kHistMaxVarRefs; ++r)
     __atomic_store_n(ref_sets[r], *ref_sets[r] & ~(uint64_t{1} << p.refs[r].var), __ATOMIC_RELAXED);
-  if (p.action.synth_id != 0) {
+  bool passed = false;
+  if (p.track.kind != HistTrackKind::kNone && g.track && p.track.nsave <= g.nsave) {
+    auto* block = reinterpret_cast<uint64_t*>(e + g.track_offset);
+    const uint64_t v = iv.vars[p.track.var % kHistMaxVars];
+    passed = p.track.kind == HistTrackKind::kMax ? v > block[1] : v != block[1];
+    if (passed) {
+      __atomic_store_n(&block[1], v, __ATOMIC_RELAXED);
+      for (uint32_t i = 0; i < p.track.nsave && i < kHistMaxParams; ++i)
+        __atomic_store_n(&block[2 + i], hist_detail::value_of(p.track.save[i], rec, iv),
+                         __ATOMIC_RELAXED);
+      __atomic_store_n(&block[0], now_ns | 1, __ATOMIC_RELAXED);
+    }
+  }
+  if (p.action.synth_id != 0 && (!p.track.fires || passed)) {
     fired->synth_id = p.action.synth_id;
     fired->action = &p.action;
     fired->nparams = p.action.nparams < kHistMaxParams ? p.action.nparams : kHistMaxParams;
@@ -557,6 +605,11 @@ struct HistEntry {
   uint64_t hitcount = 0;
   uint64_t vals[kHistMaxVals] = {};
   std::string comm;     // with_comm: the name of the thread that made the entry
+  // A tracking geometry: the tracked value and the fields kept with it, of the table
+  // whose value wins (the largest for onmax, the latest for onchange); 0 when untracked.
+  uint64_t track_when = 0;
+  uint64_t track_value = 0;
+  uint64_t saved[kHistMaxParams] = {};
 };
 
 struct HistTotals {

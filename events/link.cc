@@ -237,7 +237,8 @@ bool get_setup(In& in, Setup* s) {
 void put_geometry(Out& o, const HistGeometry& g) {
   o.u8(g.with_comm ? 1 : 0);
   o.u8(static_cast<uint8_t>(g.nvars));
-  o.u16(0);
+  o.u8(static_cast<uint8_t>(g.track));
+  o.u8(static_cast<uint8_t>(g.nsave));
   o.u32(g.key_bytes);
   o.u32(g.nvals);
   o.u32(g.capacity_bits);
@@ -245,11 +246,16 @@ void put_geometry(Out& o, const HistGeometry& g) {
 
 bool get_geometry(In& in, HistGeometry* g) {
   in.boolean(&g->with_comm, "hist: with_comm");
-  uint8_t nvars = 0;
-  uint16_t pad16 = 0;
+  uint8_t nvars = 0, track = 0, nsave = 0;
   in.get(&nvars, "hist");
-  in.get(&pad16, "hist");
+  in.get(&track, "hist");
+  in.get(&nsave, "hist");
   g->nvars = nvars;
+  g->nsave = nsave;
+  if (in.ok() && (track > static_cast<uint8_t>(HistTrackKind::kChange) || nsave > kHistMaxParams ||
+                  (track == 0 && nsave != 0)))
+    return in.fail("hist: tracking");
+  g->track = static_cast<HistTrackKind>(track);
   in.get(&g->key_bytes, "hist");
   in.get(&g->nvals, "hist");
   in.get(&g->capacity_bits, "hist");
@@ -332,7 +338,7 @@ void put_set_hist(Out& o, const SetHist& s) {
     if (p.slot >= kHistMaxSlots || p.nkeys == 0 || p.nkeys > kHistMaxKeys ||
         p.nvals >= kHistMaxVals || p.nvals != s.geometries[i].nvals ||
         p.nvars > kHistMaxVars || p.nrefs > kHistMaxVarRefs ||
-        p.action.nparams > kHistMaxParams) {
+        p.action.nparams > kHistMaxParams || p.track.nsave > kHistMaxParams) {
       o.ok = false;
       return;
     }
@@ -347,9 +353,10 @@ void put_set_hist(Out& o, const SetHist& s) {
     o.u8(static_cast<uint8_t>(p.nvars));
     o.u8(static_cast<uint8_t>(p.nrefs));
     o.u8(static_cast<uint8_t>(p.action.nparams));
-    o.u8(0);
+    o.u8(static_cast<uint8_t>(static_cast<uint8_t>(p.track.kind) | (p.track.fires ? 0x80 : 0)));
     o.u16(p.action.synth_id);
-    o.u16(0);
+    o.u8(static_cast<uint8_t>(p.track.var));
+    o.u8(static_cast<uint8_t>(p.track.nsave));
     for (uint32_t v = 0; v < p.nvars; ++v) {
       o.u8(static_cast<uint8_t>(p.vars[v].op));
       put_operand(o, p.vars[v].a);
@@ -367,6 +374,7 @@ void put_set_hist(Out& o, const SetHist& s) {
       o.u8(0);
       o.u16(0);
     }
+    for (uint32_t i = 0; i < p.track.nsave; ++i) put_operand(o, p.track.save[i]);
   }
 }
 
@@ -413,17 +421,29 @@ bool get_set_hist(In& in, SetHist* s) {
     for (uint32_t v = 0; v < p.nvals; ++v)
       if (!get_operand(in, &p.vals[v], false, g.key_bytes)) return false;
     if (!get_filter(in, &p.filter)) return false;
-    uint8_t nvars = 0, nrefs = 0, nparams = 0, pad8 = 0;
+    uint8_t nvars = 0, nrefs = 0, nparams = 0, track = 0, track_var = 0, nsave = 0;
     in.get(&nvars, "set_hist");
     in.get(&nrefs, "set_hist");
     in.get(&nparams, "set_hist");
-    in.get(&pad8, "set_hist");
+    in.get(&track, "set_hist");
     in.get(&p.action.synth_id, "set_hist");
-    in.get(&pad, "set_hist");
+    in.get(&track_var, "set_hist");
+    in.get(&nsave, "set_hist");
     if (!in.ok()) return false;
     if (nvars > kHistMaxVars || nvars > g.nvars || nrefs > kHistMaxVarRefs ||
         nparams > kHistMaxParams || (nparams && !p.action.synth_id))
       return in.fail("set_hist: variable, reference or parameter count");
+    // onmax/onchange: the slot's kind, one of the program's variables, no more saved
+    // fields than the entries keep; firing needs an action.
+    const uint8_t kind = track & 0x7f;
+    p.track.fires = (track & 0x80) != 0;
+    if (kind != static_cast<uint8_t>(g.track) || nsave > g.nsave ||
+        (kind != 0 && track_var >= nvars) || (kind == 0 && (nsave || p.track.fires)) ||
+        (p.track.fires && !p.action.synth_id))
+      return in.fail("set_hist: tracking");
+    p.track.kind = static_cast<HistTrackKind>(kind);
+    p.track.var = track_var;
+    p.track.nsave = nsave;
     p.nvars = nvars;
     p.nrefs = nrefs;
     p.action.nparams = nparams;
@@ -459,6 +479,8 @@ bool get_set_hist(In& in, SetHist* s) {
         return in.fail("set_hist: parameter offset");
       p.action.param_size[a] = size;
     }
+    for (uint32_t i = 0; i < p.track.nsave; ++i)
+      if (!get_operand(in, &p.track.save[i], false, g.key_bytes)) return false;
     s->programs.push_back(std::move(p));
     s->geometries.push_back(g);
   }

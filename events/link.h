@@ -69,9 +69,10 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 6;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+inline constexpr uint32_t kAgentAbiVersion = 7;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
+                                                  // 7: onmax, onchange
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -225,10 +226,11 @@ struct SetFilter {
 // a descriptor (release), the area's tables of the slot are let go. spare_id 0 names the
 // area the process records into now, another a spare area (SPARE): a fork child that
 // takes the spare counts into its tables from its first instruction.
-//   u32 slot, u8 release, u8 with_comm, u8 nvars, u8 0, u32 key_bytes, u32 nvals,
-//   u32 capacity_bits, u32 rings, u32 spare_id
+//   u32 slot, u8 release, u8 with_comm, u8 nvars, u8 track, u8 nsave, u32 key_bytes,
+//   u32 nvals, u32 capacity_bits, u32 rings, u32 spare_id
 // slot < kHistMaxSlots; key_bytes a multiple of 8, 8..kHistMaxKeyBytes; nvals below
-// kHistMaxVals; nvars at most kHistMaxVars; capacity_bits within kHistMinBits..
+// kHistMaxVals; nvars at most kHistMaxVars; track a HistTrackKind, nsave at most
+// kHistMaxParams and 0 without tracking; capacity_bits within kHistMinBits..
 // kHistMaxBits; 0 < rings <= 65536.
 struct HistTable {
   uint32_t slot = 0;
@@ -246,9 +248,11 @@ struct HistTable {
 //   [bytes filter], u64 clock anchor_tsc, u64 anchor_ns, u64 mult,
 //   n x (u32 slot, geometry as in HIST_TABLE, u8 nkeys, u8 nvals, u16 0,
 //        nkeys x operand, nvals x operand, u8 has_filter, [bytes filter],
-//        u8 nvars, u8 nrefs, u8 nparams, u8 0, u16 action synth_id, u16 0,
+//        u8 nvars, u8 nrefs, u8 nparams, u8 track (kind | 0x80 when the action is the
+//        handler's), u16 action synth_id, u8 tracked var, u8 nsave,
 //        nvars x (u8 op, operand a, operand b), nrefs x (u32 slot, u32 var, geometry),
-//        nparams x (operand, u32 field offset, u8 field size, u8 0, u16 0))
+//        nparams x (operand, u32 field offset, u8 field size, u8 0, u16 0),
+//        nsave x operand)
 //   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
 //            u32 key_size, u64 buckets, u64 value
 // n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind, a

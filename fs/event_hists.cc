@@ -124,6 +124,11 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
     o->offset = r;
     return 0;
   };
+  // A variable's name is the event's: no two histograms of one event define it.
+  for (const HistVarDef& def : spec.vars)
+    for (const HistTrigger& t : ev.hists)
+      for (const HistVarDef& o : t.spec.vars)
+        if (o.name == def.name) return fail(events::ErrorCode::kHistDuplicateVar, def.name);
   p.nvars = static_cast<uint32_t>(spec.vars.size());
   for (size_t v = 0; v < spec.vars.size(); ++v) {
     const HistVarDef& def = spec.vars[v];
@@ -133,8 +138,9 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
       p.vars[v].op = def.op == '+' ? events::HistOp::kAdd : events::HistOp::kSub;
     }
   }
-  for (const HistOnMatch& m : spec.actions) {
-    if (!find_event(m.system, m.event))
+  for (const HistHandlerDef& m : spec.actions) {
+    if (m.save) continue;  // program() has the saved fields
+    if (m.handler == HistHandler::kMatch && !find_event(m.system, m.event))
       return fail(events::ErrorCode::kHistInvalidSubsysEvent, m.system + "." + m.event);
     const DynEvent* se = find_event(events::kSynthSystem, m.synth);
     if (!se || !se->synthetic) return fail(events::ErrorCode::kHistSynthEventNotFound, m.synth);

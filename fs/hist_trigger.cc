@@ -210,8 +210,53 @@ int parse_var(Parser& ps, const events::CompiledEvent& ev, std::string_view name
   return 0;
 }
 
+// .ACTION(PARAMS), the rest of a handler's token after its closing paren.
+int parse_action(Parser& ps, std::string_view tok, std::string_view rest, HistHandlerDef* m) {
+  if (rest.empty() || rest.front() != '.') return ps.fail_at0(ErrorCode::kHistActionNotFound);
+  rest.remove_prefix(1);
+  const size_t open = rest.find('(');
+  if (open == std::string_view::npos) return ps.fail_at0(ErrorCode::kHistActionNotFound);
+  const std::string_view action = rest.substr(0, open);
+  const bool closed = rest.back() == ')';
+  const std::string_view params =
+      rest.substr(open + 1, rest.size() - open - 1 - (closed ? 1 : 0));
+  if (action.substr(0, 4) == "save" || action.substr(0, 8) == "snapshot") {
+    if (action.substr(0, 8) == "snapshot" && !closed)
+      return ps.fail(ErrorCode::kHistNoClosingParen, params);
+    if (m->handler == HistHandler::kMatch) return ps.fail(ErrorCode::kHistActionMismatch, action);
+    // No snapshot buffer here: the kernel's answer where it has none.
+    if (action.substr(0, 8) == "snapshot") return -ENODEV;
+    m->save = true;
+  } else if (!closed) {
+    return ps.fail(ErrorCode::kHistNoClosingParen, tok);
+  }
+  std::vector<std::string_view> list;
+  if (!params.empty() || m->save) list = split(params, ',');
+  if (list.size() > events::kHistMaxParams + (action == "trace" ? 1 : 0))
+    return ps.fail_at0(ErrorCode::kHistTooManyParams);
+  for (std::string_view& p : list) {
+    p = strip(p);
+    if (p.size() < 2) return ps.fail(ErrorCode::kHistInvalidParam, p);
+  }
+  if (m->save) {
+    for (std::string_view p : list) m->params.emplace_back(p);
+    return 0;
+  }
+  if (action.substr(0, 5) == "trace") {
+    m->trace_keyword = true;
+    if (list.empty()) return ps.fail(ErrorCode::kHistSynthEventNotFound, tok);
+    m->synth = std::string(list.front());
+    list.erase(list.begin());
+  } else {
+    if (action.empty()) return ps.fail_at0(ErrorCode::kHistActionNotFound);
+    m->synth = std::string(action);
+  }
+  for (std::string_view p : list) m->params.emplace_back(p);
+  return 0;
+}
+
 // onmatch(SYSTEM.EVENT).ACTION(PARAMS)
-int parse_onmatch(Parser& ps, std::string_view tok, HistOnMatch* m) {
+int parse_onmatch(Parser& ps, std::string_view tok, HistHandlerDef* m) {
   std::string_view rest = tok.substr(8);  // after "onmatch("
   const size_t close = rest.find(')');
   if (close == std::string_view::npos) return ps.fail(ErrorCode::kHistNoClosingParen, tok);
@@ -221,32 +266,18 @@ int parse_onmatch(Parser& ps, std::string_view tok, HistOnMatch* m) {
   m->system = std::string(target.substr(0, dot));
   m->event = std::string(target.substr(dot + 1));
   if (m->system.empty() || m->event.empty()) return ps.fail(ErrorCode::kHistInvalidSubsysEvent, target);
-  rest = rest.substr(close + 1);
-  if (rest.empty() || rest.front() != '.') return ps.fail(ErrorCode::kHistActionNotFound, tok);
-  rest.remove_prefix(1);
-  const size_t open = rest.find('(');
-  if (open == std::string_view::npos || open == 0) return ps.fail(ErrorCode::kHistActionNotFound, tok);
-  const std::string_view action = rest.substr(0, open);
-  if (rest.back() != ')') return ps.fail(ErrorCode::kHistNoClosingParen, tok);
-  const std::string_view params = rest.substr(open + 1, rest.size() - open - 2);
-  if (action == "save" || action == "snapshot") return ps.fail(ErrorCode::kHistCreateFail, tok);
-  std::vector<std::string_view> ps_list;
-  if (!params.empty()) ps_list = split(params, ',');
-  if (action == "trace") {
-    m->trace_keyword = true;
-    if (ps_list.empty() || ps_list.front().empty())
-      return ps.fail(ErrorCode::kHistSynthEventNotFound, tok);
-    m->synth = std::string(ps_list.front());
-    ps_list.erase(ps_list.begin());
-  } else {
-    m->synth = std::string(action);
-  }
-  if (ps_list.size() > events::kHistMaxParams) return ps.fail(ErrorCode::kHistTooManyParams, params);
-  for (std::string_view p : ps_list) {
-    if (p.empty()) return ps.fail(ErrorCode::kHistParamNotFound, params);
-    m->params.emplace_back(p);
-  }
-  return 0;
+  return parse_action(ps, tok, rest.substr(close + 1), m);
+}
+
+// onmax($VAR).ACTION(PARAMS) and onchange($VAR).ACTION(PARAMS)
+int parse_ontrack(Parser& ps, std::string_view tok, HistHandlerDef* m) {
+  const size_t open = tok.find('(');
+  m->handler = tok.substr(0, open) == "onmax" ? HistHandler::kMax : HistHandler::kChange;
+  std::string_view rest = tok.substr(open + 1);
+  const size_t close = rest.find(')');
+  if (close == std::string_view::npos) return -EINVAL;  // the kernel logs nothing here
+  m->track = std::string(rest.substr(0, close));
+  return parse_action(ps, tok, rest.substr(close + 1), m);
 }
 
 const char* flag_suffix(HistFlag f) {
@@ -370,13 +401,23 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
       out->cont = true;
     } else if (tok == "clear") {
       out->clear = true;
-    } else if (tok.substr(0, 8) == "onmatch(") {
-      if (!out->actions.empty()) return ps.fail(ErrorCode::kHistCreateFail, tok);
-      HistOnMatch m;
-      if (int rc = parse_onmatch(ps, tok, &m); rc != 0) return rc;
+    } else if (tok.substr(0, 8) == "onmatch(" || tok.substr(0, 6) == "onmax(" ||
+               tok.substr(0, 9) == "onchange(") {
+      HistHandlerDef m;
+      const int rc = tok.substr(0, 8) == "onmatch("
+                         ? parse_onmatch(ps, tok, &m)
+                         : parse_ontrack(ps, tok, &m);
+      if (rc != 0) return rc;
+      // One event to fire and one tracked variable per histogram (the hit path's).
+      const bool fires = !m.save;
+      const bool tracks = m.handler != HistHandler::kMatch;
+      for (const HistHandlerDef& o : out->actions) {
+        if (m.save && o.save) return ps.fail_at0(ErrorCode::kHistTooManySaveActions);
+        if ((fires && !o.save) || (tracks && o.handler != HistHandler::kMatch))
+          return ps.fail(ErrorCode::kHistCreateFail, tok);
+      }
+      if (out->actions.size() == 2) return ps.fail(ErrorCode::kHistCreateFail, tok);
       out->actions.push_back(std::move(m));
-    } else if (tok.substr(0, 6) == "onmax(" || tok.substr(0, 9) == "onchange(") {
-      return ps.fail(ErrorCode::kHistCreateFail, tok);
     } else {
       return -EINVAL;
     }
@@ -446,6 +487,23 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
                      [&](const HistVarDef& d) { return d.name == v.var; }))
       return ps.fail(ErrorCode::kHistVarNotFound, v.name);
   }
+  // onmax($VAR)/onchange($VAR): a variable of this histogram; save(): numeric fields of
+  // this event.
+  for (HistHandlerDef& a : out->actions) {
+    if (a.handler == HistHandler::kMatch) continue;
+    if (a.track.empty() || a.track.front() != '$') return ps.fail(ErrorCode::kHistOnxNotVar, a.track);
+    const std::string_view var = std::string_view(a.track).substr(1);
+    if (std::none_of(out->vars.begin(), out->vars.end(),
+                     [&](const HistVarDef& d) { return d.name == var; }))
+      return ps.fail(ErrorCode::kHistOnxVarNotFound, var);
+    if (!a.save) continue;
+    for (const std::string& param : a.params) {
+      HistField f;
+      if (!hist_find_field(ev, param, &f) || f.is_string)
+        return ps.fail(ErrorCode::kHistFieldVarCreateFail, param);
+      a.saved.push_back(std::move(f));
+    }
+  }
   uint32_t key_bytes = 0;
   for (const HistField& k : out->keys) key_bytes += key_size_of(k);
   if (key_bytes > events::kHistMaxKeyBytes) return -EINVAL;
@@ -472,6 +530,7 @@ std::string HistSpec::identity() const {
     s += f < 0 ? "hitcount" : field_text(f < nv ? vals[static_cast<size_t>(f)] : keys[static_cast<size_t>(f - nv)]);
     if (sort[i].descending) s += ".descending";
   }
+  for (const HistHandlerDef& m : actions) s += m.text();  // actions_match()
   if (has_filter) s += " if " + filter;
   return s;
 }
@@ -482,10 +541,13 @@ std::string HistSpec::text() const {
   std::string head = filter_at == std::string::npos ? id : id.substr(0, filter_at);
   std::string tail = filter_at == std::string::npos ? "" : id.substr(filter_at);
   // The kernel prints the size, the clock and the actions after the sort keys.
+  // identity() ends with the actions: they go after the size and the clock.
+  std::string acts;
+  for (const HistHandlerDef& m : actions) acts += m.text();
+  head.resize(head.size() - acts.size());
   std::string extra = ":size=" + std::to_string(1u << bits);
   if (uses_timestamp()) extra += ":clock=global";
-  for (const HistOnMatch& m : actions) extra += m.text();
-  return "hist:" + head + extra + tail;
+  return "hist:" + head + extra + acts + tail;
 }
 
 bool HistSpec::uses_timestamp() const {
@@ -501,8 +563,15 @@ std::string HistVarDef::text() const {
   return s;
 }
 
-std::string HistOnMatch::text() const {
-  std::string s = ":onmatch(" + system + "." + event + ").";
+std::string HistHandlerDef::text() const {
+  std::string s = handler == HistHandler::kMatch ? ":onmatch(" + system + "." + event + ")."
+                  : handler == HistHandler::kMax ? ":onmax(" + track + ")."
+                                                 : ":onchange(" + track + ").";
+  if (save) {
+    s += "save(";
+    for (size_t i = 0; i < params.size(); ++i) s += (i ? "," : "") + params[i];
+    return s + ")";
+  }
   s += trace_keyword ? "trace(" + synth : synth + "(";
   for (size_t i = 0; i < params.size(); ++i) s += (i || trace_keyword ? "," : "") + params[i];
   return s + ")";
@@ -517,6 +586,12 @@ events::HistGeometry HistSpec::geometry() const {
   g.with_comm = std::any_of(keys.begin(), keys.end(),
                             [](const HistField& k) { return k.flag == HistFlag::kExecname; });
   g.nvars = static_cast<uint32_t>(vars.size());
+  for (const HistHandlerDef& a : actions) {
+    if (a.handler == HistHandler::kMatch) continue;
+    g.track = a.handler == HistHandler::kMax ? events::HistTrackKind::kMax
+                                             : events::HistTrackKind::kChange;
+    g.nsave = a.save ? static_cast<uint32_t>(a.params.size()) : 0;
+  }
   return g;
 }
 
@@ -573,6 +648,16 @@ events::HistProgram HistSpec::program() const {
     p.keys[i] = operand_of(keys[i]);
     p.keys[i].key_offset = at;
     at += p.keys[i].key_size;
+  }
+  for (const HistHandlerDef& a : actions) {
+    if (a.handler == HistHandler::kMatch) continue;
+    p.track.kind = a.handler == HistHandler::kMax ? events::HistTrackKind::kMax
+                                                  : events::HistTrackKind::kChange;
+    p.track.fires = !a.save;
+    for (size_t v = 0; v < vars.size(); ++v)
+      if ("$" + vars[v].name == a.track) p.track.var = static_cast<uint32_t>(v);
+    for (const HistField& f : a.saved)
+      if (p.track.nsave < events::kHistMaxParams) p.track.save[p.track.nsave++] = operand_of(f);
   }
   p.nvals = static_cast<uint32_t>(vals.size());
   for (size_t i = 0; i < vals.size(); ++i) {
@@ -748,6 +833,15 @@ std::string format_hist(const HistSpec& spec, bool paused, const tracee::HistSna
       } else {
         appendf(&out, " %s: %10llu", vname, static_cast<unsigned long long>(val));
       }
+    }
+    // onmax/onchange: the tracked value, and the fields kept with it.
+    for (const HistHandlerDef& a : spec.actions) {
+      if (a.handler == HistHandler::kMatch) continue;
+      appendf(&out, a.handler == HistHandler::kMax ? "\n\tmax: %10llu" : "\n\tchanged: %10llu",
+              static_cast<unsigned long long>(r.e->track_value));
+      for (size_t i = 0; i < a.saved.size() && i < events::kHistMaxParams; ++i)
+        appendf(&out, "  %s: %10llu", a.saved[i].name.c_str(),
+                static_cast<unsigned long long>(r.e->saved[i]));
     }
     out += "\n";
   }

@@ -16,15 +16,21 @@
 //   onmatch(SYSTEM.EVENT).trace(SYNTH,PARAM,...) or .SYNTH(PARAM,...)
 //          PARAM: $VAR or a field of this event: a record of the synthetic event SYNTH
 //          each time every $VAR of this histogram's expressions and params resolved
+//   onmax($VAR) or onchange($VAR), then .save(FIELD,...) or .trace(...)/.SYNTH(...):
+//          each entry tracks this histogram's variable VAR; when a hit's value is above
+//          the entry's maximum (or differs from its last value) the entry keeps it with
+//          the hit's FIELDs (printed after its values), or the synthetic event fires
 // A $VAR of another histogram is read from that histogram's entry of this hit's key and
 // then unset (read once), as in the kernel.
 //
 // What differs from the kernel (README's limits say so too):
 //   - A variable is seen by later hits of the same thread only (each thread counts into
 //     its own table): entry and return of a function, not a wakeup on another CPU.
-//   - onmax, onchange, save, snapshot, string variables, variables as keys, expressions
-//     of more than two terms and the stacktrace key are refused ("Couldn't create
-//     histogram for field"), as is the .syscall modifier.
+//   - string variables, variables as keys, expressions of more than two terms and the
+//     stacktrace key are refused ("Couldn't create histogram for field"), as is the
+//     .syscall modifier; save() keeps numbers only ("Couldn't create field variable"
+//     for a string); snapshot() fails with ENODEV, as on a kernel without a snapshot
+//     buffer; a histogram has one onmax/onchange and one synthetic event to fire.
 //   - `size` bounds each thread's table and the merged histogram: the hits of a key that
 //     finds either full count as dropped.
 #pragma once
@@ -71,13 +77,19 @@ struct HistVarDef {
   std::string text() const;  // "NAME=EXPR" as the kernel prints it
 };
 
-// onmatch(SYSTEM.EVENT).ACTION(PARAMS): ACTION is "trace" (the first param names the
-// synthetic event) or the synthetic event's name.
-struct HistOnMatch {
-  std::string system, event;
+// HANDLER.ACTION(PARAMS). HANDLER: onmatch(SYSTEM.EVENT), onmax($VAR), onchange($VAR).
+// ACTION: "trace" (the first param names the synthetic event), the synthetic event's
+// name, or (onmax and onchange) "save" (params: fields of this event).
+enum class HistHandler : uint8_t { kMatch, kMax, kChange };
+struct HistHandlerDef {
+  HistHandler handler = HistHandler::kMatch;
+  std::string system, event;  // onmatch
+  std::string track;          // onmax/onchange: the variable as written ("$NAME")
+  bool save = false;
   std::string synth;
   bool trace_keyword = false;
   std::vector<std::string> params;
+  std::vector<HistField> saved;  // save(): the params, resolved
   std::string text() const;  // ":onmatch(...)..." as the kernel prints it
 };
 
@@ -98,7 +110,7 @@ struct HistSpec {
   bool has_filter = false;
   std::string filter;  // as written after "if", trimmed
   std::vector<HistVarDef> vars;
-  std::vector<HistOnMatch> actions;  // at most one
+  std::vector<HistHandlerDef> actions;  // one that fires an event, one that tracks at most
   // Whether a timestamp is read (the read-back then names the clock).
   bool uses_timestamp() const;
 

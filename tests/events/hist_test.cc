@@ -89,6 +89,58 @@ TEST(HistTables, CountsSumsAndKeysAcrossThreadTables) {
   }
 }
 
+// onmax/onchange: each table keeps its entries' tracked value and the fields saved with
+// it; the merge takes the largest (onmax) or the latest (onchange) across tables.
+TEST(HistTables, TrackedValuesAndTheirFieldsMergeAcrossTables) {
+  for (HistTrackKind kind : {HistTrackKind::kMax, HistTrackKind::kChange}) {
+    HistProgram p;
+    p.nkeys = 1;
+    p.keys[0] = number(16, 4, true);
+    p.nvars = 1;
+    p.vars[0].a = number(20, 8, false);
+    p.track.kind = kind;
+    p.track.var = 0;
+    p.track.nsave = 2;
+    p.track.save[0] = number(20, 8, false);
+    p.track.save[1].source = HistSource::kCpu;
+    HistGeometry g;
+    g.key_bytes = 8;
+    g.nvars = 1;
+    g.track = kind;
+    g.nsave = 2;
+    Tables t(g);
+    const HistShape shape(g);
+    uint64_t now = 1000;
+    auto hit = [&](int32_t key, uint64_t v, uint32_t ring, uint32_t cpu) {
+      HistFired fired;
+      fired.synth_id = 0;
+      ASSERT_TRUE(hist_update_inter(p, shape, t.ctl(), t.table(ring), Rec(key, v).bytes, 32, cpu,
+                                    now += 10, nullptr, [](char*) {}, &fired));
+    };
+    hit(1, 5, 0, 3);
+    hit(1, 50, 0, 4);  // ring 0's maximum, and its latest
+    hit(1, 7, 1, 5);
+    hit(1, 9, 1, 6);   // ring 1's latest, the latest of all
+    hit(2, 0, 0, 7);   // never above 0, never different from it: untracked
+    HistEntries e = t.read();
+    ASSERT_EQ(e.size(), 2u);
+    for (const auto& [k, v] : e) {
+      if (key0(k) == 2) {
+        EXPECT_EQ(v.track_when, 0u);
+        EXPECT_EQ(v.track_value, 0u);
+        EXPECT_EQ(v.saved[0], 0u);
+        continue;
+      }
+      EXPECT_EQ(v.hitcount, 4u);
+      EXPECT_NE(v.track_when, 0u);
+      const uint64_t want = kind == HistTrackKind::kMax ? 50 : 9;
+      EXPECT_EQ(v.track_value, want);
+      EXPECT_EQ(v.saved[0], want);
+      EXPECT_EQ(v.saved[1], kind == HistTrackKind::kMax ? 4u : 6u);
+    }
+  }
+}
+
 TEST(HistTables, Log2BucketsCpuAndStringKeys) {
   HistProgram p;
   p.nkeys = 3;

@@ -290,6 +290,38 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].action.param_offset[0] = 4; }));
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->geometries[0].nvars = 1; }));  // 2 vars
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].keys[0].source = HistSource::kTimestamp; }));
+  // onmax($var).save(fields): the slot's kind and saved count, the program's variable.
+  SetHist track = inter;
+  track.geometries[0].track = HistTrackKind::kMax;
+  track.geometries[0].nsave = 2;
+  HistProgram& tp = track.programs[0];
+  tp.track.kind = HistTrackKind::kMax;
+  tp.track.var = 1;
+  tp.track.nsave = 2;
+  tp.track.save[0] = tp.vars[1].a;
+  tp.track.save[1].source = HistSource::kCpu;
+  tp.track.fires = true;
+  m.body = track;
+  SetHist tr2 = std::get<SetHist>(roundtrip(m).body);
+  ASSERT_EQ(tr2.programs.size(), 1u);
+  EXPECT_EQ(tr2.geometries[0].track, HistTrackKind::kMax);
+  EXPECT_EQ(tr2.geometries[0].nsave, 2u);
+  EXPECT_EQ(tr2.geometries[0].signature(), track.geometries[0].signature());
+  EXPECT_EQ(tr2.programs[0].track.kind, HistTrackKind::kMax);
+  EXPECT_EQ(tr2.programs[0].track.var, 1u);
+  EXPECT_TRUE(tr2.programs[0].track.fires);
+  EXPECT_EQ(tr2.programs[0].track.save[0].offset, 24u);
+  EXPECT_EQ(tr2.programs[0].track.save[1].source, HistSource::kCpu);
+  auto track_decodes = [&](const std::function<void(SetHist*)>& change) {
+    return decodes_from(track, change);
+  };
+  EXPECT_TRUE(track_decodes([](SetHist*) {}));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.var = 2; }));  // 2 vars
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.nsave = 3; }));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.kind = HistTrackKind::kChange; }));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].action.synth_id = 0; b->programs[0].action.nparams = 0; }));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->geometries[0].nsave = kHistMaxParams + 1; }));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.save[0].source = HistSource::kString; }));
   SetHist synth;
   synth.synth_id = 77;
   synth.synth_size = 24;

@@ -350,6 +350,70 @@ TEST_F(EventHistsTest, AVariableIsReadOnceAndOnlyAfterItWasSet) {
   EXPECT_EQ(totals(read("events/t/ret/hist")), "Totals:\n    Hits: 5\n    Entries: 1\n    Dropped: 0");
 }
 
+// onmax($lat).save(ret): each entry keeps its largest latency and the return value of the
+// call that made it (traced_sleep returns its argument): a 100 ms sleep beside 100 us ones.
+// onchange($r).trace(...): a synthetic record each time the return value differs from the
+// entry's last one; onmax($r).trace(...): each time it is above every earlier one.
+TEST_F(EventHistsTest, OnmaxKeepsTheMaximumWithItsFieldsAndOnchangeFiresOnChanges) {
+  ASSERT_EQ(echo("synthetic_events", "changed u64 r"), 0);
+  ASSERT_EQ(echo("synthetic_events", "newmax u64 r"), 0);
+  ASSERT_EQ(echo("kprobe_events", "p:t/sin " + kProgName + ":traced_sleep us=%di"), 0);
+  ASSERT_EQ(echo("kprobe_events", "r:t/sout " + kProgName + ":traced_sleep ret=$retval"), 0);
+  ASSERT_EQ(echo("events/t/sin/trigger", "hist:keys=common_pid:ts0=common_timestamp.usecs"), 0);
+  const std::string lat_hist =
+      "hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:onmax($lat).save(ret,common_pid)";
+  ASSERT_EQ(echo("events/t/sout/trigger", lat_hist), 0);
+  ASSERT_EQ(echo("events/t/sout/trigger", "hist:keys=common_pid:r=ret:onchange($r).changed($r)"), 0);
+  ASSERT_EQ(echo("events/t/sout/trigger", "hist:keys=common_pid:m=ret:onmax($m).trace(newmax,$m)"),
+            0);
+  EXPECT_EQ(read("events/t/sout/trigger"),
+            "hist:keys=common_pid:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:"
+            "size=2048:clock=global:onmax($lat).save(ret,common_pid) [active]\n"
+            "hist:keys=common_pid:vals=hitcount:r=ret:sort=hitcount:size=2048:"
+            "onchange($r).changed($r) [active]\n"
+            "hist:keys=common_pid:vals=hitcount:m=ret:sort=hitcount:size=2048:"
+            "onmax($m).trace(newmax,$m) [active]\n");
+  ASSERT_EQ(echo("events/synthetic/changed/enable", "1"), 0);
+  ASSERT_EQ(echo("events/synthetic/newmax/enable", "1"), 0);
+  ASSERT_TRUE(launch());
+  ASSERT_EQ(pipes_.ask("sleeps 1 100 100000 100 200 150 300 300"), "ok 7");
+  std::vector<unsigned long> changed, newmax;
+  for (const std::string& line : pipe_lines()) {
+    unsigned long r = 0;
+    if (const size_t at = line.find("changed: r="); at != std::string::npos) {
+      ASSERT_EQ(sscanf(line.c_str() + at, "changed: r=%lu", &r), 1) << line;
+      changed.push_back(r);
+    } else if (const size_t at2 = line.find("newmax: r="); at2 != std::string::npos) {
+      ASSERT_EQ(sscanf(line.c_str() + at2, "newmax: r=%lu", &r), 1) << line;
+      newmax.push_back(r);
+    } else {
+      ADD_FAILURE() << line;
+    }
+  }
+  EXPECT_EQ(changed, (std::vector<unsigned long>{100, 100000, 100, 200, 150, 300}));
+  EXPECT_EQ(newmax, (std::vector<unsigned long>{100, 100000}));
+  // The entries: the maximum and what was saved with it, on the line after the counts.
+  const std::string hist = read("events/t/sout/hist");
+  char pid[16];
+  snprintf(pid, sizeof pid, "%10d", pid_);
+  const std::string key = std::string("{ common_pid: ") + pid + " } hitcount:          7";
+  size_t at = hist.find(key + "\n\tmax: ");
+  ASSERT_NE(at, std::string::npos) << hist;
+  unsigned long max = 0, ret = 0, saved_pid = 0;
+  ASSERT_EQ(sscanf(hist.c_str() + at + key.size(), "\n\tmax: %lu  ret: %lu  common_pid: %lu", &max,
+                   &ret, &saved_pid),
+            3)
+      << hist;
+  EXPECT_GE(max, 100000u);
+  EXPECT_EQ(ret, 100000u);
+  EXPECT_EQ(saved_pid, static_cast<unsigned long>(pid_));
+  EXPECT_NE(hist.find(key + "\n\tchanged:        300\n"), std::string::npos) << hist;
+  EXPECT_NE(hist.find(key + "\n\tmax:     100000\n"), std::string::npos) << hist;
+  // Removed by the same command.
+  EXPECT_EQ(echo("events/t/sout/trigger", "!" + lat_hist), 0);
+  EXPECT_EQ(read("events/t/sout/hist").find("  ret: "), std::string::npos);
+}
+
 // What cannot resolve is refused as the kernel refuses it, with its error_log entry.
 TEST_F(EventHistsTest, InterEventErrorsAreTheKernels) {
   ASSERT_EQ(echo("synthetic_events", "one u64 v"), 0);
@@ -360,14 +424,22 @@ TEST_F(EventHistsTest, InterEventErrorsAreTheKernels) {
   };
   EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:d=b-$nope"), -EINVAL);
   EXPECT_EQ(last_error().substr(0, 29), "error: Couldn't find variable");
-  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).nope(a)"), -EINVAL);
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).nope(common_pid)"), -EINVAL);
   EXPECT_EQ(last_error().substr(0, 36), "error: Couldn't find synthetic event");
-  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).one(a,b)"), -EINVAL);
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).one(common_pid,common_pid)"), -EINVAL);
   EXPECT_EQ(last_error().substr(0, 60), "error: Param count doesn't match synthetic event field count");
   EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(t.add).one(zz)"), -EINVAL);
   EXPECT_EQ(last_error().substr(0, 26), "error: Couldn't find param");
-  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(x.y).one(a)"), -EINVAL);
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:onmatch(x.y).one(common_pid)"), -EINVAL);
   EXPECT_EQ(last_error().substr(0, 38), "error: Invalid subsystem or event name");
+  // A variable belongs to its event: a second histogram there cannot define it again.
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:va=a"), 0);
+  EXPECT_EQ(echo("events/t/add/trigger", "hist:keys=a:va=b"), -EINVAL);
+  EXPECT_EQ(last_error().substr(0, 31), "error: Variable already defined");
+  EXPECT_NE(read("error_log").find("hist:keys=a:va=b\n" + std::string(11 + 12, ' ') + "^"),
+            std::string::npos)
+      << read("error_log");
+  ASSERT_EQ(echo("events/t/add/trigger", "!hist:keys=common_pid:va=a"), 0);
   // Nothing was added by any of them.
   EXPECT_EQ(read("events/t/add/trigger"), read("events/t/add/trigger").substr(0, 0) +
                                               "# Available triggers:\n# traceon traceoff "

@@ -62,11 +62,21 @@ TEST(HistTrigger, ReadsBackAsTheKernelPrintsIt) {
       {"hist:keys=a:vals=$x,b:x=b+3,y=a:z=common_timestamp-$t if a > 1",
        "hist:keys=a:vals=hitcount,$x,b:x=b+3,y=a,z=common_timestamp-$t:sort=hitcount:size=2048:"
        "clock=global if a > 1"},
-      {"hist:keys=a:lat=common_timestamp.usecs-$ts0:onmatch(g.e).trace(s,$lat,a)",
+      {"hist:keys=a:lat=common_timestamp.usecs-$ts0:onmatch(g.e).trace(sy,$lat,addr)",
        "hist:keys=a:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:size=2048:"
-       "clock=global:onmatch(g.e).trace(s,$lat,a)"},
-      {"hist:keys=a:d=b-$x:onmatch(g.e).s($d,b)",
-       "hist:keys=a:vals=hitcount:d=b-$x:sort=hitcount:size=2048:onmatch(g.e).s($d,b)"},
+       "clock=global:onmatch(g.e).trace(sy,$lat,addr)"},
+      {"hist:keys=a:d=b-$x:onmatch(g.e).s($d,addr)",
+       "hist:keys=a:vals=hitcount:d=b-$x:sort=hitcount:size=2048:onmatch(g.e).s($d,addr)"},
+      // onmax and onchange: after the size, in the order written.
+      {"hist:keys=a:lat=common_timestamp.usecs-$ts0:onmax($lat).save(addr, common_pid)",
+       "hist:keys=a:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:size=2048:"
+       "clock=global:onmax($lat).save(addr,common_pid)"},
+      {"hist:keys=a:v=addr:onchange($v).trace(sy,$v) if b > 2",
+       "hist:keys=a:vals=hitcount:v=addr:sort=hitcount:size=2048:onchange($v).trace(sy,$v)"
+       " if b > 2"},
+      {"hist:keys=a:v=b-$x:onmax($v).save(addr):onmatch(g.e).sy($v)",
+       "hist:keys=a:vals=hitcount:v=b-$x:sort=hitcount:size=2048:onmax($v).save(addr):"
+       "onmatch(g.e).sy($v)"},
   };
   for (const Case& c : cases) {
     Parsed p = parse(c.in);
@@ -116,11 +126,24 @@ TEST(HistTrigger, BadCommandsGetTheKernelsErrorsAndCarets) {
       {"hist:keys=a:x=a*b", -EINVAL, "Couldn't create histogram for field", 14},
       {"hist:keys=a:onmatch(t", -EINVAL, "No closing paren found", 12},
       {"hist:keys=a:onmatch(te).x(a)", -EINVAL, "Missing subsystem", 12},
-      {"hist:keys=a:onmatch(t.e)", -EINVAL, "No action found", 12},
-      {"hist:keys=a:onmatch(t.e).save(a)", -EINVAL, "Couldn't create histogram for field", 12},
+      {"hist:keys=a:onmatch(t.e)", -EINVAL, "No action found", 0},
+      {"hist:keys=a:onmatch(t.e).save(addr)", -EINVAL, "Handler doesn't support action", 25},
+      {"hist:keys=a:onmatch(t.e).trace(sy,b)", -EINVAL, "Invalid action param", 34},
       {"hist:keys=a:vals=common_timestamp.hex", -EINVAL, "Couldn't create histogram for field", 17},
       {"hist:keys=a+b", -EINVAL, "Couldn't create histogram for field", 10},
-      {"hist:keys=a:onmax(b).save(a)", -EINVAL, "Couldn't create histogram for field", 12},
+      {"hist:keys=a:onmax(b).save(addr)", -EINVAL,
+       "For onmax(x) or onchange(x), x must be a variable", 18},
+      {"hist:keys=a:v=b:onmax($w).save(addr)", -EINVAL, "Couldn't find onmax or onchange variable",
+       23},
+      {"hist:keys=a:v=b:onmax($v).save(name)", -EINVAL, "Couldn't create field variable", 31},
+      {"hist:keys=a:v=b:onmax($v).save(nosuch)", -EINVAL, "Couldn't create field variable", 31},
+      {"hist:keys=a:v=b:onmax($v).save(x)", -EINVAL, "Invalid action param", 20},
+      {"hist:keys=a:v=b:onmax($v).save(addr):onchange($v).save(addr)", -EEXIST,
+       "Can't have more than one save() action per hist", 0},
+      {"hist:keys=a:v=b:onmax($v).snapshot(", -EINVAL, "No closing paren found", 0},
+      {"hist:keys=a:v=b:onmax($v).snapshot()", -ENODEV, nullptr, 0},
+      {"hist:keys=a:v=b:onmax($v", -EINVAL, nullptr, 0},
+      {"hist:keys=a:v=b:onmax($v)", -EINVAL, "No action found", 0},
   };
   for (const Case& c : cases) {
     Parsed p = parse(c.in);
