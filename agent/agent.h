@@ -49,6 +49,7 @@ struct HitHists {
   bool needs_comm = false;  // a trigger's filter reads the thread's name
   bool needs_cpu = false;   // a key, a value or a filter reads the CPU
   bool any_inter = false;   // a program takes hist_update_inter (variables, actions...)
+  bool needs_stack = false; // a key is the hit's stack (common_stacktrace)
   events::HistProgram programs[events::kHistMaxPerEvent];
   events::HistShape shapes[events::kHistMaxPerEvent];
   uint64_t signatures[events::kHistMaxPerEvent];  // each geometry's (HistSlot::signature)

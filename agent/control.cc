@@ -613,6 +613,7 @@ std::unique_ptr<HitHists> make_hit_hists(const lk::SetHist& s, uint32_t fixed, l
     if (filter_reads_cpu(p.filter)) next->needs_cpu = true;
     // A program that computes variables or an action may read the CPU anywhere.
     if (next->inter[i]) next->needs_cpu = true;
+    if (p.wants_stack()) next->needs_stack = true;
   }
   next->n = static_cast<uint32_t>(s.programs.size());
   return next;

@@ -33,6 +33,7 @@
 
 #include "agent/agent.h"
 #include "arch/syscall.h"
+#include "arch/x86_64/frame_walk.h"
 #include "events/memory_reader.h"
 #include "probecore/rcu.h"
 
@@ -168,12 +169,39 @@ void name_entry(char* name) {
   name[events::kHistCommBytes - 1] = 0;
 }
 
+// The hit's stack for a stacktrace key (kHistStackDepth addresses, zeros past the end):
+// where the thread stopped (the probed instruction; for a return probe the address it
+// returns to), then its callers by the frame-pointer chain, the first of them from the
+// return address at the stack pointer when the probe is on a function's first
+// instruction (the function has not made its frame yet).
+[[gnu::noinline]] void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs,
+                                     uint64_t ret_ip, uint64_t* out) {
+  const bool is_return = hp->view.is_return;
+  const bool at_entry = hp->rp.kp.bounds.start == hp->address;
+  constexpr uint32_t kDepth = events::kHistStackDepth;
+  uint32_t n = 0;
+  out[n++] = is_return ? ret_ip : hp->address;
+  auto walk = [&](const auto& rd) {
+    if (!is_return && at_entry) {
+      uint64_t ra = 0;
+      if (rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = ra;
+    }
+    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, kDepth - n);
+  };
+  if (as->fault_tolerant) walk(events::FaultTolerantReader{});
+  else walk(events::LiveMemoryReader(as->pid));
+  for (uint32_t i = n; i < kDepth; ++i) {
+    asm("" : "+r"(i));
+    out[i] = 0;
+  }
+}
+
 // One hit of a program with variables, references or an action (hist_update_inter): its
 // references' tables are this ring's tables of their slots.
 [[gnu::noinline]] void count_inter(AreaState* as, const HitHists* hh, uint32_t i,
                                    const events::HistControl* ctl, uint8_t* table,
                                    const uint8_t* rec, uint32_t len, uint32_t ring, uint32_t cpu,
-                                   FiredSet* fired) {
+                                   const uint64_t* stack, FiredSet* fired) {
   const events::HistProgram& prog = hh->programs[i];
   events::HistRefTable refs[events::kHistMaxVarRefs];
   for (uint32_t r = 0; r < prog.nrefs && r < events::kHistMaxVarRefs; ++r) {
@@ -188,8 +216,8 @@ void name_entry(char* name) {
   const uint64_t now = hh->clock.mult ? hh->clock.ns(events::ring_detail::read_tsc()) : 0;
   events::HistFired f;
   f.synth_id = 0;
-  (void)events::hist_update_inter(prog, hh->shapes[i], ctl, table, rec, len, cpu, now, refs,
-                                  name_entry, &f);
+  (void)events::hist_update_inter(prog, hh->shapes[i], ctl, table, rec, len, cpu, stack, now,
+                                  refs, name_entry, &f);
   if (f.synth_id != 0 && fired != nullptr && fired->n < events::kHistMaxPerEvent)
     fired->f[fired->n++] = f;
 }
@@ -199,7 +227,8 @@ void name_entry(char* name) {
 // actions that fire go into *fired (none are kept when it is null).
 [[gnu::always_inline]] inline void count_hists(AreaState* as, const HitHists* hh,
                                                const uint8_t* rec, uint32_t len, uint32_t ring,
-                                               uint32_t cpu, const char* comm, FiredSet* fired) {
+                                               uint32_t cpu, const char* comm,
+                                               const uint64_t* stack, FiredSet* fired) {
   for (uint32_t i = 0; i < hh->n; ++i) {
     const events::HistProgram& prog = hh->programs[i];
     const events::HistShape& g = hh->shapes[i];
@@ -215,10 +244,10 @@ void name_entry(char* name) {
     const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
     uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.stride;
     if (__builtin_expect(hh->inter[i], 0)) {
-      count_inter(as, hh, i, ctl, table, rec, len, ring, cpu, fired);
+      count_inter(as, hh, i, ctl, table, rec, len, ring, cpu, stack, fired);
       continue;
     }
-    (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, name_entry);
+    (void)events::hist_update(prog, g, ctl, table, rec, len, cpu, stack, name_entry);
   }
 }
 
@@ -260,7 +289,8 @@ const HitSynth* find_synth(uint16_t id) {
       }
     }
     FiredSet next;
-    if (hs->hists.n) count_hists(as, &hs->hists, rec, hs->size, p->ring, cpu, "", depth < 1 ? &next : nullptr);
+    if (hs->hists.n)
+      count_hists(as, &hs->hists, rec, hs->size, p->ring, cpu, "", nullptr, depth < 1 ? &next : nullptr);
     if (hs->record && !events::ring_record_disabled(p->area)) {
       if (hs->filter) {
         events::FilterContext fc;
@@ -333,7 +363,10 @@ const HitSynth* find_synth(uint16_t id) {
     len = events::write_record(hp->view, hc, rd, rec, cap);
   }
   FiredSet fired;
-  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm, &fired);
+  uint64_t frames[events::kHistStackDepth];
+  if (__builtin_expect(hh->needs_stack, 0))
+    capture_stack(as, hp, regs, ret_ip, frames);
+  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
     events::FilterContext fc;
@@ -454,7 +487,10 @@ const HitSynth* find_synth(uint16_t id) {
   comm[0] = 0;
   if (hh->needs_comm) read_comm(comm);
   FiredSet fired;
-  count_hists(as, hh, rec, len, p->ring, cpu, comm, &fired);
+  uint64_t frames[events::kHistStackDepth];
+  if (__builtin_expect(hh->needs_stack, 0))
+    capture_stack(as, hp, regs, ret_ip, frames);
+  count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
     if (f != nullptr && !fast_filter_keeps(f, p, rec, len))

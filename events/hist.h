@@ -53,6 +53,7 @@ inline constexpr uint32_t kHistDefaultBits = 11;
 // MAX_FILTER_STR_VAL).
 inline constexpr uint32_t kHistMaxStringKey = 256;
 inline constexpr uint32_t kHistMaxKeyBytes = kHistMaxKeys * kHistMaxStringKey;
+static_assert(8 * 16 <= kHistMaxStringKey, "a stack key fits where a string key does");
 inline constexpr uint32_t kHistCommBytes = 16;
 inline constexpr uint32_t kHistControlBytes = 64;
 inline constexpr uint32_t kHistTableHeaderBytes = 64;
@@ -69,7 +70,13 @@ enum class HistSource : uint8_t {
   kVar,        // a variable of this histogram, as this hit sets it: offset = its index
   kVarRef,     // $var of another histogram's entry of the same key: offset = ref index
   kConst,      // a number written in the trigger: `value`
+  kStack,      // keys: the hit's return addresses (common_stacktrace), kHistStackDepth u64s
 };
+
+// The return addresses a stacktrace key keeps (the kernel's HIST_STACKTRACE_DEPTH); a
+// shorter stack ends in zeros.
+inline constexpr uint32_t kHistStackDepth = 16;
+inline constexpr uint32_t kHistStackBytes = 8 * kHistStackDepth;
 
 enum class HistTransform : uint8_t {
   kNone,
@@ -215,6 +222,13 @@ struct HistProgram {
 
   // Whether the hit path must take hist_update_inter: variables, references, an action,
   // or a value hist_update does not compute (a timestamp, a variable, a constant).
+  // Whether a key is the hit's stack (the hit path then walks it first).
+  bool wants_stack() const {
+    for (uint32_t k = 0; k < nkeys && k < kHistMaxKeys; ++k)
+      if (keys[k].source == HistSource::kStack) return true;
+    return false;
+  }
+
   bool inter_event() const {
     if (nvars || nrefs || action.synth_id || track.kind != HistTrackKind::kNone) return true;
     for (uint32_t v = 0; v < nvals && v < kHistMaxVals; ++v)
@@ -317,12 +331,22 @@ inline uint64_t hash_key(const uint8_t* key, uint32_t key_bytes) {
 }  // namespace hist_detail
 
 // Builds the key of `p` for a record of `len` bytes: the keys lie side by side, so every
-// one of the key_bytes is set (a string's bytes past its end are zeroed).
+// one of the key_bytes is set (a string's bytes past its end are zeroed). `stack` is the
+// hit's stack (kHistStackDepth return addresses, zero past its end) for a stacktrace key,
+// or null (the key is then all zeros).
 [[gnu::always_inline]] inline void hist_make_key(const HistProgram& p, const uint8_t* rec, uint32_t len, uint32_t cpu,
-                          uint8_t* key) {
+                          const uint64_t* stack, uint8_t* key) {
   for (uint32_t k = 0; k < p.nkeys; ++k) {
     const HistOperand& o = p.keys[k];
     uint8_t* d = key + o.key_offset;
+    if (o.source == HistSource::kStack) {
+      for (uint32_t i = 0; i < kHistStackDepth; ++i) {
+        asm("" : "+r"(i));
+        const uint64_t v = stack != nullptr ? stack[i] : 0;
+        __builtin_memcpy(d + 8 * i, &v, 8);
+      }
+      continue;
+    }
     if (o.source == HistSource::kString) {
       for (uint32_t i = 0; i < o.key_size; i += 8) {
         asm("" : "+r"(i));
@@ -447,13 +471,13 @@ template <class CommOf>
 template <class CommOf>
 [[gnu::always_inline]] inline bool hist_update(const HistProgram& p, const HistShape& g, const HistControl* ctl,
                         uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
-                        CommOf&& comm_of) {
+                        const uint64_t* stack, CommOf&& comm_of) {
   if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
   auto* h = reinterpret_cast<HistTableHeader*>(table);
   hist_detail::settle_epoch(g, ctl, table);
   __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
   alignas(8) uint8_t key[kHistMaxKeyBytes];
-  hist_make_key(p, rec, len, cpu, key);
+  hist_make_key(p, rec, len, cpu, stack, key);
   const uint64_t hash = hist_detail::hash_key(key, g.key_bytes);
   uint8_t* e = hist_detail::find_or_insert(g, table, key, hash, comm_of);
   if (e == nullptr) return false;
@@ -531,13 +555,13 @@ inline uint64_t value_of(const HistExpr& x, const uint8_t* rec, const InterValue
 template <class CommOf>
 inline bool hist_update_inter(const HistProgram& p, const HistShape& g, const HistControl* ctl,
                               uint8_t* table, const uint8_t* rec, uint32_t len, uint32_t cpu,
-                              uint64_t now_ns, const HistRefTable* refs, CommOf&& comm_of,
-                              HistFired* fired) {
+                              const uint64_t* stack, uint64_t now_ns, const HistRefTable* refs,
+                              CommOf&& comm_of, HistFired* fired) {
   if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
   auto* h = reinterpret_cast<HistTableHeader*>(table);
   hist_detail::settle_epoch(g, ctl, table);
   alignas(8) uint8_t key[kHistMaxKeyBytes];
-  hist_make_key(p, rec, len, cpu, key);
+  hist_make_key(p, rec, len, cpu, stack, key);
   const uint64_t hash = hist_detail::hash_key(key, g.key_bytes);
   hist_detail::InterValues iv;
   iv.now = now_ns;

@@ -293,7 +293,7 @@ bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
   in.get(&x->buckets, "hist operand");
   in.get(&x->value, "hist operand");
   if (!in.ok()) return false;
-  if (source > static_cast<uint8_t>(HistSource::kConst) ||
+  if (source > static_cast<uint8_t>(HistSource::kStack) ||
       transform > static_cast<uint8_t>(HistTransform::kUsecs))
     return in.fail("hist operand: unknown kind");
   x->source = static_cast<HistSource>(source);
@@ -303,15 +303,19 @@ bool get_operand(In& in, HistOperand* x, bool key, uint32_t key_bytes) {
   if (x->transform == HistTransform::kBuckets && x->buckets == 0)
     return in.fail("hist operand: no buckets");
   if (x->offset > kMaxMessageSize) return in.fail("hist operand: offset");
-  if (x->source == HistSource::kString && !key) return in.fail("hist operand: a string value");
+  if ((x->source == HistSource::kString || x->source == HistSource::kStack) && !key)
+    return in.fail("hist operand: a string or stack value");
   if (x->source == HistSource::kVar && x->offset >= kHistMaxVars)
     return in.fail("hist operand: no such variable");
   if (x->source == HistSource::kVarRef && x->offset >= kHistMaxVarRefs)
     return in.fail("hist operand: no such reference");
   if (key) {
-    if (x->source > HistSource::kCpu || x->transform == HistTransform::kUsecs)
+    if ((x->source > HistSource::kCpu && x->source != HistSource::kStack) ||
+        x->transform == HistTransform::kUsecs)
       return in.fail("hist operand: not a key");
-    const uint32_t want = x->source == HistSource::kString ? x->key_size : 8;
+    const uint32_t want = x->source == HistSource::kString  ? x->key_size
+                          : x->source == HistSource::kStack ? kHistStackBytes
+                                                            : 8;
     if (x->key_size != want || want < 8 || want > kHistMaxStringKey || want % 8 != 0 ||
         x->key_offset % 8 != 0 || x->key_offset > key_bytes || want > key_bytes - x->key_offset)
       return in.fail("hist operand: outside the key");

@@ -72,7 +72,7 @@ inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memo
 inline constexpr uint32_t kAgentAbiVersion = 7;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
-                                                  // 7: onmax, onchange
+                                                  // 7: onmax, onchange, stack keys
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer

@@ -316,12 +316,13 @@ std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {
       events::SymbolInfo info;
       if (!ts || !ts->lookup(addr, &info)) continue;
       *s = std::string(info.name);
-      if (with_offset) {
+      if (with_offset) {  // %pS: the object after the offset, as the kernel's modules
         char tail[64];
         std::snprintf(tail, sizeof tail, "+0x%llx/0x%llx",
                       static_cast<unsigned long long>(info.offset),
                       static_cast<unsigned long long>(info.size));
         *s += tail;
+        if (!info.module.empty()) *s += " [" + std::string(info.module) + "]";
       }
       return true;
     }

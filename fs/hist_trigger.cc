@@ -302,7 +302,9 @@ std::string field_text(const HistField& f) {
   return s;
 }
 
-uint32_t key_size_of(const HistField& f) { return f.is_string ? events::kHistMaxStringKey : 8; }
+uint32_t key_size_of(const HistField& f) {
+  return f.is_string ? events::kHistMaxStringKey : f.is_stack ? events::kHistStackBytes : 8;
+}
 
 }  // namespace
 
@@ -441,9 +443,14 @@ int parse_hist(std::string_view text, const events::CompiledEvent& ev, std::stri
     std::vector<std::string_view> ks = split(keys_str, ',');
     if (ks.size() > events::kHistMaxKeys) return -EINVAL;
     for (std::string_view k : ks) {
-      if (k == "stacktrace" || k == "common_stacktrace")
-        return ps.fail(ErrorCode::kHistCreateFail, k);
       HistField f;
+      if (k == "stacktrace" || k == "common_stacktrace") {
+        if (ev.synthetic) return ps.fail(ErrorCode::kHistCreateFail, k);
+        f.name = std::string(k);
+        f.is_stack = true;
+        out->keys.push_back(std::move(f));
+        continue;
+      }
       if (int rc = parse_term(ps, ev, k, true, &f); rc != 0) return rc;
       out->keys.push_back(std::move(f));
     }
@@ -609,6 +616,11 @@ events::HistOperand operand_of(const HistField& f) {
     o.value = f.constant;
     return o;
   }
+  if (f.is_stack) {
+    o.source = events::HistSource::kStack;
+    o.key_size = events::kHistStackBytes;
+    return o;
+  }
   o.source = f.is_cpu ? events::HistSource::kCpu
              : f.is_string ? events::HistSource::kString
                            : events::HistSource::kNumber;
@@ -704,6 +716,7 @@ void sort_rows(const HistSpec& spec, std::vector<Row>* rows) {
     }
     const size_t k = static_cast<size_t>(sk.field - nv);
     const HistField& f = spec.keys[k];
+    if (f.is_stack) return 0;  // the kernel has no order of stacks either
     if (f.is_string) {
       const int c = std::strncmp(a.key->data() + key_at[k], b.key->data() + key_at[k],
                                  events::kHistMaxStringKey);
@@ -769,11 +782,30 @@ std::string format_hist(const HistSpec& spec, bool paused, const tracee::HistSna
   for (const Row& r : rows) {
     out += "{ ";
     uint32_t at = 0;
+    bool multiline = false;
     for (size_t k = 0; k < spec.keys.size(); ++k) {
       const HistField& f = spec.keys[k];
       if (k) out += ", ";
       const uint64_t v = key_word(*r.key, at);
       const char* name = f.name.c_str();
+      if (f.is_stack) {
+        // One caller a line, as the kernel's hist_trigger_stacktrace_print.
+        out += f.name + ":\n";
+        for (uint32_t i = 0; i < events::kHistStackDepth; ++i) {
+          const uint64_t addr = key_word(*r.key, at + 8 * i);
+          if (addr == 0) break;
+          std::string s;
+          if (!sym || !sym(addr, true, &s)) {
+            char hex[32];
+            std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(addr));
+            s = hex;
+          }
+          out += std::string(9, ' ') + s + "\n";
+        }
+        multiline = true;
+        at += key_size_of(f);
+        continue;
+      }
       switch (f.flag) {
         case HistFlag::kHex: appendf(&out, "%s: %llx", name, static_cast<unsigned long long>(v)); break;
         case HistFlag::kSym:
@@ -807,7 +839,7 @@ std::string format_hist(const HistSpec& spec, bool paused, const tracee::HistSna
       }
       at += key_size_of(f);
     }
-    out += " }";
+    out += multiline ? "}" : " }";
     appendf(&out, " hitcount: %10llu", static_cast<unsigned long long>(r.e->hitcount));
     for (size_t v = 0; v < spec.vals.size(); ++v) {
       const HistField& f = spec.vals[v];

@@ -26,9 +26,9 @@
 // What differs from the kernel (README's limits say so too):
 //   - A variable is seen by later hits of the same thread only (each thread counts into
 //     its own table): entry and return of a function, not a wakeup on another CPU.
-//   - string variables, variables as keys, expressions of more than two terms and the
-//     stacktrace key are refused ("Couldn't create histogram for field"), as is the
-//     .syscall modifier; save() keeps numbers only ("Couldn't create field variable"
+//   - string variables, variables as keys and expressions of more than two terms are
+//     refused ("Couldn't create histogram for field"), as is the .syscall modifier and a
+//     stacktrace key on a synthetic event; a stacktrace key walks frame pointers only; save() keeps numbers only ("Couldn't create field variable"
 //     for a string); snapshot() fails with ENODEV, as on a kernel without a snapshot
 //     buffer; a histogram has one onmax/onchange and one synthetic event to fire.
 //   - `size` bounds each thread's table and the merged histogram: the hits of a key that
@@ -64,6 +64,7 @@ struct HistField {
   uint32_t offset = 0;
   uint32_t size = 8;
   bool is_timestamp = false;  // common_timestamp (flag kUsecs: in microseconds)
+  bool is_stack = false;      // common_stacktrace (or stacktrace): the hit's callers, a key
   bool is_const = false;      // a number
   uint64_t constant = 0;
   std::string var;            // $VAR: the variable's name (as written, maybe SYS.EVENT.VAR)

@@ -48,7 +48,7 @@ struct Tables {
   HistControl* ctl() { return reinterpret_cast<HistControl*>(base()); }
   uint8_t* table(uint32_t ring) { return base() + kHistControlBytes + ring * g.table_stride(); }
   bool hit(const HistProgram& p, const Rec& r, uint32_t ring = 0, uint32_t cpu = 0) {
-    return hist_update(p, HistShape(g), ctl(), table(ring), r.bytes, r.len, cpu,
+    return hist_update(p, HistShape(g), ctl(), table(ring), r.bytes, r.len, cpu, nullptr,
                        [](char* name) { std::strcpy(name, "worker"); });
   }
   HistEntries read(HistTotals* t = nullptr) {
@@ -115,7 +115,7 @@ TEST(HistTables, TrackedValuesAndTheirFieldsMergeAcrossTables) {
       HistFired fired;
       fired.synth_id = 0;
       ASSERT_TRUE(hist_update_inter(p, shape, t.ctl(), t.table(ring), Rec(key, v).bytes, 32, cpu,
-                                    now += 10, nullptr, [](char*) {}, &fired));
+                                    nullptr, now += 10, nullptr, [](char*) {}, &fired));
     };
     hit(1, 5, 0, 3);
     hit(1, 50, 0, 4);  // ring 0's maximum, and its latest
@@ -139,6 +139,43 @@ TEST(HistTables, TrackedValuesAndTheirFieldsMergeAcrossTables) {
       EXPECT_EQ(v.saved[1], kind == HistTrackKind::kMax ? 4u : 6u);
     }
   }
+}
+
+// A stacktrace key is the hit's return addresses: equal stacks count together, and no
+// stack (a null one) is the key of zeros.
+TEST(HistTables, StackKeysCountByTheWholeStack) {
+  HistProgram p;
+  p.nkeys = 2;
+  p.keys[0].source = HistSource::kStack;
+  p.keys[0].key_size = kHistStackBytes;
+  p.keys[1] = number(16, 4, true);
+  p.keys[1].key_offset = kHistStackBytes;
+  ASSERT_TRUE(p.wants_stack());
+  HistGeometry g;
+  g.key_bytes = kHistStackBytes + 8;
+  Tables t(g);
+  uint64_t one[kHistStackDepth] = {0x401000, 0x401234, 0x7f0000001000};
+  uint64_t two[kHistStackDepth] = {0x401000, 0x401300};
+  const HistShape shape(g);
+  auto hit = [&](const uint64_t* stack) {
+    ASSERT_TRUE(hist_update(p, shape, t.ctl(), t.table(0), Rec(5, 0).bytes, 32, 0, stack,
+                            [](char*) {}));
+  };
+  for (int i = 0; i < 3; ++i) hit(one);
+  hit(two);
+  hit(nullptr);
+  HistEntries e = t.read();
+  ASSERT_EQ(e.size(), 3u);
+  std::map<uint64_t, uint64_t> by_second_frame;
+  for (const auto& [k, v] : e) {
+    ASSERT_EQ(k.size(), kHistStackBytes + 8);
+    uint64_t second, a;
+    std::memcpy(&second, k.data() + 8, 8);
+    std::memcpy(&a, k.data() + kHistStackBytes, 8);
+    EXPECT_EQ(a, 5u);
+    by_second_frame[second] = v.hitcount;
+  }
+  EXPECT_EQ(by_second_frame, (std::map<uint64_t, uint64_t>{{0, 1}, {0x401234, 3}, {0x401300, 1}}));
 }
 
 TEST(HistTables, Log2BucketsCpuAndStringKeys) {

@@ -322,6 +322,21 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].action.synth_id = 0; b->programs[0].action.nparams = 0; }));
   EXPECT_FALSE(track_decodes([](SetHist* b) { b->geometries[0].nsave = kHistMaxParams + 1; }));
   EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.save[0].source = HistSource::kString; }));
+  EXPECT_FALSE(track_decodes([](SetHist* b) { b->programs[0].track.save[0].source = HistSource::kStack; }));
+  // A stack key takes kHistStackBytes of the key, and only a key.
+  SetHist stacks = sh;
+  stacks.geometries[0].key_bytes = kHistStackBytes + 16;  // and the string key after it
+  stacks.programs[0].keys[0].source = HistSource::kStack;
+  stacks.programs[0].keys[0].key_size = kHistStackBytes;
+  stacks.programs[0].keys[1].key_offset = kHistStackBytes;
+  m.body = stacks;
+  SetHist st2 = std::get<SetHist>(roundtrip(m).body);
+  ASSERT_EQ(st2.programs.size(), 1u);
+  EXPECT_EQ(st2.programs[0].keys[0].source, HistSource::kStack);
+  EXPECT_TRUE(st2.programs[0].wants_stack());
+  EXPECT_TRUE(decodes_from(stacks, [](SetHist*) {}));
+  EXPECT_FALSE(decodes_from(stacks, [](SetHist* b) { b->programs[0].keys[0].key_size = 64; }));
+  EXPECT_FALSE(decodes_from(stacks, [](SetHist* b) { b->programs[0].vals[0].source = HistSource::kStack; }));
   SetHist synth;
   synth.synth_id = 77;
   synth.synth_size = 24;

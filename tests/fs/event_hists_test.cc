@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ class EventHistsTest : public testing::TracedProgramTest {
     TracedProgramTest::SetUp();
     ASSERT_EQ(echo("kprobe_events", "p:t/add " + kProgName + ":traced_add a=%di:s64 b=%si:s64"), 0);
   }
+  // The stacktrace-key check on one build of stack_prog (below).
+  void expect_stacks(const std::string& prog, size_t callers);
   int64_t echo(const std::string& path, const std::string& line) {
     const int64_t n = write(path, line + "\n", O_WRONLY | O_APPEND);
     return n == static_cast<int64_t>(line.size() + 1) ? 0 : n;
@@ -412,6 +415,102 @@ TEST_F(EventHistsTest, OnmaxKeepsTheMaximumWithItsFieldsAndOnchangeFiresOnChange
   // Removed by the same command.
   EXPECT_EQ(echo("events/t/sout/trigger", "!" + lat_hist), 0);
   EXPECT_EQ(read("events/t/sout/hist").find("  ret: "), std::string::npos);
+}
+
+// A stacktrace key's entries: each stack's lines (as printed, without the indent) and its
+// hitcount, in the hist file's order.
+struct StackEntry {
+  std::vector<std::string> frames;
+  unsigned long hits = 0;
+};
+std::vector<StackEntry> stack_entries(const std::string& hist, const std::string& name) {
+  std::vector<StackEntry> out;
+  const std::string head = "\n{ " + name + ":\n";
+  for (size_t at = hist.find(head); at != std::string::npos; at = hist.find(head, at + 1)) {
+    StackEntry e;
+    size_t line = at + head.size();
+    while (line < hist.size() && hist.compare(line, 9, std::string(9, ' ')) == 0) {
+      const size_t nl = hist.find('\n', line);
+      e.frames.push_back(hist.substr(line + 9, nl - line - 9));
+      line = nl + 1;
+    }
+    if (sscanf(hist.c_str() + line, "} hitcount: %lu", &e.hits) != 1) return {};
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// "NAME+0xOFF/0xSIZE [object]" up to the size: what backtrace() and dladdr say of the
+// same address.
+std::string up_to_size(const std::string& frame) { return frame.substr(0, frame.find('/')); }
+
+// hist:keys=common_stacktrace on inner(), reached from main through via_a or via_b and
+// middle: one entry per stack with its count. Its first line is inner itself; the next
+// ones are the return addresses the program's own backtrace() finds inside inner (all
+// three callers with frame pointers; without them only the caller at the stack pointer
+// of inner's first instruction is sure, what the walk finds past it is not), and the
+// program computes what it would untraced.
+void EventHistsTest::expect_stacks(const std::string& prog, size_t callers) {
+  EventHistsTest* t = this;
+  const std::string name = prog.substr(prog.rfind('/') + 1);
+  ASSERT_EQ(t->echo("kprobe_events", "p:st/inner " + name + ":inner x=%di"), 0);
+  ASSERT_EQ(t->echo("events/st/inner/trigger", "hist:keys=common_stacktrace"), 0);
+  EXPECT_EQ(t->read("events/st/inner/trigger"),
+            "hist:keys=common_stacktrace:vals=hitcount:sort=hitcount:size=2048 [active]\n");
+  ASSERT_TRUE(t->launch(prog));
+  // via_a(i) = 3i + 3 for i < 5, via_b(i) = 6i + 8 for i < 3: as computed untraced.
+  ASSERT_EQ(t->pipes_.ask("run 5 3"), "ok 87");
+  const std::string where = t->pipes_.ask("where");
+  ASSERT_EQ(where.substr(0, 3), "ok ") << where;
+  const size_t bar = where.find(" | ");
+  ASSERT_NE(bar, std::string::npos) << where;
+  std::vector<std::string> want_a, want_b;
+  std::istringstream a(where.substr(3, bar - 3)), b(where.substr(bar + 3));
+  for (std::string w; a >> w;) want_a.push_back(w);
+  for (std::string w; b >> w;) want_b.push_back(w);
+  ASSERT_EQ(want_a.size(), 3u) << where;
+  ASSERT_EQ(want_b.size(), 3u) << where;
+  ASSERT_EQ(want_a[0], want_b[0]) << where;
+  const std::string hist = t->read("events/st/inner/hist");
+  const std::vector<StackEntry> got = stack_entries(hist, "common_stacktrace");
+  ASSERT_FALSE(got.empty()) << hist;
+  // Every stack starts at inner; its callers are backtrace()'s as far as they are walked.
+  // `where` called from other lines of main than `run`: its stacks are entries of their
+  // own, the run's differ from them in main's return address only.
+  unsigned long total = 0, through_a = 0, through_b = 0, exact_a = 0, exact_b = 0;
+  for (const StackEntry& e : got) {
+    total += e.hits;
+    ASSERT_GE(e.frames.size(), 1 + callers) << hist;
+    EXPECT_EQ(up_to_size(e.frames[0]), "inner+0x0") << hist;
+    EXPECT_EQ(up_to_size(e.frames[1]), want_a[0]) << hist;  // middle, whichever way
+    if (callers < 3) continue;
+    const std::vector<std::string> seen = {up_to_size(e.frames[1]), up_to_size(e.frames[2]),
+                                           up_to_size(e.frames[3])};
+    if (seen[1] == want_a[1]) through_a += e.hits;
+    if (seen[1] == want_b[1]) through_b += e.hits;
+    if (seen == want_a) exact_a += e.hits;
+    if (seen == want_b) exact_b += e.hits;
+  }
+  EXPECT_EQ(total, 10u) << hist;
+  if (callers == 3) {
+    EXPECT_EQ(got.size(), 4u) << hist;
+    EXPECT_EQ(through_a, 6u) << hist;
+    EXPECT_EQ(through_b, 4u) << hist;
+    EXPECT_EQ(exact_a, 1u) << hist;
+    EXPECT_EQ(exact_b, 1u) << hist;
+  }
+  EXPECT_NE(hist.find("Totals:\n    Hits: 10\n    Entries: " + std::to_string(got.size()) +
+                      "\n    Dropped: 0"),
+            std::string::npos)
+      << hist;
+}
+
+TEST_F(EventHistsTest, StackKeysWithFramePointersNameEveryCallerBacktraceFinds) {
+  expect_stacks(PROBEFS_STACK_PROG_FP, 3);
+}
+
+TEST_F(EventHistsTest, StackKeysWithoutFramePointersNameTheFunctionAndItsCaller) {
+  expect_stacks(PROBEFS_STACK_PROG_NOFP, 1);
 }
 
 // What cannot resolve is refused as the kernel refuses it, with its error_log entry.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "events/compile.h"
 #include "events/parse.h"
@@ -51,6 +52,9 @@ TEST(HistTrigger, ReadsBackAsTheKernelPrintsIt) {
       {"hist:keys=addr.sym-offset:sort=addr.ascending",
        "hist:keys=addr.sym-offset:vals=hitcount:sort=addr.sym-offset:size=2048"},
       {"hist:keys=cpu", "hist:keys=common_cpu:vals=hitcount:sort=hitcount:size=2048"},
+      {"hist:keys=common_stacktrace:vals=b",
+       "hist:keys=common_stacktrace:vals=hitcount,b:sort=hitcount:size=2048"},
+      {"hist:keys=stacktrace,a", "hist:keys=stacktrace,a:vals=hitcount:sort=hitcount:size=2048"},
       {"hist:name=foo:keys=a:pause", "hist:name=foo:keys=a:vals=hitcount:sort=hitcount:size=2048"},
       {"  hist:keys=a if a > 3 && b < 2  \n",
        "hist:keys=a:vals=hitcount:sort=hitcount:size=2048 if a > 3 && b < 2"},
@@ -166,7 +170,7 @@ TEST(HistTrigger, BadCommandsGetTheKernelsErrorsAndCarets) {
             "                            ^\n");
 }
 
-std::string key_of(std::initializer_list<uint64_t> words) {
+std::string key_of(const std::vector<uint64_t>& words) {
   std::string k;
   for (uint64_t w : words) k.append(reinterpret_cast<const char*>(&w), 8);
   return k;
@@ -198,6 +202,43 @@ TEST(HistTrigger, HistFileAsTheKernelPrintsIt) {
             "    Hits: 5\n"
             "    Entries: 2\n"
             "    Dropped: 1\n");
+
+  // A stack key: one caller a line, then the values after the closing brace; and the
+  // tracked maximum of onmax with its saved field on a line of its own.
+  Parsed st = parse("hist:keys=stacktrace,a:vals=b:v=b:onmax($v).save(addr)");
+  ASSERT_EQ(st.rc, 0) << st.err.message();
+  tracee::HistSnapshot s3;
+  std::vector<uint64_t> words(events::kHistStackDepth + 1, 0);
+  words[0] = 0x1010;
+  words[1] = 0x2020;
+  words[events::kHistStackDepth] = 7;  // a
+  events::HistEntry& se = s3.entries[key_of(words)];
+  se.hitcount = 2;
+  se.vals[0] = 40;
+  se.track_value = 30;
+  se.saved[0] = 0x77;
+  HistSymbolizer sym = [](uint64_t addr, bool with_offset, std::string* out) {
+    if (addr != 0x1010 || !with_offset) return false;
+    *out = "f+0x10/0x40 [libx.so]";
+    return true;
+  };
+  EXPECT_EQ(format_hist(st.spec, false, s3, sym, 0),
+            "# event histogram\n"
+            "#\n"
+            "# trigger info: hist:keys=stacktrace,a:vals=hitcount,b:v=b:sort=hitcount:size=2048:"
+            "onmax($v).save(addr) [active]\n"
+            "#\n"
+            "\n"
+            "{ stacktrace:\n"
+            "         f+0x10/0x40 [libx.so]\n"
+            "         0x2020\n"
+            ", a:          7} hitcount:          2  b:         40\n"
+            "\tmax:         30  addr:        119\n"
+            "\n"
+            "Totals:\n"
+            "    Hits: 0\n"
+            "    Entries: 1\n"
+            "    Dropped: 0\n");
 
   Parsed q = parse("hist:keys=b.log2,a.buckets=10:vals=b.percent,a.graph:pause");
   ASSERT_EQ(q.rc, 0);

@@ -160,10 +160,11 @@ class TracedProgramTest : public ::testing::Test {
     return define(line);
   }
 
-  // traced_prog, until it says it is ready.
-  bool launch() {
+  // traced_prog (or another program that speaks on stdin and stdout the same way), until
+  // it says it is ready.
+  bool launch(const std::string& program = PROBEFS_TRACED_PROG) {
     tracee::Tracer::LaunchSpec s;
-    s.argv = {PROBEFS_TRACED_PROG};
+    s.argv = {program};
     s.stdin_fd = pipes_.child_stdin();
     s.stdout_fd = pipes_.child_stdout();
     std::string err;
