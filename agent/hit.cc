@@ -181,12 +181,16 @@ void name_entry(char* name) {
   constexpr uint32_t kDepth = events::kHistStackDepth;
   uint32_t n = 0;
   out[n++] = is_return ? ret_ip : hp->address;
+  // A frame below a return probe's function holds its return point, not the caller.
+  auto fix = [](uint64_t slot, uint64_t value) -> uint64_t {
+    return probecore::kretprobe_slot_return(reinterpret_cast<const uintptr_t*>(slot), value);
+  };
   auto walk = [&](const auto& rd) {
     if (!is_return && at_entry) {
       uint64_t ra = 0;
-      if (rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = ra;
+      if (rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = fix(regs->sp, ra);
     }
-    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, kDepth - n);
+    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, kDepth - n, fix);
   };
   if (as->fault_tolerant) walk(events::FaultTolerantReader{});
   else walk(events::LiveMemoryReader(as->pid));

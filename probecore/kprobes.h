@@ -121,6 +121,11 @@ struct KretprobeInstance {
 // The kretprobe an instance belongs to; nullptr once it is unregistered.
 Kretprobe* get_kretprobe(KretprobeInstance* ri);
 
+// For a stack walk in a handler: what the stack slot `slot`, which holds `value` now, held
+// before a return probe of this thread took it (the function's own return address), or
+// `value` when no instance of this thread in flight took that slot.
+uintptr_t kretprobe_slot_return(const uintptr_t* slot, uintptr_t value);
+
 [[nodiscard]] int register_kprobe(Kprobe* p);
 [[nodiscard]] int unregister_kprobe(Kprobe* p);  // -EINVAL when p is not registered
 [[nodiscard]] int register_kprobes(Kprobe** ps, int num);  // all or nothing

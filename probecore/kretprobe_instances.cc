@@ -688,6 +688,12 @@ Kretprobe* get_kretprobe(KretprobeInstance* ri) {
   return ri->pool->rp.load(std::memory_order_acquire);
 }
 
+uintptr_t kretprobe_slot_return(const uintptr_t* slot, uintptr_t value) {
+  for (const KretprobeInstance* ri = detail::t_ri_head; ri != nullptr; ri = ri->next)
+    if (ri->ret_slot == slot) return ri->ret_addr;
+  return value;
+}
+
 }  // namespace probefs::probecore
 
 // ---- introspection for tests (probecore/testing.h) ----

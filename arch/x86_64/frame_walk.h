@@ -18,17 +18,19 @@ namespace probefs::arch {
 inline constexpr uint64_t kMaxFrameSpan = uint64_t{64} << 20;
 
 // Stores up to `max` return addresses of the chain from `bp` into out[0..), and returns
-// how many. `sp` is the stack pointer of the same moment.
-template <class Reader>
+// how many. `sp` is the stack pointer of the same moment. `fix(slot, value)` gives what a
+// return address read at stack address `slot` stands for (a return probe may have put its
+// own return point there).
+template <class Reader, class Fix>
 inline uint32_t walk_frame_pointers(const Reader& rd, uint64_t bp, uint64_t sp, uint64_t* out,
-                                    uint32_t max) {
+                                    uint32_t max, Fix&& fix) {
   uint32_t n = 0;
   while (n < max) {
     if (bp < sp || bp - sp > kMaxFrameSpan || (bp & 7) != 0) break;
     uint64_t frame[2];  // the caller's rbp, the return address
     if (!rd.read(bp, frame, sizeof frame)) break;
     if (frame[1] == 0) break;
-    out[n++] = frame[1];
+    out[n++] = fix(bp + 8, frame[1]);
     if (frame[0] <= bp) break;  // frames lie above each other: anything else ends here
     bp = frame[0];
   }

@@ -27,7 +27,7 @@ class EventHistsTest : public testing::TracedProgramTest {
     ASSERT_EQ(echo("kprobe_events", "p:t/add " + kProgName + ":traced_add a=%di:s64 b=%si:s64"), 0);
   }
   // The stacktrace-key check on one build of stack_prog (below).
-  void expect_stacks(const std::string& prog, size_t callers);
+  void expect_stacks(const std::string& prog, size_t callers, bool returns = false);
   int64_t echo(const std::string& path, const std::string& line) {
     const int64_t n = write(path, line + "\n", O_WRONLY | O_APPEND);
     return n == static_cast<int64_t>(line.size() + 1) ? 0 : n;
@@ -450,7 +450,7 @@ std::string up_to_size(const std::string& frame) { return frame.substr(0, frame.
 // three callers with frame pointers; without them only the caller at the stack pointer
 // of inner's first instruction is sure, what the walk finds past it is not), and the
 // program computes what it would untraced.
-void EventHistsTest::expect_stacks(const std::string& prog, size_t callers) {
+void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool returns) {
   EventHistsTest* t = this;
   const std::string name = prog.substr(prog.rfind('/') + 1);
   ASSERT_EQ(t->echo("kprobe_events", "p:st/inner " + name + ":inner x=%di"), 0);
@@ -458,8 +458,6 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers) {
   EXPECT_EQ(t->read("events/st/inner/trigger"),
             "hist:keys=common_stacktrace:vals=hitcount:sort=hitcount:size=2048 [active]\n");
   ASSERT_TRUE(t->launch(prog));
-  // via_a(i) = 3i + 3 for i < 5, via_b(i) = 6i + 8 for i < 3: as computed untraced.
-  ASSERT_EQ(t->pipes_.ask("run 5 3"), "ok 87");
   const std::string where = t->pipes_.ask("where");
   ASSERT_EQ(where.substr(0, 3), "ok ") << where;
   const size_t bar = where.find(" | ");
@@ -471,6 +469,16 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers) {
   ASSERT_EQ(want_a.size(), 3u) << where;
   ASSERT_EQ(want_b.size(), 3u) << where;
   ASSERT_EQ(want_a[0], want_b[0]) << where;
+  if (returns) {
+    // Return probes on both callers: while inner runs, their frames' return addresses are
+    // the engine's return points, and the walk must see through them.
+    ASSERT_EQ(t->echo("kprobe_events", "r:st/mid " + name + ":middle"), 0);
+    ASSERT_EQ(t->echo("kprobe_events", "r:st/via " + name + ":via_a"), 0);
+    ASSERT_EQ(t->echo("events/st/mid/enable", "1"), 0);
+    ASSERT_EQ(t->echo("events/st/via/enable", "1"), 0);
+  }
+  // via_a(i) = 3i + 3 for i < 5, via_b(i) = 6i + 8 for i < 3: as computed untraced.
+  ASSERT_EQ(t->pipes_.ask("run 5 3"), "ok 87");
   const std::string hist = t->read("events/st/inner/hist");
   const std::vector<StackEntry> got = stack_entries(hist, "common_stacktrace");
   ASSERT_FALSE(got.empty()) << hist;
@@ -507,6 +515,10 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers) {
 
 TEST_F(EventHistsTest, StackKeysWithFramePointersNameEveryCallerBacktraceFinds) {
   expect_stacks(PROBEFS_STACK_PROG_FP, 3);
+}
+
+TEST_F(EventHistsTest, StackKeysSeeThroughTheReturnPointsOfReturnProbes) {
+  expect_stacks(PROBEFS_STACK_PROG_FP, 3, true);
 }
 
 TEST_F(EventHistsTest, StackKeysWithoutFramePointersNameTheFunctionAndItsCaller) {
