@@ -33,7 +33,7 @@
 
 #include "agent/agent.h"
 #include "arch/syscall.h"
-#include "arch/x86_64/frame_walk.h"
+#include "arch/frame_walk.h"
 #include "events/memory_reader.h"
 #include "probecore/rcu.h"
 
