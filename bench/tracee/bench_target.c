@@ -4,6 +4,8 @@
  *   bench_target N MODE [REPS]
  *     MODE add:  bench_add(i, s & 7)          (two integer arguments, a return value)
  *     MODE str:  bench_str(name, i)           (a string argument)
+ *     MODE deep: bench_add(i, s & 7) under 15 frames of bench_deep (frame pointers): a
+ *                stack of depth 16 at bench_add's first instruction
  *     MODE spin: bench_add in a loop until killed (attach latency)
  *   prints one line per rep: "ns_per_call=<x>", then "done <checksum>"
  */
@@ -15,6 +17,14 @@
 __attribute__((noinline)) long bench_add(long a, long b) {
   __asm__ volatile("" ::: "memory");
   return a * 3 + b;
+}
+
+/* Kept as frames: not inlined, not a tail call, with a frame pointer. */
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) long bench_deep(int d, long a,
+                                                                            long b) {
+  long r = d > 0 ? bench_deep(d - 1, a, b) : bench_add(a, b);
+  __asm__ volatile("" ::: "memory");
+  return r;
 }
 
 __attribute__((noinline)) long bench_str(const char *s, long n) {
@@ -40,10 +50,13 @@ int main(int argc, char **argv) {
     for (long i = 0;; i++) s += bench_add(i, s & 7);
   }
   int str = strcmp(mode, "str") == 0;
+  int deep = strcmp(mode, "deep") == 0;
   for (int r = 0; r < reps; r++) {
     double t0 = now_ns();
     if (str)
       for (long i = 0; i < n; i++) s += bench_str(name, i);
+    else if (deep)
+      for (long i = 0; i < n; i++) s += bench_deep(14, i, s & 7);
     else
       for (long i = 0; i < n; i++) s += bench_add(i, s & 7);
     printf("ns_per_call=%.2f\n", (now_ns() - t0) / (double)n);

@@ -15,6 +15,8 @@
 //                  them: ts0=common_timestamp on entry, lat=common_timestamp-$ts0 and
 //                  onmatch(...).lat($lat) on return, hist:keys=lat.log2 on the synthetic
 //                  event; no ring record
+//   stack key      p: bench_add a=%di with hist:keys=common_stacktrace, bench_add called
+//                  under 15 frames (a stack of depth 16), against the same loop untraced
 //   ring           records consumed per second while the 2-args loop runs, and lost
 //   attach         a running program until its first event is read, median of 5
 #include <fcntl.h>
@@ -157,6 +159,20 @@ bool add_hist(tracee::Tracer& t, tracee::ProbeId probe) {
   return t.set_hists(probe, {p}, false) == 0;
 }
 
+// hist:keys=common_stacktrace on the first event, the event only aggregating.
+bool add_stack_hist(tracee::Tracer& t, tracee::ProbeId probe) {
+  events::HistGeometry g;
+  g.key_bytes = events::kHistStackBytes;
+  uint32_t slot = 0;
+  if (t.create_hist(g, &slot) != 0) return false;
+  events::HistProgram p;
+  p.slot = slot;
+  p.nkeys = 1;
+  p.keys[0].source = events::HistSource::kStack;
+  p.keys[0].key_size = events::kHistStackBytes;
+  return t.set_hists(probe, {p}, false) == 0;
+}
+
 // The latency histogram of bench_add (see the top): the entry's ts0 per thread, the
 // return's lat=now-$ts0 and its action, and keys=lat.log2 on synthetic event 300.
 bool add_latency(tracee::Tracer& t, tracee::ProbeId entry, tracee::ProbeId ret) {
@@ -199,7 +215,7 @@ bool add_latency(tracee::Tracer& t, tracee::ProbeId entry, tracee::ProbeId ret) 
          t.set_hists(ret, {pr}, false) == 0;
 }
 
-enum class Aggregate { kNone, kHist, kLatency };
+enum class Aggregate { kNone, kHist, kLatency, kStack };
 
 // Launches bench_target under the tracer with the events given, drains while it runs.
 Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, int reps,
@@ -223,6 +239,10 @@ Run traced_run(const std::vector<std::string>& defs, long n, const char* mode, i
     probes.push_back(pid);
     if (hist && id == 101 && !add_hist(*t, pid)) {
       std::fprintf(stderr, "hist: not set\n");
+      return run;
+    }
+    if (agg == Aggregate::kStack && id == 101 && !add_stack_hist(*t, pid)) {
+      std::fprintf(stderr, "stack hist: not set\n");
       return run;
     }
   }
@@ -360,17 +380,18 @@ int main(int argc, char** argv) {
   // each record's first write to a fresh page of the ring counts too.
   if (argc > 2 && (std::string(argv[2]) == "one" || std::string(argv[2]) == "ret" ||
                    std::string(argv[2]) == "str" || std::string(argv[2]) == "hist" ||
-                   std::string(argv[2]) == "latency")) {
+                   std::string(argv[2]) == "latency" || std::string(argv[2]) == "stack")) {
     const std::string which = argv[2];
     const auto kb = static_cast<uint32_t>(argc > 3 ? std::atol(argv[3]) : 4096);
     std::vector<std::string> defs = {"p:bench/add bench_target:bench_add a=%di b=%si"};
     if (which == "ret" || which == "latency")
       defs.push_back("r:bench/addret bench_target:bench_add rv=$retval");
     if (which == "str") defs = {"p:bench/str bench_target:bench_str s=+0(%di):string"};
-    const char* mode = which == "str" ? "str" : "add";
+    const char* mode = which == "str" ? "str" : which == "stack" ? "deep" : "add";
     Run b1 = traced_run({}, n, mode, reps, kb);
     const Aggregate agg = which == "hist"      ? Aggregate::kHist
                           : which == "latency" ? Aggregate::kLatency
+                          : which == "stack"   ? Aggregate::kStack
                                                : Aggregate::kNone;
     Run e1 = traced_run(defs, n, mode, reps, kb, agg);
     std::printf("%s: baseline %.1f ns/call, with events %.1f ns/call (%.1f ns/hit), records "
@@ -393,6 +414,9 @@ int main(int argc, char** argv) {
   Run latency = traced_run({"p:bench/add bench_target:bench_add a=%di b=%si",
                             "r:bench/addret bench_target:bench_add rv=$retval"},
                            n, "add", reps, 4096, Aggregate::kLatency);
+  Run base_deep = traced_run({}, n, "deep", reps);
+  Run stack = traced_run({"p:bench/add bench_target:bench_add a=%di"}, n, "deep", reps, 4096,
+                         Aggregate::kStack);
 
   // The kernel's uprobes cost microseconds: fewer calls.
   const long kn = std::max(1L, n / 100);
@@ -435,6 +459,9 @@ int main(int argc, char** argv) {
   row("hist 2 keys 1 val (budget 20)", median(hist.ns), b, "", "no ring record");
   row("latency hist (entry+return)", median(latency.ns), b, k_entret.c_str(),
       "ts0, lat, onmatch, lat.log2");
+  const double bd = median(base_deep.ns);
+  row("baseline (15 frames deep)", bd, bd, "", "bench_deep loop");
+  row("stack key, depth 16 (b. 300)", median(stack.ns), bd, "", "frame pointers, no record");
   const double expected = static_cast<double>(n) * reps;
   std::printf("\nrecords: 2 args %llu of %.0f (lost %llu), entry+return %llu of %.0f (lost %llu), "
               "string %llu of %.0f (lost %llu)\n",
