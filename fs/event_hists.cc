@@ -309,10 +309,10 @@ std::string DynamicEvents::Impl::trigger_text(const DynEvent& ev) {
 std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {
   std::string out;
   int n = 0;
-  const std::vector<tracee::TargetInfo> targets = tracer.targets();
+  // The targets' and, for entries a departed one left, the ones kept after it.
+  const std::vector<std::shared_ptr<tracee::TargetSymbolizer>> all = tracer.symbolizers();
   HistSymbolizer sym = [&](uint64_t addr, bool with_offset, std::string* s) {
-    for (const tracee::TargetInfo& ti : targets) {
-      std::shared_ptr<tracee::TargetSymbolizer> ts = tracer.symbolizer(ti.pid);
+    for (const std::shared_ptr<tracee::TargetSymbolizer>& ts : all) {
       events::SymbolInfo info;
       if (!ts || !ts->lookup(addr, &info)) continue;
       *s = std::string(info.name);

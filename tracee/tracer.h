@@ -413,6 +413,9 @@ class Tracer {
   // names a lookup returns stay valid until that thread's next lookup. (After an exec,
   // the pid's symbolizer is the new program's, also for the old program's records.)
   std::shared_ptr<TargetSymbolizer> symbolizer(pid_t pid);
+  // Every symbolizer symbolizer() would give, newest first: for addresses whose process
+  // is not known (a histogram's stack keys merge every target's tables).
+  std::vector<std::shared_ptr<TargetSymbolizer>> symbolizers();
   // The name of thread `tid` of target `pid` for trace lines, as the kernel's
   // saved_cmdlines gives it: the thread's name now while it lives (/proc); once it is
   // gone, the name it had when it claimed its ring (its agent stores it there with the

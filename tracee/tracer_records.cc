@@ -691,6 +691,16 @@ std::shared_ptr<TargetSymbolizer> Tracer::symbolizer(pid_t pid) {
   return nullptr;
 }
 
+std::vector<std::shared_ptr<TargetSymbolizer>> Tracer::symbolizers() {
+  std::vector<std::shared_ptr<TargetSymbolizer>> out;
+  std::lock_guard rl(impl_->read_mu);
+  for (auto it = impl_->rings.rbegin(); it != impl_->rings.rend(); ++it)
+    if ((*it)->symbolizer) out.push_back((*it)->symbolizer);
+  for (auto it = impl_->departed.rbegin(); it != impl_->departed.rend(); ++it)
+    out.push_back(it->second);
+  return out;
+}
+
 std::string Tracer::comm_of(pid_t pid, pid_t tid) {
   std::string c = proc_comm(pid, tid);
   if (!c.empty() || pid <= 0 || tid <= 0) return c.empty() ? "<...>" : c;

@@ -511,6 +511,12 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool
                       "\n    Dropped: 0"),
             std::string::npos)
       << hist;
+  // The program gone, its stacks are still named as they were.
+  ASSERT_EQ(t->pipes_.ask("quit"), "");
+  int status = -1;
+  ASSERT_EQ(t->tracer_->wait_exit(t->pid_, 30000, &status), 0);
+  t->pid_ = 0;
+  EXPECT_EQ(t->read("events/st/inner/hist"), hist);
 }
 
 TEST_F(EventHistsTest, StackKeysWithFramePointersNameEveryCallerBacktraceFinds) {
