@@ -200,6 +200,60 @@ void name_entry(char* name) {
   }
 }
 
+// options/stacktrace and userstacktrace: the thread's stack as records of their own,
+// after the record of the hit (the ring holds one reservation at a time). kernel_stack
+// is the walk of stack keys; user_stack the kernel's walk of a uprobe's user stack (where
+// the thread stopped, then the frame-pointer chain), both seeing through return probes.
+[[gnu::noinline, gnu::cold]] void write_stacks(const AreaState* as, const HitProbe* hp,
+                                               events::RingProducer* p, const PtRegs* regs,
+                                               uint64_t ret_ip, int32_t tid) {
+  const uint32_t opts = events::ring_stack_options(p->area);
+  const bool is_return = hp->view.is_return;
+  if (opts & events::kRingKernelStack) {
+    static_assert(events::kStackRecordDepth == events::kHistStackDepth);
+    uint64_t frames[events::kStackRecordDepth];
+    capture_stack(as, hp, regs, ret_ip, frames);
+    uint32_t n = 0;
+    while (n < events::kStackRecordDepth && frames[n] != 0) ++n;
+    const uint32_t bytes = 16 + 8 * n;
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, bytes))) {
+      const uint64_t common = events::kKernelStackEventId | uint64_t{static_cast<uint32_t>(tid)} << 32;
+      const uint64_t size = n;  // s32 size, then 4 bytes of 0
+      __builtin_memcpy(r, &common, 8);
+      __builtin_memcpy(r + 8, &size, 8);
+      for (uint32_t i = 0; i < n; ++i) __builtin_memcpy(r + 16 + 8 * i, &frames[i], 8);
+      events::ring_commit(p, bytes);
+    }
+  }
+  if (opts & events::kRingUserStack) {
+    uint64_t frames[events::kUserStackDepth];
+    uint32_t n = 0;
+    frames[n++] = is_return ? ret_ip : hp->address;
+    auto fix = [](uint64_t slot, uint64_t value) -> uint64_t {
+      return probecore::kretprobe_slot_return(reinterpret_cast<const uintptr_t*>(slot), value);
+    };
+    if (as->fault_tolerant)
+      n += arch::walk_frame_pointers(events::FaultTolerantReader{}, regs->bp, regs->sp, frames + n,
+                                     events::kUserStackDepth - n, fix);
+    else
+      n += arch::walk_frame_pointers(events::LiveMemoryReader(as->pid), regs->bp, regs->sp,
+                                     frames + n, events::kUserStackDepth - n, fix);
+    for (uint32_t i = n; i < events::kUserStackDepth; ++i) {
+      asm("" : "+r"(i));
+      frames[i] = 0;
+    }
+    constexpr uint32_t bytes = events::kUserStackRecordBytes;
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, bytes))) {
+      const uint64_t common = events::kUserStackEventId | uint64_t{static_cast<uint32_t>(tid)} << 32;
+      const uint64_t tgid = static_cast<uint32_t>(as->pid);  // u32 tgid, then 4 bytes of 0
+      __builtin_memcpy(r, &common, 8);
+      __builtin_memcpy(r + 8, &tgid, 8);
+      __builtin_memcpy(r + 16, frames, sizeof frames);
+      events::ring_commit(p, bytes);
+    }
+  }
+}
+
 // One hit of a program with variables, references or an action (hist_update_inter): its
 // references' tables are this ring's tables of their slots.
 [[gnu::noinline]] void count_inter(AreaState* as, const HitHists* hh, uint32_t i,
@@ -376,10 +430,13 @@ const HitSynth* find_synth(uint16_t id) {
     events::FilterContext fc;
     fc.cpu = cpu;
     fc.comm = comm;
-    if (len == 0 || (f != nullptr && !events::filter_match(*f, rec, len, fc)))
+    if (len == 0 || (f != nullptr && !events::filter_match(*f, rec, len, fc))) {
       events::ring_discard(p);
-    else
+    } else {
       events::ring_commit(p, len);
+      if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
+        write_stacks(as, hp, p, regs, ret_ip, tid);
+    }
   }
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
@@ -440,6 +497,8 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
+  if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
+    write_stacks(as, hp, p, regs, ret_ip, tid);
 }
 
 // The filter of a probe that has one (emit_fast): whether the record stays.
@@ -497,10 +556,13 @@ const HitSynth* find_synth(uint16_t id) {
   count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
-    if (f != nullptr && !fast_filter_keeps(f, p, rec, len))
+    if (f != nullptr && !fast_filter_keeps(f, p, rec, len)) {
       events::ring_discard(p);
-    else
+    } else {
       events::ring_commit(p, len);
+      if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
+        write_stacks(as, hp, p, regs, ret_ip, tid);
+    }
   }
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
@@ -535,6 +597,8 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
+  if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
+    write_stacks(as, hp, p, regs, ret_ip, tid);
 }
 
 // The straight path applies while no one asked for the thread's name (needs_comm only

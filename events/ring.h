@@ -205,7 +205,8 @@ struct RingAreaHeader {
   uint32_t rings_offset;     // from the area's start: ring 0
   uint32_t stamp_mode;       // ring_stamp_mode(); read by every reserve (relaxed)
   uint32_t record_disabled;  // nonzero: tracing_on is 0 (ring_record_disabled)
-  uint32_t reserved0[4];
+  uint32_t stack_options;    // kRingStack*: stack records after each event's (options/)
+  uint32_t reserved0[3];
   // Line 1: the counter clock, atomic (kRingStampCounter).
   alignas(64) uint64_t counter;
   // Line 2: written rarely.
@@ -717,6 +718,28 @@ inline void ring_drop_unowned(RingAreaHeader* area) {
 [[gnu::always_inline]] inline bool ring_record_disabled(const RingAreaHeader* area) {
   return ring_detail::load_relaxed(&area->record_disabled) != 0;
 }
+
+// options/stacktrace and options/userstacktrace: after each record of an event it
+// committed, the hit writes the thread's stack as the kernel's ftrace records do (below).
+// Read from the header's first line, as record_disabled.
+inline constexpr uint32_t kRingKernelStack = 1;  // a kernel_stack record (`<stack trace>`)
+inline constexpr uint32_t kRingUserStack = 2;    // a user_stack record (`<user stack trace>`)
+[[gnu::always_inline]] inline uint32_t ring_stack_options(const RingAreaHeader* area) {
+  return ring_detail::load_relaxed(&area->stack_options);
+}
+
+// The kernel's stack records (events/ftrace/kernel_stack and user_stack), their ids and
+// layouts, as a target writes them: the common header (common_pid the thread), then
+//   kernel_stack: s32 size (entries), u32 0, u64 caller[size] (at most kStackRecordDepth)
+//   user_stack:   u32 tgid, u32 0, u64 caller[8] (unused ones 0)
+// The kernel_stack of a target is its own stack (the target has no kernel side), named
+// like kernel addresses are; user_stack is the kernel's user stack of a uprobe, walked
+// the way the kernel walks it.
+inline constexpr uint16_t kKernelStackEventId = 4;
+inline constexpr uint16_t kUserStackEventId = 13;
+inline constexpr uint32_t kStackRecordDepth = 16;
+inline constexpr uint32_t kUserStackDepth = 8;
+inline constexpr uint32_t kUserStackRecordBytes = 16 + 8 * kUserStackDepth;
 
 // A missed hit of probe slot `slot` (kprobe_profile's misses: the probe hit inside
 // another handler). Rare, so shared and atomic.

@@ -119,6 +119,10 @@ void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode) {
   store_relaxed(&area->stamp_mode, stamp_mode);
 }
 
+void ring_set_stack_options(RingAreaHeader* area, uint32_t options) {
+  store_relaxed(&area->stack_options, options);
+}
+
 void ring_set_record_disabled(RingAreaHeader* area, bool disabled) {
   store_relaxed(&area->record_disabled, disabled ? 1u : 0u);
 }

@@ -61,6 +61,8 @@ void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode);
 // tracing_on: recording off (disabled) or on in the area from now on (ring.h,
 // ring_record_disabled). Hits are still counted while it is off.
 void ring_set_record_disabled(RingAreaHeader* area, bool disabled);
+// options/stacktrace and userstacktrace for the area's writers (kRingKernelStack...).
+void ring_set_stack_options(RingAreaHeader* area, uint32_t options);
 
 // An area in a memfd: created, sized, sealed against shrinking and growing (so that the
 // traced process cannot truncate it under the daemon's feet: an access past the end would

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "events/ring.h"
 #include "fs/tracefs.h"
 #include "fs/vfs.h"
 
@@ -28,6 +29,14 @@ constexpr std::string_view kCommonFields =
 // What the kernel's print/trigger reads with no trigger set.
 constexpr std::string_view kNoTriggers =
     "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event\n";
+
+// The stack records' print fmt (the records a target writes after an event's with
+// options/stacktrace and userstacktrace, events/ring.h).
+constexpr std::string_view kStackPrintFmt =
+    "\"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" \"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" "
+    "\"\\t=> %ps\\n\\t=> %ps\\n\", (void *)REC->caller[0], (void *)REC->caller[1], "
+    "(void *)REC->caller[2], (void *)REC->caller[3], (void *)REC->caller[4], "
+    "(void *)REC->caller[5], (void *)REC->caller[6], (void *)REC->caller[7]";
 
 struct FtraceEvent {
   std::string_view name;
@@ -57,6 +66,14 @@ constexpr FtraceEvent kEvents[] = {
      "\tfield:const char * fmt;\toffset:16;\tsize:8;\tsigned:0;\n"
      "\tfield:u32 buf[];\toffset:24;\tsize:0;\tsigned:0;\n",
      "\"%ps: %s\", (void *)REC->ip, REC->fmt", false, false},
+    {"user_stack", events::kUserStackEventId,
+     "\tfield:unsigned int tgid;\toffset:8;\tsize:4;\tsigned:0;\n"
+     "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n",
+     kStackPrintFmt, false, false},
+    {"kernel_stack", events::kKernelStackEventId,
+     "\tfield:int size;\toffset:8;\tsize:4;\tsigned:1;\n"
+     "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n",
+     kStackPrintFmt, false, false},
     {"function", 1,
      "\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n"
      "\tfield:unsigned long parent_ip;\toffset:16;\tsize:8;\tsigned:0;\n"

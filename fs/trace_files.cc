@@ -302,6 +302,7 @@ struct TraceFiles::Impl {
   SavedCmdlines cmdlines;
   std::shared_ptr<TraceReader> reader;
   std::atomic<bool> markers{true};
+  std::atomic<bool> kernel_stacks{false}, user_stacks{false};  // options/stacktrace...
   SavedTgids tgids;
   TraceOptions options;
   SettingsFiles settings;
@@ -371,9 +372,11 @@ void TraceFiles::Impl::add_files() {
 }
 
 // options/ and trace_options (fs/trace_options.h). The options that change what probefs
-// prints are bound to the reader's text options and to the marker switch; the kernel's
-// others are stored and read back (print-parent, sym-offset and sym-addr act on kernel
-// addresses only; the rest belong to tracers and formats probefs does not have).
+// prints are bound to the reader's text options (sym-offset, sym-addr and sym-userobj act
+// on stack records only, as the kernel's act on kernel addresses and user stacks) and to
+// the marker switch; stacktrace and userstacktrace to the targets' stack records; the
+// kernel's others are stored and read back (they belong to tracers and formats probefs
+// does not have).
 void TraceFiles::Impl::add_options(const NodePtr& dir) {
   auto text_option = [this](const char* name, bool TextOptions::*field) {
     options.bind(
@@ -387,7 +390,21 @@ void TraceFiles::Impl::add_options(const NodePtr& dir) {
   text_option("context-info", &TextOptions::context_info);
   text_option("irq-info", &TextOptions::irq_info);
   text_option("record-tgid", &TextOptions::record_tgid);
+  text_option("sym-offset", &TextOptions::sym_offset);
+  text_option("sym-addr", &TextOptions::sym_addr);
+  text_option("sym-userobj", &TextOptions::sym_userobj);
   options.bind("markers", [this] { return markers.load(); }, [this](bool on) { markers = on; });
+  // A stack record after each event's, written by the targets (events/ring.h).
+  auto stack_option = [this](const char* name, std::atomic<bool>* flag) {
+    options.bind(
+        name, [flag] { return flag->load(); },
+        [this, flag](bool on) {
+          *flag = on;
+          (void)fs.tracer().set_stack_options(kernel_stacks.load(), user_stacks.load());
+        });
+  };
+  stack_option("stacktrace", &kernel_stacks);
+  stack_option("userstacktrace", &user_stacks);
   options.add_files(fs.tree(), fs.tree().root(), dir);
 }
 

@@ -16,6 +16,7 @@
 #include "events/record.h"
 #include "fs/settings_files.h"
 #include "tracee/proc_info.h"
+#include "tracee/proc_maps.h"
 
 namespace probefs::fs {
 namespace {
@@ -217,6 +218,7 @@ void TraceReader::begin_fill() {
   }
   fill_direct_ = fill_scope_ == 0 && fs_.events().gate_quiet();
   symbolizers_.clear();
+  maps_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
 }
 
@@ -225,6 +227,7 @@ int TraceReader::reset_buffer(const std::function<int()>& op) {
   int err = op();
   if (err == 0) {
     gates_.clear();
+    event_admitted_.clear();
     ++clear_gen_;
     std::fill(read_events_.begin(), read_events_.end(), 0);
     std::fill(dropped_events_.begin(), dropped_events_.end(), 0);
@@ -252,6 +255,19 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   const uint16_t id = load16(data);
   // Markers are not events: no trigger sees them.
   if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
+  // A stack record goes where the event record its thread wrote before it went.
+  if (id == events::kKernelStackEventId || id == events::kUserStackEventId) {
+    if (h.pid == 0 || !stack_record_fits(id, data, h.len)) return false;
+    auto it = event_admitted_.find(key_of(h.pid, h.tid));
+    return it != event_admitted_.end() && it->second;
+  }
+  const bool ok = admit_event(h, data, id);
+  if (event_admitted_.size() > kMaxComms) event_admitted_.clear();
+  event_admitted_[key_of(h.pid, h.tid)] = ok;
+  return ok;
+}
+
+bool TraceReader::admit_event(const Held& h, const uint8_t* data, uint16_t id) {
   if (fill_scope_ != 0 && !in_scope(h)) return false;
   const EventView* v = view(id);
   if (!v) return false;
@@ -534,9 +550,93 @@ void TraceReader::append(std::string& out, const Batch& b, const Held& h, bool l
   if (h.shown) append_line(out, h, b.bytes.data() + h.off);
 }
 
+bool TraceReader::stack_record_fits(uint16_t id, const uint8_t* data, uint32_t len) {
+  if (id == events::kUserStackEventId) return len >= events::kUserStackRecordBytes;
+  if (len < 16) return false;
+  const int32_t n = load32(data + 8);
+  return n >= 0 && static_cast<uint32_t>(n) <= events::kStackRecordDepth &&
+         16 + 8 * static_cast<uint32_t>(n) <= len;
+}
+
+// "<stack trace>" or "<user stack trace>", then " => " and each address as the kernel's
+// seq_print_ip_sym (the target's names: func, func+off/size [object] with sym-offset) or
+// seq_print_user_ip (the address, or its file and offset in its mapping with sym-userobj
+// while the process lives) prints it.
+void TraceReader::append_stack(std::string& out, const Held& h, const uint8_t* data) {
+  const uint16_t id = load16(data);
+  if (!stack_record_fits(id, data, h.len)) return;
+  const pid_t tid = load32(data + 4);
+  put_context(out, comm(h.pid, tid), tid, h.pid, h.cpu, data[2], data[3], h.ts);
+  const bool user = id == events::kUserStackEventId;
+  out += user ? "<user stack trace>\n" : "<stack trace>\n";
+  const uint32_t n = user ? events::kUserStackDepth : static_cast<uint32_t>(load32(data + 8));
+  char buf[64];
+  auto addr_tail = [&](uint64_t ip) {
+    snprintf(buf, sizeof buf, " <%016" PRIx64 ">", ip);
+    out += buf;
+  };
+  tracee::TargetSymbolizer* sym = user ? nullptr : symbolizer(h.pid);
+  const std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>* maps = nullptr;
+  if (user && fill_opts_.sym_userobj) {
+    auto [it, added] = maps_.try_emplace(h.pid);
+    if (added) {
+      std::vector<tracee::Mapping> m;
+      if (tracee::read_maps(h.pid, &m) == 0)
+        for (const tracee::Mapping& x : m)
+          if (!x.path.empty() && x.path.front() == '/') it->second.push_back({{x.start, x.end}, x.path});
+    }
+    maps = &it->second;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t ip;
+    std::memcpy(&ip, data + 16 + 8 * i, 8);
+    if (ip == 0 && user) break;
+    if (ip == UINT64_MAX) break;
+    out += " => ";
+    if (user) {
+      bool named = false;
+      if (maps != nullptr)
+        for (const auto& [range, path] : *maps)
+          if (range.first <= ip && ip < range.second) {
+            snprintf(buf, sizeof buf, "[+0x%" PRIx64 "]", ip - range.first);
+            out += path;
+            out += buf;
+            named = true;
+            break;
+          }
+      if (!named || fill_opts_.sym_addr) addr_tail(ip);
+    } else if (ip == 0) {
+      out += '0';
+    } else {
+      events::SymbolInfo info;
+      if (sym != nullptr && sym->lookup(ip, &info) && !info.name.empty()) {
+        out += info.name;
+        if (fill_opts_.sym_offset) {
+          snprintf(buf, sizeof buf, "+0x%" PRIx64 "/0x%" PRIx64, info.offset, info.size);
+          out += buf;
+          if (!info.module.empty()) {
+            out += " [";
+            out += info.module;
+            out += ']';
+          }
+        }
+      } else {
+        snprintf(buf, sizeof buf, "0x%08" PRIx64, ip);
+        out += buf;
+      }
+      if (fill_opts_.sym_addr) addr_tail(ip);
+    }
+    out += '\n';
+  }
+}
+
 void TraceReader::append_line(std::string& out, const Held& h, const uint8_t* data) {
   if (h.len < 8) return;
   const uint16_t id = load16(data);
+  if (id == events::kKernelStackEventId || id == events::kUserStackEventId) {
+    if (h.pid != 0) append_stack(out, h, data);
+    return;
+  }
   if (id == kMarkerEventId || id == kMarkerRawEventId) {
     if (h.pid != 0) return;  // only trace_marker and trace_marker_raw write these
     if (id == kMarkerEventId) append_marker(out, h, data);

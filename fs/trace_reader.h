@@ -73,6 +73,11 @@ struct TextOptions {
   bool irq_info = true;      // the flags column
   bool context_info = true;  // TASK-PID, TGID, CPU, flags and TIMESTAMP columns
   bool record_tgid = false;  // the TGID column
+  // Stack records (options/stacktrace, userstacktrace): names with offsets and sizes,
+  // addresses beside names, a user address as its mapped file and offset.
+  bool sym_offset = false;
+  bool sym_addr = false;
+  bool sym_userobj = false;
 };
 
 // "PID COMM" of the threads seen (saved_cmdlines), the newest kept, oldest dropped.
@@ -242,6 +247,7 @@ class TraceReader {
 
   ThreadGate& gate(uint64_t key);
   bool admit_new(const Held& h, const uint8_t* data);
+  bool admit_event(const Held& h, const uint8_t* data, uint16_t id);
   struct QuietView {
     uint16_t id = 0;
     const EventView* view = nullptr;
@@ -259,6 +265,10 @@ class TraceReader {
   void append_line(std::string& out, const Held& h, const uint8_t* data);
   void append_marker(std::string& out, const Held& h, const uint8_t* data);
   void append_marker_raw(std::string& out, const Held& h, const uint8_t* data);
+  // kernel_stack and user_stack records (events/ring.h), as the kernel prints them.
+  void append_stack(std::string& out, const Held& h, const uint8_t* data);
+  // Whether a stack record is whole; its entries.
+  static bool stack_record_fits(uint16_t id, const uint8_t* data, uint32_t len);
   void put_context(std::string& out, std::string_view comm, pid_t tid, pid_t tgid,
                    uint32_t cpu, uint8_t flags, uint8_t pc, uint64_t ts) const;
   void prune_unseen();
@@ -296,6 +306,11 @@ class TraceReader {
   std::unordered_map<uint64_t, CommSlot> comms_;
   // This fill's, held until the next: a departed target's may be the last reference.
   std::vector<std::pair<pid_t, std::shared_ptr<tracee::TargetSymbolizer>>> symbolizers_;
+  // Whether each thread's last event record was let through: its stack records follow it.
+  std::unordered_map<uint64_t, bool> event_admitted_;
+  // The mappings of live targets for sym-userobj, read once per fill.
+  std::unordered_map<pid_t, std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>>
+      maps_;
   // The scope (set_scope): its version as this fill began (0: nothing limited), and
   // what was decided under that version.
   std::shared_ptr<const EventTable::Gate> fill_gate_;  // the gate as this fill began

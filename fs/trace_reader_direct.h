@@ -65,6 +65,9 @@ inline bool TraceReader::admit_quiet(const Held& h, const uint8_t* data, QuietVi
   const uint16_t id = load16(data);
   if (id != last->id || !last->view) {
     if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
+    // Stack records: nothing held their event back here (no trigger, no scope).
+    if (id == events::kKernelStackEventId || id == events::kUserStackEventId)
+      return h.pid != 0 && stack_record_fits(id, data, h.len);
     last->id = id;
     last->view = view(id);
     if (!last->view) return false;

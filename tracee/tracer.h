@@ -318,6 +318,9 @@ class Tracer {
   // tracing_on: while off, hits are counted and nothing is recorded (every target, and
   // targets to come).
   [[nodiscard]] int set_tracing_on(bool on);
+  // options/stacktrace and options/userstacktrace: every target writes a kernel_stack or
+  // user_stack record (events/ring.h) after each record of an event, from now on.
+  int set_stack_options(bool kernel_stack, bool user_stack);
   bool tracing_on() const;
 
   // Adds a record written by the daemon itself (trace_marker): `len` bytes of an events

@@ -408,6 +408,7 @@ struct Tracer::Impl {
   // a record was written before the thread that holds its writer's number now began.
   events::TraceClockConverter boot_conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
+  uint32_t stack_options = 0;  // every target area's (events::kRingKernelStack...)
   // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
   // emptied: written in the trace header counts them.
   uint64_t dropped_gone = 0;

@@ -71,6 +71,9 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
   // made, and from here on their setters see this area.
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
   events::ring_set_record_disabled(r->area.header(), !tracing_on);
+  events::ring_set_stack_options(r->area.header(), stack_options);
+  // The stack records a target writes after its events' (options/stacktrace...).
+  if (pid != 0) r->event_ids = {events::kKernelStackEventId, events::kUserStackEventId};
   read_rings(r, pid);
   return r;
 }
@@ -83,6 +86,7 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_spare_rings(pid_t owner, 
   std::lock_guard rl(read_mu);
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
   events::ring_set_record_disabled(r->area.header(), !tracing_on);
+  events::ring_set_stack_options(r->area.header(), stack_options);
   spare_rings.push_back(r);
   return r;
 }
@@ -578,6 +582,16 @@ int Tracer::set_tracing_on(bool on) {
   impl_->tracing_on = on;
   for (auto& r : impl_->rings) events::ring_set_record_disabled(r->area.header(), !on);
   for (auto& r : impl_->spare_rings) events::ring_set_record_disabled(r->area.header(), !on);
+  return 0;
+}
+
+int Tracer::set_stack_options(bool kernel_stack, bool user_stack) {
+  std::lock_guard rl(impl_->read_mu);
+  impl_->stack_options = (kernel_stack ? events::kRingKernelStack : 0) |
+                         (user_stack ? events::kRingUserStack : 0);
+  for (auto& r : impl_->rings)
+    if (r->pid != 0) events::ring_set_stack_options(r->area.header(), impl_->stack_options);
+  for (auto& r : impl_->spare_rings) events::ring_set_stack_options(r->area.header(), impl_->stack_options);
   return 0;
 }
 

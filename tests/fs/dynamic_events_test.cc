@@ -314,8 +314,8 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
 // one of its ftrace events has.
 TEST_F(DynamicEventsTest, FtraceGroupTakesDynamicEventsBesideTheKernels) {
   const std::string b = kProg;
-  const std::vector<std::string> kernel_events = {"bputs", "raw_data", "print", "bprint",
-                                                  "function"};
+  const std::vector<std::string> kernel_events = {
+      "bputs", "raw_data", "print", "bprint", "user_stack", "kernel_stack", "function"};
   ASSERT_EQ(echo("uprobe_events", "p:ftrace/x " + b + ":0x1370"), 0);
   EXPECT_EQ(read("uprobe_events"), "p:ftrace/x " + b + ":" + padded(0x1370) + "\n");
   EXPECT_EQ(read("available_events"), "ftrace:x\n");

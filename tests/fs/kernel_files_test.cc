@@ -106,7 +106,24 @@ TEST_F(TracefsKernelFilesTest, FtraceEventsAreTheKernels) {
   EXPECT_EQ(ls("events"),
             (std::vector<std::string>{"enable", "header_page", "header_event", "ftrace"}));
   EXPECT_EQ(ls("events/ftrace"),
-            (std::vector<std::string>{"bputs", "raw_data", "print", "bprint", "function"}));
+            (std::vector<std::string>{"bputs", "raw_data", "print", "bprint", "user_stack",
+                                      "kernel_stack", "function"}));
+  // The stack records of options/stacktrace and userstacktrace: the kernel's formats.
+  EXPECT_EQ(ls("events/ftrace/kernel_stack"), (std::vector<std::string>{"format"}));
+  EXPECT_EQ(ls("events/ftrace/user_stack"), (std::vector<std::string>{"format"}));
+  const std::string stack_fmt =
+      "\nprint fmt: \"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" \"\\t=> %ps\\n\\t=> %ps\\n\\t=> "
+      "%ps\\n\" \"\\t=> %ps\\n\\t=> %ps\\n\", (void *)REC->caller[0], (void *)REC->caller[1], "
+      "(void *)REC->caller[2], (void *)REC->caller[3], (void *)REC->caller[4], (void "
+      "*)REC->caller[5], (void *)REC->caller[6], (void *)REC->caller[7]\n";
+  EXPECT_EQ(read("events/ftrace/kernel_stack/format"),
+            std::string("name: kernel_stack\nID: 4\nformat:\n") + kCommonFields +
+                "\n\tfield:int size;\toffset:8;\tsize:4;\tsigned:1;\n"
+                "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n" + stack_fmt);
+  EXPECT_EQ(read("events/ftrace/user_stack/format"),
+            std::string("name: user_stack\nID: 13\nformat:\n") + kCommonFields +
+                "\n\tfield:unsigned int tgid;\toffset:8;\tsize:4;\tsigned:0;\n"
+                "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n" + stack_fmt);
   EXPECT_EQ(ls("events/ftrace/print"), (std::vector<std::string>{"trigger", "format", "id"}));
   EXPECT_EQ(ls("events/ftrace/function"), (std::vector<std::string>{"format", "id"}));
   EXPECT_EQ(ls("events/ftrace/bprint"), (std::vector<std::string>{"format"}));

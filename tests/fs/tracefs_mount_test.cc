@@ -1418,5 +1418,111 @@ TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   EXPECT_EQ(ours, kernels);
 }
 
+// The stack blocks of trace lines: the " => " lines after each "<user stack trace>" (or
+// "<stack trace>"), in order.
+std::vector<std::string> stack_lines(const std::vector<std::string>& lines, bool user) {
+  std::vector<std::string> out;
+  const std::string head = user ? ": <user stack trace>" : ": <stack trace>";
+  bool in = false;
+  for (const std::string& l : lines) {
+    if (l.compare(0, 4, " => ") == 0) {
+      if (in) out.push_back(l);
+      continue;
+    }
+    in = l.size() >= head.size() && l.compare(l.size() - head.size(), head.size(), head) == 0;
+  }
+  return out;
+}
+
+// options/userstacktrace with sym-userobj on a program built with frame pointers: each
+// event's `<user stack trace>` is the kernel's uprobe's for the same calls, file and offset
+// for file and offset (the addresses of a mapping differ between two processes, offsets in
+// it do not). options/stacktrace adds the `<stack trace>` of the same stack, named.
+TEST_F(TracefsMountTest, UserStacksAreTheKernelsUprobeUserStacks) {
+  std::error_code ec;
+  const std::filesystem::path copy_dir =
+      std::filesystem::temp_directory_path() / ("probefs-ust-" + std::to_string(getpid()));
+  std::filesystem::create_directories(copy_dir, ec);
+  const std::string prog = (copy_dir / "stack_prog_fp").string();
+  std::filesystem::copy_file(PROBEFS_STACK_PROG_FP, prog,
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  struct RemoveCopy {
+    std::filesystem::path dir;
+    ~RemoveCopy() {
+      std::error_code e;
+      std::filesystem::remove_all(dir, e);
+    }
+  } remove_copy{copy_dir};
+  const ElfSymbol inner = find_elf_symbol(prog, "inner");
+  ASSERT_TRUE(inner.found);
+  KernelTracefs k;
+  const std::string g = k.group();
+  const std::string def = "p:" + g + "/ust " + prog + ":" + hex(inner.file_offset);
+  // via_a(0) + via_a(1) + via_b(0): 3 + 6 + 8.
+  auto run_program = [&](ProgramProcess& p) {
+    EXPECT_TRUE(p.ready());
+    EXPECT_EQ(p.ask("run 2 1"), "ok 17");
+  };
+
+  echo("uprobe_events", def);
+  ASSERT_EQ(echo_truncate(path("events/" + g + "/ust/enable"), "1").exit_code(), 0);
+  for (const char* o : {"userstacktrace", "sym-userobj", "stacktrace", "sym-offset"})
+    ASSERT_EQ(echo_truncate(path(std::string("options/") + o), "1").exit_code(), 0);
+  std::vector<std::string> ours, named;
+  {
+    ProgramProcess p(ProgramProcess::under_probefs(m_.dir(), prog));
+    run_program(p);
+    const std::vector<std::string> lines = trace_lines();  // while it lives: sym-userobj
+    ours = stack_lines(lines, true);
+    named = stack_lines(lines, false);
+    EXPECT_EQ(p.quit(), 0);
+  }
+  ASSERT_EQ(ours.size(), 3u * 4) << ::testing::PrintToString(ours);
+  EXPECT_EQ(ours[0], " => " + prog + "[+" + hex(inner.file_offset % 4096) + "]");
+  // The named stack starts at the function and its caller, then the callers' callers.
+  ASSERT_GE(named.size(), 3u * 5) << ::testing::PrintToString(named);
+  EXPECT_EQ(named[0].substr(0, 14), " => inner+0x0/");
+  EXPECT_EQ(named[1].substr(0, 13), " => middle+0x");
+  EXPECT_EQ(named[2].substr(0, 12), " => via_a+0x");
+  EXPECT_EQ(named[3].substr(0, 11), " => main+0x");
+  // An event record the daemon holds back (set_event_pid names another process) takes its
+  // stacks with it.
+  ASSERT_EQ(echo_truncate(path("trace"), "").exit_code(), 0);
+  ASSERT_EQ(echo_truncate(path("set_event_pid"), "1").exit_code(), 0);
+  {
+    ProgramProcess p(ProgramProcess::under_probefs(m_.dir(), prog));
+    run_program(p);
+    const std::vector<std::string> lines = trace_lines();
+    EXPECT_TRUE(lines.empty()) << ::testing::PrintToString(lines);
+    EXPECT_EQ(p.quit(), 0);
+  }
+  ASSERT_EQ(echo_truncate(path("set_event_pid"), "").exit_code(), 0);
+
+  // The kernel, each step a child with a deadline.
+  const std::string why = k.start(5000);
+  if (!why.empty()) GTEST_SKIP() << why << "; the probefs half ran";
+  KernelTracefs::Step s = k.run("echo \"$1\" >> \"$2/uprobe_events\"", {def, k.dir()}, 10000);
+  if (!s.answered) GTEST_SKIP() << "the kernel's uprobe_events did not answer";
+  ASSERT_EQ(s.exit_code, 0) << def << ": " << s.err;
+  k.remember_probe(g + "/ust");
+  s = k.run("echo 1 > \"$1/events/$2/enable\" && echo 1 > \"$1/options/userstacktrace\" && "
+            "echo 1 > \"$1/options/sym-userobj\"",
+            {k.instance(), g + "/ust"}, 10000);
+  if (!s.answered) GTEST_SKIP() << "the kernel's enable file did not answer";
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::vector<std::string> kernels;
+  {
+    ProgramProcess p(ProgramProcess::plain(prog));
+    run_program(p);
+    s = k.run("cat \"$1/trace\"", {k.instance()}, 10000);
+    if (!s.answered) GTEST_SKIP() << "the kernel's trace did not answer";
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    kernels = stack_lines(trace_body_lines(s.out), true);
+    EXPECT_EQ(p.quit(), 0);
+  }
+  EXPECT_EQ(ours, kernels);
+}
+
 }  // namespace
 }  // namespace probefs::fs
