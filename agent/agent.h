@@ -108,6 +108,8 @@ struct HitProbe {
   std::atomic<const HitHists*> hists{nullptr};
   // False while the event only aggregates (soft mode): its hits write no ring record.
   std::atomic<bool> record{true};
+  // The stacktrace trigger: a kernel_stack record after each of its records (SET_HIST).
+  std::atomic<bool> stacks{false};
 };
 
 // The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer

@@ -666,6 +666,7 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
     if (!next) return;
   }
   ap->hit->record.store(s.record, std::memory_order_relaxed);
+  ap->hit->stacks.store(s.stacks, std::memory_order_relaxed);
   ap->hit->hists.store(next.get(), std::memory_order_release);
   probecore::synchronize_rcu();  // no handler still counts with the old set
   ap->hists = std::move(next);

@@ -200,8 +200,14 @@ void name_entry(char* name) {
   }
 }
 
-// options/stacktrace and userstacktrace: the thread's stack as records of their own,
-// after the record of the hit (the ring holds one reservation at a time). kernel_stack
+// Whether a committed record of `hp` is followed by stack records (write_stacks).
+[[gnu::always_inline]] inline bool wants_stacks(const HitProbe* hp, const events::RingProducer* p) {
+  return events::ring_stack_options(p->area) != 0 || hp->stacks.load(std::memory_order_relaxed);
+}
+
+// options/stacktrace and userstacktrace, the stacktrace trigger: the thread's stack as
+// records of their own, after the record of the hit (the ring holds one reservation at a
+// time). kernel_stack
 // is the walk of stack keys; user_stack the kernel's walk of a uprobe's user stack (where
 // the thread stopped, then the frame-pointer chain), both seeing through return probes.
 [[gnu::noinline, gnu::cold]] void write_stacks(const AreaState* as, const HitProbe* hp,
@@ -209,7 +215,7 @@ void name_entry(char* name) {
                                                uint64_t ret_ip, int32_t tid) {
   const uint32_t opts = events::ring_stack_options(p->area);
   const bool is_return = hp->view.is_return;
-  if (opts & events::kRingKernelStack) {
+  if ((opts & events::kRingKernelStack) || hp->stacks.load(std::memory_order_relaxed)) {
     static_assert(events::kStackRecordDepth == events::kHistStackDepth);
     uint64_t frames[events::kStackRecordDepth];
     capture_stack(as, hp, regs, ret_ip, frames);
@@ -434,8 +440,7 @@ const HitSynth* find_synth(uint16_t id) {
       events::ring_discard(p);
     } else {
       events::ring_commit(p, len);
-      if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
-        write_stacks(as, hp, p, regs, ret_ip, tid);
+      if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
     }
   }
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
@@ -497,8 +502,7 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
-  if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
-    write_stacks(as, hp, p, regs, ret_ip, tid);
+  if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
 }
 
 // The filter of a probe that has one (emit_fast): whether the record stays.
@@ -560,8 +564,7 @@ const HitSynth* find_synth(uint16_t id) {
       events::ring_discard(p);
     } else {
       events::ring_commit(p, len);
-      if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
-        write_stacks(as, hp, p, regs, ret_ip, tid);
+      if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
     }
   }
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
@@ -597,8 +600,7 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
-  if (__builtin_expect(events::ring_stack_options(p->area) != 0, 0))
-    write_stacks(as, hp, p, regs, ret_ip, tid);
+  if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
 }
 
 // The straight path applies while no one asked for the thread's name (needs_comm only

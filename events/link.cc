@@ -329,7 +329,7 @@ void put_set_hist(Out& o, const SetHist& s) {
     return;
   }
   o.u32(s.probe_id);
-  o.u8(s.record ? 1 : 0);
+  o.u8(static_cast<uint8_t>((s.record ? 1 : 0) | (s.stacks ? 2 : 0)));
   o.u8(static_cast<uint8_t>(s.programs.size()));
   o.u16(s.synth_id);
   o.u32(s.synth_size);
@@ -386,7 +386,11 @@ bool get_set_hist(In& in, SetHist* s) {
   uint8_t n = 0;
   uint16_t pad = 0;
   in.get(&s->probe_id, "set_hist");
-  in.boolean(&s->record, "set_hist: record flag");
+  uint8_t flags = 0;
+  in.get(&flags, "set_hist");
+  if (in.ok() && (flags & ~3u) != 0) return in.fail("set_hist: flags");
+  s->record = (flags & 1) != 0;
+  s->stacks = (flags & 2) != 0;
   in.get(&n, "set_hist");
   in.get(&s->synth_id, "set_hist");
   in.get(&s->synth_size, "set_hist");

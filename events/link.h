@@ -72,7 +72,8 @@ inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memo
 inline constexpr uint32_t kAgentAbiVersion = 7;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
-                                                  // 7: onmax, onchange, stack keys
+                                                  // 7: onmax, onchange, stack keys,
+                                                  //    SET_HIST's stack flag
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -244,7 +245,8 @@ struct HistTable {
 // into, and whether they write ring records at all (an event that only aggregates writes
 // none: the kernel's soft mode). With synth_id set, the same for a synthetic event (no
 // probe: hist actions write its records, of synth_size bytes, kept by synth_filter).
-//   u32 probe_id, u8 record, u8 n, u16 synth_id, u32 synth_size, u8 has_filter,
+//   u32 probe_id, u8 flags (1: record, 2: a kernel_stack record after each of its
+//   records: the stacktrace trigger), u8 n, u16 synth_id, u32 synth_size, u8 has_filter,
 //   [bytes filter], u64 clock anchor_tsc, u64 anchor_ns, u64 mult,
 //   n x (u32 slot, geometry as in HIST_TABLE, u8 nkeys, u8 nvals, u16 0,
 //        nkeys x operand, nvals x operand, u8 has_filter, [bytes filter],
@@ -261,6 +263,7 @@ struct HistTable {
 struct SetHist {
   uint32_t probe_id = 0;
   bool record = true;
+  bool stacks = false;  // the stacktrace trigger
   std::vector<HistProgram> programs;
   std::vector<HistGeometry> geometries;  // one per program: its slot's
   uint16_t synth_id = 0;

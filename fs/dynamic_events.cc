@@ -495,10 +495,13 @@ DynamicEvents::DynamicEvents(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {
   fs.events().set_gate(
       [impl](const EventView& v, const tracee::TraceRecord& r) { return impl->gate.admit(v, r); },
       [impl] { return impl->gate.quiet(); });
+  fs.events().set_stack_gate(
+      [impl](pid_t pid, int32_t tid) { return impl->gate.stack_shown(pid, tid); });
 }
 
 DynamicEvents::~DynamicEvents() {
   impl_->fs.events().set_gate({});
+  impl_->fs.events().set_stack_gate({});
   impl_->gate.stop();
 }
 

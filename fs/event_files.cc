@@ -399,10 +399,17 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     if (!target) return -EINVAL;
   }
   const TriggerGate::Event* target_gate = target ? target->gate.get() : nullptr;
+  // stacktrace: the event's probes write a stack record after each of theirs; the gate
+  // shows it when the trigger's count and filter let it.
+  auto set_stacks = [&](bool on) {
+    for (DynProbe* p : ev.probes) (void)tracer.set_stacktrace(p->id, on);
+  };
   if (c.remove) {
     TriggerGate::EventPtr gone;
-    if (gate.remove(*ev.gate, c.kind, target_gate, &gone) && gone)
+    const bool removed = gate.remove(*ev.gate, c.kind, target_gate, &gone);
+    if (removed && gone)
       if (DynEvent* t = event_of(gone.get())) soft_off(*t);
+    if (removed && c.kind == TriggerKind::kStackTrace) set_stacks(false);
     return done(data);
   }
   std::shared_ptr<const events::CompiledFilter> filter;
@@ -422,6 +429,7 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     t.target_name = c.system + ":" + c.event;
   }
   gate.add(*ev.gate, std::move(t));
+  if (c.kind == TriggerKind::kStackTrace) set_stacks(true);
   return done(data);
 }
 

@@ -45,6 +45,7 @@ bool kind_of(std::string_view word, TriggerKind* kind) {
   else if (word == "traceoff") *kind = TriggerKind::kTraceOff;
   else if (word == "enable_event") *kind = TriggerKind::kEnableEvent;
   else if (word == "disable_event") *kind = TriggerKind::kDisableEvent;
+  else if (word == "stacktrace") *kind = TriggerKind::kStackTrace;
   else return false;
   return true;
 }
@@ -59,6 +60,7 @@ const char* kind_name(TriggerKind k) {
     case TriggerKind::kTraceOff: return "traceoff";
     case TriggerKind::kEnableEvent: return "enable_event";
     case TriggerKind::kDisableEvent: return "disable_event";
+    case TriggerKind::kStackTrace: return "stacktrace";
   }
   return "";
 }
@@ -88,6 +90,10 @@ bool uses_comm(const events::CompiledFilter& f) {
       return true;
   return false;
 }
+
+// Threads stack_shown() remembers at most; past that it forgets them all (a forgotten
+// thread's next stack is shown).
+constexpr size_t kMaxStackThreads = 1 << 16;
 
 int32_t tid_of(const tracee::TraceRecord& rec) {
   int32_t tid = 0;
@@ -142,7 +148,7 @@ int parse_trigger(std::string_view text, TriggerCommand* out) {
 }
 
 std::string_view no_triggers_text() {
-  return "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n";
+  return "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
 }
 
 // ---- the gate ----------------------------------------------------------------------------
@@ -215,9 +221,12 @@ std::string TriggerGate::show(const Event& ev) const {
 
 namespace {
 
+// traceon and traceoff share one place, stacktrace has its own, enable_event and
+// disable_event one per target (the kernel's trigger types).
 bool same_place(const TriggerGate::Trigger& t, TriggerKind kind,
                 const TriggerGate::Event* target) {
   if (has_target(kind) != has_target(t.kind)) return false;
+  if ((kind == TriggerKind::kStackTrace) != (t.kind == TriggerKind::kStackTrace)) return false;
   return !has_target(kind) || t.target.get() == target;
 }
 
@@ -293,6 +302,8 @@ bool TriggerGate::fire(Trigger& t) {
       else --soft_disabled_count_;
       break;
     }
+    case TriggerKind::kStackTrace:
+      break;  // the stack record after it is shown (stack_shown)
   }
   if (t.count > 0) --t.count;
   return true;
@@ -306,8 +317,10 @@ bool TriggerGate::admit(const EventView& view, const tracee::TraceRecord& rec) {
   if (!ev) return !off_before;
   const bool soft = ev->soft_disabled;
   bool shown = !off_before && !soft;
+  bool has_stacktrace = false, stack_fired = false;
   std::string comm;
   for (Trigger& t : ev->triggers) {
+    if (t.kind == TriggerKind::kStackTrace) has_stacktrace = true;
     if (t.filter) {
       // A soft-disabled event's conditional triggers do not run, as in the kernel.
       if (soft) continue;
@@ -319,10 +332,22 @@ bool TriggerGate::admit(const EventView& view, const tracee::TraceRecord& rec) {
       }
       if (!events::filter_match(*t.filter, rec.data, rec.len, ctx)) continue;
     }
-    if (fire(t) && t.kind == TriggerKind::kTraceOn && !t.filter && !soft) shown = true;
+    const bool fired = fire(t);
+    if (fired && t.kind == TriggerKind::kTraceOn && !t.filter && !soft) shown = true;
+    if (fired && t.kind == TriggerKind::kStackTrace) stack_fired = true;
   }
+  if (stack_shown_.size() > kMaxStackThreads) stack_shown_.clear();
+  stack_shown_[uint64_t{static_cast<uint32_t>(rec.pid)} << 32 | static_cast<uint32_t>(tid_of(rec))] =
+      !has_stacktrace || stack_fired;
   update_quiet();
   return shown;
+}
+
+bool TriggerGate::stack_shown(pid_t pid, int32_t tid) const {
+  if (quiet_.load(std::memory_order_acquire)) return true;  // no stacktrace trigger
+  std::lock_guard l(mu_);
+  auto it = stack_shown_.find(uint64_t{static_cast<uint32_t>(pid)} << 32 | static_cast<uint32_t>(tid));
+  return it == stack_shown_.end() || it->second;
 }
 
 // ---- the gate's thread: tracing_on changes, made outside every reader ----------------

@@ -42,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "events/filter.h"
@@ -51,10 +52,10 @@ namespace probefs::fs {
 
 struct EventView;
 
-enum class TriggerKind : uint8_t { kTraceOn, kTraceOff, kEnableEvent, kDisableEvent };
+enum class TriggerKind : uint8_t { kTraceOn, kTraceOff, kEnableEvent, kDisableEvent, kStackTrace };
 
 // One write to an event's trigger file:
-//   [!]traceon|traceoff[:COUNT] [if FILTER]
+//   [!]traceon|traceoff|stacktrace[:COUNT] [if FILTER]
 //   [!]enable_event|disable_event:SYSTEM:EVENT[:COUNT] [if FILTER]
 // COUNT is a kstrtoul number of any base; text after it up to a blank is ignored, as the
 // kernel ignores it. The whole write is one trigger (a newline inside is an error).
@@ -68,8 +69,8 @@ struct TriggerCommand {
   std::string filter;  // as read back: after "if" and one blank, trailing blanks cut
 };
 
-// 0, or -EINVAL for anything else (stacktrace, hist, snapshot, unknown words, a bad count,
-// "if" without a filter).
+// 0, or -EINVAL for anything else (hist, snapshot, unknown words, a bad count, "if"
+// without a filter).
 [[nodiscard]] int parse_trigger(std::string_view text, TriggerCommand* out);
 
 // What an event's trigger file reads when it holds no trigger.
@@ -126,6 +127,10 @@ class TriggerGate {
 
   // The EventTable gate: whether the record is shown; fires the event's triggers.
   bool admit(const EventView& view, const tracee::TraceRecord& rec);
+  // Whether the kernel_stack record after the last record admit() saw of that thread is
+  // shown: its event's stacktrace trigger fired for it, or the event has none (the stack
+  // is options/stacktrace's).
+  bool stack_shown(pid_t pid, int32_t tid) const;
   // True while admit() would show every record and fire nothing.
   bool quiet() const { return quiet_.load(std::memory_order_acquire); }
 
@@ -159,6 +164,8 @@ class TriggerGate {
   // True while nothing above can hide a record or fire a trigger: admit() then returns
   // at once, without the lock.
   std::atomic<bool> quiet_{true};
+  // stack_shown(): by thread (pid << 32 | tid), what the last admit() of its records said.
+  std::unordered_map<uint64_t, bool> stack_shown_;
 
   // ---- guarded by work_mu_ (taken after mu_, never before): the tracing_on changes for
   // the gate's thread ----

@@ -259,7 +259,10 @@ bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (id == events::kKernelStackEventId || id == events::kUserStackEventId) {
     if (h.pid == 0 || !stack_record_fits(id, data, h.len)) return false;
     auto it = event_admitted_.find(key_of(h.pid, h.tid));
-    return it != event_admitted_.end() && it->second;
+    if (it == event_admitted_.end() || !it->second) return false;
+    // A stacktrace trigger's count and filter decide on the kernel_stack after its event.
+    return id != events::kKernelStackEventId || !fill_gate_ || direct_now_ ||
+           fs_.events().stack_shown(h.pid, h.tid);
   }
   const bool ok = admit_event(h, data, id);
   if (event_admitted_.size() > kMaxComms) event_admitted_.clear();

@@ -69,6 +69,20 @@ bool EventTable::gate_quiet() const {
   return !g || (q && (*q)());
 }
 
+void EventTable::set_stack_gate(StackGate gate) {
+  std::lock_guard l(mu_);
+  stack_gate_ = gate ? std::make_shared<const StackGate>(std::move(gate)) : nullptr;
+}
+
+bool EventTable::stack_shown(pid_t pid, int32_t tid) const {
+  std::shared_ptr<const StackGate> g;
+  {
+    std::lock_guard l(mu_);
+    g = stack_gate_;
+  }
+  return !g || (*g)(pid, tid);
+}
+
 std::shared_ptr<const EventTable::Gate> EventTable::gate() const {
   std::lock_guard l(mu_);
   return gate_;

@@ -86,6 +86,11 @@ class EventTable {
   std::shared_ptr<const Gate> gate() const;
   // No gate, or one that has nothing to hide or fire now.
   bool gate_quiet() const;
+  // Whether the kernel_stack record after thread `tid` of `pid`'s last admitted record is
+  // shown (its event's stacktrace trigger fired, or it has none); true without a gate.
+  using StackGate = std::function<bool(pid_t pid, int32_t tid)>;
+  void set_stack_gate(StackGate gate);
+  bool stack_shown(pid_t pid, int32_t tid) const;
 
  private:
   mutable std::mutex mu_;
@@ -94,6 +99,7 @@ class EventTable {
   uint16_t next_ = kFirstEventId;
   std::shared_ptr<const Gate> gate_;
   std::shared_ptr<const std::function<bool()>> quiet_;
+  std::shared_ptr<const StackGate> stack_gate_;
 };
 
 class DynamicEvents;  // fs/dynamic_events.h

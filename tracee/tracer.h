@@ -108,6 +108,9 @@ struct ProbeSpec {
   // changes them.
   std::vector<events::HistProgram> hists;
   bool record = true;
+  // The stacktrace trigger: a kernel_stack record after each of its records
+  // (set_stacktrace()).
+  bool stacks = false;
 };
 
 // What a histogram holds now, summed over every target that counted into it (live or
@@ -321,6 +324,9 @@ class Tracer {
   // options/stacktrace and options/userstacktrace: every target writes a kernel_stack or
   // user_stack record (events/ring.h) after each record of an event, from now on.
   int set_stack_options(bool kernel_stack, bool user_stack);
+  // The stacktrace trigger of probe `id`'s event: its hits write a kernel_stack record
+  // after each of theirs. -ENOENT for no such probe.
+  int set_stacktrace(ProbeId id, bool on);
   bool tracing_on() const;
 
   // Adds a record written by the daemon itself (trace_marker): `len` bytes of an events

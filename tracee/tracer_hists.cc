@@ -115,6 +115,7 @@ void Tracer::Impl::sync_hists(Target& t) {
     if (p == probes.end() || p->second.hist_generation == 0) continue;
     lk::SetHist sh;
     sh.record = p->second.spec.record;
+    sh.stacks = p->second.spec.stacks;
     sh.clock = hist_clock();
     {
       std::lock_guard l(hist_state->mu);
@@ -211,6 +212,17 @@ int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs, boo
   if (it == impl_->probes.end()) return -ENOENT;
   it->second.spec.hists = std::move(programs);
   it->second.spec.record = record;
+  ++it->second.hist_generation;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+int Tracer::set_stacktrace(ProbeId id, bool on) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  if (it->second.spec.stacks == on) return 0;
+  it->second.spec.stacks = on;
   ++it->second.hist_generation;
   for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
   return 0;

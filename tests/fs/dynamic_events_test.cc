@@ -272,7 +272,7 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
   EXPECT_EQ(read("events/zgrp/e1/enable"), "0\n");
   EXPECT_EQ(read("events/zgrp/e1/filter"), "none\n");
   EXPECT_EQ(read("events/zgrp/e1/trigger"),
-            "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n");
+            "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n");
   EXPECT_EQ(read("events/zgrp/filter"),
             "### global filter ###\n# Use this to set filters for multiple events.\n"
             "# Only events with the given fields will be affected.\n"
@@ -979,7 +979,7 @@ TEST_F(DynamicEventsTest, TriggerFileGrammarAndReadBack) {
   ASSERT_EQ(echo("uprobe_events", "p:zgrp/e0 " + b + ":0x13b0"), 0);
   ASSERT_EQ(echo("uprobe_events", "p:agrp/e3 " + b + ":0x13c0"), 0);
   const char* t = "events/zgrp/e1/trigger";
-  const std::string none = "# Available triggers:\n# traceon traceoff enable_event disable_event hist\n";
+  const std::string none = "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
   struct Step {
     const char* write;
     int err;
@@ -987,7 +987,6 @@ TEST_F(DynamicEventsTest, TriggerFileGrammarAndReadBack) {
   } steps[] = {
       {"foo", EINVAL, nullptr},
       {"hist:keys=x", EINVAL, nullptr},
-      {"stacktrace", EINVAL, nullptr},
       {"snapshot", EINVAL, nullptr},
       {"", EINVAL, nullptr},
       {"# c", EINVAL, nullptr},

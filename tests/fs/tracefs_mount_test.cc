@@ -1524,5 +1524,42 @@ TEST_F(TracefsMountTest, UserStacksAreTheKernelsUprobeUserStacks) {
   EXPECT_EQ(ours, kernels);
 }
 
+// The stacktrace trigger: a `<stack trace>` after each record of the event whose filter
+// matched, while its count lasts; the count left in the trigger file as the kernel shows
+// it. The names, without sym-offset, are the functions' alone.
+TEST_F(TracefsMountTest, StacktraceTriggerFollowsItsFilterAndCount) {
+  const std::string prog = PROBEFS_STACK_PROG_FP;
+  const std::string name = prog.substr(prog.rfind('/') + 1);
+  echo("kprobe_events", "p:st/inner " + name + ":inner x=%di:u64");
+  ASSERT_EQ(echo_truncate(path("events/st/inner/trigger"), "stacktrace:2 if x > 1").exit_code(), 0);
+  EXPECT_EQ(read("events/st/inner/trigger"), "stacktrace:count=2 if x > 1\n");
+  EXPECT_NE(echo_truncate(path("events/st/inner/trigger"), "stacktrace").exit_code(), 0);  // taken
+  ASSERT_EQ(echo_truncate(path("events/st/inner/enable"), "1").exit_code(), 0);
+  std::vector<std::string> lines;
+  {
+    ProgramProcess p(ProgramProcess::under_probefs(m_.dir(), prog));
+    ASSERT_TRUE(p.ready());
+    // inner(1), inner(2), inner(3); then inner(1) and inner(2) again, the count spent.
+    EXPECT_EQ(p.ask("run 3 0"), "ok 18");
+    EXPECT_EQ(p.ask("run 2 0"), "ok 9");
+    lines = trace_lines();
+    EXPECT_EQ(p.quit(), 0);
+  }
+  std::vector<std::string> shape;  // "x=N" per event, "stack" per block, its first frames
+  for (const std::string& l : lines) {
+    if (const size_t at = l.find(" x="); at != std::string::npos) shape.push_back(l.substr(at + 1));
+    else if (l.size() > 15 && l.compare(l.size() - 15, 15, ": <stack trace>") == 0) shape.push_back("stack");
+    else if (l == " => inner" || l == " => middle" || l == " => via_a" || l == " => main") shape.push_back(l);
+  }
+  EXPECT_EQ(shape, (std::vector<std::string>{"x=1", "x=2", "stack", " => inner", " => middle",
+                                             " => via_a", " => main", "x=3", "stack", " => inner",
+                                             " => middle", " => via_a", " => main", "x=1", "x=2"}))
+      << ::testing::PrintToString(lines);
+  EXPECT_EQ(read("events/st/inner/trigger"), "stacktrace:count=0 if x > 1\n");
+  ASSERT_EQ(echo_truncate(path("events/st/inner/trigger"), "!stacktrace").exit_code(), 0);
+  EXPECT_EQ(read("events/st/inner/trigger"),
+            "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n");
+}
+
 }  // namespace
 }  // namespace probefs::fs
