@@ -1,5 +1,6 @@
 // Event triggers and the record gate: what an event's `trigger` file holds (traceon,
-// traceoff, enable_event, disable_event, each with an optional count and filter), the soft
+// traceoff, stacktrace, enable_event, disable_event, each with an optional count and
+// filter), the soft
 // mode that enable_event/disable_event put their target in, and the gate that applies both
 // to records as the trace readers take them (EventTable::set_gate).
 //
@@ -20,6 +21,9 @@
 //   - A soft-disabled event's probes run and write records, as its tracepoint does in
 //     the kernel; the gate drops those records as it reads them, so an event that is
 //     soft-enabled at read time shows records written while it was soft-disabled.
+//   - stacktrace: the event's probes take the stack at every hit (a kernel_stack record
+//     after the event's, events/ring.h); the gate shows it when the trigger's filter
+//     matched the event's record and its count lasts (stack_shown).
 //   - Which record a trigger shows follows what the kernel's uprobe events do: the record
 //     that fires traceoff is shown; the record that fires an unconditional traceon is
 //     shown, one that fires a traceon with a filter is not.
