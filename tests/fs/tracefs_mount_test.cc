@@ -1327,22 +1327,35 @@ std::string normalized(const std::string& body, uint64_t base) {
 // kernel's tracefs, an instance of its own) and to ours, the same program run under each:
 // the same argument values, the same line layout. The probefs half always runs; the kernel
 // half is skipped when the kernel's tracefs does not answer.
+// A copy of a program in a directory of its own under the temporary directory (the
+// kernel's probes on it reach no other process), removed at the end.
+struct ProgramCopy {
+  std::filesystem::path dir;
+  std::string path;
+  ProgramCopy(const std::string& program, const std::string& tag) {
+    std::error_code ec;
+    dir = std::filesystem::temp_directory_path() /
+          ("probefs-" + tag + "-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir / "copy", ec);
+    path = (dir / "copy" / std::filesystem::path(program).filename()).string();
+    std::filesystem::copy_file(program, path, std::filesystem::copy_options::overwrite_existing,
+                               ec);
+    if (ec) path.clear();
+  }
+  ~ProgramCopy() {
+    std::error_code e;
+    std::filesystem::remove_all(dir, e);
+  }
+  ProgramCopy(const ProgramCopy&) = delete;
+  ProgramCopy& operator=(const ProgramCopy&) = delete;
+  bool ok() const { return !path.empty(); }
+};
+
 TEST_F(TracefsMountTest, TheKernelsUprobeAndOursPrintTheSame) {
   // A copy of the program of its own: the kernel's probes reach no other process.
-  std::error_code ec;
-  const std::filesystem::path copy_dir =
-      std::filesystem::temp_directory_path() / ("probefs-cmp-" + std::to_string(getpid()));
-  std::filesystem::create_directories(copy_dir / "copy", ec);
-  const std::string prog = (copy_dir / "copy" / kProgName).string();
-  std::filesystem::copy_file(kProg, prog, std::filesystem::copy_options::overwrite_existing, ec);
-  ASSERT_FALSE(ec) << ec.message();
-  struct RemoveCopy {
-    std::filesystem::path dir;
-    ~RemoveCopy() {
-      std::error_code e;
-      std::filesystem::remove_all(dir, e);
-    }
-  } remove_copy{copy_dir};
+  ProgramCopy copy(kProg, "cmp");
+  ASSERT_TRUE(copy.ok());
+  const std::string& prog = copy.path;
   auto place_in_copy = [&](const char* sym) { return prog + ":" + hex(symbol(sym).file_offset); };
 
   KernelTracefs k;
@@ -1439,21 +1452,9 @@ std::vector<std::string> stack_lines(const std::vector<std::string>& lines, bool
 // for file and offset (the addresses of a mapping differ between two processes, offsets in
 // it do not). options/stacktrace adds the `<stack trace>` of the same stack, named.
 TEST_F(TracefsMountTest, UserStacksAreTheKernelsUprobeUserStacks) {
-  std::error_code ec;
-  const std::filesystem::path copy_dir =
-      std::filesystem::temp_directory_path() / ("probefs-ust-" + std::to_string(getpid()));
-  std::filesystem::create_directories(copy_dir, ec);
-  const std::string prog = (copy_dir / "stack_prog_fp").string();
-  std::filesystem::copy_file(PROBEFS_STACK_PROG_FP, prog,
-                             std::filesystem::copy_options::overwrite_existing, ec);
-  ASSERT_FALSE(ec) << ec.message();
-  struct RemoveCopy {
-    std::filesystem::path dir;
-    ~RemoveCopy() {
-      std::error_code e;
-      std::filesystem::remove_all(dir, e);
-    }
-  } remove_copy{copy_dir};
+  ProgramCopy copy(PROBEFS_STACK_PROG_FP, "ust");
+  ASSERT_TRUE(copy.ok());
+  const std::string& prog = copy.path;
   const ElfSymbol inner = find_elf_symbol(prog, "inner");
   ASSERT_TRUE(inner.found);
   KernelTracefs k;
