@@ -169,35 +169,40 @@ void name_entry(char* name) {
   name[events::kHistCommBytes - 1] = 0;
 }
 
-// The hit's stack for a stacktrace key (kHistStackDepth addresses, zeros past the end):
-// where the thread stopped (the probed instruction; for a return probe the address it
-// returns to), then its callers by the frame-pointer chain, the first of them from the
-// return address at the stack pointer when the probe is on a function's first
-// instruction (the function has not made its frame yet).
-[[gnu::noinline]] void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs,
-                                     uint64_t ret_ip, uint64_t* out) {
-  const bool is_return = hp->view.is_return;
-  const bool at_entry = hp->rp.kp.bounds.start == hp->address;
-  constexpr uint32_t kDepth = events::kHistStackDepth;
+// A thread's stack into out[0, depth), zeros past its end: `first` (where the thread
+// stopped), then, when `from_sp`, the return address at the stack pointer (a function
+// stopped on its first instruction has not made its frame yet), then its callers by the
+// frame-pointer chain. A frame below a return probe's function holds its return point:
+// the function's own return address is given instead.
+[[gnu::noinline]] void walk_stack(const AreaState* as, const PtRegs* regs, uint64_t first,
+                                  bool from_sp, uint64_t* out, uint32_t depth) {
   uint32_t n = 0;
-  out[n++] = is_return ? ret_ip : hp->address;
-  // A frame below a return probe's function holds its return point, not the caller.
+  out[n++] = first;
   auto fix = [](uint64_t slot, uint64_t value) -> uint64_t {
     return probecore::kretprobe_slot_return(reinterpret_cast<const uintptr_t*>(slot), value);
   };
   auto walk = [&](const auto& rd) {
-    if (!is_return && at_entry) {
-      uint64_t ra = 0;
-      if (rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = fix(regs->sp, ra);
-    }
-    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, kDepth - n, fix);
+    uint64_t ra = 0;
+    if (from_sp && rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = fix(regs->sp, ra);
+    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, depth - n, fix);
   };
   if (as->fault_tolerant) walk(events::FaultTolerantReader{});
   else walk(events::LiveMemoryReader(as->pid));
-  for (uint32_t i = n; i < kDepth; ++i) {
+  for (uint32_t i = n; i < depth; ++i) {
     asm("" : "+r"(i));
     out[i] = 0;
   }
+}
+
+// The hit's stack for a stacktrace key and a kernel_stack record (kHistStackDepth
+// addresses): the probed instruction (for a return probe the address it returns to),
+// the caller at the stack pointer when the probe is on a function's first instruction.
+void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs, uint64_t ret_ip,
+                   uint64_t* out) {
+  const bool is_return = hp->view.is_return;
+  const bool at_entry = hp->rp.kp.bounds.start == hp->address;
+  walk_stack(as, regs, is_return ? ret_ip : hp->address, !is_return && at_entry, out,
+             events::kHistStackDepth);
 }
 
 // Whether a committed record of `hp` is followed by stack records (write_stacks).
@@ -207,14 +212,12 @@ void name_entry(char* name) {
 
 // options/stacktrace and userstacktrace, the stacktrace trigger: the thread's stack as
 // records of their own, after the record of the hit (the ring holds one reservation at a
-// time). kernel_stack
-// is the walk of stack keys; user_stack the kernel's walk of a uprobe's user stack (where
-// the thread stopped, then the frame-pointer chain), both seeing through return probes.
+// time). kernel_stack is the walk of stack keys; user_stack the kernel's walk of a
+// uprobe's user stack (where the thread stopped, then the frame-pointer chain).
 [[gnu::noinline, gnu::cold]] void write_stacks(const AreaState* as, const HitProbe* hp,
                                                events::RingProducer* p, const PtRegs* regs,
                                                uint64_t ret_ip, int32_t tid) {
   const uint32_t opts = events::ring_stack_options(p->area);
-  const bool is_return = hp->view.is_return;
   if ((opts & events::kRingKernelStack) || hp->stacks.load(std::memory_order_relaxed)) {
     static_assert(events::kStackRecordDepth == events::kHistStackDepth);
     uint64_t frames[events::kStackRecordDepth];
@@ -233,21 +236,8 @@ void name_entry(char* name) {
   }
   if (opts & events::kRingUserStack) {
     uint64_t frames[events::kUserStackDepth];
-    uint32_t n = 0;
-    frames[n++] = is_return ? ret_ip : hp->address;
-    auto fix = [](uint64_t slot, uint64_t value) -> uint64_t {
-      return probecore::kretprobe_slot_return(reinterpret_cast<const uintptr_t*>(slot), value);
-    };
-    if (as->fault_tolerant)
-      n += arch::walk_frame_pointers(events::FaultTolerantReader{}, regs->bp, regs->sp, frames + n,
-                                     events::kUserStackDepth - n, fix);
-    else
-      n += arch::walk_frame_pointers(events::LiveMemoryReader(as->pid), regs->bp, regs->sp,
-                                     frames + n, events::kUserStackDepth - n, fix);
-    for (uint32_t i = n; i < events::kUserStackDepth; ++i) {
-      asm("" : "+r"(i));
-      frames[i] = 0;
-    }
+    walk_stack(as, regs, hp->view.is_return ? ret_ip : hp->address, false, frames,
+               events::kUserStackDepth);
     constexpr uint32_t bytes = events::kUserStackRecordBytes;
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, bytes))) {
       const uint64_t common = events::kUserStackEventId | uint64_t{static_cast<uint32_t>(tid)} << 32;

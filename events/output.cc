@@ -97,27 +97,31 @@ constexpr size_t kMaxSymText = 512;
 
 void put_clipped(Out& o, std::string_view s) { o.put(s.substr(0, kMaxSymText)); }
 
+void put_symbol(Out& o, const SymbolInfo& si, bool with_offset) {
+  put_clipped(o, si.name);
+  if (with_offset) {
+    o.put('+');
+    put_hex(o, si.offset);
+    o.put('/');
+    put_hex(o, si.size);
+  }
+  if (!si.module.empty()) {
+    o.put(" [");
+    put_clipped(o, si.module);
+    o.put(']');
+  }
+  if (!si.note.empty()) {
+    o.put(" (");
+    put_clipped(o, si.note);
+    o.put(')');
+  }
+}
+
 // The kernel's "%pS"-style name: sym+0xoff/0xsize [mod], or the bare address.
 void put_sym(Out& o, uint64_t addr, bool with_offset, Symbolizer* sym) {
   SymbolInfo si;
   if (sym && sym->lookup(addr, &si)) {
-    put_clipped(o, si.name);
-    if (with_offset) {
-      o.put('+');
-      put_hex(o, si.offset);
-      o.put('/');
-      put_hex(o, si.size);
-    }
-    if (!si.module.empty()) {
-      o.put(" [");
-      put_clipped(o, si.module);
-      o.put(']');
-    }
-    if (!si.note.empty()) {
-      o.put(" (");
-      put_clipped(o, si.note);
-      o.put(')');
-    }
+    put_symbol(o, si, with_offset);
     return;
   }
   put_hex(o, addr);
@@ -625,6 +629,14 @@ void format_profile_line(std::string& out, std::string_view path, std::string_vi
   out.push_back(' ');
   append_padded(out, hits, 15);
   out.push_back('\n');
+}
+
+void format_symbol(std::string& out, const SymbolInfo& si) {
+  const size_t at = out.size();
+  out.resize(at + kSymBound);
+  Out o{out.data() + at};
+  put_symbol(o, si, true);
+  out.resize(static_cast<size_t>(o.p - out.data()));
 }
 
 void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost) {

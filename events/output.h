@@ -64,4 +64,8 @@ void format_profile_line(std::string& out, std::string_view path, std::string_vi
 // "CPU:%d [LOST %lu EVENTS]\n"
 void format_lost_events(std::string& out, uint32_t cpu, uint64_t lost);
 
+// A symbol as trace lines name it (the kernel's %pS): NAME+0xOFF/0xSIZE [MODULE] (NOTE),
+// each part present when not empty, names clipped as in trace lines.
+void format_symbol(std::string& out, const SymbolInfo& si);
+
 }  // namespace probefs::events

@@ -7,6 +7,7 @@
 // histograms keeps it running, its hits write no ring record.
 #include <cerrno>
 
+#include "events/output.h"
 #include "fs/dynamic_events_impl.h"
 
 namespace probefs::fs {
@@ -315,15 +316,10 @@ std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {
     for (const std::shared_ptr<tracee::TargetSymbolizer>& ts : all) {
       events::SymbolInfo info;
       if (!ts || !ts->lookup(addr, &info)) continue;
-      *s = std::string(info.name);
-      if (with_offset) {  // %pS: the object after the offset, as the kernel's modules
-        char tail[64];
-        std::snprintf(tail, sizeof tail, "+0x%llx/0x%llx",
-                      static_cast<unsigned long long>(info.offset),
-                      static_cast<unsigned long long>(info.size));
-        *s += tail;
-        if (!info.module.empty()) *s += " [" + std::string(info.module) + "]";
-      }
+      s->clear();
+      info.note = {};
+      if (with_offset) events::format_symbol(*s, info);  // %pS, the object as a module
+      else *s = std::string(info.name);
       return true;
     }
     return false;

@@ -613,16 +613,9 @@ void TraceReader::append_stack(std::string& out, const Held& h, const uint8_t* d
     } else {
       events::SymbolInfo info;
       if (sym != nullptr && sym->lookup(ip, &info) && !info.name.empty()) {
-        out += info.name;
-        if (fill_opts_.sym_offset) {
-          snprintf(buf, sizeof buf, "+0x%" PRIx64 "/0x%" PRIx64, info.offset, info.size);
-          out += buf;
-          if (!info.module.empty()) {
-            out += " [";
-            out += info.module;
-            out += ']';
-          }
-        }
+        info.note = {};
+        if (fill_opts_.sym_offset) events::format_symbol(out, info);  // %pS
+        else out += info.name;  // kallsyms_lookup(): the name alone
       } else {
         snprintf(buf, sizeof buf, "0x%08" PRIx64, ip);
         out += buf;
