@@ -289,6 +289,9 @@ TEST(HistTables, GarbageTablesAreReadWithinBounds) {
     g.key_bytes = 8 * (1 + round % 4);
     g.nvals = round % 3;
     g.with_comm = round % 2;
+    g.nvars = round % 5;
+    g.track = static_cast<HistTrackKind>(round % 3);  // onmax/onchange blocks too
+    g.nsave = g.track == HistTrackKind::kNone ? 0 : round % (kHistMaxParams + 1);
     Tables t(g, 3);
     for (uint64_t& w : t.mem) w = rng();
     t.ctl()->epoch = 0;
