@@ -31,6 +31,7 @@
 #include "events/hist.h"
 #include "events/link.h"
 #include "events/ring.h"
+#include "arch/unwind_table.h"
 #include "probecore/kprobes.h"
 
 namespace probefs::agent {
@@ -130,6 +131,12 @@ struct AreaState {
 };
 
 extern std::atomic<AreaState*> g_area;
+
+// The unwind tables the daemon handed (UNWIND, control.cc), for the stack walks of the
+// hit path (hit.cc): added under g_ctl_mu, published by the count, never removed (a
+// later table of the same range is found first).
+inline constexpr uint32_t kMaxUnwindTables = 256;
+bool add_unwind_table(const arch::UnwindTableView& t);
 
 // Handlers (hit.cc).
 int entry_pre_handler(probecore::Kprobe* kp, PtRegs* regs);

@@ -317,6 +317,33 @@ void do_branches(const lk::Branches& b, int fd, lk::Reply* reply) {
   }
 }
 
+// UNWIND: the daemon's unwind table of one mapping (arch/unwind_table.h), mapped for the
+// life of the process once it is sealed and checked row by row.
+void do_unwind(const lk::Unwind& u, int fd, lk::Reply* reply) {
+  if (fd < 0) return set_error(reply, -EBADF, "UNWIND without the table's descriptor");
+  constexpr int kSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSeals) != kSeals)
+    return set_error(reply, -EINVAL, "the unwind table is not sealed");
+  struct stat st;
+  const uint64_t most = arch::unwind_table_bytes(u.end - u.start, arch::unwind_buckets(u.end - u.start));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+      static_cast<uint64_t>(st.st_size) > most)
+    return set_error(reply, -EINVAL, "the unwind table's size does not fit the mapping");
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* mem = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of the unwind table failed");
+  arch::UnwindTableView view;
+  if (!arch::unwind_table_view(mem, bytes, u.start, u.end, &view)) {
+    ::munmap(mem, bytes);
+    return set_error(reply, -EINVAL, "the unwind table is malformed");
+  }
+  if (!add_unwind_table(view)) {
+    ::munmap(mem, bytes);
+    return set_error(reply, -ENOSPC, "the agent keeps no more unwind tables");
+  }
+}
+
 // Whether every argument is a register (or $retval) stored as it is, and if so the
 // stores the handler does for it (HitProbe::fast_args). Decided once here, so that the
 // handler of the most common definitions runs no interpreter.
@@ -730,6 +757,9 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
       break;
     case lk::MsgType::kBranches:
       do_branches(std::get<lk::Branches>(m.body), received_fd, reply);
+      break;
+    case lk::MsgType::kUnwind:
+      do_unwind(std::get<lk::Unwind>(m.body), received_fd, reply);
       break;
     case lk::MsgType::kSpare:
       do_spare(std::get<lk::Spare>(m.body), received_fd, reply);

@@ -169,22 +169,49 @@ void name_entry(char* name) {
   name[events::kHistCommBytes - 1] = 0;
 }
 
+// The unwind tables (UNWIND): slots filled in order, the count published after each.
+arch::UnwindTableView g_unwind[kMaxUnwindTables];
+std::atomic<uint32_t> g_unwind_count{0};
+
+// The row of the newest table whose mapping holds pc, or nullptr. `last` remembers the
+// table of the previous lookup: a walk's frames are mostly in one object.
+struct UnwindFinder {
+  uint32_t count = g_unwind_count.load(std::memory_order_acquire);
+  uint32_t last = UINT32_MAX;
+  const arch::UnwindRow* operator()(uint64_t pc) {
+    if (last < count && pc - g_unwind[last].start < g_unwind[last].end - g_unwind[last].start)
+      return arch::unwind_row(g_unwind[last], pc);
+    for (uint32_t i = count; i-- > 0;) {
+      if (pc - g_unwind[i].start < g_unwind[i].end - g_unwind[i].start) {
+        last = i;
+        return arch::unwind_row(g_unwind[i], pc);
+      }
+    }
+    return nullptr;
+  }
+};
+
 // A thread's stack into out[0, depth), zeros past its end: `first` (where the thread
-// stopped), then, when `from_sp`, the return address at the stack pointer (a function
-// stopped on its first instruction has not made its frame yet), then its callers by the
-// frame-pointer chain. A frame below a return probe's function holds its return point:
-// the function's own return address is given instead.
+// stopped), then its callers, by the unwind tables where the daemon handed the code's
+// (arch/frame_walk.h, walk_unwind), by the frame-pointer chain elsewhere; `at_entry`: the
+// thread stopped on a function's first instruction, whose caller is at the stack pointer.
+// With `fp_only`, the frame-pointer chain alone (user_stack records: the kernel's walk).
+// A frame below a return probe's function holds its return point: the function's own
+// return address is given instead.
 [[gnu::noinline]] void walk_stack(const AreaState* as, const PtRegs* regs, uint64_t first,
-                                  bool from_sp, uint64_t* out, uint32_t depth) {
+                                  bool at_entry, bool fp_only, uint64_t* out, uint32_t depth) {
   uint32_t n = 0;
   out[n++] = first;
   auto fix = [](uint64_t slot, uint64_t value) -> uint64_t {
     return probecore::kretprobe_slot_return(reinterpret_cast<const uintptr_t*>(slot), value);
   };
   auto walk = [&](const auto& rd) {
-    uint64_t ra = 0;
-    if (from_sp && rd.read(regs->sp, &ra, 8) && ra != 0) out[n++] = fix(regs->sp, ra);
-    n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, depth - n, fix);
+    if (fp_only) {
+      n += arch::walk_frame_pointers(rd, regs->bp, regs->sp, out + n, depth - n, fix);
+    } else {
+      n += arch::walk_unwind(rd, first, regs->sp, regs->bp, at_entry, out + n, depth - n,
+                             UnwindFinder{}, fix);
+    }
   };
   if (as->fault_tolerant) walk(events::FaultTolerantReader{});
   else walk(events::LiveMemoryReader(as->pid));
@@ -201,7 +228,7 @@ void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs, 
                    uint64_t* out) {
   const bool is_return = hp->view.is_return;
   const bool at_entry = hp->rp.kp.bounds.start == hp->address;
-  walk_stack(as, regs, is_return ? ret_ip : hp->address, !is_return && at_entry, out,
+  walk_stack(as, regs, is_return ? ret_ip : hp->address, !is_return && at_entry, false, out,
              events::kHistStackDepth);
 }
 
@@ -236,7 +263,7 @@ void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs, 
   }
   if (opts & events::kRingUserStack) {
     uint64_t frames[events::kUserStackDepth];
-    walk_stack(as, regs, hp->view.is_return ? ret_ip : hp->address, false, frames,
+    walk_stack(as, regs, hp->view.is_return ? ret_ip : hp->address, false, true, frames,
                events::kUserStackDepth);
     constexpr uint32_t bytes = events::kUserStackRecordBytes;
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, bytes))) {
@@ -714,6 +741,14 @@ int spawn_entry_handler(probecore::KretprobeInstance*, PtRegs*) {
 int spawn_return_handler(probecore::KretprobeInstance*, PtRegs*) {
   close_shared_tls_window();
   return 0;
+}
+
+bool add_unwind_table(const arch::UnwindTableView& t) {
+  const uint32_t n = g_unwind_count.load(std::memory_order_relaxed);
+  if (n == kMaxUnwindTables) return false;
+  g_unwind[n] = t;
+  g_unwind_count.store(n + 1, std::memory_order_release);
+  return true;
 }
 
 }  // namespace probefs::agent

@@ -495,8 +495,19 @@ bool get_set_hist(In& in, SetHist* s) {
   return in.ok();
 }
 
+bool valid_unwind(const Unwind& u) {
+  return u.start < u.end && u.end - u.start <= arch::kUnwindMaxLength;
+}
+
 void encode_body(Out& o, const Message& m) {
   switch (m.type) {
+    case MsgType::kUnwind: {
+      const auto& u = std::get<Unwind>(m.body);
+      if (!valid_unwind(u)) o.ok = false;
+      o.u64(u.start);
+      o.u64(u.end);
+      break;
+    }
     case MsgType::kBranches: {
       const auto& b = std::get<Branches>(m.body);
       if (b.length == 0 || b.length > kMaxBranchesLength) o.ok = false;
@@ -594,7 +605,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kSetHist)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kUnwind)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
@@ -602,6 +613,14 @@ bool valid_type(uint16_t t) {
 
 bool decode_body(In& in, Message* m) {
   switch (m->type) {
+    case MsgType::kUnwind: {
+      Unwind u;
+      in.get(&u.start, "unwind");
+      in.get(&u.end, "unwind");
+      if (in.ok() && !valid_unwind(u)) return in.fail("unwind: range out of bounds");
+      m->body = u;
+      break;
+    }
     case MsgType::kBranches: {
       Branches b;
       in.get(&b.dev_major, "branches");
@@ -800,6 +819,7 @@ size_t body_index(MsgType type) {
     case MsgType::kSpare: return 10;
     case MsgType::kHistTable: return 11;
     case MsgType::kSetHist: return 12;
+    case MsgType::kUnwind: return 13;
     default: return 0;
   }
 }
@@ -824,6 +844,7 @@ const char* type_name(MsgType type) {
     case MsgType::kSpare: return "SPARE";
     case MsgType::kHistTable: return "HIST_TABLE";
     case MsgType::kSetHist: return "SET_HIST";
+    case MsgType::kUnwind: return "UNWIND";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kListChanged: return "LIST_CHANGED";

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "arch/text_range.h"
+#include "arch/unwind_table.h"
 #include "events/compile.h"
 #include "events/filter.h"
 #include "events/hist.h"
@@ -69,11 +70,12 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 7;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+inline constexpr uint32_t kAgentAbiVersion = 8;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
                                                   // 7: onmax, onchange, stack keys,
                                                   //    SET_HIST's stack flag
+                                                  // 8: UNWIND
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -107,6 +109,7 @@ enum class MsgType : uint16_t {
   kSpare = 16,        // Spare + the spare ring area's memfd (SCM_RIGHTS)
   kHistTable = 17,    // HistTable [+ the tables' memfd (SCM_RIGHTS)]
   kSetHist = 18,      // SetHist
+  kUnwind = 19,       // Unwind + the table's sealed memfd (SCM_RIGHTS)
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
@@ -171,6 +174,18 @@ struct Branches {
   uint64_t inode = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+};
+
+// UNWIND: the unwind table (arch/unwind_table.h) of the executable file mapping at
+// [start, end) of this process, built by the daemon from the file's .eh_frame: a memfd
+// sealed against writing, growing and shrinking, as SCM_RIGHTS of this packet. The stack
+// walks of the hit path (stack keys, kernel_stack records) read it for code of that
+// range; a later table of the same range replaces it.
+//   u64 start, u64 end
+// start < end, end - start <= arch::kUnwindMaxLength.
+struct Unwind {
+  uint64_t start = 0;
+  uint64_t end = 0;
 };
 
 enum class ProbeKind : uint8_t { kEntry = 0, kReturn = 1 };
@@ -334,7 +349,8 @@ struct Reply {
 };
 
 using Body = std::variant<std::monostate, Setup, Define, ProbeRef, SetFilter, Optimization,
-                          Hello, Mapped, Reply, Branches, Spare, HistTable, SetHist>;
+                          Hello, Mapped, Reply, Branches, Spare, HistTable, SetHist,
+                          Unwind>;
 
 struct Message {
   MsgType type = MsgType::kReply;

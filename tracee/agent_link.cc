@@ -324,13 +324,13 @@ AgentLink::Ticket AgentLink::start_hist_table(const lk::HistTable& h, int memfd)
   return impl_->start(lk::MsgType::kHistTable, h, h.release ? -1 : memfd);
 }
 
-AgentLink::Ticket AgentLink::start_branches(const lk::Branches& b, int table_fd) {
+AgentLink::Ticket AgentLink::start_table(lk::MsgType type, lk::Body body, int table_fd) {
   if (table_fd < 0) {
     Ticket t;
-    t.failed = {-EBADF, "no branch table", {}, false};
+    t.failed = {-EBADF, "no table", {}, false};
     return t;
   }
-  return impl_->start(lk::MsgType::kBranches, b, table_fd);
+  return impl_->start(type, std::move(body), table_fd);
 }
 
 int AgentLink::post_spare(const lk::Spare& s, int memfd) {

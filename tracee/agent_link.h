@@ -150,10 +150,10 @@ class AgentLink {
   // gives it) and returns once it left. Requests on one link take effect in the order
   // they were started.
   Ticket start(lk::MsgType type, lk::Body body);
-  // SETUP and BRANCHES started like the others: the memfd goes with the packet (the
-  // caller keeps its own fd).
+  // SETUP, and BRANCHES or UNWIND (`type`), started like the others: the memfd goes with
+  // the packet (the caller keeps its own fd).
   Ticket start_setup(int memfd, uint64_t area_size, uint32_t trace_clock, uint32_t options = 0);
-  Ticket start_branches(const lk::Branches& b, int table_fd);
+  Ticket start_table(lk::MsgType type, lk::Body body, int table_fd);
   // HIST_TABLE with the tables' memfd (none for a release).
   Ticket start_hist_table(const lk::HistTable& h, int memfd);
   // SPARE (events/link.h), sent without anybody waiting for its reply: the daemon learns

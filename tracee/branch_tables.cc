@@ -1,12 +1,9 @@
 #include "tracee/branch_tables.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <memory>
+#include <cstring>
 #include <vector>
 
 #include "arch/branch_targets.h"
@@ -14,10 +11,6 @@
 namespace probefs::tracee {
 
 namespace {
-
-bool same_time(const timespec& a, const timespec& b) {
-  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-}
 
 // Reads [offset, offset + length) of fd into code (zeros past the end of the file, as the
 // mapping shows them). false on a read error.
@@ -34,93 +27,20 @@ bool read_range(int fd, uint64_t offset, std::vector<uint8_t>* code) {
   return true;
 }
 
-// A sealed memfd holding `words`; a negative errno.
-int sealed_table(const std::vector<uint64_t>& words) {
-  const int fd = ::memfd_create("probefs-branches", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -errno;
-  const auto* p = reinterpret_cast<const uint8_t*>(words.data());
-  size_t left = words.size() * sizeof(uint64_t);
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? -errno : -EIO;
-      ::close(fd);
-      return err;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    const int err = -errno;
-    ::close(fd);
-    return err;
-  }
-  return fd;
-}
-
-int dup_of(int fd) {
-  const int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  return d < 0 ? -errno : d;
+int build(int file, const Mapping& m, std::vector<uint8_t>* table) {
+  std::vector<uint8_t> code(m.end - m.start, 0);
+  if (!read_range(file, m.offset, &code)) return -EIO;
+  const std::vector<uint64_t> words =
+      arch::build_branch_table(code.data(), code.size(), BranchTables::kMaxCandidates);
+  if (words.empty()) return -EFBIG;
+  table->resize(words.size() * sizeof(uint64_t));
+  std::memcpy(table->data(), words.data(), table->size());
+  return 0;
 }
 
 }  // namespace
 
-BranchTables::~BranchTables() {
-  for (Entry& e : entries_) ::close(e.fd);
-}
-
-int BranchTables::fd_for(pid_t pid, const Mapping& m) {
-  const uint64_t length = m.end - m.start;
-  if (!m.exec || m.end <= m.start) return -EINVAL;
-  if (length > kMaxMappingBytes) return -EFBIG;
-  const int file = open_mapped_file(pid, m);
-  if (file < 0) return file;
-  struct stat st;
-  if (::fstat(file, &st) != 0) {
-    const int err = -errno;
-    ::close(file);
-    return err;
-  }
-  std::lock_guard l(mu_);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->dev == st.st_dev && it->inode == st.st_ino && it->offset == m.offset &&
-        it->length == length && it->size == st.st_size && same_time(it->mtime, st.st_mtim) &&
-        same_time(it->ctime, st.st_ctim)) {
-      ::close(file);
-      entries_.splice(entries_.begin(), entries_, it);
-      return dup_of(entries_.front().fd);
-    }
-  }
-  std::vector<uint8_t> code(length, 0);
-  const bool read = read_range(file, m.offset, &code);
-  ::close(file);
-  if (!read) return -EIO;
-  const std::vector<uint64_t> table =
-      arch::build_branch_table(code.data(), code.size(), kMaxCandidates);
-  if (table.empty()) return -EFBIG;
-  const uint64_t bytes = table.size() * sizeof(uint64_t);
-  const int fd = sealed_table(table);
-  if (fd < 0) return fd;
-  while (!entries_.empty() &&
-         (entries_.size() >= kMaxTables || cached_bytes_ + bytes > kMaxCachedBytes)) {
-    ::close(entries_.back().fd);
-    cached_bytes_ -= entries_.back().bytes;
-    entries_.pop_back();
-  }
-  Entry e;
-  e.dev = st.st_dev;
-  e.inode = st.st_ino;
-  e.offset = m.offset;
-  e.length = length;
-  e.size = st.st_size;
-  e.mtime = st.st_mtim;
-  e.ctime = st.st_ctim;
-  e.fd = fd;
-  e.bytes = bytes;
-  cached_bytes_ += bytes;
-  entries_.push_front(e);
-  return dup_of(fd);
-}
+BranchTables::BranchTables()
+    : MappingTables("probefs-branches", {kMaxMappingBytes, kMaxTables, kMaxCachedBytes}, build) {}
 
 }  // namespace probefs::tracee

@@ -100,9 +100,38 @@ void Tracer::Impl::collect_hist_tables(AgentLink& link, std::vector<HistTableTic
   tickets.clear();
 }
 
+bool Tracer::Impl::stacks_wanted() const {
+  if (kernel_stacks.load()) return true;
+  for (const auto& [id, p] : probes) {
+    if (p.spec.stacks) return true;
+    for (const events::HistProgram& prog : p.spec.hists)
+      if (prog.wants_stack()) return true;
+  }
+  return false;
+}
+
+// The tables are built on first use (a few milliseconds for libc, cached per file) and
+// only while stacks are wanted: a daemon whose users never ask for stacks builds none.
+// Once handed, a table stays with the process (the agent never drops one).
+void Tracer::Impl::sync_unwind(Target& t) {
+  if (!t.link || t.link->closed() || !stacks_wanted()) return;
+  std::vector<AgentLink::Ticket> tickets;
+  for (const Mapping& m : t.maps) {
+    if (!m.exec || m.deleted || m.end <= m.start) continue;
+    if (!t.unwind_sent.insert({m.start, m.end, m.inode, m.offset}).second) continue;
+    const int fd = unwind_tables.fd_for(t.pid, m);
+    if (fd < 0) continue;  // no .eh_frame, or past the limits: frame pointers there
+    tickets.push_back(t.link->start_table(lk::MsgType::kUnwind, lk::Unwind{m.start, m.end}, fd));
+    ::close(fd);
+  }
+  for (const AgentLink::Ticket& k : tickets)
+    (void)t.link->collect(k, std::chrono::steady_clock::now() + AgentLink::kDefaultTimeout);
+}
+
 void Tracer::Impl::sync_hists(Target& t) {
   if (!t.link || t.link->closed() || !t.rings) return;
   if (t.link->hello().abi_version < 5) return;
+  sync_unwind(t);
   std::vector<HistTableTicket> tables;
   give_hist_tables(*t.rings, *t.link, 0, &tables);
   for (uint32_t id : t.spares)

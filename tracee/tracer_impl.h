@@ -48,6 +48,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -58,6 +59,7 @@
 #include "events/trace_clock.h"
 #include "tracee/agent_link.h"
 #include "tracee/branch_tables.h"
+#include "tracee/unwind_tables.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/probe_places.h"
 #include "tracee/proc_maps.h"
@@ -303,6 +305,9 @@ struct Tracer::Impl {
     std::map<uint32_t, uint64_t> hist_sent;
     // The generation of each synthetic event it was last told (SET_HIST with synth_id).
     std::map<uint16_t, uint64_t> synth_sent;
+    // The mappings whose unwind tables it was handed or will not be (UNWIND), as
+    // (start, end, inode, offset): a fork child starts with its parent's.
+    std::set<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>> unwind_sent;
   };
 
   // Spare areas (SPARE, events/link.h): handed to a target that forks, taken by its next
@@ -379,6 +384,8 @@ struct Tracer::Impl {
   std::atomic<bool> spares_due{false};
   // The branch tables agents are handed as their process starts (its own lock, a leaf).
   BranchTables branch_tables;
+  // The unwind tables agents are handed while stacks are wanted (its own lock, a leaf).
+  UnwindTables unwind_tables;
 
   // ---- the records room (tracer_records.cc): read_mu, marker_mu ----
   std::mutex read_mu;  // the mergers, the readers' consuming state, the converter
@@ -409,6 +416,7 @@ struct Tracer::Impl {
   events::TraceClockConverter boot_conv;
   bool tracing_on = true;  // every area's record_disabled is its negation
   uint32_t stack_options = 0;  // every target area's (events::kRingKernelStack...)
+  std::atomic<bool> kernel_stacks{false};  // its kRingKernelStack bit, for the rooms of mu
   // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
   // emptied: written in the trace header counts them.
   uint64_t dropped_gone = 0;
@@ -495,6 +503,12 @@ struct Tracer::Impl {
   // Hands t the tables of every histogram it lacks, and tells each of its sites the
   // histograms of its probe where it was not told them yet.
   void sync_hists(Target& t);
+  // Whether some hit walks its stack: options/stacktrace, a stacktrace trigger, a stack
+  // key. mu held.
+  bool stacks_wanted() const;
+  // While stacks are wanted, hands t the unwind tables of the executable mappings it was
+  // not handed yet (UNWIND), and collects the replies. mu held.
+  void sync_unwind(Target& t);
   // Gives area r (of the process on `link`; a spare when spare_id != 0) the tables of
   // every histogram it lacks: the HIST_TABLEs are started, then collected; a table the
   // agent did not take is forgotten, to be given again.

@@ -284,7 +284,7 @@ void Tracer::Impl::start_branch_tables(Target& t, const std::vector<lk::Define>&
     b.inode = m.inode;
     b.offset = m.offset;
     b.length = m.end - m.start;
-    tickets->push_back(t.link->start_branches(b, fd));
+    tickets->push_back(t.link->start_table(lk::MsgType::kBranches, b, fd));
     ::close(fd);
   }
 }

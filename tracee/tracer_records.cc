@@ -586,12 +586,18 @@ int Tracer::set_tracing_on(bool on) {
 }
 
 int Tracer::set_stack_options(bool kernel_stack, bool user_stack) {
-  std::lock_guard rl(impl_->read_mu);
+  std::unique_lock rl(impl_->read_mu);
   impl_->stack_options = (kernel_stack ? events::kRingKernelStack : 0) |
                          (user_stack ? events::kRingUserStack : 0);
   for (auto& r : impl_->rings)
     if (r->pid != 0) events::ring_set_stack_options(r->area.header(), impl_->stack_options);
   for (auto& r : impl_->spare_rings) events::ring_set_stack_options(r->area.header(), impl_->stack_options);
+  rl.unlock();
+  impl_->kernel_stacks.store(kernel_stack);
+  if (kernel_stack) {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [pid, t] : impl_->targets) impl_->sync_unwind(*t);
+  }
   return 0;
 }
 

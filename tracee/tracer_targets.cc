@@ -272,6 +272,7 @@ void Tracer::Impl::handle_connected(const std::shared_ptr<AgentLink>& link, bool
     parent_target = parent == targets.end() ? nullptr : parent->second.get();
     spare = take_spare(h.spare_id, h.ppid, parent_target);
     adopt_inherited_probes(*t, parent_target);
+    if (parent_target != nullptr) t->unwind_sent = parent_target->unwind_sent;
     kind = TargetNotice::Kind::kForked;
   } else if (prepared && !targets.count(t->pid)) {
     // `probefs exec`: a launched target that is not our child (nobody here reaps it).
@@ -477,6 +478,7 @@ void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
     if (res[i].ok()) t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
   if (!mapped) forget_unmapped_sites(*t);
   if (!defs.empty()) sync_hists(*t);
+  else if (mapped) sync_unwind(*t);
 }
 
 void Tracer::Impl::handle_closed(const std::shared_ptr<AgentLink>& link) {

@@ -322,6 +322,64 @@ std::vector<double> kernel_run(long n, const char* mode, int reps) {
   return ns_per_call_of(text);
 }
 
+// bpftrace beside the same function (issue's comparison): `probe` (an action on
+// uprobe:TARGET:FUNC) attached first (its BEGIN prints once every probe is attached),
+// then the target run as kernel_run() runs it, then bpftrace stopped. Its cost per hit
+// against base_ns, or why there is none.
+constexpr int kBpftraceStartMs = 60000;
+std::string bpftrace_cost(const std::string& probe, long n, const char* mode, int reps,
+                          double base_ns) {
+  if (access("/usr/bin/bpftrace", X_OK) != 0) return "n/a (no bpftrace)";
+  const std::string script = "BEGIN { printf(\"ready\\n\"); } " + probe;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return "n/a (pipe)";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    execl("/usr/bin/bpftrace", "bpftrace", "-e", script.c_str(), nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(kBpftraceStartMs);
+  auto read_until = [&](const char* what) {
+    while (what == nullptr || text.find(what) == std::string::npos) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{out[0], POLLIN, 0};
+      if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+      char b[4096];
+      const ssize_t k = read(out[0], b, sizeof b);
+      if (k <= 0) return what == nullptr;
+      text.append(b, static_cast<size_t>(k));
+    }
+    return true;
+  };
+  std::string cost;
+  if (!read_until("ready\n")) {
+    const size_t err = text.find("ERROR");
+    cost = "n/a (bpftrace: " + (err == std::string::npos ? std::string("did not start")
+                                                          : text.substr(err, text.find('\n', err) - err)) + ")";
+  } else {
+    std::vector<double> v = kernel_run(n, mode, reps);
+    char c[32];
+    std::snprintf(c, sizeof c, "%.1f", v.empty() ? 0.0 : median(v) - base_ns);
+    cost = v.empty() ? "no figures (killed)" : c;
+  }
+  kill(pid, SIGINT);
+  if (!read_until(nullptr)) kill(pid, SIGKILL);
+  close(out[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return cost;
+}
+
+// A row of the kernel's column alone (bpftrace).
+void kernel_row(const char* what, const char* kernel_col, const char* note) {
+  std::printf("%-28s %10s %10s %10s %28s  %s\n", what, "", "", "", kernel_col, note);
+}
+
 void row(const char* what, double ns, double base, const char* kernel_col, const char* note) {
   std::printf("%-28s %10.1f %10.1f %9.1fx %28s  %s\n", what, ns, ns - base,
               base > 0 ? ns / base : 0.0, kernel_col, note);
@@ -380,18 +438,22 @@ int main(int argc, char** argv) {
   // each record's first write to a fresh page of the ring counts too.
   if (argc > 2 && (std::string(argv[2]) == "one" || std::string(argv[2]) == "ret" ||
                    std::string(argv[2]) == "str" || std::string(argv[2]) == "hist" ||
-                   std::string(argv[2]) == "latency" || std::string(argv[2]) == "stack")) {
+                   std::string(argv[2]) == "latency" || std::string(argv[2]) == "stack" ||
+                   std::string(argv[2]) == "stacknofp")) {
     const std::string which = argv[2];
     const auto kb = static_cast<uint32_t>(argc > 3 ? std::atol(argv[3]) : 4096);
     std::vector<std::string> defs = {"p:bench/add bench_target:bench_add a=%di b=%si"};
     if (which == "ret" || which == "latency")
       defs.push_back("r:bench/addret bench_target:bench_add rv=$retval");
     if (which == "str") defs = {"p:bench/str bench_target:bench_str s=+0(%di):string"};
-    const char* mode = which == "str" ? "str" : which == "stack" ? "deep" : "add";
+    const char* mode = which == "str"       ? "str"
+                       : which == "stack"   ? "deep"
+                       : which == "stacknofp" ? "deepnofp"
+                                            : "add";
     Run b1 = traced_run({}, n, mode, reps, kb);
     const Aggregate agg = which == "hist"      ? Aggregate::kHist
                           : which == "latency" ? Aggregate::kLatency
-                          : which == "stack"   ? Aggregate::kStack
+                          : which == "stack" || which == "stacknofp" ? Aggregate::kStack
                                                : Aggregate::kNone;
     Run e1 = traced_run(defs, n, mode, reps, kb, agg);
     std::printf("%s: baseline %.1f ns/call, with events %.1f ns/call (%.1f ns/hit), records "
@@ -417,6 +479,9 @@ int main(int argc, char** argv) {
   Run base_deep = traced_run({}, n, "deep", reps);
   Run stack = traced_run({"p:bench/add bench_target:bench_add a=%di"}, n, "deep", reps, 4096,
                          Aggregate::kStack);
+  Run base_nofp = traced_run({}, n, "deepnofp", reps);
+  Run stack_nofp = traced_run({"p:bench/add bench_target:bench_add a=%di"}, n, "deepnofp", reps,
+                              4096, Aggregate::kStack);
 
   // The kernel's uprobes cost microseconds: fewer calls.
   const long kn = std::max(1L, n / 100);
@@ -447,6 +512,11 @@ int main(int argc, char** argv) {
   const std::string k_str =
       kernel_cost(k.available() && k.add("kstr", false, body), "str", median(base_str.ns));
   k.clear();
+  const std::string uprobe = "uprobe:" + g_target + ":bench_add ";
+  const std::string bt_count =
+      bpftrace_cost(uprobe + "{ @[arg1] = count(); }", kn, "add", reps, median(base.ns));
+  const std::string bt_stack =
+      bpftrace_cost(uprobe + "{ @[ustack] = count(); }", kn, "deep", reps, median(base_deep.ns));
 
   const double b = median(base.ns), bs = median(base_str.ns);
   std::printf("probefs events in another process: %ld calls x %d reps, medians\n", n, reps);
@@ -457,11 +527,16 @@ int main(int argc, char** argv) {
   row("baseline (string loop)", bs, bs, "", "bench_str loop");
   row("string arg (budget 50)", median(str.ns), bs, k_str.c_str(), "");
   row("hist 2 keys 1 val (budget 20)", median(hist.ns), b, "", "no ring record");
+  kernel_row("  bpftrace @[arg1] = count()", bt_count.c_str(), "bpftrace, same function");
   row("latency hist (entry+return)", median(latency.ns), b, k_entret.c_str(),
       "ts0, lat, onmatch, lat.log2");
   const double bd = median(base_deep.ns);
   row("baseline (15 frames deep)", bd, bd, "", "bench_deep loop");
   row("stack key, depth 16 (b. 300)", median(stack.ns), bd, "", "frame pointers, no record");
+  kernel_row("  bpftrace @[ustack] = count()", bt_stack.c_str(), "bpftrace, same function");
+  const double bn = median(base_nofp.ns);
+  row("baseline (15 frames, no fp)", bn, bn, "", "bench_deep_nofp loop");
+  row("stack key, depth 16, no fp", median(stack_nofp.ns), bn, "", "unwind tables, no record");
   const double expected = static_cast<double>(n) * reps;
   std::printf("\nrecords: 2 args %llu of %.0f (lost %llu), entry+return %llu of %.0f (lost %llu), "
               "string %llu of %.0f (lost %llu)\n",

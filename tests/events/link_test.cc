@@ -146,6 +146,16 @@ TEST(Link, EveryMessageRoundTrips) {
   m.body = Branches{1, 2, 3, 4, 0};
   EXPECT_TRUE(encode(m).empty());  // an empty mapping has no table
 
+  m.type = MsgType::kUnwind;
+  m.body = Unwind{0x7f0000001000, 0x7f0000180000};
+  Unwind u = std::get<Unwind>(roundtrip(m).body);
+  EXPECT_EQ(u.start, 0x7f0000001000u);
+  EXPECT_EQ(u.end, 0x7f0000180000u);
+  m.body = Unwind{0x2000, 0x2000};
+  EXPECT_TRUE(encode(m).empty());  // an empty range
+  m.body = Unwind{0x1000, 0x1000 + arch::kUnwindMaxLength + 1};
+  EXPECT_TRUE(encode(m).empty());  // longer than a table describes
+
   m.type = MsgType::kMapped;
   m.body = Mapped{MappedKind::kUnmapped};
   EXPECT_EQ(std::get<Mapped>(roundtrip(m).body).kind, MappedKind::kUnmapped);

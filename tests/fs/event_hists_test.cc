@@ -27,7 +27,10 @@ class EventHistsTest : public testing::TracedProgramTest {
     ASSERT_EQ(echo("kprobe_events", "p:t/add " + kProgName + ":traced_add a=%di:s64 b=%si:s64"), 0);
   }
   // The stacktrace-key check on one build of stack_prog (below).
-  void expect_stacks(const std::string& prog, size_t callers, bool returns = false);
+  // Where the stack is taken: on inner's first instruction; there with return probes on
+  // its callers; where inner returns to (a return probe on inner).
+  enum class StackAt { kEntry, kEntryUnderReturnProbes, kReturn };
+  void expect_stacks(const std::string& prog, StackAt at);
   int64_t echo(const std::string& path, const std::string& line) {
     const int64_t n = write(path, line + "\n", O_WRONLY | O_APPEND);
     return n == static_cast<int64_t>(line.size() + 1) ? 0 : n;
@@ -445,18 +448,25 @@ std::vector<StackEntry> stack_entries(const std::string& hist, const std::string
 std::string up_to_size(const std::string& frame) { return frame.substr(0, frame.find('/')); }
 
 // hist:keys=common_stacktrace on inner(), reached from main through via_a or via_b and
-// middle: one entry per stack with its count. Its first line is inner itself; the next
-// ones are the return addresses the program's own backtrace() finds inside inner (all
-// three callers with frame pointers; without them only the caller at the stack pointer
-// of inner's first instruction is sure, what the walk finds past it is not), and the
-// program computes what it would untraced.
-void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool returns) {
+// middle: one entry per stack with its count. Its first line is inner itself (where a
+// return probe on inner takes it: the return address in middle); the next ones are the
+// return addresses the program's own backtrace() finds inside inner, with frame pointers
+// and without (the unwind tables of the code), and the program computes what it would
+// untraced.
+void EventHistsTest::expect_stacks(const std::string& prog, StackAt at) {
   EventHistsTest* t = this;
   const std::string name = prog.substr(prog.rfind('/') + 1);
-  ASSERT_EQ(t->echo("kprobe_events", "p:st/inner " + name + ":inner x=%di"), 0);
-  ASSERT_EQ(t->echo("events/st/inner/trigger", "hist:keys=common_stacktrace"), 0);
-  EXPECT_EQ(t->read("events/st/inner/trigger"),
-            "hist:keys=common_stacktrace:vals=hitcount:sort=hitcount:size=2048 [active]\n");
+  const bool ret = at == StackAt::kReturn;
+  auto define = [&] {
+    ASSERT_EQ(t->echo("kprobe_events", (ret ? "r:st/inner " : "p:st/inner ") + name + ":inner"), 0);
+    ASSERT_EQ(t->echo("events/st/inner/trigger", "hist:keys=common_stacktrace"), 0);
+    EXPECT_EQ(t->read("events/st/inner/trigger"),
+              "hist:keys=common_stacktrace:vals=hitcount:sort=hitcount:size=2048 [active]\n");
+  };
+  // The program's own backtrace() stops at a return probe's return point (as at the
+  // kernel's uretprobe trampoline): its answer is taken before that probe exists, and
+  // the probe goes into the running program.
+  if (!ret) define();
   ASSERT_TRUE(t->launch(prog));
   const std::string where = t->pipes_.ask("where");
   ASSERT_EQ(where.substr(0, 3), "ok ") << where;
@@ -469,7 +479,9 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool
   ASSERT_EQ(want_a.size(), 3u) << where;
   ASSERT_EQ(want_b.size(), 3u) << where;
   ASSERT_EQ(want_a[0], want_b[0]) << where;
-  if (returns) {
+  if (ret) define();
+  if (HasFatalFailure()) return;
+  if (at == StackAt::kEntryUnderReturnProbes) {
     // Return probes on both callers: while inner runs, their frames' return addresses are
     // the engine's return points, and the walk must see through them.
     ASSERT_EQ(t->echo("kprobe_events", "r:st/mid " + name + ":middle"), 0);
@@ -482,32 +494,36 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool
   const std::string hist = t->read("events/st/inner/hist");
   const std::vector<StackEntry> got = stack_entries(hist, "common_stacktrace");
   ASSERT_FALSE(got.empty()) << hist;
-  // Every stack starts at inner; its callers are backtrace()'s as far as they are walked.
-  // `where` called from other lines of main than `run`: its stacks are entries of their
-  // own, the run's differ from them in main's return address only.
+  // Every stack starts at inner (or in middle, where inner returns); its callers are
+  // backtrace()'s. `where` called from other lines of main than `run`: its stacks are
+  // entries of their own, the run's differ from them in main's return address only.
+  const size_t first_caller = ret ? 0 : 1;
   unsigned long total = 0, through_a = 0, through_b = 0, exact_a = 0, exact_b = 0;
   for (const StackEntry& e : got) {
     total += e.hits;
-    ASSERT_GE(e.frames.size(), 1 + callers) << hist;
-    EXPECT_EQ(up_to_size(e.frames[0]), "inner+0x0") << hist;
-    EXPECT_EQ(up_to_size(e.frames[1]), want_a[0]) << hist;  // middle, whichever way
-    if (callers < 3) continue;
-    const std::vector<std::string> seen = {up_to_size(e.frames[1]), up_to_size(e.frames[2]),
-                                           up_to_size(e.frames[3])};
+    ASSERT_GE(e.frames.size(), first_caller + 3) << hist;
+    if (!ret) {
+      EXPECT_EQ(up_to_size(e.frames[0]), "inner+0x0") << hist;
+    }
+    const std::vector<std::string> seen = {up_to_size(e.frames[first_caller]),
+                                           up_to_size(e.frames[first_caller + 1]),
+                                           up_to_size(e.frames[first_caller + 2])};
+    EXPECT_EQ(seen[0], want_a[0]) << hist;  // middle, whichever way
     if (seen[1] == want_a[1]) through_a += e.hits;
     if (seen[1] == want_b[1]) through_b += e.hits;
     if (seen == want_a) exact_a += e.hits;
     if (seen == want_b) exact_b += e.hits;
   }
-  EXPECT_EQ(total, 10u) << hist;
-  if (callers == 3) {
-    EXPECT_EQ(got.size(), 4u) << hist;
-    EXPECT_EQ(through_a, 6u) << hist;
-    EXPECT_EQ(through_b, 4u) << hist;
-    EXPECT_EQ(exact_a, 1u) << hist;
-    EXPECT_EQ(exact_b, 1u) << hist;
-  }
-  EXPECT_NE(hist.find("Totals:\n    Hits: 10\n    Entries: " + std::to_string(got.size()) +
+  // `where`'s two calls are counted when the probe was there before them.
+  const unsigned long traced_where = ret ? 0 : 1;
+  EXPECT_EQ(total, 8 + 2 * traced_where) << hist;
+  EXPECT_EQ(got.size(), 2 + 2 * traced_where) << hist;
+  EXPECT_EQ(through_a, 5 + traced_where) << hist;
+  EXPECT_EQ(through_b, 3 + traced_where) << hist;
+  EXPECT_EQ(exact_a, traced_where) << hist;
+  EXPECT_EQ(exact_b, traced_where) << hist;
+  EXPECT_NE(hist.find("Totals:\n    Hits: " + std::to_string(total) +
+                      "\n    Entries: " + std::to_string(got.size()) +
                       "\n    Dropped: 0"),
             std::string::npos)
       << hist;
@@ -520,15 +536,29 @@ void EventHistsTest::expect_stacks(const std::string& prog, size_t callers, bool
 }
 
 TEST_F(EventHistsTest, StackKeysWithFramePointersNameEveryCallerBacktraceFinds) {
-  expect_stacks(PROBEFS_STACK_PROG_FP, 3);
+  expect_stacks(PROBEFS_STACK_PROG_FP, StackAt::kEntry);
 }
 
 TEST_F(EventHistsTest, StackKeysSeeThroughTheReturnPointsOfReturnProbes) {
-  expect_stacks(PROBEFS_STACK_PROG_FP, 3, true);
+  expect_stacks(PROBEFS_STACK_PROG_FP, StackAt::kEntryUnderReturnProbes);
 }
 
-TEST_F(EventHistsTest, StackKeysWithoutFramePointersNameTheFunctionAndItsCaller) {
-  expect_stacks(PROBEFS_STACK_PROG_NOFP, 1);
+TEST_F(EventHistsTest, StackKeysWithoutFramePointersNameEveryCallerBacktraceFinds) {
+  expect_stacks(PROBEFS_STACK_PROG_NOFP, StackAt::kEntry);
+}
+
+TEST_F(EventHistsTest, StackKeysWithoutFramePointersSeeThroughReturnPointsToo) {
+  expect_stacks(PROBEFS_STACK_PROG_NOFP, StackAt::kEntryUnderReturnProbes);
+}
+
+// A return probe's stack starts where its function returns to: in the middle of the
+// caller, whose frame the unwind tables describe there.
+TEST_F(EventHistsTest, StackKeysOfAReturnProbeStartInTheCallerWithoutFramePointers) {
+  expect_stacks(PROBEFS_STACK_PROG_NOFP, StackAt::kReturn);
+}
+
+TEST_F(EventHistsTest, StackKeysOfAReturnProbeStartInTheCallerWithFramePointers) {
+  expect_stacks(PROBEFS_STACK_PROG_FP, StackAt::kReturn);
 }
 
 // What cannot resolve is refused as the kernel refuses it, with its error_log entry.

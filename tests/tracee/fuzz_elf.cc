@@ -1,7 +1,9 @@
 // libFuzzer target for the ELF readers: arbitrary bytes as an object file, through symbol
 // loading (.symtab/.dynsym, versioned names, SHN_XINDEX), name lookup and the .eh_frame
-// FDE reader (ProcessSymbols::load_image, then resolve and describe); any other bytes as
-// /proc/PID/maps text through its parser (parse_maps_line).
+// FDE reader (ProcessSymbols::load_image, then resolve and describe) and the unwind table
+// builder (build_unwind_table: every table it makes passes the agent's checks and
+// answers lookups); any other bytes as /proc/PID/maps text through its parser
+// (parse_maps_line).
 //
 // Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
 //   - bytes that load describe one object;
@@ -14,8 +16,12 @@
 #include <string_view>
 #include <vector>
 
+#include <libelf.h>
+
+#include "arch/unwind_table.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/proc_maps.h"
+#include "tracee/unwind_tables.h"
 
 using namespace probefs::tracee;
 
@@ -64,6 +70,23 @@ void maps_lines(std::string_view text) {
   }
 }
 
+// The unwind table of the input's bytes mapped whole: well formed whenever it is built.
+void unwind_table(const uint8_t* data, size_t size) {
+  static const bool init = elf_version(EV_CURRENT) != EV_NONE;
+  if (!init) return;
+  Elf* elf = elf_memory(reinterpret_cast<char*>(const_cast<uint8_t*>(data)), size);
+  if (elf == nullptr) return;
+  const uint64_t length = (uint64_t{size} + 4095) & ~uint64_t{4095};
+  std::vector<uint8_t> table;
+  if (build_unwind_table(elf, 0, length, &table) == 0) {
+    constexpr uint64_t kStart = 0x10000;
+    probefs::arch::UnwindTableView v;
+    CHECK(probefs::arch::unwind_table_view(table.data(), table.size(), kStart, kStart + length, &v));
+    for (uint64_t off = 0; off < length; off += 61) (void)probefs::arch::unwind_row(v, kStart + off);
+  }
+  elf_end(elf);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -71,6 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     maps_lines(std::string_view(reinterpret_cast<const char*>(data), size));
     return 0;
   }
+  unwind_table(data, size);
   int err = 0;
   auto syms = ProcessSymbols::load_image(
       std::string_view(reinterpret_cast<const char*>(data), size), "/fuzz/libfuzz.so.1", &err);
