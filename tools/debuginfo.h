@@ -47,6 +47,9 @@ class DebugInfo {
   // of the debug file; either may be nullptr.
   Dwarf_CFI* cfi() const;
   const std::string& debug_path() const { return debug_path_; }  // where the DWARF came from
+  // The separate debug file's ELF (its .symtab names what a stripped object's lost), or
+  // nullptr when the DWARF is the object's own.
+  Elf* debug_elf() const { return debug_elf_; }
 
  private:
   DebugInfo() = default;

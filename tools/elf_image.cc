@@ -17,6 +17,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "tools/demangle.h"
 #include "tools/probe_spec.h"
 
 namespace probefs::tools {
@@ -260,15 +261,97 @@ const ElfSymbol* ElfImage::find_object(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<std::string> ElfImage::function_names(const std::string& filter) const {
+namespace {
+
+// The sections of ELF that -F's listing reads: the symbol tables, and the PLT's relocations.
+struct ListedTables {
+  Elf_Scn* symtab = nullptr;
+  Elf_Scn* dynsym = nullptr;
+  Elf_Scn* rela_plt = nullptr;
+};
+
+ListedTables listed_tables(Elf* elf) {
+  ListedTables t;
+  size_t shstrndx = 0;
+  if (elf == nullptr || elf_getshdrstrndx(elf, &shstrndx) != 0) return t;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    if (shdr.sh_type == SHT_SYMTAB) t.symtab = scn;
+    if (shdr.sh_type == SHT_DYNSYM) t.dynsym = scn;  // a debug file's is NOBITS: not this
+    if (shdr.sh_type == SHT_RELA &&
+        std::string_view(section_string(elf, shstrndx, shdr.sh_name)) == ".rela.plt")
+      t.rela_plt = scn;
+  }
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> ElfImage::listed_names(bool demangle_names, Elf* debug_elf) const {
   std::vector<std::string> out;
-  for (const ElfSymbol& s : symbols_) {
-    if (!s.function) continue;
-    if (filter.empty() ? s.name.starts_with('_') : !glob_match(filter, s.name)) continue;
-    out.push_back(s.name);
+  auto shown = [&](std::string_view raw) {
+    if (demangle_names)
+      if (std::optional<std::string> d = demangle(raw)) return *d;
+    return std::string(raw);
+  };
+  const ListedTables own = listed_tables(elf_);
+  const ListedTables debug = own.symtab == nullptr ? listed_tables(debug_elf) : ListedTables{};
+  Elf* const syms_elf = debug.symtab != nullptr ? debug_elf : elf_;
+  const ListedTables& syms = debug.symtab != nullptr ? debug : own;
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(syms_elf, &shstrndx) != 0) return out;
+  // The name of a section that is part of the loaded image, nullopt for one that is not
+  // (the .gnu.warning.* notes of libc: perf leaves their symbols out).
+  auto section_name = [&](size_t index) -> std::optional<std::string_view> {
+    Elf_Scn* scn = elf_getscn(syms_elf, index);
+    GElf_Shdr shdr;
+    if (scn == nullptr || gelf_getshdr(scn, &shdr) == nullptr || !(shdr.sh_flags & SHF_ALLOC))
+      return std::nullopt;
+    return std::string_view(section_string(syms_elf, shstrndx, shdr.sh_name));
+  };
+  auto read_table = [&](Elf_Scn* scn) {
+    GElf_Shdr shdr;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (gelf_getshdr(scn, &shdr) == nullptr || data == nullptr || shdr.sh_entsize == 0) return;
+    const size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) break;
+      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE) continue;
+      const std::string_view name = section_string(syms_elf, shdr.sh_link, sym.st_name);
+      if (name.empty()) continue;
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if (type != STT_NOTYPE && type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_OBJECT)
+        continue;
+      const std::optional<std::string_view> sec = section_name(sym.st_shndx);
+      if (!sec) continue;
+      if (type == STT_NOTYPE && sec->find("text") == std::string_view::npos &&
+          sec->find("data") == std::string_view::npos)
+        continue;
+      out.push_back(shown(name));
+    }
+  };
+  if (syms.symtab != nullptr) read_table(syms.symtab);
+  if (syms.dynsym != nullptr) read_table(syms.dynsym);
+  // The PLT's entries, named after the symbols their relocations bind.
+  GElf_Shdr rshdr, dshdr;
+  Elf_Data* relocs = own.rela_plt != nullptr ? elf_getdata(own.rela_plt, nullptr) : nullptr;
+  Elf_Data* dyn = own.dynsym != nullptr ? elf_getdata(own.dynsym, nullptr) : nullptr;
+  if (relocs != nullptr && dyn != nullptr && gelf_getshdr(own.rela_plt, &rshdr) != nullptr &&
+      gelf_getshdr(own.dynsym, &dshdr) != nullptr && rshdr.sh_entsize != 0) {
+    const size_t count = rshdr.sh_size / rshdr.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Rela rela;
+      GElf_Sym sym;
+      if (gelf_getrela(relocs, static_cast<int>(i), &rela) == nullptr) break;
+      // An IRELATIVE entry binds symbol 0, whose name is empty: perf lists it as "@plt".
+      const size_t index = GELF_R_SYM(rela.r_info);
+      if (gelf_getsym(dyn, static_cast<int>(index), &sym) == nullptr) continue;
+      out.push_back(shown(section_string(elf_, dshdr.sh_link, sym.st_name)) + "@plt");
+    }
   }
   std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -56,13 +56,14 @@ class ElfImage {
   // A data symbol (STT_OBJECT) named NAME ("NAME@VERSION" as above), or nullptr.
   const ElfSymbol* find_object(const std::string& name) const;
 
-  // perf probe -F: the names of the function symbols, sorted, each once (versions are not
-  // shown), that match the glob FILTER (glob_match of tools/probe_spec.h); with FILTER empty,
-  // perf's default "!_* & !*@plt": the names that do not start with '_'. Unlike perf, data
-  // symbols are not listed, nor PLT stubs ("printf@plt"), nor a versioned name twice
-  // ("stdin" and "stdin@GLIBC_2.2.5"), and FILTER is one glob where perf's --filter also
-  // takes '!', '&' and '|'.
-  std::vector<std::string> function_names(const std::string& filter) const;
+  // perf probe -F's names, as perf 6.1 loads an object's symbols: every function, object
+  // and label (a typeless symbol in a section whose name has "text" or "data") defined in
+  // a section, of .symtab and then of .dynsym again (perf reads both), and a "NAME@plt"
+  // for each entry of .rela.plt; C++ names demangled without their parameters unless
+  // `demangle` is false. Sorted by name, repeats kept (perf prints them). The symbols come
+  // from the object, or from DEBUG_ELF (its separate debug file, DebugInfo::debug_elf())
+  // when only that one has a .symtab; the PLT always from the object.
+  std::vector<std::string> listed_names(bool demangle, Elf* debug_elf = nullptr) const;
 
   // Link-time address -> offset in the file, through the PT_LOAD that maps it; nullopt when
   // no segment maps it. An address in a segment's zero-filled tail (.bss) gets the offset it

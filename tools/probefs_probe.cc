@@ -25,6 +25,7 @@
 #include "tools/elf_image.h"
 #include "tools/probe_finder.h"
 #include "tools/probe_spec.h"
+#include "tools/strfilter.h"
 #include "tools/object_lookup.h"
 #include "tools/tracefs_files.h"
 
@@ -34,7 +35,12 @@ namespace {
 struct Options {
   std::vector<std::string> adds, dels;
   bool list = false, line = false, vars = false, funcs = false;
-  std::string list_filter, line_range, vars_spec, funcs_filter;
+  std::string list_filter, line_range, vars_spec;
+  // -F's own argument and --filter, in order: perf ORs them, and -F without one adds its
+  // default (so a --filter before a bare -F lists what the default lists, and more).
+  std::vector<std::string> filters;
+  bool definition = false;  // -D: the adds are shown, not written
+  bool demangle = true;
   std::string exec, module, target;
   std::vector<std::string> debuginfo_dirs;
   bool externs = false, quiet = false, dry_run = false, force = false, kprobe = false;
@@ -66,6 +72,8 @@ const char kUsage[] =
     "\t\tARG:\tProbe argument (local variable name or\n"
     "\t\t\tkprobe-tracer argument format.)\n"
     "\n"
+    "    -D, --definition <[EVENT=]FUNC[@SRC][+OFF|%return|:RL|;PT]|SRC:AL|SRC;PT [[NAME=]ARG ...]>\n"
+    "                          Show trace event definition of given traceevent for k/uprobe_events.\n"
     "    -d, --del <[GROUP:]EVENT>\n"
     "                          delete a probe event.\n"
     "    -f, --force           forcibly add events with existing name\n"
@@ -88,8 +96,14 @@ const char kUsage[] =
     "                          target executable name or path\n"
     "        --debuginfo-dir <directory>\n"
     "                          directory to search for debuginfo before the system's\n"
+    "        --demangle        Enable symbol demangling (the default)\n"
     "        --externs         Show external variables too (with --vars only)\n"
+    "        --filter <[!]FILTER>\n"
+    "                          Set a filter (with --vars/funcs only)\n"
+    "\t\t\t(default: \"!__k???tab_* & !__crc_*\" for --vars,\n"
+    "\t\t\t \"!_* & !*@plt\" for --funcs)\n"
     "        --max-probes <n>  Set how many probe points can be found for a probe.\n"
+    "        --no-demangle     Show C++ names as the symbol tables spell them\n"
     "        --target <mountpoint>\n"
     "                          the tracefs (default: $TRACEFS_PATH, then the current\n"
     "                          directory if it is a probefs mount)\n"
@@ -104,6 +118,36 @@ void usage_error(const std::string& msg) {
   if (!msg.empty()) fprintf(stderr, "  Error: %s\n", msg.c_str());
   fputs(kUsage, stderr);
   exit(129);
+}
+
+// perf's answer to a bad value of one option: the usage's head and that option's lines
+// (from the one that starts with OPTION to the next option), status 129.
+[[noreturn]] void option_usage_error(const std::string& option) {
+  const std::string usage = kUsage;
+  const size_t head_end = usage.find("\n\n", 1);
+  std::string out = usage.substr(0, head_end + 2);
+  const size_t at = usage.find("\n" + option);
+  if (at != std::string::npos) {
+    size_t end = at + 1;
+    do {
+      end = usage.find('\n', end) + 1;
+    } while (end < usage.size() && usage.compare(end, 5, "    -") != 0 &&
+             usage.compare(end, 10, "        --") != 0 && usage[end] != '\n');
+    out += usage.substr(at + 1, end - at - 1);
+  }
+  fputs(out.c_str(), stderr);
+  fputc('\n', stderr);
+  exit(129);
+}
+
+// A filter of -F or --filter as perf checks it when the option is read: a text that is
+// not one is reported with its position and refused with that option's usage.
+void check_filter(const std::string& text, const std::string& option) {
+  size_t at = 0;
+  if (StrFilter::parse(text, &at)) return;
+  fprintf(stderr, "Filter parse error at %zu.\nSource: \"%s\"\n         %*c\n", at, text.c_str(),
+          static_cast<int>(at), '^');
+  option_usage_error(option);
 }
 
 // perf's option rules: "-xBIN", "-x BIN", "--exec=BIN", "--exec BIN"; an optional value
@@ -127,6 +171,7 @@ Options parse_options(int argc, char** argv_in) {
   argc = static_cast<int>(argv.size());
   Options o;
   std::vector<std::string> rest;
+  bool explicit_add = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     std::string name, value;
@@ -143,6 +188,7 @@ Options parse_options(int argc, char** argv_in) {
       static const std::pair<char, const char*> kShort[] = {
           {'a', "add"}, {'d', "del"}, {'l', "list"}, {'L', "line"}, {'V', "vars"},
           {'F', "funcs"}, {'x', "exec"}, {'m', "module"}, {'q', "quiet"}, {'v', "verbose"},
+          {'D', "definition"},
           {'n', "dry-run"}, {'f', "force"}, {'k', "kprobe-syntax"}, {'h', "help"}};
       for (auto& [c, long_name] : kShort)
         if (a[1] == c) name = long_name;
@@ -164,12 +210,35 @@ Options parse_options(int argc, char** argv_in) {
       if (i + 1 < argc && argv[i + 1][0] != '-') return argv[++i];
       return "";
     };
-    if (name == "add") o.adds.push_back(need());
+    if (name == "add" || name == "definition") {
+      // perf parses the spec of -a and -D as it reads the option: a bad one ends the
+      // command with that option's usage (a spec given without -a is parsed later).
+      const std::string spec = need();
+      if (auto parsed = parse_probe_spec(spec); !parsed) {
+        fprintf(stderr, "%s\n", parsed.error().message.c_str());
+        option_usage_error(name == "add" ? "    -a, --add" : "    -D, --definition");
+      }
+      o.adds.push_back(spec);
+      (name == "add" ? explicit_add : o.definition) = true;
+    }
     else if (name == "del") o.dels.push_back(need());
     else if (name == "list") o.list = true, o.list_filter = optional();
     else if (name == "line") o.line = true, o.line_range = need();
     else if (name == "vars") o.vars = true, o.vars_spec = need();
-    else if (name == "funcs") o.funcs = true, o.funcs_filter = optional();
+    else if (name == "funcs") {
+      o.funcs = true;
+      // An empty word is a filter too (one that does not parse), not the default.
+      const bool given = has_value || (i + 1 < argc && argv[i + 1][0] != '-');
+      const std::string f = given ? optional() : std::string(kDefaultFuncsFilter);
+      check_filter(f, "    -F, --funcs");
+      o.filters.push_back(f);
+    } else if (name == "filter") {
+      const std::string f = need();
+      check_filter(f, "        --filter");
+      o.filters.push_back(f);
+    }
+    else if (name == "demangle") o.demangle = true;
+    else if (name == "no-demangle") o.demangle = false;
     else if (name == "exec") o.exec = need();
     else if (name == "module") o.module = need();
     else if (name == "target") o.target = need();
@@ -196,6 +265,12 @@ Options parse_options(int argc, char** argv_in) {
       usage_error("unknown option `" + name + "'");
     }
   }
+  if (o.definition && explicit_add) {
+    fputs(" Error: switch `D' cannot be used with switch `a'\n", stderr);
+    fputs(kUsage, stderr);
+    exit(129);
+  }
+  if (o.definition && !rest.empty()) usage_error("another command except --add is set.");
   if (!rest.empty()) {
     std::string spec;
     for (const std::string& w : rest) spec += (spec.empty() ? "" : " ") + w;
@@ -303,7 +378,7 @@ class Command {
       fs.emplace(*t);
       if (auto ev = fs->events())
         for (const DefinedEvent& d : *ev) taken.push_back(d.event);
-    } else if (!o_.dry_run) {
+    } else if (!o_.dry_run && !o_.definition) {
       return fail(t.error(), "Failed to add events");
     }
     std::vector<TraceProbe> all;
@@ -315,6 +390,10 @@ class Command {
     std::vector<DefinedEvent> created;  // by this run, taken back if a later write fails
     for (const TraceProbe& t : all) {
       std::string def = t.definition(o_.kprobe);
+      if (o_.definition) {
+        printf("%s\n", def.c_str());
+        continue;
+      }
       verbose("Writing event: " + def + "\n");
       if (o_.dry_run) continue;
       Status st = fs->add(def, o_.kprobe);
@@ -339,7 +418,7 @@ class Command {
         return fail(Error{st.error().code, ""}, "Failed to add events");
       }
     }
-    print_added(all, fs ? fs->dir() : "");
+    if (!o_.definition) print_added(all, fs ? fs->dir() : "");
     return 0;
   }
 
@@ -477,18 +556,37 @@ class Command {
     fo.max_probes = o_.max_probes;
     auto places = variables_at(*image_, *dbg_, *spec, o_.externs, fo);
     if (!places) return fail(places.error(), "Failed to show vars");
+    const std::unique_ptr<StrFilter> filter = joined_filter(kDefaultVarsFilter);
     printf("Available variables at %s\n", point_text(spec->point).c_str());
     for (const VarsAtPlace& p : *places) {
       printf("\t@<%s>\n", p.where.c_str());
-      if (p.variables.empty()) printf("\t\t(No matched variables)\n");
-      for (const std::string& v : p.variables) printf("\t\t%s\n", v.c_str());
+      std::vector<const std::string*> shown;  // "TYPE\tNAME", filtered by NAME
+      for (const std::string& v : p.variables)
+        if (filter->matches(std::string_view(v).substr(v.rfind('\t') + 1))) shown.push_back(&v);
+      if (shown.empty()) printf("\t\t(No matched variables)\n");
+      for (const std::string* v : shown) printf("\t\t%s\n", v->c_str());
     }
     return 0;
   }
 
+  // The filters of the command line ORed as perf ORs them (each was checked as it was
+  // read), or FALLBACK when there are none.
+  std::unique_ptr<StrFilter> joined_filter(std::string_view fallback) const {
+    size_t at = 0;
+    std::unique_ptr<StrFilter> filter = StrFilter::parse(fallback, &at);
+    for (size_t i = 0; i < o_.filters.size(); ++i) {
+      if (i == 0) filter = StrFilter::parse(o_.filters[i], &at);
+      else (void)filter->add_or(o_.filters[i], &at);
+    }
+    return filter;
+  }
+
   int funcs() {
     if (Status st = open_object(); !st) return fail(st.error(), "Failed to show functions");
-    for (const std::string& f : image_->function_names(o_.funcs_filter)) printf("%s\n", f.c_str());
+    const std::unique_ptr<StrFilter> filter = joined_filter(kDefaultFuncsFilter);
+    for (const std::string& name :
+         image_->listed_names(o_.demangle, dbg_ ? dbg_->debug_elf() : nullptr))
+      if (filter->matches(name)) printf("%s\n", name.c_str());
     return 0;
   }
 

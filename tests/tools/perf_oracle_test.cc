@@ -27,7 +27,10 @@ struct Case {
 std::string binary(const std::string& which) {
   if (which == "O0") return PROBE_PROG_O0;
   if (which == "O2") return PROBE_PROG_O2;
-  return PROBE_LIB;
+  if (which == "shopO0") return PROBE_SHOP_O0;
+  if (which == "shopO2") return PROBE_SHOP_O2;
+  if (which == "lib") return PROBE_LIB;
+  return which;  // a path: an object of the system
 }
 
 // The lines of TEXT that start with PREFIX (after leading blanks).
@@ -96,6 +99,34 @@ TEST_P(PerfOracle, SameDefinitions) {
       << "perf:\n" << theirs.err << "\nprobefs-probe:\n" << mine.err;
   EXPECT_EQ(mine.exit_code() == 0, theirs.exit_code() == 0);
   EXPECT_EQ(mounted_events(), "") << "a dry run wrote a definition";
+}
+
+// -D prints perf's definitions on stdout, writes nothing, and ends as perf ends.
+TEST_P(PerfOracle, SameDefinitionsShown) {
+  const Case& c = GetParam();
+  std::vector<std::string> args = {"-x", binary(c.bin), "-D", c.spec};
+  CommandResult theirs = perf(args), mine = ours(args);
+  ASSERT_GE(theirs.status, 0) << "perf did not end";
+  EXPECT_EQ(mine.out, theirs.out) << "perf:\n" << theirs.err << "\nprobefs-probe:\n" << mine.err;
+  EXPECT_EQ(lines_with(mine.err, "Error: "), lines_with(theirs.err, "Error: "));
+  EXPECT_EQ(mine.exit_code(), theirs.exit_code());
+  EXPECT_EQ(mounted_events(), "") << "-D wrote a definition";
+}
+
+// -F lists perf's names (functions, objects, labels, PLT entries; C++ demangled), through
+// perf's filters, and refuses a filter perf refuses at the same position.
+class PerfOracleFuncs : public PerfOracle {};
+TEST_P(PerfOracleFuncs, SameFunctionList) {
+  const Case& c = GetParam();
+  std::vector<std::string> args = {"-x", binary(c.bin)};
+  std::istringstream words(c.spec);
+  for (std::string w; std::getline(words, w, '\t');) args.push_back(w);
+  CommandResult theirs = perf(args), mine = ours(args);
+  ASSERT_GE(theirs.status, 0) << "perf did not end";
+  EXPECT_EQ(mine.out, theirs.out) << "perf stderr:\n" << theirs.err << "\nours:\n" << mine.err;
+  EXPECT_EQ(lines_with(mine.err, "Filter parse error"), lines_with(theirs.err, "Filter parse error"));
+  EXPECT_EQ(lines_with(mine.err, "Source: "), lines_with(theirs.err, "Source: "));
+  EXPECT_EQ(mine.exit_code(), theirs.exit_code());
 }
 
 // -L of a function and of a file range is perf's, line for line.
@@ -176,8 +207,29 @@ const Case kLineCases[] = {
     {"O0", "main"}, {"lib", "lib_checksum"}, {"O0", "nosuch"},
 };
 
+// -F and -V with their filters; the words of a command line are separated by \t.
+const Case kFuncCases[] = {
+    {"O0", "-F"}, {"O2", "-F"}, {"lib", "-F"}, {"shopO0", "-F"}, {"shopO2", "-F"},
+    {"O0", "-F\t*"}, {"O2", "-F\t*@plt"}, {"lib", "-F\t*"}, {"shopO0", "-F\t*"},
+    {"shopO2", "-F\t*"}, {"shopO0", "-F\tshop::*"}, {"shopO2", "-F\t*Pricer*"},
+    {"shopO0", "--no-demangle\t-F\t*"}, {"shopO0", "-F\t!(*std* | *gnu*) & *::*"},
+    {"shopO0", "--filter\t*twice*\t-F\t*Pricer*"},
+    {"shopO0", "--filter\t*twice*\t-F"},  // a bare -F adds the default: ORed
+    {"/lib/x86_64-linux-gnu/libc.so.6", "-F\t*"},  // symbols of its debug file
+    {"/lib/x86_64-linux-gnu/libstdc++.so.6", "-F\t*"},
+    {"O0", "-F\t&&"}, {"O0", "-F\tmain &"}, {"O0", "-F\t(main"}, {"O0", "-F\tmain)"},
+    {"O0", "-F\t()"}, {"O0", "-F\tma(in"}, {"O0", "-F\t!"}, {"O0", "-F\t"},
+    {"O0", "--filter\ta | | b\t-F"},
+    {"O0", "-V\tprice_order"}, {"O0", "-V\tprice_order\t--filter\td*"},
+    {"O0", "-V\tprice_order\t--externs\t--filter\t!o* & !*_*"},
+    {"O2", "--filter\tx* | s*\t-V\tprice_order:4"},
+};
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string n = std::to_string(info.index) + "_" + info.param.bin;
+  std::string n = std::to_string(info.index) + "_";
+  for (const char* p = info.param.bin; *p && n.size() < 16; ++p)
+    n += isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  n += '_';
   for (const char* p = info.param.spec; *p && n.size() < 48; ++p)
     n += isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
   return n;
@@ -185,5 +237,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Specs, PerfOracle, ::testing::ValuesIn(kCases), case_name);
 INSTANTIATE_TEST_SUITE_P(Ranges, PerfOracleLines, ::testing::ValuesIn(kLineCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Listings, PerfOracleFuncs, ::testing::ValuesIn(kFuncCases), case_name);
 
 }  // namespace
