@@ -2,6 +2,7 @@
 #include "tools/dwarf_points.h"
 
 #include <dwarf.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -326,6 +327,22 @@ bool lazy_match(const std::string& text, const std::string& pattern) {
   return glob_match(squeeze(pattern), squeeze(text));
 }
 
+}  // namespace
+
+std::optional<std::string> source_under(const std::string& prefix, const std::string& path) {
+  for (std::string_view rest = path;;) {
+    std::string candidate = prefix + "/" + std::string(rest);
+    if (access(candidate.c_str(), R_OK) == 0) return candidate;
+    if (errno != ENOENT && errno != ENAMETOOLONG && errno != EROFS && errno != EFAULT)
+      return std::nullopt;
+    const size_t slash = rest.size() > 1 ? rest.find('/', 1) : std::string_view::npos;
+    if (slash == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(slash);
+  }
+}
+
+namespace {
+
 std::vector<std::string> read_source(const std::string& path) {
   std::vector<std::string> lines;
   std::ifstream in(path);
@@ -402,7 +419,7 @@ class Finder {
           add(fn, at + p_.offset, skip ? entry : 0);
         }
       }
-    } else {
+    } else if (!q_.no_inlines) {
       // An abstract function: every instance of it, inlined or out of line.
       for_each_instance(&cu_, fn, [&](Dwarf_Die* d) {
         Dwarf_Addr e;
@@ -429,7 +446,16 @@ class Finder {
   // The lines of ROOT matching the lazy pattern.
   void lazy(Dwarf_Die* root) {
     std::string path = file_.empty() ? decl_file(root) : file_;
-    std::vector<std::string> text = read_source(path);
+    std::string readable = path;
+    if (!q_.source_prefix.empty()) {
+      std::optional<std::string> found = source_under(q_.source_prefix, path);
+      if (!found) {
+        fail(-ENOENT, "Failed to find source file path.");
+        return;
+      }
+      readable = *found;
+    }
+    std::vector<std::string> text = read_source(readable);
     if (text.empty()) {
       fail(-ENOENT, "Failed to open " + path + ": " + strerror(ENOENT));
       return;
@@ -615,7 +641,8 @@ Result<std::string> describe_address(const DebugInfo& dbg, Dwarf_Addr addr, bool
   return s;
 }
 
-Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range) {
+Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range,
+                               const std::string& source_prefix) {
   // Lines after a whole function's last one, shown for context.
   constexpr int kContext = 2;
   Dwarf_Off off = 0, next;
@@ -687,6 +714,11 @@ Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range) {
   }
   if (probeable.empty()) return make_error(-ENOENT, "Specified source line is not found.");
 
+  if (!source_prefix.empty()) {
+    std::optional<std::string> found = source_under(source_prefix, path);
+    if (!found) return make_error(-ENOENT, "Failed to find source file path.");
+    path = *found;  // and shown as perf shows it
+  }
   std::vector<std::string> text = read_source(path);
   if (text.empty()) return make_error(-ENOENT, "Failed to open " + path + ": " + strerror(ENOENT));
   std::string out;

@@ -21,6 +21,7 @@
 #include <elfutils/libdw.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,18 @@ struct PlaceQuery {
   ProbePoint point;
   bool with_variables = false;  // the spec fetches variables (the -O0 prologue rule)
   size_t max_probes = 128;
+  // --no-inlines: a function known by its abstract definition (declared inline, or
+  // inlined somewhere) is not searched at all, its out-of-line copies included (perf).
+  bool no_inlines = false;
+  // -s/--source: source files are read under this directory (source_under) instead of
+  // where the DWARF says they are.
+  std::string source_prefix;
 };
+
+// perf's search for a source file under a --source directory: PREFIX/PATH, then PATH
+// with its leading directories dropped one at a time (PREFIX//tools/a.c, PREFIX//a.c for
+// PATH /src/tools/a.c); the first that can be read, or nullopt.
+std::optional<std::string> source_under(const std::string& prefix, const std::string& path);
 
 // Every place QUERY names, in the order perf finds them (DIE order), each address once.
 // An empty list when none is found (the caller says "Probe point '...' not found.");
@@ -57,7 +69,10 @@ Result<std::vector<DwarfPlace>> find_places(const DebugInfo& dbg, const PlaceQue
 // of the range, numbered (relative to FUNC's declaration line) where code can be probed
 // and blank-numbered where it cannot, and a few lines of context after a whole function.
 // -ENOENT "Specified source line is not found." when nothing matches.
-Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range);
+// With SOURCE_PREFIX (-s), the file is looked for under it (source_under), and -ENOENT
+// "Failed to find source file path." when it is not there.
+Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range,
+                               const std::string& source_prefix = "");
 
 // -l: perf's reading of a probed address back into the source: "FUNC" at an entry,
 // "FUNC:RLN" where a line begins at the address (the line of an inlined instance's call

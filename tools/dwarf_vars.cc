@@ -272,9 +272,11 @@ class Translator {
   }
 
   Result<std::vector<TraceArg>> translate(const ProbeArg& arg);
-  std::vector<std::string> available(bool externs);
+  std::vector<std::string> available(bool externs, bool range);
 
  private:
+  std::string range_of(Dwarf_Die* var);
+  bool located_later(Dwarf_Die* var);
   bool find(const std::string& name, Dwarf_Die* out);
   Result<Fetch> locate(Dwarf_Die* var, const std::string& shown);
   Result<Fetch> static_location(Dwarf_Die* var, const Dwarf_Op* op);
@@ -712,21 +714,32 @@ Result<std::vector<TraceArg>> Translator::translate(const ProbeArg& arg) {
   return out;
 }
 
-std::vector<std::string> Translator::available(bool externs) {
+std::vector<std::string> Translator::available(bool externs, bool range) {
   std::vector<std::string> out;
-  auto collect = [&](Dwarf_Die* d) {
+  auto collect = [&](Dwarf_Die* d, bool external) {
     const char* n = dwarf_diename(d);
-    if (is_variable_tag(dwarf_tag(d)) && n != nullptr && locate(d, n).ok()) {
-      Dwarf_Die type;
-      out.push_back(type_name(type_ref(d, &type) ? &type : nullptr) + "\t" + n);
+    if (!is_variable_tag(dwarf_tag(d)) || n == nullptr) return;
+    // Not here but later in the function: perf shows a local (not a parameter) as [INV]
+    // with --range, and leaves it out without.
+    const bool here = locate(d, n).ok();
+    const bool later = !here && range && dwarf_tag(d) == DW_TAG_variable && located_later(d);
+    if (!here && !later) return;
+    Dwarf_Die type;
+    std::string text = range ? (external ? "[EXT]\t" : here ? "[VAL]\t" : "[INV]\t") : "";
+    text += type_name(type_ref(d, &type) ? &type : nullptr) + "\t" + n;
+    if (range && !external) {
+      const std::string where = range_of(d);
+      if (where == "-") return;  // perf leaves out what it cannot place
+      text += "\t" + where;
     }
+    out.push_back(std::move(text));
   };
   Dwarf_Die unused;
   if (has_scope_)
     walk_children(
         &scope_,
         [&](Dwarf_Die* d) {
-          collect(d);
+          collect(d, false);
           return dwarf_haspc(d, ctx_.pc) == 1 ? Walk::kDescend : Walk::kNext;
         },
         &unused);
@@ -734,13 +747,72 @@ std::vector<std::string> Translator::available(bool externs) {
     walk_children(
         &cu_,
         [&](Dwarf_Die* d) {
-          collect(d);
+          collect(d, true);
           return Walk::kNext;
         },
         &unused);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+// Whether VAR has no location at pc but a readable one after it, at the first address
+// up to the end of the real function that has one (perf's look ahead).
+bool Translator::located_later(Dwarf_Die* var) {
+  Dwarf_Attribute attr;
+  Dwarf_Addr high = 0;
+  Dwarf_Op* ops;
+  size_t nops;
+  if (!has_function_ || dwarf_attr(var, DW_AT_location, &attr) == nullptr ||
+      dwarf_highpc(&function_, &high) != 0 ||
+      dwarf_getlocation_addr(&attr, ctx_.pc, &ops, &nops, 1) != 0)
+    return false;
+  // The first address after pc that a location covers: where an entry starts, or pc + 1.
+  Dwarf_Addr base, start, end, first = 0;
+  for (ptrdiff_t off = 0; (off = dwarf_getlocations(&attr, off, &base, &start, &end, &ops, &nops)) > 0;) {
+    const Dwarf_Addr from = std::max<Dwarf_Addr>(start, ctx_.pc + 1);
+    if (start != end && end > from && from <= high && (first == 0 || from < first)) first = from;
+  }
+  if (first == 0) return false;
+  VarContext there = ctx_;
+  there.pc = first;
+  const char* n = dwarf_diename(var);
+  return Translator(there).locate(var, n != nullptr ? n : "").ok();
+}
+
+// --range: where VAR is valid, from the real function's entry, as perf prints it:
+// "@<FUNC+[S-E,S-E...]>" for a location list, or the ranges of the scope that holds VAR
+// for a single location. "-" when it cannot be told (perf then drops the variable).
+std::string Translator::range_of(Dwarf_Die* var) {
+  Dwarf_Addr entry = 0;
+  const char* fname = has_function_ ? dwarf_diename(&function_) : nullptr;
+  Dwarf_Attribute attr;
+  if (fname == nullptr || dwarf_entrypc(&function_, &entry) != 0 ||
+      dwarf_attr(var, DW_AT_location, &attr) == nullptr)
+    return "-";
+  std::string out;
+  auto add = [&](Dwarf_Addr s, Dwarf_Addr e) {
+    out += out.empty() ? "@<" + std::string(fname) + "+[" : ",";
+    out += std::to_string(s - entry) + "-" + std::to_string(e - entry);
+  };
+  Dwarf_Addr base, start, end;
+  Dwarf_Op* ops;
+  size_t nops;
+  for (ptrdiff_t off = 0; (off = dwarf_getlocations(&attr, off, &base, &start, &end, &ops, &nops)) > 0;) {
+    if (start != 0) {
+      add(start, end);
+      continue;
+    }
+    // One location for the whole scope: the ranges of the scope that holds VAR.
+    Dwarf_Die* scopes = nullptr;
+    const int n = dwarf_getscopes_die(var, &scopes);
+    if (n > 1)
+      for (ptrdiff_t r = 0; (r = dwarf_ranges(&scopes[1], r, &base, &start, &end)) > 0;) add(start, end);
+    free(scopes);
+    if (n <= 1) return "-";
+    break;
+  }
+  return out.empty() ? out : out + "]>";
 }
 
 }  // namespace
@@ -768,8 +840,8 @@ std::string arg_name(const ProbeArg& arg) {
   return sanitize(arg.type.empty() ? arg.var : arg.var + "_" + arg.type);
 }
 
-std::vector<std::string> available_variables(const VarContext& ctx, bool externs) {
-  return Translator(ctx).available(externs);
+std::vector<std::string> available_variables(const VarContext& ctx, bool externs, bool range) {
+  return Translator(ctx).available(externs, range);
 }
 
 std::string type_name(Dwarf_Die* type) {

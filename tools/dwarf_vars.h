@@ -87,8 +87,12 @@ std::string arg_name(const ProbeArg& arg);
 
 // What -V prints for the place: "TYPE\tNAME" for every variable in scope with a location
 // at the address (parameters and locals; globals of the CU with EXTERNS), sorted by the
-// text as perf sorts it, each once.
-std::vector<std::string> available_variables(const VarContext& ctx, bool externs);
+// text as perf sorts it, each once. With RANGE (--range), perf's
+// "[VAL]\tTYPE\tNAME\t@<FUNC+[S-E,...]>" (where it is valid, from the function's entry),
+// "[INV]" for a local that has a location only later in the function, and
+// "[EXT]\tTYPE\tNAME" for a global.
+std::vector<std::string> available_variables(const VarContext& ctx, bool externs,
+                                             bool range = false);
 
 // The name of a DWARF type as perf prints it ("int", "struct rec*", "char*" for a const
 // char *, "long int", "int*" for an int[4], "(function_type)*"); "(unknown_type)" for what

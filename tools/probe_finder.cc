@@ -145,6 +145,8 @@ Result<std::vector<DwarfPlace>> places_of(const DebugInfo& dbg, const ProbeSpec&
   PlaceQuery q;
   q.point = spec.point;
   q.max_probes = options.max_probes;
+  q.no_inlines = options.no_inlines;
+  q.source_prefix = options.source_prefix;
   for (const ProbeArg& a : spec.args)
     if (a.is_variable() || a.var == "$params" || a.var == "$vars") q.with_variables = true;
   auto places = find_places(dbg, q);
@@ -268,7 +270,7 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
 
 Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const DebugInfo& dbg,
                                               const ProbeSpec& spec, bool externs,
-                                              const FinderOptions& options) {
+                                              const FinderOptions& options, bool range) {
   ProbeSpec place_only = spec;  // -V does not look past the prologue: perf's +0 at -O0
   place_only.args.clear();
   auto places = places_of(dbg, place_only, options, nullptr);
@@ -284,7 +286,7 @@ Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const Debug
   for (const DwarfPlace& place : *places) {
     VarContext ctx = context_of(place, dbg, image, options, spec.point.retprobe);
     out.push_back({place.symbol + "+" + std::to_string(place.addr - place.symbol_entry),
-                   available_variables(ctx, externs)});
+                   available_variables(ctx, externs, range)});
   }
   return out;
 }

@@ -18,6 +18,8 @@ namespace probefs::tools {
 struct FinderOptions {
   size_t max_probes = 128;     // --max-probes
   bool kprobe_syntax = false;  // -k: MOD:SYM+OFF and @SYM globals
+  bool no_inlines = false;     // --no-inlines (PlaceQuery::no_inlines)
+  std::string source_prefix;   // -s (PlaceQuery::source_prefix)
 };
 
 // The group perf gives probes of an object: "probe_" + its basename up to the first
@@ -44,10 +46,10 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
 // The places of SPEC for -V: "@<SYM+OFF>" with the variables available there.
 struct VarsAtPlace {
   std::string where;                    // "price_order+0", "main+588"
-  std::vector<std::string> variables;   // "int\tdiscount"
+  std::vector<std::string> variables;   // "int\tdiscount" (available_variables)
 };
 Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const DebugInfo& dbg,
                                               const ProbeSpec& spec, bool externs,
-                                              const FinderOptions& options);
+                                              const FinderOptions& options, bool range = false);
 
 }  // namespace probefs::tools

@@ -41,6 +41,10 @@ struct Options {
   std::vector<std::string> filters;
   bool definition = false;  // -D: the adds are shown, not written
   bool demangle = true;
+  bool no_inlines = false;  // --no-inlines
+  std::string source;       // -s: where source files are read
+  std::string symfs;        // --symfs: the root debug files are looked for under
+  bool range = false;       // --range: -V shows where each variable is valid
   std::string exec, module, target;
   std::vector<std::string> debuginfo_dirs;
   bool externs = false, quiet = false, dry_run = false, force = false, kprobe = false;
@@ -89,6 +93,8 @@ const char kUsage[] =
     "                          looks (libc, libc.so.6) or a path\n"
     "    -n, --dry-run         dry run\n"
     "    -q, --quiet           be quiet (do not show any warnings or messages)\n"
+    "    -s, --source <directory>\n"
+    "                          path to the source files (-L and ;PTN read them there)\n"
     "    -V, --vars <FUNC[@SRC][+OFF|%return|:RL|;PT]|SRC:AL|SRC;PT>\n"
     "                          Show accessible variables on PROBEDEF\n"
     "    -v, --verbose         be more verbose (show parsed arguments, etc)\n"
@@ -104,6 +110,10 @@ const char kUsage[] =
     "\t\t\t \"!_* & !*@plt\" for --funcs)\n"
     "        --max-probes <n>  Set how many probe points can be found for a probe.\n"
     "        --no-demangle     Show C++ names as the symbol tables spell them\n"
+    "        --no-inlines      Don't search inlined functions\n"
+    "        --range           Show variables location range in scope (with --vars only)\n"
+    "        --symfs <directory>\n"
+    "                          Look for files with symbols relative to this directory\n"
     "        --target <mountpoint>\n"
     "                          the tracefs (default: $TRACEFS_PATH, then the current\n"
     "                          directory if it is a probefs mount)\n"
@@ -136,7 +146,6 @@ void usage_error(const std::string& msg) {
     out += usage.substr(at + 1, end - at - 1);
   }
   fputs(out.c_str(), stderr);
-  fputc('\n', stderr);
   exit(129);
 }
 
@@ -188,7 +197,7 @@ Options parse_options(int argc, char** argv_in) {
       static const std::pair<char, const char*> kShort[] = {
           {'a', "add"}, {'d', "del"}, {'l', "list"}, {'L', "line"}, {'V', "vars"},
           {'F', "funcs"}, {'x', "exec"}, {'m', "module"}, {'q', "quiet"}, {'v', "verbose"},
-          {'D', "definition"},
+          {'D', "definition"}, {'s', "source"},
           {'n', "dry-run"}, {'f', "force"}, {'k', "kprobe-syntax"}, {'h', "help"}};
       for (auto& [c, long_name] : kShort)
         if (a[1] == c) name = long_name;
@@ -224,7 +233,14 @@ Options parse_options(int argc, char** argv_in) {
     else if (name == "del") o.dels.push_back(need());
     else if (name == "list") o.list = true, o.list_filter = optional();
     else if (name == "line") o.line = true, o.line_range = need();
-    else if (name == "vars") o.vars = true, o.vars_spec = need();
+    else if (name == "vars") {
+      o.vars = true;
+      o.vars_spec = need();
+      if (auto parsed = parse_probe_spec(o.vars_spec); !parsed) {
+        fprintf(stderr, "%s\n", parsed.error().message.c_str());
+        option_usage_error("    -V, --vars");
+      }
+    }
     else if (name == "funcs") {
       o.funcs = true;
       // An empty word is a filter too (one that does not parse), not the default.
@@ -238,6 +254,10 @@ Options parse_options(int argc, char** argv_in) {
       o.filters.push_back(f);
     }
     else if (name == "demangle") o.demangle = true;
+    else if (name == "no-inlines") o.no_inlines = true;
+    else if (name == "source") o.source = need();
+    else if (name == "symfs") o.symfs = need();
+    else if (name == "range") o.range = true;
     else if (name == "no-demangle") o.demangle = false;
     else if (name == "exec") o.exec = need();
     else if (name == "module") o.module = need();
@@ -341,7 +361,10 @@ class Command {
     auto image = ElfImage::open(*path);
     if (!image) return image.error();
     image_ = std::move(*image);
-    auto dbg = DebugInfo::open(*image_, o_.debuginfo_dirs);
+    // --symfs: the debug files live under another root (a target machine's, a container's).
+    auto dbg = DebugInfo::open(*image_, o_.debuginfo_dirs,
+                               o_.symfs.empty() ? std::string(kSystemDebugRoot)
+                                                : o_.symfs + kSystemDebugRoot);
     if (dbg) {
       dbg_ = std::move(*dbg);
       verbose("Open Debuginfo file: " + dbg_->debug_path() + "\n");
@@ -362,6 +385,8 @@ class Command {
     FinderOptions fo;
     fo.max_probes = o_.max_probes;
     fo.kprobe_syntax = o_.kprobe;
+    fo.no_inlines = o_.no_inlines;
+    fo.source_prefix = o_.source;
     std::vector<std::vector<TraceProbe>> per_spec;
     for (const std::string& text : o_.adds) {
       auto spec = parse_probe_spec(text);
@@ -381,10 +406,14 @@ class Command {
     } else if (!o_.dry_run && !o_.definition) {
       return fail(t.error(), "Failed to add events");
     }
+    // perf's test of whether probes can join an existing event (kernel 5.8 and probefs).
+    const bool appends = fs && fs->readme().find("Create/append/") != std::string::npos;
     std::vector<TraceProbe> all;
     for (std::vector<TraceProbe>& probes : per_spec) {
-      if (Status st = name_probes(&probes, taken); !st)
+      if (Status st = name_probes(&probes, taken, appends); !st)
         return fail(st.error(), "Failed to add events");
+      if (!appends)
+        for (const TraceProbe& t : probes) taken.push_back(t.event);
       for (TraceProbe& t : probes) all.push_back(std::move(t));
     }
     std::vector<DefinedEvent> created;  // by this run, taken back if a later write fails
@@ -427,7 +456,11 @@ class Command {
   // "__return" for a return probe), checked only against the events defined before this
   // run. The first probe of a spec refuses a name in use unless -f; later ones, and -f,
   // take the first free BASE_N instead.
-  Status name_probes(std::vector<TraceProbe>* probes, const std::vector<std::string>& taken) const {
+  // Where the tracefs does not say that it appends (README's "Create/append/"), or there
+  // is none to ask (-D), perf gives each place a name of its own (BASE, BASE_1, ...): so
+  // does this one then.
+  Status name_probes(std::vector<TraceProbe>* probes, std::vector<std::string> taken,
+                     bool appends) const {
     auto used = [&](const std::string& n) {
       return std::find(taken.begin(), taken.end(), n) != taken.end();
     };
@@ -444,6 +477,7 @@ class Command {
         }
       }
       t.event = name;
+      if (!appends) taken.push_back(name);
     }
     return Ok{};
   }
@@ -541,7 +575,7 @@ class Command {
     auto range = parse_line_range(o_.line_range);
     if (!range) return fail(range.error(), "Failed to show lines");
     if (!dbg_) return fail(no_debuginfo(), "Failed to show lines");
-    auto text = show_lines(*dbg_, *range);
+    auto text = show_lines(*dbg_, *range, o_.source);
     if (!text) return fail(text.error(), "Failed to show lines");
     fputs(text->c_str(), stdout);
     return 0;
@@ -554,15 +588,21 @@ class Command {
     if (!dbg_) return fail(no_debuginfo(), "Failed to show vars");
     FinderOptions fo;
     fo.max_probes = o_.max_probes;
-    auto places = variables_at(*image_, *dbg_, *spec, o_.externs, fo);
+    fo.no_inlines = o_.no_inlines;
+    auto places = variables_at(*image_, *dbg_, *spec, o_.externs, fo, o_.range);
     if (!places) return fail(places.error(), "Failed to show vars");
     const std::unique_ptr<StrFilter> filter = joined_filter(kDefaultVarsFilter);
-    printf("Available variables at %s\n", point_text(spec->point).c_str());
+    ProbePoint shown = spec->point;  // perf's header leaves a lazy pattern out
+    shown.lazy.clear();
+    shown.has_lazy = false;
+    printf("Available variables at %s\n", point_text(shown).c_str());
     for (const VarsAtPlace& p : *places) {
       printf("\t@<%s>\n", p.where.c_str());
-      std::vector<const std::string*> shown;  // "TYPE\tNAME", filtered by NAME
+      // Filtered by what follows the first tab, as perf does: the name ("TYPE\tNAME"),
+      // or with --range "TYPE\tNAME\tRANGE".
+      std::vector<const std::string*> shown;
       for (const std::string& v : p.variables)
-        if (filter->matches(std::string_view(v).substr(v.rfind('\t') + 1))) shown.push_back(&v);
+        if (filter->matches(std::string_view(v).substr(v.find('\t') + 1))) shown.push_back(&v);
       if (shown.empty()) printf("\t\t(No matched variables)\n");
       for (const std::string* v : shown) printf("\t\t%s\n", v->c_str());
     }

@@ -120,7 +120,11 @@ TEST_P(PerfOracleFuncs, SameFunctionList) {
   const Case& c = GetParam();
   std::vector<std::string> args = {"-x", binary(c.bin)};
   std::istringstream words(c.spec);
-  for (std::string w; std::getline(words, w, '\t');) args.push_back(w);
+  // @TESTS@: the tests/ folder of the source tree (-s finds probe_prog.c under it).
+  const std::string src = PROBE_PROG_SOURCE;
+  const std::string tests = src.substr(0, src.rfind('/', src.rfind('/') - 1));
+  for (std::string w; std::getline(words, w, '\t');)
+    args.push_back(w == "@TESTS@" ? tests : w);
   CommandResult theirs = perf(args), mine = ours(args);
   ASSERT_GE(theirs.status, 0) << "perf did not end";
   EXPECT_EQ(mine.out, theirs.out) << "perf stderr:\n" << theirs.err << "\nours:\n" << mine.err;
@@ -223,6 +227,20 @@ const Case kFuncCases[] = {
     {"O0", "-V\tprice_order"}, {"O0", "-V\tprice_order\t--filter\td*"},
     {"O0", "-V\tprice_order\t--externs\t--filter\t!o* & !*_*"},
     {"O2", "--filter\tx* | s*\t-V\tprice_order:4"},
+    // --range: where each variable is valid ([VAL], [INV] for one valid later, [EXT]).
+    {"O0", "--range\t-V\tprice_order"}, {"O0", "--range\t-V\tprice_order:4"},
+    {"O0", "--range\t--externs\t-V\tmain"}, {"O2", "--range\t-V\tmain"},
+    {"O2", "--range\t-V\tclamp"}, {"O0", "--range\t-V\tscale"},
+    {"O0", "--range\t--filter\t*int*\t-V\tprice_order"},
+    {"shopO0", "--range\t-V\tshop::twice<int>"},
+    // --no-inlines: a function with an abstract definition is not searched at all.
+    {"O0", "--no-inlines\t-D\tprice_order"}, {"O0", "--no-inlines\t-D\tclamp"},
+    {"O2", "--no-inlines\t-D\tclamp"}, {"O2", "--no-inlines\t-D\tscale"},
+    {"O2", "--no-inlines\t-D\tmain;*clamp*"}, {"O2", "-D\tclamp"},
+    // -s: sources read under another directory (the DWARF's path, then its tail).
+    {"O0", "-s\t@TESTS@\t-L\tprice_order:1-4"}, {"O2", "-s\t@TESTS@\t-L\tprobe_prog.c:36-40"},
+    {"O0", "-s\t@TESTS@\t-D\tprice_order;subtotal*"}, {"O0", "-s\t/nonexistent\t-L\tmain"},
+    {"O0", "-s\t/nonexistent\t-D\tprice_order;subtotal*"},
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
