@@ -1,6 +1,8 @@
 // Probe points from DWARF (see dwarf_points.h for the rules).
 #include "tools/dwarf_points.h"
 
+#include "tools/cxx_names.h"
+
 #include <dwarf.h>
 #include <unistd.h>
 
@@ -24,6 +26,30 @@ bool tail_matches(std::string_view a, std::string_view b) {
 const char* die_name(Dwarf_Die* die) {
   const char* n = dwarf_diename(die);
   return n ? n : "";
+}
+
+// The function's mangled name, through its declaration or abstract origin; else, with
+// IMAGE, the symbol table's name of the code at its entry (GCC gives a lambda's
+// operator() no linkage name in DWARF); "" for C.
+std::string linkage_name(Dwarf_Die* die, const ElfImage* image = nullptr) {
+  Dwarf_Attribute attr;
+  const char* n = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
+      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr)
+    n = dwarf_formstring(&attr);
+  if (n != nullptr) return n;
+  Dwarf_Addr entry = 0;
+  if (image != nullptr && dwarf_tag(die) == DW_TAG_subprogram && dwarf_entrypc(die, &entry) == 0)
+    if (const ElfSymbol* s = image->function_at(entry); s && s->value == entry && s->name.starts_with("_Z"))
+      return s->name;
+  return "";
+}
+
+// Whether function DIE is one PATTERN names: a C++ pattern (is_cxx_name) against its
+// qualified name, signature or mangled name; else perf's glob over the DIE's own name.
+bool function_matches(const std::string& pattern, Dwarf_Die* die, const ElfImage* image = nullptr) {
+  if (is_cxx_name(pattern)) return cxx_name_matches(pattern, linkage_name(die, image), die_name(die));
+  return glob_match(pattern, die_name(die));
 }
 
 std::string decl_file(Dwarf_Die* die) {
@@ -310,10 +336,14 @@ bool optimized(Dwarf_Die* cu) {
 Dwarf_Addr past_prologue(Dwarf_Die* fn, const std::vector<Row>& rows, Dwarf_Addr entry) {
   Dwarf_Addr high = 0;
   if (dwarf_highpc(fn, &high) != 0) return entry;
-  auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.addr == entry; });
-  if (it == rows.end() || std::next(it) == rows.end()) return entry;
-  Dwarf_Addr next = std::next(it)->addr;
-  return next < high ? next : entry;
+  // The entry's row (not the end of a sequence that stops where the function starts: a
+  // C++ CU's line table switches files there), then the next one after it.
+  auto it = std::find_if(rows.begin(), rows.end(),
+                         [&](const Row& r) { return r.addr == entry && !r.end_sequence; });
+  while (it != rows.end() && it->addr == entry) ++it;
+  if (it == rows.end()) return entry;
+  Dwarf_Addr next = it->addr;
+  return next > entry && next < high ? next : entry;
 }
 
 // Whether TEXT, without whitespace, matches the glob PATTERN without whitespace.
@@ -386,6 +416,20 @@ class Finder {
   }
 
   void by_function() {
+    if (is_cxx_name(p_.function)) {
+      // Every subprogram of the CU, nested ones too: a lambda's operator() and a local
+      // class's methods live inside their function's DIE, where dwarf_getfuncs does not go.
+      bool go_on = true;
+      walk_children(&cu_, [&](Dwarf_Die* d) {
+        if (!go_on) return false;
+        const int tag = dwarf_tag(d);
+        if (tag == DW_TAG_subprogram) go_on = function_cb(d);
+        return go_on && (tag == DW_TAG_subprogram || tag == DW_TAG_namespace ||
+                         tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
+                         tag == DW_TAG_union_type || tag == DW_TAG_lexical_block);
+      });
+      return;
+    }
     struct Arg { Finder* self; } arg{this};
     dwarf_getfuncs(
         &cu_,
@@ -398,8 +442,10 @@ class Finder {
 
   // One subprogram of the CU; whether to go on with the CU's others.
   bool function_cb(Dwarf_Die* fn) {
-    if (!is_definition(fn) || !glob_match(p_.function, die_name(fn))) return true;
+    if (!is_definition(fn) || !function_matches(p_.function, fn, q_.image)) return true;
     std::string file = decl_file(fn);
+    // An artificial function (a lambda's operator()) has no place of its own: its CU's.
+    if (file.empty() && is_cxx_name(p_.function)) file = die_name(&cu_);
     if (file.empty()) return true;
     if (!p_.file.empty() && !tail_matches(p_.file, file)) return true;
     if (file_.empty()) file_ = file;
@@ -430,7 +476,9 @@ class Finder {
         return !failed();
       });
     }
-    return strpbrk(p_.function.c_str(), "*?[") != nullptr && !failed();
+    // A glob, or a C++ name (its overloads, a constructor's variants), goes on.
+    return (strpbrk(p_.function.c_str(), "*?[") != nullptr || is_cxx_name(p_.function)) &&
+           !failed();
   }
 
   // Every statement row of line_ in file_, anywhere in the CU.
@@ -486,7 +534,7 @@ class Finder {
     int shown = line;
     if (!p_.function.empty()) {
       for (Dwarf_Die& fn : functions_at(&cu_, h.addr)) {
-        if (glob_match(p_.function, die_name(&fn))) {
+        if (function_matches(p_.function, &fn, q_.image)) {
           where = die_name(&fn);
           shown = line - decl_line(&fn);
           break;
@@ -506,7 +554,7 @@ class Finder {
     for (Dwarf_Die& fn : chain) {
       if (!file_.empty() && decl_file(&fn) != file_) continue;
       if (!p_.function.empty()) {
-        if (glob_match(p_.function, die_name(&fn))) {
+        if (function_matches(p_.function, &fn, q_.image)) {
           best = &fn;
           break;
         }
@@ -548,6 +596,7 @@ class Finder {
     place.symbol = die_name(&fn);
     entry_of(&fn, &place.symbol_entry);
     place.scope_name = die_name(scope);
+    place.linkage = linkage_name(scope, q_.image);
     place.inlined = dwarf_tag(scope) == DW_TAG_inlined_subroutine;
     place.scopes = scopes_at(scope, addr);
     place.prologue_skipped = unskipped != 0 && unskipped != addr;
@@ -677,7 +726,7 @@ Result<std::string> show_lines(const DebugInfo& dbg, const LineRange& range,
               &cu,
               [](Dwarf_Die* fn, void* p) {
                 auto* a = static_cast<Arg*>(p);
-                if (!is_definition(fn) || !glob_match(a->r->function, die_name(fn)))
+                if (!is_definition(fn) || !function_matches(a->r->function, fn))
                   return int{DWARF_CB_OK};
                 if (!a->file->empty() && !tail_matches(*a->file, decl_file(fn)))
                   return int{DWARF_CB_OK};

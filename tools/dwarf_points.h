@@ -27,6 +27,7 @@
 
 #include "tools/debuginfo.h"
 #include "tools/probe_spec.h"
+#include "tools/elf_image.h"
 #include "tools/result.h"
 
 namespace probefs::tools {
@@ -36,6 +37,7 @@ struct DwarfPlace {
   std::string symbol;            // the out-of-line function holding addr (perf's SYM+OFF)
   Dwarf_Addr symbol_entry = 0;
   std::string scope_name;        // the scope's function (the inlined one for an instance)
+  std::string linkage;           // its mangled name ("" for C)
   bool inlined = false;          // the scope is an inlined instance
   std::vector<Dwarf_Die> scopes; // for VarContext: innermost first, ending with the CU
   bool prologue_skipped = false;
@@ -52,6 +54,8 @@ struct PlaceQuery {
   // -s/--source: source files are read under this directory (source_under) instead of
   // where the DWARF says they are.
   std::string source_prefix;
+  // The object's symbols, for C++ functions DWARF gives no mangled name (lambdas).
+  const ElfImage* image = nullptr;
 };
 
 // perf's search for a source file under a --source directory: PREFIX/PATH, then PATH

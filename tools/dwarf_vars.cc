@@ -269,6 +269,15 @@ class Translator {
         }
       } while (dwarf_siblingof(&child, &child) == 0);
     }
+    // A function nested in another's DIE (a lambda's operator(), a local class's method)
+    // is not among the CU's children: the place's own subprogram then.
+    for (size_t i = 0; !has_function_ && i < ctx.scopes.size(); ++i) {
+      Dwarf_Die d = ctx.scopes[i];
+      if (dwarf_tag(&d) == DW_TAG_subprogram && dwarf_haspc(&d, ctx.pc) == 1) {
+        function_ = d;
+        has_function_ = true;
+      }
+    }
   }
 
   Result<std::vector<TraceArg>> translate(const ProbeArg& arg);
@@ -467,6 +476,23 @@ Result<Bitfield> bitfield_of(Dwarf_Die* member, int width, const std::string& fi
 
 // perf's die_find_member: NAME among STRUCT's members, looking into unnamed members; the
 // path of members from STRUCT down to it.
+// A type with members: C's struct and union, C++'s class.
+bool is_record(int tag) {
+  return tag == DW_TAG_structure_type || tag == DW_TAG_union_type || tag == DW_TAG_class_type;
+}
+
+bool is_reference(int tag) {
+  return tag == DW_TAG_reference_type || tag == DW_TAG_rvalue_reference_type;
+}
+
+// libstdc++'s std::string (std::__cxx11::basic_string<char, ...>): its characters are at
+// its _M_dataplus._M_p.
+bool is_std_string(const CType& t) {
+  if (!t.known || !is_record(t.tag())) return false;
+  const char* n = dwarf_diename(const_cast<Dwarf_Die*>(&t.die));
+  return n != nullptr && std::strncmp(n, "basic_string<char,", 18) == 0;
+}
+
 bool find_member(Dwarf_Die* st, const std::string& name, std::vector<Dwarf_Die>* path) {
   Dwarf_Die m;
   if (path->size() > kMaxTypeDepth || dwarf_child(st, &m) != 0) return false;
@@ -478,8 +504,7 @@ bool find_member(Dwarf_Die* st, const std::string& name, std::vector<Dwarf_Die>*
       return true;
     }
     CType t = real_type(&m);
-    if (n == nullptr && t.known &&
-        (t.tag() == DW_TAG_structure_type || t.tag() == DW_TAG_union_type)) {
+    if (n == nullptr && t.known && is_record(t.tag())) {
       path->push_back(m);
       if (find_member(&t.die, name, path)) return true;
       path->pop_back();
@@ -517,16 +542,20 @@ Status step(Chain* c, const ArgField& field, const std::string& varname) {
     return Ok{};
   }
   CType st = c->type;
-  if (tag == DW_TAG_pointer_type) {
-    if (field.kind != ArgField::Kind::kArrow)
+  if (tag == DW_TAG_pointer_type || is_reference(tag)) {
+    // A C++ reference is its object's address, members taken with '.'.
+    const bool arrow = field.kind == ArgField::Kind::kArrow;
+    if (tag == DW_TAG_pointer_type && !arrow)
       return make_error(-EINVAL, "Semantic error: " + field.name + " must be referred by '->'");
+    if (is_reference(tag) && arrow)
+      return make_error(-EINVAL, "Semantic error: " + field.name + " must be referred by '.'");
     st = element_of(c->type);
     if (!st.known) return make_error(-ENOENT, "Failed to get the type of " + varname + ".");
-    if (st.tag() != DW_TAG_structure_type && st.tag() != DW_TAG_union_type)
+    if (!is_record(st.tag()))
       return make_error(-EINVAL, varname + " is not a data structure nor a union.");
     c->fetch.derefs.push_back(0);
   } else {
-    if (tag != DW_TAG_structure_type && tag != DW_TAG_union_type)
+    if (!is_record(tag))
       return make_error(-EINVAL, varname + " is not a data structure nor a union.");
     if (index)
       return make_error(-EINVAL, "Semantic error: " + varname + " is not a pointer nor array.");
@@ -579,6 +608,28 @@ Status convert_type(Chain* c, const std::string& cast, TraceArg* out) {
   if (!c->type.known)
     return make_error(-ENOENT, "Failed to get a type information of " + c->holder + ".");
   int tag = c->type.tag();
+  // A reference to a value reads the value (a reference to an object stays its address).
+  if (is_reference(tag)) {
+    CType to = element_of(c->type);
+    if (to.known && (!is_record(to.tag()) || (stringy && is_std_string(to)))) {
+      c->fetch.derefs.push_back(0);
+      c->type = to;
+      tag = to.tag();
+    }
+  }
+  // std::string as a string: the characters its data pointer points to.
+  if (stringy && is_std_string(c->type)) {
+    const std::string holder = c->holder;
+    for (const char* m : {"_M_dataplus", "_M_p"}) {
+      ArgField f;
+      f.kind = ArgField::Kind::kDot;
+      f.name = m;
+      if (Status st = step(c, f, holder); !st) return st;
+    }
+    c->holder = holder;
+    c->member.reset();
+    tag = c->type.tag();
+  }
   if (stringy) {
     if (tag != DW_TAG_pointer_type && tag != DW_TAG_array_type)
       return make_error(-EINVAL, "Failed to cast into string: " + c->holder + "(" +

@@ -288,11 +288,12 @@ ListedTables listed_tables(Elf* elf) {
 
 }  // namespace
 
-std::vector<std::string> ElfImage::listed_names(bool demangle_names, Elf* debug_elf) const {
+std::vector<std::string> ElfImage::listed_names(bool demangle_names, Elf* debug_elf,
+                                               bool params) const {
   std::vector<std::string> out;
   auto shown = [&](std::string_view raw) {
     if (demangle_names)
-      if (std::optional<std::string> d = demangle(raw)) return *d;
+      if (std::optional<std::string> d = demangle(raw, params)) return *d;
     return std::string(raw);
   };
   const ListedTables own = listed_tables(elf_);

@@ -63,7 +63,9 @@ class ElfImage {
   // `demangle` is false. Sorted by name, repeats kept (perf prints them). The symbols come
   // from the object, or from DEBUG_ELF (its separate debug file, DebugInfo::debug_elf())
   // when only that one has a .symtab; the PLT always from the object.
-  std::vector<std::string> listed_names(bool demangle, Elf* debug_elf = nullptr) const;
+  // With PARAMS (perf's -v), demangled names keep their parameters and return types.
+  std::vector<std::string> listed_names(bool demangle, Elf* debug_elf = nullptr,
+                                        bool params = false) const;
 
   // Link-time address -> offset in the file, through the PT_LOAD that maps it; nullopt when
   // no segment maps it. An address in a segment's zero-filled tail (.bss) gets the offset it

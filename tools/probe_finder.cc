@@ -1,6 +1,8 @@
 // A spec on one object -> definitions (see probe_finder.h).
 #include "tools/probe_finder.h"
 
+#include "tools/cxx_names.h"
+
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
@@ -42,9 +44,19 @@ std::string arg_text(const ProbeArg& a) {
 
 // The event name perf starts from: EVENT; FUNC_L<line> for FUNC:RLN; FUNC when it names
 // one function; else the place's own function. A ".isra.0"-style or "@version" tail goes.
-std::string base_event(const ProbeSpec& spec, const std::string& real_name) {
+// A C++ name (beyond perf) gives the place's qualified name as a tracefs name, with its
+// parameters where OVERLOAD (another place is another overload of the same name).
+std::string base_event(const ProbeSpec& spec, const std::string& real_name,
+                       const std::string& linkage = "", bool overload = false) {
   const ProbePoint& p = spec.point;
   std::string e;
+  if (spec.event.empty() && is_cxx_name(p.function)) {
+    // FUNC:RLN is named after FUNC (its line may be in another function), as perf does.
+    if (p.has_line && !p.has_lazy && !p.has_offset)
+      return cxx_event_name("", p.function, false) + "_L" +
+             std::to_string(p.line);
+    return cxx_event_name(linkage, real_name, overload);
+  }
   if (!spec.event.empty())
     e = spec.event;
   else if (!p.function.empty() && p.has_line && !p.has_lazy && !p.has_offset)
@@ -58,10 +70,11 @@ std::string base_event(const ProbeSpec& spec, const std::string& real_name) {
   return e;
 }
 
-TraceProbe new_probe(const ElfImage& image, const ProbeSpec& spec, const std::string& real_name) {
+TraceProbe new_probe(const ElfImage& image, const ProbeSpec& spec, const std::string& real_name,
+                     const std::string& linkage = "", bool overload = false) {
   TraceProbe t;
   t.group = spec.group.empty() ? default_group(image.path()) : spec.group;
-  t.event = base_event(spec, real_name);
+  t.event = base_event(spec, real_name, linkage, overload);
   t.retprobe = spec.point.retprobe;
   t.path = image.path();
   t.where = point_text(spec.point);
@@ -95,6 +108,10 @@ Result<std::vector<TraceProbe>> from_symbols(const ElfImage& image, const ProbeS
   const bool glob = p.function.find_first_of("*?[") != std::string::npos;
   if (p.has_address) {
     if (const ElfSymbol* s = image.function_at(p.address)) syms.push_back(s);
+  } else if (is_cxx_name(p.function)) {
+    for (const ElfSymbol& s : image.symbols())
+      if (s.function && cxx_name_matches(p.function, s.name.starts_with("_Z") ? s.name : "", s.name))
+        syms.push_back(&s);
   } else if (glob) {
     for (const ElfSymbol& s : image.symbols())
       if (s.function && glob_match(p.function, s.name)) syms.push_back(&s);
@@ -119,7 +136,12 @@ Result<std::vector<TraceProbe>> from_symbols(const ElfImage& image, const ProbeS
     if (out.size() == options.max_probes)
       return make_error(-ERANGE, "Too many( > " + std::to_string(options.max_probes) +
                                      ") probe point found.");
-    TraceProbe t = new_probe(image, spec, s->name);
+    const bool mangled = s->name.starts_with("_Z");
+    bool overload = false;
+    for (const ElfSymbol* o : syms)
+      overload = overload || is_overload(o->name.starts_with("_Z") ? o->name : "", o->name,
+                                         mangled ? s->name : "", s->name);
+    TraceProbe t = new_probe(image, spec, s->name, mangled ? s->name : "", overload);
     if (Status st = locate(image, addr, s->name, s->value, &t); !st) return st.error();
     t.args = args;
     out.push_back(std::move(t));
@@ -139,10 +161,11 @@ VarContext context_of(const DwarfPlace& place, const DebugInfo& dbg, const ElfIm
   return ctx;
 }
 
-Result<std::vector<DwarfPlace>> places_of(const DebugInfo& dbg, const ProbeSpec& spec,
-                                          const FinderOptions& options,
+Result<std::vector<DwarfPlace>> places_of(const DebugInfo& dbg, const ElfImage& image,
+                                          const ProbeSpec& spec, const FinderOptions& options,
                                           std::vector<std::string>* notes) {
   PlaceQuery q;
+  q.image = &image;
   q.point = spec.point;
   q.max_probes = options.max_probes;
   q.no_inlines = options.no_inlines;
@@ -218,7 +241,7 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
       return make_error(-EINVAL, "Semantic error :You can't specify local variable for kretprobe.");
     return from_symbols(image, spec, options);
   }
-  auto places = places_of(*dbg, spec, options, notes);
+  auto places = places_of(*dbg, image, spec, options, notes);
   if (!places) return places.error();
   // A function the DWARF does not name (assembly, a resolver under another name) is still
   // the symbol table's, as in perf.
@@ -228,7 +251,11 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
     return make_error(-ENOENT, "Probe point '" + point_text(spec.point) + "' not found.");
   std::vector<TraceProbe> out;
   for (const DwarfPlace& place : *places) {
-    TraceProbe t = new_probe(image, spec, place.scope_name);
+    // Another place that is another overload of the same qualified name (C++).
+    bool overload = false;
+    for (const DwarfPlace& o : *places)
+      overload = overload || is_overload(o.linkage, o.scope_name, place.linkage, place.scope_name);
+    TraceProbe t = new_probe(image, spec, place.scope_name, place.linkage, overload);
     if (Status st = locate(image, place.addr, place.symbol, place.symbol_entry, &t); !st)
       return st.error();
     out.push_back(std::move(t));
@@ -273,7 +300,7 @@ Result<std::vector<VarsAtPlace>> variables_at(const ElfImage& image, const Debug
                                               const FinderOptions& options, bool range) {
   ProbeSpec place_only = spec;  // -V does not look past the prologue: perf's +0 at -O0
   place_only.args.clear();
-  auto places = places_of(dbg, place_only, options, nullptr);
+  auto places = places_of(dbg, image, place_only, options, nullptr);
   // perf's -V says which point it could not find, after the reason when there is one.
   const std::string not_found = "Failed to find the address of " + point_text(spec.point);
   if (!places) {

@@ -2,6 +2,8 @@
 // probe_spec.h), with perf's messages; and perf's glob matching.
 #include "tools/probe_spec.h"
 
+#include "tools/cxx_names.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -69,9 +71,42 @@ bool parse_leading_long(std::string_view* text, long* value) {
   return true;
 }
 
+// Where an [[GROUP:]EVENT=] prefix of TEXT ends (after its '='), or 0 without one. Strict
+// (C names only) so that a C++ name's "operator=" or "::" is never taken for one.
+size_t event_prefix_end(std::string_view text) {
+  size_t i = 0;
+  for (int part = 0; part < 2; ++part) {
+    const size_t start = i;
+    while (i < text.size() && (is_c_name_start(text[i]) || (i > start && std::isdigit(static_cast<unsigned char>(text[i])))))
+      ++i;
+    if (i == start) return 0;
+    if (i < text.size() && text[i] == '=') return i + 1;
+    if (part == 0 && i < text.size() && text[i] == ':' && (i + 1 >= text.size() || text[i + 1] != ':'))
+      ++i;
+    else
+      return 0;
+  }
+  return 0;
+}
+
+// The words of a spec: split at blanks, except that a C++ name in the first word keeps the
+// blanks inside its brackets and its qualifiers ("price(shop::Order const&, int) const").
 std::vector<std::string_view> split_words(std::string_view text) {
   std::vector<std::string_view> words;
   size_t i = 0;
+  while (i < text.size() && is_space(text[i])) ++i;
+  {
+    const size_t start = i;
+    size_t first_end = start;
+    while (first_end < text.size() && !is_space(text[first_end])) ++first_end;
+    const size_t name_at = start + event_prefix_end(text.substr(start, first_end - start));
+    const std::string_view head = text.substr(name_at, first_end - name_at);
+    if (is_cxx_name(head.substr(0, find_unescaped(head, "+@%;")))) {
+      i = name_at + cxx_name_end(text.substr(name_at));
+      while (i < text.size() && !is_space(text[i])) ++i;  // :RLN, +OFF, %return, @SRC, ;PTN
+      words.push_back(text.substr(start, i - start));
+    }
+  }
   while (i < text.size()) {
     while (i < text.size() && is_space(text[i])) ++i;
     size_t start = i;
@@ -128,21 +163,30 @@ Status parse_point(std::string_view word, ProbeSpec* spec) {
   }
 
   std::string_view rest = word;
-  if (size_t special = find_unescaped(rest, ";=@+%"); special != npos && rest[special] == '=') {
+  // A C++ name (beyond perf): the separators are looked for after it only.
+  const size_t prefix = event_prefix_end(rest);
+  const std::string_view after_prefix = rest.substr(prefix);
+  const bool cxx = is_cxx_name(after_prefix.substr(0, cxx_name_end(after_prefix)));
+  if (cxx) {
+    if (prefix != 0) {
+      if (auto st = parse_event_name(rest.substr(0, prefix - 1), spec); !st) return st;
+      rest.remove_prefix(prefix);
+    }
+  } else if (size_t special = find_unescaped(rest, ";=@+%"); special != npos && rest[special] == '=') {
     if (auto st = parse_event_name(rest.substr(0, special), spec); !st) return st;
     rest.remove_prefix(special + 1);
   }
 
   // perf's rule for telling "prog.c:12" (a file) from "main:12" (a function).
   bool file_spec = false;
-  if (find_unescaped(rest, "+@%") == npos) {
+  if (!cxx && find_unescaped(rest, "+@%") == npos) {
     size_t sep = find_unescaped(rest, ";:");
     file_spec = sep != npos && rest.substr(0, sep).find('.') != npos;
   }
 
   ProbePoint& pp = spec->point;
   constexpr std::string_view kSeparators = ";:+@%";
-  size_t sep = find_unescaped(rest, kSeparators);
+  size_t sep = find_unescaped(rest, kSeparators, cxx ? cxx_name_end(rest) : 0);
   std::string head = unescape(rest.substr(0, sep));
   bool has_file = false;
   if (file_spec) {

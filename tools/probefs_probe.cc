@@ -625,7 +625,7 @@ class Command {
     if (Status st = open_object(); !st) return fail(st.error(), "Failed to show functions");
     const std::unique_ptr<StrFilter> filter = joined_filter(kDefaultFuncsFilter);
     for (const std::string& name :
-         image_->listed_names(o_.demangle, dbg_ ? dbg_->debug_elf() : nullptr))
+         image_->listed_names(o_.demangle, dbg_ ? dbg_->debug_elf() : nullptr, o_.verbose > 0))
       if (filter->matches(name)) printf("%s\n", name.c_str());
     return 0;
   }

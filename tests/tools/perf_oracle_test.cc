@@ -219,6 +219,7 @@ const Case kFuncCases[] = {
     {"shopO0", "--no-demangle\t-F\t*"}, {"shopO0", "-F\t!(*std* | *gnu*) & *::*"},
     {"shopO0", "--filter\t*twice*\t-F\t*Pricer*"},
     {"shopO0", "--filter\t*twice*\t-F"},  // a bare -F adds the default: ORed
+    {"shopO0", "-v\t-F\t*"}, {"shopO2", "-v\t-F\tshop::*"},  // -v: with parameters
     {"/lib/x86_64-linux-gnu/libc.so.6", "-F\t*"},  // symbols of its debug file
     {"/lib/x86_64-linux-gnu/libstdc++.so.6", "-F\t*"},
     {"O0", "-F\t&&"}, {"O0", "-F\tmain &"}, {"O0", "-F\t(main"}, {"O0", "-F\tmain)"},
@@ -232,7 +233,7 @@ const Case kFuncCases[] = {
     {"O0", "--range\t--externs\t-V\tmain"}, {"O2", "--range\t-V\tmain"},
     {"O2", "--range\t-V\tclamp"}, {"O0", "--range\t-V\tscale"},
     {"O0", "--range\t--filter\t*int*\t-V\tprice_order"},
-    {"shopO0", "--range\t-V\tshop::twice<int>"},
+    {"shopO0", "--range\t-V\tmain"},
     // --no-inlines: a function with an abstract definition is not searched at all.
     {"O0", "--no-inlines\t-D\tprice_order"}, {"O0", "--no-inlines\t-D\tclamp"},
     {"O2", "--no-inlines\t-D\tclamp"}, {"O2", "--no-inlines\t-D\tscale"},

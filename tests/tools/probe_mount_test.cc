@@ -86,10 +86,10 @@ class ProbeFixture : public ::testing::Test {
     ASSERT_NE(r.err.find("Added new event"), std::string::npos) << r.err;
   }
 
-  // Enables every event, runs the program for two rounds, and gives its output.
-  std::string run_program(const std::string& bin) {
+  // Enables every event, runs the program for ROUNDS rounds, and gives its output.
+  std::string run_program(const std::string& bin, const std::string& rounds = "2") {
     EXPECT_EQ(m_.write("events/enable", "1\n"), 0);
-    CommandResult r = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", bin, "2"}, 60000);
+    CommandResult r = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", bin, rounds}, 60000);
     EXPECT_EQ(r.exit_code(), 0) << r.err;
     return r.out;
   }
@@ -125,6 +125,63 @@ TEST_P(ProbeMountTest, FunctionArgumentsEqualTheProgramsValues) {
     EXPECT_EQ(trace_values(returns[i])["arg1"], want["result"]) << returns[i];
   }
 }
+
+// C++ by name (beyond perf): one overload chosen by its parameters, with `this->member`,
+// members of a reference and a std::string's characters; a template by its demangled
+// name; a lambda as the demangler names it (out of line at -O0 only). The values are the
+// program's own: order i is ITEM QTY DISCOUNT PRICE on its line; Pricer::price(o, d)
+// gets discount 0 from the plain pricer (order 0), d + 5 from the bulk one.
+class ProbeMountCxx : public ProbeFixture, public ::testing::WithParamInterface<const char*> {};
+TEST_P(ProbeMountCxx, MethodsTemplatesAndLambdasEqualTheProgramsValues) {
+  const std::string bin = GetParam();
+  const bool o0 = bin == PROBE_SHOP_O0;
+  add(bin, "shop::Pricer::price(shop::Order const&, int) const this->tax_ o.item:string o.qty "
+           "discount");
+  add(bin, "shop::twice<int> v");
+  if (o0) add(bin, "main::{lambda(shop::Order const&, int)#1}::operator() o.qty discount");
+  const std::string events = m_.read("uprobe_events");
+  EXPECT_NE(events.find("/shop_Pricer_price "), std::string::npos) << events;
+  EXPECT_NE(events.find("/shop_twice_int "), std::string::npos) << events;
+  std::string out = run_program(bin, "5");
+  std::vector<std::string> orders;
+  for (const std::string& l : lines_of(out, " "))
+    if (l.rfind("apple ", 0) == 0 || l.rfind("pear ", 0) == 0) orders.push_back(l);
+  ASSERT_EQ(orders.size(), 5u) << out;
+  const std::string trace = m_.read("trace");
+  const std::vector<std::string> prices = lines_of(trace, ": shop_Pricer_price: ");
+  const std::vector<std::string> twices = lines_of(trace, ": shop_twice_int: ");
+  ASSERT_EQ(prices.size(), 5u) << trace;
+  ASSERT_EQ(twices.size(), 5u) << trace;
+  for (size_t i = 0; i < orders.size(); ++i) {
+    std::istringstream line(orders[i]);
+    std::string item, qty, discount;
+    line >> item >> qty >> discount;
+    auto got = trace_values(prices[i]);
+    EXPECT_EQ(got["item"], item) << prices[i];
+    EXPECT_EQ(got["qty"], qty) << prices[i];
+    EXPECT_EQ(got["discount"], i == 0 ? discount : std::to_string(std::stoi(discount) + 5))
+        << prices[i];
+    // 0.25 and 0.125 as doubles: the pricers' tax.
+    EXPECT_EQ(got["tax_"], i == 0 ? "0x3fd0000000000000" : "0x3fc0000000000000") << prices[i];
+    EXPECT_EQ(trace_values(twices[i])["v"], std::to_string(i + 1)) << twices[i];
+  }
+  if (o0) {
+    const std::vector<std::string> lambdas = lines_of(trace, ": main_lambda_shop_Order_const_int_1_operator_call: ");
+    ASSERT_EQ(lambdas.size(), 5u) << trace;
+    for (size_t i = 0; i < orders.size(); ++i) {
+      std::istringstream line(orders[i]);
+      std::string item, qty, discount;
+      line >> item >> qty >> discount;
+      EXPECT_EQ(trace_values(lambdas[i])["qty"], qty) << lambdas[i];
+      EXPECT_EQ(trace_values(lambdas[i])["discount"], discount) << lambdas[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, ProbeMountCxx, ::testing::Values(PROBE_SHOP_O0, PROBE_SHOP_O2),
+                         [](const auto& info) {
+                           return std::string(info.param) == PROBE_SHOP_O0 ? "O0" : "O2";
+                         });
 
 // A lazy line pattern with a global read on it, and the library's function by -x.
 TEST_P(ProbeMountTest, LazyLineGlobalAndLibrary) {

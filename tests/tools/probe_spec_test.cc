@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cxx_names.h"
 #include "tools/trace_probe.h"
 
 namespace probefs::tools {
@@ -177,6 +178,76 @@ TEST(ProbeSpec, ArgumentsAsPerfReadsThem) {
       EXPECT_TRUE(arg.fields.empty());
     }
   }
+}
+
+// C++ names (beyond perf): "::" is part of the name, a parameter list keeps its blanks and
+// qualifiers, an operator keeps its symbols; what follows the name is read as perf reads it.
+TEST(ProbeSpec, CxxNamesAreOneFunction) {
+  auto spec = parse_probe_spec("shop::Pricer::price(shop::Order const&, int) const this->tax_ o.item:string");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "shop::Pricer::price(shop::Order const&, int) const");
+  ASSERT_EQ(spec->args.size(), 2u);
+  EXPECT_EQ(spec->args[0].var, "this");
+  EXPECT_EQ(spec->args[1].type, "string");
+
+  spec = parse_probe_spec("g:ev=shop::twice<int>%return $retval");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->group, "g");
+  EXPECT_EQ(spec->event, "ev");
+  EXPECT_EQ(spec->point.function, "shop::twice<int>");
+  EXPECT_TRUE(spec->point.retprobe);
+
+  spec = parse_probe_spec("shop::Pricer::operator< other");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "shop::Pricer::operator<");
+  ASSERT_EQ(spec->args.size(), 1u);
+
+  spec = parse_probe_spec("ns::f:3 x");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "ns::f");
+  EXPECT_EQ(spec->point.line, 3);
+
+  spec = parse_probe_spec("std::vector<int, std::allocator<int> >::size+4");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "std::vector<int, std::allocator<int> >::size");
+  EXPECT_EQ(spec->point.offset, 4u);
+
+  spec = parse_probe_spec("main::{lambda(shop::Order const&, int)#1}::operator() o.qty");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "main::{lambda(shop::Order const&, int)#1}::operator()");
+
+  spec = parse_probe_spec("_ZNK4shop6Pricer5priceERKNS_5OrderEi discount");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->point.function, "_ZNK4shop6Pricer5priceERKNS_5OrderEi");
+}
+
+TEST(CxxNames, MatchingAndEventNames) {
+  const char* const price2 = "_ZNK4shop6Pricer5priceERKNS_5OrderEi";
+  const char* const price1 = "_ZNK4shop6Pricer5priceERKNS_5OrderE";
+  EXPECT_TRUE(cxx_name_matches("shop::Pricer::price", price2, "price"));
+  EXPECT_TRUE(cxx_name_matches("shop::*::price", price1, "price"));
+  EXPECT_TRUE(cxx_name_matches("shop::Pricer::price(shop::Order const&,int)const", price2, "price"));
+  EXPECT_FALSE(cxx_name_matches("shop::Pricer::price(shop::Order const&, int) const", price1, "price"));
+  EXPECT_TRUE(cxx_name_matches(price1, price1, "price"));
+  EXPECT_FALSE(cxx_name_matches("shop::Other::price", price2, "price"));
+  EXPECT_TRUE(is_overload(price1, "price", price2, "price"));
+  // A constructor's variants are one function.
+  EXPECT_FALSE(is_overload("_ZN4shop6PricerC1Ed", "Pricer", "_ZN4shop6PricerC2Ed", "Pricer"));
+  EXPECT_EQ(cxx_event_name(price2, "price", false), "shop_Pricer_price");
+  EXPECT_EQ(cxx_event_name(price2, "price", true), "shop_Pricer_price__shop_Order_const_int_const");
+  EXPECT_EQ(cxx_event_name("_ZNK4shop6PricerltERKS0_", "operator<", false), "shop_Pricer_operator_lt");
+  EXPECT_EQ(cxx_event_name("_ZN4shop6PricerD2Ev", "~Pricer", false), "shop_Pricer_dtor_Pricer");
+  EXPECT_EQ(cxx_event_name("", "plain_c", false), "plain_c");
+  // Past 63 characters: the head and a hash of the mangled name, still a tracefs name.
+  const std::string long_name = cxx_event_name(
+      "_ZNSt6vectorIN4shop5OrderESaIS1_EE17_M_realloc_insertIJS1_EEEvN9__gnu_cxx17__normal_"
+      "iteratorIPS1_S3_EEDpOT_", "", true);
+  EXPECT_LE(long_name.size(), 63u);
+  EXPECT_EQ(long_name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"),
+            std::string::npos) << long_name;
+  EXPECT_FALSE(is_cxx_name("price_order"));
+  EXPECT_FALSE(is_cxx_name("my_operator_x"));
+  EXPECT_TRUE(is_cxx_name("operator new"));
 }
 
 TEST(ProbeSpec, WordsAreSplitOnWhiteSpaceOnly) {
