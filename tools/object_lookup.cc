@@ -54,6 +54,31 @@ std::optional<uint64_t> address_of(const ElfImage& image, uint64_t off) {
 
 }  // namespace
 
+Result<std::string> mapped_library(int pid, const std::string& name) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  if (!maps) return make_error(-ESRCH, "No process " + std::to_string(pid) + ".");
+  const bool path = name.find('/') != std::string::npos;
+  std::vector<std::string> stems = {name};
+  if (!path && name.rfind("lib", 0) != 0) stems.push_back("lib" + name);
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string file = line.substr(slash);
+    if (file.size() > 10 && file.compare(file.size() - 10, 10, " (deleted)") == 0) continue;
+    if (path) {
+      if (file == name) return file;
+      continue;
+    }
+    const std::string base = file.substr(file.rfind('/') + 1);
+    for (const std::string& stem : stems)
+      if (base == stem || base.rfind(stem + ".so", 0) == 0 ||
+          (stem.find(".so") != std::string::npos && base.rfind(stem, 0) == 0))
+        return file;
+  }
+  return make_error(-ENOENT, "Failed to find the library " + name + " in process " +
+                                 std::to_string(pid) + ".");
+}
+
 Result<std::string> find_library(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   std::vector<std::string> dirs;

@@ -15,6 +15,11 @@ namespace probefs::tools {
 // libNAME.so*. -ENOENT "Failed to find the library NAME." when none.
 Result<std::string> find_library(const std::string& name);
 
+// The library named NAME (as find_library names it, or a path) among the files process
+// PID maps, from /proc/PID/maps. -ENOENT "Failed to find the library NAME in process PID."
+// when it maps none; -ESRCH when there is no such process.
+Result<std::string> mapped_library(int pid, const std::string& name);
+
 // A read-back location ("/path:0x00000000000011e7" for a uprobe, "MOD:SYM+OFF" for a
 // kprobe) as perf probe -l shows it: "price_order:1@tools/probe_prog.c in /path". Where the
 // object or its DWARF cannot be read, the location as it is.

@@ -44,6 +44,7 @@ struct Options {
   bool no_inlines = false;  // --no-inlines
   std::string source;       // -s: where source files are read
   std::string symfs;        // --symfs: the root debug files are looked for under
+  int pid = 0;              // --pid: the objects of this process, attached once defined
   bool range = false;       // --range: -V shows where each variable is valid
   std::string exec, module, target;
   std::vector<std::string> debuginfo_dirs;
@@ -112,6 +113,8 @@ const char kUsage[] =
     "        --no-demangle     Show C++ names as the symbol tables spell them\n"
     "        --no-inlines      Don't search inlined functions\n"
     "        --range           Show variables location range in scope (with --vars only)\n"
+    "        --pid <pid>       the executable (and -m's libraries) of a running process, which\n"
+    "                          is attached through the mount once the events are defined\n"
     "        --symfs <directory>\n"
     "                          Look for files with symbols relative to this directory\n"
     "        --target <mountpoint>\n"
@@ -257,6 +260,13 @@ Options parse_options(int argc, char** argv_in) {
     else if (name == "no-inlines") o.no_inlines = true;
     else if (name == "source") o.source = need();
     else if (name == "symfs") o.symfs = need();
+    else if (name == "pid") {
+      const std::string v = need();
+      char* end = nullptr;
+      const long n = strtol(v.c_str(), &end, 10);
+      if (*end || n <= 0 || n > INT_MAX) usage_error("--pid takes a process id");
+      o.pid = static_cast<int>(n);
+    }
     else if (name == "range") o.range = true;
     else if (name == "no-demangle") o.demangle = false;
     else if (name == "exec") o.exec = need();
@@ -334,8 +344,17 @@ class Command {
     return exit_status(e.code);
   }
 
-  // The object -x or -m names; -x falls back to PATH for a bare name.
+  // The object -x or -m names; -x falls back to PATH for a bare name. With --pid, the
+  // process's executable, or the library -m names among those it maps.
   Result<std::string> object_path() const {
+    if (o_.pid != 0 && o_.exec.empty()) {
+      if (!o_.module.empty()) return mapped_library(o_.pid, o_.module);
+      char exe[PATH_MAX];
+      const std::string link = "/proc/" + std::to_string(o_.pid) + "/exe";
+      const ssize_t n = readlink(link.c_str(), exe, sizeof exe - 1);
+      if (n <= 0) return make_error(-errno, "Failed to read " + link + ": " + strerror(errno));
+      return std::string(exe, static_cast<size_t>(n));
+    }
     if (!o_.module.empty()) return find_library(o_.module);
     if (o_.exec.empty())
       return make_error(-EINVAL, "A target is needed: -x EXECUTABLE or -m LIBRARY.");
@@ -448,6 +467,11 @@ class Command {
       }
     }
     if (!o_.definition) print_added(all, fs ? fs->dir() : "");
+    // --pid: the process is traced from now on (its events reach the mount's buffer).
+    if (o_.pid != 0 && !o_.dry_run && !o_.definition) {
+      if (Status st = fs->attach(o_.pid); !st) return fail(st.error(), "Failed to attach");
+      info("Process " + std::to_string(o_.pid) + " is traced now.\n");
+    }
     return 0;
   }
 

@@ -295,6 +295,28 @@ Status Tracefs::remove(const DefinedEvent& event) {
   return Ok{};
 }
 
+Status Tracefs::attach(int pid) const {
+  const std::string path = dir_ + "/targets";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return make_error(-errno, "Failed to open " + path + ": " + reason(errno) +
+                                  " (only a probefs mount can attach a process)");
+  const std::string cmd = "attach " + std::to_string(pid);
+  int err = 0;
+  std::string why;
+  if (::write(fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+    err = errno;
+    char answer[512];
+    const ssize_t n = ::pread(fd, answer, sizeof answer - 1, 0);
+    if (n > 0) why.assign(answer, static_cast<size_t>(n));
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+  }
+  ::close(fd);
+  if (err == 0 || err == EEXIST) return Ok{};  // traced already: the probes are in it
+  return make_error(-err, "Failed to attach " + std::to_string(pid) + ": " +
+                              (why.empty() ? reason(err) : why));
+}
+
 std::string Tracefs::readme() const {
   std::string text;
   return read_whole(dir_ + "/README", &text) == 0 ? text : std::string();

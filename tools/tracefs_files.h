@@ -85,6 +85,11 @@ class Tracefs {
   // The README's text ("" when unreadable): perf looks for features there.
   std::string readme() const;
 
+  // A probefs mount's `targets`: "attach PID" written to it. Ok when PID is a target now
+  // (or was already); else the -errno with the mount's answer ("no such process", ...),
+  // -ENOENT when the tracefs has no `targets` (the kernel's).
+  Status attach(int pid) const;
+
  private:
   std::string dir_;
 };

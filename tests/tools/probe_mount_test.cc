@@ -4,6 +4,12 @@
 // locals, members through values and pointers, arrays, bitfields, strings, a global, a
 // static function, inlined instances, a library, %return). Then -l, -d and the errors the
 // tracefs gives back.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -182,6 +188,103 @@ INSTANTIATE_TEST_SUITE_P(Builds, ProbeMountCxx, ::testing::Values(PROBE_SHOP_O0,
                          [](const auto& info) {
                            return std::string(info.param) == PROBE_SHOP_O0 ? "O0" : "O2";
                          });
+
+// A program started outside probefs, waiting on its stdin (PROBE_PROG_WAIT): killed when
+// the test ends, whatever happened.
+class WaitingProgram {
+ public:
+  explicit WaitingProgram(const std::string& bin) {
+    int in[2], out[2], exec_seen[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(exec_seen, O_CLOEXEC) != 0)
+      return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      setenv("PROBE_PROG_WAIT", "1", 1);
+      execl(bin.c_str(), bin.c_str(), "2", nullptr);
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(exec_seen[1]);
+    in_ = in[1];
+    out_ = out[0];
+    // The write end closes at exec (O_CLOEXEC): from then on /proc/PID/exe is the program.
+    char c;
+    while (read(exec_seen[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    close(exec_seen[0]);
+  }
+  ~WaitingProgram() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+  }
+  pid_t pid() const { return pid_; }
+
+  // Lets it run, and gives what it printed once it ended ("" if it did not within 60 s).
+  std::string go() {
+    if (write(in_, "go\n", 3) != 3) return "";
+    close(in_);
+    in_ = -1;
+    std::string text;
+    char buf[4096];
+    for (;;) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0) return "";
+      const ssize_t n = read(out_, buf, sizeof buf);
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    reaped_ = waitpid(pid_, &status, 0) == pid_;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? text : "";
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  bool reaped_ = false;
+};
+
+// --pid (beyond perf): a running program that probefs did not start; its executable and
+// its library by -m come from /proc/PID, the definitions go to the mount, the process is
+// attached, and its calls after that are the events.
+class ProbeMountPid : public ProbeFixture {};
+TEST_F(ProbeMountPid, DefinesAndAttachesARunningProgram) {
+  WaitingProgram prog(PROBE_PROG_O2);
+  ASSERT_GT(prog.pid(), 0);
+  const std::string pid = std::to_string(prog.pid());
+  CommandResult r = probe({"--pid", pid, "price_order o->id discount"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("Process " + pid + " is traced now."), std::string::npos) << r.err;
+  r = probe({"--pid", pid, "-m", "probefs_probe_lib", "lib_checksum n"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(m_.read("targets").find(pid + " probe_prog_O2 attached"), std::string::npos)
+      << m_.read("targets");
+  ASSERT_EQ(m_.write("events/enable", "1\n"), 0);
+  const std::string out = prog.go();
+  ASSERT_NE(out, "");
+  const std::vector<std::string> calls = lines_of(out, "price id="),
+                                  sums = lines_of(out, "checksum n=");
+  ASSERT_EQ(calls.size(), 6u) << out;
+  const std::string trace = m_.read("trace");
+  const std::vector<std::string> entries = lines_of(trace, ": price_order: "),
+                                  checks = lines_of(trace, ": lib_checksum: ");
+  ASSERT_EQ(entries.size(), calls.size()) << trace;
+  ASSERT_EQ(checks.size(), sums.size()) << trace;
+  for (size_t i = 0; i < calls.size(); ++i)
+    EXPECT_EQ(trace_values(entries[i])["id"], program_values(calls[i])["id"]) << entries[i];
+  for (size_t i = 0; i < sums.size(); ++i)
+    EXPECT_EQ(trace_values(checks[i])["n"], program_values(sums[i])["n"]) << checks[i];
+  // No such process: nothing is defined for it.
+  r = probe({"--pid", "999999999", "price_order"});
+  EXPECT_NE(r.exit_code(), 0);
+}
 
 // A lazy line pattern with a global read on it, and the library's function by -x.
 TEST_P(ProbeMountTest, LazyLineGlobalAndLibrary) {
