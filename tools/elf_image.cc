@@ -72,8 +72,9 @@ void read_verneed(Elf* elf, Elf_Scn* scn, Versions& v) {
   }
 }
 
-void read_symbols(Elf* elf, Elf_Scn* scn, const Versions* versions,
-                  std::vector<ElfSymbol>& out) {
+// Calls FN(index, symbol, name) for every entry of symbol table SCN of ELF, in order.
+template <class Fn>
+void for_each_symbol(Elf* elf, Elf_Scn* scn, Fn&& fn) {
   GElf_Shdr shdr;
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (gelf_getshdr(scn, &shdr) == nullptr || data == nullptr || shdr.sh_entsize == 0) return;
@@ -81,12 +82,17 @@ void read_symbols(Elf* elf, Elf_Scn* scn, const Versions* versions,
   for (size_t i = 0; i < count; ++i) {
     GElf_Sym sym;
     if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) break;
+    fn(i, sym, std::string_view(section_string(elf, shdr.sh_link, sym.st_name)));
+  }
+}
+
+void read_symbols(Elf* elf, Elf_Scn* scn, const Versions* versions,
+                  std::vector<ElfSymbol>& out) {
+  for_each_symbol(elf, scn, [&](size_t i, const GElf_Sym& sym, std::string_view raw) {
     const int type = GELF_ST_TYPE(sym.st_info);
     if ((type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_OBJECT) ||
-        sym.st_shndx == SHN_UNDEF)
-      continue;
-    const std::string_view raw = section_string(elf, shdr.sh_link, sym.st_name);
-    if (raw.empty()) continue;
+        sym.st_shndx == SHN_UNDEF || raw.empty())
+      return;
     ElfSymbol s;
     if (const size_t at = raw.find('@'); at != std::string_view::npos) {
       s.name = raw.substr(0, at);
@@ -110,7 +116,7 @@ void read_symbols(Elf* elf, Elf_Scn* scn, const Versions* versions,
     s.ifunc = type == STT_GNU_IFUNC;
     s.global = GELF_ST_BIND(sym.st_info) != STB_LOCAL;
     out.push_back(std::move(s));
-  }
+  });
 }
 
 // .gnu_debuglink: the file name, NUL-terminated and padded to 4 bytes, then the CRC-32.
@@ -312,26 +318,18 @@ std::vector<std::string> ElfImage::listed_names(bool demangle_names, Elf* debug_
     return std::string_view(section_string(syms_elf, shstrndx, shdr.sh_name));
   };
   auto read_table = [&](Elf_Scn* scn) {
-    GElf_Shdr shdr;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (gelf_getshdr(scn, &shdr) == nullptr || data == nullptr || shdr.sh_entsize == 0) return;
-    const size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) break;
-      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE) continue;
-      const std::string_view name = section_string(syms_elf, shdr.sh_link, sym.st_name);
-      if (name.empty()) continue;
+    for_each_symbol(syms_elf, scn, [&](size_t, const GElf_Sym& sym, std::string_view name) {
+      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE || name.empty()) return;
       const int type = GELF_ST_TYPE(sym.st_info);
       if (type != STT_NOTYPE && type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_OBJECT)
-        continue;
+        return;
       const std::optional<std::string_view> sec = section_name(sym.st_shndx);
-      if (!sec) continue;
+      if (!sec) return;
       if (type == STT_NOTYPE && sec->find("text") == std::string_view::npos &&
           sec->find("data") == std::string_view::npos)
-        continue;
+        return;
       out.push_back(shown(name));
-    }
+    });
   };
   if (syms.symtab != nullptr) read_table(syms.symtab);
   if (syms.dynsym != nullptr) read_table(syms.dynsym);
