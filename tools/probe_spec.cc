@@ -407,8 +407,10 @@ Result<ProbeSpec> parse_probe_spec(std::string_view text) {
 Result<LineRange> parse_line_range(std::string_view text) {
   LineRange range;
   std::string_view name = text;
-  // perf 6.1 splits -L at the first ':' whether escaped or not.
-  if (size_t colon = text.find(':'); colon != npos) {
+  // perf 6.1 splits -L at the first ':' whether escaped or not; a C++ name (beyond perf)
+  // at the first ':' after it.
+  const size_t cxx_end = is_cxx_name(text.substr(0, cxx_name_end(text))) ? cxx_name_end(text) : 0;
+  if (size_t colon = text.find(':', cxx_end); colon != npos) {
     name = text.substr(0, colon);
     std::string_view rest = text.substr(colon + 1);
     if (!parse_leading_long(&rest, &range.start)) {
@@ -431,6 +433,12 @@ Result<LineRange> parse_line_range(std::string_view text) {
     }
   }
   std::string_view function;
+  if (cxx_end != 0) {
+    function = name.substr(0, cxx_end);
+    if (name.size() > cxx_end && name[cxx_end] == '@') range.file = name.substr(cxx_end + 1);
+    range.function = function;
+    return range;
+  }
   if (size_t at = name.find('@'); at != npos) {
     function = name.substr(0, at);
     range.file = name.substr(at + 1);

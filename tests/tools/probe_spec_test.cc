@@ -221,6 +221,22 @@ TEST(ProbeSpec, CxxNamesAreOneFunction) {
   EXPECT_EQ(spec->point.function, "_ZNK4shop6Pricer5priceERKNS_5OrderEi");
 }
 
+TEST(ProbeSpec, CxxLineRanges) {
+  auto r = parse_line_range("shop::Pricer::price(shop::Order const&, int) const:1-2");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->function, "shop::Pricer::price(shop::Order const&, int) const");
+  EXPECT_EQ(r->start, 1);
+  EXPECT_EQ(r->end, 2);
+  r = parse_line_range("shop::twice<int>@probe_shop.cc");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->function, "shop::twice<int>");
+  EXPECT_EQ(r->file, "probe_shop.cc");
+  r = parse_line_range("price_order:2");  // C as before
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->function, "price_order");
+  EXPECT_EQ(r->start, 2);
+}
+
 TEST(CxxNames, MatchingAndEventNames) {
   const char* const price2 = "_ZNK4shop6Pricer5priceERKNS_5OrderEi";
   const char* const price1 = "_ZNK4shop6Pricer5priceERKNS_5OrderE";
