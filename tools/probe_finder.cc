@@ -277,10 +277,10 @@ Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugIn
       if (r && !found) found = &r;
     }
     if (!found) {
-      // perf's hint under a variable no place has. (Its second line sends the user to
-      // -V --range, which probefs-probe does not have.)
+      // perf's hints under a variable no place has.
       Error e = at.front().error();
-      e.message += "\n Perhaps it has been optimized out.";
+      e.message += "\n Perhaps it has been optimized out.\n Use -V with the --range option to show '" +
+                   a.var + "' location range.";
       return e;
     }
     for (size_t i = 0; i < at.size(); ++i) {
