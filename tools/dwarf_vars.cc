@@ -187,10 +187,11 @@ bool type_text(Dwarf_Die* type, std::string* out, int depth = 0) {
   Dwarf_Die t = *type;
   if (depth > kMaxTypeDepth || !strip(&t, false)) return false;
   int tag = dwarf_tag(&t);
-  if (tag == DW_TAG_pointer_type || tag == DW_TAG_array_type) {
+  if (tag == DW_TAG_pointer_type || tag == DW_TAG_array_type ||
+      tag == DW_TAG_reference_type || tag == DW_TAG_rvalue_reference_type) {
     Dwarf_Die inner;
     if (!type_ref(&t, &inner) || !type_text(&inner, out, depth + 1)) return false;
-    *out += "*";
+    *out += tag == DW_TAG_reference_type ? "&" : tag == DW_TAG_rvalue_reference_type ? "&&" : "*";
     return true;
   }
   if (tag == DW_TAG_subroutine_type) {

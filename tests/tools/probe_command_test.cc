@@ -323,6 +323,22 @@ TEST_F(ProbeCommandPerf, FuncsWithAFilter) {
   EXPECT_EQ(underscores.out.find("price_order"), std::string::npos) << underscores.out;
 }
 
+// -V and -L on C++ names (beyond perf): an overload by its parameter list, a virtual
+// override by its class.
+TEST_F(ProbeCommand, CxxVarsAndLines) {
+  CommandResult vars =
+      ours({"-x", PROBE_SHOP_O0, "-V", "shop::Pricer::price(shop::Order const&, int) const"});
+  ASSERT_EQ(vars.exit_code(), 0) << vars.err;
+  EXPECT_EQ(vars.out,
+            "Available variables at shop::Pricer::price(shop::Order const&, int) const\n"
+            "\t@<price+0>\n\t\tPricer*\tthis\n\t\tint\tdiscount\n\t\tstruct Order&\to\n");
+  CommandResult lines = ours({"-x", PROBE_SHOP_O0, "-L", "shop::BulkPricer::price"});
+  ASSERT_EQ(lines.exit_code(), 0) << lines.err;
+  EXPECT_EQ(lines.out.rfind("<shop::BulkPricer::price@", 0), 0u) << lines.out;
+  EXPECT_NE(lines.out.find("      1      return Pricer::price(o, discount"), std::string::npos)
+      << lines.out;
+}
+
 // ---- -m: a library by name (perf's -m is for kernel modules: no oracle)
 
 // With LD_LIBRARY_PATH set to the library's directory (for the command only), `-m

@@ -145,6 +145,8 @@ TEST_P(ProbeMountCxx, MethodsTemplatesAndLambdasEqualTheProgramsValues) {
            "discount");
   add(bin, "shop::twice<int> v");
   if (o0) add(bin, "main::{lambda(shop::Order const&, int)#1}::operator() o.qty discount");
+  // A member function inlined at -O2 (its instance in main), out of line at -O0.
+  add(bin, o0 ? "shop::Pricer::tax this->tax_" : "shop::Pricer::tax");
   const std::string events = m_.read("uprobe_events");
   EXPECT_NE(events.find("/shop_Pricer_price "), std::string::npos) << events;
   EXPECT_NE(events.find("/shop_twice_int "), std::string::npos) << events;
@@ -171,7 +173,10 @@ TEST_P(ProbeMountCxx, MethodsTemplatesAndLambdasEqualTheProgramsValues) {
     EXPECT_EQ(got["tax_"], i == 0 ? "0x3fd0000000000000" : "0x3fc0000000000000") << prices[i];
     EXPECT_EQ(trace_values(twices[i])["v"], std::to_string(i + 1)) << twices[i];
   }
+  const std::vector<std::string> taxes = lines_of(trace, ": shop_Pricer_tax: ");
+  ASSERT_EQ(taxes.size(), 1u) << trace;  // main's twice(plain.tax())
   if (o0) {
+    EXPECT_EQ(trace_values(taxes[0])["tax_"], "0x3fd0000000000000") << taxes[0];
     const std::vector<std::string> lambdas = lines_of(trace, ": main_lambda_shop_Order_const_int_1_operator_call: ");
     ASSERT_EQ(lambdas.size(), 5u) << trace;
     for (size_t i = 0; i < orders.size(); ++i) {
