@@ -101,8 +101,10 @@ TEST_P(PerfOracle, SameDefinitions) {
   EXPECT_EQ(mounted_events(), "") << "a dry run wrote a definition";
 }
 
-// -D prints perf's definitions on stdout, writes nothing, and ends as perf ends.
-TEST_P(PerfOracle, SameDefinitionsShown) {
+// -D prints perf's definitions on stdout, writes nothing, and ends as perf ends: the -D
+// path differs from -n's in how it answers, so a case of each kind is enough.
+class PerfOracleShown : public PerfOracle {};
+TEST_P(PerfOracleShown, SameDefinitionsShown) {
   const Case& c = GetParam();
   std::vector<std::string> args = {"-x", binary(c.bin), "-D", c.spec};
   CommandResult theirs = perf(args), mine = ours(args);
@@ -211,6 +213,15 @@ const Case kLineCases[] = {
     {"O0", "main"}, {"lib", "lib_checksum"}, {"O0", "nosuch"},
 };
 
+const Case kShownCases[] = {
+    {"O0", "price_order"}, {"O2", "price_order%return $retval"}, {"O2", "price_order:6"},
+    {"O0", "probe_prog.c:40"}, {"O2", "main;*clamp*"}, {"O2", "clamp"},
+    {"O0", "price_order o->id discount coupon:string q=o->qty[2] o->item:string"},
+    {"O2", "price_order $params"}, {"lib", "lib_checksum s:string n"},
+    {"O0", "nosuch"}, {"O2", "price_order nosuchvar"}, {"O0", "price_order%return discount"},
+    {"O0", "price_order o.id"},
+};
+
 // -F and -V with their filters; the words of a command line are separated by \t.
 const Case kFuncCases[] = {
     {"O0", "-F"}, {"O2", "-F"}, {"lib", "-F"}, {"shopO0", "-F"}, {"shopO2", "-F"},
@@ -255,6 +266,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, PerfOracle, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shown, PerfOracleShown, ::testing::ValuesIn(kShownCases), case_name);
 INSTANTIATE_TEST_SUITE_P(Ranges, PerfOracleLines, ::testing::ValuesIn(kLineCases), case_name);
 INSTANTIATE_TEST_SUITE_P(Listings, PerfOracleFuncs, ::testing::ValuesIn(kFuncCases), case_name);
 
