@@ -2,11 +2,13 @@
 #include "tools/object_lookup.h"
 
 #include <gelf.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -79,6 +81,19 @@ Result<std::string> mapped_library(int pid, const std::string& name) {
                                  std::to_string(pid) + ".");
 }
 
+namespace {
+// An ELF object, not what else a library directory holds under a library's name: the
+// development package's libc.so is a linker script (GROUP ( libc.so.6 ... )).
+bool is_elf_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char magic[4] = {};
+  const bool elf = read(fd, magic, sizeof(magic)) == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+  close(fd);
+  return elf;
+}
+}  // namespace
+
 Result<std::string> find_library(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   std::vector<std::string> dirs;
@@ -101,16 +116,16 @@ Result<std::string> find_library(const std::string& name) {
     std::vector<std::string> exact = {dir + "/" + name};
     if (!has_lib) exact.push_back(dir + "/lib" + name);
     for (const std::string& p : exact)
-      if (access(p.c_str(), R_OK) == 0) return p;
+      if (is_elf_file(p)) return p;
     for (const std::string& stem : exact) {
       glob_t g{};
       std::string pattern = stem + ".so*";
-      if (glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) {
-        std::string found = g.gl_pathv[0];
-        globfree(&g);
-        return found;
-      }
+      std::string found;
+      if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc && found.empty(); ++i)
+          if (is_elf_file(g.gl_pathv[i])) found = g.gl_pathv[i];
       globfree(&g);
+      if (!found.empty()) return found;
     }
   }
   return make_error(-ENOENT, "Failed to find the library " + name + ".");

@@ -355,6 +355,14 @@ TEST_F(ProbeCommand, ModuleByName) {
   EXPECT_EQ(added({"-m", "libprobefs_probe_lib.so", spec}, {ld_path}), by_path);
 }
 
+// `-m libc` is libc.so.6, not the linker script libc6-dev installs as libc.so in the same
+// directory (the first match of libc.so* there).
+TEST_F(ProbeCommand, ModuleByNameSkipsALinkerScript) {
+  CommandResult r = ours({"-m", "libc", "-D", "malloc"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("/libc.so.6:0x"), std::string::npos) << r.out;
+}
+
 // A name found nowhere is an error, with the exit status of -ENOENT as perf's statuses go
 // (the negative errno modulo 256); without LD_LIBRARY_PATH the bundled library is not where
 // the dynamic linker looks.
