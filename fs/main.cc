@@ -75,14 +75,16 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-// One of probefs's libraries, `name`: the path in the variable `env`, next to an installed
-// probefs, or in the build tree (`build_dir` beside fs/, or where the build put it).
+// One of probefs's libraries, `name`: the path in the variable `env`, where an installed
+// probefs keeps them (PREFIX/libexec/probefs, relative to the executable), or in the build
+// tree (`build_dir` beside fs/, or where the build put it).
 std::string find_library(const char* env, const std::string& name, const std::string& build_dir,
                          const std::string& build_path) {
   if (const char* v = getenv(env); v && *v) return v;
   const std::string dir = self_dir();
   for (const std::string& c :
-       {dir + "/../lib/probefs/" + name, dir + "/../" + build_dir + "/" + name, build_path}) {
+       {dir + "/" PROBEFS_LIBEXECDIR_FROM_BINDIR "/" + name, dir + "/../" + build_dir + "/" + name,
+        build_path}) {
     char real[PATH_MAX];
     if (!c.empty() && access(c.c_str(), R_OK) == 0 && realpath(c.c_str(), real)) return real;
   }
