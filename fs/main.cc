@@ -54,16 +54,16 @@ constexpr const char* kUsage =
     "  -V, --version   the version\n"
     "\n"
     "  exec    runs CMD with its stdio, in the foreground, as a traced process;\n"
-    "          its exit status is probefs's\n"
+    "          probefs exits with CMD's status\n"
     "  attach  injects the probefs agent into running processes (ptrace)\n"
     "  detach  removes every probe from them; they run on\n"
     "  run     runs CMD, a tracefs client (trace-cmd, a libtracefs program, perf),\n"
     "          with MOUNTPOINT as its tracefs: as root in a mount namespace of its own\n"
     "          where MOUNTPOINT covers /sys/kernel/tracing; otherwise, or with --shim,\n"
-    "          with libprobefs-tracefs.so preloaded; its exit status is probefs's\n"
+    "          with libprobefs-tracefs.so preloaded; probefs exits with CMD's status\n"
     "\n"
     "Unmount with `fusermount3 -u MOUNTPOINT` (or umount): every probe goes, the\n"
-    "traced processes run on, and the daemon ends.\n";
+    "traced processes run on, and the daemon ends. See probefs(8).\n";
 
 void say(const std::string& line) { fprintf(stderr, "probefs: %s\n", line.c_str()); }
 

@@ -176,9 +176,11 @@ ProbefsHelp parse_probefs_help(const std::string& help) {
   static const std::regex sub_line(R"(^  ([a-z]+) {2,}\S)");
   static const std::regex fuse_name(R"(\b([a-z]+(?:_[a-z]+)+)(=?))");
   ProbefsHelp h;
-  bool in_o = false;  // inside -o's description
+  bool in_o = false;       // inside -o's description
+  bool in_usage = true;    // the usage lines, up to the first blank line
   for (const std::string& line : lines_of(help)) {
-    if (std::regex_match(line, usage_line)) {
+    if (line.find_first_not_of(' ') == std::string::npos) in_usage = false;
+    if (in_usage && std::regex_match(line, usage_line)) {
       for (const std::string& s : matches(line, usage_sub)) h.subcommands.insert(s);
       for (const std::string& o : matches(line, usage_option)) h.options.insert(o);
       continue;
