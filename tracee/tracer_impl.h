@@ -70,6 +70,17 @@ namespace probefs::tracee {
 // Counter slots of the ring areas: one per probe, so at most this many probes at once.
 inline constexpr uint32_t kProbeSlots = 8192;
 
+// What trace lines say of a probe's place beyond the symbol table: the name its
+// definition asked for where the table names that address otherwise (an alias: `fork`,
+// not `__fork`), so that lines, kprobes/list and kprobe_profile say the same; and the
+// note kprobes/list and lines add (ProbePlace::note, an IFUNC's).
+struct PlaceLabel {
+  std::string name;     // "" where the table's name is the one asked for
+  uint64_t offset = 0;  // the place's offset in that function
+  std::string note;
+  bool empty() const { return name.empty() && note.empty(); }
+};
+
 // Names addresses of one target for kprobe-style lines. It shares the target's symbols,
 // so it goes on naming them after the target is gone. Any thread: the names a lookup
 // returns live in the calling thread's cache, until a later lookup takes their slot.
@@ -78,24 +89,26 @@ class TargetNames final : public TargetSymbolizer {
   explicit TargetNames(std::shared_ptr<const ProcessSymbols> syms)
       : syms_(std::move(syms)), id_(next_id_.fetch_add(1, std::memory_order_relaxed)) {}
 
-  // The note of event `event_id`'s probe at `addr` (ifunc_note), or none ("").
-  void set_note(uint64_t addr, uint16_t event_id, const std::string& note) {
+  // The label of event `event_id`'s probe at `addr`, or none (an empty label).
+  void set_label(uint64_t addr, uint16_t event_id, const PlaceLabel& label) {
     std::lock_guard l(notes_mu_);
-    if (note.empty()) notes_.erase({addr, event_id});
-    else notes_[{addr, event_id}] = note;
+    if (label.empty()) notes_.erase({addr, event_id});
+    else notes_[{addr, event_id}] = label;
     has_notes_.store(!notes_.empty(), std::memory_order_release);
   }
 
   bool lookup_event(uint64_t addr, uint16_t event_id, events::SymbolInfo* out) override {
     if (!lookup(addr, out)) return false;
-    // Most traces have no note at all: they pay one load.
+    // Most traces have no label at all: they pay one load.
     if (!has_notes_.load(std::memory_order_acquire)) return true;
-    thread_local std::string note;
+    thread_local PlaceLabel label;
     std::lock_guard l(notes_mu_);
     auto it = notes_.find({addr, event_id});
     if (it == notes_.end()) return true;
-    note = it->second;
-    out->note = note;
+    label = it->second;
+    out->note = label.note;
+    // The name asked for, where the symbol table prefers another at the same start.
+    if (!label.name.empty() && out->offset == label.offset) out->name = label.name;
     return true;
   }
 
@@ -134,7 +147,7 @@ class TargetNames final : public TargetSymbolizer {
   std::shared_ptr<const ProcessSymbols> syms_;
   const uint64_t id_;
   std::mutex notes_mu_;  // guards notes_; readers of any thread, the tracer's writes
-  std::map<std::pair<uint64_t, uint16_t>, std::string> notes_;  // (addr, event id) -> note
+  std::map<std::pair<uint64_t, uint16_t>, PlaceLabel> notes_;  // (addr, event id) -> label
   std::atomic<bool> has_notes_{false};
 };
 // Requests to many targets at once (DESIGN.md §9): each is sent as it comes, and the
@@ -283,9 +296,9 @@ struct Tracer::Impl {
     std::vector<Mapping> maps;
     std::shared_ptr<Rings> rings;
     std::map<ProbeId, std::vector<Site>> sites;
-    // The notes of the places of its probes (ProbePlace::note), by probe and address, for
-    // kprobes/list and its symbolizer: only those that have one.
-    std::map<std::pair<ProbeId, uintptr_t>, std::string> notes;
+    // The labels of the places of its probes, by probe and address, for kprobes/list and
+    // its symbolizer: only those that have one.
+    std::map<std::pair<ProbeId, uintptr_t>, PlaceLabel> notes;
     std::shared_ptr<TargetNames> symbolizer;
     // The last answers of its agent to LIST and BLACKLIST (kprobes_list, kprobes_blacklist):
     // served while they are current, and while it is stopped (a request would wait in
@@ -478,7 +491,7 @@ struct Tracer::Impl {
   int send_defines(Target& t, ProbeId id, uint16_t event_id, std::vector<lk::Define>& defs);
   void remove_sites(FanOut& fan, Target& t, ProbeId id);
   void forget_notes(Target& t, ProbeId id, uint16_t event_id);
-  void set_note(Target& t, const Probe& p, uintptr_t addr, const std::string& note);
+  void set_label(Target& t, const Probe& p, uintptr_t addr, const PlaceLabel& label);
   void place_pending(Target& t, std::vector<lk::Define>* collect,
                      std::vector<ProbeId>* collect_ids);
   int place_all_pending(Target& t, const std::function<int()>& before = {});

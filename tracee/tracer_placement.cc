@@ -119,7 +119,12 @@ PlaceStatus Tracer::Impl::build_defines(Target& t, const Probe& p,
     ev = &own;
   }
   for (const ProbePlace& place : places) {
-    set_note(t, p, place.addr, place.note);
+    PlaceLabel label{place.symbol, place.symbol_offset, place.note};
+    events::SymbolInfo named;
+    if (!label.name.empty() && t.symbolizer && t.symbolizer->lookup(place.addr, &named) &&
+        named.name == label.name)
+      label.name.clear();
+    set_label(t, p, place.addr, label);
     lk::Define d;
     d.counter_slot = p.slot;
     d.event_id = p.spec.event_id;
@@ -179,17 +184,17 @@ void Tracer::Impl::remove_sites(FanOut& fan, Target& t, ProbeId id) {
 // Drops the notes of probe `id` (of event `event_id`) in t. mu held.
 void Tracer::Impl::forget_notes(Target& t, ProbeId id, uint16_t event_id) {
   for (auto n = t.notes.lower_bound({id, 0}); n != t.notes.end() && n->first.first == id;) {
-    if (t.symbolizer) t.symbolizer->set_note(n->first.second, event_id, "");
+    if (t.symbolizer) t.symbolizer->set_label(n->first.second, event_id, {});
     n = t.notes.erase(n);
   }
 }
 
-// Keeps the note of probe p's place at addr in t (none: ""), for kprobes/list and
-// trace lines. mu held.
-void Tracer::Impl::set_note(Target& t, const Probe& p, uintptr_t addr, const std::string& note) {
-  if (note.empty()) t.notes.erase({p.id, addr});
-  else t.notes[{p.id, addr}] = note;
-  if (t.symbolizer) t.symbolizer->set_note(addr, p.spec.event_id, note);
+// Keeps the label of probe p's place at addr in t (none: an empty one), for kprobes/list
+// and trace lines. mu held.
+void Tracer::Impl::set_label(Target& t, const Probe& p, uintptr_t addr, const PlaceLabel& label) {
+  if (label.empty()) t.notes.erase({p.id, addr});
+  else t.notes[{p.id, addr}] = label;
+  if (t.symbolizer) t.symbolizer->set_label(addr, p.spec.event_id, label);
 }
 
 // Places every probe not yet placed in t (a new target, or objects mapped since).
@@ -345,7 +350,7 @@ void Tracer::Impl::forget_unmapped_sites(Target& t) {
         continue;
       }
       (void)t.link->remove(s->agent_id);
-      if (auto p = probes.find(it->first); p != probes.end()) set_note(t, p->second, s->addr, "");
+      if (auto p = probes.find(it->first); p != probes.end()) set_label(t, p->second, s->addr, {});
       s = v.erase(s);
     }
     it = v.empty() ? t.sites.erase(it) : std::next(it);
@@ -581,7 +586,7 @@ std::string Tracer::kprobes_list() {
         for (const Impl::Site& s : sites) {
           auto n = t->notes.find({id, s.addr});
           notes.emplace_back(s.addr, type, s.agent_id,
-                             n != t->notes.end() ? n->second : std::string());
+                             n != t->notes.end() ? n->second.note : std::string());
         }
       }
     }

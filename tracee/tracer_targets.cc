@@ -104,9 +104,9 @@ int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent,
     }
     return err;
   }
-  for (const auto& [key, note] : t.notes) {  // a fork child's, from its parent
+  for (const auto& [key, label] : t.notes) {  // a fork child's, from its parent
     if (auto p = probes.find(key.first); p != probes.end())
-      t.symbolizer->set_note(key.second, p->second.spec.event_id, note);
+      t.symbolizer->set_label(key.second, p->second.spec.event_id, label);
   }
   int err = 0;
   if (spare && !make_room_for_target()) {

@@ -350,6 +350,36 @@ TEST(ProbefsCommand, AStoppedTargetHoldsUpNobody) {
   EXPECT_EQ(stopped.quit(), 0);
 }
 
+// A symbol that is one of several names of its address (libc's fork, also __fork and
+// __libc_fork) is named as the definition asked, in the lines of its entry and return
+// events (the child's return too, through the labels its symbolizer takes from its
+// parent) as in kprobes/list.
+TEST(ProbefsCommand, AnAliasIsNamedAsAskedInLinesAndList) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  ASSERT_EQ(m.write("kprobe_events", "p:al/f libc:fork"), 0);
+  ASSERT_EQ(m.write("kprobe_events", "r:al/fr libc:fork $retval"), 0);
+  ASSERT_EQ(m.write("events/al/enable", "1"), 0);
+  testing::ProgramProcess prog(testing::ProgramProcess::under_probefs(m.dir()));
+  ASSERT_TRUE(prog.ready());
+  const std::string forked = prog.ask("fork 1");
+  ASSERT_EQ(forked.rfind("ok ", 0), 0u) << forked;
+  const std::string list = m.read("kprobes/list");
+  EXPECT_NE(list.find("  k  fork+0x0  libc.so.6 "), std::string::npos) << list;
+  EXPECT_NE(list.find("  r  fork+0x0  libc.so.6 "), std::string::npos) << list;
+  const std::string trace = m.read("trace");
+  EXPECT_NE(trace.find(" f: (fork+0x0/0x"), std::string::npos) << trace;
+  size_t returns = 0;
+  for (size_t at = trace.find(" fr: ("); at != std::string::npos; at = trace.find(" fr: (", at + 1)) {
+    const std::string line = trace.substr(at, trace.find('\n', at) - at);
+    EXPECT_NE(line.find(" <- fork [libc.so.6]) arg1="), std::string::npos) << line;
+    ++returns;
+  }
+  EXPECT_EQ(returns, 2u) << trace;  // fork returns in the parent and in the child
+  EXPECT_EQ(trace.find("__fork"), std::string::npos) << trace;
+  EXPECT_EQ(prog.quit(), 0);
+}
+
 // kprobe_profile's misses come from the targets' ring areas, where their agents count
 // them as they happen (a return probe with maxactive 1 on a recursive function misses
 // every nested return): a stopped target's read at once. kprobes/list shows a stopped
