@@ -516,6 +516,7 @@ std::unique_ptr<FuseServer> FuseServer::mount(Tracefs& fs, const Options& opts,
                                               std::string* error) {
   auto impl = std::make_unique<Impl>(fs);
   impl->opts = opts;
+  if (opts.gid) impl->gid = *opts.gid;
   impl->hub->server = impl.get();
   clock_gettime(CLOCK_REALTIME, &impl->mounted_at);
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class FuseServer {
     // FUSE mount options (-o), e.g. "allow_other"; fsname and subtype are set here.
     std::vector<std::string> mount_options;
     bool debug = false;  // libfuse's request log on stderr
+    // tracefs's gid=: the group of every file and directory (the daemon's own otherwise);
+    // modes stay, so the group's bits in them apply (with allow_other, to other users).
+    std::optional<gid_t> gid;
   };
 
   // Mounts. nullptr and *error (one line) on failure.

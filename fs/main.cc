@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,7 +50,8 @@ constexpr const char* kUsage =
     "  -o OPTIONS      mount options, comma-separated: FUSE's (e.g. allow_other) and\n"
     "                  max_targets=N (traced processes at once, 4096 by default),\n"
     "                  threads_per_target=N (threads of a process that record at once,\n"
-    "                  1024 by default, at most 4096)\n"
+    "                  1024 by default, at most 4096), gid=GID (the group of every\n"
+    "                  file, as tracefs's gid=; modes stay)\n"
     "  -h, --help      this text\n"
     "  -V, --version   the version\n"
     "\n"
@@ -123,6 +125,7 @@ struct MountArgs {
   std::vector<std::string> options;  // FUSE's
   uint32_t max_targets = 4096;
   uint32_t threads_per_target = 1024;
+  std::optional<gid_t> gid;  // tracefs's gid=
   bool foreground = false;
   bool debug = false;
 };
@@ -153,6 +156,15 @@ bool take_own_options(const std::string& arg, MountArgs* a, std::string* bad) {
         return false;
       }
       a->threads_per_target = static_cast<uint32_t>(v);
+      continue;
+    }
+    if (opt.rfind("gid=", 0) == 0) {  // as tracefs's: a number
+      uint64_t v = 0;
+      if (!events::kstrtoull(opt.substr(4), 10, &v) || v >= UINT32_MAX) {
+        *bad = opt;
+        return false;
+      }
+      a->gid = static_cast<gid_t>(v);
       continue;
     }
     if (opt.empty()) continue;
@@ -215,6 +227,7 @@ int serve(const MountArgs& a, const std::string& real_mnt, int ready_fd) {
   sopts.mountpoint = real_mnt;
   sopts.mount_options = a.options;
   sopts.debug = a.debug;
+  sopts.gid = a.gid;
   std::unique_ptr<FuseServer> server = FuseServer::mount(*fs, sopts, &err);
   if (!server) {
     report(a.mountpoint + ": " + err);

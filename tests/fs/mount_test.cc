@@ -69,6 +69,33 @@ TEST(ProbefsCommand, MountsWithTheKernelsModesAndUnmountsCleanly) {
   EXPECT_EQ(m.unmount(), 0) << "the daemon ends with status 0 after fusermount3 -u";
 }
 
+// -o gid=N, as tracefs's: every file and directory belongs to group N, with the same
+// modes; a value that is not a number is a usage error (status 2) naming the option.
+TEST(ProbefsCommand, GidOptionGivesEveryFileThatGroup) {
+  const gid_t group = getgid() == 4242 ? 4243 : 4242;
+  Mount m({"-o", "gid=" + std::to_string(group)});
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  for (const char* f : {"", "README", "kprobe_events", "events", "events/enable", "kprobes",
+                        "kprobes/list", "per_cpu/cpu0/trace_pipe_raw", "trace_pipe"}) {
+    struct stat st;
+    ASSERT_EQ(stat(m.path(f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_gid, group) << f;
+    EXPECT_EQ(st.st_uid, getuid()) << f;
+  }
+  EXPECT_EQ(mode_of(m.dir()), S_IFDIR | 0700);
+  EXPECT_EQ(mode_of(m.path("README")), S_IFREG | 0440);
+  EXPECT_EQ(mode_of(m.path("kprobe_events")), S_IFREG | 0640);
+  EXPECT_EQ(m.unmount(), 0);
+
+  char tmpl[] = "/tmp/probefs-gid-XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmpl));
+  CommandResult bad = run_command({PROBEFS_BIN, "-o", "allow_other,gid=staff", tmpl}, 30000);
+  EXPECT_EQ(bad.exit_code(), 2);
+  EXPECT_EQ(bad.err, "probefs: bad option: gid=staff\n");
+  EXPECT_FALSE(testing::probefs_mounted(tmpl));
+  rmdir(tmpl);
+}
+
 TEST(ProbefsCommand, BackgroundModeReturnsOnceTheMountIsReady) {
   char tmpl[] = "/tmp/probefs-bg-XXXXXX";
   ASSERT_TRUE(mkdtemp(tmpl));
