@@ -407,6 +407,62 @@ TEST(ProbefsCommand, AnAliasIsNamedAsAskedInLinesAndList) {
   EXPECT_EQ(prog.quit(), 0);
 }
 
+// uprobe offsets where no symbol or FDE gives a function, as the kernel takes them: the
+// first two instructions of the program's .init (run once, by the dynamic linker, after
+// the agent's constructor has placed the probes) are placed, defined before the program
+// starts, and each counts its one hit; an offset inside the first instruction is refused
+// with the kernel's error once the file is mapped.
+TEST(ProbefsCommand, UprobesInCodeNoFunctionDescribes) {
+  const testing::ElfSymbol init = testing::find_elf_symbol(PROBEFS_TRACED_PROG, "_init");
+  ASSERT_TRUE(init.found);
+  ASSERT_EQ(init.size, 0u) << "_init has a size: this test wants code no symbol bounds";
+  std::ifstream in(PROBEFS_TRACED_PROG, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(init.file_offset));
+  unsigned char first[4] = {};
+  in.read(reinterpret_cast<char*>(first), sizeof first);
+  // sub $8,%rsp or endbr64: a four-byte first instruction either way.
+  const bool four = memcmp(first, "\x48\x83\xec\x08", 4) == 0 ||
+                    memcmp(first, "\xf3\x0f\x1e\xfa", 4) == 0;
+  ASSERT_TRUE(four) << std::hex << int{first[0]} << " " << int{first[1]};
+  auto at = [&](uint64_t delta) {
+    char hex[32];
+    snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(init.file_offset + delta));
+    return std::string(PROBEFS_TRACED_PROG) + ":" + hex;
+  };
+
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  ASSERT_EQ(m.write("uprobe_events", "p:init/first " + at(0)), 0);
+  ASSERT_EQ(m.write("uprobe_events", "p:init/second " + at(4)), 0);
+  ASSERT_EQ(m.write("events/init/enable", "1"), 0);
+  testing::ProgramProcess prog(testing::ProgramProcess::under_probefs(m.dir()));
+  ASSERT_TRUE(prog.ready());
+  const std::string list = m.read("kprobes/list");
+  size_t placed = 0;
+  for (size_t i = list.find("  k  "); i != std::string::npos; i = list.find("  k  ", i + 1))
+    ++placed;
+  EXPECT_EQ(placed, 2u) << list;
+  const std::string profile = m.read("uprobe_profile");
+  for (const char* ev : {" first ", " second "}) {
+    const size_t line = profile.find(ev);
+    ASSERT_NE(line, std::string::npos) << profile;
+    std::istringstream fields(profile.substr(line, profile.find('\n', line) - line));
+    std::string field, hits;
+    while (fields >> field) hits = field;
+    EXPECT_EQ(hits, "1") << profile;  // the line's last field
+  }
+  const std::string trace = m.read("trace");
+  EXPECT_NE(trace.find(" first: (0x"), std::string::npos) << trace;
+  EXPECT_NE(trace.find(" second: (0x"), std::string::npos) << trace;
+
+  // Inside the first instruction: the kernel's EILSEQ, and its error_log entry.
+  EXPECT_EQ(m.write("uprobe_events", "p:init/inside " + at(1)), EILSEQ);
+  EXPECT_NE(m.read("error_log").find("Probe point is not an instruction boundary"),
+            std::string::npos)
+      << m.read("error_log");
+  EXPECT_EQ(prog.quit(), 0);
+}
+
 // kprobe_profile's misses come from the targets' ring areas, where their agents count
 // them as they happen (a return probe with maxactive 1 on a recursive function misses
 // every nested return): a stopped target's read at once. kprobes/list shows a stopped
