@@ -124,6 +124,13 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
       }
       return;
     }
+    if (n.kind == tracee::TargetNotice::Kind::kNotPlaced) {
+      // A definition accepted earlier that this process cannot take: the kernel's entry,
+      // as its registration would have logged it had the process been there then.
+      std::lock_guard l(sink->mu);
+      if (sink->events != nullptr) sink->events->log_error(n.diag);
+      return;
+    }
     if (n.kind != tracee::TargetNotice::Kind::kRefused) return;
     events::Diagnostic d;
     d.code = events::ErrorCode::kTargetLimit;

@@ -82,12 +82,15 @@ struct TargetNotice {
     kDetached,  // detach() finished: its agent removed every probe and is idle
     kLeft,      // an attached target exec'd: the new image has no agent (see README)
     kRefused,   // a fork child or new image was refused and runs untraced (`reason`)
+    kNotPlaced, // a probe defined earlier could not go into this target (`diag`): once
+                // per probe and target
   };
   Kind kind = Kind::kJoined;
   pid_t pid = 0;
   pid_t parent = 0;
   int status = -1;
-  std::string reason;  // kRefused: why, one line
+  std::string reason;     // kRefused: why, one line
+  events::Diagnostic diag;  // kNotPlaced: the kernel's error_log entry for it
 };
 
 using ProbeId = uint32_t;

@@ -81,6 +81,10 @@ struct PlaceLabel {
   bool empty() const { return name.empty() && note.empty(); }
 };
 
+// The kernel's error_log entry for a probe the engine refused (trace_kprobe_create's
+// handling of register_kprobe's result, `err` negative), positioned at the place.
+events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, int err);
+
 // Names addresses of one target for kprobe-style lines. It shares the target's symbols,
 // so it goes on naming them after the target is gone. Any thread: the names a lookup
 // returns live in the calling thread's cache, until a later lookup takes their slot.
@@ -296,6 +300,9 @@ struct Tracer::Impl {
     std::vector<Mapping> maps;
     std::shared_ptr<Rings> rings;
     std::map<ProbeId, std::vector<Site>> sites;
+    // The probes that could not go into it and were said so (note_not_placed): each is
+    // retried when objects are mapped, and said once.
+    std::set<ProbeId> not_placed;
     // The labels of the places of its probes, by probe and address, for kprobes/list and
     // its symbolizer: only those that have one.
     std::map<std::pair<ProbeId, uintptr_t>, PlaceLabel> notes;
@@ -454,6 +461,7 @@ struct Tracer::Impl {
   bool target_room(std::string* why);
   void note_refused(pid_t pid, pid_t parent, TargetOrigin origin, const std::string& reason,
                     const std::string& why);
+  void note_not_placed(Target& t, ProbeId id, const events::Diagnostic& diag);
   std::set<Rings*> live_rings() const;
   bool inherit_symbols(Target& t, const Target& parent);
   int refresh_symbols(Target& t);

@@ -22,8 +22,6 @@
 
 namespace probefs::tracee {
 
-namespace {
-
 // The kernel's error_log entry for a probe the engine refused (trace_kprobe_create's
 // handling of register_kprobe's result), positioned at the place (argument 1).
 events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, int err) {
@@ -44,6 +42,8 @@ events::Diagnostic registration_diagnostic(const events::ProbeDefinition& def, i
                                      err < 0 ? -err : EINVAL);
   }
 }
+
+namespace {
 
 // kprobes/list of one target: the agent's lines (probecore's, the kernel's columns), each
 // followed by its probe's note where it has one. The agent lists the probes of one
@@ -205,15 +205,17 @@ void Tracer::Impl::place_pending(Target& t, std::vector<lk::Define>* collect,
     if (t.sites.count(id)) continue;
     std::vector<lk::Define> defs;
     events::Diagnostic diag;
-    if (build_defines(t, p, &defs, &diag) != PlaceStatus::kPlaced) continue;
+    const PlaceStatus st = build_defines(t, p, &defs, &diag);
+    if (st == PlaceStatus::kError) note_not_placed(t, id, diag);
+    if (st != PlaceStatus::kPlaced) continue;
     if (collect) {
       for (auto& d : defs) {
         d.probe_id = next_agent_id++;
         collect_ids->push_back(id);
         collect->push_back(std::move(d));
       }
-    } else {
-      (void)send_defines(t, id, p.spec.event_id, defs);
+    } else if (int err = send_defines(t, id, p.spec.event_id, defs); err != 0) {
+      note_not_placed(t, id, registration_diagnostic(p.spec.def, err));
     }
   }
 }
@@ -249,8 +251,11 @@ int Tracer::Impl::place_all_pending(Target& t, const std::function<int()>& befor
   std::vector<bool> ok(defs.size());
   std::set<ProbeId> failed;
   for (size_t i = 0; i < defs.size(); ++i) {
-    ok[i] = t.link->collect(tickets[i], std::chrono::steady_clock::time_point::max()).ok();
-    if (!ok[i]) failed.insert(ids[i]);
+    const LinkResult r = t.link->collect(tickets[i], std::chrono::steady_clock::time_point::max());
+    ok[i] = r.ok();
+    if (ok[i] || !failed.insert(ids[i]).second) continue;
+    if (auto p = probes.find(ids[i]); p != probes.end() && !t.link->closed())
+      note_not_placed(t, ids[i], registration_diagnostic(p->second.spec.def, r.error));
   }
   for (size_t i = 0; i < defs.size(); ++i) {
     if (!ok[i]) continue;

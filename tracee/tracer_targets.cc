@@ -58,6 +58,18 @@ void Tracer::Impl::note_refused(pid_t pid, pid_t parent, TargetOrigin origin,
   notices.push_back(std::move(n));
 }
 
+// A probe that could not go into target t, said once (error_log, through a kNotPlaced
+// notice): the definition stands, and applies where it can. mu held; takes targets_mu.
+void Tracer::Impl::note_not_placed(Target& t, ProbeId id, const events::Diagnostic& diag) {
+  if (!diag.logged() || !t.not_placed.insert(id).second) return;
+  std::lock_guard tl(targets_mu);
+  TargetNotice n;
+  n.kind = TargetNotice::Kind::kNotPlaced;
+  n.pid = t.pid;
+  n.diag = diag;
+  notices.push_back(std::move(n));
+}
+
 std::set<Tracer::Impl::Rings*> Tracer::Impl::live_rings() const {
   std::set<Rings*> live;
   if (own) live.insert(own.get());
@@ -474,8 +486,13 @@ void Tracer::Impl::handle_mapped(const LinkEvent& ev) {
     for (const lk::Define& d : defs) allow_event(*t, d.event_id);
   std::vector<LinkResult> res = ev.link->answer_mapped(ev.seq, defs);
   if (t == nullptr) return;
-  for (size_t i = 0; i < defs.size() && i < res.size(); ++i)
-    if (res[i].ok()) t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
+  for (size_t i = 0; i < defs.size() && i < res.size(); ++i) {
+    if (res[i].ok()) {
+      t->sites[ids[i]].push_back({defs[i].probe_id, defs[i].address});
+    } else if (auto p = probes.find(ids[i]); p != probes.end() && !ev.link->closed()) {
+      note_not_placed(*t, ids[i], registration_diagnostic(p->second.spec.def, res[i].error));
+    }
+  }
   if (!mapped) forget_unmapped_sites(*t);
   if (!defs.empty()) sync_hists(*t);
   else if (mapped) sync_unwind(*t);

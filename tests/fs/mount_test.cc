@@ -434,9 +434,28 @@ TEST(ProbefsCommand, UprobesInCodeNoFunctionDescribes) {
   ASSERT_TRUE(m.ok()) << m.daemon_stderr();
   ASSERT_EQ(m.write("uprobe_events", "p:init/first " + at(0)), 0);
   ASSERT_EQ(m.write("uprobe_events", "p:init/second " + at(4)), 0);
-  ASSERT_EQ(m.write("events/init/enable", "1"), 0);
+  // Inside the first instruction, defined before any process maps the file: accepted (no
+  // process to check it in), then refused in the process, and said so in error_log.
+  ASSERT_EQ(m.write("uprobe_events", "p:init/early " + at(2)), 0);
+  ASSERT_EQ(m.write("events/init/first/enable", "1"), 0);
+  ASSERT_EQ(m.write("events/init/second/enable", "1"), 0);
   testing::ProgramProcess prog(testing::ProgramProcess::under_probefs(m.dir()));
   ASSERT_TRUE(prog.ready());
+  // The daemon says it as it hands out what happened to its targets (its service thread,
+  // right after the process got its probes).
+  const std::string early_cmd = "  Command: p:init/early " + at(2) + "\n";
+  std::string early_log = m.read("error_log");
+  for (int i = 0; i < 2000 && early_log.find(early_cmd) == std::string::npos; ++i) {
+    usleep(5000);  // polling the daemon's state, with a bound
+    early_log = m.read("error_log");
+  }
+  const size_t early = early_log.find(early_cmd);
+  ASSERT_NE(early, std::string::npos) << early_log;
+  EXPECT_NE(early_log.rfind("trace_uprobe: error: Probe point is not an instruction boundary\n",
+                            early),
+            std::string::npos)
+      << early_log;
+  EXPECT_NE(m.read("uprobe_events").find("p:init/early "), std::string::npos);  // it stands
   const std::string list = m.read("kprobes/list");
   size_t placed = 0;
   for (size_t i = list.find("  k  "); i != std::string::npos; i = list.find("  k  ", i + 1))
