@@ -6,8 +6,9 @@
 //   targets           the traced processes, one per line: PID COMM ORIGIN STATE (STATE
 //                     untraced:REASON for a process refused as a target), then
 //                     pending=N for a stopped one with N changes to make when it runs
-//                     again; written to by the probefs command (attach PID, detach PID,
-//                     exec)
+//                     again, not_placed=N for one that could not take N probes defined
+//                     earlier (error_log says why); written to by the probefs command
+//                     (attach PID, detach PID, exec)
 //   kprobes/list      every probe in every target, as the kernel's debugfs file prints them
 //   kprobes/enabled   the global arm switch (kstrtobool, as the kernel's)
 //   kprobes/blacklist code no probe may go on, in every target
@@ -282,6 +283,8 @@ class TargetsFile : public File {
                origin_name(t.origin) + " " + state;
         // Changes a stopped process will make when it runs again.
         if (t.deferred) out += " pending=" + std::to_string(t.deferred);
+        // Probes defined earlier that it could not take (error_log says why).
+        if (t.not_placed) out += " not_placed=" + std::to_string(t.not_placed);
         out += "\n";
       }
       return out;

@@ -70,6 +70,8 @@ struct TargetInfo {
   // Requests it has not done yet because it is stopped (SIGSTOP, a debugger): they wait
   // in its link, in order, and take effect when it runs again.
   size_t deferred = 0;
+  // Probes defined earlier that could not go into it (TargetNotice::kNotPlaced).
+  size_t not_placed = 0;
 };
 
 // What happened to a target, for the `targets` file and for readers that wait on one.

@@ -63,6 +63,7 @@ void Tracer::Impl::note_refused(pid_t pid, pid_t parent, TargetOrigin origin,
 void Tracer::Impl::note_not_placed(Target& t, ProbeId id, const events::Diagnostic& diag) {
   if (!diag.logged() || !t.not_placed.insert(id).second) return;
   std::lock_guard tl(targets_mu);
+  if (auto l = listed.find(t.pid); l != listed.end()) l->second.info.not_placed = t.not_placed.size();
   TargetNotice n;
   n.kind = TargetNotice::Kind::kNotPlaced;
   n.pid = t.pid;
@@ -217,6 +218,7 @@ void Tracer::Impl::list_target(const Target& t) {
   l.info.parent = t.parent;
   l.info.origin = t.origin;
   l.info.exe = t.exe;
+  l.info.not_placed = t.not_placed.size();
   l.link = t.link;
   std::lock_guard tl(targets_mu);
   if (exits.count(t.pid)) return;

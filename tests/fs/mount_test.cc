@@ -456,6 +456,11 @@ TEST(ProbefsCommand, UprobesInCodeNoFunctionDescribes) {
             std::string::npos)
       << early_log;
   EXPECT_NE(m.read("uprobe_events").find("p:init/early "), std::string::npos);  // it stands
+  const std::string targets = m.read("targets");
+  EXPECT_NE(targets.find(std::to_string(prog.pid()) + " traced_prog launched "),
+            std::string::npos)
+      << targets;
+  EXPECT_NE(targets.find(" not_placed=1\n"), std::string::npos) << targets;
   const std::string list = m.read("kprobes/list");
   size_t placed = 0;
   for (size_t i = list.find("  k  "); i != std::string::npos; i = list.find("  k  ", i + 1))
