@@ -10,8 +10,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "arch/code_scan.h"
 #include "events/parse.h"
+#include "tracee/code_sections.h"
 
 namespace probefs::tracee {
 
@@ -63,16 +63,10 @@ void name_place(const ProcessSymbols& syms, ProbePlace* p) {
   }
 }
 
-// The largest code section read to prove an offset in it (libc's .text is 1.5 MiB).
-constexpr uint64_t kMaxSectionBytes = 64u << 20;
-
-// The length of the instruction at file offset `offset` of the ELF file at `path` (which
-// must still be the file `file`), proven by decoding from its start the executable
-// section that holds it: where no symbol or FDE gives a function around a uprobe's
-// offset (.init, .plt, .fini, code a stripped object's FDEs leave out). 0 and *len, or a
-// negative errno: -EILSEQ inside an instruction, -ENOENT in no code section.
-int section_instruction(const std::string& path, const FileIdentity& file, uint64_t offset,
-                        size_t* len) {
+// The length of the instruction at file offset `offset` of the file at `path`, which must
+// still be the file `file` (code_sections.h). 0 and *len, or a negative errno.
+int file_instruction(const std::string& path, const FileIdentity& file, uint64_t offset,
+                     size_t* len) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -errno;
   struct Closer {
@@ -82,25 +76,12 @@ int section_instruction(const std::string& path, const FileIdentity& file, uint6
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_dev != file.dev || st.st_ino != file.inode) return -ESTALE;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  auto read_at = [&](uint64_t at, void* out, size_t n) {
-    return at <= size && size - at >= n && pread(fd, out, n, static_cast<off_t>(at)) ==
-                                                static_cast<ssize_t>(n);
-  };
-  Elf64_Ehdr eh;
-  if (!read_at(0, &eh, sizeof eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
-      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr))
-    return -ENOEXEC;
-  for (unsigned i = 0; i < eh.e_shnum; ++i) {
-    Elf64_Shdr sh;
-    if (!read_at(eh.e_shoff + uint64_t{i} * sizeof sh, &sh, sizeof sh)) return -ENOEXEC;
-    if (sh.sh_type == SHT_NOBITS || !(sh.sh_flags & SHF_EXECINSTR)) continue;
-    if (offset < sh.sh_offset || offset - sh.sh_offset >= sh.sh_size) continue;
-    if (sh.sh_size > kMaxSectionBytes) return -EFBIG;
-    std::vector<uint8_t> code(sh.sh_size);
-    if (!read_at(sh.sh_offset, code.data(), code.size())) return -ENOEXEC;
-    return arch::instruction_in_section(code.data(), code.size(), sh.sh_offset, offset, len);
-  }
-  return -ENOENT;
+  return section_instruction(
+      [&](uint64_t at, void* out, size_t n) {
+        return at <= size && size - at >= n &&
+               pread(fd, out, n, static_cast<off_t>(at)) == static_cast<ssize_t>(n);
+      },
+      offset, len);
 }
 
 PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity& file,
@@ -117,7 +98,7 @@ PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity&
     name_place(syms, &p);
     size_t insn_len = 0;
     if (!p.bounds.known() && !m.deleted &&
-        section_instruction(m.path, file, def.offset, &insn_len) == 0) {
+        file_instruction(m.path, file, def.offset, &insn_len) == 0) {
       // Code no function describes, reached from anywhere (a .plt stub is called from
       // all over the object): the probe's bounds are its own instruction, which proves
       // the boundary to the engine and lets a jmp replace nothing but that instruction.

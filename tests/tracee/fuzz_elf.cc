@@ -1,8 +1,9 @@
 // libFuzzer target for the ELF readers: arbitrary bytes as an object file, through symbol
 // loading (.symtab/.dynsym, versioned names, SHN_XINDEX), name lookup and the .eh_frame
-// FDE reader (ProcessSymbols::load_image, then resolve and describe) and the unwind table
+// FDE reader (ProcessSymbols::load_image, then resolve and describe), the unwind table
 // builder (build_unwind_table: every table it makes passes the agent's checks and
-// answers lookups); any other bytes as /proc/PID/maps text through its parser
+// answers lookups) and the code-section reader of uprobe offsets (section_instruction:
+// an instruction it finds lies inside the file); any other bytes as /proc/PID/maps text through its parser
 // (parse_maps_line).
 //
 // Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
@@ -12,6 +13,7 @@
 //   - every name describe reports (a well-formed one) resolves, to a function that has
 //     that name.
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +21,7 @@
 #include <libelf.h>
 
 #include "arch/unwind_table.h"
+#include "tracee/code_sections.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/proc_maps.h"
 #include "tracee/unwind_tables.h"
@@ -87,6 +90,22 @@ void unwind_table(const uint8_t* data, size_t size) {
   elf_end(elf);
 }
 
+// The instruction at a few file offsets (the start, the middle, one the input names in
+// its last bytes), read through section_instruction: one it finds lies in the file.
+void section_instructions(const uint8_t* data, size_t size) {
+  const FileBytes file = [&](uint64_t at, void* out, size_t n) {
+    if (at > size || size - at < n) return false;
+    memcpy(out, data + at, n);
+    return true;
+  };
+  uint64_t named = 0;
+  if (size >= 8) memcpy(&named, data + size - 8, 4);
+  for (uint64_t off : {uint64_t{0}, uint64_t{size / 2}, named}) {
+    size_t len = 0;
+    if (section_instruction(file, off, &len) == 0) CHECK(len >= 1 && len <= 15 && off + len <= size);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -95,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   unwind_table(data, size);
+  section_instructions(data, size);
   int err = 0;
   auto syms = ProcessSymbols::load_image(
       std::string_view(reinterpret_cast<const char*>(data), size), "/fuzz/libfuzz.so.1", &err);
