@@ -21,6 +21,8 @@ int section_instruction(const FileBytes& file, uint64_t offset, size_t* len) {
     if (sh.sh_type == SHT_NOBITS || !(sh.sh_flags & SHF_EXECINSTR)) continue;
     if (offset < sh.sh_offset || offset - sh.sh_offset >= sh.sh_size) continue;
     if (sh.sh_size > kMaxCodeSectionBytes) return -EFBIG;
+    uint8_t last;  // the section ends inside the file before anything is allocated for it
+    if (!file(sh.sh_offset + sh.sh_size - 1, &last, 1)) return -ENOEXEC;
     std::vector<uint8_t> code(sh.sh_size);
     if (!file(sh.sh_offset, code.data(), code.size())) return -ENOEXEC;
     return arch::instruction_in_section(code.data(), code.size(), sh.sh_offset, offset, len);

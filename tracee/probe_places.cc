@@ -1,7 +1,6 @@
 #include "tracee/probe_places.h"
 
 #include <elf.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,18 +62,18 @@ void name_place(const ProcessSymbols& syms, ProbePlace* p) {
   }
 }
 
-// The length of the instruction at file offset `offset` of the file at `path`, which must
-// still be the file `file` (code_sections.h). 0 and *len, or a negative errno.
-int file_instruction(const std::string& path, const FileIdentity& file, uint64_t offset,
-                     size_t* len) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
+// The length of the instruction at file offset `offset` of the file mapping `m` of
+// process `pid` maps (code_sections.h), opened as every mapped file is (open_mapped_file:
+// that very file, never whatever is at its path now). 0 and *len, or a negative errno.
+int mapped_instruction(pid_t pid, const Mapping& m, uint64_t offset, size_t* len) {
+  const int fd = open_mapped_file(pid, m);
+  if (fd < 0) return fd;
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
   } closer{fd};
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_dev != file.dev || st.st_ino != file.inode) return -ESTALE;
+  if (fstat(fd, &st) != 0) return -errno;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   return section_instruction(
       [&](uint64_t at, void* out, size_t n) {
@@ -97,8 +96,7 @@ PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity&
     p.addr = m.start + (def.offset - m.offset);
     name_place(syms, &p);
     size_t insn_len = 0;
-    if (!p.bounds.known() && !m.deleted &&
-        file_instruction(m.path, file, def.offset, &insn_len) == 0) {
+    if (!p.bounds.known() && mapped_instruction(syms.pid(), m, def.offset, &insn_len) == 0) {
       // Code no function describes, reached from anywhere (a .plt stub is called from
       // all over the object): the probe's bounds are its own instruction, which proves
       // the boundary to the engine and lets a jmp replace nothing but that instruction.
