@@ -138,9 +138,11 @@ static uintptr_t main_stack_end(void) {
   return end;
 }
 
-/* The first free place at hints going up from just past the main stack. */
+/* The first free place at hints going up from just past the main stack, 64 KiB apart:
+ * ASLR may put the main stack within a few MiB of the top of the address space, and a
+ * coarser step found no room there (the run then said "no stack"). */
 static char *map_above_main_stack(size_t size) {
-  const uintptr_t step = (uintptr_t)16 << 20, top = (uintptr_t)0x7fffffff << 16;
+  const uintptr_t step = (uintptr_t)64 << 10, top = (uintptr_t)0x7fffffff << 16;
   uintptr_t end = main_stack_end();
   if (!end) return NULL;
   for (uintptr_t hint = (end + step) & ~(step - 1); hint + size < top; hint += step) {
