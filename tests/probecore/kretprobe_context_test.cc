@@ -178,7 +178,7 @@ uintptr_t main_stack_end() {
 char* map_above_main_stack(size_t size) {
   const uintptr_t end = main_stack_end();
   if (!end) return nullptr;
-  constexpr uintptr_t kStep = uintptr_t{16} << 20;
+  constexpr uintptr_t kStep = uintptr_t{64} << 10;  // fine: ASLR may leave little room
   constexpr uintptr_t kTop = uintptr_t{0x7fffffff} << 16;  // below the end of user space
   for (uintptr_t hint = (end + kStep) & ~(kStep - 1); hint + size < kTop; hint += kStep) {
     void* p = mmap(reinterpret_cast<void*>(hint), size, PROT_READ | PROT_WRITE,
