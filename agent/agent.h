@@ -26,6 +26,7 @@
 #include <string>
 
 #include "events/compile.h"
+#include "events/control_page.h"
 #include "events/fetch.h"
 #include "events/filter.h"
 #include "events/hist.h"
@@ -60,6 +61,30 @@ struct HitHists {
   uint64_t ref_signatures[events::kHistMaxPerEvent][events::kHistMaxVarRefs] = {};
   events::HistClock clock;  // common_timestamp from the TSC
 };
+
+// The triggers of one probe's event (SET_HIST), immutable once published: a new set
+// replaces it whole, freed after a grace period. They act at the hit, through the control
+// page (events/control_page.h) that every target of the mount shares.
+struct HitTriggers {
+  struct One {
+    events::TriggerAction action = events::TriggerAction::kTraceOn;
+    uint16_t target_event = 0;
+    uint32_t count_slot = events::kNoCountSlot;
+    const events::CompiledFilter* filter = nullptr;  // into filters[]
+  };
+  uint32_t n = 0;
+  // The record is built before they run (the kernel's TRIGGER_COND): one has a filter, or
+  // acts after the record is committed (traceoff, stacktrace). Else they run before it
+  // (an unconditional traceon's own record is in the trace).
+  bool cond = false;
+  bool needs_comm = false;  // a filter reads the thread's name
+  One t[events::kMaxHitTriggers];
+  std::optional<events::CompiledFilter> filters[events::kMaxHitTriggers];
+};
+
+// The mount's control page (CONTROL), mapped shared; until one comes, a page of zeros
+// that nothing writes (tracing on, nothing soft-disabled, no trigger).
+extern std::atomic<events::ControlPage*> g_control;
 
 // A synthetic event as hist actions write it (SET_HIST with a synth_id): its record size,
 // whether it records, its filter and its own histograms. Immutable once published;
@@ -105,12 +130,15 @@ struct HitProbe {
   bool fast = false;
   uint8_t fast_nargs = 0;
   uint32_t fast_args[kMaxFastArgs] = {};
-  // Histograms (SET_HIST): null when none. With one, the handler takes the general path.
+  // Histograms and triggers (SET_HIST): null when none.
   std::atomic<const HitHists*> hists{nullptr};
-  // False while the event only aggregates (soft mode): its hits write no ring record.
+  std::atomic<const HitTriggers*> triggers{nullptr};
+  // False: the hits write no ring record (a synthetic event's only).
   std::atomic<bool> record{true};
-  // The stacktrace trigger: a kernel_stack record after each of its records (SET_HIST).
-  std::atomic<bool> stacks{false};
+  // Soft mode: the hits record only while the event's control-page byte is 0.
+  std::atomic<bool> soft{false};
+  // Any of hists, triggers, soft: the handler takes the general path (emit_slow).
+  std::atomic<bool> slow{false};
 };
 
 // The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer

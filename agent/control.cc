@@ -41,6 +41,7 @@ struct AgentProbe {
   events::FetchProgram program;                  // hit->view points into it
   std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
   std::unique_ptr<HitHists> hists;                 // what hit->hists points to
+  std::unique_ptr<HitTriggers> triggers;           // what hit->triggers points to
 };
 
 // Never destroyed, like all the agent's state: the control thread (detached) may still
@@ -56,6 +57,7 @@ bool g_starting = false;                          // g_ctl_mu
 bool g_start_guards_due = false;                  // g_ctl_mu
 std::vector<uint32_t>& g_startup_enable = *new std::vector<uint32_t>;  // g_ctl_mu: probe ids
 AreaState* g_area_owned = nullptr;                          // g_ctl_mu: what g_area holds
+bool g_control_mapped = false;  // g_ctl_mu: g_control is a mapping of ours (CONTROL)
 
 bool program_reads_comm(const events::FetchProgram& p) {
   return std::any_of(p.insns.begin(), p.insns.end(),
@@ -682,7 +684,30 @@ void do_set_synth(const lk::SetHist& s, lk::Reply* reply) {
   g_synth_owned[at] = std::move(next);
 }
 
-// SET_HIST: the histograms a probe's hits count into, and whether they record.
+// The triggers of SET_HIST as the handlers read them.
+std::unique_ptr<HitTriggers> make_hit_triggers(const lk::SetHist& s) {
+  auto next = std::make_unique<HitTriggers>();
+  for (const events::TriggerSpec& spec : s.triggers) {
+    if (next->n == events::kMaxHitTriggers) break;  // the decoder allows no more
+    HitTriggers::One& t = next->t[next->n];
+    t.action = spec.action;
+    t.target_event = spec.target_event;
+    t.count_slot = spec.count_slot;
+    if (spec.filter) {
+      next->filters[next->n] = spec.filter;
+      t.filter = &*next->filters[next->n];
+      next->cond = true;
+      if (filter_reads_comm(t.filter)) next->needs_comm = true;
+    }
+    if (t.action == events::TriggerAction::kTraceOff || t.action == events::TriggerAction::kStackTrace)
+      next->cond = true;
+    ++next->n;
+  }
+  return next;
+}
+
+// SET_HIST: the histograms a probe's hits count into, its event's triggers, whether it
+// records and whether it is in soft mode.
 void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   if (s.synth_id != 0) return do_set_synth(s, reply);
   AgentProbe* ap = find_probe(s.probe_id, reply);
@@ -692,11 +717,47 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
     next = make_hit_hists(s, ap->hit->view.fixed_size, reply);
     if (!next) return;
   }
-  ap->hit->record.store(s.record, std::memory_order_relaxed);
-  ap->hit->stacks.store(s.stacks, std::memory_order_relaxed);
-  ap->hit->hists.store(next.get(), std::memory_order_release);
-  probecore::synchronize_rcu();  // no handler still counts with the old set
+  std::unique_ptr<HitTriggers> triggers;
+  if (!s.triggers.empty()) triggers = make_hit_triggers(s);
+  HitProbe* h = ap->hit.get();
+  // The general path first, then what it reads; back to the straight path only once
+  // nothing is left for the general one.
+  const bool slow = next || triggers || s.soft || !s.record;
+  if (slow) h->slow.store(true, std::memory_order_release);
+  h->record.store(s.record, std::memory_order_relaxed);
+  h->soft.store(s.soft, std::memory_order_relaxed);
+  h->hists.store(next.get(), std::memory_order_release);
+  h->triggers.store(triggers.get(), std::memory_order_release);
+  if (!slow) h->slow.store(false, std::memory_order_release);
+  probecore::synchronize_rcu();  // no handler still counts or fires with the old sets
   ap->hists = std::move(next);
+  ap->triggers = std::move(triggers);
+}
+
+// CONTROL: the mount's control page, mapped shared for the life of the process (or until
+// another one replaces it: a process handed from one mount to another). It must be a
+// memfd of the page's size that cannot shrink: the daemon reads it too.
+void do_control(int fd, lk::Reply* reply) {
+  if (fd < 0) return set_error(reply, -EBADF, "CONTROL without the page's descriptor");
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  struct stat st;
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
+      ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != events::kControlPageBytes)
+    return set_error(reply, -EINVAL, "the control page is not one");
+  void* mem = ::mmap(nullptr, events::kControlPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return set_error(reply, -errno, "mmap of the control page failed");
+  auto* page = static_cast<events::ControlPage*>(mem);
+  if (__atomic_load_n(&page->magic, __ATOMIC_RELAXED) != events::kControlMagic) {
+    ::munmap(mem, events::kControlPageBytes);
+    return set_error(reply, -EINVAL, "the control page's magic is wrong");
+  }
+  events::ControlPage* old = g_control.exchange(page, std::memory_order_acq_rel);
+  if (g_control_mapped) {
+    probecore::synchronize_rcu();  // no handler still reads the old page
+    ::munmap(old, events::kControlPageBytes);
+  }
+  g_control_mapped = true;
 }
 
 void do_profile(lk::Reply* reply) {
@@ -784,6 +845,9 @@ void handle_request(const lk::Message& m, int received_fd, lk::Reply* reply) {
       break;
     case lk::MsgType::kSetHist:
       do_set_hist(std::get<lk::SetHist>(m.body), reply);
+      break;
+    case lk::MsgType::kControl:
+      do_control(received_fd, reply);
       break;
     case lk::MsgType::kArmAll:
       if (int rc = probecore::arm_all_kprobes(); rc) set_error(reply, rc, errno_text("arm", rc));

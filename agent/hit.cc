@@ -40,6 +40,10 @@
 namespace probefs::agent {
 
 std::atomic<AreaState*> g_area{nullptr};
+namespace {
+constinit events::ControlPage g_no_control{};
+}  // namespace
+std::atomic<events::ControlPage*> g_control{&g_no_control};
 std::atomic<const HitSynth*> g_synths[kMaxSynthEvents];
 long g_tid_offset = -1;
 
@@ -150,7 +154,8 @@ template <class Reader>
 // record as lost unless recording is off.
 [[gnu::noinline, gnu::cold]] void count_unowned(AreaState* as, const HitProbe* hp) {
   events::ring_count_hit_unowned(as->area, hp->counter_slot);
-  if (!events::ring_record_disabled(as->area)) events::ring_drop_unowned(as->area);
+  if (!events::control_tracing_off(g_control.load(std::memory_order_relaxed)))
+    events::ring_drop_unowned(as->area);
 }
 
 // The bytes of a record built for histograms alone (the event does not record, or its
@@ -232,20 +237,20 @@ void capture_stack(const AreaState* as, const HitProbe* hp, const PtRegs* regs, 
              events::kHistStackDepth);
 }
 
-// Whether a committed record of `hp` is followed by stack records (write_stacks).
-[[gnu::always_inline]] inline bool wants_stacks(const HitProbe* hp, const events::RingProducer* p) {
-  return events::ring_stack_options(p->area) != 0 || hp->stacks.load(std::memory_order_relaxed);
+// Whether a committed record is followed by stack records (write_stacks).
+[[gnu::always_inline]] inline bool wants_stacks(const events::RingProducer* p) {
+  return events::ring_stack_options(p->area) != 0;
 }
 
-// options/stacktrace and userstacktrace, the stacktrace trigger: the thread's stack as
-// records of their own, after the record of the hit (the ring holds one reservation at a
-// time). kernel_stack is the walk of stack keys; user_stack the kernel's walk of a
-// uprobe's user stack (where the thread stopped, then the frame-pointer chain).
+// options/stacktrace and userstacktrace (`opts`), and the stacktrace trigger
+// (kRingKernelStack alone): the thread's stack as records of their own, after the record
+// of the hit (the ring holds one reservation at a time). kernel_stack is the walk of
+// stack keys; user_stack the kernel's walk of a uprobe's user stack (where the thread
+// stopped, then the frame-pointer chain).
 [[gnu::noinline, gnu::cold]] void write_stacks(const AreaState* as, const HitProbe* hp,
                                                events::RingProducer* p, const PtRegs* regs,
-                                               uint64_t ret_ip, int32_t tid) {
-  const uint32_t opts = events::ring_stack_options(p->area);
-  if ((opts & events::kRingKernelStack) || hp->stacks.load(std::memory_order_relaxed)) {
+                                               uint64_t ret_ip, int32_t tid, uint32_t opts) {
+  if (opts & events::kRingKernelStack) {
     static_assert(events::kStackRecordDepth == events::kHistStackDepth);
     uint64_t frames[events::kStackRecordDepth];
     capture_stack(as, hp, regs, ret_ip, frames);
@@ -372,7 +377,7 @@ const HitSynth* find_synth(uint16_t id) {
     FiredSet next;
     if (hs->hists.n)
       count_hists(as, &hs->hists, rec, hs->size, p->ring, cpu, "", nullptr, depth < 1 ? &next : nullptr);
-    if (hs->record && !events::ring_record_disabled(p->area)) {
+    if (hs->record && !events::control_tracing_off(g_control.load(std::memory_order_relaxed))) {
       if (hs->filter) {
         events::FilterContext fc;
         fc.cpu = cpu;
@@ -392,76 +397,10 @@ const HitSynth* find_synth(uint16_t id) {
   }
 }
 
-// Where a hit with histograms builds its record: in the ring when the event records and
-// there is room, else in `stack` (kHistRecordBytes). *record says which; *cpu is the CPU
-// the hit ran on.
-[[gnu::always_inline]] inline uint8_t* hist_record_room(const HitProbe* hp, const HitHists* hh,
-                                                        events::RingProducer* p, uint8_t* stack,
-                                                        bool* record, uint32_t* cpu) {
-  *record = hp->record.load(std::memory_order_relaxed) && !events::ring_record_disabled(p->area);
-  if (*record) {
-    auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
-    if (rec != nullptr) {
-      *cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
-      return rec;
-    }
-    *record = false;  // full: counted as lost; the histograms still count
-  }
-  *cpu = hh->needs_cpu ? events::ring_detail::ring_rseq_cpu(p->rseq_cpu) : 0;
-  return stack;
-}
-
-// A hit of a probe with histograms: the record is built (into the ring when the event
-// records and there is room, else on the stack), counted in the histograms, then
-// committed or dropped by the event's filter as emit() does.
-[[gnu::noinline]] void emit_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
-                                  events::RingProducer* p, int32_t tid, const PtRegs* regs,
-                                  uint64_t ip, uint64_t ret_ip, const uint64_t* entry_args) {
-  alignas(8) uint8_t stack[kHistRecordBytes];
-  bool record;
-  uint32_t cpu;
-  uint8_t* rec = hist_record_room(hp, hh, p, stack, &record, &cpu);
-  const uint32_t cap = record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
-  char comm[16];
-  comm[0] = 0;
-  events::HitContext hc;
-  hc.regs = regs;
-  hc.ip = ip;
-  hc.ret_ip = ret_ip;
-  hc.entry_args = entry_args;
-  hc.pid = tid;
-  hc.event_id = hp->event_id;
-  if (__atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) || hh->needs_comm) {
-    read_comm(comm);
-    hc.comm = comm;
-  }
-  uint32_t len;
-  if (as->fault_tolerant) {
-    events::FaultTolerantReader rd;
-    len = events::write_record(hp->view, hc, rd, rec, cap);
-  } else {
-    events::LiveMemoryReader rd(as->pid);
-    len = events::write_record(hp->view, hc, rd, rec, cap);
-  }
-  FiredSet fired;
-  uint64_t frames[events::kHistStackDepth];
-  if (__builtin_expect(hh->needs_stack, 0))
-    capture_stack(as, hp, regs, ret_ip, frames);
-  if (len != 0) count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
-  if (record) {
-    const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
-    events::FilterContext fc;
-    fc.cpu = cpu;
-    fc.comm = comm;
-    if (len == 0 || (f != nullptr && !events::filter_match(*f, rec, len, fc))) {
-      events::ring_discard(p);
-    } else {
-      events::ring_commit(p, len);
-      if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
-    }
-  }
-  if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
-}
+// Everything but the straight path: histograms, triggers, soft mode (below).
+void emit_slow(const HitProbe* hp, AreaState* as, events::RingProducer* p, int32_t tid,
+               const PtRegs* regs, uint64_t ip, uint64_t ret_ip, const uint64_t* entry_args,
+               bool fast);
 
 // Out of line: the handlers' straight path (emit_fast) then needs no frame of its own.
 [[gnu::noinline]] void emit(const HitProbe* hp, const PtRegs* regs, uint64_t ip,
@@ -475,11 +414,12 @@ const HitSynth* find_synth(uint16_t id) {
     return;
   }
   events::ring_count_hit(p, hp->counter_slot);
-  if (const HitHists* hh = hp->hists.load(std::memory_order_acquire)) {
-    emit_hists(hp, hh, as, p, tid, regs, ip, ret_ip, entry_args);
+  if (__builtin_expect(hp->slow.load(std::memory_order_acquire), 0)) {
+    emit_slow(hp, as, p, tid, regs, ip, ret_ip, entry_args, false);
     return;
   }
-  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
+  if (__builtin_expect(events::control_tracing_off(g_control.load(std::memory_order_relaxed)), 0))
+    return;  // tracing_on 0
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;  // full: counted as lost
   char comm[16];
@@ -519,7 +459,8 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
-  if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
+  if (__builtin_expect(wants_stacks(p), 0))
+    write_stacks(as, hp, p, regs, ret_ip, tid, events::ring_stack_options(p->area));
 }
 
 // The filter of a probe that has one (emit_fast): whether the record stays.
@@ -561,34 +502,150 @@ const HitSynth* find_synth(uint16_t id) {
   }
 }
 
-// emit_hists() for a probe on the straight path: no interpreter, no reader.
-[[gnu::noinline]] void emit_fast_hists(const HitProbe* hp, const HitHists* hh, AreaState* as,
-                                       events::RingProducer* p, int32_t tid,
-                                       const PtRegs* regs, uint64_t ret_ip) {
-  const uint64_t pid_word = uint64_t{static_cast<uint32_t>(tid)} << 32;
+// One trigger whose condition held (the kernel's trigger functions, with counts that stay
+// exact when threads race: the count is taken before the switch, and given back when
+// another hit made that very switch first). traceon and traceoff, enable_event and
+// disable_event spend no count when tracing or the event already is as they would set it.
+void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, const AreaState* as,
+                  const HitProbe* hp, events::RingProducer* p, const PtRegs* regs,
+                  uint64_t ret_ip, int32_t tid) {
+  using A = events::TriggerAction;
+  switch (t.action) {
+    case A::kTraceOn:
+    case A::kTraceOff: {
+      const bool off = t.action == A::kTraceOff;
+      if (events::control_tracing_off(ctl) == off) return;
+      if (!events::control_take_count(ctl, t.count_slot)) return;
+      if (!events::control_switch_tracing(ctl, off)) events::control_give_count(ctl, t.count_slot);
+      return;
+    }
+    case A::kEnableEvent:
+    case A::kDisableEvent: {
+      const bool disable = t.action == A::kDisableEvent;
+      if (events::control_soft_disabled(ctl, t.target_event) == disable) return;
+      if (!events::control_take_count(ctl, t.count_slot)) return;
+      if (!events::control_switch_soft(ctl, t.target_event, disable))
+        events::control_give_count(ctl, t.count_slot);
+      return;
+    }
+    case A::kStackTrace:
+      if (!events::control_take_count(ctl, t.count_slot)) return;
+      if (p != nullptr && !events::control_tracing_off(ctl))
+        write_stacks(as, hp, p, regs, ret_ip, tid, events::kRingKernelStack);
+      return;
+  }
+}
+
+// The triggers of a hit with a record (HitTriggers::cond): those whose filter keeps it
+// run now (traceon, enable_event, disable_event), or after the record is committed
+// (traceoff, stacktrace: their bits in the result), as the kernel runs them: the record
+// that fires a traceoff is in the trace, one that fires a conditional traceon is not.
+uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, const AreaState* as,
+                           const HitProbe* hp, events::RingProducer* p, const PtRegs* regs,
+                           uint64_t ret_ip, int32_t tid, const uint8_t* rec, uint32_t len,
+                           uint32_t cpu, const char* comm) {
+  uint64_t post = 0;
+  for (uint32_t i = 0; i < tr->n; ++i) {
+    const HitTriggers::One& t = tr->t[i];
+    if (t.filter != nullptr) {
+      events::FilterContext fc;
+      fc.cpu = cpu;
+      fc.comm = comm;
+      if (len == 0 || !events::filter_match(*t.filter, rec, len, fc)) continue;
+    }
+    if (t.action == events::TriggerAction::kTraceOff || t.action == events::TriggerAction::kStackTrace)
+      post |= uint64_t{1} << i;
+    else
+      fire_trigger(t, ctl, as, hp, p, regs, ret_ip, tid);
+  }
+  return post;
+}
+
+// Everything but the straight path: histograms, triggers, soft mode. As the kernel's
+// event path: triggers that need no record run first; then the record is built (into
+// the ring when the event records and there is room, else on the stack, for histograms
+// and triggers), counted in the histograms, the conditional triggers run on it, it is
+// committed or dropped (soft-disabled, the event's filter), and the post triggers run.
+// `fast`: the probe's record is written by write_fast_record (HitProbe::fast).
+[[gnu::noinline]] void emit_slow(const HitProbe* hp, AreaState* as, events::RingProducer* p,
+                                 int32_t tid, const PtRegs* regs, uint64_t ip, uint64_t ret_ip,
+                                 const uint64_t* entry_args, bool fast) {
+  events::ControlPage* ctl = g_control.load(std::memory_order_relaxed);
+  const HitHists* hh = hp->hists.load(std::memory_order_acquire);
+  const HitTriggers* tr = hp->triggers.load(std::memory_order_acquire);
+  if (tr != nullptr && !tr->cond)
+    for (uint32_t i = 0; i < tr->n; ++i) fire_trigger(tr->t[i], ctl, as, hp, p, regs, ret_ip, tid);
+  const bool cond = tr != nullptr && tr->cond;
+  const bool soft_off = hp->soft.load(std::memory_order_relaxed) &&
+                        events::control_soft_disabled(ctl, hp->event_id);
+  bool record = !soft_off && hp->record.load(std::memory_order_relaxed) &&
+                !events::control_tracing_off(ctl);
+  if (!record && hh == nullptr && !cond) return;
+
   alignas(8) uint8_t stack[kHistRecordBytes];
-  bool record;
-  uint32_t cpu;
-  uint8_t* rec = hist_record_room(hp, hh, p, stack, &record, &cpu);
-  write_fast_record(hp, regs, ret_ip, pid_word, rec);
-  const uint32_t len = hp->view.fixed_size;
+  uint8_t* rec = stack;
+  uint32_t cpu = 0;
+  if (record) {
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap))) {
+      rec = r;
+      cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
+    } else {
+      record = false;  // full: counted as lost; histograms and triggers still see the hit
+    }
+  }
+  if (!record && ((hh && hh->needs_cpu) || cond))
+    cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
+  const bool needs_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) ||
+                          (hh && hh->needs_comm) || (tr && tr->needs_comm);
   char comm[16];
   comm[0] = 0;
-  if (hh->needs_comm) read_comm(comm);
+  if (needs_comm) read_comm(comm);
+  uint32_t len;
+  if (fast && !needs_comm) {
+    write_fast_record(hp, regs, ret_ip, uint64_t{static_cast<uint32_t>(tid)} << 32, rec);
+    len = hp->view.fixed_size;
+  } else {
+    const uint32_t cap =
+        record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
+    events::HitContext hc;
+    hc.regs = regs;
+    hc.ip = ip;
+    hc.ret_ip = ret_ip;
+    hc.entry_args = entry_args;
+    hc.pid = tid;
+    hc.event_id = hp->event_id;
+    if (needs_comm) hc.comm = comm;
+    if (as->fault_tolerant) {
+      events::FaultTolerantReader rd;
+      len = events::write_record(hp->view, hc, rd, rec, cap);
+    } else {
+      events::LiveMemoryReader rd(as->pid);
+      len = events::write_record(hp->view, hc, rd, rec, cap);
+    }
+  }
   FiredSet fired;
-  uint64_t frames[events::kHistStackDepth];
-  if (__builtin_expect(hh->needs_stack, 0))
-    capture_stack(as, hp, regs, ret_ip, frames);
-  count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
+  if (hh != nullptr && len != 0) {
+    uint64_t frames[events::kHistStackDepth];
+    if (__builtin_expect(hh->needs_stack, 0)) capture_stack(as, hp, regs, ret_ip, frames);
+    count_hists(as, hh, rec, len, p->ring, cpu, comm, frames, &fired);
+  }
+  const uint64_t post =
+      cond ? run_cond_triggers(tr, ctl, as, hp, p, regs, ret_ip, tid, rec, len, cpu, comm) : 0;
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
-    if (f != nullptr && !fast_filter_keeps(f, p, rec, len)) {
+    events::FilterContext fc;
+    fc.cpu = cpu;
+    fc.comm = comm;
+    if (len == 0 || (f != nullptr && !events::filter_match(*f, rec, len, fc))) {
       events::ring_discard(p);
     } else {
       events::ring_commit(p, len);
-      if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
+      if (__builtin_expect(wants_stacks(p), 0))
+        write_stacks(as, hp, p, regs, ret_ip, tid, events::ring_stack_options(p->area));
     }
   }
+  for (uint64_t bits = post; bits != 0; bits &= bits - 1)
+    fire_trigger(tr->t[__builtin_ctzll(bits)], ctl, as, hp, p, regs, ret_ip, tid);
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
 
@@ -606,11 +663,12 @@ const HitSynth* find_synth(uint16_t id) {
     return;
   }
   events::ring_count_hit(p, hp->counter_slot);
-  if (const HitHists* hh = hp->hists.load(std::memory_order_acquire)) {
-    emit_fast_hists(hp, hh, as, p, tid, regs, ret_ip);
+  if (__builtin_expect(hp->slow.load(std::memory_order_acquire), 0)) {
+    emit_slow(hp, as, p, tid, regs, hp->address, ret_ip, nullptr, true);
     return;
   }
-  if (__builtin_expect(events::ring_record_disabled(p->area), 0)) return;  // tracing_on 0
+  if (__builtin_expect(events::control_tracing_off(g_control.load(std::memory_order_relaxed)), 0))
+    return;  // tracing_on 0
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;
   write_fast_record(hp, regs, ret_ip, uint64_t{static_cast<uint32_t>(tid)} << 32, rec);
@@ -622,7 +680,8 @@ const HitSynth* find_synth(uint16_t id) {
     }
   }
   events::ring_commit(p, len);
-  if (__builtin_expect(wants_stacks(hp, p), 0)) write_stacks(as, hp, p, regs, ret_ip, tid);
+  if (__builtin_expect(wants_stacks(p), 0))
+    write_stacks(as, hp, p, regs, ret_ip, tid, events::ring_stack_options(p->area));
 }
 
 // The straight path applies while no one asked for the thread's name (needs_comm only

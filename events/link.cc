@@ -328,8 +328,12 @@ void put_set_hist(Out& o, const SetHist& s) {
     o.ok = false;
     return;
   }
+  if (s.triggers.size() > kMaxHitTriggers) {
+    o.ok = false;
+    return;
+  }
   o.u32(s.probe_id);
-  o.u8(static_cast<uint8_t>((s.record ? 1 : 0) | (s.stacks ? 2 : 0)));
+  o.u8(static_cast<uint8_t>((s.record ? 1 : 0) | (s.soft ? 2 : 0)));
   o.u8(static_cast<uint8_t>(s.programs.size()));
   o.u16(s.synth_id);
   o.u32(s.synth_size);
@@ -380,6 +384,19 @@ void put_set_hist(Out& o, const SetHist& s) {
     }
     for (uint32_t i = 0; i < p.track.nsave; ++i) put_operand(o, p.track.save[i]);
   }
+  o.u8(static_cast<uint8_t>(s.triggers.size()));
+  for (const TriggerSpec& t : s.triggers) {
+    if (t.action < TriggerAction::kTraceOn || t.action > TriggerAction::kStackTrace ||
+        (t.count_slot >= kControlCountSlots && t.count_slot != kNoCountSlot)) {
+      o.ok = false;
+      return;
+    }
+    o.u8(static_cast<uint8_t>(t.action));
+    o.u8(0);
+    o.u16(t.target_event);
+    o.u32(t.count_slot);
+    put_filter(o, t.filter);
+  }
 }
 
 bool get_set_hist(In& in, SetHist* s) {
@@ -390,7 +407,7 @@ bool get_set_hist(In& in, SetHist* s) {
   in.get(&flags, "set_hist");
   if (in.ok() && (flags & ~3u) != 0) return in.fail("set_hist: flags");
   s->record = (flags & 1) != 0;
-  s->stacks = (flags & 2) != 0;
+  s->soft = (flags & 2) != 0;
   in.get(&n, "set_hist");
   in.get(&s->synth_id, "set_hist");
   in.get(&s->synth_size, "set_hist");
@@ -491,6 +508,27 @@ bool get_set_hist(In& in, SetHist* s) {
       if (!get_operand(in, &p.track.save[i], false, g.key_bytes)) return false;
     s->programs.push_back(std::move(p));
     s->geometries.push_back(g);
+  }
+  uint8_t t = 0;
+  in.get(&t, "set_hist: triggers");
+  if (!in.ok()) return false;
+  if (t > kMaxHitTriggers) return in.fail("set_hist: too many triggers");
+  for (uint8_t i = 0; i < t; ++i) {
+    TriggerSpec spec;
+    uint8_t action = 0, zero = 0;
+    in.get(&action, "set_hist: trigger");
+    in.get(&zero, "set_hist: trigger");
+    in.get(&spec.target_event, "set_hist: trigger");
+    in.get(&spec.count_slot, "set_hist: trigger");
+    if (!in.ok()) return false;
+    if (action < static_cast<uint8_t>(TriggerAction::kTraceOn) ||
+        action > static_cast<uint8_t>(TriggerAction::kStackTrace) || zero != 0)
+      return in.fail("set_hist: trigger action");
+    if (spec.count_slot >= kControlCountSlots && spec.count_slot != kNoCountSlot)
+      return in.fail("set_hist: trigger count slot");
+    spec.action = static_cast<TriggerAction>(action);
+    if (!get_filter(in, &spec.filter)) return false;
+    s->triggers.push_back(std::move(spec));
   }
   return in.ok();
 }
@@ -605,7 +643,7 @@ void encode_body(Out& o, const Message& m) {
 }
 
 bool valid_type(uint16_t t) {
-  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kUnwind)) ||
+  return (t >= static_cast<uint16_t>(MsgType::kSetup) && t <= static_cast<uint16_t>(MsgType::kControl)) ||
          t == static_cast<uint16_t>(MsgType::kHello) || t == static_cast<uint16_t>(MsgType::kMapped) ||
          t == static_cast<uint16_t>(MsgType::kListChanged) ||
          t == static_cast<uint16_t>(MsgType::kReply);
@@ -845,6 +883,7 @@ const char* type_name(MsgType type) {
     case MsgType::kHistTable: return "HIST_TABLE";
     case MsgType::kSetHist: return "SET_HIST";
     case MsgType::kUnwind: return "UNWIND";
+    case MsgType::kControl: return "CONTROL";
     case MsgType::kHello: return "HELLO";
     case MsgType::kMapped: return "MAPPED";
     case MsgType::kListChanged: return "LIST_CHANGED";

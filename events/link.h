@@ -61,6 +61,7 @@
 #include "arch/text_range.h"
 #include "arch/unwind_table.h"
 #include "events/compile.h"
+#include "events/control_page.h"
 #include "events/filter.h"
 #include "events/hist.h"
 
@@ -70,12 +71,14 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 8;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+inline constexpr uint32_t kAgentAbiVersion = 9;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
                                                   // 7: onmax, onchange, stack keys,
                                                   //    SET_HIST's stack flag
                                                   // 8: UNWIND
+                                                  // 9: CONTROL, SET_HIST's triggers
+                                                  //    and soft mode
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -110,6 +113,7 @@ enum class MsgType : uint16_t {
   kHistTable = 17,    // HistTable [+ the tables' memfd (SCM_RIGHTS)]
   kSetHist = 18,      // SetHist
   kUnwind = 19,       // Unwind + the table's sealed memfd (SCM_RIGHTS)
+  kControl = 20,      // no payload + the mount's control page memfd (SCM_RIGHTS)
   // agent -> daemon
   kHello = 0x100,     // Hello
   kMapped = 0x101,    // Mapped
@@ -257,34 +261,40 @@ struct HistTable {
 };
 
 // SET_HIST: what the hits of one probe do besides recording: the histograms they count
-// into, and whether they write ring records at all (an event that only aggregates writes
-// none: the kernel's soft mode). With synth_id set, the same for a synthetic event (no
-// probe: hist actions write its records, of synth_size bytes, kept by synth_filter).
-//   u32 probe_id, u8 flags (1: record, 2: a kernel_stack record after each of its
-//   records: the stacktrace trigger), u8 n, u16 synth_id, u32 synth_size, u8 has_filter,
-//   [bytes filter], u64 clock anchor_tsc, u64 anchor_ns, u64 mult,
+// into, the event's triggers, whether they write ring records at all, and whether the
+// event is in soft mode (it then records only while its byte in the control page,
+// events/control_page.h, is 0). With synth_id set, the same for a synthetic event (no
+// probe: hist actions write its records, of synth_size bytes, kept by synth_filter; no
+// triggers).
+//   u32 probe_id, u8 flags (1: record, 2: soft mode), u8 n, u16 synth_id,
+//   u32 synth_size, u8 has_filter, [bytes filter], u64 clock anchor_tsc, u64 anchor_ns,
+//   u64 mult,
 //   n x (u32 slot, geometry as in HIST_TABLE, u8 nkeys, u8 nvals, u16 0,
 //        nkeys x operand, nvals x operand, u8 has_filter, [bytes filter],
 //        u8 nvars, u8 nrefs, u8 nparams, u8 track (kind | 0x80 when the action is the
 //        handler's), u16 action synth_id, u8 tracked var, u8 nsave,
 //        nvars x (u8 op, operand a, operand b), nrefs x (u32 slot, u32 var, geometry),
 //        nparams x (operand, u32 field offset, u8 field size, u8 0, u16 0),
-//        nsave x operand)
+//        nsave x operand),
+//   u8 t, t x (u8 action, u8 0, u16 target event id, u32 count slot, u8 has_filter,
+//              [bytes filter])
 //   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
 //            u32 key_size, u64 buckets, u64 value
 // n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind, a
 // variable or reference index within its program; the record offsets are checked
-// against the probe's (or synthetic event's) record by the agent.
+// against the probe's (or synthetic event's) record by the agent. t <= kMaxHitTriggers,
+// each of a known action, its count slot below kControlCountSlots or kNoCountSlot.
 struct SetHist {
   uint32_t probe_id = 0;
   bool record = true;
-  bool stacks = false;  // the stacktrace trigger
+  bool soft = false;
   std::vector<HistProgram> programs;
   std::vector<HistGeometry> geometries;  // one per program: its slot's
   uint16_t synth_id = 0;
   uint32_t synth_size = 0;
   std::optional<CompiledFilter> synth_filter;
   HistClock clock;
+  std::vector<TriggerSpec> triggers;
 };
 
 // OPTIMIZATION: u8 on (debug.kprobes_optimization)

@@ -193,7 +193,8 @@ inline constexpr uint32_t kRingOwnerRecordBytes = kRingRecordHeaderSize + sizeof
 struct RingAreaHeader {
   // Line 0: written by the daemon before it hands the area out; read-only afterwards but
   // for stamp_mode, which the daemon may change when the trace clock changes, and
-  // record_disabled, which it changes with tracing_on.
+  // stack_options, which it changes with options/. (tracing_on is the control page's:
+  // events/control_page.h.)
   uint32_t magic;
   uint32_t version;
   uint64_t area_bytes;
@@ -204,7 +205,7 @@ struct RingAreaHeader {
   uint32_t fallback_offset;  // from the area's start: fallback_hits, then misses
   uint32_t rings_offset;     // from the area's start: ring 0
   uint32_t stamp_mode;       // ring_stamp_mode(); read by every reserve (relaxed)
-  uint32_t record_disabled;  // nonzero: tracing_on is 0 (ring_record_disabled)
+  uint32_t reserved1;        // 0
   uint32_t stack_options;    // kRingStack*: stack records after each event's (options/)
   uint32_t reserved0[3];
   // Line 1: the counter clock, atomic (kRingStampCounter).
@@ -710,18 +711,9 @@ inline void ring_drop_unowned(RingAreaHeader* area) {
   __atomic_add_fetch(&area->unowned_lost, 1, __ATOMIC_RELAXED);
 }
 
-// tracing_on (the kernel's ring_buffer_record_off/on): while the daemon has recording
-// switched off, the hit glue counts each hit and stops there, before it reserves: no
-// record and no lost count. One relaxed load of the header's first line, which every
-// reserve reads anyway (stamp_mode); no fence: a hit that races with the switch may
-// still record, as in the kernel.
-[[gnu::always_inline]] inline bool ring_record_disabled(const RingAreaHeader* area) {
-  return ring_detail::load_relaxed(&area->record_disabled) != 0;
-}
-
 // options/stacktrace and options/userstacktrace: after each record of an event it
 // committed, the hit writes the thread's stack as the kernel's ftrace records do (below).
-// Read from the header's first line, as record_disabled.
+// Read from the header's first line, as stamp_mode.
 inline constexpr uint32_t kRingKernelStack = 1;  // a kernel_stack record (`<stack trace>`)
 inline constexpr uint32_t kRingUserStack = 2;    // a user_stack record (`<user stack trace>`)
 [[gnu::always_inline]] inline uint32_t ring_stack_options(const RingAreaHeader* area) {

@@ -123,10 +123,6 @@ void ring_set_stack_options(RingAreaHeader* area, uint32_t options) {
   store_relaxed(&area->stack_options, options);
 }
 
-void ring_set_record_disabled(RingAreaHeader* area, bool disabled) {
-  store_relaxed(&area->record_disabled, disabled ? 1u : 0u);
-}
-
 RingArea::~RingArea() { reset(); }
 
 RingArea::RingArea(RingArea&& o) noexcept : fd_(o.fd_), mem_(o.mem_), size_(o.size_) {

@@ -28,7 +28,6 @@
 //   now and then (each second, and when a thread-exit notice arrives): reader.reclaim(),
 //                converter.update()
 //   trace_clock: ring_set_stamp_mode on every area, reader.clear(), converter.calibrate()
-//   tracing_on:  ring_set_record_disabled on every area
 #pragma once
 
 #include <sys/types.h>
@@ -58,9 +57,6 @@ uint32_t ring_detect_stamp_mode(RingStampClock clock);
 // keep theirs: clear the readers, as the kernel empties its buffers on a clock change.
 void ring_set_stamp_mode(RingAreaHeader* area, uint32_t stamp_mode);
 
-// tracing_on: recording off (disabled) or on in the area from now on (ring.h,
-// ring_record_disabled). Hits are still counted while it is off.
-void ring_set_record_disabled(RingAreaHeader* area, bool disabled);
 // options/stacktrace and userstacktrace for the area's writers (kRingKernelStack...).
 void ring_set_stack_options(RingAreaHeader* area, uint32_t options);
 

@@ -116,7 +116,6 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	            echo traceoff:3 > events/uprobes/myprobe/trigger
 	            echo 'enable_event:uprobes:other:3 if len > 1' > \
 	                  events/uprobes/myprobe/trigger
-	   Triggers act when probefs reads the record, in timestamp order.
 	   Like function triggers, the counter is only decremented if it
 	    enabled or disabled tracing.
 	   To remove a trigger without a count:

@@ -58,12 +58,7 @@ bool any_address(std::string_view, uint64_t* addr) {
 DynamicEvents::Impl::Impl(Tracefs& f)
     : fs(f),
       tracer(f.tracer()),
-      tree(f.tree()),
-      gate(TriggerGate::Hooks{
-          [&f](bool on) { f.set_tracing_on(on); },
-          [&f] { return f.tracing_on(); },
-          [&f](pid_t pid, pid_t tid) { return f.tracer().comm_of(pid, tid); },
-      }) {}
+      tree(f.tree()) {}
 
 // ---- the files at the top ------------------------------------------------------------------
 
@@ -207,12 +202,6 @@ DynEvent* DynamicEvents::Impl::find_event(std::string_view group, std::string_vi
   return nullptr;
 }
 
-DynEvent* DynamicEvents::Impl::event_of(const TriggerGate::Event* gate_event) {
-  for (const auto& ev : events)
-    if (ev->gate.get() == gate_event) return ev.get();
-  return nullptr;
-}
-
 // A new probe: joins the event of its name (the kernel's checks, in its order), or makes
 // a new event; then the tracer places it. A failure anywhere leaves nothing behind.
 int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer) {
@@ -253,7 +242,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
     view->compiled = compiled;
     view->kprobe_style = def.syntax == events::ProbeSyntax::kKprobe;
     fs.events().publish(std::move(view));
-    created->gate = gate.add_event(created->id);
+    tracer.set_soft_disabled(created->id, false);  // an id used before may have left it set
     ev = created.get();
   }
 
@@ -268,7 +257,6 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   events::Diagnostic reg;
   if (int err = tracer.define_probe(spec, &id, &reg); err != 0) {
     if (created) {
-      gate.remove_event(created->id);
       fs.events().unpublish(created->id);
       fs.events().release_id(created->id);
     }
@@ -283,7 +271,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   p->seq = next_seq++;
   ev->probes.push_back(p.get());
   probes.push_back(std::move(p));
-  if (!ev->hists.empty()) apply_hists(*ev);
+  if (!ev->hists.empty()) apply_hits(*ev);
   if (created) {
     events.push_back(created);
     add_event_nodes(created);
@@ -394,7 +382,7 @@ int DynamicEvents::Impl::define_synthetic(const events::SynthEvent& se,
   view->name = ev->name;
   view->compiled = ev->compiled;
   fs.events().publish(std::move(view));
-  ev->gate = gate.add_event(ev->id);
+  tracer.set_soft_disabled(ev->id, false);
   events.push_back(ev);
   add_event_nodes(ev);
   return 0;
@@ -420,14 +408,12 @@ int DynamicEvents::Impl::remove_probe(DynProbe* p) {
   return 0;
 }
 
-// The event's last probe is gone: its triggers let their targets go, and its id, view,
-// gate record and files go.
+// The event's last probe is gone: its triggers let their targets go, and its id, view
+// and files go.
 void DynamicEvents::Impl::destroy_event(DynEvent* ev) {
   ev->hists.clear();  // their tables go with the last trigger that shares them
-  for (const TriggerGate::EventPtr& t : gate.remove_all(*ev->gate))
-    if (DynEvent* target = event_of(t.get()); target && target != ev) soft_off(*target);
+  drop_triggers(*ev);
   if (ev->synthetic) tracer.remove_synth(ev->id);
-  gate.remove_event(ev->id);
   fs.events().unpublish(ev->id);
   fs.events().release_id(ev->id);
   remove_event_nodes(*ev);
@@ -467,48 +453,32 @@ std::string DynamicEvents::Impl::kprobe_profile() {
 
 void DynamicEvents::Impl::clear_all() {
   std::lock_guard l(mu);
-  for (const auto& ev : events) {
-    (void)gate.remove_all(*ev->gate);
-    ev->soft_refs = 0;
-  }
+  for (const auto& ev : events) drop_triggers(*ev);
   for (const auto& p : probes) (void)tracer.remove_probe(p->id);
   for (const auto& p : probes) p->event->probes.clear();
   probes.clear();
   for (const auto& ev : events) {
     ev->registered = false;
     if (ev->synthetic) tracer.remove_synth(ev->id);
-    gate.remove_event(ev->id);
     fs.events().unpublish(ev->id);
     fs.events().release_id(ev->id);
     remove_event_nodes(*ev);
     ev->removed = true;
   }
   events.clear();
-  gate.stop();
 }
 
 // ---- DynamicEvents -------------------------------------------------------------------------
 
 DynamicEvents::DynamicEvents(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {
   impl_->add_root_files();
-  Impl* impl = impl_.get();
-  fs.events().set_gate(
-      [impl](const EventView& v, const tracee::TraceRecord& r) { return impl->gate.admit(v, r); },
-      [impl] { return impl->gate.quiet(); });
-  fs.events().set_stack_gate(
-      [impl](pid_t pid, int32_t tid) { return impl->gate.stack_shown(pid, tid); });
 }
 
-DynamicEvents::~DynamicEvents() {
-  impl_->fs.events().set_gate({});
-  impl_->fs.events().set_stack_gate({});
-  impl_->gate.stop();
-}
+DynamicEvents::~DynamicEvents() = default;
 
 void DynamicEvents::clear_all() { impl_->clear_all(); }
 
 void DynamicEvents::log_error(const events::Diagnostic& d) { impl_->error_log.add(d); }
 
-void DynamicEvents::sync_triggers() { impl_->gate.sync(); }
 
 }  // namespace probefs::fs

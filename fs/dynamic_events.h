@@ -4,10 +4,8 @@
 // uprobe_profile, error_log, events/ (enable and filter at every level; per event
 // enable, filter, format, id, trigger), available_events and set_event.
 //
-// It installs the EventTable's gate: soft-disabled events and the triggers (traceon,
-// traceoff, enable_event, disable_event, with counts and filters) act on records as the
-// readers take them, in timestamp order (fs/event_triggers.h says how that differs from
-// the kernel).
+// Triggers (traceon, traceoff, stacktrace, enable_event, disable_event, with counts and
+// filters) and soft mode act at the hit, in the traced processes (fs/event_triggers.h).
 //
 // Threads: every method, and every file it adds, may be used from any thread at once.
 #pragma once
@@ -35,10 +33,6 @@ class DynamicEvents {
   // Adds an entry to error_log (nothing for a diagnostic that is not logged).
   void log_error(const events::Diagnostic& d);
 
-  // Waits until every tracing_on change that a traceon or traceoff trigger made has
-  // reached Tracefs::set_tracing_on (the gate makes them from a thread of its own); and
-  // when tracing_on is on again after a traceoff, shows records again from now on.
-  void sync_triggers();
 
   struct Impl;  // fs/dynamic_events_impl.h
 

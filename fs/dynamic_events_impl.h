@@ -5,8 +5,8 @@
 //
 // Threads: `mu` guards every probe and event and the tree nodes of events/. Calls into the
 // tracer are made with `mu` held (the tracer has its own lock, and never calls back into
-// fs with it held). The gate (fs/event_triggers.h) has its own lock, taken after `mu`,
-// never before it; the trace readers reach only the gate, never `mu`.
+// fs with it held). The trace readers never take `mu`: what the triggers change at the
+// hit lives in the tracer's control page (fs/event_triggers.h).
 #pragma once
 
 #include <sys/types.h>
@@ -83,10 +83,12 @@ struct DynEvent {
   // Its probes are enabled in the tracer: by `enable`, or by soft mode (the kernel's
   // EVENT_FILE_FL_ENABLED).
   bool registered = false;
-  int soft_refs = 0;  // enable_event / disable_event triggers that target it
+  // The triggers that hold it in soft mode: its own, and the enable_event /
+  // disable_event triggers that target it (hist triggers hold it apart: `hists`).
+  int soft_refs = 0;
   std::shared_ptr<const events::CompiledFilter> filter;
   std::string filter_text = "none\n";  // what its filter file reads
-  TriggerGate::EventPtr gate;
+  std::vector<Trigger> triggers;  // newest first, as the trigger file lists them
   std::vector<HistTrigger> hists;  // in the order they were added
   bool removed = false;  // files still open on a removed event find this
   // A synthetic event (events/synthetic.h): no probes; defined by synthetic_events or
@@ -103,7 +105,6 @@ struct DynamicEvents::Impl {
   tracee::Tracer& tracer;
   Tree& tree;
   ErrorLog error_log;
-  TriggerGate gate;
 
   std::mutex mu;
   std::vector<std::unique_ptr<DynProbe>> probes;  // definition order
@@ -131,7 +132,6 @@ struct DynamicEvents::Impl {
   std::string kprobe_profile();
   void clear_all();
   DynEvent* find_event(std::string_view group, std::string_view name);
-  DynEvent* event_of(const TriggerGate::Event* gate_event);
 
   // ---- fs/event_files.cc: events/ and the files that show or steer the events ----
   void add_events_dir();
@@ -146,6 +146,12 @@ struct DynamicEvents::Impl {
   int soft_on(DynEvent& ev);
   void soft_off(DynEvent& ev);
   std::string enable_text(const DynEvent& ev);
+  // In soft mode: its probes run whether or not it is enabled, and it records only while
+  // soft-enabled (Tracer::soft_disabled).
+  static bool soft_mode(const DynEvent& ev) { return ev.soft_refs > 0 || !ev.hists.empty(); }
+  bool soft_disabled(const DynEvent& ev) const { return soft_mode(ev) && tracer.soft_disabled(ev.id); }
+  // Drops ev's triggers (the event goes): their counts, and the soft mode they held.
+  void drop_triggers(DynEvent& ev);
   int set_filters(DynEvent& ev, std::shared_ptr<const events::CompiledFilter> f,
                   std::string text);
   int64_t write_filter(DynEvent& ev, std::string_view data);
@@ -167,7 +173,9 @@ struct DynamicEvents::Impl {
   std::string trigger_text(const DynEvent& ev);
   std::string hist_text(const DynEvent& ev);
   // What the event's probes count, and whether they record: told to each probe.
-  void apply_hists(DynEvent& ev);
+  // Tells the event's probes (or its synthetic spec) what their hits run besides
+  // recording: histograms, triggers, soft mode.
+  void apply_hits(DynEvent& ev);
   void drop_hists(DynEvent& ev);
   std::string available_events();
   std::string set_event_text();

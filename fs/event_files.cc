@@ -4,6 +4,7 @@
 // events beside them (fs/ftrace_events.cc).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <string>
@@ -220,67 +221,68 @@ int DynamicEvents::Impl::register_event(DynEvent& ev) {
     }
   }
   ev.registered = true;
-  if (ev.synthetic) apply_hists(ev);  // its records are written from now
+  if (ev.synthetic) apply_hits(ev);  // its records are written from now
   return 0;
 }
 
 void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
   for (DynProbe* p : ev.probes) (void)tracer.disable_probe(p->id);
   ev.registered = false;
-  if (ev.synthetic) apply_hists(ev);
+  if (ev.synthetic) apply_hits(ev);
 }
 
-// The enable file, set_event and the group and top-level enables. In soft mode (an
-// enable_event/disable_event trigger targets the event) the probes stay enabled and only
-// the soft-disabled state follows, as in the kernel.
+// The enable file, set_event and the group and top-level enables. In soft mode (the
+// event has triggers, or a trigger targets it) the probes stay enabled and only the
+// soft-disabled byte follows, as in the kernel.
 int DynamicEvents::Impl::set_enable(DynEvent& ev, bool on) {
   if (on) {
-    const bool was_soft = gate.soft_disabled(*ev.gate);
-    gate.set_soft_disabled(*ev.gate, false);
-    if (was_soft && !ev.hists.empty()) apply_hists(ev);  // records again
+    tracer.set_soft_disabled(ev.id, false);
+    if (ev.synthetic) apply_hits(ev);
     return ev.registered ? 0 : register_event(ev);
   }
-  if (ev.soft_refs > 0 || !ev.hists.empty()) {
-    gate.set_soft_disabled(*ev.gate, true);
-    if (!ev.hists.empty()) apply_hists(ev);  // histograms only: no records
+  if (soft_mode(ev)) {
+    tracer.set_soft_disabled(ev.id, true);
+    if (ev.synthetic) apply_hits(ev);
     return 0;
   }
   if (ev.registered) unregister_event(ev);
-  gate.set_soft_disabled(*ev.gate, false);
+  tracer.set_soft_disabled(ev.id, false);
   return 0;
 }
 
-// A trigger now targets `ev`: its probes run (records flow), and an event that was off
-// stays off to the reader (soft-disabled) until a trigger or a write enables it.
+// A trigger now holds `ev` in soft mode: its probes run, and an event that was off stays
+// off (soft-disabled) until a trigger or a write enables it. The probes learn of the
+// soft mode and the triggers before they are enabled: their first hits obey.
 int DynamicEvents::Impl::soft_on(DynEvent& ev) {
-  if (ev.soft_refs++ > 0) return 0;
+  const bool was_soft = soft_mode(ev);
+  ++ev.soft_refs;
+  if (was_soft) return 0;
+  if (!ev.registered) tracer.set_soft_disabled(ev.id, true);
+  apply_hits(ev);
   if (ev.registered) return 0;
-  gate.set_soft_disabled(*ev.gate, true);
   if (int err = register_event(ev); err != 0) {
-    gate.set_soft_disabled(*ev.gate, false);
     --ev.soft_refs;
+    tracer.set_soft_disabled(ev.id, false);
+    apply_hits(ev);
     return err;
   }
   return 0;
 }
 
-// The last trigger that targets `ev` is gone: it leaves soft mode, enabled if it was
-// soft-enabled, else off.
+// A trigger that held `ev` in soft mode is gone: with the last, it leaves soft mode,
+// enabled if it was soft-enabled, else off.
 void DynamicEvents::Impl::soft_off(DynEvent& ev) {
-  if (ev.soft_refs == 0 || --ev.soft_refs > 0) return;
-  if (!ev.hists.empty()) {  // histograms keep it running; no records while soft-disabled
-    apply_hists(ev);
-    return;
-  }
-  if (gate.soft_disabled(*ev.gate) && ev.registered) unregister_event(ev);
-  gate.set_soft_disabled(*ev.gate, false);
+  if (ev.soft_refs == 0 || --ev.soft_refs > 0 || soft_mode(ev)) return;
+  if (tracer.soft_disabled(ev.id) && ev.registered) unregister_event(ev);
+  tracer.set_soft_disabled(ev.id, false);
+  apply_hits(ev);
 }
 
 // "0" or "1", with '*' in soft mode: "0*" soft-disabled, "1*" soft-enabled.
 std::string DynamicEvents::Impl::enable_text(const DynEvent& ev) {
-  bool soft_disabled = gate.soft_disabled(*ev.gate);
-  std::string s = ev.registered && !soft_disabled ? "1" : "0";
-  if (ev.soft_refs > 0 || soft_disabled || !ev.hists.empty()) s += "*";
+  const bool disabled = soft_disabled(ev);
+  std::string s = ev.registered && !disabled ? "1" : "0";
+  if (soft_mode(ev)) s += "*";
   return s + "\n";
 }
 
@@ -307,7 +309,7 @@ int DynamicEvents::Impl::set_filters(DynEvent& ev,
                                      std::shared_ptr<const events::CompiledFilter> f,
                                      std::string text) {
   const int err = set_probe_filters(tracer, ev, std::move(f), std::move(text));
-  if (ev.synthetic) apply_hists(ev);
+  if (ev.synthetic) apply_hits(ev);
   return err;
 }
 
@@ -398,39 +400,67 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     target = find_event(c.system, c.event);
     if (!target) return -EINVAL;
   }
-  const TriggerGate::Event* target_gate = target ? target->gate.get() : nullptr;
-  // stacktrace: the event's probes write a stack record after each of theirs; the gate
-  // shows it when the trigger's count and filter let it.
-  auto set_stacks = [&](bool on) {
-    for (DynProbe* p : ev.probes) (void)tracer.set_stacktrace(p->id, on);
-  };
+  auto place = std::find_if(ev.triggers.begin(), ev.triggers.end(),
+                            [&](const Trigger& t) { return same_place(t, c.kind, target); });
   if (c.remove) {
-    TriggerGate::EventPtr gone;
-    const bool removed = gate.remove(*ev.gate, c.kind, target_gate, &gone);
-    if (removed && gone)
-      if (DynEvent* t = event_of(gone.get())) soft_off(*t);
-    if (removed && c.kind == TriggerKind::kStackTrace) set_stacks(false);
+    if (place == ev.triggers.end()) return done(data);
+    const Trigger gone = *place;
+    ev.triggers.erase(place);
+    if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
+    apply_hits(ev);
+    soft_off(ev);
+    if (gone.target) soft_off(*gone.target);
     return done(data);
   }
   std::shared_ptr<const events::CompiledFilter> filter;
   if (c.has_filter)
     if (int err = compile_trigger_filter(ev, c.filter, &filter); err != 0) return err;
-  if (gate.taken(*ev.gate, c.kind, target_gate)) return -EEXIST;
-  if (target)
-    if (int err = soft_on(*target); err != 0) return err;
-  TriggerGate::Trigger t;
+  if (place != ev.triggers.end()) return -EEXIST;
+  if (ev.triggers.size() >= events::kMaxHitTriggers) return -ENOSPC;
+  Trigger t;
   t.kind = c.kind;
   t.count = c.count;
   t.has_filter = c.has_filter;
   t.filter_text = c.filter;
   t.filter = std::move(filter);
+  if (t.count >= 0)
+    if (int err = tracer.create_trigger_count(t.count, &t.count_slot); err != 0) return err;
+  // The target first: in soft mode, so that the first hit of this trigger finds it so.
   if (target) {
-    t.target = target->gate;
+    if (int err = soft_on(*target); err != 0) {
+      if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
+      return err;
+    }
+    t.target = target;
     t.target_name = c.system + ":" + c.event;
   }
-  gate.add(*ev.gate, std::move(t));
-  if (c.kind == TriggerKind::kStackTrace) set_stacks(true);
+  ev.triggers.insert(ev.triggers.begin(), std::move(t));
+  apply_hits(ev);
+  if (int err = soft_on(ev); err != 0) {
+    const Trigger gone = ev.triggers.front();
+    ev.triggers.erase(ev.triggers.begin());
+    if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
+    apply_hits(ev);
+    if (gone.target) soft_off(*gone.target);
+    return err;
+  }
   return done(data);
+}
+
+void DynamicEvents::Impl::drop_triggers(DynEvent& ev) {
+  std::vector<Trigger> gone = std::move(ev.triggers);
+  ev.triggers.clear();
+  for (const Trigger& t : gone) {
+    if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
+    if (t.target && t.target != &ev) soft_off(*t.target);
+  }
+  ev.soft_refs = 0;
+  // Triggers of other events that target it (none can while it is held: it cannot be
+  // removed while enabled) let it go too.
+  for (const auto& other : events)
+    for (Trigger& t : other->triggers)
+      if (t.target == &ev) t.target = nullptr;
+  tracer.set_soft_disabled(ev.id, false);
 }
 
 // ---- available_events and set_event ----------------------------------------------------------

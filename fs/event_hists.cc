@@ -4,7 +4,7 @@
 //
 // An event with a hist trigger runs its probes whether or not it is enabled: the
 // kernel's soft mode (its enable file reads "0*" while it is not). While nothing but
-// histograms keeps it running, its hits write no ring record.
+// histograms keeps it running, it is soft-disabled: its hits write no ring record.
 #include <cerrno>
 
 #include "events/output.h"
@@ -20,7 +20,7 @@ size_t done(std::string_view data) { return data.size(); }
 
 }  // namespace
 
-void DynamicEvents::Impl::apply_hists(DynEvent& ev) {
+void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
   std::vector<events::HistProgram> programs;
   for (const HistTrigger& t : ev.hists) {
     events::HistProgram p = t.program;
@@ -28,20 +28,25 @@ void DynamicEvents::Impl::apply_hists(DynEvent& ev) {
     if (t.filter) p.filter = *t.filter;
     programs.push_back(std::move(p));
   }
-  // Only histograms keep it running: no records. Soft mode for enable_event targets keeps
-  // recording (the gate decides what a reader sees; fs/event_triggers.h).
-  const bool record = !(gate.soft_disabled(*ev.gate) && ev.soft_refs == 0);
   if (ev.synthetic) {
     // Written by hist actions in the targets: its size, filter and histograms go with it.
+    // Its soft state is the one of this moment (a trigger that switches it at a hit
+    // reaches its records only at the next change here).
     tracee::Tracer::SynthSpec spec;
     spec.size = ev.compiled.program.fixed_size;
-    spec.record = ev.registered && record;
+    spec.record = ev.registered && !soft_disabled(ev);
     if (ev.filter) spec.filter = *ev.filter;
     spec.hists = std::move(programs);
     (void)tracer.set_synth(ev.id, std::move(spec));
     return;
   }
-  for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, record);
+  std::vector<events::TriggerSpec> triggers;
+  for (const Trigger& t : ev.triggers) {
+    const bool targeted = t.kind == TriggerKind::kEnableEvent || t.kind == TriggerKind::kDisableEvent;
+    if (targeted && !t.target) continue;  // its target went (drop_triggers)
+    triggers.push_back(hit_trigger(t, targeted ? t.target->id : 0));
+  }
+  for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, triggers, soft_mode(ev));
 }
 
 bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* except) const {
@@ -168,14 +173,16 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
   return 0;
 }
 
-// The event's last hist trigger went: it leaves the soft mode they held it in.
+// The event's last hist trigger went: it leaves the soft mode they held it in, unless
+// other triggers hold it.
+// (The byte is 0 outside soft mode: 1 here means it was soft-disabled.)
 void DynamicEvents::Impl::drop_hists(DynEvent& ev) {
   ev.hists.clear();
-  apply_hists(ev);
-  if (ev.soft_refs == 0 && gate.soft_disabled(*ev.gate)) {
-    if (ev.registered) unregister_event(ev);
-    gate.set_soft_disabled(*ev.gate, false);
+  if (ev.soft_refs == 0) {
+    if (tracer.soft_disabled(ev.id) && ev.registered) unregister_event(ev);
+    tracer.set_soft_disabled(ev.id, false);
   }
+  apply_hits(ev);
 }
 
 int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
@@ -209,7 +216,7 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
       return -EBUSY;
     ev.hists.erase(match);
     if (ev.hists.empty()) drop_hists(ev);
-    else apply_hists(ev);
+    else apply_hits(ev);
     return done(data);
   }
   if (match != ev.hists.end()) {
@@ -283,28 +290,28 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
   ev.hists.push_back(std::move(t));
   // Soft mode: running, not recording, unless enabled (apply_hists first, so that the
   // first hits of a newly enabled probe already write nothing).
-  if (!ev.registered) gate.set_soft_disabled(*ev.gate, true);
-  apply_hists(ev);
+  if (!ev.registered) tracer.set_soft_disabled(ev.id, true);
+  apply_hits(ev);
   if (!ev.registered) {
     if (int err = register_event(ev); err != 0) {
       ev.hists.pop_back();
       if (ev.hists.empty()) drop_hists(ev);
-      else apply_hists(ev);
+      else apply_hits(ev);
       return err;
     }
   }
   return done(data);
 }
 
-// The gate's triggers (newest first), then the hist triggers in the order they came, as
+// The other triggers (newest first), then the hist triggers in the order they came, as
 // the kernel's list holds them.
 std::string DynamicEvents::Impl::trigger_text(const DynEvent& ev) {
-  std::string gate_text = gate.show(*ev.gate);
-  if (ev.hists.empty()) return gate_text;
-  if (gate_text == no_triggers_text()) gate_text.clear();
+  std::string text;
+  for (const Trigger& t : ev.triggers) text += trigger_line(t, tracer.trigger_count(t.count_slot));
+  if (ev.triggers.empty() && ev.hists.empty()) return std::string(no_triggers_text());
   for (const HistTrigger& t : ev.hists)
-    gate_text += t.spec.text() + (t.data->paused ? " [paused]\n" : " [active]\n");
-  return gate_text;
+    text += t.spec.text() + (t.data->paused ? " [paused]\n" : " [active]\n");
+  return text;
 }
 
 std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {

@@ -315,7 +315,7 @@ void TraceFiles::Impl::add_files() {
   t.add_file(root, "trace", kModeReadWrite, std::make_shared<TraceFile>(fs, reader, -1));
   t.add_file(root, "trace_pipe", kModeRead, std::make_shared<PipeFile>(fs, reader, -1));
   t.add_file(root, "tracing_on", kModeReadWrite,
-             make_text_file([this] { return std::string(fs.tracing_on_settled() ? "1\n" : "0\n"); },
+             make_text_file([this] { return std::string(fs.tracing_on() ? "1\n" : "0\n"); },
                             [this](const Request&, std::string_view d) -> int64_t {
                               uint64_t v;
                               if (!events::kstrtoull(d, 10, &v)) return -EINVAL;

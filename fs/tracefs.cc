@@ -157,10 +157,6 @@ Tracefs::~Tracefs() {
 
 bool Tracefs::tracing_on() const { return tracer_.tracing_on(); }
 
-bool Tracefs::tracing_on_settled() {
-  if (dynamic_) dynamic_->sync_triggers();
-  return tracing_on();
-}
 
 void Tracefs::set_tracing_on(bool on) {
   (void)tracer_.set_tracing_on(on);

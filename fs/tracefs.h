@@ -131,9 +131,6 @@ class Tracefs {
   // it is off; nothing is recorded.
   bool tracing_on() const;
   void set_tracing_on(bool on);
-  // tracing_on as the file shows it: after the changes that triggers of records already
-  // read asked for (a traceoff acts when its record is read, on the gate's thread).
-  bool tracing_on_settled();
 
   // The target `pid` was forked from, as the tracer said when the child joined (0: not
   // known, or not a fork child). Remembered for the last kForkParentsKept children, gone

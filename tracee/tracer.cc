@@ -23,6 +23,10 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
     rl.rlim_cur = rl.rlim_max;
     (void)setrlimit(RLIMIT_NOFILE, &rl);
   }
+  if (int e = impl->control.create(); e != 0) {
+    if (error) *error = "cannot create the control page: " + std::string(strerror(-e));
+    return nullptr;
+  }
   int err = 0;
   impl->listener = AgentListener::create(&err);
   if (!impl->listener) {

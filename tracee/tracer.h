@@ -50,6 +50,7 @@
 #include "events/compile.h"
 #include "events/definition.h"
 #include "events/errors.h"
+#include "events/control_page.h"
 #include "events/filter.h"
 #include "events/hist.h"
 #include "events/output.h"
@@ -109,13 +110,12 @@ struct ProbeSpec {
   bool enabled = false;
   // Optional; set_filter() changes it later.
   std::shared_ptr<const events::CompiledFilter> filter;
-  // The histograms its hits count into, and whether they write records; set_hists()
-  // changes them.
+  // The histograms its hits count into, its event's triggers, and whether the event is
+  // in soft mode (it records only while its control-page byte is 0: set_soft_disabled);
+  // set_hists() changes them.
   std::vector<events::HistProgram> hists;
-  bool record = true;
-  // The stacktrace trigger: a kernel_stack record after each of its records
-  // (set_stacktrace()).
-  bool stacks = false;
+  std::vector<events::TriggerSpec> triggers;
+  bool soft = false;
 };
 
 // What a histogram holds now, summed over every target that counted into it (live or
@@ -279,9 +279,11 @@ class Tracer {
   [[nodiscard]] int disable_probe(ProbeId id);
   // nullptr removes the filter.
   [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
-  // The histograms the probe's hits count into (their slots made by create_hist), and
-  // whether the hits write records at all (false: the event only aggregates).
-  [[nodiscard]] int set_hists(ProbeId id, std::vector<events::HistProgram> programs, bool record);
+  // The histograms the probe's hits count into (their slots made by create_hist), its
+  // event's triggers (their counts made by create_trigger_count), and whether the event
+  // is in soft mode.
+  [[nodiscard]] int set_hists(ProbeId id, std::vector<events::HistProgram> programs,
+                              std::vector<events::TriggerSpec> triggers, bool soft);
 
   // ---- histograms (events/hist.h) ----------------------------------------------------
   // A histogram's tables, made in every target now and to come: its slot, or -ENOSPC when
@@ -323,16 +325,25 @@ class Tracer {
 
   // ---- records --------------------------------------------------------------------------
 
+  // ---- the control page (events/control_page.h): what every target reads at each hit,
+  // and what triggers change there ----
   // tracing_on: while off, hits are counted and nothing is recorded (every target, and
-  // targets to come).
+  // targets to come). A traceon or traceoff trigger changes it at the hit.
   [[nodiscard]] int set_tracing_on(bool on);
+  bool tracing_on() const;
+  // An event in soft mode records only while this is false; an enable_event or
+  // disable_event trigger changes it at the hit.
+  bool soft_disabled(uint16_t event_id) const;
+  void set_soft_disabled(uint16_t event_id, bool disabled);
+  // A trigger's count (traceoff:3): a slot holding `count`, which the trigger's hits take
+  // from; -ENOSPC when every slot is taken.
+  [[nodiscard]] int create_trigger_count(int64_t count, uint32_t* slot);
+  int64_t trigger_count(uint32_t slot) const;
+  void destroy_trigger_count(uint32_t slot);
+
   // options/stacktrace and options/userstacktrace: every target writes a kernel_stack or
   // user_stack record (events/ring.h) after each record of an event, from now on.
   int set_stack_options(bool kernel_stack, bool user_stack);
-  // The stacktrace trigger of probe `id`'s event: its hits write a kernel_stack record
-  // after each of theirs. -ENOENT for no such probe.
-  int set_stacktrace(ProbeId id, bool on);
-  bool tracing_on() const;
 
   // Adds a record written by the daemon itself (trace_marker): `len` bytes of an events
   // record (events/compile.h), stamped now as the targets' records are (the TSC, or for

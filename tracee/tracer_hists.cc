@@ -103,7 +103,8 @@ void Tracer::Impl::collect_hist_tables(AgentLink& link, std::vector<HistTableTic
 bool Tracer::Impl::stacks_wanted() const {
   if (kernel_stacks.load()) return true;
   for (const auto& [id, p] : probes) {
-    if (p.spec.stacks) return true;
+    for (const events::TriggerSpec& t : p.spec.triggers)
+      if (t.action == events::TriggerAction::kStackTrace) return true;
     for (const events::HistProgram& prog : p.spec.hists)
       if (prog.wants_stack()) return true;
   }
@@ -143,8 +144,9 @@ void Tracer::Impl::sync_hists(Target& t) {
     auto p = probes.find(id);
     if (p == probes.end() || p->second.hist_generation == 0) continue;
     lk::SetHist sh;
-    sh.record = p->second.spec.record;
-    sh.stacks = p->second.spec.stacks;
+    sh.record = true;
+    sh.soft = p->second.spec.soft;
+    sh.triggers = p->second.spec.triggers;
     sh.clock = hist_clock();
     {
       std::lock_guard l(hist_state->mu);
@@ -234,24 +236,16 @@ void Tracer::remove_synth(uint16_t event_id) {
   for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
 }
 
-int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs, bool record) {
-  if (programs.size() > events::kHistMaxPerEvent) return -EINVAL;
+int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs,
+                      std::vector<events::TriggerSpec> triggers, bool soft) {
+  if (programs.size() > events::kHistMaxPerEvent || triggers.size() > events::kMaxHitTriggers)
+    return -EINVAL;
   std::lock_guard lock(impl_->mu);
   auto it = impl_->probes.find(id);
   if (it == impl_->probes.end()) return -ENOENT;
   it->second.spec.hists = std::move(programs);
-  it->second.spec.record = record;
-  ++it->second.hist_generation;
-  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
-  return 0;
-}
-
-int Tracer::set_stacktrace(ProbeId id, bool on) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->probes.find(id);
-  if (it == impl_->probes.end()) return -ENOENT;
-  if (it->second.spec.stacks == on) return 0;
-  it->second.spec.stacks = on;
+  it->second.spec.triggers = std::move(triggers);
+  it->second.spec.soft = soft;
   ++it->second.hist_generation;
   for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
   return 0;

@@ -236,6 +236,20 @@ struct HistMemory {
   ~HistMemory();
 };
 
+// The mount's control page (events/control_page.h): a memfd that cannot shrink or grow,
+// mapped here and in every target (CONTROL). Its count slots have their own lock, a leaf.
+struct ControlPageOwner {
+  int fd = -1;
+  events::ControlPage* page = nullptr;
+  mutable std::mutex mu;
+  std::vector<bool> count_used;  // mu
+  ControlPageOwner() = default;
+  ControlPageOwner(const ControlPageOwner&) = delete;
+  ControlPageOwner& operator=(const ControlPageOwner&) = delete;
+  ~ControlPageOwner();
+  int create();  // 0 or -errno
+};
+
 struct Tracer::Impl {
   struct Probe {
     ProbeId id = 0;
@@ -434,7 +448,7 @@ struct Tracer::Impl {
   // Stamps as CLOCK_BOOTTIME, the clock of threads' start times (/proc/TID/stat): whether
   // a record was written before the thread that holds its writer's number now began.
   events::TraceClockConverter boot_conv;
-  bool tracing_on = true;  // every area's record_disabled is its negation
+  ControlPageOwner control;  // set at create, then only its page and counts change
   uint32_t stack_options = 0;  // every target area's (events::kRingKernelStack...)
   std::atomic<bool> kernel_stacks{false};  // its kRingKernelStack bit, for the rooms of mu
   // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last

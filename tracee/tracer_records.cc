@@ -1,7 +1,7 @@
 // The records room: the ring areas (one per target, one of the daemon's own) and their
 // readers; the merger that hands records out in timestamp order, admit_record that
 // decides what a target had any business writing, consuming and walking records, clearing
-// them, the trace clock, tracing_on, the buffer size, trace_marker's ring, and the names
+// them, the trace clock, the buffer size, trace_marker's ring, and the names
 // (threads, symbols) kept for the records of departed targets.
 //
 // Locks (tracee/tracer_impl.h): read_mu guards the areas read and everything a reader
@@ -70,7 +70,6 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
   // The clock and the switch as they are now: either may have changed since the area was
   // made, and from here on their setters see this area.
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
-  events::ring_set_record_disabled(r->area.header(), !tracing_on);
   events::ring_set_stack_options(r->area.header(), stack_options);
   // The stack records a target writes after its events' (options/stacktrace...).
   if (pid != 0) r->event_ids = {events::kKernelStackEventId, events::kUserStackEventId};
@@ -85,7 +84,6 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_spare_rings(pid_t owner, 
   if (!r) return nullptr;
   std::lock_guard rl(read_mu);
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
-  events::ring_set_record_disabled(r->area.header(), !tracing_on);
   events::ring_set_stack_options(r->area.header(), stack_options);
   spare_rings.push_back(r);
   return r;
@@ -366,7 +364,7 @@ int Tracer::write_record(const void* data, uint32_t len) {
   // Room for the header and a lost count: what can never fit is refused, not lost.
   if (uint64_t{len} + events::kRingRecordHeaderSize + 16 > p->size) return -EINVAL;
   // The kernel's trace_marker with tracing_on 0: "as if not open for write".
-  if (events::ring_record_disabled(p->area)) return -EBADF;
+  if (events::control_tracing_off(impl_->control.page)) return -EBADF;
   void* rec = events::ring_reserve(p, len);  // stamped here, on this CPU, in the area's mode
   if (rec == nullptr) return -ENOSPC;        // counted as lost, like a target's full ring
   // Writers on different CPUs take turns on one ring: a TSC a few cycles behind the
@@ -577,14 +575,6 @@ uint64_t Tracer::rings_freed_retired() {
   return n;
 }
 
-int Tracer::set_tracing_on(bool on) {
-  std::lock_guard rl(impl_->read_mu);
-  impl_->tracing_on = on;
-  for (auto& r : impl_->rings) events::ring_set_record_disabled(r->area.header(), !on);
-  for (auto& r : impl_->spare_rings) events::ring_set_record_disabled(r->area.header(), !on);
-  return 0;
-}
-
 int Tracer::set_stack_options(bool kernel_stack, bool user_stack) {
   std::unique_lock rl(impl_->read_mu);
   impl_->stack_options = (kernel_stack ? events::kRingKernelStack : 0) |
@@ -599,11 +589,6 @@ int Tracer::set_stack_options(bool kernel_stack, bool user_stack) {
     for (auto& [pid, t] : impl_->targets) impl_->sync_unwind(*t);
   }
   return 0;
-}
-
-bool Tracer::tracing_on() const {
-  std::lock_guard rl(impl_->read_mu);
-  return impl_->tracing_on;
 }
 
 int Tracer::set_trace_clock(const std::string& name) {

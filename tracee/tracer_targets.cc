@@ -151,6 +151,9 @@ int Tracer::Impl::set_up(Target& t, std::string* error, const Target* parent,
     t.rings->area.close_fd();  // the agent holds its own now; the mapping stays
   }
   std::vector<AgentLink::Ticket> switches;
+  // The control page goes first: no probe fires before the agent reads the mount's.
+  // A fork child that took a spare holds its parent's mapping already.
+  if (!spare) switches.push_back(t.link->start_table(lk::MsgType::kControl, {}, control.fd));
   if (!armed) switches.push_back(t.link->start(lk::MsgType::kDisarmAll, {}));
   if (!optimization) switches.push_back(t.link->start(lk::MsgType::kOptimization, lk::Optimization{false}));
   t.exe = inherited ? parent->exe : proc_exe(t.pid);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "events/ring.h"
 #include "fs/tracefs.h"
 #include "fs/vfs.h"
 #include "tests/fs/dynamic_events_test_prog.h"
@@ -1077,16 +1078,17 @@ TEST_F(DynamicEventsTest, SoftModeStates) {
   const char* t = "events/zgrp/src/trigger";
   ASSERT_EQ(write(t, "enable_event:zgrp:dst\n"), 22);
   // A target in soft mode is enabled for the kernel (set_event, aggregates, busy), off
-  // for the reader.
+  // for the reader; so is the event with the trigger.
   EXPECT_EQ(read("events/zgrp/dst/enable"), "0*\n");
-  EXPECT_EQ(read("set_event"), "zgrp:dst\n");
+  EXPECT_EQ(read("events/zgrp/src/enable"), "0*\n");
+  EXPECT_EQ(read("set_event"), "zgrp:dst\nzgrp:src\n");
   EXPECT_EQ(read("events/zgrp/enable"), "X\n");
   EXPECT_EQ(echo("uprobe_events", "-:zgrp/dst"), -EBUSY);
   EXPECT_EQ(write("events/zgrp/dst/enable", "1\n"), 2);
   EXPECT_EQ(read("events/zgrp/dst/enable"), "1*\n");
   EXPECT_EQ(write("events/zgrp/dst/enable", "0\n"), 2);
   EXPECT_EQ(read("events/zgrp/dst/enable"), "0*\n");
-  EXPECT_EQ(read("set_event"), "zgrp:dst\n");
+  EXPECT_EQ(read("set_event"), "zgrp:dst\nzgrp:src\n");
   // Leaving soft mode while soft-disabled: off.
   ASSERT_EQ(write(t, "!enable_event:zgrp:dst\n"), 23);
   EXPECT_EQ(read("events/zgrp/dst/enable"), "0\n");
@@ -1097,11 +1099,13 @@ TEST_F(DynamicEventsTest, SoftModeStates) {
   EXPECT_EQ(read("events/zgrp/on/enable"), "1*\n");
   ASSERT_EQ(write(t, "!disable_event:zgrp:on\n"), 23);
   EXPECT_EQ(read("events/zgrp/on/enable"), "1\n");
-  // The source event's removal lets its targets go.
+  // An event with a trigger is busy, as its target is; without, both go.
   ASSERT_EQ(write(t, "enable_event:zgrp:dst\n"), 22);
   EXPECT_EQ(read("events/zgrp/dst/enable"), "0*\n");
+  EXPECT_EQ(echo("uprobe_events", "-:zgrp/src"), -EBUSY);
+  ASSERT_EQ(write(t, "!enable_event:zgrp:dst\n"), 23);
+  EXPECT_EQ(read("events/zgrp/src/enable"), "0\n");
   EXPECT_EQ(echo("uprobe_events", "-:zgrp/src"), 0);
-  EXPECT_EQ(read("events/zgrp/dst/enable"), "0\n");
   EXPECT_EQ(echo("uprobe_events", "-:zgrp/dst"), 0);
 }
 
@@ -1233,9 +1237,8 @@ class TriggerRecordsTest : public DynamicEventsTest {
   }
 };
 
-// traceoff with a count and a condition, traceon with a condition, on records that are
-// all in the rings before the gate sees the first (so what the tracer does with tracing_on
-// meanwhile cannot matter).
+// traceoff with a count and a condition, traceon with a condition, acting at the hits,
+// as the kernel's uprobe events do.
 TEST_F(TriggerRecordsTest, TraceoffAndTraceonActOnRecordsInOrder) {
   define(true, true);
   ASSERT_EQ(write("events/trg/add/trigger", "traceoff:2 if a >= 2\n"), 21);
@@ -1249,11 +1252,9 @@ TEST_F(TriggerRecordsTest, TraceoffAndTraceonActOnRecordsInOrder) {
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 ret0 add1 ret1 add2 add6");
   EXPECT_EQ(read("events/trg/add/trigger"), "traceoff:count=0 if a >= 2\n");
   EXPECT_EQ(read("events/trg/ret/trigger"), "traceon:unlimited if rv == 15\n");
-  fs_->dynamic_events().sync_triggers();
   EXPECT_FALSE(fs_->tracing_on());
-  // tracing_on set by hand: once the gate has seen it, records are shown again.
+  // tracing_on set by hand: records again.
   fs_->set_tracing_on(true);
-  fs_->dynamic_events().sync_triggers();
   ASSERT_TRUE(p.call(2));
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 ret0 add1 ret1");
 }
@@ -1268,7 +1269,6 @@ TEST_F(TriggerRecordsTest, UnconditionalTraceonShowsItsOwnRecord) {
   // add1 turns it off; ret1 (unconditional traceon) turns it on and is shown.
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 ret0 add1 ret1 add2 ret2 add3 ret3");
   EXPECT_EQ(read("events/trg/add/trigger"), "traceoff:count=0 if a == 1\n");
-  fs_->dynamic_events().sync_triggers();
   EXPECT_TRUE(fs_->tracing_on());
 }
 
@@ -1303,6 +1303,66 @@ TEST_F(TriggerRecordsTest, DisableEventWithACount) {
   ASSERT_EQ(write("events/trg/ret/enable", "1\n"), 2);
   ASSERT_TRUE(p.call(1));
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 ret0");
+}
+
+// Triggers act at the hit, in the target, with no reader: tracing_on reads 0 as soon as
+// the call that fired traceoff returned, and an event that is not enabled runs its
+// triggers (soft mode) without recording.
+TEST_F(TriggerRecordsTest, TraceoffActsAtTheHitWithNoReader) {
+  define(false, false);
+  ASSERT_EQ(write("events/trg/add/trigger", "traceoff if a == 2\n"), 19);
+  EXPECT_EQ(read("events/trg/add/enable"), "0*\n");
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  ASSERT_TRUE(p.call(2));
+  EXPECT_EQ(read("tracing_on"), "1\n");
+  ASSERT_TRUE(p.call(3));
+  EXPECT_EQ(read("tracing_on"), "0\n");
+  EXPECT_EQ(sequence(read_records(*fs_)), "");
+  // Back on by hand: the trigger fires again at the next a == 2.
+  ASSERT_EQ(write("tracing_on", "1\n"), 2);
+  ASSERT_TRUE(p.call(2));
+  EXPECT_EQ(read("tracing_on"), "1\n");
+  ASSERT_TRUE(p.call(3));
+  EXPECT_EQ(read("tracing_on"), "0\n");
+  ASSERT_EQ(write("tracing_on", "1\n"), 2);
+}
+
+TEST_F(TriggerRecordsTest, EnableEventActsAtTheHitWithNoReader) {
+  define(false, false);
+  ASSERT_EQ(write("events/trg/add/trigger", "enable_event:trg:ret:1 if a == 1\n"), 33);
+  EXPECT_EQ(read("events/trg/ret/enable"), "0*\n");
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  ASSERT_TRUE(p.call(1));
+  EXPECT_EQ(read("events/trg/ret/enable"), "0*\n");
+  ASSERT_TRUE(p.call(3));
+  EXPECT_EQ(read("events/trg/ret/enable"), "1*\n");
+  EXPECT_EQ(read("events/trg/add/trigger"), "enable_event:trg:ret:count=0 if a == 1\n");
+  // ret records from the hit on: ret1 and ret2 of this call (add itself is soft-disabled).
+  EXPECT_EQ(sequence(read_records(*fs_)), "ret1 ret2");
+}
+
+// A count is spent exactly, whatever number of threads race for it: stacktrace:50 on an
+// event hit by 8 threads at once writes 50 stacks, not one more.
+TEST_F(TriggerRecordsTest, CountsStayExactWithManyThreads) {
+  define(false, false);
+  ASSERT_EQ(write("events/trg/add/trigger", "stacktrace:50\n"), 14);
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  EXPECT_EQ(p.ask("crowd 8 2000").rfind("ok ", 0), 0u);
+  EXPECT_EQ(read("events/trg/add/trigger"), "stacktrace:count=0\n");
+  size_t stacks = 0, others = 0;
+  fs_->tracer().consume_records(
+      [&](const tracee::TraceRecord& r) {
+        uint16_t id = 0;
+        if (r.len >= 2) memcpy(&id, r.data, 2);
+        (id == events::kKernelStackEventId ? stacks : others) += 1;
+        return true;
+      },
+      SIZE_MAX);
+  EXPECT_EQ(stacks, 50u);
+  EXPECT_EQ(others, 0u);  // the event itself is soft-disabled
 }
 
 TEST_F(TriggerRecordsTest, AFilterThatFailsLeavesTheEventUnfiltered) {

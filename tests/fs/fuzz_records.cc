@@ -1,16 +1,14 @@
 // libFuzzer target: records as a traced process can write them, through everything the
 // daemon runs on them before a line is printed: the ring consumer (events::RingAreaReader
 // and RingMerger over an area the input scribbles on), the record check (events/record.h),
-// the event filters, the record gate (fs::TriggerGate::admit with traceoff, traceon,
-// enable_event and disable_event triggers, with and without filters) and the formatter
+// the event filters and the formatter
 // (events::format_trace_line, with a Symbolizer that returns names longer than any line
 // room set aside for them). The events have several strings, string arrays and every
 // fetch type (u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, symstr, bitfields,
 // arrays, $comm). Marker records (the layout of fs/trace_reader.h) go through the
 // consumer; their text is the trace reader's to print, which this target does not link.
 //
-// Input. Byte 0: bit 0 chooses the mode, the other bits the gate's triggers and the line's
-// context. Mode 0: byte 1 picks the event (low 3 bits) and, with bit 3 set, is followed
+// Input. Byte 0: bit 0 chooses the mode, the other bits the line's context. Mode 0: byte 1 picks the event (low 3 bits) and, with bit 3 set, is followed
 // by a 24-bit length and a fill byte that pad the record up to that length (at most
 // 256 KiB, so that a short input makes a record long enough for any __data_loc); the
 // rest is one record of it. Mode 1: ring operations, each a byte and its operands:
@@ -18,14 +16,13 @@
 //   1 scribble u16 offset into the area, count, bytes (the target writing its own area)
 //   2 consume  count: records through the consuming merger (trace_pipe)
 //   3 walk     count: records through a non-consuming merger (trace), from the start
-// then everything left is consumed. Every record found goes through check, filters, gate
-// and formatter, whatever the check said, since each must be safe on its own.
+// then everything left is consumed. Every record found goes through check, filters and
+// formatter, whatever the check said, since each must be safe on its own.
 //
 // Seeds: with PROBEFS_RECORDS_FUZZ_SEEDS=DIR set, the target writes its seed inputs there
 // (well-formed records from the record writer, and hostile ones made from them) and exits.
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +41,6 @@
 #include "events/ring.h"
 #include "events/ring_consumer.h"
 #include "events/synthetic.h"
-#include "fs/event_triggers.h"
 #include "fs/trace_reader.h"
 #include "fs/tracefs.h"
 
@@ -166,11 +162,10 @@ const Event* event_by_id(uint16_t id) {
   return nullptr;
 }
 
-// One record through the check, every filter of its event, the gate and the formatter.
+// One record through the check, every filter of its event and the formatter.
 // `data` is copied into a buffer of exactly `len` bytes, so that a read past the record
 // is a read past a heap block.
-void run_record(const Event& e, fs::TriggerGate& gate, uint8_t ctl, const uint8_t* data,
-                uint32_t len) {
+void run_record(const Event& e, uint8_t ctl, const uint8_t* data, uint32_t len) {
   std::unique_ptr<uint8_t[]> rec(new uint8_t[len ? len : 1]);
   if (len) std::memcpy(rec.get(), data, len);
   const CompiledEvent& ev = e.view.compiled;
@@ -183,13 +178,6 @@ void run_record(const Event& e, fs::TriggerGate& gate, uint8_t ctl, const uint8_
     fc.comm = "fuzz-comm";
     filter_match(f, rec.get(), len, fc);
   }
-  tracee::TraceRecord tr;
-  tr.pid = 4242;
-  tr.cpu = ctl & 3;
-  tr.ts_ns = 426361180000ull;
-  tr.data = rec.get();
-  tr.len = len;
-  gate.admit(e.view, tr);
 
   static const std::string long_comm(40, 'c');
   LineContext lc;
@@ -208,38 +196,6 @@ void run_record(const Event& e, fs::TriggerGate& gate, uint8_t ctl, const uint8_
   std::string more = "previous line\n";
   format_trace_line(more, ev, lc, rec.get(), len, sym);
   if (ok && more.compare(14, std::string::npos, out) != 0) std::abort();
-}
-
-// The gate as the mount would set it up for these events, triggers chosen by `ctl`.
-void arm_gate(fs::TriggerGate& gate, std::vector<fs::TriggerGate::EventPtr>& evs, uint8_t ctl) {
-  const std::vector<Event>& table = events_table();
-  for (const Event& e : table) evs.push_back(gate.add_event(e.view.id));
-  for (size_t i = 0; i < table.size(); ++i) {
-    const Event& e = table[i];
-    auto filter_of = [&](size_t k) -> std::shared_ptr<const CompiledFilter> {
-      if (e.filters.empty()) return nullptr;
-      return std::make_shared<CompiledFilter>(e.filters[k % e.filters.size()]);
-    };
-    fs::TriggerGate::Trigger off;
-    off.kind = fs::TriggerKind::kTraceOff;
-    off.filter = filter_of(i);
-    off.has_filter = off.filter != nullptr;
-    if (ctl & 0x02) gate.add(*evs[i], off);
-    fs::TriggerGate::Trigger en;
-    en.kind = (ctl & 0x04) ? fs::TriggerKind::kEnableEvent : fs::TriggerKind::kDisableEvent;
-    en.target = evs[(i + 1) % evs.size()];
-    en.target_name = "uprobes:other";
-    en.filter = filter_of(i + 1);
-    en.has_filter = en.filter != nullptr;
-    en.count = (ctl & 0x08) ? 2 : -1;
-    gate.add(*evs[i], en);
-    if (ctl & 0x10) {
-      fs::TriggerGate::Trigger on;
-      on.kind = fs::TriggerKind::kTraceOn;
-      gate.add(*evs[i], on);
-    }
-  }
-  if (ctl & 0x20) gate.set_soft_disabled(*evs[0], true);
 }
 
 struct Input {
@@ -266,7 +222,7 @@ uint16_t id_for(uint8_t sel) {
   return k == kAllEvents ? fs::kMarkerEventId : static_cast<uint16_t>(0x1234);
 }
 
-void run_ring(Input in, fs::TriggerGate& gate, uint8_t ctl) {
+void run_ring(Input in, uint8_t ctl) {
   RingGeometry g;
   g.ring_count = 2;
   g.ring_bytes = kRingMinBytes;
@@ -293,8 +249,8 @@ void run_ring(Input in, fs::TriggerGate& gate, uint8_t ctl) {
     if (len < 2) return;
     uint16_t id;
     std::memcpy(&id, rec.payload.data(), 2);
-    // A marker has no event and reaches no gate; the consumer is what it goes through.
-    if (const Event* e = event_by_id(id)) run_record(*e, gate, ctl, rec.payload.data(), len);
+    // A marker has no event; the consumer is what it goes through.
+    if (const Event* e = event_by_id(id)) run_record(*e, ctl, rec.payload.data(), len);
   };
 
   std::vector<uint8_t> payload;
@@ -532,49 +488,21 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
-// One gate for the whole run (building one costs milliseconds): each input arms its
-// triggers, and takes them out again and lets tracing be on before the next one.
-std::atomic<bool> g_user_tracing_on{false};
-
-fs::TriggerGate& gate() {
-  static fs::TriggerGate* g = [] {
-    fs::TriggerGate::Hooks hooks;
-    hooks.set_tracing_on = [](bool) {};
-    hooks.tracing_on = [] { return g_user_tracing_on.load(); };
-    hooks.comm_of = [](pid_t, pid_t) { return std::string("fuzz-comm"); };
-    return new fs::TriggerGate(hooks);
-  }();
-  return *g;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2 || ((data[0] & 1) == 0 && (data[1] & 8) && size < 6)) return 0;
   const uint8_t ctl = data[0];
-  fs::TriggerGate& g = gate();
-  std::vector<fs::TriggerGate::EventPtr> evs;
-  arm_gate(g, evs, ctl);
   if ((ctl & 1) == 0) {
     const Event& e = events_table()[(data[1] & 7) % kAllEvents];
     if (data[1] & 8) {
       const size_t want = (data[2] | size_t{data[3]} << 8 | size_t{data[4]} << 16) % (1u << 18);
       std::vector<uint8_t> rec(data + 6, data + size);
       if (rec.size() < want) rec.resize(want, data[5]);
-      run_record(e, g, ctl, rec.data(), static_cast<uint32_t>(rec.size()));
+      run_record(e, ctl, rec.data(), static_cast<uint32_t>(rec.size()));
     } else {
-      run_record(e, g, ctl, data + 2, static_cast<uint32_t>(size - 2));
+      run_record(e, ctl, data + 2, static_cast<uint32_t>(size - 2));
     }
   } else {
-    run_ring(Input{data + 1, size - 1}, g, ctl);
+    run_ring(Input{data + 1, size - 1}, ctl);
   }
-  // Triggers hold their target events: taken out as the mount does, or the events would
-  // keep each other alive. Then tracing is on again, as after a write to tracing_on.
-  for (const fs::TriggerGate::EventPtr& ev : evs) {
-    g.remove_all(*ev);
-    g.set_soft_disabled(*ev, false);
-  }
-  for (const Event& e : events_table()) g.remove_event(e.view.id);
-  g_user_tracing_on = true;
-  g.sync();
-  g_user_tracing_on = false;
   return 0;
 }

@@ -14,6 +14,9 @@
 //                                    records are FIXED bytes before their strings with
 //                                    the __data_loc words of its two strings at LOC_S and
 //                                    LOC_T
+//   scribble     -> "scribbled"      writes garbage over the mount's control page
+//                                    (events/control_page.h): tracing_on, every event's
+//                                    soft-disabled byte, every trigger count
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include <cstring>
 #include <string>
 
+#include "events/control_page.h"
 #include "events/ring.h"
 
 using namespace probefs::events;
@@ -47,6 +51,32 @@ RingAreaHeader* find_area() {
   }
   std::fclose(f);
   return area;
+}
+
+// The control page the agent mapped, as any target can reach it.
+ControlPage* find_control() {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return nullptr;
+  char line[512];
+  ControlPage* page = nullptr;
+  while (std::fgets(line, sizeof line, f)) {
+    if (!std::strstr(line, "probefs-control")) continue;
+    page = reinterpret_cast<ControlPage*>(std::strtoull(line, nullptr, 16));
+    break;
+  }
+  std::fclose(f);
+  return page;
+}
+
+bool scribble() {
+  ControlPage* c = find_control();
+  if (!c) return false;
+  c->magic = 0x12345678;
+  c->tracing_off = 0xdeadbeef;
+  std::memset(c->reserved, 0xa5, sizeof c->reserved);
+  std::memset(c->soft_disabled, 0xff, sizeof c->soft_disabled);
+  for (int64_t& n : c->counts) n = -7;
+  return true;
 }
 
 // Commits `len` bytes of `rec` on `p`'s ring: true when it went in.
@@ -155,6 +185,8 @@ int main() {
                   forge(static_cast<uint32_t>(a[0]), static_cast<uint16_t>(a[1]),
                         static_cast<uint16_t>(a[2]), static_cast<uint32_t>(a[3]),
                         static_cast<uint32_t>(a[4]), static_cast<uint32_t>(a[5])));
+    } else if (std::strncmp(line, "scribble", 8) == 0) {
+      std::printf(scribble() ? "scribbled\n" : "no page\n");
     } else {
       std::printf("?\n");
     }

@@ -119,6 +119,14 @@ class HostileTargetTest : public ::testing::Test {
     }
   }
 
+  int64_t write_file(const std::string& path, const std::string& data) {
+    std::unique_ptr<Handle> h;
+    Request rq;
+    rq.flags = O_WRONLY;
+    if (int rc = fs_->tree().open(path, rq, rq.flags, &h); rc != 0) return rc;
+    return h->write(rq, 0, data);
+  }
+
   // trace_pipe, read without blocking until it has nothing more.
   std::string drain() {
     std::unique_ptr<Handle> h;
@@ -207,6 +215,33 @@ TEST_F(HostileTargetTest, ForgedRecordsAreDroppedAndCountedWhileHonestOnesPrint)
   const std::string after = drain();
   EXPECT_NE(after.find("n=3 s=\"hostile\""), std::string::npos) << shown(lines_of(after));
   EXPECT_NE(after.find(" add: "), std::string::npos) << shown(lines_of(after));
+}
+
+// Every target maps the mount's control page read-write: one that writes garbage over it
+// can switch tracing and events of the mount, no more. The daemon reads the words as
+// numbers, every file still answers, and a user's writes take it all back.
+TEST_F(HostileTargetTest, AScribbledControlPageSwitchesTracingAndNothingElse) {
+  const std::string line = uprobe("t/add", kVictim, "traced_add", "a=%di b=%si") + "\n";
+  ASSERT_EQ(write_file("uprobe_events", line), static_cast<int64_t>(line.size()));
+  ASSERT_EQ(write_file("events/t/add/trigger", "traceoff:3 if a == 100\n"), 23);
+  ASSERT_EQ(write_file("events/t/add/enable", "1\n"), 2);
+  ASSERT_TRUE(launch(kVictim, victim_pipes_, victim_guard_, &victim_));
+  ASSERT_TRUE(launch(kHostile, hostile_pipes_, hostile_guard_, &hostile_));
+  ASSERT_EQ(victim_pipes_.ask("call 1"), "ok 0");
+  ASSERT_EQ(lines_of(drain()).size(), 1u);
+
+  ASSERT_EQ(hostile_pipes_.ask("scribble"), "scribbled");
+  EXPECT_EQ(read_file("tracing_on"), "0\n");
+  EXPECT_EQ(read_file("events/t/add/enable"), "0*\n");
+  EXPECT_EQ(read_file("events/t/add/trigger"), "traceoff:count=0 if a == 100\n");
+  ASSERT_EQ(victim_pipes_.ask("call 2"), "ok 3");
+  EXPECT_EQ(drain(), "");
+
+  ASSERT_EQ(write_file("tracing_on", "1\n"), 2);
+  ASSERT_EQ(write_file("events/t/add/enable", "1\n"), 2);
+  EXPECT_EQ(read_file("events/t/add/enable"), "1*\n");
+  ASSERT_EQ(victim_pipes_.ask("call 2"), "ok 3");
+  EXPECT_EQ(lines_of(drain()).size(), 2u);
 }
 
 }  // namespace
