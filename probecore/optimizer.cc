@@ -6,7 +6,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "arch/signals.h"
 #include "probecore/engine_state.h"
@@ -130,10 +129,29 @@ void mark_neighbours_dirty(uintptr_t addr) {
 
 void optimizer_main();
 
+// The optimizer's thread, started at the first probe that may be optimized. A process
+// that cannot make one now (pthread_create's EAGAIN: a thread or process limit reached)
+// runs on with its probes as int3, and the next kick tries again: never an exception in
+// someone else's program.
 void start_optimizer() {
   if (g_optimizer_running) return;
   g_optimizer_running = true;
-  std::thread(optimizer_main).detach();
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) {
+    g_optimizer_running = false;
+    return;
+  }
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  const int rc = pthread_create(
+      &t, &attr,
+      [](void*) -> void* {
+        optimizer_main();
+        return nullptr;
+      },
+      nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) g_optimizer_running = false;
 }
 
 namespace {

@@ -23,6 +23,18 @@
 #include "tests/probecore/probe_test_util.h"
 #include "tests/probecore/targets.h"
 
+// pthread_create as this binary's code and the engine's calls reach it: refused with
+// EAGAIN (a thread or process limit reached) while g_refuse_threads is set.
+std::atomic<bool> g_refuse_threads{false};
+
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                              void* (*start)(void*), void* arg) {
+  using Fn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (g_refuse_threads.load()) return EAGAIN;
+  return real(thread, attr, start, arg);
+}
+
 namespace probefs::probecore {
 namespace {
 
@@ -159,6 +171,30 @@ TEST_F(Optimize, FunctionEntriesOfLibcAndThisBinaryBecomeOptimized) {
   EXPECT_EQ(probes[16]->hits.load(), 6);  // depth_o0(5): 6 calls
   for (auto& p : probes) ASSERT_EQ(unregister_kprobe(p.get()), 0);
   EXPECT_TRUE(all_results_right());
+}
+
+// A process that cannot start the optimizer's thread (pthread_create says EAGAIN) runs on,
+// its probes firing, and optimizes as ever once a thread can be made: it never dies of
+// it. In a fork child, which has no optimizer thread yet.
+TEST_F(Optimize, AProcessThatCannotMakeTheOptimizerThreadRunsOn) {
+  EXPECT_EXIT(
+      {
+        g_refuse_threads = true;
+        Counter k;
+        counter_at(&k, addr_of(add_o2), bounds_at(addr_of(add_o2)));
+        if (register_kprobe(&k) != 0) _exit(10);
+        if (v_add_o2(40, 2) != 42 || k.hits.load() != 1) _exit(11);
+        g_refuse_threads = false;
+        Counter k2;
+        counter_at(&k2, addr_of(mul_o2), bounds_at(addr_of(mul_o2)));
+        if (register_kprobe(&k2) != 0) _exit(13);
+        wait_for_kprobe_optimizer();
+        if (!optimized(k) || !optimized(k2)) _exit(14);
+        if (v_add_o2(1, 2) != 3 || v_mul_o2(6, 7) != 42) _exit(15);
+        if (k.hits.load() != 2 || k2.hits.load() != 1) _exit(16);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(Optimize, JumpIntoTheFirstFiveBytesRefusesAndStillFires) {
