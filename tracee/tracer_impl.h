@@ -180,10 +180,15 @@ class FanOut {
 
   // The first failure in that order, or 0; with `ignore_closed`, not a link that closed
   // meanwhile (-ENOTCONN: its target is gone, and so is what was asked of it).
+  // With ignore_closed, a link that ended on the way (its process exited or exec'd: the
+  // link was closed, or the send found the peer gone) refuses nothing.
   static int first_error(const std::vector<LinkResult>& rs, bool ignore_closed) {
     for (const LinkResult& r : rs)
-      if (!r.ok() && !(ignore_closed && r.error == -ENOTCONN)) return r.error;
+      if (!r.ok() && !(ignore_closed && link_ended(r.error))) return r.error;
     return 0;
+  }
+  static bool link_ended(int error) {
+    return error == -ENOTCONN || error == -EPIPE || error == -ECONNRESET;
   }
 
  private:

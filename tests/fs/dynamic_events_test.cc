@@ -1377,6 +1377,32 @@ TEST_F(TriggerRecordsTest, AFilterThatFailsLeavesTheEventUnfiltered) {
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 add1 add2");
 }
 
+// A definition is placed in every target at once; a target that exits or execs on the
+// way (its link gone before it answered) refuses nothing. Targets here come and go
+// without pause: fork children of the program, each calling and exiting at once, while
+// the same definition on libc's read comes and goes.
+TEST_F(DynamicEventsTest, DefinitionsWhileTargetsComeAndGoAreNeverRefused) {
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  std::atomic<bool> done{false};
+  std::string answer;
+  std::thread churn([&] {
+    answer = p.ask("forks 400 1", 240000);
+    done = true;
+  });
+  int rounds = 0, refused = 0;
+  std::string first_refusal;
+  for (; rounds < 400 && !done; ++rounds) {
+    const int64_t rc = echo("kprobe_events", "p:churn/rd read fd=%di");
+    if (rc != 0 && refused++ == 0) first_refusal = std::to_string(rc) + ": " + read("error_log");
+    EXPECT_EQ(echo("kprobe_events", "-:churn/rd"), rc == 0 ? 0 : -ENOENT);
+  }
+  churn.join();
+  EXPECT_EQ(answer, "ok 400");
+  EXPECT_GT(rounds, 10);
+  EXPECT_EQ(refused, 0) << first_refusal;
+}
+
 // ---- concurrency and the end ----------------------------------------------------------
 
 TEST_F(DynamicEventsTest, WritersAtOnceNeverCorruptTheDefinitions) {
