@@ -79,6 +79,7 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	  accepts: event-definitions (one definition per line)
 	   Format: p[:[<group>/][<event>]] <place> [<args>]
 	           r[maxactive][:[<group>/][<event>]] <place> [<args>]
+	           s:[synthetic/]<event> <field> [<field>]
 	           -:[<group>/][<event>]
 	    place: [<module>:]<symbol>[+<offset>]|<memaddr>
    place (kretprobe): [<module>:]<symbol>[+<offset>]%return|<memaddr>
@@ -87,9 +88,13 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	 fetcharg: (%<register>|$<efield>), @<address>, @<symbol>[+|-<offset>],
 	           $stack<index>, $stack, $retval, $comm, $arg<N>,
 	           +|-[u]<offset>(<fetcharg>), \imm-value, \"imm-string"
+	     kernel return probes support: $retval, $arg<N>, $comm
 	     type: s8/16/32/64, u8/16/32/64, x8/16/32/64, char, string, symbol,
 	           b<bit-width>@<bit-offset>/<container-size>, ustring,
 	           symstr, <type>\[<array-size>\]
+	    field: <stype> <name>;
+	    stype: u8/u16/u32/u64, s8/s16/s32/s64, pid_t,
+	           [unsigned] char/int/long
 	   <module> is an object's basename, with or without its version
 	   suffix (libc, libc.so.6, the executable's name); a probe on a
 	   module that is not loaded yet waits for it.
@@ -123,6 +128,9 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	   To remove a trigger with a count:
 	     echo '!<trigger>:0 > <system>/<event>/trigger
 	   Filters can be ignored when removing a trigger.
+  events/synthetic_events	- Create/append/remove/show synthetic events
+	  Write into this file to define/undefine new synthetic events.
+	     example: echo 'myevent u64 lat; char name[]; long[] stack' >> synthetic_events
 )";
 
 // kstrtobool: 1/y/Y/t/T/on and 0/n/N/f/F/off, then anything (the kernel looks at the
