@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "tracee/eh_frame.h"
@@ -54,6 +55,9 @@ struct SymbolTable {
   std::vector<ElfSymbol> by_addr;   // sorted by value
   std::unordered_map<std::string_view, uint32_t> by_name;  // -> index in by_addr
   std::deque<std::string> version_keys;  // "NAME@VERSION" of default versions (by_name keys)
+  // Names several local symbols have at different addresses (static functions of
+  // different sources): where no global one has the name, it names no one function.
+  std::unordered_set<std::string_view> ambiguous;
 };
 
 // Which symbols a SymbolTable keeps.
@@ -396,9 +400,14 @@ void index_symbols(SymbolTable* t) {
   std::stable_sort(t->by_addr.begin(), t->by_addr.end(),
                    [](const ElfSymbol& a, const ElfSymbol& b) { return a.value < b.value; });
   // The names are complete, so views into them stay valid.
-  auto add_name = [t](std::string_view key, uint32_t index) {
+  auto local = [](const ElfSymbol& e) { return (e.rank & 3) == 1; };  // binding_rank's
+  auto add_name = [&](std::string_view key, uint32_t index) {
     auto [it, inserted] = t->by_name.emplace(key, index);
-    if (!inserted && t->by_addr[index].rank > t->by_addr[it->second].rank) it->second = index;
+    if (inserted) return;
+    const ElfSymbol& have = t->by_addr[it->second];
+    const ElfSymbol& now = t->by_addr[index];
+    if (local(have) && local(now) && have.value != now.value) t->ambiguous.insert(key);
+    if (now.rank > have.rank) it->second = index;
   };
   // Keys: "NAME" (the default version, as ld.so binds it), "NAME@VERSION" for every version,
   // and "NAME@@VERSION" for the default one, as it is spelled in .symtab.
@@ -544,6 +553,14 @@ void load_ifunc_slots(ElfFile& f) {
 const ElfSymbol* named(const SymbolTable& t, std::string_view name) {
   auto it = t.by_name.find(name);
   return it == t.by_name.end() ? nullptr : &t.by_addr[it->second];
+}
+
+// Whether `name` stands for no one function of t: local symbols of several addresses
+// have it, and no global one.
+bool ambiguous(const SymbolTable& t, std::string_view name) {
+  if (!t.ambiguous.count(name)) return false;
+  const ElfSymbol* s = named(t, name);
+  return s != nullptr && (s->rank & 3) == 1;
 }
 
 // How a symbol is named to a reader (describe, `kprobes/list`): the default version by its
@@ -1049,11 +1066,22 @@ int ProcessSymbols::resolve_locked(std::string_view mod, std::string_view sym,
   ElfSymbol ifunc_symbol;
   std::string ifunc_name;
   bool not_ifunc = false;
+  bool not_unique = false;
   int blocked = 0;
-  const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
+  // The objects' own tables first, in search order; only a name none of them has is
+  // looked for among the local functions of their debug files (a stripped library's
+  // static functions: libc's foo.isra.0), as the kernel finds any function of kallsyms.
+  bool debug = false;
+  auto find = [&](const ElfObject& o, ElfFile& f) {
     load_symbols(f);
-    const ElfSymbol* s = named(f.functions, sym);
+    if (debug) load_debug_names(f);
+    const SymbolTable& table = debug ? f.debug_functions : f.functions;
+    const ElfSymbol* s = named(table, sym);
     if (s == nullptr) return false;
+    if (ambiguous(table, sym)) {
+      not_unique = true;
+      return true;
+    }
     if (!s->ifunc || want_resolver || o.file->fd < 0) {
       impl_->fill(o, s, s->value, out);
       out->name.assign(sym);
@@ -1072,11 +1100,17 @@ int ProcessSymbols::resolve_locked(std::string_view mod, std::string_view sym,
     } else {
       ifunc_object = &o;
       ifunc_symbol = *s;
-      ifunc_name = f.functions.names.data() + s->name;
+      ifunc_name = table.names.data() + s->name;
     }
     return true;
-  }, &blocked);
+  };
+  bool found = impl_->search(mod, find, &blocked);
+  if (!found && blocked == 0 && !want_resolver) {
+    debug = true;
+    found = impl_->search(mod, find, &blocked);
+  }
   if (blocked != 0) return blocked;
+  if (not_unique) return -EADDRNOTAVAIL;
   if (!found || not_ifunc) return -ENOENT;  // `SYM@resolver` of a plain function: none
   if (ifunc_object != nullptr)
     impl_->resolve_ifunc(*ifunc_object, ifunc_symbol, ifunc_name, sym, out);

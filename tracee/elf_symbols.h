@@ -116,7 +116,12 @@ class ProcessSymbols {
   // `SYM` or `MOD:SYM`; MOD is an object basename with or without its version suffix
   // ("libc:malloc", "libc.so.6:malloc"). .symtab where present, else .dynsym; the
   // executable is searched first, then libraries in load order. Functions only (FUNC and
-  // GNU_IFUNC symbols). 0, -ENOENT (no such symbol or module) or -EINVAL (malformed name:
+  // GNU_IFUNC symbols). A name no object's own tables have is looked for, in the same
+  // order, among the local functions of their separate debug files (a stripped library's
+  // static functions, as the kernel probes any function kallsyms names). A name that
+  // several local functions of the object that has it share, and no global one, names no
+  // one function: -EADDRNOTAVAIL (the kernel's "not unique"). Otherwise 0, -ENOENT (no
+  // such symbol or module) or -EINVAL (malformed name:
   // "", ":", "libc:", ":sym", a name with blanks), or the error of an object the search
   // reached whose file cannot be read (MappedObject::error; -ESTALE: the file was deleted
   // or replaced since it was mapped and nothing the daemon can reach is that file still).

@@ -139,6 +139,11 @@ PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& 
     }
     return PlaceStatus::kAbsent;
   }
+  if (err == -EADDRNOTAVAIL) {
+    // Static functions of several sources share the name: which one is meant?
+    *diag = events::make_diagnostic(def, events::ErrorCode::kNonUniqSymbol, 1, 0, EADDRNOTAVAIL);
+    return PlaceStatus::kError;
+  }
   if (err == -ESTALE) {
     // The target runs a file the daemon can no longer read as it was mapped (rebuilt,
     // upgraded, deleted): refused, not looked up in whatever is at its path now.

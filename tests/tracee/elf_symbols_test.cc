@@ -246,6 +246,30 @@ TEST(ProcessSymbols, UnknownSymbolsAreENOENT) {
   EXPECT_EQ(syms->resolve("environ", &r), -ENOENT);     // data, not a function
 }
 
+// A stripped libc's static functions resolve from its debug file, where one is installed,
+// as the kernel probes any function kallsyms names. A name several of them share names
+// none of them (the kernel's "not unique"), and exported names come from .dynsym as ever.
+TEST(ProcessSymbols, LocalFunctionsOfAStrippedLibraryResolveFromItsDebugFile) {
+  auto syms = load_self();
+  ASSERT_NE(syms, nullptr);
+  ResolvedSymbol r;
+  const int rc = syms->resolve("libc:do_dlopen", &r);
+  if (rc == -ENOENT) GTEST_SKIP() << "no debug file for libc (libc6-dbg)";
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(r.name, "do_dlopen");
+  EXPECT_TRUE(r.function.known());
+  ResolvedSymbol named;
+  ASSERT_EQ(syms->describe(r.addr, &named), 0);
+  EXPECT_EQ(named.name, "do_dlopen");
+  ResolvedSymbol bare;
+  ASSERT_EQ(syms->resolve("do_dlopen", &bare), 0);
+  EXPECT_EQ(bare.addr, r.addr);
+  EXPECT_EQ(syms->resolve("libc:internal_getent", &r), -EADDRNOTAVAIL);
+  EXPECT_EQ(syms->resolve("internal_getent", &r), -EADDRNOTAVAIL);
+  ASSERT_EQ(syms->resolve("libc:qsort", &r), 0);
+  EXPECT_EQ(r.addr, reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "qsort")));
+}
+
 TEST(ProcessSymbols, MalformedNamesAreEINVAL) {
   auto syms = load_self();
   ASSERT_NE(syms, nullptr);
