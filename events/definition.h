@@ -100,6 +100,9 @@ struct ProbeArg {
 
 struct ProbeDefinition {
   ProbeSyntax syntax = ProbeSyntax::kUprobe;
+  // An `f` line (dynamic_events): the kernel's fprobe event, a function's entry or exit by
+  // its symbol, kprobe syntax otherwise; no offset, no registers among its arguments.
+  bool fprobe = false;
   bool is_return = false;
   int maxactive = 0;            // r<N>: kprobe syntax only
   std::string group;
@@ -131,7 +134,8 @@ struct RemovalRequest {
 };
 
 // The text an events file reads back for a definition, without the trailing newline:
-// `p:GRP/EVENT PATH:0x%016lx[(0x%lx)] ARGS`, `p:GRP/EVENT SYM[+off] ARGS`, `r<N>:...`.
+// `p:GRP/EVENT PATH:0x%016lx[(0x%lx)] ARGS`, `p:GRP/EVENT SYM[+off] ARGS`, `r<N>:...`,
+// `f:GRP/EVENT SYM[%return] ARGS`.
 std::string read_back(const ProbeDefinition& def);
 
 // True when `req` removes `def` (the kernel's match rules: group, event, then the place in

@@ -30,6 +30,8 @@ namespace probefs::events {
   X(kBadProbeAddr, "Invalid probed address or symbol", EINVAL)                           \
   X(kNonUniqSymbol, "The symbol is not unique", EINVAL)                                  \
   X(kBadRetprobe, "Retprobe address must be an function entry", EINVAL)                  \
+  X(kNoTracepoint, "Tracepoint is not found", EINVAL)                                    \
+  X(kBadTpName, "Invalid character in tracepoint name", EINVAL)                          \
   X(kBadAddrSuffix, "Invalid probed address suffix", EINVAL)                             \
   X(kNoGroupName, "Group name is not specified", EINVAL)                                 \
   X(kGroupTooLong, "Group name is too long", EINVAL)                                     \
@@ -160,6 +162,7 @@ int error_errno(ErrorCode code);
 // Where an error_log entry says it comes from.
 inline constexpr std::string_view kLogUprobe = "trace_uprobe";
 inline constexpr std::string_view kLogKprobe = "trace_kprobe";
+inline constexpr std::string_view kLogFprobe = "trace_fprobe";
 inline constexpr std::string_view kLogFilter = "event filter parse error";
 // Entries about the traced processes themselves (no kernel counterpart).
 inline constexpr std::string_view kLogProbefs = "probefs";

@@ -285,6 +285,10 @@ int parse_probe_arg(std::string arg, Code& code, int* ci, ArgContext& ctx) {
       ret = parse_probe_vars(arg, code, ci, ctx);
       break;
     case '%': {
+      if (ctx.def->fprobe) {  // an fprobe sees a function's arguments, not its registers
+        ret = ctx.log->err(ctx.offset, ErrorCode::kBadVar);
+        break;
+      }
       int off = register_offset(std::string_view(arg).substr(1));
       if (off >= 0) {
         code[*ci].op = FetchOp::kReg;
@@ -570,6 +574,16 @@ int parse_one_arg(ProbeDefinition& def, int i, const std::string& argtext, ArgCo
 
 int parse_args(ProbeDefinition& def, const std::vector<std::string>& argv, Log& log,
                bool fentry) {
+  // `$arg*` (every argument, by BTF) is looked for before any argument is parsed, as the
+  // kernel expands it first; there is no BTF here.
+  if (def.syntax == ProbeSyntax::kKprobe) {
+    for (size_t i = 2; i < argv.size(); ++i) {
+      if (argv[i].starts_with("$arg*")) {
+        log.index = static_cast<int>(i);
+        return log.err(0, ErrorCode::kNosupBtfarg, EOPNOTSUPP);
+      }
+    }
+  }
   ArgContext ctx{def.syntax, def.is_return, fentry, 0, &log, &def, nullptr};
   for (size_t i = 2; i < argv.size(); ++i) {
     log.index = static_cast<int>(i);
@@ -727,6 +741,105 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
   return r;
 }
 
+// `f[N][:[GRP/][EVENT]] [MOD:]SYM[%return] [ARGS]`: the kernel's fprobe event (trace_fprobe),
+// a function's entry, or its exit with %return (or an argument that reads $retval). The
+// place is a symbol and nothing else: "SYM+4" is looked for as a name, and found nowhere.
+//
+// `t[:[GRP/][EVENT]] TRACEPOINT [ARGS]`, a probe on a kernel tracepoint, is parsed by the
+// same rules and then refused: a process has no tracepoints (NO_TRACEPOINT, where the
+// kernel would wait for a module that defines it).
+ParseResult parse_fprobe_argv(const std::vector<std::string>& argv, const ParseOptions&) {
+  const std::string& a0 = argv[0];
+  if ((a0[0] != 'f' && a0[0] != 't') || argv.size() < 2) return not_mine();
+  const bool tracepoint = a0[0] == 't';
+  ProbeDefinition def;
+  def.syntax = ProbeSyntax::kKprobe;
+  def.fprobe = true;
+  def.group = tracepoint ? "tracepoints" : "fprobes";
+  Log log{&argv, kLogFprobe, 0, {}};
+  const size_t colon = a0.find(':', 1);
+  const bool has_event = colon != std::string::npos;
+  if (a0.size() > 1 && is_digit(a0[1])) {
+    const size_t len = has_event ? colon - 1 : a0.size() - 1;
+    if (len > static_cast<size_t>(kMaxEventNameLen - 1)) return fail(log, 1, ErrorCode::kBadMaxact);
+    uint64_t n;
+    if (!kstrtoull(std::string_view(a0).substr(1, len), 0, &n) || n == 0 || n > 0xffffffffu)
+      return fail(log, 1, ErrorCode::kBadMaxact);
+    if (n > static_cast<uint64_t>(kMaxActiveMax)) return fail(log, 1, ErrorCode::kMaxactTooBig);
+    def.maxactive = static_cast<int>(n);
+  }
+  log.index = 1;
+  std::string sym = argv[1];
+  const size_t pct = sym.find('%');
+  if (pct != std::string::npos) {
+    if (tracepoint || sym.compare(pct, std::string::npos, "%return") != 0)
+      return fail(log, static_cast<int>(pct), ErrorCode::kBadAddrSuffix);
+    sym.resize(pct);
+    def.is_return = true;
+  }
+  if (tracepoint) {
+    for (size_t i = 0; i < sym.size(); ++i)
+      if (!is_alnum(sym[i]) && sym[i] != '_') return fail(log, static_cast<int>(i), ErrorCode::kBadTpName);
+    for (size_t i = 2; i < argv.size(); ++i) {
+      const size_t at = argv[i].find("$retval");
+      if (at != std::string::npos &&
+          (at + 7 == argv[i].size() || (!is_alnum(argv[i][at + 7]) && argv[i][at + 7] != '_'))) {
+        log.index = static_cast<int>(i);
+        return fail(log, static_cast<int>(at), ErrorCode::kRetvalOnProbe);
+      }
+    }
+  }
+  // An argument that reads $retval makes it the function's exit.
+  for (size_t i = 2; i < argv.size() && !def.is_return; ++i) {
+    const size_t at = argv[i].find("$retval");
+    if (at != std::string::npos &&
+        (at + 7 == argv[i].size() || (!is_alnum(argv[i][at + 7]) && argv[i][at + 7] != '_')))
+      def.is_return = true;
+  }
+  if (!def.is_return && def.maxactive) {
+    log.index = 0;
+    return fail(log, 1, ErrorCode::kBadMaxactType);
+  }
+  const size_t mod_colon = sym.find(':');
+  if (mod_colon != std::string::npos) {
+    def.module = sym.substr(0, mod_colon);
+    def.symbol = sym.substr(mod_colon + 1);
+  } else {
+    def.symbol = sym;
+  }
+  if (def.symbol.empty() || (mod_colon != std::string::npos && def.module.empty()))
+    return fail(log, 0, ErrorCode::kBadProbeAddr);
+  log.index = 0;
+  bool named = false;
+  if (has_event &&
+      parse_event_name(std::string_view(a0).substr(colon + 1), static_cast<int>(colon) + 1,
+                       &def.group, &def.event, &named, log))
+    return logged_error(log);
+  if (!named) {
+    // SYM__entry or SYM__exit (a tracepoint's own name), every character that cannot be in
+    // a C identifier as '_'.
+    std::string name = truncate_name(tracepoint ? (is_digit(sym[0]) ? "_" : "") + sym
+                                                : sym + (def.is_return ? "__exit" : "__entry"));
+    for (size_t i = 0; i < name.size(); ++i)
+      if (!is_alnum(name[i]) && name[i] != '_') name[i] = '_';
+    def.event = name;
+  }
+  if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {
+    log.index = 2;
+    return fail(log, 0, ErrorCode::kTooManyArgs);
+  }
+  def.argv = argv;
+  if (parse_args(def, argv, log, !def.is_return)) return logged_error(log);
+  if (tracepoint) {
+    log.index = 1;
+    return fail(log, 0, ErrorCode::kNoTracepoint);
+  }
+  ParseResult r;
+  r.status = ParseStatus::kDefine;
+  r.def = std::move(def);
+  return r;
+}
+
 ParseResult parse_uprobe_argv(const std::vector<std::string>& argv, const ParseOptions& opts) {
   const std::string& a0 = argv[0];
   ProbeDefinition def;
@@ -842,6 +955,7 @@ std::string place_text(const ProbeDefinition& def) {
   if (!def.on_symbol()) return hex(def.address, 16);
   std::string s = def.module.empty() ? def.symbol : def.module + ":" + def.symbol;
   if (def.offset) s += "+" + std::to_string(def.offset);
+  if (def.fprobe && def.is_return) s += "%return";
   return s;
 }
 
@@ -860,7 +974,7 @@ ParseResult parse_uprobe_command(std::string_view line, const ParseOptions& opts
 }
 
 ParseResult parse_dynamic_command(std::string_view line, const ParseOptions& opts) {
-  return parse_line(line, opts, true, {parse_kprobe_argv, parse_uprobe_argv});
+  return parse_line(line, opts, true, {parse_kprobe_argv, parse_uprobe_argv, parse_fprobe_argv});
 }
 
 std::vector<std::string> split_write(std::string_view buf, bool* too_long) {
@@ -893,7 +1007,9 @@ Diagnostic make_diagnostic(const ProbeDefinition& def, ErrorCode code, int index
   d.err = err ? err : error_errno(code);
   d.pos = caret_position(def.argv, index, offset);
   d.command = def.command();
-  d.subsystem = def.syntax == ProbeSyntax::kKprobe ? kLogKprobe : kLogUprobe;
+  d.subsystem = def.fprobe                              ? kLogFprobe
+                : def.syntax == ProbeSyntax::kKprobe ? kLogKprobe
+                                                     : kLogUprobe;
   return d;
 }
 
@@ -926,7 +1042,7 @@ Diagnostic check_append(const ProbeDefinition& existing, const ProbeDefinition& 
 }
 
 std::string read_back(const ProbeDefinition& def) {
-  std::string s(1, def.is_return ? 'r' : 'p');
+  std::string s(1, def.fprobe ? 'f' : def.is_return ? 'r' : 'p');
   if (def.syntax == ProbeSyntax::kKprobe && def.is_return && def.maxactive)
     s += std::to_string(def.maxactive);
   s += ":" + def.group + "/" + def.event + " " + place_text(def);

@@ -79,6 +79,7 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	  accepts: event-definitions (one definition per line)
 	   Format: p[:[<group>/][<event>]] <place> [<args>]
 	           r[maxactive][:[<group>/][<event>]] <place> [<args>]
+	           f[:[<group>/][<event>]] <func-name>[%return] [<args>]
 	           s:[synthetic/]<event> <field> [<field>]
 	           -:[<group>/][<event>]
 	    place: [<module>:]<symbol>[+<offset>]|<memaddr>

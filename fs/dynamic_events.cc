@@ -27,9 +27,10 @@ std::string resolve_path(pid_t writer, const std::string& path) {
   return cwd == "/" ? "/" + path : cwd + "/" + path;
 }
 
-bool applies_to(DefinitionFile which, events::ProbeSyntax syntax) {
+// fprobe events (`f` lines) are dynamic_events' alone, as in the kernel.
+bool applies_to(DefinitionFile which, events::ProbeSyntax syntax, bool fprobe) {
   switch (which) {
-    case DefinitionFile::kKprobe: return syntax == events::ProbeSyntax::kKprobe;
+    case DefinitionFile::kKprobe: return syntax == events::ProbeSyntax::kKprobe && !fprobe;
     case DefinitionFile::kUprobe: return syntax == events::ProbeSyntax::kUprobe;
     case DefinitionFile::kDynamic: return true;
   }
@@ -119,7 +120,7 @@ std::string DynamicEvents::Impl::read_back(DefinitionFile which) {
   // dynamic_events lists synthetic events too, each where it was defined among the probes.
   std::vector<std::pair<uint64_t, std::string>> lines;
   for (const auto& p : probes)
-    if (applies_to(which, p->def.syntax)) lines.emplace_back(p->seq, events::read_back(p->def));
+    if (applies_to(which, p->def.syntax, p->def.fprobe)) lines.emplace_back(p->seq, events::read_back(p->def));
   if (which == DefinitionFile::kDynamic)
     for (const auto& ev : events)
       if (ev->synthetic)
@@ -185,12 +186,12 @@ int64_t DynamicEvents::Impl::write_definitions(DefinitionFile which, const Reque
 int DynamicEvents::Impl::truncate_definitions(DefinitionFile which) {
   std::lock_guard l(mu);
   for (const auto& ev : events)
-    if ((ev->synthetic ? which == DefinitionFile::kDynamic : applies_to(which, ev->syntax)) &&
+    if ((ev->synthetic ? which == DefinitionFile::kDynamic : applies_to(which, ev->syntax, ev->fprobe)) &&
         ev->registered)
       return -EBUSY;
   std::vector<DynProbe*> doomed;
   for (const auto& p : probes)
-    if (applies_to(which, p->def.syntax)) doomed.push_back(p.get());
+    if (applies_to(which, p->def.syntax, p->def.fprobe)) doomed.push_back(p.get());
   for (DynProbe* p : doomed) (void)remove_probe(p);
   if (which == DefinitionFile::kDynamic) return truncate_synthetic_locked();
   return 0;
@@ -213,7 +214,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   if (ev) {
     // An event of the other kind: the kernel finds no probe event of its own kind by that
     // name, and registering the name fails.
-    if (ev->synthetic || ev->syntax != def.syntax)
+    if (ev->synthetic || ev->syntax != def.syntax || ev->fprobe != def.fprobe)
       return fail(events::make_diagnostic(def, events::ErrorCode::kEventExist, 0, 0));
     for (DynProbe* p : ev->probes) {
       events::Diagnostic d = events::check_append(p->def, def);
@@ -232,6 +233,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
     created->group = def.group;
     created->name = def.event;
     created->syntax = def.syntax;
+    created->fprobe = def.fprobe;
     created->compiled = compiled;
     created->id = fs.events().allocate_id();
     if (created->id == 0) return -ENOSPC;
@@ -285,7 +287,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
 int DynamicEvents::Impl::remove(DefinitionFile which, const events::RemovalRequest& req) {
   std::vector<DynProbe*> matched;
   for (const auto& p : probes)
-    if (applies_to(which, p->def.syntax) && events::removal_matches(req, p->def))
+    if (applies_to(which, p->def.syntax, p->def.fprobe) && events::removal_matches(req, p->def))
       matched.push_back(p.get());
   int err = -ENOENT;
   for (DynProbe* p : matched) {
@@ -439,7 +441,7 @@ std::string DynamicEvents::Impl::kprobe_profile() {
   std::lock_guard l(mu);
   std::string out;
   for (const auto& p : probes) {
-    if (p->def.syntax != events::ProbeSyntax::kKprobe) continue;
+    if (p->def.syntax != events::ProbeSyntax::kKprobe || p->def.fprobe) continue;
     tracee::ProbeProfile prof = tracer.profile(p->id);
     char line[160];
     std::snprintf(line, sizeof line, "  %-44s %15lu %15lu\n", p->event->name.c_str(),

@@ -77,6 +77,7 @@ struct DynEvent {
   std::string group;
   std::string name;
   events::ProbeSyntax syntax = events::ProbeSyntax::kUprobe;
+  bool fprobe = false;  // its probes are `f` lines (events::ProbeDefinition::fprobe)
   uint16_t id = 0;
   events::CompiledEvent compiled;  // the first probe's: the fields, the format file
   std::vector<DynProbe*> probes;   // definition order

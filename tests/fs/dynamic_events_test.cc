@@ -576,13 +576,19 @@ TEST_F(DynamicEventsTest, EachWriteIsParsedByItselfLineByLine) {
   EXPECT_EQ(echo("dynamic_events", dy1), -EINVAL);
   EXPECT_EQ(log(), log_entry("trace_uprobe", "Invalid register name", dy1,
                              static_cast<int>(dy1.find("%zz"))));
-  // Types no dynamic-event kind claims: EINVAL, nothing logged.
+  // Event probes (e:), which no dynamic-event kind claims: EINVAL, nothing logged. f: and
+  // t: are trace_fprobe's: a function no target has, a tracepoint no process has.
   clear_log();
-  for (const char* d : {"e:dyn/ep sched.sched_switch", "f:dyn/fp vfs_read",
-                        "t:dyn/tp sched_switch"})
-    EXPECT_EQ(echo("dynamic_events", d), -EINVAL) << d;
+  EXPECT_EQ(echo("dynamic_events", "e:dyn/ep sched.sched_switch"), -EINVAL);
   EXPECT_EQ(log(), "");
+  EXPECT_EQ(echo("dynamic_events", "f:dyn/fp vfs_read"), -ENOENT);
+  EXPECT_EQ(echo("dynamic_events", "t:dyn/tp sched_switch"), -EINVAL);
+  EXPECT_EQ(log(), log_entry("trace_fprobe", "Invalid probed address or symbol",
+                             "f:dyn/fp vfs_read", 9) +
+                       log_entry("trace_fprobe", "Tracepoint is not found",
+                                 "t:dyn/tp sched_switch", 9));
   // A synthetic event belongs to the synthetic group alone.
+  clear_log();
   EXPECT_EQ(echo("dynamic_events", "s:dyn/synth u64 lat"), -EINVAL);
   EXPECT_EQ(log(), log_entry("synthetic_events",
                              "Command must be of the form: s or -:[synthetic/]<name> "
@@ -1401,6 +1407,35 @@ TEST_F(DynamicEventsTest, DefinitionsWhileTargetsComeAndGoAreNeverRefused) {
   EXPECT_EQ(answer, "ok 400");
   EXPECT_GT(rounds, 10);
   EXPECT_EQ(refused, 0) << first_refusal;
+}
+
+// fprobe events (`f` lines in dynamic_events): a function's entry and exit, the exit
+// with the entry's arguments; dynamic_events lists them, kprobe_events and kprobe_profile
+// do not, and their records are a kprobe's and a kretprobe's.
+TEST_F(DynamicEventsTest, FprobeEventsOnAFunctionsEntryAndExit) {
+  ASSERT_EQ(echo("dynamic_events", "f:fp/add " + kProgName + ":traced_add a=$arg1:s64"), 0);
+  ASSERT_EQ(echo("dynamic_events", "f:fp/ret " + kProgName + ":traced_add%return rv=$retval:s64 a=$arg1:s64"), 0);
+  EXPECT_EQ(echo("kprobe_events", "f:fp/k " + kProgName + ":traced_add"), -EINVAL);
+  EXPECT_EQ(read("dynamic_events"),
+            "f:fp/add " + kProgName + ":traced_add a=$arg1:s64\n"
+            "f:fp/ret " + kProgName + ":traced_add%return rv=$retval:s64 a=$arg1:s64\n");
+  EXPECT_EQ(read("kprobe_events"), "");
+  ASSERT_EQ(write("events/fp/enable", "1\n"), 2);
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  ASSERT_TRUE(p.call(3));
+  std::string seq;
+  for (const Shown& r : read_records(*fs_)) {
+    seq += (seq.empty() ? "" : " ") + r.event + std::to_string(r.fields.at("a"));
+    if (r.event == "ret") {
+      EXPECT_EQ(r.fields.at("rv"), 3 * r.fields.at("a"));
+    }
+  }
+  EXPECT_EQ(seq, "add0 ret0 add1 ret1 add2 ret2");
+  EXPECT_EQ(read("kprobe_profile"), "");
+  ASSERT_EQ(write("events/fp/enable", "0\n"), 2);
+  EXPECT_EQ(echo("dynamic_events", "-:fp/ret"), 0);
+  EXPECT_EQ(read("dynamic_events"), "f:fp/add " + kProgName + ":traced_add a=$arg1:s64\n");
 }
 
 // ---- concurrency and the end ----------------------------------------------------------

@@ -481,8 +481,7 @@ TEST_F(TracefsMountTest, EachWriteIsParsedByItselfInEitherFile) {
   const std::string zz = "p:dyn/d6 " + b + ":0x1370 a=%zz";
   EXPECT_EQ(echo_append(path("dynamic_events"), zz).err, echo_write_error(EINVAL));
   for (const std::string& other : {std::string("e:dyn/ep sched.sched_switch"),
-                                   std::string("s:dyn/synth u64 lat"), std::string("f:dyn/fp vfs_read"),
-                                   std::string("t:dyn/tp sched_switch"),
+                                   std::string("s:dyn/synth u64 lat"),
                                    "x:dyn/bad " + b + ":0x1370"})
     EXPECT_EQ(echo_append(path("dynamic_events"), other).err, echo_write_error(EINVAL)) << other;
   EXPECT_EQ(error_log(),
