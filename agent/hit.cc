@@ -144,6 +144,21 @@ void read_comm(char (&comm)[16]) {
   return claim_slow(as, tid);
 }
 
+// The fetch program's view of a hit.
+[[gnu::always_inline]] inline events::HitContext hit_context(const HitProbe* hp, const PtRegs* regs,
+                                                             uint64_t ip, uint64_t ret_ip,
+                                                             const uint64_t* entry_args,
+                                                             int32_t tid) {
+  events::HitContext hc;
+  hc.regs = regs;
+  hc.ip = ip;
+  hc.ret_ip = ret_ip;
+  hc.entry_args = entry_args;
+  hc.pid = tid;
+  hc.event_id = hp->event_id;
+  return hc;
+}
+
 template <class Reader>
 [[gnu::always_inline]] inline uint32_t write_with(Reader& rd, const HitProbe* hp,
                                                   const events::HitContext& hc, uint8_t* rec) {
@@ -423,13 +438,7 @@ void emit_slow(const HitProbe* hp, AreaState* as, events::RingProducer* p, int32
   auto* rec = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap));
   if (__builtin_expect(rec == nullptr, 0)) return;  // full: counted as lost
   char comm[16];
-  events::HitContext hc;
-  hc.regs = regs;
-  hc.ip = ip;
-  hc.ret_ip = ret_ip;
-  hc.entry_args = entry_args;
-  hc.pid = tid;
-  hc.event_id = hp->event_id;
+  events::HitContext hc = hit_context(hp, regs, ip, ret_ip, entry_args, tid);
   // Read once: a SET_FILTER may turn it on while this hit runs (it never turns off).
   const bool with_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE);
   if (__builtin_expect(with_comm, 0)) {
@@ -607,13 +616,7 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   } else {
     const uint32_t cap =
         record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
-    events::HitContext hc;
-    hc.regs = regs;
-    hc.ip = ip;
-    hc.ret_ip = ret_ip;
-    hc.entry_args = entry_args;
-    hc.pid = tid;
-    hc.event_id = hp->event_id;
+    events::HitContext hc = hit_context(hp, regs, ip, ret_ip, entry_args, tid);
     if (needs_comm) hc.comm = comm;
     if (as->fault_tolerant) {
       events::FaultTolerantReader rd;

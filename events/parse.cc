@@ -624,6 +624,30 @@ ParseResult parse_removal(const std::vector<std::string>& argv) {
   return r;
 }
 
+// An automatic event name as the kernel makes it: cut to the longest name, and every
+// character from `from` on that cannot be in a C identifier made '_'.
+std::string event_name_of(std::string name, size_t from) {
+  name = truncate_name(std::move(name));
+  for (size_t i = from; i < name.size(); ++i)
+    if (!is_alnum(name[i]) && name[i] != '_') name[i] = '_';
+  return name;
+}
+
+// The arguments of a kprobe-syntax definition whose head is parsed, and the result.
+ParseResult parse_kprobe_tail(ProbeDefinition def, const std::vector<std::string>& argv,
+                              Log& log, bool fentry) {
+  if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {
+    log.index = 2;
+    return fail(log, 0, ErrorCode::kTooManyArgs);
+  }
+  def.argv = argv;
+  if (parse_args(def, argv, log, fentry)) return logged_error(log);
+  ParseResult r;
+  r.status = ParseStatus::kDefine;
+  r.def = std::move(def);
+  return r;
+}
+
 ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseOptions&) {
   const std::string& a0 = argv[0];
   ProbeDefinition def;
@@ -724,21 +748,9 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
     // The kernel turns ':' and '.' into '_', which is enough for its own symbol and module
     // names; user-space objects also have '-' and '+' (ld-linux-x86-64.so.2, libstdc++),
     // so every character that cannot be in an identifier becomes '_'.
-    std::string name = truncate_name(buf);
-    for (size_t i = 1; i < name.size(); ++i)
-      if (!is_alnum(name[i]) && name[i] != '_') name[i] = '_';
-    def.event = name;
+    def.event = event_name_of(buf, 1);
   }
-  if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {
-    log.index = 2;
-    return fail(log, 0, ErrorCode::kTooManyArgs);
-  }
-  def.argv = argv;
-  if (parse_args(def, argv, log, fentry)) return logged_error(log);
-  ParseResult r;
-  r.status = ParseStatus::kDefine;
-  r.def = std::move(def);
-  return r;
+  return parse_kprobe_tail(std::move(def), argv, log, fentry);
 }
 
 // `f[N][:[GRP/][EVENT]] [MOD:]SYM[%return] [ARGS]`: the kernel's fprobe event (trace_fprobe),
@@ -818,25 +830,16 @@ ParseResult parse_fprobe_argv(const std::vector<std::string>& argv, const ParseO
   if (!named) {
     // SYM__entry or SYM__exit (a tracepoint's own name), every character that cannot be in
     // a C identifier as '_'.
-    std::string name = truncate_name(tracepoint ? (is_digit(sym[0]) ? "_" : "") + sym
-                                                : sym + (def.is_return ? "__exit" : "__entry"));
-    for (size_t i = 0; i < name.size(); ++i)
-      if (!is_alnum(name[i]) && name[i] != '_') name[i] = '_';
-    def.event = name;
+    def.event = event_name_of(tracepoint ? (is_digit(sym[0]) ? "_" : "") + sym
+                                         : sym + (def.is_return ? "__exit" : "__entry"),
+                              0);
   }
-  if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {
-    log.index = 2;
-    return fail(log, 0, ErrorCode::kTooManyArgs);
-  }
-  def.argv = argv;
-  if (parse_args(def, argv, log, !def.is_return)) return logged_error(log);
-  if (tracepoint) {
+  const bool fentry = !def.is_return;
+  ParseResult r = parse_kprobe_tail(std::move(def), argv, log, fentry);
+  if (tracepoint && r.status == ParseStatus::kDefine) {
     log.index = 1;
     return fail(log, 0, ErrorCode::kNoTracepoint);
   }
-  ParseResult r;
-  r.status = ParseStatus::kDefine;
-  r.def = std::move(def);
   return r;
 }
 

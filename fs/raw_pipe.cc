@@ -96,7 +96,8 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
 
 // One open trace_pipe_raw: the pages a read lays out, handed out in order. A fill makes
 // as many pages as the read asked for; records go straight from the rings into them
-// while the gate is quiet (TraceReader::consume_direct), through a Batch otherwise.
+// while no reader setting refuses any (TraceReader::consume_direct), through a Batch
+// otherwise.
 class RawPipeHandle final : public Handle {
  public:
   RawPipeHandle(Tracefs&, std::shared_ptr<TraceReader> r, int cpu)

@@ -1,8 +1,8 @@
 // per_cpu/cpuN/trace_pipe_raw: the records of CPU N in the kernel's binary ring-buffer
 // pages (events/raw_page.h), as trace-cmd, libtracefs and KernelShark read them.
 //
-// Records are taken from the tracer as trace_pipe takes them (consuming, through the
-// record gate: filters, triggers and soft-disabled events decide once) and laid out in a
+// Records are taken from the tracer as trace_pipe takes them (consuming, each decided
+// once: set_event_pid, tracing_cpumask) and laid out in a
 // page as their event's `format` file says; trace_marker's records become the kernel's
 // ftrace `print` event (id 5: common fields, the ip of the kernel's tracing_mark_write
 // as /proc/kallsyms gives it, then the text with its NUL), and

@@ -178,8 +178,8 @@ class PipeHandle : public Handle {
     {
       auto lk = reader_->lock();
       reader_->revalidate(&batch_);
-      // Takes a record at a time until one would print (the gate decides only records
-      // taken); an empty buffer is seen without taking anything.
+      // Takes a record at a time until one would print (only records taken are decided);
+      // an empty buffer is seen without taking anything.
       for (int tries = 0; tries < 64; ++tries) {
         for (size_t k = batch_.next; k < batch_.recs.size(); ++k)
           if (batch_.recs[k].shown || batch_.recs[k].lost_before) return true;

@@ -203,7 +203,6 @@ void TraceReader::begin_fill() {
   fill_fast_ = fill_opts_.irq_info && fill_opts_.context_info && !fill_opts_.record_tgid &&
                events::trace_clock_in_ns(fill_clock_);
   fill_now_ms_ = coarse_ms();
-  fill_gate_ = fs_.events().gate();
   fill_scope_ = scope_ ? scope_->scope_version() : 0;
   if (fill_scope_ != 0) {
     const bool follow = event_fork_ && event_fork_();
@@ -216,7 +215,7 @@ void TraceReader::begin_fill() {
       for (int cpu = 0; cpu < fs_.cpus(); ++cpu) scope_cpus_[cpu] = scope_->cpu_traced(cpu);
     }
   }
-  fill_direct_ = fill_scope_ == 0 && fs_.events().gate_quiet();
+  fill_direct_ = fill_scope_ == 0;
   symbolizers_.clear();
   maps_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
@@ -227,7 +226,6 @@ int TraceReader::reset_buffer(const std::function<int()>& op) {
   int err = op();
   if (err == 0) {
     gates_.clear();
-    event_admitted_.clear();
     ++clear_gen_;
     std::fill(read_events_.begin(), read_events_.end(), 0);
     std::fill(dropped_events_.begin(), dropped_events_.end(), 0);
@@ -253,21 +251,17 @@ TraceReader::ThreadGate& TraceReader::gate(uint64_t key) {
 bool TraceReader::admit_new(const Held& h, const uint8_t* data) {
   if (h.len < 8) return false;
   const uint16_t id = load16(data);
-  // Markers are not events: no trigger sees them.
+  // Markers are the daemon's own.
   if (id == kMarkerEventId || id == kMarkerRawEventId) return h.pid == 0;
-  // A stack record goes where the event record its thread wrote before it went.
+  // A stack record is its thread's, kept by the same rules as the thread's events: one
+  // after an event's record (options/stacktrace) goes where that record goes, and the
+  // stack a stacktrace trigger takes at the hit of a soft-disabled event, which wrote no
+  // record, is kept as the kernel keeps it.
   if (id == events::kKernelStackEventId || id == events::kUserStackEventId) {
     if (h.pid == 0 || !stack_record_fits(id, data, h.len)) return false;
-    auto it = event_admitted_.find(key_of(h.pid, h.tid));
-    if (it == event_admitted_.end() || !it->second) return false;
-    // A stacktrace trigger's count and filter decide on the kernel_stack after its event.
-    return id != events::kKernelStackEventId || !fill_gate_ || direct_now_ ||
-           fs_.events().stack_shown(h.pid, h.tid);
+    return fill_scope_ == 0 || in_scope(h);
   }
-  const bool ok = admit_event(h, data, id);
-  if (event_admitted_.size() > kMaxComms) event_admitted_.clear();
-  event_admitted_[key_of(h.pid, h.tid)] = ok;
-  return ok;
+  return admit_event(h, data, id);
 }
 
 bool TraceReader::admit_event(const Held& h, const uint8_t* data, uint16_t id) {
@@ -280,16 +274,7 @@ bool TraceReader::admit_event(const Held& h, const uint8_t* data, uint16_t id) {
     if (h.cpu < dropped_events_.size()) ++dropped_events_[h.cpu];
     return false;
   }
-  if (!fill_gate_ || direct_now_) return true;
-  tracee::TraceRecord r;
-  r.pid = h.pid;
-  r.tid = h.tid;
-  r.cpu = h.cpu;
-  r.ts_ns = h.ts;
-  r.data = data;
-  r.len = h.len;
-  r.lost_before = h.lost_before;
-  return (*fill_gate_)(*v, r);
+  return true;
 }
 
 void TraceReader::set_scope(const SettingsFiles* settings, std::function<bool()> event_fork) {
@@ -390,7 +375,7 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
         return true;
       },
       max, cpu);
-  // The gate runs here, once the tracer's lock is released. Records come in runs of one
+  // The records are decided here, once the tracer's lock is released. Records come in runs of one
   // thread's: its entry is looked up once a run (entries stay where they are until the
   // pruning below).
   ThreadGate* g = nullptr;

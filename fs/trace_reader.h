@@ -1,16 +1,19 @@
 // The reading side of the trace files (fs/trace_files.h): what `trace`, `trace_pipe` and
-// per_cpu/cpuN/ share. It takes records from the tracer, passes each through the record
-// gate (EventTable::admit) exactly once, formats the kernel's lines under the text
-// options, and puts blocked readers and poll waiters to sleep until records may be there.
+// per_cpu/cpuN/ share. It takes records from the tracer, decides each once (the record
+// check against its event's layout, set_event_pid and tracing_cpumask: the readers' own
+// settings; triggers and soft-disabled events decided at the hit), formats the kernel's
+// lines under the text options, and puts blocked readers and poll waiters to sleep until
+// records may be there.
 //
-// The gate. A record is decided once, by the first reader that reaches it, in timestamp
-// order: `trace` (non-consuming) may reach a record long before trace_pipe consumes it, and
-// may show it again and again. Decisions are kept per thread: each thread's records come in
-// the order of its ring, so a thread's records are numbered from the first one still in the
-// buffer (`consumed` counts the ones taken out), and the gate remembers how many of them it
-// has decided (`decided`) and which of those it refused. A consumer pops decisions; a `trace`
-// pass finds them by number. Records of an event no longer in the EventTable are never
-// shown (and never offered to the gate).
+// The decisions. A record is decided once, by the first reader that reaches it, in
+// timestamp order: `trace` (non-consuming) may reach a record long before trace_pipe
+// consumes it, and may show it again and again. Decisions are kept per thread: each
+// thread's records come in the order of its ring, so a thread's records are numbered from
+// the first one still in the buffer (`consumed` counts the ones taken out), and the reader
+// remembers how many of them it has decided (`decided`) and which of those it refused. A
+// consumer pops decisions; a `trace` pass finds them by number. Records of an event no
+// longer in the EventTable are never shown. While no setting can refuse a record, the
+// readers take them directly (consume_direct), deciding nothing.
 //
 // `trace` streams: the tracer can only walk every record (for_each_record), so a reader
 // makes its text one chunk at a time, each chunk from a fresh walk that skips, per thread,
@@ -26,9 +29,7 @@
 // readers of another CPU), the thread asks again only after a short pause, not in a spin.
 //
 // Threads: any FUSE thread. Everything that takes or formats records runs under lock()
-// (one reader at a time, as the kernel serialises its trace readers); the gate is called
-// with that lock held but outside every lock of the tracer, so it may call back into the
-// Tracer and into Tracefs::set_tracing_on() (and so into wake_all()). Waiting has its own
+// (one reader at a time, as the kernel serialises its trace readers). Waiting has its own
 // lock and never takes the reader lock; the poll wake-ups run on the background thread
 // with no lock held, since the FUSE server's wake-up asks readable(), which takes it.
 #pragma once
@@ -105,8 +106,8 @@ class TraceReader {
   TraceReader(Tracefs& fs, SavedCmdlines& cmdlines);
   // What is traced at all: tracing_cpumask and the pid lists of `settings`, followed into
   // children while `event_fork` says so (options/event-fork). The kernel drops records
-  // outside them as they are written; here the gate drops them, before triggers and
-  // filters see them. Set once, before any read.
+  // outside them as they are written; here the reader drops them as it decides each
+  // record. Set once, before any read.
   void set_scope(const SettingsFiles* settings, std::function<bool()> event_fork);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
@@ -151,8 +152,8 @@ class TraceReader {
   // tracer's read lock held: they must not call into the Tracer (nor anything that does,
   // such as comm lookups).
   //
-  // Whether this lock holder may use consume_direct(): the gate has nothing to hide or
-  // fire and no pid list or cpumask limits what is traced.
+  // Whether this lock holder may use consume_direct(): no pid list or cpumask limits what
+  // is traced.
   bool direct() const { return fill_direct_; }
   // Consumes up to `max` records of CPU `cpu` (-1: all) into `t`, when direct(); `b` must
   // hold nothing. A record place() refuses is consumed into `b`, decided, and ends the
@@ -292,7 +293,6 @@ class TraceReader {
   events::TraceClock fill_clock_ = events::TraceClock::kLocal;
   bool fill_fast_ = true;
   bool fill_direct_ = false;
-  bool direct_now_ = false;  // in consume_direct(): admit_new() leaves the quiet gate out
   int64_t fill_now_ms_ = 0;
   struct ViewSlot {
     uint64_t gen = 0;
@@ -306,14 +306,11 @@ class TraceReader {
   std::unordered_map<uint64_t, CommSlot> comms_;
   // This fill's, held until the next: a departed target's may be the last reference.
   std::vector<std::pair<pid_t, std::shared_ptr<tracee::TargetSymbolizer>>> symbolizers_;
-  // Whether each thread's last event record was let through: its stack records follow it.
-  std::unordered_map<uint64_t, bool> event_admitted_;
   // The mappings of live targets for sym-userobj, read once per fill.
   std::unordered_map<pid_t, std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>>
       maps_;
   // The scope (set_scope): its version as this fill began (0: nothing limited), and
   // what was decided under that version.
-  std::shared_ptr<const EventTable::Gate> fill_gate_;  // the gate as this fill began
   const SettingsFiles* scope_ = nullptr;
   std::function<bool()> event_fork_;
   uint64_t fill_scope_ = 0;

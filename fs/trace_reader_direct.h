@@ -58,8 +58,8 @@ inline TraceReader::Held held_of(const tracee::TraceRecord& r) {
   return h;
 }
 
-// admit_new() with a quiet gate and no scope, for consume_direct(): the event's view is
-// looked up once per run of its records.
+// admit_new() with no scope, for consume_direct(): the event's view is looked up once per
+// run of its records.
 inline bool TraceReader::admit_quiet(const Held& h, const uint8_t* data, QuietView* last) {
   if (h.len < 8) return false;
   const uint16_t id = load16(data);
@@ -85,12 +85,10 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
   b->recs.clear();
   b->next = 0;
   b->clear_gen = clear_gen_;
-  // The gate decides here, with the tracer's lock held: it is quiet (no trigger to call
-  // back into the tracer), so admit_new() is asked not to run it at all.
+  // Decided here, with the tracer's lock held: nothing a reader sets refuses a record.
   ThreadGate* g = nullptr;
   uint64_t g_key = 0;
   QuietView last;
-  direct_now_ = true;
   // The bytes are read where they lie in the target's rings: copied once, into the page
   // (or the Batch), and decided on that copy, which must still be of the event admitted.
   const size_t n = tracer_.consume_records_in_place(
@@ -135,7 +133,6 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
         return true;
       },
       max, cpu);
-  direct_now_ = false;
   prune_idle();
   return n;
 }

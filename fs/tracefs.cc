@@ -51,48 +51,6 @@ std::shared_ptr<const EventView> EventTable::find(uint16_t id) const {
   return it == views_.end() ? nullptr : it->second;
 }
 
-void EventTable::set_gate(Gate gate, std::function<bool()> quiet) {
-  std::lock_guard l(mu_);
-  quiet_ = gate && quiet ? std::make_shared<const std::function<bool()>>(std::move(quiet))
-                         : nullptr;
-  gate_ = gate ? std::make_shared<const Gate>(std::move(gate)) : nullptr;
-}
-
-bool EventTable::gate_quiet() const {
-  std::shared_ptr<const Gate> g;
-  std::shared_ptr<const std::function<bool()>> q;
-  {
-    std::lock_guard l(mu_);
-    g = gate_;
-    q = quiet_;
-  }
-  return !g || (q && (*q)());
-}
-
-void EventTable::set_stack_gate(StackGate gate) {
-  std::lock_guard l(mu_);
-  stack_gate_ = gate ? std::make_shared<const StackGate>(std::move(gate)) : nullptr;
-}
-
-bool EventTable::stack_shown(pid_t pid, int32_t tid) const {
-  std::shared_ptr<const StackGate> g;
-  {
-    std::lock_guard l(mu_);
-    g = stack_gate_;
-  }
-  return !g || (*g)(pid, tid);
-}
-
-std::shared_ptr<const EventTable::Gate> EventTable::gate() const {
-  std::lock_guard l(mu_);
-  return gate_;
-}
-
-bool EventTable::admit(const EventView& ev, const tracee::TraceRecord& rec) const {
-  const std::shared_ptr<const Gate> g = gate();
-  return g ? (*g)(ev, rec) : true;
-}
-
 // ---- Tracefs -------------------------------------------------------------------------------
 
 struct Tracefs::NoticeSink {

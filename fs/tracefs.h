@@ -17,9 +17,10 @@
 //   └─ control files (fs/control_files.cc): README, targets, kprobes/ (list, enabled,
 //         blacklist, optimization)
 //
-// The parts meet in two places: the EventTable (event id -> what a reader needs to print a
-// record of that event) and the record gate (triggers and soft-disabled events decide,
-// once per record and in timestamp order, whether a record is shown at all).
+// The parts meet in the EventTable: event id -> what a reader needs to print a record of
+// that event. (Triggers and soft-disabled events decide at the hit, in the targets: what
+// the rings hold is what is shown, but for the readers' own settings, set_event_pid and
+// tracing_cpumask.)
 //
 // Threads: every method may be called from any FUSE thread.
 #pragma once
@@ -75,31 +76,11 @@ class EventTable {
   void unpublish(uint16_t id);
   std::shared_ptr<const EventView> find(uint16_t id) const;
 
-  // Decides whether a record is shown: soft-disabled events and triggers. Trace readers
-  // call admit() exactly once per record, in timestamp order, before anyone sees it.
-  using Gate = std::function<bool(const EventView& ev, const tracee::TraceRecord& rec)>;
-  // `quiet` says when the gate would show every record and fire nothing, so that a
-  // reader may skip it (null: never known to be).
-  void set_gate(Gate gate, std::function<bool()> quiet = {});
-  bool admit(const EventView& ev, const tracee::TraceRecord& rec) const;
-  // The gate as it is now (null: none), for a reader that decides many records at once.
-  std::shared_ptr<const Gate> gate() const;
-  // No gate, or one that has nothing to hide or fire now.
-  bool gate_quiet() const;
-  // Whether the kernel_stack record after thread `tid` of `pid`'s last admitted record is
-  // shown (its event's stacktrace trigger fired, or it has none); true without a gate.
-  using StackGate = std::function<bool(pid_t pid, int32_t tid)>;
-  void set_stack_gate(StackGate gate);
-  bool stack_shown(pid_t pid, int32_t tid) const;
-
  private:
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<const EventView>> views_;
   std::unordered_map<uint16_t, bool> used_;
   uint16_t next_ = kFirstEventId;
-  std::shared_ptr<const Gate> gate_;
-  std::shared_ptr<const std::function<bool()>> quiet_;
-  std::shared_ptr<const StackGate> stack_gate_;
 };
 
 class DynamicEvents;  // fs/dynamic_events.h
