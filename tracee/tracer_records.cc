@@ -85,6 +85,8 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_spare_rings(pid_t owner, 
   std::lock_guard rl(read_mu);
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
   events::ring_set_stack_options(r->area.header(), stack_options);
+  // The stack records its fork child writes after its events', as a target's own area.
+  r->event_ids = {events::kKernelStackEventId, events::kUserStackEventId};
   spare_rings.push_back(r);
   return r;
 }

@@ -1398,6 +1398,33 @@ TEST_F(TriggerRecordsTest, AStacktraceTriggerOfASoftDisabledEventIsInTheTrace) {
   EXPECT_EQ(read("events/trg/add/trigger"), "stacktrace:count=0\n");
 }
 
+// A fork child's stacks are its own records, as its parent's are: a child that runs on a
+// spare area from its first instruction as much as one set up after it forked.
+TEST_F(TriggerRecordsTest, AForkChildsStacksAreInTheTrace) {
+  define(true, false);
+  ASSERT_EQ(write("events/trg/add/trigger", "stacktrace\n"), 11);
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  for (int round = 0; round < 3; ++round) {
+    const std::string answer = p.ask("fork 2");
+    ASSERT_EQ(answer.rfind("ok ", 0), 0u) << answer;
+    const pid_t child = static_cast<pid_t>(std::stol(answer.substr(3)));
+    size_t adds = 0, stacks = 0;
+    fs_->tracer().consume_records(
+        [&](const tracee::TraceRecord& r) {
+          uint16_t id = 0;
+          if (r.len >= 2) memcpy(&id, r.data, 2);
+          if (r.pid != child) return true;
+          if (id == events::kKernelStackEventId) ++stacks;
+          else if (fs_->events().find(id)) ++adds;
+          return true;
+        },
+        SIZE_MAX);
+    EXPECT_EQ(adds, 2u) << "round " << round;
+    EXPECT_EQ(stacks, 2u) << "round " << round;
+  }
+}
+
 TEST_F(TriggerRecordsTest, AFilterThatFailsLeavesTheEventUnfiltered) {
   define(true, false);
   Program p;
