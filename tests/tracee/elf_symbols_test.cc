@@ -267,7 +267,7 @@ TEST(ProcessSymbols, LocalFunctionsOfAStrippedLibraryResolveFromItsDebugFile) {
   EXPECT_EQ(syms->resolve("libc:internal_getent", &r), -EADDRNOTAVAIL);
   EXPECT_EQ(syms->resolve("internal_getent", &r), -EADDRNOTAVAIL);
   ASSERT_EQ(syms->resolve("libc:qsort", &r), 0);
-  EXPECT_EQ(r.addr, reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "qsort")));
+  EXPECT_EQ(r.addr, libc_symbol("qsort"));  // libc's own (a sanitizer intercepts qsort)
 }
 
 TEST(ProcessSymbols, MalformedNamesAreEINVAL) {
