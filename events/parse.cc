@@ -624,6 +624,25 @@ ParseResult parse_removal(const std::vector<std::string>& argv) {
   return r;
 }
 
+// `[MOD:]SYM` into def's module and symbol; false for an empty symbol or module.
+bool split_module(const std::string& place, ProbeDefinition* def) {
+  const size_t colon = place.find(':');
+  if (colon != std::string::npos) {
+    def->module = place.substr(0, colon);
+    def->symbol = place.substr(colon + 1);
+  } else {
+    def->symbol = place;
+  }
+  return !def->symbol.empty() && (colon == std::string::npos || !def->module.empty());
+}
+
+// Where an argument reads $retval (as a word of its own), or npos.
+size_t retval_at(const std::string& arg) {
+  const size_t at = arg.find("$retval");
+  if (at == std::string::npos || at + 7 == arg.size()) return at;
+  return !is_alnum(arg[at + 7]) && arg[at + 7] != '_' ? at : std::string::npos;
+}
+
 // An automatic event name as the kernel makes it: cut to the longest name, and every
 // character from `from` on that cannot be in a C identifier made '_'.
 std::string event_name_of(std::string name, size_t from) {
@@ -704,14 +723,7 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
         return fail(log, 0, ErrorCode::kBadProbeAddr);
       sym.resize(pm);
     }
-    if (mod_colon != std::string::npos) {
-      def.module = sym.substr(0, mod_colon);
-      def.symbol = sym.substr(mod_colon + 1);
-    } else {
-      def.symbol = sym;
-    }
-    if (def.symbol.empty() || (mod_colon != std::string::npos && def.module.empty()))
-      return fail(log, 0, ErrorCode::kBadProbeAddr);
+    if (!split_module(sym, &def)) return fail(log, 0, ErrorCode::kBadProbeAddr);
     def.offset = static_cast<uint64_t>(off);
     // In user space a function entry is offset 0 of a symbol; a return probe needs one.
     if (off == 0 && !def.is_return) fentry = true;
@@ -792,35 +804,22 @@ ParseResult parse_fprobe_argv(const std::vector<std::string>& argv, const ParseO
   if (tracepoint) {
     for (size_t i = 0; i < sym.size(); ++i)
       if (!is_alnum(sym[i]) && sym[i] != '_') return fail(log, static_cast<int>(i), ErrorCode::kBadTpName);
-    for (size_t i = 2; i < argv.size(); ++i) {
-      const size_t at = argv[i].find("$retval");
-      if (at != std::string::npos &&
-          (at + 7 == argv[i].size() || (!is_alnum(argv[i][at + 7]) && argv[i][at + 7] != '_'))) {
-        log.index = static_cast<int>(i);
-        return fail(log, static_cast<int>(at), ErrorCode::kRetvalOnProbe);
-      }
-    }
   }
-  // An argument that reads $retval makes it the function's exit.
+  // An argument that reads $retval makes it the function's exit (a tracepoint has none).
   for (size_t i = 2; i < argv.size() && !def.is_return; ++i) {
-    const size_t at = argv[i].find("$retval");
-    if (at != std::string::npos &&
-        (at + 7 == argv[i].size() || (!is_alnum(argv[i][at + 7]) && argv[i][at + 7] != '_')))
-      def.is_return = true;
+    const size_t at = retval_at(argv[i]);
+    if (at == std::string::npos) continue;
+    if (tracepoint) {
+      log.index = static_cast<int>(i);
+      return fail(log, static_cast<int>(at), ErrorCode::kRetvalOnProbe);
+    }
+    def.is_return = true;
   }
   if (!def.is_return && def.maxactive) {
     log.index = 0;
     return fail(log, 1, ErrorCode::kBadMaxactType);
   }
-  const size_t mod_colon = sym.find(':');
-  if (mod_colon != std::string::npos) {
-    def.module = sym.substr(0, mod_colon);
-    def.symbol = sym.substr(mod_colon + 1);
-  } else {
-    def.symbol = sym;
-  }
-  if (def.symbol.empty() || (mod_colon != std::string::npos && def.module.empty()))
-    return fail(log, 0, ErrorCode::kBadProbeAddr);
+  if (!split_module(sym, &def)) return fail(log, 0, ErrorCode::kBadProbeAddr);
   log.index = 0;
   bool named = false;
   if (has_event &&
