@@ -38,35 +38,24 @@ extern "C" [[gnu::noinline]] int legit(int n, const char* s) {
 
 namespace {
 
-// The area the agent mapped: the one mapping of the daemon's memfd.
-RingAreaHeader* find_area() {
+// Where the agent mapped the daemon's memfd named `name` (its one mapping), or nullptr.
+void* find_mapping(const char* name) {
   FILE* f = std::fopen("/proc/self/maps", "r");
   if (!f) return nullptr;
   char line[512];
-  RingAreaHeader* area = nullptr;
+  void* at = nullptr;
   while (std::fgets(line, sizeof line, f)) {
-    if (!std::strstr(line, "probefs-ring")) continue;
-    area = reinterpret_cast<RingAreaHeader*>(std::strtoull(line, nullptr, 16));
+    if (!std::strstr(line, name)) continue;
+    at = reinterpret_cast<void*>(std::strtoull(line, nullptr, 16));
     break;
   }
   std::fclose(f);
-  return area;
+  return at;
 }
 
-// The control page the agent mapped, as any target can reach it.
-ControlPage* find_control() {
-  FILE* f = std::fopen("/proc/self/maps", "r");
-  if (!f) return nullptr;
-  char line[512];
-  ControlPage* page = nullptr;
-  while (std::fgets(line, sizeof line, f)) {
-    if (!std::strstr(line, "probefs-control")) continue;
-    page = reinterpret_cast<ControlPage*>(std::strtoull(line, nullptr, 16));
-    break;
-  }
-  std::fclose(f);
-  return page;
-}
+// The ring area, and the mount's control page, as any target can reach them.
+RingAreaHeader* find_area() { return static_cast<RingAreaHeader*>(find_mapping("probefs-ring")); }
+ControlPage* find_control() { return static_cast<ControlPage*>(find_mapping("probefs-control")); }
 
 bool scribble() {
   ControlPage* c = find_control();
