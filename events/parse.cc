@@ -652,9 +652,9 @@ std::string event_name_of(std::string name, size_t from) {
   return name;
 }
 
-// The arguments of a kprobe-syntax definition whose head is parsed, and the result.
-ParseResult parse_kprobe_tail(ProbeDefinition def, const std::vector<std::string>& argv,
-                              Log& log, bool fentry) {
+// The arguments of a definition whose head is parsed, and the result.
+ParseResult parse_tail(ProbeDefinition def, const std::vector<std::string>& argv,
+                       Log& log, bool fentry) {
   if (argv.size() - 2 > static_cast<size_t>(kMaxTraceArgs)) {
     log.index = 2;
     return fail(log, 0, ErrorCode::kTooManyArgs);
@@ -762,7 +762,7 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
     // so every character that cannot be in an identifier becomes '_'.
     def.event = event_name_of(buf, 1);
   }
-  return parse_kprobe_tail(std::move(def), argv, log, fentry);
+  return parse_tail(std::move(def), argv, log, fentry);
 }
 
 // `f[N][:[GRP/][EVENT]] [MOD:]SYM[%return] [ARGS]`: the kernel's fprobe event (trace_fprobe),
@@ -834,7 +834,7 @@ ParseResult parse_fprobe_argv(const std::vector<std::string>& argv, const ParseO
                               0);
   }
   const bool fentry = !def.is_return;
-  ParseResult r = parse_kprobe_tail(std::move(def), argv, log, fentry);
+  ParseResult r = parse_tail(std::move(def), argv, log, fentry);
   if (tracepoint && r.status == ParseStatus::kDefine) {
     log.index = 1;
     return fail(log, 0, ErrorCode::kNoTracepoint);
@@ -911,12 +911,7 @@ ParseResult parse_uprobe_argv(const std::vector<std::string>& argv, const ParseO
                   static_cast<unsigned long>(def.offset));
     def.event = truncate_name(buf);
   }
-  def.argv = argv;
-  if (parse_args(def, argv, log, false)) return logged_error(log);
-  ParseResult r;
-  r.status = ParseStatus::kDefine;
-  r.def = std::move(def);
-  return r;
+  return parse_tail(std::move(def), argv, log, false);
 }
 
 using TypeParser = ParseResult (*)(const std::vector<std::string>&, const ParseOptions&);
