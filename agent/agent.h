@@ -133,11 +133,15 @@ struct HitProbe {
   // Histograms and triggers (SET_HIST): null when none.
   std::atomic<const HitHists*> hists{nullptr};
   std::atomic<const HitTriggers*> triggers{nullptr};
-  // False: the hits write no ring record (a synthetic event's only).
+  // False: the hits write no record into the top level's buffer (a synthetic event's
+  // only, or an event enabled only in instances).
   std::atomic<bool> record{true};
+  // The instances' buffers the hits also record into (bit b: buffer b; bit 0 clear).
+  std::atomic<uint32_t> instances{0};
   // Soft mode: the hits record only while the event's control-page byte is 0.
   std::atomic<bool> soft{false};
-  // Any of hists, triggers, soft: the handler takes the general path (emit_slow).
+  // Any of hists, triggers, soft, instances, or not record: the handler takes the general
+  // path (emit_slow).
   std::atomic<bool> slow{false};
 };
 

@@ -707,7 +707,8 @@ std::unique_ptr<HitTriggers> make_hit_triggers(const lk::SetHist& s) {
 }
 
 // SET_HIST: the histograms a probe's hits count into, its event's triggers, whether it
-// records and whether it is in soft mode.
+// records (into the top level's buffer, and into which instances' buffers) and whether it
+// is in soft mode.
 void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   if (s.synth_id != 0) return do_set_synth(s, reply);
   AgentProbe* ap = find_probe(s.probe_id, reply);
@@ -722,9 +723,10 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   HitProbe* h = ap->hit.get();
   // The general path first, then what it reads; back to the straight path only once
   // nothing is left for the general one.
-  const bool slow = next || triggers || s.soft || !s.record;
+  const bool slow = next || triggers || s.soft || !s.record || s.instances != 0;
   if (slow) h->slow.store(true, std::memory_order_release);
   h->record.store(s.record, std::memory_order_relaxed);
+  h->instances.store(s.instances, std::memory_order_relaxed);
   h->soft.store(s.soft, std::memory_order_relaxed);
   h->hists.store(next.get(), std::memory_order_release);
   h->triggers.store(triggers.get(), std::memory_order_release);

@@ -18,6 +18,8 @@
 //   prod  the ring this thread claimed in the area of generation `gen`
 //   tid   the thread id it claimed it with
 //   gen   that area's generation; a new area (SETUP, fork) makes the thread claim again
+//   inst  the rings it claimed in that area for the instances' buffers, by buffer (the
+//         ring's index + 1; 0: none yet), claimed at its first record into each
 //
 // A vfork child, and posix_spawn's (a clone that shares memory and runs until it execs),
 // runs on its parent thread's TLS and thread descriptor: the fast path would take it for
@@ -58,6 +60,11 @@ struct ThreadRing {
   // null and gen current, the thread retries only once the daemon freed rings since.
   uint32_t claim_free_gen;
   uint32_t saved_gen;  // gen before the shared-TLS window opened
+  uint16_t inst[events::kRingMaxBuffers];
+  // The buffers whose ring this thread failed to claim, while the area's free_generation
+  // is inst_free_gen: no new scan before the daemon frees rings.
+  uint32_t inst_failed;
+  uint32_t inst_free_gen;
 };
 // No area has it (control.cc skips 0 only; it would take 2^32 areas).
 constexpr uint32_t kSharedTlsGen = ~0u;
@@ -80,6 +87,14 @@ void read_comm(char (&comm)[16]) {
   comm[0] = 0;
   arch::raw_syscall(__NR_prctl, PR_GET_NAME, reinterpret_cast<long>(comm));
   comm[15] = 0;
+}
+
+void forget_instance_rings() {
+  for (uint16_t& r : t_ring.inst) {
+    asm("" : "+r"(r));
+    r = 0;
+  }
+  t_ring.inst_failed = 0;
 }
 
 // The first hit of a thread in an area, or a thread whose tid is not the one it claimed
@@ -113,6 +128,7 @@ void read_comm(char (&comm)[16]) {
   if (g_tid_offset >= 0 && descriptor_tid() != real) __atomic_store_n(&g_tid_offset, -1, __ATOMIC_RELAXED);
   if (t_ring.gen == as->generation && t_ring.prod != nullptr && t_ring.tid == real) return t_ring.prod;
   events::RingProducer fresh{};
+  if (t_ring.gen != as->generation || t_ring.tid != real) forget_instance_rings();
   t_ring.gen = as->generation;
   t_ring.tid = real;
   char comm[events::kRingCommBytes];
@@ -142,6 +158,44 @@ void read_comm(char (&comm)[16]) {
     }
   }
   return claim_slow(as, tid);
+}
+
+// The thread's ring for instance buffer `b`, in the area this_thread_ring() just gave it a
+// ring of (as `tid`): claimed at its first record there. nullptr when it has none (every
+// ring taken: the record is lost, counted with the area's unowned ones; or the shared-TLS
+// window, whose hits record into the top level's buffer alone).
+[[gnu::noinline]] events::RingProducer* instance_ring(AreaState* as, uint32_t b, int32_t tid) {
+  if (t_ring.gen != as->generation || t_ring.tid != tid || b >= events::kRingMaxBuffers)
+    return nullptr;
+  if (const uint32_t r = t_ring.inst[b]; r != 0) return &as->producers[r - 1];
+  const uint32_t free_gen = __atomic_load_n(&as->area->free_generation, __ATOMIC_ACQUIRE);
+  if ((t_ring.inst_failed >> b) & 1) {
+    if (t_ring.inst_free_gen == free_gen) return nullptr;
+    t_ring.inst_failed = 0;
+  }
+  char comm[events::kRingCommBytes];
+  read_comm(comm);
+  events::RingProducer fresh{};
+  if (!events::ring_claim(as->area, static_cast<uint32_t>(tid), &fresh,
+                          static_cast<uint32_t>(as->pid), comm, b)) {
+    t_ring.inst_failed |= 1u << b;
+    t_ring.inst_free_gen = fresh.claim_generation;
+    return nullptr;
+  }
+  fresh.rseq_cpu = as->rseq_cpu;
+  events::ring_set_comm(&fresh, static_cast<uint32_t>(tid), comm);
+  new (&as->producers[fresh.ring]) events::RingProducer(fresh);
+  t_ring.inst[b] = static_cast<uint16_t>(fresh.ring + 1);
+  return &as->producers[fresh.ring];
+}
+
+// A record's bytes into another ring's reservation: whole 8-byte words (both sides have
+// them: reservations are 8-byte aligned and padded), with no library call.
+[[gnu::always_inline]] inline void copy_words(uint8_t* d, const uint8_t* src, uint32_t len) {
+  for (uint32_t i = 0; i < len; i += 8) {
+    asm("" : "+r"(i));
+    __builtin_memcpy(d + i, src + i, 8);
+  }
 }
 
 // The fetch program's view of a hit.
@@ -589,20 +643,44 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
                         events::control_soft_disabled(ctl, hp->event_id);
   bool record = !soft_off && hp->record.load(std::memory_order_relaxed) &&
                 !events::control_tracing_off(ctl);
-  if (!record && hh == nullptr && !cond) return;
+  // The instances' buffers it records into now (their tracing_on).
+  uint32_t inst = 0;
+  for (uint32_t bits = hp->instances.load(std::memory_order_relaxed); bits != 0; bits &= bits - 1) {
+    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(bits));
+    if (!events::control_tracing_off(ctl, b)) inst |= 1u << b;
+  }
+  if (!record && hh == nullptr && !cond && inst == 0) return;
 
   alignas(8) uint8_t stack[kHistRecordBytes];
   uint8_t* rec = stack;
   uint32_t cpu = 0;
+  // The ring the record is built in: the top level's when it records there, else the
+  // first instance's it goes to; copied from there into the other instances'.
+  events::RingProducer* built_in = nullptr;
   if (record) {
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap))) {
       rec = r;
-      cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
+      built_in = p;
     } else {
       record = false;  // full: counted as lost; histograms and triggers still see the hit
     }
   }
-  if (!record && ((hh && hh->needs_cpu) || cond))
+  while (built_in == nullptr && inst != 0) {
+    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(inst));
+    inst &= inst - 1;
+    events::RingProducer* q = instance_ring(as, b, tid);
+    if (q == nullptr) {
+      events::ring_drop_unowned(as->area);
+      continue;
+    }
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, hp->record_cap))) {
+      rec = r;
+      built_in = q;
+    }
+  }
+  if (built_in != nullptr)
+    cpu = reinterpret_cast<const events::RingRecordHeader*>(built_in->data + built_in->pending_off)->cpu;
+  if (built_in == nullptr && ((hh && hh->needs_cpu) || cond))
     cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
   const bool needs_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) ||
                           (hh && hh->needs_comm) || (tr && tr->needs_comm);
@@ -615,7 +693,7 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
     len = hp->view.fixed_size;
   } else {
     const uint32_t cap =
-        record || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
+        built_in || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
     events::HitContext hc = hit_context(hp, regs, ip, ret_ip, entry_args, tid);
     if (needs_comm) hc.comm = comm;
     if (as->fault_tolerant) {
@@ -634,6 +712,22 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   }
   const uint64_t post =
       cond ? run_cond_triggers(tr, ctl, as, hp, p, regs, ret_ip, tid, rec, len, cpu, comm) : 0;
+  // The other instances' copies, while the record's bytes are still reserved.
+  for (; inst != 0 && len != 0; inst &= inst - 1) {
+    events::RingProducer* q = instance_ring(as, static_cast<uint32_t>(__builtin_ctz(inst)), tid);
+    if (q == nullptr) {
+      events::ring_drop_unowned(as->area);
+      continue;
+    }
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, len))) {
+      copy_words(r, rec, len);
+      events::ring_commit(q, len);
+    }
+  }
+  if (built_in != nullptr && built_in != p) {  // built in an instance's ring
+    if (len == 0) events::ring_discard(built_in);
+    else events::ring_commit(built_in, len);
+  }
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
     events::FilterContext fc;
@@ -765,6 +859,7 @@ void forget_thread_ring() {
   t_ring.gen = 0;
   t_ring.tid = 0;
   t_ring.claim_free_gen = 0;
+  forget_instance_rings();
 }
 
 void retire_thread_ring() {
@@ -774,8 +869,11 @@ void retire_thread_ring() {
   AreaState* as = g_area.load(std::memory_order_acquire);
   // Only a ring of the current area, claimed by this very thread.
   if (as != nullptr && t_ring.gen == as->generation &&
-      t_ring.tid == static_cast<int32_t>(arch::raw_syscall(__NR_gettid)))
+      t_ring.tid == static_cast<int32_t>(arch::raw_syscall(__NR_gettid))) {
     events::ring_retire(t_ring.prod);
+    for (uint16_t r : t_ring.inst)
+      if (r != 0) events::ring_retire(&as->producers[r - 1]);
+  }
   probecore::rcu_read_unlock();
   forget_thread_ring();
 }

@@ -2,7 +2,9 @@
 // change at the hit, shared by the daemon and all its targets (one memfd, mapped
 // read-write by each agent: CONTROL, events/link.h).
 //
-//   tracing_off    tracing_on negated: while nonzero no target records (hits still count)
+//   tracing_off    tracing_on negated, per buffer (0: the top level's, then the instances'
+//                  by the buffer number fs gives each): while nonzero no target records
+//                  into that buffer (hits still count)
 //   soft_disabled  by event id: an event in soft mode (it has triggers or histograms, or
 //                  an enable_event/disable_event trigger targets it) records nothing while
 //                  its byte is nonzero; its enable file reads "0*". Outside soft mode the
@@ -25,6 +27,7 @@
 #include <optional>
 
 #include "events/filter.h"
+#include "events/ring.h"
 
 namespace probefs::events {
 
@@ -33,13 +36,14 @@ inline constexpr uint32_t kControlCountSlots = 4096;
 inline constexpr uint32_t kNoCountSlot = UINT32_MAX;
 
 struct ControlPage {
-  uint32_t magic;        // kControlMagic, written by the daemon before it hands the page out
-  uint32_t tracing_off;  // nonzero: tracing_on is 0
-  uint32_t reserved[14];
-  uint8_t soft_disabled[65536];  // by event id
+  uint32_t magic;  // kControlMagic, written by the daemon before it hands the page out
+  uint32_t reserved[15];
+  uint32_t tracing_off[kRingMaxBuffers];  // by buffer; nonzero: its tracing_on is 0
+  uint8_t soft_disabled[65536];           // by event id
   int64_t counts[kControlCountSlots];
 };
-static_assert(offsetof(ControlPage, soft_disabled) == 64);
+static_assert(offsetof(ControlPage, tracing_off) == 64);
+static_assert(offsetof(ControlPage, soft_disabled) == 128);
 inline constexpr size_t kControlPageBytes = (sizeof(ControlPage) + 4095) & ~size_t{4095};
 
 // What a trigger does when it fires at the hit (SET_HIST carries them to the agents).
@@ -61,20 +65,22 @@ struct TriggerSpec {
 // ---- the hit's side: relaxed atomics (a hit racing with a switch may still record, as in
 // the kernel) ----
 
-[[gnu::always_inline]] inline bool control_tracing_off(const ControlPage* c) {
-  return __atomic_load_n(&c->tracing_off, __ATOMIC_RELAXED) != 0;
+[[gnu::always_inline]] inline bool control_tracing_off(const ControlPage* c, uint32_t buffer = 0) {
+  return __atomic_load_n(&c->tracing_off[buffer % kRingMaxBuffers], __ATOMIC_RELAXED) != 0;
 }
 
 [[gnu::always_inline]] inline bool control_soft_disabled(const ControlPage* c, uint16_t id) {
   return __atomic_load_n(&c->soft_disabled[id], __ATOMIC_RELAXED) != 0;
 }
 
-// Switches tracing (off: true); false when another hit switched it first, or it already was.
-inline bool control_switch_tracing(ControlPage* c, bool off) {
-  uint32_t current = __atomic_load_n(&c->tracing_off, __ATOMIC_RELAXED);
+// Switches tracing of `buffer` (off: true); false when another hit switched it first, or
+// it already was.
+inline bool control_switch_tracing(ControlPage* c, bool off, uint32_t buffer = 0) {
+  uint32_t* word = &c->tracing_off[buffer % kRingMaxBuffers];
+  uint32_t current = __atomic_load_n(word, __ATOMIC_RELAXED);
   if ((current != 0) == off) return false;
-  return __atomic_compare_exchange_n(&c->tracing_off, &current, off ? 1u : 0u, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return __atomic_compare_exchange_n(word, &current, off ? 1u : 0u, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED);
 }
 
 // Sets event `id`'s soft-disabled byte; false when it already had that value.

@@ -397,6 +397,11 @@ void put_set_hist(Out& o, const SetHist& s) {
     o.u32(t.count_slot);
     put_filter(o, t.filter);
   }
+  if (s.instances & ~kInstanceBuffers) {
+    o.ok = false;
+    return;
+  }
+  o.u32(s.instances);
 }
 
 bool get_set_hist(In& in, SetHist* s) {
@@ -530,6 +535,8 @@ bool get_set_hist(In& in, SetHist* s) {
     if (!get_filter(in, &spec.filter)) return false;
     s->triggers.push_back(std::move(spec));
   }
+  in.get(&s->instances, "set_hist: instances");
+  if (in.ok() && (s->instances & ~kInstanceBuffers) != 0) return in.fail("set_hist: instances");
   return in.ok();
 }
 

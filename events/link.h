@@ -71,7 +71,7 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 9;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+inline constexpr uint32_t kAgentAbiVersion = 10;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
                                                   // 7: onmax, onchange, stack keys,
@@ -79,6 +79,9 @@ inline constexpr uint32_t kAgentAbiVersion = 9;  // 2: LIST_CHANGED, 3: BRANCHES
                                                   // 8: UNWIND
                                                   // 9: CONTROL, SET_HIST's triggers
                                                   //    and soft mode
+                                                  // 10: buffers (instances): the
+                                                  //    ring's buffer, SET_HIST's
+                                                  //    instances
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -277,13 +280,17 @@ struct HistTable {
 //        nparams x (operand, u32 field offset, u8 field size, u8 0, u16 0),
 //        nsave x operand),
 //   u8 t, t x (u8 action, u8 0, u16 target event id, u32 count slot, u8 has_filter,
-//              [bytes filter])
+//              [bytes filter]),
+//   u32 instances
 //   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
 //            u32 key_size, u64 buckets, u64 value
 // n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind, a
 // variable or reference index within its program; the record offsets are checked
 // against the probe's (or synthetic event's) record by the agent. t <= kMaxHitTriggers,
 // each of a known action, its count slot below kControlCountSlots or kNoCountSlot.
+// `instances`: the instances' buffers the probe's records go into besides the top level's
+// (`record`), bit b for buffer b (events/ring.h, kRingMaxBuffers), bit 0 clear.
+inline constexpr uint32_t kInstanceBuffers = ((1u << kRingMaxBuffers) - 1) & ~1u;
 struct SetHist {
   uint32_t probe_id = 0;
   bool record = true;
@@ -295,6 +302,7 @@ struct SetHist {
   std::optional<CompiledFilter> synth_filter;
   HistClock clock;
   std::vector<TriggerSpec> triggers;
+  uint32_t instances = 0;
 };
 
 // OPTIMIZATION: u8 on (debug.kprobes_optimization)

@@ -62,6 +62,12 @@
 // records then follow one another in a ring whatever thread wrote them, and each claim
 // says whose they are from there on.
 //
+// Buffers. The top level's buffer and each instance's (instances/NAME) are separate
+// rings: a ring holds one buffer's records (RingControl::buffer, stored by the claimer
+// before its first commit), and a thread claims one ring per buffer it records into,
+// its hits counted in the first. A ring is taken over only for the buffer it holds, or
+// once drained; the daemon's readers take each buffer's rings apart.
+//
 // Owner records. A claimer that gives its name (the agent's threads do) writes an owner
 // record first thing in the ring it claimed: a record of kind kRingKindOwner whose payload
 // is RingOwnerRecord, its tid and its name (the kernel's comm). The records after it, up to
@@ -128,7 +134,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 namespace probefs::events {
 
 inline constexpr uint32_t kRingAreaMagic = 0x52464270;      // "pBFR"
-inline constexpr uint32_t kRingAreaVersion = 3;
+inline constexpr uint32_t kRingAreaVersion = 4;
 inline constexpr uint32_t kRingPageBytes = 4096;
 inline constexpr uint32_t kRingMinBytes = kRingPageBytes;  // per ring, a page multiple
 inline constexpr uint32_t kRingMaxBytes = 1u << 30;
@@ -136,6 +142,9 @@ inline constexpr uint32_t kRingMaxCount = 4096;
 inline constexpr uint32_t kRingMaxProbeSlots = 1u << 16;    // a multiple of 8
 inline constexpr uint64_t kRingMaxAreaBytes = 1ull << 36;
 inline constexpr uint32_t kRingRecordHeaderSize = 16;
+// Buffers (the top level's and each of instances/): a ring holds the records of one
+// buffer (RingControl::buffer), so a thread that records into several has a ring in each.
+inline constexpr uint32_t kRingMaxBuffers = 16;
 
 // RingControl::owner: 0 when free, else the owner's tid, with kRingOwnerRetired once the
 // thread promised to write no more (it may then exit before the daemon frees the ring),
@@ -234,7 +243,9 @@ struct RingControl {
   // comm_tid (stored with release after comm); the daemon zeroes comm_tid when it frees
   // the ring.
   uint32_t comm_tid;
-  uint32_t reserved0a;
+  // The buffer whose records the ring holds (below kRingMaxBuffers), set by the claimer
+  // before its first commit; a ring changes buffers only while it holds no record.
+  uint32_t buffer;
   uint64_t comm[kRingCommBytes / 8];
   uint32_t reserved0[6];
   // Line 1: the consumer's.
@@ -547,15 +558,16 @@ inline bool write_owner(RingProducer* p, uint32_t tid, const char* comm) {
 
 }  // namespace ring_detail
 
-// Claims a ring of `area` for the calling thread, whose thread id is `tid`, and sets up
-// `p`: a free one, or else (when `pid`, the process's id, is given) a drained one whose
-// owner is gone, or else (when `comm`, the thread's name, is given too) one whose owner is
-// gone with an eighth of it or more free. With `comm`, the ring's first record from here
-// is the claimer's owner record. False when no ring can be had (p->claim_generation then
-// remembers when, see ring_claim_worth_retrying). The scans start at ring 0, so that the
-// rings in use stay at the front (RingAreaHeader::rings_high).
+// Claims a ring of `area` for the calling thread, whose thread id is `tid`, for the
+// records of `buffer`, and sets up `p`: a free one, or else (when `pid`, the process's id,
+// is given) a drained one whose owner is gone, or else (when `comm`, the thread's name, is
+// given too) one of the same buffer whose owner is gone with an eighth of it or more
+// free. With `comm`, the ring's first record from here is the claimer's owner record.
+// False when no ring can be had (p->claim_generation then remembers when, see
+// ring_claim_worth_retrying). The scans start at ring 0, so that the rings in use stay at
+// the front (RingAreaHeader::rings_high).
 inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint32_t pid = 0,
-                       const char* comm = nullptr) {
+                       const char* comm = nullptr, uint32_t buffer = 0) {
   using namespace ring_detail;
   const uint32_t generation = load_acquire(&area->free_generation);
   const uint32_t n = area->ring_count;
@@ -576,7 +588,8 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint
       const uint32_t tail = load_acquire(&ctl->tail);
       if (pass == 1 && tail != head) continue;
       if (pass == 2 && (tail == head || head >= size || tail >= size || head % 8 != 0 ||
-                        tail % 8 != 0 || room(head, tail, size) < size / 8))
+                        tail % 8 != 0 || room(head, tail, size) < size / 8 ||
+                        load_relaxed(&ctl->buffer) != buffer))
         continue;
       // A ring of this tid's: a thread that had the number before is surely gone.
       if ((expected & kRingOwnerTidMask) != want && !ring_owner_left(expected, pid)) continue;
@@ -588,6 +601,9 @@ inline bool ring_claim(RingAreaHeader* area, uint32_t tid, RingProducer* p, uint
       if (__atomic_compare_exchange_n(&area->rings_high, &high, i + 1, false, __ATOMIC_RELEASE,
                                       __ATOMIC_RELAXED))
         break;
+    // Before the first commit (the owner record's or a record's release of head): a
+    // reader that sees records in the ring sees their buffer.
+    store_relaxed(&ctl->buffer, buffer);
     attach_producer(area, i, p);
     if (comm != nullptr && !write_owner(p, want, comm)) {
       // No record of ours may follow the last owner's without our owner record before

@@ -512,9 +512,22 @@ bool RingAreaReader::peek(Cursor* c, RingRecord* out) {
   return true;
 }
 
-bool RingAreaReader::has_data(int cpu) const {
+uint32_t RingAreaReader::buffer_of(uint32_t ring) const {
+  if (ring >= geometry_.ring_count) return 0;
+  const uint32_t b = load_relaxed(&control(ring)->buffer);
+  return b < kRingMaxBuffers ? b : 0;
+}
+
+namespace {
+bool in_buffer(const RingAreaReader& r, uint32_t ring, int buffer) {
+  return buffer < 0 || r.buffer_of(ring) == static_cast<uint32_t>(buffer);
+}
+}  // namespace
+
+bool RingAreaReader::has_data(int cpu, int buffer) const {
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
+    if (!in_buffer(*this, i, buffer)) continue;
     if (!head(i, &h) || h == states_[i].tail) continue;
     // Owner records alone are nothing to read.
     Parsed p;
@@ -528,11 +541,11 @@ bool RingAreaReader::has_data(int cpu) const {
   return false;
 }
 
-uint64_t RingAreaReader::entries() const {
+uint64_t RingAreaReader::entries(int buffer) const {
   uint64_t n = 0;
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
-    if (!head(i, &h)) continue;
+    if (!in_buffer(*this, i, buffer) || !head(i, &h)) continue;
     // Each step moves forward by at least a record header and stops at the head or at
     // anything inconsistent: at most ring_bytes / 16 steps.
     uint32_t off = states_[i].tail;
@@ -545,29 +558,33 @@ uint64_t RingAreaReader::entries() const {
   return n;
 }
 
-uint64_t RingAreaReader::dropped() const {
+uint64_t RingAreaReader::dropped(int buffer) const {
   uint64_t n = 0;
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
+    if (!in_buffer(*this, i, buffer)) continue;
     const uint64_t lost = load_relaxed(&control(i)->lost);
     if (lost > states_[i].lost_base) n += lost - states_[i].lost_base;
   }
+  if (buffer > 0) return n;
   const uint64_t unowned = unowned_lost();
   return n + (unowned > unowned_base_ ? unowned - unowned_base_ : 0);
 }
 
-uint32_t RingAreaReader::rings_in_use() const {
+uint32_t RingAreaReader::rings_in_use(int buffer) const {
   uint32_t n = 0;
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
     uint32_t h;
+    if (!in_buffer(*this, i, buffer)) continue;
     if (owner(i) != 0 || (head(i, &h) && h != states_[i].tail)) ++n;
   }
   return n;
 }
 
-void RingAreaReader::clear() {
+void RingAreaReader::clear(int buffer) {
   front_valid_ = false;
   ++progress_;
   for (uint32_t i = 0, n_ = rings_used(); i < n_; ++i) {
+    if (!in_buffer(*this, i, buffer)) continue;
     State& st = states_[i];
     st.lost_base = load_relaxed(&control(i)->lost);
     uint32_t h;
@@ -579,6 +596,7 @@ void RingAreaReader::clear() {
     st.unpublished = 0;
     store_release(&control(i)->tail, st.tail);
   }
+  if (buffer > 0) return;
   unowned_base_ = unowned_lost();
   unowned_taken_ = unowned_base_;
 }
@@ -836,6 +854,10 @@ void RingMerger::refresh() {
     if (l.ring >= used) continue;  // the area's placeholder, before its first ring
     const RingAreaReader::State& st = l.reader->states_[l.ring];
     if (consume_ || l.cursor.pos < st.consumed) l.cursor = l.reader->cursor(l.ring);
+    if (!in_buffer(*l.reader, l.ring, buffer_)) {  // another buffer's: its merger's
+      l.head = l.cursor.off;
+      continue;
+    }
     if (!l.reader->head(l.ring, &l.head)) {
       if (consume_) l.reader->skip_corrupt(l.ring);
       l.head = l.cursor.off;

@@ -167,20 +167,25 @@ class RingAreaReader {
   Cursor cursor(uint32_t ring) const;
   bool peek(Cursor* c, RingRecord* out);
 
+  // The buffer whose records ring `ring` holds (RingControl::buffer): one the process
+  // wrote out of range counts as the top level's (0).
+  uint32_t buffer_of(uint32_t ring) const;
+
+  // `buffer` >= 0 in the calls below limits them to the rings of that buffer; -1: all.
   // Whether any ring holds records not consumed (one load per ring). `cpu` >= 0: whether
   // a ring's next record is of that CPU (what a consumer of that CPU can take: a ring is
   // read in order).
-  bool has_data(int cpu = -1) const;
+  bool has_data(int cpu = -1, int buffer = -1) const;
   // Records not consumed, in every ring (a walk of their headers: no copy).
-  uint64_t entries() const;
+  uint64_t entries(int buffer = -1) const;
   // Records dropped since the reader attached or was last cleared: those a full ring
-  // lost (reported or not yet) and those of threads that had no ring.
-  uint64_t dropped() const;
+  // lost (reported or not yet) and those of threads that had no ring (the top level's).
+  uint64_t dropped(int buffer = -1) const;
   // Rings that hold records not consumed or have an owner.
-  uint32_t rings_in_use() const;
+  uint32_t rings_in_use(int buffer = -1) const;
   // Drops every record not consumed (echo > trace; a clock change); dropped() starts
   // again from 0.
-  void clear();
+  void clear(int buffer = -1);
   // Frees the rings that are drained and whose owner retired or is gone: folds their hit
   // counters and unreported lost counts into this reader's totals and clears the owner.
   // Returns how many; bumps the area's free_generation if any. `names`, when given, gets
@@ -307,9 +312,10 @@ class RingAreaReader {
 //
 // Consuming mode (trace_pipe) consumes what it returns. Non-consuming mode (trace) walks
 // the records without consuming them: rewind() starts over at the first unconsumed one.
+// A merger reads the rings of one buffer (RingAreaReader::buffer_of), or of all (-1).
 class RingMerger {
  public:
-  explicit RingMerger(bool consume = true) : consume_(consume) {}
+  explicit RingMerger(bool consume = true, int buffer = -1) : consume_(consume), buffer_(buffer) {}
 
   // `tag` comes back in RingRecord::tag. The reader must outlive its membership.
   void add(RingAreaReader* reader, uint32_t tag);
@@ -357,6 +363,7 @@ class RingMerger {
   void push(uint32_t lane);
 
   bool consume_;
+  int buffer_;
   bool hold_ = false;  // in next_in_place(): the tails are stored by the next call or publish()
   uint32_t returned_ = kNoLane;  // the lane of next()'s last record
   uint32_t held_ = kNoLane;      // next_in_place()'s last record's lane, its tail not stored

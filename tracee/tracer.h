@@ -116,6 +116,9 @@ struct ProbeSpec {
   std::vector<events::HistProgram> hists;
   std::vector<events::TriggerSpec> triggers;
   bool soft = false;
+  // The buffers its records go into (bit b: buffer b; bit 0 the top level's, the others
+  // instances'); set_probe_buffers() changes it. Only while the probe is enabled.
+  uint32_t buffers = 1;
 };
 
 // What a histogram holds now, summed over every target that counted into it (live or
@@ -284,6 +287,8 @@ class Tracer {
   // is in soft mode.
   [[nodiscard]] int set_hists(ProbeId id, std::vector<events::HistProgram> programs,
                               std::vector<events::TriggerSpec> triggers, bool soft);
+  // The buffers the probe's records go into (ProbeSpec::buffers), in every target.
+  [[nodiscard]] int set_probe_buffers(ProbeId id, uint32_t buffers);
 
   // ---- histograms (events/hist.h) ----------------------------------------------------
   // A histogram's tables, made in every target now and to come: its slot, or -ENOSPC when
@@ -324,13 +329,18 @@ class Tracer {
   [[nodiscard]] int set_optimization(bool on);
 
   // ---- records --------------------------------------------------------------------------
+  //
+  // Buffers. Records go into buffers (events::kRingMaxBuffers of them): 0 is the top
+  // level's, the others the instances' (instances/NAME), each with its own records,
+  // tracing_on and trace_marker; they share the trace clock and the ring size. A call
+  // below that takes `buffer` acts on that buffer alone.
 
   // ---- the control page (events/control_page.h): what every target reads at each hit,
   // and what triggers change there ----
   // tracing_on: while off, hits are counted and nothing is recorded (every target, and
   // targets to come). A traceon or traceoff trigger changes it at the hit.
-  [[nodiscard]] int set_tracing_on(bool on);
-  bool tracing_on() const;
+  [[nodiscard]] int set_tracing_on(bool on, uint32_t buffer = 0);
+  bool tracing_on(uint32_t buffer = 0) const;
   // An event in soft mode records only while this is false; an enable_event or
   // disable_event trigger changes it at the hit.
   bool soft_disabled(uint16_t event_id) const;
@@ -354,7 +364,7 @@ class Tracer {
   // buffer is full (the record is lost, and the next one reports it in lost_before, as a
   // target's ring does), -EBADF while tracing_on is 0 (the kernel's answer for
   // trace_marker then), -EINVAL for no bytes or more than the buffer can ever hold.
-  [[nodiscard]] int write_record(const void* data, uint32_t len);
+  [[nodiscard]] int write_record(const void* data, uint32_t len, uint32_t buffer = 0);
 
   // The next record of all targets in timestamp order, consumed (trace_pipe). false when
   // there is none now.
@@ -366,19 +376,19 @@ class Tracer {
   // another CPU holds back its later records until that one is consumed. `fn` must not
   // call the Tracer (it runs under the reader's lock), nor may for_each_record's.
   size_t consume_records(const std::function<bool(const TraceRecord&)>& fn, size_t max,
-                         int cpu = -1);
+                         int cpu = -1, uint32_t buffer = 0);
   // consume_records() for a consumer that copies each record itself: a target's record's
   // `data` points into that target's memory, which it may change at any time. Copy the
   // bytes once, check the copy, and take it only if its event id is still `id`.
   size_t consume_records_in_place(const std::function<bool(const TraceRecord&)>& fn,
-                                  size_t max, int cpu = -1);
+                                  size_t max, int cpu = -1, uint32_t buffer = 0);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
   bool wait_for_records(int timeout_ms);
   // Wakes a wait_for_records() in another thread (a reader closing its file).
   void interrupt_wait();
   // Every record not yet consumed, in timestamp order, without consuming them (trace).
-  void for_each_record(const std::function<void(const TraceRecord&)>& fn);
+  void for_each_record(const std::function<void(const TraceRecord&)>& fn, uint32_t buffer = 0);
   // Goes on with `walk`: hands `fn` the records not consumed, in timestamp order, from
   // where the walk stopped (a new walk: the first record in the buffer), until `fn`
   // returns false (its record counts as handed out) or none is left. The number handed
@@ -387,28 +397,29 @@ class Tracer {
   // that arrive meanwhile come when the walk reaches them, so a thread's record stamped
   // before one of another thread already handed out comes after it. `fn` must not call
   // the Tracer.
-  size_t for_each_record(RecordWalk* walk, const std::function<bool(const TraceRecord&)>& fn);
+  size_t for_each_record(RecordWalk* walk, const std::function<bool(const TraceRecord&)>& fn,
+                         uint32_t buffer = 0);
   // Drops every record not yet consumed (`echo > trace`).
-  void clear_records();
+  void clear_records(uint32_t buffer = 0);
   // The trace header's counts, as the kernel's: `entries`, the records in the buffer now;
   // `written`, those and the records dropped since the buffers were last emptied (for
   // want of room, or of a ring for the thread), where the kernel counts the ones
   // overwritten. Records consumed count in neither: a drained buffer that lost nothing
   // shows 0/0.
-  void record_counts(uint64_t* entries, uint64_t* written);
+  void record_counts(uint64_t* entries, uint64_t* written, uint32_t buffer = 0);
   // Whether a consuming read would find a record now (poll), without consuming: of any
   // CPU, or for `cpu` >= 0 what consume_records(.., cpu) can take.
-  bool has_records(int cpu = -1);
+  bool has_records(int cpu = -1, uint32_t buffer = 0);
   // Connections of agents the listener turned away so far (diagnostics, tests).
   uint64_t refused_links() const;
   // Records dropped because their target had no business writing them (TraceRecord), on
   // CPU `cpu` (-1: all), since the buffers were last emptied: per_cpu/cpuN/stats counts
   // them among its dropped events.
-  uint64_t rejected_records(int cpu = -1);
+  uint64_t rejected_records(int cpu = -1, uint32_t buffer = 0);
   // Rings (threads) that hold records or belong to a thread now, the daemon's own
   // (trace_marker) while it holds records: buffer_total_size_kb is this many times
   // buffer_size_kb.
-  uint64_t rings_in_use();
+  uint64_t rings_in_use(uint32_t buffer = 0);
   // Rings of the targets' areas the daemon freed after their threads retired them (at
   // thread exit), rather than found their owners gone.
   uint64_t rings_freed_retired();

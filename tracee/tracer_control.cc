@@ -33,12 +33,16 @@ int ControlPageOwner::create() {
   return 0;
 }
 
-int Tracer::set_tracing_on(bool on) {
-  __atomic_store_n(&impl_->control.page->tracing_off, on ? 0u : 1u, __ATOMIC_RELAXED);
+int Tracer::set_tracing_on(bool on, uint32_t buffer) {
+  if (buffer >= events::kRingMaxBuffers) return -EINVAL;
+  __atomic_store_n(&impl_->control.page->tracing_off[buffer], on ? 0u : 1u, __ATOMIC_RELAXED);
   return 0;
 }
 
-bool Tracer::tracing_on() const { return !events::control_tracing_off(impl_->control.page); }
+bool Tracer::tracing_on(uint32_t buffer) const {
+  return buffer < events::kRingMaxBuffers &&
+         !events::control_tracing_off(impl_->control.page, buffer);
+}
 
 bool Tracer::soft_disabled(uint16_t event_id) const {
   return events::control_soft_disabled(impl_->control.page, event_id);

@@ -144,7 +144,8 @@ void Tracer::Impl::sync_hists(Target& t) {
     auto p = probes.find(id);
     if (p == probes.end() || p->second.hist_generation == 0) continue;
     lk::SetHist sh;
-    sh.record = true;
+    sh.record = (p->second.spec.buffers & 1) != 0;
+    sh.instances = p->second.spec.buffers & lk::kInstanceBuffers;
     sh.soft = p->second.spec.soft;
     sh.triggers = p->second.spec.triggers;
     sh.clock = hist_clock();
@@ -246,6 +247,18 @@ int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs,
   it->second.spec.hists = std::move(programs);
   it->second.spec.triggers = std::move(triggers);
   it->second.spec.soft = soft;
+  ++it->second.hist_generation;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+int Tracer::set_probe_buffers(ProbeId id, uint32_t buffers) {
+  if (buffers & ~(lk::kInstanceBuffers | 1u)) return -EINVAL;
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  if (it->second.spec.buffers == buffers) return 0;
+  it->second.spec.buffers = buffers;
   ++it->second.hist_generation;
   for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
   return 0;

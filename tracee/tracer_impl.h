@@ -432,10 +432,22 @@ struct Tracer::Impl {
   std::vector<std::shared_ptr<Rings>> spare_rings;  // spare areas, not read (SpareArea)
   std::vector<pid_t> tag_pid;  // by tag; tags are never reused
   std::vector<Rings*> tag_rings;  // by tag: the area while it is read, else nullptr
-  // Records rejected (TraceRecord) since the buffers were last emptied, by CPU; and a
-  // lost count a rejected record carried, handed on with the next record returned.
-  std::vector<uint64_t> rejected;
-  uint64_t rejected_lost = 0;
+  // What reading one buffer (Tracer's "Buffers") keeps: its mergers, which read only
+  // that buffer's rings;
+  // the records rejected (TraceRecord) since it was last emptied, by CPU, and a lost
+  // count a rejected record carried, handed on with the next record returned; the
+  // records dropped (RingAreaReader::dropped) in areas freed since it was last emptied,
+  // which the trace header's `written` counts.
+  struct Buffer {
+    events::RingMerger merger;
+    events::RingMerger peeker;
+    std::vector<uint64_t> rejected;
+    uint64_t rejected_lost = 0;
+    uint64_t dropped_gone = 0;
+  };
+  std::vector<Buffer> buffers;  // events::kRingMaxBuffers, made by create()
+  // The buffer's mergers over every area read, afresh (its records emptied). read_mu held.
+  void restart_mergers(uint32_t buffer);
   // The last (area, ring, owner, event) admit_record let through: the next record of the
   // same run needs no lookup. Cleared whenever an area leaves the readers.
   struct LastAdmitted {
@@ -446,8 +458,6 @@ struct Tracer::Impl {
   };
   LastAdmitted last_admitted;
   uint32_t next_tag = 1;
-  events::RingMerger merger{true};
-  events::RingMerger peeker{false};
   events::TraceClock clock = events::TraceClock::kLocal;
   events::TraceClockConverter conv;
   // Stamps as CLOCK_BOOTTIME, the clock of threads' start times (/proc/TID/stat): whether
@@ -456,22 +466,20 @@ struct Tracer::Impl {
   ControlPageOwner control;  // set at create, then only its page and counts change
   uint32_t stack_options = 0;  // every target area's (events::kRingKernelStack...)
   std::atomic<bool> kernel_stacks{false};  // its kRingKernelStack bit, for the rooms of mu
-  // Records dropped (RingAreaReader::dropped) in areas freed since the buffers were last
-  // emptied: written in the trace header counts them.
-  uint64_t dropped_gone = 0;
   // Names of the threads whose rings were freed (comm_of), by pid << 32 | tid, and the
   // order they came in (the oldest go first).
   std::unordered_map<uint64_t, std::string> saved_comms;
   std::deque<uint64_t> saved_order;
   // Symbolizers of departed targets whose areas were freed, oldest first.
   std::deque<std::pair<pid_t, std::shared_ptr<TargetNames>>> departed;
-  // The daemon's own records (trace_marker): one ring, of the targets' size, in an area
-  // of its own that the readers merge with the targets' (it is in `rings`, pid 0). Any
-  // thread may write: marker_mu serialises the producer.
+  // The daemon's own records (trace_marker): one ring per buffer, of the targets' size,
+  // in an area of its own that the readers merge with the targets' (it is in `rings`,
+  // pid 0). Any thread may write: marker_mu serialises the producers.
   std::mutex marker_mu;
   std::shared_ptr<Rings> own;      // replaced (buffer size) with read_mu and marker_mu
-  events::RingProducer own_prod;   // marker_mu
-  uint64_t own_last_tsc = 0;       // marker_mu: the last TSC stamp written there
+  events::RingProducer own_prod[events::kRingMaxBuffers];  // marker_mu, by buffer
+  uint64_t own_last_tsc[events::kRingMaxBuffers] = {};     // marker_mu: the last TSC
+                                                            // stamp written in each
   std::atomic<bool> interrupted{false};
   std::condition_variable_any idle_cv;  // wait_for_records with no area at all
   std::atomic<uint32_t> buffer_kb;  // changed under mu; read anywhere

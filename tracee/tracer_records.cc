@@ -49,7 +49,9 @@ bool Tracer::Impl::make_room_for_target() {
   for (const std::shared_ptr<Rings>& r : rings) {
     if (excess == 0) break;
     if (live.count(r.get()) || r == own) continue;
-    dropped_gone += r->reader.entries() + r->reader.dropped();
+    for (uint32_t b = 0; b < buffers.size(); ++b)
+      buffers[b].dropped_gone += r->reader.entries(static_cast<int>(b)) +
+                                 r->reader.dropped(static_cast<int>(b));
     r->reader.clear();
     --excess;
   }
@@ -104,7 +106,7 @@ void Tracer::Impl::adopt_spare_rings(const std::shared_ptr<Rings>& r, pid_t pid)
 std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::make_rings(pid_t pid, int* err) {
   auto r = std::make_shared<Rings>();
   events::RingGeometry g;
-  g.ring_count = pid != 0 ? opts.rings_per_target : 1;
+  g.ring_count = pid != 0 ? opts.rings_per_target : events::kRingMaxBuffers;
   g.ring_bytes = buffer_kb.load() * 1024;
   g.probe_slots = pid != 0 ? kProbeSlots : 8;
   uint32_t mode;
@@ -128,8 +130,10 @@ void Tracer::Impl::read_rings(const std::shared_ptr<Rings>& r, pid_t pid) {
   tag_rings[r->tag] = r.get();
   r->owners.resize(r->reader.ring_count());
   rings.push_back(r);
-  merger.add(&r->reader, r->tag);
-  peeker.add(&r->reader, r->tag);
+  for (Buffer& b : buffers) {
+    b.merger.add(&r->reader, r->tag);
+    b.peeker.add(&r->reader, r->tag);
+  }
   // A reader asleep in wait_for_records waits on the areas there were: it wakes to wait
   // on this one too, before the new target's first records can fill its rings.
   if (own) {
@@ -184,7 +188,8 @@ void Tracer::Impl::free_drained_rings(const std::set<Rings*>& live) {
       if (tid != 0 && r->reader.owner_comm(i, tid, &comm))
         save_comm(r->pid, tid, std::move(comm));
     }
-    dropped_gone += r->reader.dropped();
+    for (uint32_t b = 0; b < buffers.size(); ++b)
+      buffers[b].dropped_gone += r->reader.dropped(static_cast<int>(b));
     if (r->symbolizer) {
       std::erase_if(departed, [&](const auto& d) { return d.second == r->symbolizer; });
       departed.emplace_back(r->pid, r->symbolizer);
@@ -196,8 +201,10 @@ void Tracer::Impl::free_drained_rings(const std::set<Rings*>& live) {
   }
   rings = std::move(kept);
   if (gone.empty()) return;
-  merger.remove(gone);
-  peeker.remove(gone);
+  for (Buffer& b : buffers) {
+    b.merger.remove(gone);
+    b.peeker.remove(gone);
+  }
   last_admitted = {};
   freed.clear();  // the readers left the mergers before their areas go
 }
@@ -227,21 +234,26 @@ int Tracer::Impl::new_own_rings() {
   std::shared_ptr<Rings> r = new_rings(0, &err);
   if (!r) return err;
   r->area.close_fd();  // the daemon writes it through its mapping alone
-  // The owner word names the daemon; the service thread never reclaims this ring.
-  events::RingProducer prod{};
-  if (!events::ring_claim(r->area.header(), static_cast<uint32_t>(getpid()), &prod))
-    return -ENOSPC;
+  // A ring per buffer (ring b for buffer b). The owner word names the daemon; the service
+  // thread never reclaims these rings.
+  events::RingProducer prod[events::kRingMaxBuffers]{};
+  for (uint32_t b = 0; b < events::kRingMaxBuffers; ++b)
+    if (!events::ring_claim(r->area.header(), static_cast<uint32_t>(getpid()), &prod[b], 0,
+                            nullptr, b))
+      return -ENOSPC;
   std::lock_guard rl(read_mu);
   std::lock_guard ml(marker_mu);
   if (own) {
     std::erase(rings, own);
-    merger.remove(&own->reader);
-    peeker.remove(&own->reader);
+    for (Buffer& b : buffers) {
+      b.merger.remove(&own->reader);
+      b.peeker.remove(&own->reader);
+    }
     tag_rings[own->tag] = nullptr;
     last_admitted = {};
   }
   own = std::move(r);
-  own_prod = prod;
+  for (uint32_t b = 0; b < events::kRingMaxBuffers; ++b) own_prod[b] = prod[b];
   return 0;
 }
 
@@ -293,17 +305,19 @@ void store_thread(TraceRecord* out, pid_t pid, pid_t tid) {
   std::memcpy(reinterpret_cast<unsigned char*>(out) + offsetof(TraceRecord, pid), &both, 8);
 }
 
-bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord* out,
-                  bool consuming) {
+bool admit_record(Tracer::Impl& impl, Tracer::Impl::Buffer& buf, const events::RingRecord& rr,
+                  TraceRecord* out, bool consuming) {
   Tracer::Impl::Rings* r = rr.tag < impl.tag_rings.size() ? impl.tag_rings[rr.tag] : nullptr;
   const pid_t pid = rr.tag < impl.tag_pid.size() ? impl.tag_pid[rr.tag] : 0;
   pid_t tid = 0;
   out->cpu = rr.cpu;
   out->data = rr.payload.data();
   out->len = static_cast<uint32_t>(rr.payload.size());
-  out->lost_before = rr.lost_before + (consuming ? impl.rejected_lost : 0);
-  // Records of the target's threads that found no ring: lost before its next record.
-  if (consuming && r != nullptr && r->pid != 0) out->lost_before += r->reader.take_unowned_lost();
+  out->lost_before = rr.lost_before + (consuming ? buf.rejected_lost : 0);
+  // Records of the target's threads that found no ring: lost before its next record (of
+  // the top level's buffer).
+  if (consuming && r != nullptr && r->pid != 0 && &buf == &impl.buffers[0])
+    out->lost_before += r->reader.take_unowned_lost();
   bool ok = r != nullptr && out->len >= 8;
   out->id = 0;
   if (ok && r->pid == 0) {
@@ -346,27 +360,27 @@ bool admit_record(Tracer::Impl& impl, const events::RingRecord& rr, TraceRecord*
     return ok;
   }
   if (!ok) {
-    if (impl.rejected.size() <= rr.cpu && rr.cpu < events::kRingMaxCount)
-      impl.rejected.resize(rr.cpu + 1);
-    if (rr.cpu < impl.rejected.size()) ++impl.rejected[rr.cpu];
-    impl.rejected_lost = out->lost_before;
+    if (buf.rejected.size() <= rr.cpu && rr.cpu < events::kRingMaxCount)
+      buf.rejected.resize(rr.cpu + 1);
+    if (rr.cpu < buf.rejected.size()) ++buf.rejected[rr.cpu];
+    buf.rejected_lost = out->lost_before;
     return false;
   }
-  impl.rejected_lost = 0;
+  buf.rejected_lost = 0;
   out->ts_ns = impl.conv.convert(rr.stamp, rr.counter_stamp);
   return true;
 }
 
 }  // namespace
 
-int Tracer::write_record(const void* data, uint32_t len) {
-  if (data == nullptr || len == 0) return -EINVAL;
+int Tracer::write_record(const void* data, uint32_t len, uint32_t buffer) {
+  if (data == nullptr || len == 0 || buffer >= events::kRingMaxBuffers) return -EINVAL;
   std::lock_guard ml(impl_->marker_mu);
-  events::RingProducer* p = &impl_->own_prod;
+  events::RingProducer* p = &impl_->own_prod[buffer];
   // Room for the header and a lost count: what can never fit is refused, not lost.
   if (uint64_t{len} + events::kRingRecordHeaderSize + 16 > p->size) return -EINVAL;
   // The kernel's trace_marker with tracing_on 0: "as if not open for write".
-  if (events::control_tracing_off(impl_->control.page)) return -EBADF;
+  if (events::control_tracing_off(impl_->control.page, buffer)) return -EBADF;
   void* rec = events::ring_reserve(p, len);  // stamped here, on this CPU, in the area's mode
   if (rec == nullptr) return -ENOSPC;        // counted as lost, like a target's full ring
   // Writers on different CPUs take turns on one ring: a TSC a few cycles behind the
@@ -374,8 +388,8 @@ int Tracer::write_record(const void* data, uint32_t len) {
   // the ring stays in stamp order, as each of the kernel's per-CPU buffers is.
   auto* h = reinterpret_cast<events::RingRecordHeader*>(p->data + p->pending_off);
   if (!(h->flags & events::kRingFlagCounterStamp)) {
-    h->stamp = std::max(h->stamp, impl_->own_last_tsc);
-    impl_->own_last_tsc = h->stamp;
+    h->stamp = std::max(h->stamp, impl_->own_last_tsc[buffer]);
+    impl_->own_last_tsc[buffer] = h->stamp;
   }
   std::memcpy(rec, data, len);
   events::ring_commit(p, len);
@@ -389,12 +403,13 @@ int Tracer::write_record(const void* data, uint32_t len) {
 bool Tracer::next_record(TraceRecord* out) {
   std::lock_guard rl(impl_->read_mu);
   events::RingRecord rr;
+  Impl::Buffer& b = impl_->buffers[0];
   for (;;) {
-    if (!impl_->merger.next(&rr)) {
-      impl_->merger.publish();  // the room of what was read goes back to the producers
+    if (!b.merger.next(&rr)) {
+      b.merger.publish();  // the room of what was read goes back to the producers
       return false;
     }
-    if (admit_record(*impl_, rr, out, true)) return true;
+    if (admit_record(*impl_, b, rr, out, true)) return true;
   }
 }
 
@@ -402,30 +417,33 @@ namespace {
 
 // consume_records(), with the payloads copied out of the rings or (in_place) not.
 size_t consume_from(Tracer::Impl& impl, bool in_place,
-                    const std::function<bool(const TraceRecord&)>& fn, size_t max, int cpu) {
+                    const std::function<bool(const TraceRecord&)>& fn, size_t max, int cpu,
+                    uint32_t buffer) {
+  if (buffer >= impl.buffers.size()) return 0;
   std::lock_guard rl(impl.read_mu);
+  Tracer::Impl::Buffer& b = impl.buffers[buffer];
   size_t n = 0;
   events::RingRecord rr;
   TraceRecord t;
-  while (n < max && (in_place ? impl.merger.next_in_place(&rr, cpu) : impl.merger.next(&rr, cpu))) {
-    if (!admit_record(impl, rr, &t, true)) continue;
+  while (n < max && (in_place ? b.merger.next_in_place(&rr, cpu) : b.merger.next(&rr, cpu))) {
+    if (!admit_record(impl, b, rr, &t, true)) continue;
     ++n;
     if (!fn(t)) break;
   }
-  impl.merger.publish();  // in place: the bytes handed out go back to the producers here
+  b.merger.publish();  // in place: the bytes handed out go back to the producers here
   return n;
 }
 
 }  // namespace
 
 size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
-                               size_t max, int cpu) {
-  return consume_from(*impl_, false, fn, max, cpu);
+                               size_t max, int cpu, uint32_t buffer) {
+  return consume_from(*impl_, false, fn, max, cpu, buffer);
 }
 
 size_t Tracer::consume_records_in_place(const std::function<bool(const TraceRecord&)>& fn,
-                                        size_t max, int cpu) {
-  return consume_from(*impl_, true, fn, max, cpu);
+                                        size_t max, int cpu, uint32_t buffer) {
+  return consume_from(*impl_, true, fn, max, cpu, buffer);
 }
 
 bool Tracer::wait_for_records(int timeout_ms) {
@@ -461,18 +479,23 @@ void Tracer::interrupt_wait() {
   }
 }
 
-void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn) {
+void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn,
+                             uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return;
   std::lock_guard rl(impl_->read_mu);
-  impl_->peeker.rewind();
+  Impl::Buffer& b = impl_->buffers[buffer];
+  b.peeker.rewind();
   events::RingRecord rr;
-  while (impl_->peeker.next(&rr)) {
+  while (b.peeker.next(&rr)) {
     TraceRecord t;
-    if (admit_record(*impl_, rr, &t, false)) fn(t);
+    if (admit_record(*impl_, b, rr, &t, false)) fn(t);
   }
 }
 
 struct RecordWalk::State {
-  events::RingMerger merger{false};
+  explicit State(uint32_t buffer) : merger(false, static_cast<int>(buffer)), buffer(buffer) {}
+  events::RingMerger merger;
+  uint32_t buffer;
   // The areas the merger reads, kept alive while it may.
   std::vector<std::shared_ptr<Tracer::Impl::Rings>> areas;
 };
@@ -483,8 +506,11 @@ RecordWalk::RecordWalk(RecordWalk&&) noexcept = default;
 RecordWalk& RecordWalk::operator=(RecordWalk&&) noexcept = default;
 
 size_t Tracer::for_each_record(RecordWalk* walk,
-                               const std::function<bool(const TraceRecord&)>& fn) {
-  if (!walk->state_) walk->state_ = std::make_unique<RecordWalk::State>();
+                               const std::function<bool(const TraceRecord&)>& fn,
+                               uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return 0;
+  if (!walk->state_ || walk->state_->buffer != buffer)
+    walk->state_ = std::make_unique<RecordWalk::State>(buffer);
   RecordWalk::State& st = *walk->state_;
   std::lock_guard rl(impl_->read_mu);
   // The areas read now: those freed since leave the walk (drained: nothing of theirs is
@@ -510,62 +536,74 @@ size_t Tracer::for_each_record(RecordWalk* walk,
   events::RingRecord rr;
   TraceRecord t;
   while (st.merger.next(&rr)) {
-    if (!admit_record(*impl_, rr, &t, false)) continue;
+    if (!admit_record(*impl_, impl_->buffers[buffer], rr, &t, false)) continue;
     ++n;
     if (!fn(t)) break;
   }
   return n;
 }
 
-void Tracer::clear_records() {
-  std::lock_guard rl(impl_->read_mu);
-  for (auto& r : impl_->rings) r->reader.clear();
-  impl_->merger = events::RingMerger(true);
-  impl_->peeker = events::RingMerger(false);
-  for (auto& r : impl_->rings) {
-    impl_->merger.add(&r->reader, r->tag);
-    impl_->peeker.add(&r->reader, r->tag);
+void Tracer::Impl::restart_mergers(uint32_t buffer) {
+  Buffer& b = buffers[buffer];
+  b.merger = events::RingMerger(true, static_cast<int>(buffer));
+  b.peeker = events::RingMerger(false, static_cast<int>(buffer));
+  for (auto& r : rings) {
+    b.merger.add(&r->reader, r->tag);
+    b.peeker.add(&r->reader, r->tag);
   }
-  impl_->dropped_gone = 0;
-  impl_->rejected.clear();
-  impl_->rejected_lost = 0;
+  b.dropped_gone = 0;
+  b.rejected.clear();
+  b.rejected_lost = 0;
 }
 
-uint64_t Tracer::rejected_records(int cpu) {
+void Tracer::clear_records(uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return;
   std::lock_guard rl(impl_->read_mu);
-  if (cpu >= 0)
-    return static_cast<size_t>(cpu) < impl_->rejected.size() ? impl_->rejected[cpu] : 0;
+  for (auto& r : impl_->rings) r->reader.clear(static_cast<int>(buffer));
+  impl_->restart_mergers(buffer);
+}
+
+uint64_t Tracer::rejected_records(int cpu, uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return 0;
+  std::lock_guard rl(impl_->read_mu);
+  const std::vector<uint64_t>& rejected = impl_->buffers[buffer].rejected;
+  if (cpu >= 0) return static_cast<size_t>(cpu) < rejected.size() ? rejected[cpu] : 0;
   uint64_t n = 0;
-  for (uint64_t v : impl_->rejected) n += v;
+  for (uint64_t v : rejected) n += v;
   return n;
 }
 
-void Tracer::record_counts(uint64_t* entries, uint64_t* written) {
+void Tracer::record_counts(uint64_t* entries, uint64_t* written, uint32_t buffer) {
+  *entries = *written = 0;
+  if (buffer >= impl_->buffers.size()) return;
   std::lock_guard rl(impl_->read_mu);
-  uint64_t n = 0, dropped = impl_->dropped_gone;
+  uint64_t n = 0, dropped = impl_->buffers[buffer].dropped_gone;
   for (auto& r : impl_->rings) {
-    n += r->reader.entries();
-    dropped += r->reader.dropped();
+    n += r->reader.entries(static_cast<int>(buffer));
+    dropped += r->reader.dropped(static_cast<int>(buffer));
   }
   *entries = n;
   *written = n + dropped;
 }
 
-bool Tracer::has_records(int cpu) {
+bool Tracer::has_records(int cpu, uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return false;
   std::lock_guard rl(impl_->read_mu);
   for (auto& r : impl_->rings)
-    if (r->reader.has_data(cpu)) return true;
+    if (r->reader.has_data(cpu, static_cast<int>(buffer))) return true;
   return false;
 }
 
-uint64_t Tracer::rings_in_use() {
+uint64_t Tracer::rings_in_use(uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return 0;
   std::lock_guard rl(impl_->read_mu);
   uint64_t n = 0;
+  const int b = static_cast<int>(buffer);
   for (auto& r : impl_->rings) {
     // The daemon's own ring is always claimed (by the daemon): it counts while it holds
     // records.
-    if (r == impl_->own) n += r->reader.has_data() ? 1 : 0;
-    else n += r->reader.rings_in_use();
+    if (r == impl_->own) n += r->reader.has_data(-1, b) ? 1 : 0;
+    else n += r->reader.rings_in_use(b);
   }
   return n;
 }
@@ -603,13 +641,7 @@ int Tracer::set_trace_clock(const std::string& name) {
   for (auto& r : impl_->rings) events::ring_set_stamp_mode(r->area.header(), mode);
   for (auto& r : impl_->spare_rings) events::ring_set_stamp_mode(r->area.header(), mode);
   for (auto& r : impl_->rings) r->reader.clear();
-  impl_->dropped_gone = 0;
-  impl_->merger = events::RingMerger(true);
-  impl_->peeker = events::RingMerger(false);
-  for (auto& r : impl_->rings) {
-    impl_->merger.add(&r->reader, r->tag);
-    impl_->peeker.add(&r->reader, r->tag);
-  }
+  for (uint32_t b = 0; b < impl_->buffers.size(); ++b) impl_->restart_mergers(b);
   return 0;
 }
 
@@ -676,7 +708,7 @@ int Tracer::set_buffer_size_kb(uint32_t kb) {
   const std::set<Impl::Rings*> live = impl_->live_rings();
   for (auto& r : impl_->rings)
     if (!live.count(r.get())) r->reader.clear();
-  impl_->dropped_gone = 0;
+  for (Impl::Buffer& b : impl_->buffers) b.dropped_gone = 0;
   return 0;
 }
 

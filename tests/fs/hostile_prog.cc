@@ -61,7 +61,7 @@ bool scribble() {
   ControlPage* c = find_control();
   if (!c) return false;
   c->magic = 0x12345678;
-  c->tracing_off = 0xdeadbeef;
+  for (uint32_t& w : c->tracing_off) w = 0xdeadbeef;
   std::memset(c->reserved, 0xa5, sizeof c->reserved);
   std::memset(c->soft_disabled, 0xff, sizeof c->soft_disabled);
   for (int64_t& n : c->counts) n = -7;

@@ -2084,3 +2084,99 @@ TEST(Tracer, TheListFollowsAJmpTheTargetsOptimizerMadeOnItsOwn) {
 
 }  // namespace
 }  // namespace probefs::tracee
+
+namespace probefs::tracee {
+namespace {
+
+// The records of buffer `b`, consumed.
+std::vector<Rec> drain_buffer(Tracer& t, uint32_t b) {
+  std::vector<Rec> out;
+  t.consume_records(
+      [&](const TraceRecord& r) {
+        Rec x{r, std::vector<uint8_t>(r.data, r.data + r.len)};
+        x.r.data = x.bytes.data();
+        out.push_back(std::move(x));
+        return true;
+      },
+      SIZE_MAX, -1, b);
+  return out;
+}
+
+uint64_t entries_of(Tracer& t, uint32_t b) {
+  uint64_t entries = 0, written = 0;
+  t.record_counts(&entries, &written, b);
+  return entries;
+}
+
+// Buffers (the instances'): a probe records into each buffer it is given and no other;
+// each buffer is consumed, switched off, counted, cleared and written (trace_marker)
+// apart from the others; threads record into each buffer they are given a ring of.
+TEST(Tracer, EachBufferKeepsItsOwnRecords) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 140);
+  ASSERT_EQ(t->set_probe_buffers(e.id, 0b101), 0);  // the top level's and buffer 2
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  EXPECT_EQ(p.pipes.ask("call 50"), "ok " + std::to_string(sum_calls(50)));
+  EXPECT_EQ(entries_of(*t, 0), 50u);
+  EXPECT_EQ(entries_of(*t, 2), 50u);
+  EXPECT_EQ(entries_of(*t, 1), 0u);
+  for (uint32_t b : {0u, 2u}) {
+    std::vector<Rec> recs = drain_buffer(*t, b);
+    ASSERT_EQ(recs.size(), 50u) << "buffer " << b;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      EXPECT_EQ(field(e, recs[i].r, "a"), i);
+      EXPECT_EQ(recs[i].r.pid, p.pid);
+      EXPECT_EQ(recs[i].r.tid, p.pid);
+    }
+  }
+  EXPECT_TRUE(drain_buffer(*t, 1).empty());
+
+  // Tracing off in buffer 2 alone.
+  ASSERT_EQ(t->set_tracing_on(false, 2), 0);
+  EXPECT_TRUE(t->tracing_on(0));
+  EXPECT_FALSE(t->tracing_on(2));
+  EXPECT_EQ(p.pipes.ask("call 10"), "ok " + std::to_string(sum_calls(10)));
+  EXPECT_EQ(drain_buffer(*t, 0).size(), 10u);
+  EXPECT_TRUE(drain_buffer(*t, 2).empty());
+  ASSERT_EQ(t->set_tracing_on(true, 2), 0);
+
+  // Buffer 1 alone; the clear of one buffer leaves the others.
+  ASSERT_EQ(t->set_probe_buffers(e.id, 0b10), 0);
+  EXPECT_EQ(p.pipes.ask("call 5"), "ok " + std::to_string(sum_calls(5)));
+  EXPECT_EQ(entries_of(*t, 0), 0u);
+  EXPECT_EQ(entries_of(*t, 1), 5u);
+  ASSERT_EQ(write_marker(*t, 7, "top"), 0);
+  ASSERT_EQ(t->write_record(marker_record(7, "three").data(), 13, 3), 0);
+  t->clear_records(1);
+  EXPECT_EQ(entries_of(*t, 1), 0u);
+  std::vector<Rec> top = drain_buffer(*t, 0);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(marker_text(top[0].r), "top");
+  std::vector<Rec> three = drain_buffer(*t, 3);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_EQ(marker_text(three[0].r), "three");
+  EXPECT_EQ(three[0].r.pid, 0);
+
+  // Eight threads, each with a ring in the top level's buffer and in buffer 1.
+  ASSERT_EQ(t->set_probe_buffers(e.id, 0b11), 0);
+  const std::string ans = p.pipes.ask("threads 8 1000");
+  ASSERT_EQ(ans.rfind("ok ", 0), 0u) << ans;
+  for (uint32_t b : {0u, 1u}) {
+    std::map<int32_t, uint64_t> next;  // per thread: its next argument
+    for (const Rec& x : drain_buffer(*t, b)) {
+      uint64_t& n = next[x.r.tid];
+      EXPECT_EQ(field(e, x.r, "a"), n) << "buffer " << b;
+      n = field(e, x.r, "a") + 1;
+    }
+    EXPECT_EQ(next.size(), 8u) << "buffer " << b;
+    for (const auto& [tid, n] : next) EXPECT_EQ(n, 1000u) << "buffer " << b << " thread " << tid;
+  }
+  EXPECT_EQ(t->profile(e.id).hits, 50u + 10 + 5 + 8000);
+  EXPECT_EQ(t->set_probe_buffers(e.id, 1u << events::kRingMaxBuffers), -EINVAL);
+  EXPECT_EQ(t->set_tracing_on(false, events::kRingMaxBuffers), -EINVAL);
+}
+
+}  // namespace
+}  // namespace probefs::tracee
