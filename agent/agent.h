@@ -82,6 +82,14 @@ struct HitTriggers {
   std::optional<events::CompiledFilter> filters[events::kMaxHitTriggers];
 };
 
+// The event's filters in the instances' buffers (SET_HIST), by buffer: nullptr where it
+// has none. Immutable once published.
+struct HitInstanceFilters {
+  bool needs_comm = false;  // one reads the thread's name
+  const events::CompiledFilter* filter[events::kRingMaxBuffers] = {};
+  std::optional<events::CompiledFilter> storage[events::kRingMaxBuffers];
+};
+
 // The mount's control page (CONTROL), mapped shared; until one comes, a page of zeros
 // that nothing writes (tracing on, nothing soft-disabled, no trigger).
 extern std::atomic<events::ControlPage*> g_control;
@@ -136,8 +144,10 @@ struct HitProbe {
   // False: the hits write no record into the top level's buffer (a synthetic event's
   // only, or an event enabled only in instances).
   std::atomic<bool> record{true};
-  // The instances' buffers the hits also record into (bit b: buffer b; bit 0 clear).
+  // The instances' buffers the hits also record into (bit b: buffer b; bit 0 clear), and
+  // the event's filters there (null: none).
   std::atomic<uint32_t> instances{0};
+  std::atomic<const HitInstanceFilters*> instance_filters{nullptr};
   // Soft mode: the hits record only while the event's control-page byte is 0.
   std::atomic<bool> soft{false};
   // Any of hists, triggers, soft, instances, or not record: the handler takes the general

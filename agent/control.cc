@@ -42,6 +42,7 @@ struct AgentProbe {
   std::unique_ptr<events::CompiledFilter> filter;  // what hit->filter points to
   std::unique_ptr<HitHists> hists;                 // what hit->hists points to
   std::unique_ptr<HitTriggers> triggers;           // what hit->triggers points to
+  std::unique_ptr<HitInstanceFilters> instance_filters;  // hit->instance_filters
 };
 
 // Never destroyed, like all the agent's state: the control thread (detached) may still
@@ -720,6 +721,14 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   }
   std::unique_ptr<HitTriggers> triggers;
   if (!s.triggers.empty()) triggers = make_hit_triggers(s);
+  std::unique_ptr<HitInstanceFilters> filters;
+  for (uint32_t b = 1; b < s.instance_filters.size() && b < events::kRingMaxBuffers; ++b) {
+    if (!s.instance_filters[b]) continue;
+    if (!filters) filters = std::make_unique<HitInstanceFilters>();
+    filters->storage[b] = s.instance_filters[b];
+    filters->filter[b] = &*filters->storage[b];
+    if (filter_reads_comm(filters->filter[b])) filters->needs_comm = true;
+  }
   HitProbe* h = ap->hit.get();
   // The general path first, then what it reads; back to the straight path only once
   // nothing is left for the general one.
@@ -730,10 +739,12 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   h->soft.store(s.soft, std::memory_order_relaxed);
   h->hists.store(next.get(), std::memory_order_release);
   h->triggers.store(triggers.get(), std::memory_order_release);
+  h->instance_filters.store(filters.get(), std::memory_order_release);
   if (!slow) h->slow.store(false, std::memory_order_release);
   probecore::synchronize_rcu();  // no handler still counts or fires with the old sets
   ap->hists = std::move(next);
   ap->triggers = std::move(triggers);
+  ap->instance_filters = std::move(filters);
 }
 
 // CONTROL: the mount's control page, mapped shared for the life of the process (or until

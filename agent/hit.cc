@@ -657,6 +657,7 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   // The ring the record is built in: the top level's when it records there, else the
   // first instance's it goes to; copied from there into the other instances'.
   events::RingProducer* built_in = nullptr;
+  uint32_t built_buffer = 0;
   if (record) {
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap))) {
       rec = r;
@@ -676,14 +677,18 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, hp->record_cap))) {
       rec = r;
       built_in = q;
+      built_buffer = b;
     }
   }
+  const HitInstanceFilters* ifl =
+      built_buffer != 0 || inst != 0 ? hp->instance_filters.load(std::memory_order_acquire) : nullptr;
   if (built_in != nullptr)
     cpu = reinterpret_cast<const events::RingRecordHeader*>(built_in->data + built_in->pending_off)->cpu;
   if (built_in == nullptr && ((hh && hh->needs_cpu) || cond))
     cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
   const bool needs_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) ||
-                          (hh && hh->needs_comm) || (tr && tr->needs_comm);
+                          (hh && hh->needs_comm) || (tr && tr->needs_comm) ||
+                          (ifl && ifl->needs_comm);
   char comm[16];
   comm[0] = 0;
   if (needs_comm) read_comm(comm);
@@ -712,9 +717,20 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   }
   const uint64_t post =
       cond ? run_cond_triggers(tr, ctl, as, hp, p, regs, ret_ip, tid, rec, len, cpu, comm) : 0;
+  // Whether instance buffer b's filter keeps the record.
+  auto instance_keeps = [&](uint32_t b) {
+    const events::CompiledFilter* f = ifl != nullptr ? ifl->filter[b] : nullptr;
+    if (f == nullptr) return true;
+    events::FilterContext fc;
+    fc.cpu = cpu;
+    fc.comm = comm;
+    return events::filter_match(*f, rec, len, fc);
+  };
   // The other instances' copies, while the record's bytes are still reserved.
   for (; inst != 0 && len != 0; inst &= inst - 1) {
-    events::RingProducer* q = instance_ring(as, static_cast<uint32_t>(__builtin_ctz(inst)), tid);
+    const auto b = static_cast<uint32_t>(__builtin_ctz(inst));
+    if (!instance_keeps(b)) continue;
+    events::RingProducer* q = instance_ring(as, b, tid);
     if (q == nullptr) {
       events::ring_drop_unowned(as->area);
       continue;
@@ -725,7 +741,7 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
     }
   }
   if (built_in != nullptr && built_in != p) {  // built in an instance's ring
-    if (len == 0) events::ring_discard(built_in);
+    if (len == 0 || !instance_keeps(built_buffer)) events::ring_discard(built_in);
     else events::ring_commit(built_in, len);
   }
   if (record) {

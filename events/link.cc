@@ -402,6 +402,22 @@ void put_set_hist(Out& o, const SetHist& s) {
     return;
   }
   o.u32(s.instances);
+  uint8_t n = 0;
+  for (const auto& f : s.instance_filters) n += f.has_value() ? 1 : 0;
+  if (s.instance_filters.size() > kRingMaxBuffers) {
+    o.ok = false;
+    return;
+  }
+  o.u8(n);
+  for (uint32_t b = 0; b < s.instance_filters.size(); ++b) {
+    if (!s.instance_filters[b]) continue;
+    if (b == 0) {
+      o.ok = false;
+      return;
+    }
+    o.u8(static_cast<uint8_t>(b));
+    put_filter(o, s.instance_filters[b]);
+  }
 }
 
 bool get_set_hist(In& in, SetHist* s) {
@@ -537,6 +553,21 @@ bool get_set_hist(In& in, SetHist* s) {
   }
   in.get(&s->instances, "set_hist: instances");
   if (in.ok() && (s->instances & ~kInstanceBuffers) != 0) return in.fail("set_hist: instances");
+  uint8_t nf = 0;
+  in.get(&nf, "set_hist: instance filters");
+  if (!in.ok()) return false;
+  if (nf >= kRingMaxBuffers) return in.fail("set_hist: instance filters");
+  s->instance_filters.clear();
+  for (uint8_t i = 0; i < nf; ++i) {
+    uint8_t b = 0;
+    in.get(&b, "set_hist: instance filter");
+    if (!in.ok()) return false;
+    if (b == 0 || b >= kRingMaxBuffers) return in.fail("set_hist: instance filter buffer");
+    if (s->instance_filters.size() <= b) s->instance_filters.resize(b + 1u);
+    if (s->instance_filters[b]) return in.fail("set_hist: instance filter twice");
+    if (!get_filter(in, &s->instance_filters[b])) return false;
+    if (!s->instance_filters[b]) return in.fail("set_hist: instance filter missing");
+  }
   return in.ok();
 }
 

@@ -281,7 +281,7 @@ struct HistTable {
 //        nsave x operand),
 //   u8 t, t x (u8 action, u8 0, u16 target event id, u32 count slot, u8 has_filter,
 //              [bytes filter]),
-//   u32 instances
+//   u32 instances, u8 f, f x (u8 buffer, u8 1, bytes filter)
 //   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
 //            u32 key_size, u64 buckets, u64 value
 // n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind, a
@@ -289,7 +289,9 @@ struct HistTable {
 // against the probe's (or synthetic event's) record by the agent. t <= kMaxHitTriggers,
 // each of a known action, its count slot below kControlCountSlots or kNoCountSlot.
 // `instances`: the instances' buffers the probe's records go into besides the top level's
-// (`record`), bit b for buffer b (events/ring.h, kRingMaxBuffers), bit 0 clear.
+// (`record`), bit b for buffer b (events/ring.h, kRingMaxBuffers), bit 0 clear;
+// `instance_filters`, by buffer, the event's filter in each instance that has one (the
+// top level's is SET_FILTER's), each buffer once, none for buffer 0.
 inline constexpr uint32_t kInstanceBuffers = ((1u << kRingMaxBuffers) - 1) & ~1u;
 struct SetHist {
   uint32_t probe_id = 0;
@@ -303,6 +305,7 @@ struct SetHist {
   HistClock clock;
   std::vector<TriggerSpec> triggers;
   uint32_t instances = 0;
+  std::vector<std::optional<CompiledFilter>> instance_filters;  // by buffer
 };
 
 // OPTIMIZATION: u8 on (debug.kprobes_optimization)

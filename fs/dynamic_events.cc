@@ -187,7 +187,7 @@ int DynamicEvents::Impl::truncate_definitions(DefinitionFile which) {
   std::lock_guard l(mu);
   for (const auto& ev : events)
     if ((ev->synthetic ? which == DefinitionFile::kDynamic : applies_to(which, ev->syntax, ev->fprobe)) &&
-        ev->registered)
+        in_use(*ev))
       return -EBUSY;
   std::vector<DynProbe*> doomed;
   for (const auto& p : probes)
@@ -253,8 +253,15 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
   if (def.syntax == events::ProbeSyntax::kUprobe) spec.def.path = resolve_path(writer, def.path);
   spec.compiled = std::move(compiled);
   spec.event_id = ev->id;
-  spec.enabled = ev->registered;
+  spec.enabled = in_use(*ev);
+  spec.buffers = (ev->registered ? 1u : 0u) | ev->instance_on;
+  if (spec.buffers == 0) spec.buffers = 1;  // told again before it is enabled
   spec.filter = ev->filter;
+  for (const auto& [buffer, f] : ev->instance_filters) {
+    if (!f.filter) continue;
+    if (spec.instance_filters.size() <= buffer) spec.instance_filters.resize(buffer + 1u);
+    spec.instance_filters[buffer] = f.filter;
+  }
   tracee::ProbeId id = 0;
   events::Diagnostic reg;
   if (int err = tracer.define_probe(spec, &id, &reg); err != 0) {
@@ -345,7 +352,7 @@ int DynamicEvents::Impl::truncate_synthetic() {
 // Every synthetic event goes, or (one is enabled) none does: EBUSY.
 int DynamicEvents::Impl::truncate_synthetic_locked() {
   for (const auto& ev : events)
-    if (ev->synthetic && (ev->registered || synth_referenced(ev->id))) return -EBUSY;
+    if (ev->synthetic && (in_use(*ev) || synth_referenced(ev->id))) return -EBUSY;
   std::vector<DynEvent*> doomed;
   for (const auto& ev : events)
     if (ev->synthetic) doomed.push_back(ev.get());
@@ -395,14 +402,14 @@ int DynamicEvents::Impl::define_synthetic(const events::SynthEvent& se,
 int DynamicEvents::Impl::remove_synthetic(std::string_view name) {
   DynEvent* ev = find_event(events::kSynthSystem, name);
   if (!ev || !ev->synthetic) return -ENOENT;
-  if (ev->registered || synth_referenced(ev->id)) return -EBUSY;
+  if (in_use(*ev) || synth_referenced(ev->id)) return -EBUSY;
   destroy_event(ev);
   return 0;
 }
 
 int DynamicEvents::Impl::remove_probe(DynProbe* p) {
   DynEvent* ev = p->event;
-  if (ev->probes.size() == 1 && ev->registered) return -EBUSY;
+  if (ev->probes.size() == 1 && in_use(*ev)) return -EBUSY;
   if (int err = tracer.remove_probe(p->id); err != 0 && err != -ENOENT) return err;
   std::erase(ev->probes, p);
   std::erase_if(probes, [p](const std::unique_ptr<DynProbe>& q) { return q.get() == p; });
@@ -461,6 +468,7 @@ void DynamicEvents::Impl::clear_all() {
   probes.clear();
   for (const auto& ev : events) {
     ev->registered = false;
+    ev->instance_on = 0;
     if (ev->synthetic) tracer.remove_synth(ev->id);
     fs.events().unpublish(ev->id);
     fs.events().release_id(ev->id);
@@ -482,5 +490,10 @@ void DynamicEvents::clear_all() { impl_->clear_all(); }
 
 void DynamicEvents::log_error(const events::Diagnostic& d) { impl_->error_log.add(d); }
 
+void DynamicEvents::add_instance(uint32_t buffer, const NodePtr& dir) {
+  impl_->add_instance(buffer, dir);
+}
+
+void DynamicEvents::remove_instance(uint32_t buffer) { impl_->remove_instance(buffer); }
 
 }  // namespace probefs::fs

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "events/errors.h"
+#include "fs/vfs.h"
 
 namespace probefs::fs {
 
@@ -32,6 +33,12 @@ class DynamicEvents {
 
   // Adds an entry to error_log (nothing for a diagnostic that is not logged).
   void log_error(const events::Diagnostic& d);
+
+  // An instance's events/ and set_event under its directory `dir`, for its buffer (the
+  // enable files; fs/instances.h), kept in step with the events defined from now on.
+  void add_instance(uint32_t buffer, const NodePtr& dir);
+  // The instance goes: every event is disabled in its buffer (its files go with `dir`).
+  void remove_instance(uint32_t buffer);
 
 
   struct Impl;  // fs/dynamic_events_impl.h

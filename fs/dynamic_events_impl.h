@@ -84,11 +84,20 @@ struct DynEvent {
   // Its probes are enabled in the tracer: by `enable`, or by soft mode (the kernel's
   // EVENT_FILE_FL_ENABLED).
   bool registered = false;
+  // The instances' buffers it is enabled in (bit b: buffer b; tracee::Tracer's "Buffers"):
+  // its probes are enabled in the tracer while it is registered or enabled in one.
+  uint32_t instance_on = 0;
   // The triggers that hold it in soft mode: its own, and the enable_event /
   // disable_event triggers that target it (hist triggers hold it apart: `hists`).
   int soft_refs = 0;
   std::shared_ptr<const events::CompiledFilter> filter;
   std::string filter_text = "none\n";  // what its filter file reads
+  // Its filters in the instances' buffers, by buffer (none: no entry).
+  struct InstanceFilter {
+    std::shared_ptr<const events::CompiledFilter> filter;
+    std::string text;
+  };
+  std::map<uint32_t, InstanceFilter> instance_filters;
   std::vector<Trigger> triggers;  // newest first, as the trigger file lists them
   std::vector<HistTrigger> hists;  // in the order they were added
   bool removed = false;  // files still open on a removed event find this
@@ -112,6 +121,8 @@ struct DynamicEvents::Impl {
   std::vector<std::shared_ptr<DynEvent>> events;  // creation order
   uint64_t next_seq = 1;
   NodePtr events_dir;
+  // The instances' events/ directories, by buffer (fs/instances.h).
+  std::map<uint32_t, NodePtr> instance_events;
 
   // ---- fs/dynamic_events.cc: the definition files and the events' life ----
   void add_root_files();
@@ -141,9 +152,26 @@ struct DynamicEvents::Impl {
   bool names_free(std::string_view group, std::string_view name);
   void add_event_nodes(const std::shared_ptr<DynEvent>& ev);
   void remove_event_nodes(const DynEvent& ev);
+  // An instance's events/ (its enable files) and set_event, under the instance's `dir`.
+  void add_instance(uint32_t buffer, const NodePtr& dir);
+  void add_instance_event_nodes(uint32_t buffer, const NodePtr& events_dir,
+                                const std::shared_ptr<DynEvent>& ev);
+  void remove_instance(uint32_t buffer);
+  // Whether `edir` is still the events/ of buffer `buffer`'s instance (mu held): a file of
+  // an instance removed since (its buffer maybe another instance's now) changes nothing.
+  bool instance_live(uint32_t buffer, const std::weak_ptr<Node>& edir) const;
   int register_event(DynEvent& ev);
   void unregister_event(DynEvent& ev);
   int set_enable(DynEvent& ev, bool on);
+  // The enable of the event in buffer `buffer`: the top level's (set_enable) or an
+  // instance's.
+  int set_buffer_enable(DynEvent& ev, uint32_t buffer, bool on);
+  // Tells its probes which buffers their records go into (registered: the top level's).
+  void tell_buffers(DynEvent& ev);
+  static bool in_use(const DynEvent& ev) { return ev.registered || ev.instance_on != 0; }
+  static bool enabled_in(const DynEvent& ev, uint32_t buffer) {
+    return buffer == 0 ? ev.registered : ((ev.instance_on >> buffer) & 1) != 0;
+  }
   int soft_on(DynEvent& ev);
   void soft_off(DynEvent& ev);
   std::string enable_text(const DynEvent& ev);
@@ -153,10 +181,14 @@ struct DynamicEvents::Impl {
   bool soft_disabled(const DynEvent& ev) const { return soft_mode(ev) && tracer.soft_disabled(ev.id); }
   // Drops ev's triggers (the event goes): their counts, and the soft mode they held.
   void drop_triggers(DynEvent& ev);
+  // The event's filter in buffer `buffer` (0: the top level's, else an instance's).
   int set_filters(DynEvent& ev, std::shared_ptr<const events::CompiledFilter> f,
-                  std::string text);
-  int64_t write_filter(DynEvent& ev, std::string_view data);
-  int64_t write_group_filter(const std::string& group, std::string_view data);
+                  std::string text, uint32_t buffer = 0);
+  int64_t write_filter(DynEvent& ev, std::string_view data, uint32_t buffer = 0,
+                       const std::weak_ptr<Node>& instance = {});
+  int64_t write_group_filter(const std::string& group, std::string_view data,
+                             uint32_t buffer = 0, const std::weak_ptr<Node>& instance = {});
+  std::string filter_text(const DynEvent& ev, uint32_t buffer) const;
   int64_t write_trigger(DynEvent& ev, std::string_view data);
   int compile_trigger_filter(const DynEvent& ev, std::string_view text,
                              std::shared_ptr<const events::CompiledFilter>* out);
@@ -179,9 +211,11 @@ struct DynamicEvents::Impl {
   void apply_hits(DynEvent& ev);
   void drop_hists(DynEvent& ev);
   std::string available_events();
-  std::string set_event_text();
-  int64_t write_set_event(std::string_view data);
-  int clear_set_event();
+  // set_event of the top level, or of the instance whose events/ is `instance`.
+  std::string set_event_text(uint32_t buffer = 0);
+  int64_t write_set_event(std::string_view data, uint32_t buffer = 0,
+                          const std::weak_ptr<Node>& instance = {});
+  int clear_set_event(uint32_t buffer = 0, const std::weak_ptr<Node>& instance = {});
 };
 
 }  // namespace probefs::fs

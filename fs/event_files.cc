@@ -66,10 +66,11 @@ int64_t done(std::string_view data) { return static_cast<int64_t>(data.size()); 
 // A group's (or, for no group, every event's) enable: "0", "1", "X" when mixed, and the
 // kernel's "?" when there is no event at all.
 std::string aggregate_enable(const std::vector<std::shared_ptr<DynEvent>>& events,
-                             std::optional<std::string_view> group) {
+                             std::optional<std::string_view> group, uint32_t buffer = 0) {
   int set = 0;
   for (const auto& ev : events)
-    if (!group || ev->group == *group) set |= 1 << (ev->registered ? 1 : 0);
+    if (!group || ev->group == *group)
+      set |= 1 << (DynamicEvents::Impl::enabled_in(*ev, buffer) ? 1 : 0);
   return std::string(1, "?01X"[set]) + "\n";
 }
 
@@ -184,15 +185,156 @@ void DynamicEvents::Impl::add_event_nodes(const std::shared_ptr<DynEvent>& ev) {
                 }));
   tree.add_file(edir, "id", kModeRead,
                 make_text_file([ev] { return std::to_string(ev->id) + "\n"; }));
+  for (const auto& [buffer, dir] : instance_events) add_instance_event_nodes(buffer, dir, ev);
 }
 
-void DynamicEvents::Impl::remove_event_nodes(const DynEvent& ev) {
+namespace {
+
+void remove_event_node(Tree& tree, const NodePtr& events_dir, const DynEvent& ev) {
   NodePtr gdir = tree.lookup(events_dir, ev.group);
   if (!gdir) return;
   tree.remove(gdir, ev.name);
   for (const NodePtr& c : tree.children(gdir))
     if (c->is_dir()) return;
   tree.remove(events_dir, ev.group);
+}
+
+}  // namespace
+
+void DynamicEvents::Impl::remove_event_nodes(const DynEvent& ev) {
+  remove_event_node(tree, events_dir, ev);
+  for (const auto& [buffer, dir] : instance_events) remove_event_node(tree, dir, ev);
+}
+
+// ---- instances ---------------------------------------------------------------------------
+
+// An instance's events/: the top-level enable, the headers and ftrace/ as the top level's;
+// per group and per event the enable files of this instance's buffer, and each event's
+// format and id. mu held.
+void DynamicEvents::Impl::add_instance(uint32_t buffer, const NodePtr& dir) {
+  NodePtr edir = tree.mkdir(dir, "events", kModeDir);
+  tree.add_file(edir, "enable", kModeReadWrite,
+                make_text_file(
+                    [this, buffer] {
+                      std::lock_guard l(mu);
+                      return aggregate_enable(events, {}, buffer);
+                    },
+                    [this, buffer, self = std::weak_ptr<Node>(edir)](
+                        const Request&, std::string_view data) -> int64_t {
+                      bool on;
+                      if (!parse_enable(data, &on)) return -EINVAL;
+                      std::lock_guard l(mu);
+                      if (!instance_live(buffer, self)) return -ENODEV;
+                      int first = 0;
+                      for (const auto& ev : events)
+                        if (int err = set_buffer_enable(*ev, buffer, on); err != 0 && first == 0)
+                          first = err;
+                      return first != 0 ? first : done(data);
+                    }));
+  tree.add_file(edir, "header_page", kModeRead,
+                make_text_file([] { return std::string(kHeaderPage); }));
+  tree.add_file(edir, "header_event", kModeRead,
+                make_text_file([] { return std::string(kHeaderEvent); }));
+  add_ftrace_events(tree, edir);
+  std::lock_guard l(mu);
+  instance_events[buffer] = edir;
+  for (const auto& ev : events) add_instance_event_nodes(buffer, edir, ev);
+  tree.add_file(dir, "set_event", kModeReadWrite,
+                make_text_file([this, buffer] { return set_event_text(buffer); },
+                               [this, buffer, self = std::weak_ptr<Node>(edir)](
+                                   const Request&, std::string_view data) -> int64_t {
+                                 return write_set_event(data, buffer, self);
+                               },
+                               [this, buffer, self = std::weak_ptr<Node>(edir)](const Request&) {
+                                 return clear_set_event(buffer, self);
+                               }));
+}
+
+void DynamicEvents::Impl::add_instance_event_nodes(uint32_t buffer, const NodePtr& edir,
+                                                   const std::shared_ptr<DynEvent>& ev) {
+  NodePtr gdir = tree.lookup(edir, ev->group);
+  if (!gdir) {
+    gdir = tree.mkdir(edir, ev->group, kModeDir);
+    const std::string group = ev->group;
+    tree.add_file(gdir, "filter", kModeReadWrite,
+                  make_text_file([] { return std::string(kGroupFilterBanner); },
+                                 [this, group, buffer, self = std::weak_ptr<Node>(edir)](
+                                     const Request&, std::string_view data) {
+                                   return write_group_filter(group, data, buffer, self);
+                                 }));
+    tree.add_file(
+        gdir, "enable", kModeReadWrite,
+        make_text_file(
+            [this, group, buffer] {
+              std::lock_guard l(mu);
+              return aggregate_enable(events, group, buffer);
+            },
+            [this, group, buffer, self = std::weak_ptr<Node>(edir)](
+                const Request&, std::string_view data) -> int64_t {
+              bool on;
+              if (!parse_enable(data, &on)) return -EINVAL;
+              std::lock_guard l(mu);
+              if (!instance_live(buffer, self)) return -ENODEV;
+              bool any = false;
+              int first = 0;
+              for (const auto& e : events) {
+                if (e->group != group) continue;
+                any = true;
+                if (int err = set_buffer_enable(*e, buffer, on); err != 0 && first == 0)
+                  first = err;
+              }
+              if (!any) return -EINVAL;
+              return first != 0 ? first : done(data);
+            }));
+  }
+  NodePtr dir = tree.mkdir(gdir, ev->name, kModeDir);
+  tree.add_file(dir, "enable", kModeReadWrite,
+                make_text_file(
+                    [this, ev, buffer] {
+                      std::lock_guard l(mu);
+                      if (ev->removed) return std::string();
+                      return std::string(enabled_in(*ev, buffer) ? "1\n" : "0\n");
+                    },
+                    [this, ev, buffer, self = std::weak_ptr<Node>(edir)](
+                        const Request&, std::string_view data) -> int64_t {
+                      bool on;
+                      if (!parse_enable(data, &on)) return -EINVAL;
+                      std::lock_guard l(mu);
+                      if (ev->removed || !instance_live(buffer, self)) return -ENODEV;
+                      int err = set_buffer_enable(*ev, buffer, on);
+                      return err != 0 ? err : done(data);
+                    }));
+  tree.add_file(dir, "filter", kModeReadWrite,
+                make_text_file(
+                    [this, ev, buffer] {
+                      std::lock_guard l(mu);
+                      return ev->removed ? std::string() : filter_text(*ev, buffer);
+                    },
+                    [this, ev, buffer, self = std::weak_ptr<Node>(edir)](
+                        const Request&, std::string_view data) {
+                      return write_filter(*ev, data, buffer, self);
+                    }));
+  tree.add_file(dir, "format", kModeRead, make_text_file([ev] {
+                  return events::format_file(ev->compiled, ev->id);
+                }));
+  tree.add_file(dir, "id", kModeRead,
+                make_text_file([ev] { return std::to_string(ev->id) + "\n"; }));
+}
+
+bool DynamicEvents::Impl::instance_live(uint32_t buffer, const std::weak_ptr<Node>& edir) const {
+  auto it = instance_events.find(buffer);
+  return it != instance_events.end() && it->second == edir.lock();
+}
+
+// The instance goes: its events are disabled in its buffer; its files go with its
+// directory (the caller's). Its files still open change nothing from here (instance_live).
+void DynamicEvents::Impl::remove_instance(uint32_t buffer) {
+  std::lock_guard l(mu);
+  for (const auto& ev : events) {
+    (void)set_buffer_enable(*ev, buffer, false);
+    if (ev->instance_filters.count(buffer)) (void)set_filters(*ev, nullptr, "none\n", buffer);
+  }
+  instance_events.erase(buffer);
 }
 
 // ---- enable ----------------------------------------------------------------------------------
@@ -211,7 +353,10 @@ bool past_end_of_file(const DynProbe& p) {
 
 }  // namespace
 
-int DynamicEvents::Impl::register_event(DynEvent& ev) {
+namespace {
+
+// Enables ev's probes in the tracer, all or none.
+int enable_probes(tracee::Tracer& tracer, DynEvent& ev) {
   for (const DynProbe* p : ev.probes)
     if (past_end_of_file(*p)) return -EINVAL;
   for (size_t i = 0; i < ev.probes.size(); ++i) {
@@ -220,15 +365,65 @@ int DynamicEvents::Impl::register_event(DynEvent& ev) {
       return err;
     }
   }
+  return 0;
+}
+
+void disable_probes(tracee::Tracer& tracer, DynEvent& ev) {
+  for (DynProbe* p : ev.probes) (void)tracer.disable_probe(p->id);
+}
+
+}  // namespace
+
+void DynamicEvents::Impl::tell_buffers(DynEvent& ev) {
+  const uint32_t buffers = (ev.registered ? 1u : 0u) | ev.instance_on;
+  for (DynProbe* p : ev.probes) (void)tracer.set_probe_buffers(p->id, buffers);
+}
+
+// The top level wants the event's records (enable, or soft mode). The probes learn where
+// their records go before they are enabled.
+int DynamicEvents::Impl::register_event(DynEvent& ev) {
   ev.registered = true;
+  tell_buffers(ev);
+  if (ev.instance_on == 0) {
+    if (int err = enable_probes(tracer, ev); err != 0) {
+      ev.registered = false;
+      return err;
+    }
+  }
   if (ev.synthetic) apply_hits(ev);  // its records are written from now
   return 0;
 }
 
 void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
-  for (DynProbe* p : ev.probes) (void)tracer.disable_probe(p->id);
   ev.registered = false;
+  // Enabled in an instance still: the probes stay, and record there alone. (A disabled
+  // probe's buffers mean nothing: they are told again before it is enabled.)
+  if (ev.instance_on != 0) tell_buffers(ev);
+  else disable_probes(tracer, ev);
   if (ev.synthetic) apply_hits(ev);
+}
+
+int DynamicEvents::Impl::set_buffer_enable(DynEvent& ev, uint32_t buffer, bool on) {
+  if (buffer == 0) return set_enable(ev, on);
+  if (buffer >= events::kRingMaxBuffers) return -EINVAL;
+  const uint32_t bit = 1u << buffer;
+  if (on == ((ev.instance_on & bit) != 0)) return 0;
+  const bool was_on = in_use(ev);
+  if (on) {
+    ev.instance_on |= bit;
+    tell_buffers(ev);
+    if (!was_on) {
+      if (int err = enable_probes(tracer, ev); err != 0) {
+        ev.instance_on &= ~bit;
+        return err;
+      }
+    }
+    return 0;
+  }
+  ev.instance_on &= ~bit;
+  if (in_use(ev)) tell_buffers(ev);
+  else disable_probes(tracer, ev);
+  return 0;
 }
 
 // The enable file, set_event and the group and top-level enables. In soft mode (the
@@ -307,7 +502,17 @@ int set_probe_filters(tracee::Tracer& tracer, DynEvent& ev,
 // told with the rest of what they need.
 int DynamicEvents::Impl::set_filters(DynEvent& ev,
                                      std::shared_ptr<const events::CompiledFilter> f,
-                                     std::string text) {
+                                     std::string text, uint32_t buffer) {
+  if (buffer != 0) {  // an instance's: its probes filter their records there
+    int first = 0;
+    for (DynProbe* p : ev.probes)
+      if (int err = tracer.set_instance_filter(p->id, buffer, f); err != 0 && first == 0)
+        first = err;
+    if (f) ev.instance_filters[buffer] = {std::move(f), std::move(text)};
+    else if (text == "none\n") ev.instance_filters.erase(buffer);
+    else ev.instance_filters[buffer] = {nullptr, std::move(text)};
+    return first;
+  }
   const int err = set_probe_filters(tracer, ev, std::move(f), std::move(text));
   if (ev.synthetic) apply_hits(ev);
   return err;
@@ -315,39 +520,48 @@ int DynamicEvents::Impl::set_filters(DynEvent& ev,
 
 // `0` clears; a filter that does not compile leaves the event unfiltered, its text and
 // the error in the file, and an entry in error_log.
-int64_t DynamicEvents::Impl::write_filter(DynEvent& ev, std::string_view data) {
+int64_t DynamicEvents::Impl::write_filter(DynEvent& ev, std::string_view data, uint32_t buffer,
+                                          const std::weak_ptr<Node>& instance) {
   if (data.size() >= kMaxWrite) return -EINVAL;
   std::lock_guard l(mu);
-  if (ev.removed) return -ENODEV;
+  if (ev.removed || (buffer != 0 && !instance_live(buffer, instance))) return -ENODEV;
   if (trim(data) == "0") {
-    int err = set_filters(ev, nullptr, "none\n");
+    int err = set_filters(ev, nullptr, "none\n", buffer);
     return err != 0 ? err : done(data);
   }
   events::CompiledFilter f;
   events::Diagnostic d;
   if (!events::compile_filter(data, ev.compiled, &f, &d)) {
-    (void)set_filters(ev, nullptr, events::filter_error_text(d));
+    (void)set_filters(ev, nullptr, events::filter_error_text(d), buffer);
     error_log.add(d);
     return -(d.err ? d.err : EINVAL);
   }
   auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
   std::string text = shared->text + "\n";
-  int err = set_filters(ev, std::move(shared), std::move(text));
+  int err = set_filters(ev, std::move(shared), std::move(text), buffer);
   return err != 0 ? err : done(data);
+}
+
+std::string DynamicEvents::Impl::filter_text(const DynEvent& ev, uint32_t buffer) const {
+  if (buffer == 0) return ev.filter_text;
+  auto it = ev.instance_filters.find(buffer);
+  return it == ev.instance_filters.end() ? "none\n" : it->second.text;
 }
 
 // A group filter goes to every event of the group that has its fields; the others get
 // the kernel's subsystem error (in their filter file and in error_log) and no filter.
 // The write itself succeeds either way, as the kernel's does.
 int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
-                                                std::string_view data) {
+                                                std::string_view data, uint32_t buffer,
+                                                const std::weak_ptr<Node>& instance) {
   if (data.size() >= kMaxWrite) return -EINVAL;
   std::lock_guard l(mu);
+  if (buffer != 0 && !instance_live(buffer, instance)) return -ENODEV;
   const bool clear = trim(data) == "0";
   for (const auto& ev : events) {
     if (ev->group != group) continue;
     if (clear) {
-      (void)set_filters(*ev, nullptr, "none\n");
+      (void)set_filters(*ev, nullptr, "none\n", buffer);
       continue;
     }
     events::CompiledFilter f;
@@ -355,10 +569,10 @@ int64_t DynamicEvents::Impl::write_group_filter(const std::string& group,
     if (events::compile_filter(data, ev->compiled, &f, &d)) {
       auto shared = std::make_shared<const events::CompiledFilter>(std::move(f));
       std::string text = shared->text + "\n";
-      (void)set_filters(*ev, std::move(shared), std::move(text));
+      (void)set_filters(*ev, std::move(shared), std::move(text), buffer);
     } else {
       events::Diagnostic sub = events::subsystem_filter_error(data);
-      (void)set_filters(*ev, nullptr, events::filter_error_text(sub));
+      (void)set_filters(*ev, nullptr, events::filter_error_text(sub), buffer);
       error_log.add(sub);
     }
   }
@@ -476,11 +690,11 @@ std::string DynamicEvents::Impl::available_events() {
 }
 
 // The enabled events (soft mode included, as the kernel counts them), in the same order.
-std::string DynamicEvents::Impl::set_event_text() {
+std::string DynamicEvents::Impl::set_event_text(uint32_t buffer) {
   std::lock_guard l(mu);
   std::string out;
   for (auto it = events.rbegin(); it != events.rend(); ++it)
-    if ((*it)->registered) out += (*it)->group + ":" + (*it)->name + "\n";
+    if (enabled_in(**it, buffer)) out += (*it)->group + ":" + (*it)->name + "\n";
   return out;
 }
 
@@ -488,7 +702,8 @@ std::string DynamicEvents::Impl::set_event_text() {
 // or `[!]GROUP` (a word alone matches an event or a group name), `GROUP:*`, `*:EVENT`,
 // `*:*`; an empty or `*` part matches all. EINVAL when nothing matches, but for a word
 // that names every event on a mount that has none.
-int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
+int64_t DynamicEvents::Impl::write_set_event(std::string_view data, uint32_t buffer,
+                                             const std::weak_ptr<Node>& instance) {
   size_t i = 0;
   while (i < data.size() && is_blank(data[i])) ++i;
   if (i == data.size()) return done(data);
@@ -512,6 +727,7 @@ int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
     if (name->empty() || *name == "*") name.reset();
   }
   std::lock_guard l(mu);
+  if (buffer != 0 && !instance_live(buffer, instance)) return -ENODEV;
   bool any = false;
   int first = 0;
   for (const auto& ev : events) {
@@ -519,7 +735,7 @@ int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
     if (group && *group != ev->group) continue;
     if (name && *name != ev->name) continue;
     any = true;
-    if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
+    if (int err = set_buffer_enable(*ev, buffer, on); err != 0 && first == 0) first = err;
   }
   // Nothing matched: EINVAL, as the kernel's; but a word for every event (`*:*`, `:`,
   // `!*:*`) on a mount with none is the reset scripts write first, and succeeds.
@@ -529,9 +745,10 @@ int64_t DynamicEvents::Impl::write_set_event(std::string_view data) {
 }
 
 // set_event opened with O_TRUNC: every event off.
-int DynamicEvents::Impl::clear_set_event() {
+int DynamicEvents::Impl::clear_set_event(uint32_t buffer, const std::weak_ptr<Node>& instance) {
   std::lock_guard l(mu);
-  for (const auto& ev : events) (void)set_enable(*ev, false);
+  if (buffer != 0 && !instance_live(buffer, instance)) return -ENODEV;
+  for (const auto& ev : events) (void)set_buffer_enable(*ev, buffer, false);
   return 0;
 }
 

@@ -256,7 +256,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
   auto* of = reinterpret_cast<OpenFile*>(fi->fh);
   // A signal to the reader wakes its blocked read at once rather than at its next check.
   fuse_req_interrupt_func(
-      req, [](fuse_req_t, void* d) { static_cast<Impl*>(d)->fs.trace_files().wake_readers(); },
+      req, [](fuse_req_t, void* d) { static_cast<Impl*>(d)->fs.wake_readers(); },
       &s);
   {
     std::lock_guard l(s.reads_mu);
@@ -369,16 +369,33 @@ void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-// tracefs makes no files or directories of a user's choosing.
+// tracefs makes no files of a user's choosing, and directories only where the directory
+// says how (instances/: DirOps).
 void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) {
   fuse_reply_err(req, EACCES);
 }
-void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EACCES); }
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t) {
+  Impl& s = Impl::of(req);
+  NodePtr dir = s.fs.tree().find(parent);
+  if (!dir) return (void)fuse_reply_err(req, ENOENT);
+  if (!dir->dir_ops()) return (void)fuse_reply_err(req, EACCES);
+  if (int err = dir->dir_ops()->mkdir(s.request(req, 0), name); err < 0)
+    return (void)fuse_reply_err(req, -err);
+  NodePtr n = s.fs.tree().lookup(dir, name);
+  if (!n) return (void)fuse_reply_err(req, ENOENT);  // removed again at once
+  reply_entry(req, s, n);
+}
 void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
   fuse_reply_err(req, EACCES);
 }
 void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EPERM); }
-void op_rmdir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EPERM); }
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Impl& s = Impl::of(req);
+  NodePtr dir = s.fs.tree().find(parent);
+  if (!dir) return (void)fuse_reply_err(req, ENOENT);
+  if (!dir->dir_ops()) return (void)fuse_reply_err(req, EPERM);
+  fuse_reply_err(req, -dir->dir_ops()->rmdir(s.request(req, 0), name));
+}
 
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops o;

@@ -175,7 +175,7 @@ std::shared_ptr<TextFile> SettingsFiles::pid_file(PidList SettingsFiles::*list) 
       });
 }
 
-void SettingsFiles::add_files(Tree& tree, const NodePtr& root) {
+void SettingsFiles::add_files(Tree& tree, const NodePtr& root, bool instance) {
   auto number = [this](uint64_t SettingsFiles::*field, uint64_t max, uint64_t scale) {
     return make_text_file(
         [this, field, scale] {
@@ -202,15 +202,16 @@ void SettingsFiles::add_files(Tree& tree, const NodePtr& root) {
                 pid_file(&SettingsFiles::notrace_pids_));
   tree.add_file(root, "buffer_percent", kModeReadWrite,
                 number(&SettingsFiles::buffer_percent_, 100, 1));
+  tree.add_file(root, "timestamp_mode", kModeRead,
+                make_text_file([] { return std::string("[delta] absolute\n"); }));
+  tree.add_file(root, "free_buffer", kModeWriteOwner, std::make_shared<FreeBufferFile>());
+  if (instance) return;
   // Written in microseconds, kept (and read back) as the kernel keeps it: times 1000, in
   // 64 bits.
   tree.add_file(root, "tracing_thresh", kModeReadWrite,
                 number(&SettingsFiles::thresh_ns_, UINT64_MAX, 1000));
-  tree.add_file(root, "timestamp_mode", kModeRead,
-                make_text_file([] { return std::string("[delta] absolute\n"); }));
   tree.add_file(root, "printk_formats", kModeRead, make_text_file([] { return std::string(); }));
-  tree.add_file(root, "free_buffer", kModeWriteOwner, std::make_shared<FreeBufferFile>());
-  tree.mkdir(root, "instances", kModeDirPrivate);
+  // instances/ is fs/instances.h's.
 }
 
 }  // namespace probefs::fs

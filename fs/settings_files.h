@@ -1,4 +1,4 @@
-// Root files whose settings probefs keeps for the tools that write and read them, and
+// Files whose settings probefs keeps for the tools that write and read them, and
 // files that read as the kernel's with nothing behind them:
 //   tracing_cpumask       the CPUs traced, as the kernel prints a cpumask ("3\n" for two
 //                         CPUs); takes a hex mask (CpuMask). Asked through cpu_traced().
@@ -15,8 +15,8 @@
 //   printk_formats        empty: no kernel trace_printk formats here
 //   free_buffer           write-only; a write is taken and does nothing (the kernel frees
 //                         the buffer when it is closed; probefs keeps it)
-//   instances/            empty: probefs has only the top instance (mkdir in it is
-//                         refused, as every mkdir in a probefs mount)
+// An instance (fs/instances.h) has its own of these but tracing_thresh and
+// printk_formats.
 //
 // Threads: any; one lock over the settings.
 #pragma once
@@ -79,8 +79,9 @@ class SettingsFiles {
   SettingsFiles(const SettingsFiles&) = delete;
   SettingsFiles& operator=(const SettingsFiles&) = delete;
 
-  // Adds the files under `root` (the tracefs root).
-  void add_files(Tree& tree, const NodePtr& root);
+  // Adds the files under `root`: the tracefs root, or (`instance`) an instance's
+  // directory, which has neither tracing_thresh, printk_formats nor instances/.
+  void add_files(Tree& tree, const NodePtr& root, bool instance = false);
 
   // tracing_cpumask has CPU `cpu`.
   bool cpu_traced(int cpu) const;

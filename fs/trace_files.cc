@@ -116,7 +116,7 @@ class TraceFile : public File {
       return 0;
     }
     return reader_->reset_buffer([this] {
-      fs_.tracer().clear_records();
+      fs_.tracer().clear_records(reader_->buffer());
       return 0;
     });
   }
@@ -183,7 +183,9 @@ class PipeHandle : public Handle {
       for (int tries = 0; tries < 64; ++tries) {
         for (size_t k = batch_.next; k < batch_.recs.size(); ++k)
           if (batch_.recs[k].shown || batch_.recs[k].lost_before) return true;
-        if (!fs_.tracer().has_records(cpu_) || reader_->consume(&batch_, 1, cpu_) == 0) break;
+        if (!fs_.tracer().has_records(cpu_, reader_->buffer()) ||
+            reader_->consume(&batch_, 1, cpu_) == 0)
+          break;
       }
     }
     reader_->arm_poll();
@@ -285,8 +287,13 @@ class MarkerFile : public File {
 // ---- TraceFiles ------------------------------------------------------------------------------
 
 struct TraceFiles::Impl {
-  explicit Impl(Tracefs& f)
-      : fs(f), reader(std::make_shared<TraceReader>(f, cmdlines)), settings(f.cpus()) {}
+  Impl(Tracefs& f, uint32_t b, NodePtr dir, SavedCmdlines* top_cmdlines)
+      : fs(f),
+        buffer(b),
+        root(std::move(dir)),
+        cmdlines(top_cmdlines ? *top_cmdlines : own_cmdlines),
+        reader(std::make_shared<TraceReader>(f, cmdlines, b)),
+        settings(f.cpus()) {}
 
   void add_files();
   void add_options(const NodePtr& dir);
@@ -298,8 +305,14 @@ struct TraceFiles::Impl {
   int64_t write_buffer_size(std::string_view data);
   int64_t write_trace_clock(std::string_view data);
 
+  bool tracing_on() const { return fs.tracer().tracing_on(buffer); }
+  void set_tracing_on(bool on);
+
   Tracefs& fs;
-  SavedCmdlines cmdlines;
+  const uint32_t buffer;  // 0: the top level's
+  const NodePtr root;     // where its files are
+  SavedCmdlines own_cmdlines;
+  SavedCmdlines& cmdlines;  // the top level's
   std::shared_ptr<TraceReader> reader;
   std::atomic<bool> markers{true};
   std::atomic<bool> kernel_stacks{false}, user_stacks{false};  // options/stacktrace...
@@ -308,18 +321,24 @@ struct TraceFiles::Impl {
   SettingsFiles settings;
 };
 
+void TraceFiles::Impl::set_tracing_on(bool on) {
+  if (buffer == 0) return fs.set_tracing_on(on);
+  (void)fs.tracer().set_tracing_on(on, buffer);
+  reader->wake_all();
+}
+
 void TraceFiles::Impl::add_files() {
   Tree& t = fs.tree();
-  const NodePtr root = t.root();
   tracee::Tracer& tracer = fs.tracer();
+  const bool top = buffer == 0;
   t.add_file(root, "trace", kModeReadWrite, std::make_shared<TraceFile>(fs, reader, -1));
   t.add_file(root, "trace_pipe", kModeRead, std::make_shared<PipeFile>(fs, reader, -1));
   t.add_file(root, "tracing_on", kModeReadWrite,
-             make_text_file([this] { return std::string(fs.tracing_on() ? "1\n" : "0\n"); },
+             make_text_file([this] { return std::string(tracing_on() ? "1\n" : "0\n"); },
                             [this](const Request&, std::string_view d) -> int64_t {
                               uint64_t v;
                               if (!events::kstrtoull(d, 10, &v)) return -EINVAL;
-                              fs.set_tracing_on(v != 0);
+                              set_tracing_on(v != 0);
                               return static_cast<int64_t>(d.size());
                             }));
   t.add_file(root, "trace_marker", kModeWrite,
@@ -334,9 +353,9 @@ void TraceFiles::Impl::add_files() {
              make_text_file(
                  [&tracer] { return number_line(kernel_buffer_kb(tracer.buffer_size_kb())); },
                  [this](const Request&, std::string_view d) { return write_buffer_size(d); }));
-  t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([&tracer] {
+  t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([this, &tracer] {
                return number_line(kernel_buffer_kb(tracer.buffer_size_kb()) *
-                                  tracer.rings_in_use());
+                                  tracer.rings_in_use(buffer));
              }));
   t.add_file(root, "current_tracer", kModeReadWrite,
              make_text_file([] { return std::string("nop\n"); },
@@ -347,6 +366,7 @@ void TraceFiles::Impl::add_files() {
                             }));
   t.add_file(root, "available_tracers", kModeRead,
              make_text_file([] { return std::string("nop\n"); }));
+  if (top) {
   t.add_file(root, "saved_cmdlines", kModeRead, make_text_file([this] {
                reader->learn_comms();
                return cmdlines.show();
@@ -363,10 +383,11 @@ void TraceFiles::Impl::add_files() {
                             }));
   t.add_file(root, "saved_tgids", kModeRead,
              make_text_file([this] { return saved_tgids_text(); }));
+  }
   t.add_file(root, "trace_marker_raw", kModeWrite,
              std::make_shared<MarkerFile>(
                  [this](const Request& rq, std::string_view d) { return write_marker_raw(rq, d); }));
-  settings.add_files(t, root);
+  settings.add_files(t, root, !top);
   add_options(t.mkdir(root, "options", kModeDirPrivate));
   add_per_cpu(t.mkdir(root, "per_cpu", kModeDirPrivate));
 }
@@ -395,17 +416,20 @@ void TraceFiles::Impl::add_options(const NodePtr& dir) {
   text_option("sym-userobj", &TextOptions::sym_userobj);
   options.bind("markers", [this] { return markers.load(); }, [this](bool on) { markers = on; });
   // A stack record after each event's, written by the targets (events/ring.h).
+  // (An instance's are stored: the targets write stack records after the top level's
+  // records alone.)
   auto stack_option = [this](const char* name, std::atomic<bool>* flag) {
     options.bind(
         name, [flag] { return flag->load(); },
         [this, flag](bool on) {
           *flag = on;
-          (void)fs.tracer().set_stack_options(kernel_stacks.load(), user_stacks.load());
+          if (buffer == 0)
+            (void)fs.tracer().set_stack_options(kernel_stacks.load(), user_stacks.load());
         });
   };
   stack_option("stacktrace", &kernel_stacks);
   stack_option("userstacktrace", &user_stacks);
-  options.add_files(fs.tree(), fs.tree().root(), dir);
+  options.add_files(fs.tree(), root, dir);
 }
 
 void TraceFiles::Impl::add_per_cpu(const NodePtr& dir) {
@@ -433,7 +457,7 @@ void TraceFiles::Impl::add_per_cpu(const NodePtr& dir) {
 // kMarkerMaxText, with a newline added when it has none.
 int64_t TraceFiles::Impl::write_marker(const Request& rq, std::string_view data) {
   if (!markers) return -EINVAL;
-  if (!fs.tracing_on()) return -EBADF;  // the kernel's answer when the buffer takes nothing
+  if (!tracing_on()) return -EBADF;  // the kernel's answer when the buffer takes nothing
   const std::string_view text = data.substr(0, std::min(data.size(), kMarkerMaxText));
   const bool add_newline = text.empty() || text.back() != '\n';
   const int err = record_marker(rq, kMarkerEventId, text, add_newline);
@@ -462,7 +486,8 @@ int TraceFiles::Impl::record_marker(const Request& rq, uint16_t id, std::string_
   std::memcpy(rec.data() + 16, comm.data(), std::min<size_t>(comm.size(), 16));
   std::memcpy(rec.data() + kMarkerHeaderSize, payload.data(), payload.size());
   if (add_newline) rec.back() = '\n';
-  const int err = fs.tracer().write_record(rec.data(), static_cast<uint32_t>(rec.size()));
+  const int err =
+      fs.tracer().write_record(rec.data(), static_cast<uint32_t>(rec.size()), buffer);
   if (err == -ENOSPC) return -EBADF;
   if (err < 0) return err;
   if (tid > 0) {
@@ -479,7 +504,7 @@ int64_t TraceFiles::Impl::write_marker_raw(const Request& rq, std::string_view d
   if (!markers) return -EINVAL;
   if (data.size() < kMarkerRawMin || data.size() > kMarkerRawMax) return -EINVAL;
   // The kernel's EBADF too for what its page cannot hold (the raw_data entry whole).
-  if (!fs.tracing_on() || data.size() > kMarkerRawMaxRecorded) return -EBADF;
+  if (!tracing_on() || data.size() > kMarkerRawMaxRecorded) return -EBADF;
   const int err = record_marker(rq, kMarkerRawEventId, data, false);
   return err < 0 ? err : static_cast<int64_t>(data.size());
 }
@@ -501,7 +526,7 @@ int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
   const uint32_t kb = static_cast<uint32_t>(kernel_buffer_kb(v));
   // The size it has already: nothing to do (a resize would empty the buffer).
   if (kb == kernel_buffer_kb(fs.tracer().buffer_size_kb())) return static_cast<int64_t>(data.size());
-  int err = reader->reset_buffer([&] { return fs.tracer().set_buffer_size_kb(kb); });
+  int err = fs.reset_all_buffers([&] { return fs.tracer().set_buffer_size_kb(kb); });
   if (err == -EINVAL) return -ENOMEM;  // more than a ring can be
   if (err < 0) return err;
   return static_cast<int64_t>(data.size());
@@ -510,25 +535,43 @@ int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
 int64_t TraceFiles::Impl::write_trace_clock(std::string_view data) {
   events::TraceClock c;
   if (!events::parse_trace_clock(data, &c)) return -EINVAL;
-  int err = reader->reset_buffer([&] {
+  int err = fs.reset_all_buffers([&] {
     int e = fs.tracer().set_trace_clock(std::string(data));
-    if (e == 0) reader->set_clock(c);
+    if (e == 0) fs.set_clock(c);
     return e;
   });
   if (err < 0) return err;
   return static_cast<int64_t>(data.size());
 }
 
-TraceFiles::TraceFiles(Tracefs& fs) : impl_(std::make_unique<Impl>(fs)) {
+TraceFiles::TraceFiles(Tracefs& fs)
+    : impl_(std::make_unique<Impl>(fs, 0, fs.tree().root(), nullptr)) {
   impl_->reader->set_scope(&impl_->settings, [impl = impl_.get()] {
     return impl->options.get("event-fork").value_or(false);
   });
   impl_->add_files();
 }
 
+TraceFiles::TraceFiles(Tracefs& fs, uint32_t buffer, const NodePtr& dir, TraceFiles& top)
+    : impl_(std::make_unique<Impl>(fs, buffer, dir, &top.impl_->cmdlines)) {
+  impl_->reader->set_scope(&impl_->settings, [impl = impl_.get()] {
+    return impl->options.get("event-fork").value_or(false);
+  });
+  impl_->reader->set_clock(top.impl_->reader->clock());
+  impl_->add_files();
+}
+
 TraceFiles::~TraceFiles() { impl_->reader->stop(); }
 
 void TraceFiles::wake_readers() { impl_->reader->wake_all(); }
+
+void TraceFiles::stop_readers() { impl_->reader->stop(); }
+
+int TraceFiles::reset_buffer(const std::function<int()>& op) {
+  return impl_->reader->reset_buffer(op);
+}
+
+void TraceFiles::set_clock(events::TraceClock c) { impl_->reader->set_clock(c); }
 
 bool TraceFiles::cpu_traced(int cpu) const { return impl_->settings.cpu_traced(cpu); }
 

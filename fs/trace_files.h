@@ -28,7 +28,12 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
+
+#include "events/trace_clock.h"
+#include "fs/vfs.h"
 
 namespace probefs::fs {
 
@@ -40,8 +45,13 @@ inline constexpr size_t kTracePipeReadMax = 8155;
 
 class TraceFiles {
  public:
-  // Adds its files to fs.tree().
+  // The top level's: adds its files to fs.tree()'s root, for buffer 0.
   explicit TraceFiles(Tracefs& fs);
+  // An instance's (fs/instances.h): its files under `dir`, for buffer `buffer`; no
+  // saved_cmdlines, saved_cmdlines_size nor saved_tgids (the mount's names are the top
+  // level's, whose `top` names this one's threads too). trace_clock and buffer_size_kb
+  // are the mount's: writing them in an instance changes them for every buffer.
+  TraceFiles(Tracefs& fs, uint32_t buffer, const NodePtr& dir, TraceFiles& top);
   ~TraceFiles();
   TraceFiles(const TraceFiles&) = delete;
   TraceFiles& operator=(const TraceFiles&) = delete;
@@ -49,6 +59,12 @@ class TraceFiles {
   // Wakes every blocked reader and poll waiter (tracing_on changed, the mount is going
   // away): each looks again.
   void wake_readers();
+  // The readers stop: their blocked reads return (the instance goes).
+  void stop_readers();
+  // Runs `op`, a tracer call that empties the buffers, between this buffer's readers,
+  // who forget what they held (TraceReader::reset_buffer).
+  int reset_buffer(const std::function<int()>& op);
+  void set_clock(events::TraceClock c);
 
   // Whether tracing_cpumask has CPU `cpu` (false for a CPU past the configured ones).
   bool cpu_traced(int cpu) const;

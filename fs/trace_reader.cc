@@ -164,8 +164,8 @@ void SavedCmdlines::resize(uint32_t n) {
 
 // ---- TraceReader: construction and options ---------------------------------------------------
 
-TraceReader::TraceReader(Tracefs& fs, SavedCmdlines& cmdlines)
-    : fs_(fs), tracer_(fs.tracer()), cmdlines_(cmdlines) {
+TraceReader::TraceReader(Tracefs& fs, SavedCmdlines& cmdlines, uint32_t buffer)
+    : fs_(fs), tracer_(fs.tracer()), cmdlines_(cmdlines), buffer_(buffer) {
   views_.resize(kLastEventId - kFirstEventId + 1);
   read_events_.assign(static_cast<size_t>(fs.cpus()), 0);
   dropped_events_.assign(static_cast<size_t>(fs.cpus()), 0);
@@ -374,7 +374,7 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
         b->recs.push_back(h);
         return true;
       },
-      max, cpu);
+      max, cpu, buffer_);
   // The records are decided here, once the tracer's lock is released. Records come in runs of one
   // thread's: its entry is looked up once a run (entries stay where they are until the
   // pruning below).
@@ -421,7 +421,7 @@ void TraceReader::discard(int cpu) {
         skip_consumed(gate(key_of(r.pid, r.tid)));
         return true;
       },
-      SIZE_MAX, cpu);
+      SIZE_MAX, cpu, buffer_);
 }
 
 // ---- walking (trace) -----------------------------------------------------------------------
@@ -464,7 +464,7 @@ bool TraceReader::trace_chunk(Cursor* c, int cpu, std::string* out) {
     p.index = index;
     peeked_.push_back(p);
     if (peek_bytes_.size() >= kTraceChunkRecordBytes) full = true;
-  });
+  }, buffer_);
   // Every record this chunk passes is decided in walk (timestamp) order, those of other
   // CPUs included, so that per_cpu/cpuN/trace keeps the gate's order too.
   for (Peeked& p : peeked_) {
@@ -484,7 +484,7 @@ std::string TraceReader::header() {
   // The kernel's counts: the records in the buffer, and those plus the ones lost since it
   // was last emptied; records consumed leave both.
   uint64_t entries = 0, written = 0;
-  tracer_.record_counts(&entries, &written);
+  tracer_.record_counts(&entries, &written, buffer_);
   if (o.irq_info && !o.record_tgid) return events::trace_header(entries, written, fs_.cpus());
   s += "# entries-in-buffer/entries-written: ";
   append_number(s, static_cast<int64_t>(entries));
@@ -732,7 +732,7 @@ std::string TraceReader::stats(int cpu) {
     bytes += r.len;
     if (!any) oldest = r.ts_ns;
     any = true;
-  });
+  }, buffer_);
   uint64_t read = 0, dropped = 0;
   {
     std::lock_guard l(mu_);
@@ -743,7 +743,7 @@ std::string TraceReader::stats(int cpu) {
   }
   // Records a target had no business writing (tracee::TraceRecord) are dropped events
   // too: they never reach a reader.
-  dropped += tracer_.rejected_records(cpu);
+  dropped += tracer_.rejected_records(cpu, buffer_);
   const events::TraceClock c = clock();
   char buf[512];
   snprintf(buf, sizeof buf,
@@ -759,7 +759,7 @@ void TraceReader::learn_comms() {
   std::unordered_set<uint64_t> threads;
   tracer_.for_each_record([&](const tracee::TraceRecord& r) {
     if (r.pid != 0) threads.insert(key_of(r.pid, r.tid));
-  });
+  }, buffer_);
   auto l = lock();
   for (uint64_t key : threads)
     comm(static_cast<pid_t>(key >> 32), static_cast<pid_t>(key & 0xffffffffu));
@@ -769,7 +769,7 @@ void TraceReader::learn_comms() {
 
 bool TraceReader::read_ends(bool returned_data) {
   if (fs_.shutting_down() || stopped()) return true;
-  return returned_data && !fs_.tracing_on();
+  return returned_data && !fs_.tracing_on(buffer_);
 }
 
 int TraceReader::empty_read(const Request& rq, bool returned_data) {

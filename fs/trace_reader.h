@@ -103,7 +103,10 @@ class SettingsFiles;  // fs/settings_files.h
 
 class TraceReader {
  public:
-  TraceReader(Tracefs& fs, SavedCmdlines& cmdlines);
+  // The reader of buffer `buffer` (tracee::Tracer's "Buffers": 0 the top level's, an
+  // instance's else).
+  TraceReader(Tracefs& fs, SavedCmdlines& cmdlines, uint32_t buffer = 0);
+  uint32_t buffer() const { return buffer_; }
   // What is traced at all: tracing_cpumask and the pid lists of `settings`, followed into
   // children while `event_fork` says so (options/event-fork). The kernel drops records
   // outside them as they are written; here the reader drops them as it decides each
@@ -279,6 +282,7 @@ class TraceReader {
   Tracefs& fs_;
   tracee::Tracer& tracer_;
   SavedCmdlines& cmdlines_;
+  const uint32_t buffer_;
   std::atomic<events::TraceClock> clock_{events::TraceClock::kLocal};
   mutable std::mutex opt_mu_;
   TextOptions opts_;

@@ -132,7 +132,7 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
         t.placed(h, shown);
         return true;
       },
-      max, cpu);
+      max, cpu, buffer_);
   prune_idle();
   return n;
 }

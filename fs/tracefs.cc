@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fs/dynamic_events.h"
+#include "fs/instances.h"
 #include "fs/trace_files.h"
 
 namespace probefs::fs {
@@ -65,8 +66,10 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
   if (opts_.cpus <= 0) opts_.cpus = 1;
   // The order in which the parts add their files is the root's readdir order.
   add_control_files(*this);
-  trace_ = std::make_unique<TraceFiles>(*this);
+  trace_ = std::make_shared<TraceFiles>(*this);
   dynamic_ = std::make_unique<DynamicEvents>(*this);
+  instances_ = std::make_shared<Instances>(*this);
+  instances_->attach(tree_.mkdir_with_ops(tree_.root(), "instances", kModeDirPrivate, instances_));
   // A process refused as a target (the target limit) is said where the user looks:
   // error_log, beside `targets` (which lists it as untraced while it runs).
   notices_ = std::make_shared<NoticeSink>();
@@ -108,22 +111,56 @@ Tracefs::~Tracefs() {
   }
   shutdown();
   dynamic_->clear_all();
+  // The instances' directory holds their owner: it lets go with the tree.
+  tree_.remove(tree_.root(), "instances");
   // The definitions go first: their triggers may still call into the trace files.
   dynamic_.reset();
+  instances_.reset();
   trace_.reset();
 }
 
-bool Tracefs::tracing_on() const { return tracer_.tracing_on(); }
-
+bool Tracefs::tracing_on(uint32_t buffer) const { return tracer_.tracing_on(buffer); }
 
 void Tracefs::set_tracing_on(bool on) {
   (void)tracer_.set_tracing_on(on);
   if (trace_) trace_->wake_readers();
 }
 
+namespace {
+
+// The top level's trace files, then the instances'.
+std::vector<std::shared_ptr<TraceFiles>> every_buffer(const std::shared_ptr<TraceFiles>& top,
+                                                      const std::shared_ptr<Instances>& in) {
+  std::vector<std::shared_ptr<TraceFiles>> all;
+  if (top) all.push_back(top);
+  if (in)
+    for (auto& f : in->trace_files()) all.push_back(std::move(f));
+  return all;
+}
+
+}  // namespace
+
+int Tracefs::reset_all_buffers(const std::function<int()>& op) {
+  const std::vector<std::shared_ptr<TraceFiles>> all = every_buffer(trace_, instances_);
+  // Each buffer's readers in turn, in buffer order, the op inside them all.
+  std::function<int(size_t)> step = [&](size_t i) -> int {
+    if (i == all.size()) return op();
+    return all[i]->reset_buffer([&] { return step(i + 1); });
+  };
+  return step(0);
+}
+
+void Tracefs::set_clock(events::TraceClock c) {
+  for (const auto& f : every_buffer(trace_, instances_)) f->set_clock(c);
+}
+
+void Tracefs::wake_readers() {
+  for (const auto& f : every_buffer(trace_, instances_)) f->wake_readers();
+}
+
 void Tracefs::shutdown() {
   shutdown_ = true;
-  if (trace_) trace_->wake_readers();
+  wake_readers();
 }
 
 bool Tracefs::shutting_down() const { return shutdown_; }

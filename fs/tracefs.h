@@ -12,8 +12,9 @@
 //   │     current_tracer, available_tracers, saved_cmdlines, saved_tgids, options/ and
 //   │     trace_options (fs/trace_options.h), and the stored settings of
 //   │     fs/settings_files.h: tracing_cpumask, set_event_pid, set_event_notrace_pid,
-//   │     buffer_percent, tracing_thresh, timestamp_mode, printk_formats, free_buffer,
-//   │     instances/
+//   │     buffer_percent, tracing_thresh, timestamp_mode, printk_formats, free_buffer
+//   ├─ Instances (fs/instances.h): instances/, each a TraceFiles of its own buffer and
+//   │     its events' enables (DynamicEvents::add_instance)
 //   └─ control files (fs/control_files.cc): README, targets, kprobes/ (list, enabled,
 //         blacklist, optimization)
 //
@@ -35,6 +36,7 @@
 #include <unordered_map>
 
 #include "events/compile.h"
+#include "events/trace_clock.h"
 #include "fs/vfs.h"
 #include "tracee/tracer.h"
 
@@ -85,6 +87,7 @@ class EventTable {
 
 class DynamicEvents;  // fs/dynamic_events.h
 class TraceFiles;     // fs/trace_files.h
+class Instances;      // fs/instances.h
 
 class Tracefs {
  public:
@@ -108,10 +111,20 @@ class Tracefs {
   DynamicEvents& dynamic_events() { return *dynamic_; }
   TraceFiles& trace_files() { return *trace_; }
 
+  Instances& instances() { return *instances_; }
+
   // tracing_on: the file, and the traceon/traceoff triggers. Hits are still counted while
-  // it is off; nothing is recorded.
-  bool tracing_on() const;
+  // it is off; nothing is recorded. Of buffer `buffer` (0: the top level's).
+  bool tracing_on(uint32_t buffer = 0) const;
   void set_tracing_on(bool on);
+
+  // Runs `op`, a tracer call that empties every buffer (a clock or size change), between
+  // the readers of every buffer, who forget what they held.
+  int reset_all_buffers(const std::function<int()>& op);
+  // Every buffer's readers print with this clock from now on.
+  void set_clock(events::TraceClock c);
+  // Wakes the blocked readers and poll waiters of every buffer.
+  void wake_readers();
 
   // The target `pid` was forked from, as the tracer said when the child joined (0: not
   // known, or not a fork child). Remembered for the last kForkParentsKept children, gone
@@ -129,7 +142,8 @@ class Tracefs {
   Tree tree_;
   EventTable events_;
   std::unique_ptr<DynamicEvents> dynamic_;
-  std::unique_ptr<TraceFiles> trace_;
+  std::shared_ptr<TraceFiles> trace_;
+  std::shared_ptr<Instances> instances_;
   std::atomic<bool> shutdown_{false};
   // Where the tracer's notices of refused processes go (error_log): shared with the
   // listener, which runs on the tracer's thread and may outlive this object for a moment.

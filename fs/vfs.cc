@@ -115,6 +115,16 @@ NodePtr Tree::mkdir(const NodePtr& dir, std::string_view name, mode_t mode) {
   return n;
 }
 
+NodePtr Tree::mkdir_with_ops(const NodePtr& dir, std::string_view name, mode_t mode,
+                             std::shared_ptr<DirOps> ops) {
+  NodePtr n = mkdir(dir, name, mode);
+  if (n) {
+    std::lock_guard l(mu_);
+    n->dir_ops_ = std::move(ops);
+  }
+  return n;
+}
+
 NodePtr Tree::add_file(const NodePtr& dir, std::string_view name, mode_t mode,
                        std::shared_ptr<File> file, std::string_view before) {
   std::lock_guard l(mu_);

@@ -119,6 +119,15 @@ inline constexpr mode_t kModeWriteOwner = 0200; // --w-------  (free_buffer)
 inline constexpr mode_t kModeDir = 0755;        // drwxr-xr-x
 inline constexpr mode_t kModeDirPrivate = 0750; // drwxr-x---  (options, per_cpu, instances)
 
+// What mkdir and rmdir do in a directory that takes them (instances/): the directory's
+// owner makes or removes the child itself, in the tree. 0 or a negative errno.
+class DirOps {
+ public:
+  virtual ~DirOps() = default;
+  virtual int mkdir(const Request& rq, std::string_view name) = 0;
+  virtual int rmdir(const Request& rq, std::string_view name) = 0;
+};
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   uint64_t ino() const { return ino_; }
@@ -126,6 +135,8 @@ class Node : public std::enable_shared_from_this<Node> {
   bool is_dir() const { return is_dir_; }
   mode_t mode() const { return mode_; }  // permission bits only
   const std::shared_ptr<File>& file() const { return file_; }
+  // A directory's mkdir and rmdir; nullptr where they are refused (EACCES, EPERM).
+  const std::shared_ptr<DirOps>& dir_ops() const { return dir_ops_; }
   // The parent directory; nullptr for the root and for nodes removed from the tree.
   std::shared_ptr<Node> parent() const;
 
@@ -136,6 +147,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool is_dir_ = false;
   mode_t mode_ = 0;
   std::shared_ptr<File> file_;
+  std::shared_ptr<DirOps> dir_ops_;
   std::weak_ptr<Node> parent_;
   std::vector<std::shared_ptr<Node>> children_;  // readdir order: insertion order
 };
@@ -154,6 +166,9 @@ class Tree {
   // that child in readdir order, else it goes last. Returns the existing node when a
   // directory of that name is there already; nullptr when a file of that name is.
   NodePtr mkdir(const NodePtr& dir, std::string_view name, mode_t mode = kModeDir);
+  // A directory whose mkdir and rmdir `ops` serve (set before the mount serves it).
+  NodePtr mkdir_with_ops(const NodePtr& dir, std::string_view name, mode_t mode,
+                         std::shared_ptr<DirOps> ops);
   NodePtr add_file(const NodePtr& dir, std::string_view name, mode_t mode,
                    std::shared_ptr<File> file, std::string_view before = {});
   // Removes `name` (and what is under it) from `dir`. false when it was not there.

@@ -119,6 +119,9 @@ struct ProbeSpec {
   // The buffers its records go into (bit b: buffer b; bit 0 the top level's, the others
   // instances'); set_probe_buffers() changes it. Only while the probe is enabled.
   uint32_t buffers = 1;
+  // By buffer: the event's filter in each instance that has one (`filter` is the top
+  // level's); set_instance_filter() changes them.
+  std::vector<std::shared_ptr<const events::CompiledFilter>> instance_filters;
 };
 
 // What a histogram holds now, summed over every target that counted into it (live or
@@ -289,6 +292,10 @@ class Tracer {
                               std::vector<events::TriggerSpec> triggers, bool soft);
   // The buffers the probe's records go into (ProbeSpec::buffers), in every target.
   [[nodiscard]] int set_probe_buffers(ProbeId id, uint32_t buffers);
+  // The probe's filter for its records in instance buffer `buffer` (1 and up); nullptr
+  // removes it.
+  [[nodiscard]] int set_instance_filter(ProbeId id, uint32_t buffer,
+                                        std::shared_ptr<const events::CompiledFilter> f);
 
   // ---- histograms (events/hist.h) ----------------------------------------------------
   // A histogram's tables, made in every target now and to come: its slot, or -ENOSPC when

@@ -146,6 +146,12 @@ void Tracer::Impl::sync_hists(Target& t) {
     lk::SetHist sh;
     sh.record = (p->second.spec.buffers & 1) != 0;
     sh.instances = p->second.spec.buffers & lk::kInstanceBuffers;
+    const auto& filters = p->second.spec.instance_filters;
+    for (uint32_t b = 1; b < filters.size(); ++b) {
+      if (!filters[b]) continue;
+      sh.instance_filters.resize(b + 1u);
+      sh.instance_filters[b] = *filters[b];
+    }
     sh.soft = p->second.spec.soft;
     sh.triggers = p->second.spec.triggers;
     sh.clock = hist_clock();
@@ -259,6 +265,24 @@ int Tracer::set_probe_buffers(ProbeId id, uint32_t buffers) {
   if (it == impl_->probes.end()) return -ENOENT;
   if (it->second.spec.buffers == buffers) return 0;
   it->second.spec.buffers = buffers;
+  ++it->second.hist_generation;
+  for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
+  return 0;
+}
+
+int Tracer::set_instance_filter(ProbeId id, uint32_t buffer,
+                                std::shared_ptr<const events::CompiledFilter> f) {
+  if (buffer == 0 || buffer >= events::kRingMaxBuffers) return -EINVAL;
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->probes.find(id);
+  if (it == impl_->probes.end()) return -ENOENT;
+  auto& filters = it->second.spec.instance_filters;
+  if (filters.size() <= buffer) {
+    if (!f) return 0;
+    filters.resize(buffer + 1u);
+  }
+  if (filters[buffer] == f) return 0;
+  filters[buffer] = std::move(f);
   ++it->second.hist_generation;
   for (auto& [pid, t] : impl_->targets) impl_->sync_hists(*t);
   return 0;

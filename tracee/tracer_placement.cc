@@ -368,7 +368,7 @@ int Tracer::define_probe(const ProbeSpec& spec, ProbeId* id, events::Diagnostic*
   p.spec = spec;
   if ((spec.buffers & ~(lk::kInstanceBuffers | 1u)) != 0) return -EINVAL;
   // Records elsewhere than the top level's buffer alone: SET_HIST says so (sync_hists).
-  if (spec.buffers != 1) p.hist_generation = 1;
+  if (spec.buffers != 1 || !spec.instance_filters.empty()) p.hist_generation = 1;
   if (spec.def.syntax == events::ProbeSyntax::kUprobe) {
     if (identify_file(spec.def.path, &p.file) != 0) {
       *diag = events::make_diagnostic(spec.def, events::ErrorCode::kFileNotFound, 1, 0);

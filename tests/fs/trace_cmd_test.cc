@@ -525,6 +525,33 @@ TEST_F(TraceCmd, RecordWithAFilterKeepsOnlyItsEventsMatchingRecordsAndEveryOneOf
   EXPECT_EQ(records.size(), 30u);
 }
 
+// -B: the events after it go into an instance trace-cmd makes (instances/NAME), with
+// their filter, beside the top level's; report names that buffer's records, and the
+// instance is gone once the record ends.
+TEST_F(TraceCmd, RecordIntoAnInstanceBesideTheTopLevel) {
+  const std::string file = dir_.file("instance.dat");
+  std::vector<std::string> cmd = {"trace-cmd", "record", "-d", "-e", "tc:add", "-B", "inst",
+                                  "-e",        "tc:ret", "-f", "v < 30", "-o", file};
+  for (const std::string& a : launched()) cmd.push_back(a);
+  CommandResult r = record_launched(on_mount(cmd), "call 20\n");
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  std::vector<std::string> top_adds, top_rets, inst_adds, inst_rets;
+  for (const Record& rec : report(file)) {
+    const bool in_instance = rec.comm.rfind("inst:", 0) == 0;
+    std::string comm = in_instance ? rec.comm.substr(5) : rec.comm;
+    comm.erase(0, comm.find_first_not_of(' '));
+    EXPECT_EQ(comm, "traced_prog") << rec.comm;
+    auto& list = rec.event == "add" ? (in_instance ? inst_adds : top_adds)
+                                    : (in_instance ? inst_rets : top_rets);
+    list.push_back(rec.args);
+  }
+  EXPECT_EQ(top_adds, add_args(20));
+  EXPECT_EQ(inst_rets, ret_args(10));
+  EXPECT_TRUE(top_rets.empty());
+  EXPECT_TRUE(inst_adds.empty());
+  EXPECT_TRUE(std::filesystem::is_empty(m_.path("instances")));
+}
+
 // start turns the event and tracing on and returns; extract takes what the buffers hold
 // into a file, stop turns tracing off. show is `cat trace`: after a start again, the
 // next program's calls and nothing of what extract took.
