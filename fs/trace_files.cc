@@ -304,6 +304,8 @@ struct TraceFiles::Impl {
   std::string saved_tgids_text();
   int64_t write_buffer_size(std::string_view data);
   int64_t write_trace_clock(std::string_view data);
+  std::string snapshot_text();
+  int64_t write_snapshot(std::string_view data);
 
   bool tracing_on() const { return fs.tracer().tracing_on(buffer); }
   void set_tracing_on(bool on);
@@ -319,6 +321,15 @@ struct TraceFiles::Impl {
   SavedTgids tgids;
   TraceOptions options;
   SettingsFiles settings;
+  // snapshot: the records `echo 1 > snapshot` took out of the buffer, kept decided as a
+  // consumer took them, printed as `trace` prints.
+  struct Snapshot {
+    std::mutex mu;
+    bool allocated = false;
+    TraceReader::Batch batch;
+    uint64_t lost = 0;  // records lost before those it took
+  };
+  Snapshot snap;
 };
 
 void TraceFiles::Impl::set_tracing_on(bool on) {
@@ -384,6 +395,9 @@ void TraceFiles::Impl::add_files() {
   t.add_file(root, "saved_tgids", kModeRead,
              make_text_file([this] { return saved_tgids_text(); }));
   }
+  t.add_file(root, "snapshot", kModeReadWrite,
+             make_text_file([this] { return snapshot_text(); },
+                            [this](const Request&, std::string_view d) { return write_snapshot(d); }));
   t.add_file(root, "trace_marker_raw", kModeWrite,
              std::make_shared<MarkerFile>(
                  [this](const Request& rq, std::string_view d) { return write_marker_raw(rq, d); }));
@@ -529,6 +543,58 @@ int64_t TraceFiles::Impl::write_buffer_size(std::string_view data) {
   int err = fs.reset_all_buffers([&] { return fs.tracer().set_buffer_size_kb(kb); });
   if (err == -EINVAL) return -ENOMEM;  // more than a ring can be
   if (err < 0) return err;
+  return static_cast<int64_t>(data.size());
+}
+
+// The kernel's snapshot text when the snapshot holds nothing: what its writes do.
+constexpr std::string_view kSnapshotCommands =
+    "# Snapshot commands:\n"
+    "# echo 0 > snapshot : Clears and frees snapshot buffer\n"
+    "# echo 1 > snapshot : Allocates snapshot buffer, if not already allocated.\n"
+    "#                      Takes a snapshot of the main buffer.\n"
+    "# echo 2 > snapshot : Clears snapshot buffer (but does not allocate or free)\n"
+    "#                      (Doesn't have to be '2' works with any number that\n"
+    "#                       is not a '0' or '1')\n";
+
+std::string TraceFiles::Impl::snapshot_text() {
+  std::lock_guard l(snap.mu);
+  auto lk = reader->lock();
+  uint64_t shown = 0;
+  for (const TraceReader::Held& h : snap.batch.recs) shown += h.shown ? 1 : 0;
+  if (shown == 0) {
+    std::string s = "# tracer: nop\n#\n";
+    s += snap.allocated ? "#\n# * Snapshot is allocated *\n#\n" : "#\n# * Snapshot is freed *\n#\n";
+    s += kSnapshotCommands;
+    return s;
+  }
+  std::string s = reader->header(shown, shown + snap.lost);
+  for (const TraceReader::Held& h : snap.batch.recs) reader->append(s, snap.batch, h, false);
+  return s;
+}
+
+// 0 frees the snapshot, 1 takes one (every record of the buffer moves into it: the
+// kernel swaps the two buffers, and its main buffer then holds what the snapshot held
+// before; here it starts empty), any other number empties it.
+int64_t TraceFiles::Impl::write_snapshot(std::string_view data) {
+  uint64_t v;
+  if (!events::kstrtoull(data, 10, &v)) return -EINVAL;
+  std::lock_guard l(snap.mu);
+  auto empty = [this] {
+    snap.batch = TraceReader::Batch{};
+    snap.lost = 0;
+  };
+  if (v == 0) {
+    empty();
+    snap.allocated = false;
+  } else if (v == 1) {
+    empty();
+    snap.allocated = true;
+    auto lk = reader->lock();
+    reader->consume(&snap.batch, SIZE_MAX, -1);
+    for (const TraceReader::Held& h : snap.batch.recs) snap.lost += h.lost_before;
+  } else if (snap.allocated) {
+    empty();
+  }
   return static_cast<int64_t>(data.size());
 }
 

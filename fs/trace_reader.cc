@@ -478,13 +478,17 @@ bool TraceReader::trace_chunk(Cursor* c, int cpu, std::string* out) {
 }
 
 std::string TraceReader::header() {
-  const TextOptions o = options();
-  std::string s = "# tracer: nop\n#\n";
-  if (!o.context_info) return s;
   // The kernel's counts: the records in the buffer, and those plus the ones lost since it
   // was last emptied; records consumed leave both.
   uint64_t entries = 0, written = 0;
   tracer_.record_counts(&entries, &written, buffer_);
+  return header(entries, written);
+}
+
+std::string TraceReader::header(uint64_t entries, uint64_t written) {
+  const TextOptions o = options();
+  std::string s = "# tracer: nop\n#\n";
+  if (!o.context_info) return s;
   if (o.irq_info && !o.record_tgid) return events::trace_header(entries, written, fs_.cpus());
   s += "# entries-in-buffer/entries-written: ";
   append_number(s, static_cast<int64_t>(entries));

@@ -187,6 +187,8 @@ class TraceReader {
   // in the buffer, and those plus the ones lost since it was last emptied (consumed
   // records count in neither).
   std::string header();
+  // The same with these counts (a snapshot's records).
+  std::string header(uint64_t entries, uint64_t written);
   // Drops the records of CPU `cpu` (-1: all) without showing them.
   void discard(int cpu);
   // Learns the names of the threads whose records are in the buffer (saved_cmdlines).

@@ -615,6 +615,39 @@ TEST_F(TraceFilesTest, TraceMarkerLinesInterleaveWithEvents) {
             std::string::npos);
 }
 
+// snapshot: the kernel's help while it holds nothing; `echo 1` moves every record of the
+// buffer into it, printed as `trace` prints them; 2 empties it, 0 frees it.
+TEST_F(TraceFilesTest, SnapshotTakesTheBuffersRecords) {
+  const std::string freed = read_file("snapshot");
+  EXPECT_EQ(freed.substr(0, freed.find("# Snapshot commands:")),
+            "# tracer: nop\n#\n#\n# * Snapshot is freed *\n#\n");
+  EXPECT_NE(freed.find("# echo 1 > snapshot : Allocates snapshot buffer, if not already "
+                       "allocated.\n#                      Takes a snapshot of the main buffer.\n"),
+            std::string::npos);
+  ASSERT_EQ(write("tracing_on", "0"), 1);
+  ASSERT_EQ(write("snapshot", "1"), 1);
+  EXPECT_NE(read_file("snapshot").find("# * Snapshot is allocated *"), std::string::npos);
+  EXPECT_EQ(read_file("tracing_on"), "0\n");  // a snapshot switches nothing
+  ASSERT_EQ(write("tracing_on", "1"), 1);
+  define_add();
+  ASSERT_TRUE(launch());
+  call(3);
+  const std::string trace = read_file("trace");
+  ASSERT_EQ(write("snapshot", "1"), 1);
+  const std::string snap = read_file("snapshot");
+  EXPECT_EQ(snap, trace);  // header, counts and lines: what `trace` showed
+  EXPECT_EQ(body(snap).size(), 3u);
+  EXPECT_TRUE(body(read_file("trace")).empty());  // moved, not copied
+  call(2);
+  EXPECT_EQ(body(read_file("trace")).size(), 2u);
+  EXPECT_EQ(read_file("snapshot"), snap);
+  ASSERT_EQ(write("snapshot", "2"), 1);
+  EXPECT_NE(read_file("snapshot").find("# * Snapshot is allocated *"), std::string::npos);
+  ASSERT_EQ(write("snapshot", "0"), 1);
+  EXPECT_EQ(read_file("snapshot"), freed);
+  EXPECT_EQ(write("snapshot", "x"), -EINVAL);
+}
+
 TEST_F(TraceFilesTest, ClockChangeEmptiesTheBufferAndChangesTheStamps) {
   define_add();
   ASSERT_TRUE(launch());

@@ -208,6 +208,7 @@ mode_t kernel_mode(const std::string& p) {
       {"saved_cmdlines_size", S_IFREG | 0640},
       {"saved_tgids", S_IFREG | 0440},
       {"set_event", S_IFREG | 0640},
+      {"snapshot", S_IFREG | 0640},
       {"set_event_notrace_pid", S_IFREG | 0640},
       {"set_event_pid", S_IFREG | 0640},
       {"synthetic_events", S_IFREG | 0640},
