@@ -137,6 +137,8 @@ namespace probefs::events {
   X(kHistTooManySaveActions, "Can't have more than one save() action per hist", EEXIST)  \
   X(kHistActionMismatch, "Handler doesn't support action", EINVAL)                       \
   X(kHistInvalidParam, "Invalid action param", EINVAL)                                   \
+  X(kHistUnaryMinusSubexpr, "Unary minus not supported in sub-expressions", EINVAL)      \
+  X(kHistDivisionByZero, "Division by zero", EDOM)                                       \
   /* synthetic events (trace_events_synth.c) */                                          \
   X(kSynthBadName, "Illegal name", EINVAL)                                               \
   X(kSynthInvalidCmd, "Command must be of the form: <name> field[;field] ...", EINVAL)   \

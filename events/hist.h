@@ -103,9 +103,10 @@ inline constexpr uint32_t kHistMaxVars = 8;      // per histogram
 inline constexpr uint32_t kHistMaxVarRefs = 4;   // $vars of other histograms, per histogram
 inline constexpr uint32_t kHistMaxParams = 8;    // fields an action's synthetic event gets
 
-enum class HistOp : uint8_t { kNone, kAdd, kSub };
+enum class HistOp : uint8_t { kNone, kAdd, kSub, kMul, kDiv };
 
-// A variable's value on each hit: `a` or `a OP b`.
+// A variable's value on each hit: `a` or `a OP b` (u64 arithmetic; a division by 0 gives
+// all ones, the kernel's -1).
 struct HistExpr {
   HistOperand a;
   HistOperand b;
@@ -540,6 +541,11 @@ inline uint64_t value_of(const HistExpr& x, const uint8_t* rec, const InterValue
   switch (x.op) {
     case HistOp::kAdd: return a + value_of(x.b, rec, iv);
     case HistOp::kSub: return a - value_of(x.b, rec, iv);
+    case HistOp::kMul: return a * value_of(x.b, rec, iv);
+    case HistOp::kDiv: {
+      const uint64_t b = value_of(x.b, rec, iv);
+      return b == 0 ? ~uint64_t{0} : a / b;
+    }
     default: return a;
   }
 }

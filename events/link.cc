@@ -497,7 +497,7 @@ bool get_set_hist(In& in, SetHist* s) {
       uint8_t op = 0;
       in.get(&op, "set_hist");
       if (!in.ok()) return false;
-      if (op > static_cast<uint8_t>(HistOp::kSub)) return in.fail("set_hist: operator");
+      if (op > static_cast<uint8_t>(HistOp::kDiv)) return in.fail("set_hist: operator");
       p.vars[v].op = static_cast<HistOp>(op);
       if (!get_operand(in, &p.vars[v].a, false, g.key_bytes) ||
           !get_operand(in, &p.vars[v].b, false, g.key_bytes))

@@ -118,6 +118,8 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	   trigger: traceon, traceoff
 	            enable_event:<system>:<event>
 	            disable_event:<system>:<event>
+	            stacktrace
+	            hist (below)
 	   example: echo traceoff > events/uprobes/myprobe/trigger
 	            echo traceoff:3 > events/uprobes/myprobe/trigger
 	            echo 'enable_event:uprobes:other:3 if len > 1' > \
@@ -129,6 +131,25 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	   To remove a trigger with a count:
 	     echo '!<trigger>:0 > <system>/<event>/trigger
 	   Filters can be ignored when removing a trigger.
+      hist trigger	- Counts the event's hits in a table in the targets, shown
+			  by the event's hist file
+	    Format: hist:keys=<field1[,field2,...]>
+	            [:<var1>=<field|var_ref|numeric_literal>[,<var2>=...]]
+	            [:values=<field1[,field2,...]>]
+	            [:sort=<field1[,field2,...]>]
+	            [:size=#entries]
+	            [:pause][:continue][:clear]
+	            [:name=histname1]
+	            [:<handler>.<action>]
+	            [if <filter>]
+	    Keys can be any field, or the special string 'common_stacktrace';
+	    common_timestamp and common_cpu are fields too. A variable's
+	    expression takes +, -, * and / between fields, variable
+	    references ($var) and numbers.
+	    handlers: onmatch(matching.event), onmax(var), onchange(var)
+	    actions:  trace(<synthetic_event>,param list), save(field,...)
+  snapshot		- Take a snapshot of the buffer: echo 1 > snapshot
+  instances/		- mkdir a name here for a buffer of its own
   events/synthetic_events	- Create/append/remove/show synthetic events
 	  Write into this file to define/undefine new synthetic events.
 	     example: echo 'myevent u64 lat; char name[]; long[] stack' >> synthetic_events

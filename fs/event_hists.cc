@@ -141,7 +141,10 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
     if (int rc = resolve(def.a, v, &p.vars[v].a); rc != 0) return rc;
     if (def.op) {
       if (int rc = resolve(def.b, v, &p.vars[v].b); rc != 0) return rc;
-      p.vars[v].op = def.op == '+' ? events::HistOp::kAdd : events::HistOp::kSub;
+      p.vars[v].op = def.op == '+'   ? events::HistOp::kAdd
+                     : def.op == '-' ? events::HistOp::kSub
+                     : def.op == '*' ? events::HistOp::kMul
+                                     : events::HistOp::kDiv;
     }
   }
   for (const HistHandlerDef& m : spec.actions) {

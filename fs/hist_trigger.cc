@@ -9,6 +9,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "events/filter.h"
 #include "events/kstrto.h"
@@ -105,7 +107,7 @@ int parse_field(Parser& ps, const events::CompiledEvent& ev, std::string_view te
   for (size_t at = plain.find(".sym-offset"); at != std::string::npos;
        at = plain.find(".sym-offset", at + 11))
     plain[at + 4] = 'X';
-  if (plain.find_first_of("+-*/$()") != std::string::npos)
+  if (plain.find_first_of("+-*/$") != std::string::npos)
     return ps.fail(ErrorCode::kHistCreateFail, text);  // expressions and variables
   std::string_view name = text, modifier;
   const size_t dot = text.find('.');
@@ -178,16 +180,122 @@ int parse_term(Parser& ps, const events::CompiledEvent& ev, std::string_view tex
   return parse_field(ps, ev, text, key, f);
 }
 
-// Where a top-level + or - splits an expression (not the '-' of .sym-offset), or npos.
-size_t operator_at(std::string_view s, size_t from = 0) {
-  for (size_t i = from; i < s.size(); ++i) {
-    if (s[i] == '+') return i;
+std::string field_text(const HistField& f);
+
+// An expression as the kernel's parse_expr() builds it: terms at the leaves, binary
+// operators and unary minus at the nodes; constant operands of a binary operator are
+// folded into one constant, printed as its value.
+struct Expr {
+  char op = 0;  // 0: a term; '+', '-', '*', '/'; 'u': -(l)
+  HistField term;
+  std::unique_ptr<Expr> l, r;
+  bool is_const = false;
+  uint64_t value = 0;  // a constant's (and, for lowering, -(constant)'s)
+  std::string text;    // as the kernel prints it
+  bool simple() const { return op == 0; }
+};
+
+// The rightmost '-' of `s` that is not the one of .sym-offset, or npos.
+size_t last_minus(std::string_view s) {
+  for (size_t i = s.size(); i-- > 0;)
     if (s[i] == '-' && !(i >= 4 && s.substr(i - 4, 5) == ".sym-")) return i;
-  }
   return std::string_view::npos;
 }
 
-// NAME=EXPR.
+// The kernel's contains_operator(): the root operator of `s` and where it is. The lowest
+// precedence first (+ and -), the rightmost of those (so that operators of one precedence
+// go left to right); a '-' at the start is unary minus, the root whatever follows.
+char root_operator(std::string_view s, size_t* at) {
+  constexpr size_t npos = std::string_view::npos;
+  const size_t minus = last_minus(s);
+  if (minus == 0) {
+    *at = 0;
+    return 'u';
+  }
+  const size_t plus = s.rfind('+');
+  if (plus != npos || minus != npos) {
+    const bool is_plus = plus != npos && (minus == npos || plus > minus);
+    *at = is_plus ? plus : minus;
+    return is_plus ? '+' : '-';
+  }
+  const size_t div = s.rfind('/'), mul = s.rfind('*');
+  if (div == npos && mul == npos) return 0;
+  const bool is_mul = mul != npos && (div == npos || mul > div);
+  *at = is_mul ? mul : div;
+  return is_mul ? '*' : '/';
+}
+
+// The kernel's parse_expr(), with its limit of three subexpressions (binary operators
+// and unary minus, counted in `n` as they are met) and the carets of its errors.
+int parse_expr(Parser& ps, const events::CompiledEvent& ev, std::string_view str, unsigned* n,
+               Expr* out) {
+  if (*n > 3) return ps.fail(ErrorCode::kHistTooManySubexpr, str);
+  size_t at = 0;
+  const char op = root_operator(str, &at);
+  if (op == 0) {
+    if (int rc = parse_term(ps, ev, str, false, &out->term); rc != 0) return rc;
+    out->is_const = out->term.is_const;
+    out->value = out->term.constant;
+    out->text = field_text(out->term);
+    return 0;
+  }
+  if (op == 'u') {  // only -(EXPR): the parentheses are required
+    if (++*n > 3) return ps.fail(ErrorCode::kHistTooManySubexpr, str);
+    std::string_view rest = str.substr(1);
+    if (rest.find('(') == std::string_view::npos) return ps.fail(ErrorCode::kSilent, str);
+    rest.remove_prefix(1);
+    const size_t close = rest.rfind(')');
+    if (close == std::string_view::npos) return ps.fail(ErrorCode::kSilent, str);
+    if (close + 1 != rest.size()) return ps.fail(ErrorCode::kHistUnaryMinusSubexpr, rest);
+    const std::string_view inner = rest.substr(0, close);
+    out->op = 'u';
+    out->l = std::make_unique<Expr>();
+    if (int rc = parse_expr(ps, ev, inner, n, out->l.get()); rc != 0) return rc;
+    if (out->l->simple() && out->l->term.is_string)
+      return ps.fail(ErrorCode::kHistInvalidStrOperand, inner);
+    out->value = 0 - out->l->value;
+    out->text = "-(" + out->l->text + ")";
+    return 0;
+  }
+  ++*n;
+  const std::string_view left = str.substr(0, at), right = str.substr(at + 1);
+  if (left.empty() || right.empty()) return ps.fail(ErrorCode::kSilent, str);
+  out->l = std::make_unique<Expr>();
+  if (int rc = parse_expr(ps, ev, left, n, out->l.get()); rc != 0) return rc;
+  if (out->l->simple() && out->l->term.is_string)
+    return ps.fail(ErrorCode::kHistInvalidStrOperand, left);
+  out->r = std::make_unique<Expr>();
+  if (int rc = parse_expr(ps, ev, right, n, out->r.get()); rc != 0) return rc;
+  if (out->r->simple() && out->r->term.is_string)
+    return ps.fail(ErrorCode::kHistInvalidStrOperand, right);
+  const HistField& a = out->l->term;
+  const HistField& b = out->r->term;
+  if (out->l->simple() && out->r->simple() && a.is_timestamp && b.is_timestamp &&
+      a.flag != b.flag)
+    return ps.fail_at0(ErrorCode::kHistTimestampMismatch);
+  if (op == '/' && out->r->is_const && out->r->value == 0)
+    return ps.fail(ErrorCode::kHistDivisionByZero, right);
+  out->op = op;
+  if (out->l->is_const && out->r->is_const) {  // folded, as the kernel folds it
+    const uint64_t x = out->l->value, y = out->r->value;
+    out->value = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;
+    out->is_const = true;
+    out->op = 0;
+    out->l.reset();
+    out->r.reset();
+    out->term = HistField{};
+    out->term.is_const = true;
+    out->term.constant = out->value;
+    out->term.name = std::to_string(out->value);
+    out->text = out->term.name;
+    return 0;
+  }
+  out->text = out->l->text + op + out->r->text;
+  return 0;
+}
+
+// NAME=EXPR. What the targets compute is a term, a constant, or one operator between two
+// of those: a deeper expression is refused (README's limits).
 int parse_var(Parser& ps, const events::CompiledEvent& ev, std::string_view name,
               std::string_view expr, HistVarDef* v) {
   v->name = std::string(name);
@@ -195,18 +303,28 @@ int parse_var(Parser& ps, const events::CompiledEvent& ev, std::string_view name
   for (char c : name) ident = ident && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   if (!ident) return ps.fail(ErrorCode::kHistCreateFail, name);
   if (expr.empty()) return ps.fail(ErrorCode::kHistEmptyAssignment, name);
-  if (expr.front() == '-' || expr.find_first_of("*/()") != std::string_view::npos)
+  unsigned n = 0;
+  Expr e;
+  if (int rc = parse_expr(ps, ev, expr, &n, &e); rc != 0) return rc;
+  v->expr = e.text;
+  auto constant = [](uint64_t value) {
+    HistField f;
+    f.is_const = true;
+    f.constant = value;
+    f.name = std::to_string(value);
+    return f;
+  };
+  if (e.op == 0) {
+    v->a = e.term;
+  } else if (e.op == 'u' && e.l->is_const) {
+    v->a = constant(e.value);
+  } else if (e.op != 'u' && e.l->simple() && e.r->simple()) {
+    v->a = e.l->term;
+    v->b = e.r->term;
+    v->op = e.op;
+  } else {
     return ps.fail(ErrorCode::kHistCreateFail, expr);
-  const size_t op = operator_at(expr);
-  if (op == std::string_view::npos) return parse_term(ps, ev, expr, false, &v->a);
-  if (operator_at(expr, op + 1) != std::string_view::npos)
-    return ps.fail(ErrorCode::kHistTooManySubexpr, expr);
-  v->op = expr[op];
-  if (int rc = parse_term(ps, ev, expr.substr(0, op), false, &v->a); rc != 0) return rc;
-  if (int rc = parse_term(ps, ev, expr.substr(op + 1), false, &v->b); rc != 0) return rc;
-  if (v->a.is_string || v->b.is_string) return ps.fail(ErrorCode::kHistInvalidStrOperand, expr);
-  if (v->a.is_timestamp && v->b.is_timestamp && v->a.flag != v->b.flag)
-    return ps.fail(ErrorCode::kHistTimestampMismatch, expr);
+  }
   return 0;
 }
 
@@ -565,6 +683,7 @@ bool HistSpec::uses_timestamp() const {
 }
 
 std::string HistVarDef::text() const {
+  if (!expr.empty()) return name + "=" + expr;
   std::string s = name + "=" + field_text(a);
   if (op) s += op + field_text(b);
   return s;

@@ -11,7 +11,9 @@
 //
 // Inter-event histograms (histogram.rst 2.2):
 //   NAME=EXPR[,NAME=EXPR...]   variables, set on each hit for the hit's key
-//   EXPR:  TERM [+|- TERM]     TERM: a field, common_timestamp[.usecs], $VAR, a number
+//   EXPR:  TERM, TERM OP TERM (OP: + - * /) and deeper, -(EXPR); * and / before + and -,
+//          left to right, at most three operators; constants folded
+//          TERM: a field, common_timestamp[.usecs], $VAR, a number
 //   vals=$VAR                  a variable of this histogram, summed
 //   onmatch(SYSTEM.EVENT).trace(SYNTH,PARAM,...) or .SYNTH(PARAM,...)
 //          PARAM: $VAR or a field of this event: a record of the synthetic event SYNTH
@@ -26,8 +28,8 @@
 // What differs from the kernel (README's limits say so too):
 //   - A variable is seen by later hits of the same thread only (each thread counts into
 //     its own table): entry and return of a function, not a wakeup on another CPU.
-//   - string variables, variables as keys and expressions of more than two terms are
-//     refused ("Couldn't create histogram for field"), as is the .syscall modifier and a
+//   - string variables, variables as keys and expressions that do not fold into one
+//     operator between two terms are refused ("Couldn't create histogram for field"), as is the .syscall modifier and a
 //     stacktrace key on a synthetic event; a stacktrace key walks frame pointers only; save() keeps numbers only ("Couldn't create field variable"
 //     for a string); snapshot() fails with ENODEV, as on a kernel without a snapshot
 //     buffer; a histogram has one onmax/onchange and one synthetic event to fire.
@@ -70,11 +72,12 @@ struct HistField {
   std::string var;            // $VAR: the variable's name (as written, maybe SYS.EVENT.VAR)
 };
 
-// NAME=A or NAME=A OP B.
+// NAME=EXPR, as the targets compute it: A, or A OP B.
 struct HistVarDef {
   std::string name;
   HistField a, b;
-  char op = 0;  // 0, '+' or '-'
+  char op = 0;       // 0, '+', '-', '*' or '/'
+  std::string expr;  // EXPR as the kernel prints it (constants folded); "": from a, op, b
   std::string text() const;  // "NAME=EXPR" as the kernel prints it
 };
 

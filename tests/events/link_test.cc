@@ -293,6 +293,33 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
     return decodes_from(inter, change);
   };
   EXPECT_TRUE(inter_decodes([](SetHist*) {}));
+  EXPECT_TRUE(inter_decodes([](SetHist* b) { b->programs[0].vars[1].op = HistOp::kDiv; }));
+  EXPECT_FALSE(inter_decodes(
+      [](SetHist* b) { b->programs[0].vars[1].op = static_cast<HistOp>(5); }));
+  // The instances' buffers and filters: bit 0 is the top level's (`record`), and an
+  // instance filter names a buffer of an instance, once.
+  const std::optional<CompiledFilter> filter = sample_define().filter;
+  EXPECT_TRUE(inter_decodes([&](SetHist* b) {
+    b->instances = 0b110;
+    b->instance_filters.resize(3);
+    b->instance_filters[2] = filter;
+  }));
+  SetHist with_filter = inter;
+  with_filter.instances = 0b100;
+  with_filter.instance_filters.resize(3);
+  with_filter.instance_filters[2] = filter;
+  m.body = with_filter;
+  const SetHist f2 = std::get<SetHist>(roundtrip(m).body);
+  EXPECT_EQ(f2.instances, 0b100u);
+  ASSERT_EQ(f2.instance_filters.size(), 3u);
+  EXPECT_FALSE(f2.instance_filters[1].has_value());
+  EXPECT_TRUE(f2.instance_filters[2].has_value());
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->instances = 1; }));
+  EXPECT_FALSE(inter_decodes([](SetHist* b) { b->instances = 1u << kRingMaxBuffers; }));
+  EXPECT_FALSE(inter_decodes([&](SetHist* b) {
+    b->instance_filters.resize(1);
+    b->instance_filters[0] = filter;
+  }));
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].refs[0].var = 2; }));
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].refs[0].geometry.key_bytes = 8; }));
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->programs[0].vars[1].b.offset = kHistMaxVarRefs; }));

@@ -356,6 +356,25 @@ TEST_F(EventHistsTest, AVariableIsReadOnceAndOnlyAfterItWasSet) {
   EXPECT_EQ(totals(read("events/t/ret/hist")), "Totals:\n    Hits: 5\n    Entries: 1\n    Dropped: 0");
 }
 
+// Variables computed with * and /, and constants, summed as values: traced_add(i, 2i)
+// for i in [0, 10): a*3 sums 135, b/4 (2i/4, rounded down) sums 20, 100/7 is 14 each time.
+TEST_F(EventHistsTest, VariablesMultiplyDivideAndFoldConstants) {
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:vals=$x,$y:x=a*3,y=b/4"), 0);
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:vals=$z:z=100/7"), 0);
+  EXPECT_EQ(read("events/t/add/trigger"),
+            "hist:keys=common_pid:vals=hitcount,$x,$y:x=a*3,y=b/4:sort=hitcount:size=2048 [active]\n"
+            "hist:keys=common_pid:vals=hitcount,$z:z=14:sort=hitcount:size=2048 [active]\n");
+  ASSERT_TRUE(launch());
+  call(10);
+  const std::string hist = read("events/t/add/hist");
+  const std::vector<std::string> e = entries(hist), f = entries(hist, 1);
+  ASSERT_EQ(e.size(), 1u) << hist;
+  ASSERT_EQ(f.size(), 1u) << hist;
+  EXPECT_NE(e[0].find("hitcount:         10  x:        135  y:         20"), std::string::npos)
+      << e[0];
+  EXPECT_NE(f[0].find("hitcount:         10  z:        140"), std::string::npos) << f[0];
+}
+
 // onmax($lat).save(ret): each entry keeps its largest latency and the return value of the
 // call that made it (traced_sleep returns its argument): a 100 ms sleep beside 100 us ones.
 // onchange($r).trace(...): a synthetic record each time the return value differs from the

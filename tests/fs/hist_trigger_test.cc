@@ -69,6 +69,13 @@ TEST(HistTrigger, ReadsBackAsTheKernelPrintsIt) {
       {"hist:keys=a:lat=common_timestamp.usecs-$ts0:onmatch(g.e).trace(sy,$lat,addr)",
        "hist:keys=a:vals=hitcount:lat=common_timestamp.usecs-$ts0:sort=hitcount:size=2048:"
        "clock=global:onmatch(g.e).trace(sy,$lat,addr)"},
+      // Constants folded, * and / before + and -, left to right; -(EXPR).
+      {"hist:keys=a:x=123,y=16-8-4-2,z=64/8/4/2",
+       "hist:keys=a:vals=hitcount:x=123,y=2,z=1:sort=hitcount:size=2048"},
+      {"hist:keys=a:x=4*3/2*2,y=4+3*2-2,z=4+6/2-2,w=16-8+4+2",
+       "hist:keys=a:vals=hitcount:x=12,y=8,z=5,w=14:sort=hitcount:size=2048"},
+      {"hist:keys=a:x=b*3,y=b/2,z=-(5),w=b+2*3",
+       "hist:keys=a:vals=hitcount:x=b*3,y=b/2,z=-(5),w=b+6:sort=hitcount:size=2048"},
       {"hist:keys=a:d=b-$x:onmatch(g.e).s($d,addr)",
        "hist:keys=a:vals=hitcount:d=b-$x:sort=hitcount:size=2048:onmatch(g.e).s($d,addr)"},
       // onmax and onchange: after the size, in the order written.
@@ -123,11 +130,22 @@ TEST(HistTrigger, BadCommandsGetTheKernelsErrorsAndCarets) {
       {"hist:keys=a:x=b,x=a", -EINVAL, "Variable already defined", 12},
       {"hist:keys=$x", -EINVAL, "Using variable references in keys not supported", 10},
       {"hist:keys=a:vals=$y", -EINVAL, "Couldn't find variable", 17},
-      {"hist:keys=a:x=a-b-a", -EINVAL, "Too many subexpressions (3 max)", 14},
+      // Expressions: the kernel's limit of three operators, its carets (the operand
+      // where the count passes three), unary minus only as -(EXPR) and alone, division
+      // by a constant 0 (EDOM); timestamps of two units, at the start.
+      {"hist:keys=a:x=32+10*3/20-4", -EINVAL, "Too many subexpressions (3 max)", 17},
+      {"hist:keys=a:x=1+2+3+4+5", -EINVAL, "Too many subexpressions (3 max)", 14},
+      {"hist:keys=a:x=-(1)+2", -EINVAL, "Unary minus not supported in sub-expressions", 16},
+      {"hist:keys=a:x=3/0", -EDOM, "Division by zero", 16},
+      {"hist:keys=a:x=b/(4-4)", -EINVAL, "Couldn't find field", 16},
+      {"hist:keys=a:x=-5", -EINVAL, nullptr, 0},
+      {"hist:keys=a:x=a-", -EINVAL, nullptr, 0},
+      {"hist:keys=a:x=name+1", -EINVAL, "String type can not be an operand in expression", 14},
       {"hist:keys=a:x=common_timestamp-common_timestamp.usecs", -EINVAL,
-       "Timestamp units in expression don't match", 14},
+       "Timestamp units in expression don't match", 0},
       {"hist:keys=a:x=", -EINVAL, "Empty assignment", 12},
-      {"hist:keys=a:x=a*b", -EINVAL, "Couldn't create histogram for field", 14},
+      // What the targets do not compute: more than one operator between terms.
+      {"hist:keys=a:x=a-b-a", -EINVAL, "Couldn't create histogram for field", 14},
       {"hist:keys=a:onmatch(t", -EINVAL, "No closing paren found", 12},
       {"hist:keys=a:onmatch(te).x(a)", -EINVAL, "Missing subsystem", 12},
       {"hist:keys=a:onmatch(t.e)", -EINVAL, "No action found", 0},
