@@ -28,7 +28,7 @@ void RawPageWriter::finish() {
   }
   std::memcpy(page_, &first_ts_, 8);
   std::memcpy(page_ + 8, &commit, 8);
-  std::memset(page_ + end, 0, kRawPageSize - end);
+  std::memset(page_ + end, 0, page_size_ - end);
 }
 
 }  // namespace probefs::events

@@ -2,7 +2,8 @@
 // trace-cmd and libtracefs, and as events/header_page and events/header_event describe it.
 // A pure encoder: it lays records out in a page and knows nothing of where they came from.
 //
-// A page is kRawPageSize bytes:
+// A page is kRawPageSize bytes, or the sub-buffer size buffer_subbuf_size_kb sets (a power
+// of two from 4 KiB to kRawMaxPageSize):
 //   0   u64 timestamp    the stamp the first event's delta counts from (trace clock, ns)
 //   8   u64 commit       bytes of event data used, with the missed-events flags above
 //                        them: bit 31 records were lost before this page's first event,
@@ -28,10 +29,12 @@
 
 namespace probefs::events {
 
-inline constexpr size_t kRawPageSize = 4096;
+inline constexpr size_t kRawPageSize = 4096;  // the kernel's default sub-buffer
+inline constexpr size_t kRawMaxPageSize = 128 * kRawPageSize;  // its largest
 inline constexpr size_t kRawPageHeader = 16;
 inline constexpr size_t kRawPageData = kRawPageSize - kRawPageHeader;  // 4080
-// The largest payload one event can carry: the page's data less a header and length word.
+// The largest payload one event can carry in a page of kRawPageSize: the page's data less
+// a header and length word.
 inline constexpr size_t kRawMaxPayload = kRawPageData - 8;
 
 inline constexpr uint64_t kRawMissedEvents = uint64_t{1} << 31;
@@ -46,8 +49,11 @@ inline constexpr uint64_t kRawDeltaMask = (uint64_t{1} << 27) - 1;
 
 class RawPageWriter {
  public:
-  // Writes into `page`, kRawPageSize bytes the caller owns; starts empty.
-  explicit RawPageWriter(uint8_t* page) : page_(page) { reset(); }
+  // Writes into `page`, `page_size` bytes the caller owns; starts empty.
+  explicit RawPageWriter(uint8_t* page, size_t page_size = kRawPageSize)
+      : page_(page), page_size_(page_size) {
+    reset();
+  }
 
   // Empties the page.
   void reset();
@@ -57,7 +63,7 @@ class RawPageWriter {
   void set_missed(uint64_t n);
 
   // Appends one event of `len` payload bytes stamped `ts`. false, and the page as it
-  // was, when it does not fit (or `len` is 0 or above kRawMaxPayload).
+  // was, when it does not fit (or `len` is 0 or above the page's data less 8 bytes).
   bool add(uint64_t ts, const uint8_t* payload, size_t len);
 
   // add() for a caller that writes the payload in place: the event is in the page, and
@@ -78,6 +84,7 @@ class RawPageWriter {
   size_t room() const;
 
   uint8_t* page_;
+  size_t page_size_;
   size_t used_ = 0;  // bytes of data written
   size_t events_ = 0;
   uint64_t first_ts_ = 0;
@@ -104,12 +111,12 @@ inline void RawPageWriter::set_missed(uint64_t n) {
 }
 
 inline size_t RawPageWriter::room() const {
-  return kRawPageData - used_ - (missed_ != 0 ? sizeof(uint64_t) : 0);
+  return page_size_ - kRawPageHeader - used_ - (missed_ != 0 ? sizeof(uint64_t) : 0);
 }
 
 inline uint8_t* RawPageWriter::append(uint64_t ts, size_t len) {
   constexpr size_t kSmallMax = kRawMaxDataType * 4;
-  if (len == 0 || len > kRawMaxPayload) return nullptr;
+  if (len == 0 || len > page_size_ - kRawPageHeader - 8) return nullptr;
   const uint64_t from = events_ == 0 ? ts : last_ts_;
   const uint64_t delta = ts > from ? ts - from : 0;
   const bool extend = delta > kRawDeltaMask;

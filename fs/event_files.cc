@@ -21,11 +21,14 @@ constexpr size_t kMaxWrite = 4096;
 // What the kernel's events/header_page and events/header_event read: its ring buffer's
 // page and entry headers. probefs's own records have no such headers; tools read these
 // to parse the raw buffers, per_cpu/cpuN/trace_pipe_raw, whose pages have this layout.
-constexpr std::string_view kHeaderPage =
-    "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
-    "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
-    "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
-    "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;\n";
+// The data's size is the sub-buffer's (buffer_subbuf_size_kb) less the 16 bytes before it.
+std::string header_page(uint32_t subbuf_bytes) {
+  return "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+         "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+         "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+         "\tfield: char data;\toffset:16;\tsize:" +
+         std::to_string(subbuf_bytes - 16) + ";\tsigned:0;\n";
+}
 constexpr std::string_view kHeaderEvent =
     "# compressed entry header\n"
     "\ttype_len    :    5 bits\n"
@@ -98,7 +101,7 @@ void DynamicEvents::Impl::add_events_dir() {
                       return first != 0 ? first : done(data);
                     }));
   tree.add_file(events_dir, "header_page", kModeRead,
-                make_text_file([] { return std::string(kHeaderPage); }));
+                make_text_file([this] { return header_page(fs.subbuf_bytes(0)); }));
   tree.add_file(events_dir, "header_event", kModeRead,
                 make_text_file([] { return std::string(kHeaderEvent); }));
   add_ftrace_events(tree, events_dir);
@@ -232,7 +235,7 @@ void DynamicEvents::Impl::add_instance(uint32_t buffer, const NodePtr& dir) {
                       return first != 0 ? first : done(data);
                     }));
   tree.add_file(edir, "header_page", kModeRead,
-                make_text_file([] { return std::string(kHeaderPage); }));
+                make_text_file([this, buffer] { return header_page(fs.subbuf_bytes(buffer)); }));
   tree.add_file(edir, "header_event", kModeRead,
                 make_text_file([] { return std::string(kHeaderEvent); }));
   add_ftrace_events(tree, edir);

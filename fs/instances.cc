@@ -2,6 +2,7 @@
 
 #include <cerrno>
 
+#include "events/raw_page.h"
 #include "events/ring.h"
 #include "fs/dynamic_events.h"
 #include "fs/trace_files.h"
@@ -29,6 +30,7 @@ int Instances::mkdir(const Request&, std::string_view name) {
   // A buffer an instance had before starts empty and on.
   fs_.tracer().clear_records(buffer);
   (void)fs_.tracer().set_tracing_on(true, buffer);
+  fs_.set_subbuf_bytes(buffer, events::kRawPageSize);
   NodePtr dir = fs_.tree().mkdir(top, name, kModeDirPrivate);
   if (!dir) return -EEXIST;
   Instance in;

@@ -100,8 +100,9 @@ bool daemon_record_as_event(const uint8_t* data, uint32_t len, std::vector<uint8
 // otherwise.
 class RawPipeHandle final : public Handle {
  public:
-  RawPipeHandle(Tracefs&, std::shared_ptr<TraceReader> r, int cpu)
-      : reader_(std::move(r)), cpu_(cpu) {}
+  // Pages of the buffer's sub-buffer size when the file was opened.
+  RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
+      : reader_(std::move(r)), cpu_(cpu), page_size_(fs.subbuf_bytes(reader_->buffer())) {}
 
   int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
     out->clear();
@@ -125,7 +126,7 @@ class RawPipeHandle final : public Handle {
   }
 
  private:
-  size_t made() const { return pages_ * events::kRawPageSize; }
+  size_t made() const { return pages_ * page_size_; }
 
   // Blocks (as the kernel's reader does) until there are pages, then hands `out` the
   // rest of the page begun (at most `size` bytes), or as many whole pages as `size`
@@ -136,19 +137,19 @@ class RawPipeHandle final : public Handle {
     std::unique_lock l(mu_);
     for (;;) {
       if (pos_ < made()) {
-        const size_t in_page = pos_ % events::kRawPageSize;
+        const size_t in_page = pos_ % page_size_;
         size_t n;
-        if (in_page != 0 || size < events::kRawPageSize)
-          n = std::min(size, events::kRawPageSize - in_page);
+        if (in_page != 0 || size < page_size_)
+          n = std::min(size, page_size_ - in_page);
         else
-          n = std::min(size - size % events::kRawPageSize, made() - pos_);
+          n = std::min(size - size % page_size_, made() - pos_);
         out(buf_.get() + pos_, n);
         pos_ += n;
         returned_data_ = true;
         return 0;
       }
       const uint64_t gen = reader_->data_gen();
-      if (fill(std::max<size_t>(1, size / events::kRawPageSize))) continue;
+      if (fill(std::max<size_t>(1, size / page_size_))) continue;
       if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
       l.unlock();
       reader_->wait(gen, kReaderSliceMs);
@@ -163,7 +164,7 @@ class RawPipeHandle final : public Handle {
     pos_ = 0;
     max_pages_ = max;
     if (cap_pages_ < max) {
-      buf_.reset(new uint8_t[max * events::kRawPageSize]);
+      buf_.reset(new uint8_t[max * page_size_]);
       cap_pages_ = max;
     }
     auto lk = reader_->lock();
@@ -194,7 +195,7 @@ class RawPipeHandle final : public Handle {
   bool open_next() {
     close_page();
     if (pages_ >= max_pages_) return false;
-    writer_ = events::RawPageWriter(buf_.get() + made());
+    writer_ = events::RawPageWriter(buf_.get() + made(), page_size_);
     open_ = true;
     return true;
   }
@@ -288,6 +289,7 @@ class RawPipeHandle final : public Handle {
 
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
+  const size_t page_size_;
   std::mutex mu_;
   std::unique_ptr<uint8_t[]> buf_;  // cap_pages_ pages; pages_ of them made, pos_ bytes handed out
   size_t cap_pages_ = 0;

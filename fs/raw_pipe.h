@@ -12,7 +12,8 @@
 // kernel's does.
 //
 // Reads as the kernel's: each read returns the rest of the current page (a whole page,
-// 4096 bytes, unless the caller asked for less; the rest stays for the next read on the
+// of the buffer's sub-buffer size when the file was opened, buffer_subbuf_size_kb: 4096
+// bytes by default, unless the caller asked for less; the rest stays for the next read on the
 // same open file), blocks while the CPU has no record (O_NONBLOCK: EAGAIN; a signal:
 // EINTR; tracing turned off after this file returned a page, or the mount going away:
 // end of file), and poll() says readable once a record is there. One difference: a read

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "events/kstrto.h"
+#include "events/raw_page.h"
 #include "events/trace_clock.h"
 #include "fs/raw_pipe.h"
 #include "fs/saved_tgids.h"
@@ -303,6 +304,7 @@ struct TraceFiles::Impl {
   int record_marker(const Request& rq, uint16_t id, std::string_view payload, bool add_newline);
   std::string saved_tgids_text();
   int64_t write_buffer_size(std::string_view data);
+  int64_t write_subbuf_size(std::string_view data);
   int64_t write_trace_clock(std::string_view data);
   std::string snapshot_text();
   int64_t write_snapshot(std::string_view data);
@@ -364,6 +366,11 @@ void TraceFiles::Impl::add_files() {
              make_text_file(
                  [&tracer] { return number_line(kernel_buffer_kb(tracer.buffer_size_kb())); },
                  [this](const Request&, std::string_view d) { return write_buffer_size(d); }));
+  t.add_file(root, "buffer_subbuf_size_kb", kModeReadWrite,
+             make_text_file([this] { return number_line(fs.subbuf_bytes(buffer) / 1024); },
+                            [this](const Request&, std::string_view d) {
+                              return write_subbuf_size(d);
+                            }));
   t.add_file(root, "buffer_total_size_kb", kModeRead, make_text_file([this, &tracer] {
                return number_line(kernel_buffer_kb(tracer.buffer_size_kb()) *
                                   tracer.rings_in_use(buffer));
@@ -595,6 +602,26 @@ int64_t TraceFiles::Impl::write_snapshot(std::string_view data) {
   } else if (snap.allocated) {
     empty();
   }
+  return static_cast<int64_t>(data.size());
+}
+
+// buffer_subbuf_size_kb: KiB, rounded up to a power of two of pages, from one page to 128
+// (EINVAL beyond, and for 0). A new size empties the buffer, as the kernel's new
+// sub-buffers hold nothing of the old ones.
+int64_t TraceFiles::Impl::write_subbuf_size(std::string_view data) {
+  uint64_t kb;
+  if (!events::kstrtoull(data, 10, &kb)) return -EINVAL;
+  if (kb == 0 || kb > events::kRawMaxPageSize / 1024) return -EINVAL;
+  const uint64_t pages = (kb * 1024 + events::kRawPageSize - 1) / events::kRawPageSize;
+  uint64_t bytes = events::kRawPageSize;
+  while (bytes < pages * events::kRawPageSize) bytes *= 2;
+  if (bytes == fs.subbuf_bytes(buffer)) return static_cast<int64_t>(data.size());
+  const int err = reader->reset_buffer([&] {
+    fs.set_subbuf_bytes(buffer, static_cast<uint32_t>(bytes));
+    fs.tracer().clear_records(buffer);
+    return 0;
+  });
+  if (err < 0) return err;
   return static_cast<int64_t>(data.size());
 }
 

@@ -2,7 +2,8 @@
 // truncation clears it), trace_pipe (consuming; blocks until data, O_NONBLOCK gives
 // EAGAIN, poll works, a blocked read returns on a signal and on unmount), per_cpu/cpuN/
 // (trace, trace_pipe, trace_pipe_raw: fs/raw_pipe.h, stats, buffer_size_kb), tracing_on, trace_marker, trace_marker_raw (the kernel's
-// raw_data records), trace_clock, buffer_size_kb, buffer_total_size_kb,
+// raw_data records), trace_clock, buffer_size_kb, buffer_subbuf_size_kb (the size of
+// trace_pipe_raw's pages), buffer_total_size_kb, snapshot,
 // current_tracer, available_tracers, saved_cmdlines, saved_cmdlines_size, saved_tgids,
 // options/ and trace_options (every kernel option; context-info, irq-info, markers and
 // record-tgid act, the others are stored: fs/trace_options.h), and the settings and

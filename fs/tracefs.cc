@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "events/raw_page.h"
+#include "events/ring.h"
 #include "fs/dynamic_events.h"
 #include "fs/instances.h"
 #include "fs/trace_files.h"
@@ -62,6 +64,8 @@ struct Tracefs::NoticeSink {
 };
 
 Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer), opts_(opts) {
+  static_assert(std::tuple_size_v<decltype(subbuf_)> == events::kRingMaxBuffers);
+  for (auto& s : subbuf_) s.store(events::kRawPageSize);
   if (opts_.cpus <= 0) opts_.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_CONF));
   if (opts_.cpus <= 0) opts_.cpus = 1;
   // The order in which the parts add their files is the root's readdir order.

@@ -28,6 +28,8 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -126,6 +128,15 @@ class Tracefs {
   // Wakes the blocked readers and poll waiters of every buffer.
   void wake_readers();
 
+  // buffer_subbuf_size_kb of buffer `buffer`, in bytes: the size of trace_pipe_raw's
+  // pages and what events/header_page says of them (4096 until set).
+  uint32_t subbuf_bytes(uint32_t buffer) const {
+    return buffer < subbuf_.size() ? subbuf_[buffer].load() : 4096;
+  }
+  void set_subbuf_bytes(uint32_t buffer, uint32_t bytes) {
+    if (buffer < subbuf_.size()) subbuf_[buffer].store(bytes);
+  }
+
   // The target `pid` was forked from, as the tracer said when the child joined (0: not
   // known, or not a fork child). Remembered for the last kForkParentsKept children, gone
   // or not: their records may be read long after they ended.
@@ -145,6 +156,7 @@ class Tracefs {
   std::shared_ptr<TraceFiles> trace_;
   std::shared_ptr<Instances> instances_;
   std::atomic<bool> shutdown_{false};
+  std::array<std::atomic<uint32_t>, 16> subbuf_{};  // by buffer (events::kRingMaxBuffers)
   // Where the tracer's notices of refused processes go (error_log): shared with the
   // listener, which runs on the tracer's thread and may outlive this object for a moment.
   struct NoticeSink;

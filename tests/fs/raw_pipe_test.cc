@@ -47,11 +47,11 @@ struct RawPage {
   int missed = 0;
 };
 
-RawPage decode(const std::string& bytes) {
+RawPage decode(const std::string& bytes, size_t page_size = events::kRawPageSize) {
   RawPage out;
-  EXPECT_EQ(bytes.size(), events::kRawPageSize);
+  EXPECT_EQ(bytes.size(), page_size);
   std::vector<uint8_t> page(bytes.begin(), bytes.end());
-  page.resize(events::kRawPageSize);
+  page.resize(page_size);
   kbuffer* kb = kbuffer_alloc(KBUFFER_LSIZE_8, KBUFFER_ENDIAN_LITTLE);
   EXPECT_EQ(kbuffer_load_subbuffer(kb, page.data()), 0);
   out.missed = kbuffer_missed_events(kb);
@@ -81,6 +81,16 @@ class RawPipeTest : public testing::TracedProgramTest {
     for (int cpu = 0; cpu < fs_->cpus(); ++cpu)
       for (const std::string& p : drain(cpu)) pages.push_back(decode(p));
     return pages;
+  }
+
+  // A text file's contents (one read).
+  std::string read_text(const std::string& path) {
+    auto h = open(path, O_RDONLY);
+    std::string text;
+    if (h) {
+      EXPECT_EQ(h->read(request(O_RDONLY), 0, 65536, &text), 0);
+    }
+    return text;
   }
 
   // Keeps the program on CPU 0, where a test waits for its records.
@@ -122,6 +132,34 @@ TEST_F(RawPipeTest, EveryRecordComesBackInPagesLaidOutAsTheFormatSays) {
     }
   }
   EXPECT_EQ(n, 600u);
+}
+
+// buffer_subbuf_size_kb: rounded up to a power of two of pages, one to 128; the pages
+// are of that size, header_page says so, and each holds as many records as fit.
+TEST_F(RawPipeTest, PagesAreOfTheSubBufferSize) {
+  EXPECT_EQ(read_text("buffer_subbuf_size_kb"), "4\n");
+  for (const auto& [in, out] : std::vector<std::pair<std::string, std::string>>{
+           {"3", "4\n"}, {"5", "8\n"}, {"512", "512\n"}, {"16", "16\n"}}) {
+    ASSERT_EQ(write("buffer_subbuf_size_kb", in), static_cast<int64_t>(in.size())) << in;
+    EXPECT_EQ(read_text("buffer_subbuf_size_kb"), out) << in;
+  }
+  EXPECT_EQ(write("buffer_subbuf_size_kb", "0"), -EINVAL);
+  EXPECT_EQ(write("buffer_subbuf_size_kb", "513"), -EINVAL);
+  EXPECT_NE(read_text("events/header_page").find("\tfield: char data;\toffset:16;\tsize:16368;"),
+            std::string::npos);
+  constexpr size_t kPage = 16384;
+  define_add();
+  ASSERT_TRUE(launch());
+  pin_to_cpu0();
+  call(600);
+  size_t n = 0, most = 0;
+  for (const std::string& bytes : TracedProgramTest::drain(raw_path(0), kPage)) {
+    const RawPage page = decode(bytes, kPage);
+    n += page.events.size();
+    most = std::max(most, page.events.size());
+  }
+  EXPECT_EQ(n, 600u);
+  EXPECT_GT(most, events::kRawPageData / 36);  // more than a 4 KiB page holds
 }
 
 // A read smaller than a page gets that much; the next read gets the rest of the page.

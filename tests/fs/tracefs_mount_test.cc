@@ -195,6 +195,7 @@ mode_t kernel_mode(const std::string& p) {
       {"available_tracers", S_IFREG | 0440},
       {"buffer_percent", S_IFREG | 0640},
       {"buffer_size_kb", S_IFREG | 0640},
+      {"buffer_subbuf_size_kb", S_IFREG | 0640},
       {"buffer_total_size_kb", S_IFREG | 0440},
       {"current_tracer", S_IFREG | 0640},
       {"dynamic_events", S_IFREG | 0640},
