@@ -54,7 +54,7 @@ int Instances::rmdir(const Request&, std::string_view name) {
   fs_.dynamic_events().remove_instance(in.buffer);
   fs_.tree().remove(top, name);
   in.files->stop_readers();
-  fs_.tracer().clear_records(in.buffer);
+  fs_.tracer().release_buffer(in.buffer);
   (void)fs_.tracer().set_tracing_on(true, in.buffer);
   buffers_used_ &= ~(1u << in.buffer);
   return 0;

@@ -18,11 +18,10 @@ std::unique_ptr<Tracer> Tracer::create(const Options& opts, std::string* error) 
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
   impl->buffer_kb = opts.buffer_size_kb;
-  for (uint32_t b = 0; b < events::kRingMaxBuffers; ++b) {
-    impl->buffers.emplace_back();
-    impl->buffers.back().merger = events::RingMerger(true, static_cast<int>(b));
-    impl->buffers.back().peeker = events::RingMerger(false, static_cast<int>(b));
-  }
+  impl->buffers.resize(events::kRingMaxBuffers);
+  impl->buffers[0].merger = events::RingMerger(true, 0);
+  impl->buffers[0].peeker = events::RingMerger(false, 0);
+  impl->buffers[0].active = true;
   if (rlimit rl; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     impl->nofile_soft = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max;

@@ -408,6 +408,9 @@ class Tracer {
                          uint32_t buffer = 0);
   // Drops every record not yet consumed (`echo > trace`).
   void clear_records(uint32_t buffer = 0);
+  // An instance's buffer is not read any more (rmdir): its records go, and what reading
+  // it kept (its mergers' state for every area) is let go until it is read again.
+  void release_buffer(uint32_t buffer);
   // The trace header's counts, as the kernel's: `entries`, the records in the buffer now;
   // `written`, those and the records dropped since the buffers were last emptied (for
   // want of room, or of a ring for the thread), where the kernel counts the ones

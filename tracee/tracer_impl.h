@@ -438,16 +438,23 @@ struct Tracer::Impl {
   // count a rejected record carried, handed on with the next record returned; the
   // records dropped (RingAreaReader::dropped) in areas freed since it was last emptied,
   // which the trace header's `written` counts.
+  // A buffer's mergers exist while it is read (`active`: the top level's always, an
+  // instance's from its first read until release_buffer): each holds a lane per ring of
+  // every area, which a daemon of thousands of areas must not pay for sixteen times.
   struct Buffer {
     events::RingMerger merger;
     events::RingMerger peeker;
+    bool active = false;
     std::vector<uint64_t> rejected;
     uint64_t rejected_lost = 0;
     uint64_t dropped_gone = 0;
   };
   std::vector<Buffer> buffers;  // events::kRingMaxBuffers, made by create()
-  // The buffer's mergers over every area read, afresh (its records emptied). read_mu held.
+  // The buffer's mergers over every area read, afresh (its records emptied), if it is
+  // active. read_mu held.
   void restart_mergers(uint32_t buffer);
+  // The buffer, active from now on. read_mu held.
+  Buffer& read_buffer(uint32_t buffer);
   // The last (area, ring, owner, event) admit_record let through: the next record of the
   // same run needs no lookup. Cleared whenever an area leaves the readers.
   struct LastAdmitted {

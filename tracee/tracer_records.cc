@@ -131,6 +131,7 @@ void Tracer::Impl::read_rings(const std::shared_ptr<Rings>& r, pid_t pid) {
   r->owners.resize(r->reader.ring_count());
   rings.push_back(r);
   for (Buffer& b : buffers) {
+    if (!b.active) continue;
     b.merger.add(&r->reader, r->tag);
     b.peeker.add(&r->reader, r->tag);
   }
@@ -202,6 +203,7 @@ void Tracer::Impl::free_drained_rings(const std::set<Rings*>& live) {
   rings = std::move(kept);
   if (gone.empty()) return;
   for (Buffer& b : buffers) {
+    if (!b.active) continue;
     b.merger.remove(gone);
     b.peeker.remove(gone);
   }
@@ -246,6 +248,7 @@ int Tracer::Impl::new_own_rings() {
   if (own) {
     std::erase(rings, own);
     for (Buffer& b : buffers) {
+      if (!b.active) continue;
       b.merger.remove(&own->reader);
       b.peeker.remove(&own->reader);
     }
@@ -421,7 +424,7 @@ size_t consume_from(Tracer::Impl& impl, bool in_place,
                     uint32_t buffer) {
   if (buffer >= impl.buffers.size()) return 0;
   std::lock_guard rl(impl.read_mu);
-  Tracer::Impl::Buffer& b = impl.buffers[buffer];
+  Tracer::Impl::Buffer& b = impl.read_buffer(buffer);
   size_t n = 0;
   events::RingRecord rr;
   TraceRecord t;
@@ -483,7 +486,7 @@ void Tracer::for_each_record(const std::function<void(const TraceRecord&)>& fn,
                              uint32_t buffer) {
   if (buffer >= impl_->buffers.size()) return;
   std::lock_guard rl(impl_->read_mu);
-  Impl::Buffer& b = impl_->buffers[buffer];
+  Impl::Buffer& b = impl_->read_buffer(buffer);
   b.peeker.rewind();
   events::RingRecord rr;
   while (b.peeker.next(&rr)) {
@@ -547,13 +550,37 @@ void Tracer::Impl::restart_mergers(uint32_t buffer) {
   Buffer& b = buffers[buffer];
   b.merger = events::RingMerger(true, static_cast<int>(buffer));
   b.peeker = events::RingMerger(false, static_cast<int>(buffer));
-  for (auto& r : rings) {
-    b.merger.add(&r->reader, r->tag);
-    b.peeker.add(&r->reader, r->tag);
+  if (b.active) {
+    for (auto& r : rings) {
+      b.merger.add(&r->reader, r->tag);
+      b.peeker.add(&r->reader, r->tag);
+    }
   }
   b.dropped_gone = 0;
   b.rejected.clear();
   b.rejected_lost = 0;
+}
+
+Tracer::Impl::Buffer& Tracer::Impl::read_buffer(uint32_t buffer) {
+  Buffer& b = buffers[buffer];
+  if (!b.active) {
+    b.active = true;
+    b.merger = events::RingMerger(true, static_cast<int>(buffer));
+    b.peeker = events::RingMerger(false, static_cast<int>(buffer));
+    for (auto& r : rings) {
+      b.merger.add(&r->reader, r->tag);
+      b.peeker.add(&r->reader, r->tag);
+    }
+  }
+  return b;
+}
+
+void Tracer::release_buffer(uint32_t buffer) {
+  if (buffer == 0 || buffer >= impl_->buffers.size()) return;
+  std::lock_guard rl(impl_->read_mu);
+  for (auto& r : impl_->rings) r->reader.clear(static_cast<int>(buffer));
+  impl_->buffers[buffer].active = false;
+  impl_->restart_mergers(buffer);  // empty ones: their lanes' memory goes
 }
 
 void Tracer::clear_records(uint32_t buffer) {
