@@ -104,7 +104,9 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
     uint32_t index = 0;
     int matches = 0;
     for (const auto& e : events) {
-      if (e.get() == &ev || (!system.empty() && (e->group != system || e->name != event))) continue;
+      // This event's other histograms only by its qualified name (the kernel's
+      // find_event_var): a bare name is this histogram's own, or another event's.
+      if (system.empty() ? e.get() == &ev : (e->group != system || e->name != event)) continue;
       for (const HistTrigger& t : e->hists)
         for (size_t v = 0; v < t.spec.vars.size(); ++v)
           if (t.spec.vars[v].name == var) {
@@ -160,12 +162,26 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
     for (size_t i = 0; i < m.params.size(); ++i) {
       const events::SynthField& sf = se->synth.fields[i];
       if (sf.is_string || sf.is_stack) return fail(events::ErrorCode::kHistSynthTypeMismatch, m.params[i]);
+      // PARAM: $VAR, FIELD, or either qualified by SYSTEM.EVENT. (as the kernel's
+      // trace_action_create splits it): a qualified variable is that event's, this one's
+      // included; a qualified field must be this event's.
       HistField f;
-      if (m.params[i][0] == '$') {
-        f.var = m.params[i].substr(1);
+      std::string_view param = m.params[i], system, event;
+      if (const size_t d1 = param.find('.'); d1 != std::string_view::npos) {
+        const size_t d2 = param.find('.', d1 + 1);
+        if (d2 == std::string_view::npos) return fail(events::ErrorCode::kSilent, "");
+        system = param.substr(0, d1);
+        event = param.substr(d1 + 1, d2 - d1 - 1);
+        param = param.substr(d2 + 1);
+      }
+      if (!param.empty() && param[0] == '$') {
+        f.var = system.empty() ? std::string(param.substr(1))
+                               : std::string(system) + "." + std::string(event) + "." +
+                                     std::string(param.substr(1));
         f.name = m.params[i];
-      } else if (!hist_find_field(ev.compiled, m.params[i], &f) || f.is_string) {
-        return fail(events::ErrorCode::kHistParamNotFound, m.params[i]);
+      } else if ((!system.empty() && (system != ev.group || event != ev.name)) ||
+                 !hist_find_field(ev.compiled, param, &f) || f.is_string) {
+        return fail(events::ErrorCode::kHistParamNotFound, param);
       }
       if (int rc = resolve(f, spec.vars.size(), &p.action.params[i]); rc != 0) return rc;
       p.action.param_offset[i] = sf.offset;

@@ -16,7 +16,9 @@
 //          TERM: a field, common_timestamp[.usecs], $VAR, a number
 //   vals=$VAR                  a variable of this histogram, summed
 //   onmatch(SYSTEM.EVENT).trace(SYNTH,PARAM,...) or .SYNTH(PARAM,...)
-//          PARAM: $VAR or a field of this event: a record of the synthetic event SYNTH
+//          PARAM: $VAR or a field of this event, maybe qualified (SYSTEM.EVENT.$VAR: a
+//          variable of that event's histograms, this event's other ones included):
+//          a record of the synthetic event SYNTH
 //          each time every $VAR of this histogram's expressions and params resolved
 //   onmax($VAR) or onchange($VAR), then .save(FIELD,...) or .trace(...)/.SYNTH(...):
 //          each entry tracks this histogram's variable VAR; when a hit's value is above

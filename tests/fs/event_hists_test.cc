@@ -356,6 +356,28 @@ TEST_F(EventHistsTest, AVariableIsReadOnceAndOnlyAfterItWasSet) {
   EXPECT_EQ(totals(read("events/t/ret/hist")), "Totals:\n    Hits: 5\n    Entries: 1\n    Dropped: 0");
 }
 
+// An action's param may be a variable of another histogram of the same event, named
+// SYSTEM.EVENT.$VAR (the kernel's find_event_var): it is set by the earlier histogram
+// on the same hit.
+TEST_F(EventHistsTest, AParamReadsAnotherHistogramOfTheSameEvent) {
+  ASSERT_EQ(echo("synthetic_events", "pair s64 rv; u64 d"), 0);
+  ASSERT_EQ(echo("kprobe_events", "r:t/ret " + kProgName + ":traced_add rv=$retval:s64"), 0);
+  ASSERT_EQ(echo("events/t/add/trigger", "hist:keys=common_pid:a0=a"), 0);
+  ASSERT_EQ(echo("events/t/ret/trigger", "hist:keys=common_pid:d=rv-$a0"), 0);
+  ASSERT_EQ(echo("events/t/ret/trigger",
+                 "hist:keys=common_pid:onmatch(t.add).pair(rv,t.ret.$d)"),
+            0);
+  EXPECT_EQ(echo("events/t/ret/trigger", "hist:keys=common_pid:onmatch(t.add).pair(rv,t.$d)"),
+            -EINVAL);
+  ASSERT_EQ(echo("events/synthetic/pair/enable", "1"), 0);
+  ASSERT_TRUE(launch());
+  call(4);  // traced_add(i, 2i) returns 3i: d = 3i - i
+  std::vector<std::string> got;
+  for (const std::string& line : pipe_lines()) got.push_back(line.substr(line.find("pair: ")));
+  EXPECT_EQ(got, (std::vector<std::string>{"pair: rv=0 d=0", "pair: rv=3 d=2", "pair: rv=6 d=4",
+                                           "pair: rv=9 d=6"}));
+}
+
 // Variables computed with * and /, and constants, summed as values: traced_add(i, 2i)
 // for i in [0, 10): a*3 sums 135, b/4 (2i/4, rounded down) sums 20, 100/7 is 14 each time.
 TEST_F(EventHistsTest, VariablesMultiplyDivideAndFoldConstants) {
