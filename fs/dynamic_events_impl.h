@@ -152,13 +152,14 @@ struct DynamicEvents::Impl {
   bool names_free(std::string_view group, std::string_view name);
   void add_event_nodes(const std::shared_ptr<DynEvent>& ev);
   void remove_event_nodes(const DynEvent& ev);
-  // An instance's events/ (its enable files) and set_event, under the instance's `dir`.
+  void add_events_root(uint32_t buffer, const NodePtr& edir);
+  void add_event_files(uint32_t buffer, const NodePtr& edir, const std::shared_ptr<DynEvent>& ev);
+  // An instance's events/ (enable and filter files) and set_event, under its `dir`.
   void add_instance(uint32_t buffer, const NodePtr& dir);
-  void add_instance_event_nodes(uint32_t buffer, const NodePtr& events_dir,
-                                const std::shared_ptr<DynEvent>& ev);
   void remove_instance(uint32_t buffer);
   // Whether `edir` is still the events/ of buffer `buffer`'s instance (mu held): a file of
   // an instance removed since (its buffer maybe another instance's now) changes nothing.
+  // The top level's (0) always is.
   bool instance_live(uint32_t buffer, const std::weak_ptr<Node>& edir) const;
   int register_event(DynEvent& ev);
   void unregister_event(DynEvent& ev);

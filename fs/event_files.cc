@@ -83,28 +83,36 @@ std::string aggregate_enable(const std::vector<std::shared_ptr<DynEvent>>& event
 
 void DynamicEvents::Impl::add_events_dir() {
   events_dir = tree.mkdir(tree.root(), "events", kModeDir);
-  tree.add_file(events_dir, "enable", kModeReadWrite,
+  add_events_root(0, events_dir);
+}
+
+// events/ of buffer `buffer` (0: the top level's): its enable, the headers, ftrace/.
+void DynamicEvents::Impl::add_events_root(uint32_t buffer, const NodePtr& edir) {
+  tree.add_file(edir, "enable", kModeReadWrite,
                 make_text_file(
-                    [this] {
+                    [this, buffer] {
                       std::lock_guard l(mu);
-                      return aggregate_enable(events, {});
+                      return aggregate_enable(events, {}, buffer);
                     },
-                    [this](const Request&, std::string_view data) -> int64_t {
+                    [this, buffer, self = std::weak_ptr<Node>(edir)](
+                        const Request&, std::string_view data) -> int64_t {
                       bool on;
                       if (!parse_enable(data, &on)) return -EINVAL;
                       std::lock_guard l(mu);
+                      if (!instance_live(buffer, self)) return -ENODEV;
                       // With no event at all there is nothing to change: the reset every
                       // script writes first succeeds (a kernel's events/ is never empty).
                       int first = 0;
                       for (const auto& ev : events)
-                        if (int err = set_enable(*ev, on); err != 0 && first == 0) first = err;
+                        if (int err = set_buffer_enable(*ev, buffer, on); err != 0 && first == 0)
+                          first = err;
                       return first != 0 ? first : done(data);
                     }));
-  tree.add_file(events_dir, "header_page", kModeRead,
-                make_text_file([this] { return header_page(fs.subbuf_bytes(0)); }));
-  tree.add_file(events_dir, "header_event", kModeRead,
+  tree.add_file(edir, "header_page", kModeRead,
+                make_text_file([this, buffer] { return header_page(fs.subbuf_bytes(buffer)); }));
+  tree.add_file(edir, "header_event", kModeRead,
                 make_text_file([] { return std::string(kHeaderEvent); }));
-  add_ftrace_events(tree, events_dir);
+  add_ftrace_events(tree, edir);
 }
 
 bool DynamicEvents::Impl::names_free(std::string_view group, std::string_view name) {
@@ -114,81 +122,97 @@ bool DynamicEvents::Impl::names_free(std::string_view group, std::string_view na
 }
 
 void DynamicEvents::Impl::add_event_nodes(const std::shared_ptr<DynEvent>& ev) {
-  NodePtr gdir = tree.lookup(events_dir, ev->group);
+  add_event_files(0, events_dir, ev);
+  for (const auto& [buffer, dir] : instance_events) add_event_files(buffer, dir, ev);
+}
+
+// The directories and files of `ev` under `edir`, the events/ of buffer `buffer`: its
+// group's (with its first event: filter, enable) and its own (enable, filter; trigger and
+// hist at the top level alone; format, id). The files of an instance removed since
+// change nothing (instance_live).
+void DynamicEvents::Impl::add_event_files(uint32_t buffer, const NodePtr& edir,
+                                          const std::shared_ptr<DynEvent>& ev) {
+  const std::weak_ptr<Node> self = edir;
+  NodePtr gdir = tree.lookup(edir, ev->group);
   if (!gdir) {
     // A group's directory: filter, enable, then its events oldest first.
-    gdir = tree.mkdir(events_dir, ev->group, kModeDir);
+    gdir = tree.mkdir(edir, ev->group, kModeDir);
     const std::string group = ev->group;
     tree.add_file(gdir, "filter", kModeReadWrite,
                   make_text_file([] { return std::string(kGroupFilterBanner); },
-                                 [this, group](const Request&, std::string_view data) {
-                                   return write_group_filter(group, data);
+                                 [this, group, buffer, self](const Request&, std::string_view data) {
+                                   return write_group_filter(group, data, buffer, self);
                                  }));
     tree.add_file(
         gdir, "enable", kModeReadWrite,
         make_text_file(
-            [this, group] {
+            [this, group, buffer] {
               std::lock_guard l(mu);
-              return aggregate_enable(events, group);
+              return aggregate_enable(events, group, buffer);
             },
-            [this, group](const Request&, std::string_view data) -> int64_t {
+            [this, group, buffer, self](const Request&, std::string_view data) -> int64_t {
               bool on;
               if (!parse_enable(data, &on)) return -EINVAL;
               std::lock_guard l(mu);
+              if (!instance_live(buffer, self)) return -ENODEV;
               bool any = false;
               int first = 0;
               for (const auto& e : events) {
                 if (e->group != group) continue;
                 any = true;
-                if (int err = set_enable(*e, on); err != 0 && first == 0) first = err;
+                if (int err = set_buffer_enable(*e, buffer, on); err != 0 && first == 0)
+                  first = err;
               }
               if (!any) return -EINVAL;
               return first != 0 ? first : done(data);
             }));
   }
-  NodePtr edir = tree.mkdir(gdir, ev->name, kModeDir);
-  tree.add_file(edir, "enable", kModeReadWrite,
+  NodePtr dir = tree.mkdir(gdir, ev->name, kModeDir);
+  tree.add_file(dir, "enable", kModeReadWrite,
                 make_text_file(
-                    [this, ev] {
+                    [this, ev, buffer] {
                       std::lock_guard l(mu);
-                      return ev->removed ? std::string() : enable_text(*ev);
+                      if (ev->removed) return std::string();
+                      if (buffer == 0) return enable_text(*ev);
+                      return std::string(enabled_in(*ev, buffer) ? "1\n" : "0\n");
                     },
-                    [this, ev](const Request&, std::string_view data) -> int64_t {
+                    [this, ev, buffer, self](const Request&, std::string_view data) -> int64_t {
                       bool on;
                       if (!parse_enable(data, &on)) return -EINVAL;
                       std::lock_guard l(mu);
-                      if (ev->removed) return -ENODEV;
-                      int err = set_enable(*ev, on);
+                      if (ev->removed || !instance_live(buffer, self)) return -ENODEV;
+                      int err = set_buffer_enable(*ev, buffer, on);
                       return err != 0 ? err : done(data);
                     }));
-  tree.add_file(edir, "filter", kModeReadWrite,
+  tree.add_file(dir, "filter", kModeReadWrite,
                 make_text_file(
-                    [this, ev] {
+                    [this, ev, buffer] {
                       std::lock_guard l(mu);
-                      return ev->removed ? std::string() : ev->filter_text;
+                      return ev->removed ? std::string() : filter_text(*ev, buffer);
                     },
-                    [this, ev](const Request&, std::string_view data) {
-                      return write_filter(*ev, data);
+                    [this, ev, buffer, self](const Request&, std::string_view data) {
+                      return write_filter(*ev, data, buffer, self);
                     }));
-  tree.add_file(edir, "trigger", kModeReadWrite,
-                make_text_file(
-                    [this, ev] {
-                      std::lock_guard l(mu);
-                      return ev->removed ? std::string() : trigger_text(*ev);
-                    },
-                    [this, ev](const Request&, std::string_view data) {
-                      return write_trigger(*ev, data);
-                    }));
-  tree.add_file(edir, "hist", kModeRead, make_text_file([this, ev] {
-                  std::lock_guard l(mu);
-                  return ev->removed ? std::string() : hist_text(*ev);
-                }));
-  tree.add_file(edir, "format", kModeRead, make_text_file([ev] {
+  if (buffer == 0) {
+    tree.add_file(dir, "trigger", kModeReadWrite,
+                  make_text_file(
+                      [this, ev] {
+                        std::lock_guard l(mu);
+                        return ev->removed ? std::string() : trigger_text(*ev);
+                      },
+                      [this, ev](const Request&, std::string_view data) {
+                        return write_trigger(*ev, data);
+                      }));
+    tree.add_file(dir, "hist", kModeRead, make_text_file([this, ev] {
+                    std::lock_guard l(mu);
+                    return ev->removed ? std::string() : hist_text(*ev);
+                  }));
+  }
+  tree.add_file(dir, "format", kModeRead, make_text_file([ev] {
                   return events::format_file(ev->compiled, ev->id);
                 }));
-  tree.add_file(edir, "id", kModeRead,
+  tree.add_file(dir, "id", kModeRead,
                 make_text_file([ev] { return std::to_string(ev->id) + "\n"; }));
-  for (const auto& [buffer, dir] : instance_events) add_instance_event_nodes(buffer, dir, ev);
 }
 
 namespace {
@@ -216,32 +240,10 @@ void DynamicEvents::Impl::remove_event_nodes(const DynEvent& ev) {
 // format and id. mu held.
 void DynamicEvents::Impl::add_instance(uint32_t buffer, const NodePtr& dir) {
   NodePtr edir = tree.mkdir(dir, "events", kModeDir);
-  tree.add_file(edir, "enable", kModeReadWrite,
-                make_text_file(
-                    [this, buffer] {
-                      std::lock_guard l(mu);
-                      return aggregate_enable(events, {}, buffer);
-                    },
-                    [this, buffer, self = std::weak_ptr<Node>(edir)](
-                        const Request&, std::string_view data) -> int64_t {
-                      bool on;
-                      if (!parse_enable(data, &on)) return -EINVAL;
-                      std::lock_guard l(mu);
-                      if (!instance_live(buffer, self)) return -ENODEV;
-                      int first = 0;
-                      for (const auto& ev : events)
-                        if (int err = set_buffer_enable(*ev, buffer, on); err != 0 && first == 0)
-                          first = err;
-                      return first != 0 ? first : done(data);
-                    }));
-  tree.add_file(edir, "header_page", kModeRead,
-                make_text_file([this, buffer] { return header_page(fs.subbuf_bytes(buffer)); }));
-  tree.add_file(edir, "header_event", kModeRead,
-                make_text_file([] { return std::string(kHeaderEvent); }));
-  add_ftrace_events(tree, edir);
+  add_events_root(buffer, edir);
   std::lock_guard l(mu);
   instance_events[buffer] = edir;
-  for (const auto& ev : events) add_instance_event_nodes(buffer, edir, ev);
+  for (const auto& ev : events) add_event_files(buffer, edir, ev);
   tree.add_file(dir, "set_event", kModeReadWrite,
                 make_text_file([this, buffer] { return set_event_text(buffer); },
                                [this, buffer, self = std::weak_ptr<Node>(edir)](
@@ -253,78 +255,8 @@ void DynamicEvents::Impl::add_instance(uint32_t buffer, const NodePtr& dir) {
                                }));
 }
 
-void DynamicEvents::Impl::add_instance_event_nodes(uint32_t buffer, const NodePtr& edir,
-                                                   const std::shared_ptr<DynEvent>& ev) {
-  NodePtr gdir = tree.lookup(edir, ev->group);
-  if (!gdir) {
-    gdir = tree.mkdir(edir, ev->group, kModeDir);
-    const std::string group = ev->group;
-    tree.add_file(gdir, "filter", kModeReadWrite,
-                  make_text_file([] { return std::string(kGroupFilterBanner); },
-                                 [this, group, buffer, self = std::weak_ptr<Node>(edir)](
-                                     const Request&, std::string_view data) {
-                                   return write_group_filter(group, data, buffer, self);
-                                 }));
-    tree.add_file(
-        gdir, "enable", kModeReadWrite,
-        make_text_file(
-            [this, group, buffer] {
-              std::lock_guard l(mu);
-              return aggregate_enable(events, group, buffer);
-            },
-            [this, group, buffer, self = std::weak_ptr<Node>(edir)](
-                const Request&, std::string_view data) -> int64_t {
-              bool on;
-              if (!parse_enable(data, &on)) return -EINVAL;
-              std::lock_guard l(mu);
-              if (!instance_live(buffer, self)) return -ENODEV;
-              bool any = false;
-              int first = 0;
-              for (const auto& e : events) {
-                if (e->group != group) continue;
-                any = true;
-                if (int err = set_buffer_enable(*e, buffer, on); err != 0 && first == 0)
-                  first = err;
-              }
-              if (!any) return -EINVAL;
-              return first != 0 ? first : done(data);
-            }));
-  }
-  NodePtr dir = tree.mkdir(gdir, ev->name, kModeDir);
-  tree.add_file(dir, "enable", kModeReadWrite,
-                make_text_file(
-                    [this, ev, buffer] {
-                      std::lock_guard l(mu);
-                      if (ev->removed) return std::string();
-                      return std::string(enabled_in(*ev, buffer) ? "1\n" : "0\n");
-                    },
-                    [this, ev, buffer, self = std::weak_ptr<Node>(edir)](
-                        const Request&, std::string_view data) -> int64_t {
-                      bool on;
-                      if (!parse_enable(data, &on)) return -EINVAL;
-                      std::lock_guard l(mu);
-                      if (ev->removed || !instance_live(buffer, self)) return -ENODEV;
-                      int err = set_buffer_enable(*ev, buffer, on);
-                      return err != 0 ? err : done(data);
-                    }));
-  tree.add_file(dir, "filter", kModeReadWrite,
-                make_text_file(
-                    [this, ev, buffer] {
-                      std::lock_guard l(mu);
-                      return ev->removed ? std::string() : filter_text(*ev, buffer);
-                    },
-                    [this, ev, buffer, self = std::weak_ptr<Node>(edir)](
-                        const Request&, std::string_view data) {
-                      return write_filter(*ev, data, buffer, self);
-                    }));
-  tree.add_file(dir, "format", kModeRead, make_text_file([ev] {
-                  return events::format_file(ev->compiled, ev->id);
-                }));
-  tree.add_file(dir, "id", kModeRead,
-                make_text_file([ev] { return std::to_string(ev->id) + "\n"; }));
-}
-
 bool DynamicEvents::Impl::instance_live(uint32_t buffer, const std::weak_ptr<Node>& edir) const {
+  if (buffer == 0) return true;
   auto it = instance_events.find(buffer);
   return it != instance_events.end() && it->second == edir.lock();
 }
