@@ -2178,5 +2178,30 @@ TEST(Tracer, EachBufferKeepsItsOwnRecords) {
   EXPECT_EQ(t->set_tracing_on(false, events::kRingMaxBuffers), -EINVAL);
 }
 
+// A fork child records into the buffers its parent's probes record into, from its first
+// call (it runs on a spare area before it joins).
+TEST(Tracer, AForkChildRecordsIntoEveryBufferOfItsParent) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  Event e = define(*t, "p:t/add " + kProgName + ":traced_add a=%di", 141);
+  ASSERT_EQ(t->set_probe_buffers(e.id, 0b1001), 0);  // the top level's and buffer 3
+  Launched p;
+  ASSERT_TRUE(p.start(*t));
+  const std::string ans = p.pipes.ask("fork 30");
+  int child = 0, st = -1;
+  ASSERT_EQ(sscanf(ans.c_str(), "ok %d %d", &child, &st), 2) << ans;
+  EXPECT_EQ(st, 0);
+  ASSERT_TRUE(hits_reach(*t, e.id, 30));
+  for (uint32_t b : {0u, 3u}) {
+    std::vector<Rec> recs = drain_buffer(*t, b);
+    ASSERT_EQ(recs.size(), 30u) << "buffer " << b;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      EXPECT_EQ(recs[i].r.pid, child) << "buffer " << b;
+      EXPECT_EQ(field(e, recs[i].r, "a"), i) << "buffer " << b;
+    }
+  }
+  EXPECT_TRUE(drain_buffer(*t, 1).empty());
+}
+
 }  // namespace
 }  // namespace probefs::tracee
