@@ -975,15 +975,15 @@ bool global_barrier_available() {
   return available;
 }
 
-bool any_data(std::span<RingAreaReader* const> readers) {
+bool any_data(std::span<RingAreaReader* const> readers, int buffer) {
   for (RingAreaReader* r : readers)
-    if (r->has_data()) return true;
+    if (r->has_data(-1, buffer)) return true;
   return false;
 }
 
 }  // namespace
 
-RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms) {
+RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms, int buffer) {
   if (timeout_ms < 0) timeout_ms = 0;
   // A short spin first (a few microseconds: as many heads read in all however many areas
   // there are), so that a reader that keeps up with busy producers never pays for the
@@ -992,7 +992,7 @@ RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_m
   for (RingAreaReader* r : readers) rings += r->rings_used();
   const uint64_t spins = rings ? std::clamp<uint64_t>(kSpinHeads / rings, 1, kSpins) : 0;
   for (uint64_t i = 0; i < spins; ++i) {
-    if (any_data(readers)) return RingWaitResult::kReady;
+    if (any_data(readers, buffer)) return RingWaitResult::kReady;
     for (int k = 0; k < 16; ++k) _mm_pause();
   }
   timespec deadline;
@@ -1030,7 +1030,7 @@ RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_m
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
   RingWaitResult result;
-  if (any_data(readers)) {
+  if (any_data(readers, buffer)) {
     result = RingWaitResult::kReady;
   } else {
     const long r = syscall(SYS_futex_waitv, waiters, m, 0, &deadline, CLOCK_MONOTONIC);

@@ -389,6 +389,9 @@ enum class RingWaitResult {
 // with more, it waits on 128 of them (a different 128 each call) and at most 10 ms, so
 // the others are polled. It spins briefly before it sleeps, so that a busy consumer does
 // not pay for the barrier.
-RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms);
+// With `buffer` >= 0, kReady only for records of that buffer (a commit into another still
+// wakes the waiter, which then finds nothing of its own and may wait again).
+RingWaitResult ring_wait(std::span<RingAreaReader* const> readers, int timeout_ms,
+                         int buffer = -1);
 
 }  // namespace probefs::events

@@ -868,7 +868,7 @@ void TraceReader::waiter_main() {
     }
     l.unlock();
     const auto start = Clock::now();
-    const bool woke = tracer_.wait_for_records(kTracerWaitMs);
+    const bool woke = tracer_.wait_for_records(kTracerWaitMs, static_cast<int>(buffer_));
     const bool at_once = Clock::now() - start < std::chrono::milliseconds(1);
     l.lock();
     if (stop_) return;

@@ -391,7 +391,8 @@ class Tracer {
                                   size_t max, int cpu = -1, uint32_t buffer = 0);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
-  bool wait_for_records(int timeout_ms);
+  // `buffer` >= 0: records of that buffer (others may still wake it).
+  bool wait_for_records(int timeout_ms, int buffer = -1);
   // Wakes a wait_for_records() in another thread (a reader closing its file).
   void interrupt_wait();
   // Every record not yet consumed, in timestamp order, without consuming them (trace).

@@ -449,7 +449,7 @@ size_t Tracer::consume_records_in_place(const std::function<bool(const TraceReco
   return consume_from(*impl_, true, fn, max, cpu, buffer);
 }
 
-bool Tracer::wait_for_records(int timeout_ms) {
+bool Tracer::wait_for_records(int timeout_ms, int buffer) {
   std::vector<events::RingAreaReader*> readers;
   std::vector<std::shared_ptr<Impl::Rings>> hold;
   {
@@ -464,7 +464,7 @@ bool Tracer::wait_for_records(int timeout_ms) {
     woken = impl_->idle_cv.wait_for(l, milliseconds(timeout_ms),
                                     [&] { return impl_->interrupted.exchange(false); });
   } else {
-    events::RingWaitResult r = events::ring_wait(readers, timeout_ms);
+    events::RingWaitResult r = events::ring_wait(readers, timeout_ms, buffer);
     impl_->interrupted.store(false);
     woken = r != events::RingWaitResult::kTimeout;
   }

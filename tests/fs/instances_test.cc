@@ -7,6 +7,7 @@
 // the mount is taken down whatever a test did.
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,6 +184,34 @@ TEST_F(InstancesTest, ANewInstanceStartsEmptyAndTheirNumberIsBounded) {
   EXPECT_EQ(make("one-too-many"), ENOSPC);
   for (const std::string& n : made) EXPECT_EQ(remove(n), 0) << n;
   EXPECT_EQ(read("events/in/add/enable"), "0\n");
+}
+
+// A reader waiting on an instance's trace_pipe wakes for the instance's records; the top
+// level's trace_pipe has none to give.
+TEST_F(InstancesTest, AnInstancesPipeWakesForItsRecords) {
+  ASSERT_EQ(m_.write("uprobe_events", "p:in/add " + place("traced_add") + " a=%di\n"), 0);
+  ASSERT_EQ(make("w"), 0);
+  put("instances/w/events/in/add/enable", "1");
+  auto prog = exec_program();
+  const int in = ::open(m_.path("instances/w/trace_pipe").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const int top = ::open(m_.path("trace_pipe").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(top, 0);
+  char b[4096];
+  EXPECT_EQ(::read(in, b, sizeof b), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ASSERT_TRUE(prog->send("call 1"));  // its answer is read once the reader woke
+  pollfd p{in, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 20000), 1);
+  const ssize_t n = ::read(in, b, sizeof b);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(b, static_cast<size_t>(n)).find(" add: ("), std::string::npos);
+  pollfd q{top, POLLIN, 0};
+  EXPECT_EQ(::poll(&q, 1, 0), 0);
+  EXPECT_EQ(prog->answer(), "ok 0");
+  ::close(in);
+  ::close(top);
+  ASSERT_EQ(remove("w"), 0);
 }
 
 // An event's filter in an instance is the instance's own: its records there are
