@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -1409,17 +1410,24 @@ TEST_F(TriggerRecordsTest, AForkChildsStacksAreInTheTrace) {
     const std::string answer = p.ask("fork 2");
     ASSERT_EQ(answer.rfind("ok ", 0), 0u) << answer;
     const pid_t child = static_cast<pid_t>(std::stol(answer.substr(3)));
+    // The child has ended; its area is read once the daemon took its HELLO (it ran on a
+    // spare area before that), which may come after the answer: the records are taken
+    // as they become readable, within a deadline.
     size_t adds = 0, stacks = 0;
-    fs_->tracer().consume_records(
-        [&](const tracee::TraceRecord& r) {
-          uint16_t id = 0;
-          if (r.len >= 2) memcpy(&id, r.data, 2);
-          if (r.pid != child) return true;
-          if (id == events::kKernelStackEventId) ++stacks;
-          else if (fs_->events().find(id)) ++adds;
-          return true;
-        },
-        SIZE_MAX);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((adds < 2 || stacks < 2) && std::chrono::steady_clock::now() < deadline) {
+      fs_->tracer().consume_records(
+          [&](const tracee::TraceRecord& r) {
+            uint16_t id = 0;
+            if (r.len >= 2) memcpy(&id, r.data, 2);
+            if (r.pid != child) return true;
+            if (id == events::kKernelStackEventId) ++stacks;
+            else if (fs_->events().find(id)) ++adds;
+            return true;
+          },
+          SIZE_MAX);
+      if (adds < 2 || stacks < 2) (void)fs_->tracer().wait_for_records(20);
+    }
     EXPECT_EQ(adds, 2u) << "round " << round;
     EXPECT_EQ(stacks, 2u) << "round " << round;
   }
