@@ -624,11 +624,85 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   return post;
 }
 
+// The instances' buffers a hit records into (HitProbe::instances), out of the general
+// path's way: a probe with none pays one load and one test for them.
+struct InstanceRecord {
+  uint32_t want = 0;                       // buffers still to get the record
+  events::RingProducer* built_in = nullptr;  // an instance's ring the record is built in
+  uint32_t built_buffer = 0;
+  const HitInstanceFilters* filters = nullptr;
+};
+
+// The buffers of `mask` whose tracing is on; with no top-level record to build in
+// (`need_ring`), the record is reserved in the first of them that has room.
+[[gnu::noinline]] void instance_reserve(const HitProbe* hp, AreaState* as, int32_t tid,
+                                        events::ControlPage* ctl, uint32_t mask,
+                                        bool need_ring, InstanceRecord* ir, uint8_t** rec) {
+  for (uint32_t bits = mask; bits != 0; bits &= bits - 1) {
+    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(bits));
+    if (!events::control_tracing_off(ctl, b)) ir->want |= 1u << b;
+  }
+  ir->filters = hp->instance_filters.load(std::memory_order_acquire);
+  while (need_ring && ir->built_in == nullptr && ir->want != 0) {
+    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(ir->want));
+    ir->want &= ir->want - 1;
+    events::RingProducer* q = instance_ring(as, b, tid);
+    if (q == nullptr) {
+      events::ring_drop_unowned(as->area);
+      continue;
+    }
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, hp->record_cap))) {
+      *rec = r;
+      ir->built_in = q;
+      ir->built_buffer = b;
+    }
+  }
+}
+
+// Whether instance buffer b's filter keeps the record.
+bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, uint32_t len,
+                    uint32_t cpu, const char* comm) {
+  const events::CompiledFilter* f = ir.filters != nullptr ? ir.filters->filter[b] : nullptr;
+  if (f == nullptr) return true;
+  events::FilterContext fc;
+  fc.cpu = cpu;
+  fc.comm = comm;
+  return events::filter_match(*f, rec, len, fc);
+}
+
+// The record, built (`len` bytes at `rec`, still reserved), into the instances' buffers
+// that keep it: copied into each ring but the one it was built in, which is committed.
+[[gnu::noinline]] void instance_commit(AreaState* as, int32_t tid, InstanceRecord& ir,
+                                       const uint8_t* rec, uint32_t len, uint32_t cpu,
+                                       const char* comm) {
+  for (uint32_t bits = len != 0 ? ir.want : 0; bits != 0; bits &= bits - 1) {
+    const auto b = static_cast<uint32_t>(__builtin_ctz(bits));
+    if (!instance_keeps(ir, b, rec, len, cpu, comm)) continue;
+    events::RingProducer* q = instance_ring(as, b, tid);
+    if (q == nullptr) {
+      events::ring_drop_unowned(as->area);
+      continue;
+    }
+    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, len))) {
+      copy_words(r, rec, len);
+      events::ring_commit(q, len);
+    }
+  }
+  if (ir.built_in != nullptr) {
+    if (len == 0 || !instance_keeps(ir, ir.built_buffer, rec, len, cpu, comm))
+      events::ring_discard(ir.built_in);
+    else
+      events::ring_commit(ir.built_in, len);
+  }
+}
+
 // Everything but the straight path: histograms, triggers, soft mode. As the kernel's
 // event path: triggers that need no record run first; then the record is built (into
 // the ring when the event records and there is room, else on the stack, for histograms
 // and triggers), counted in the histograms, the conditional triggers run on it, it is
 // committed or dropped (soft-disabled, the event's filter), and the post triggers run.
+// Instances' buffers (HitProbe::instances) get the same record, built in the first ring
+// it goes to and copied into the others, each kept by its own filter.
 // `fast`: the probe's record is written by write_fast_record (HitProbe::fast).
 [[gnu::noinline]] void emit_slow(const HitProbe* hp, AreaState* as, events::RingProducer* p,
                                  int32_t tid, const PtRegs* regs, uint64_t ip, uint64_t ret_ip,
@@ -643,52 +717,34 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
                         events::control_soft_disabled(ctl, hp->event_id);
   bool record = !soft_off && hp->record.load(std::memory_order_relaxed) &&
                 !events::control_tracing_off(ctl);
-  // The instances' buffers it records into now (their tracing_on).
-  uint32_t inst = 0;
-  for (uint32_t bits = hp->instances.load(std::memory_order_relaxed); bits != 0; bits &= bits - 1) {
-    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(bits));
-    if (!events::control_tracing_off(ctl, b)) inst |= 1u << b;
-  }
-  if (!record && hh == nullptr && !cond && inst == 0) return;
+  const uint32_t instances = hp->instances.load(std::memory_order_relaxed);
+  if (!record && hh == nullptr && !cond && instances == 0) return;
 
   alignas(8) uint8_t stack[kHistRecordBytes];
   uint8_t* rec = stack;
   uint32_t cpu = 0;
-  // The ring the record is built in: the top level's when it records there, else the
-  // first instance's it goes to; copied from there into the other instances'.
-  events::RingProducer* built_in = nullptr;
-  uint32_t built_buffer = 0;
   if (record) {
     if (auto* r = static_cast<uint8_t*>(events::ring_reserve(p, hp->record_cap))) {
       rec = r;
-      built_in = p;
+      cpu = reinterpret_cast<const events::RingRecordHeader*>(p->data + p->pending_off)->cpu;
     } else {
       record = false;  // full: counted as lost; histograms and triggers still see the hit
     }
   }
-  while (built_in == nullptr && inst != 0) {
-    const uint32_t b = static_cast<uint32_t>(__builtin_ctz(inst));
-    inst &= inst - 1;
-    events::RingProducer* q = instance_ring(as, b, tid);
-    if (q == nullptr) {
-      events::ring_drop_unowned(as->area);
-      continue;
-    }
-    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, hp->record_cap))) {
-      rec = r;
-      built_in = q;
-      built_buffer = b;
-    }
+  InstanceRecord ir;
+  if (__builtin_expect(instances != 0, 0)) {
+    instance_reserve(hp, as, tid, ctl, instances, !record, &ir, &rec);
+    if (ir.built_in != nullptr)
+      cpu = reinterpret_cast<const events::RingRecordHeader*>(ir.built_in->data +
+                                                              ir.built_in->pending_off)->cpu;
+    if (!record && ir.built_in == nullptr && ir.want == 0 && hh == nullptr && !cond) return;
   }
-  const HitInstanceFilters* ifl =
-      built_buffer != 0 || inst != 0 ? hp->instance_filters.load(std::memory_order_acquire) : nullptr;
-  if (built_in != nullptr)
-    cpu = reinterpret_cast<const events::RingRecordHeader*>(built_in->data + built_in->pending_off)->cpu;
-  if (built_in == nullptr && ((hh && hh->needs_cpu) || cond))
+  const bool in_ring = record || ir.built_in != nullptr;
+  if (!in_ring && ((hh && hh->needs_cpu) || cond))
     cpu = events::ring_detail::ring_rseq_cpu(p->rseq_cpu);
   const bool needs_comm = __atomic_load_n(&hp->needs_comm, __ATOMIC_ACQUIRE) ||
                           (hh && hh->needs_comm) || (tr && tr->needs_comm) ||
-                          (ifl && ifl->needs_comm);
+                          (ir.filters && ir.filters->needs_comm);
   char comm[16];
   comm[0] = 0;
   if (needs_comm) read_comm(comm);
@@ -698,7 +754,7 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
     len = hp->view.fixed_size;
   } else {
     const uint32_t cap =
-        built_in || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
+        in_ring || hp->record_cap <= kHistRecordBytes ? hp->record_cap : kHistRecordBytes;
     events::HitContext hc = hit_context(hp, regs, ip, ret_ip, entry_args, tid);
     if (needs_comm) hc.comm = comm;
     if (as->fault_tolerant) {
@@ -717,33 +773,8 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, cons
   }
   const uint64_t post =
       cond ? run_cond_triggers(tr, ctl, as, hp, p, regs, ret_ip, tid, rec, len, cpu, comm) : 0;
-  // Whether instance buffer b's filter keeps the record.
-  auto instance_keeps = [&](uint32_t b) {
-    const events::CompiledFilter* f = ifl != nullptr ? ifl->filter[b] : nullptr;
-    if (f == nullptr) return true;
-    events::FilterContext fc;
-    fc.cpu = cpu;
-    fc.comm = comm;
-    return events::filter_match(*f, rec, len, fc);
-  };
-  // The other instances' copies, while the record's bytes are still reserved.
-  for (; inst != 0 && len != 0; inst &= inst - 1) {
-    const auto b = static_cast<uint32_t>(__builtin_ctz(inst));
-    if (!instance_keeps(b)) continue;
-    events::RingProducer* q = instance_ring(as, b, tid);
-    if (q == nullptr) {
-      events::ring_drop_unowned(as->area);
-      continue;
-    }
-    if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, len))) {
-      copy_words(r, rec, len);
-      events::ring_commit(q, len);
-    }
-  }
-  if (built_in != nullptr && built_in != p) {  // built in an instance's ring
-    if (len == 0 || !instance_keeps(built_buffer)) events::ring_discard(built_in);
-    else events::ring_commit(built_in, len);
-  }
+  // The instances' copies, while the record's bytes are still reserved.
+  if (__builtin_expect(instances != 0, 0)) instance_commit(as, tid, ir, rec, len, cpu, comm);
   if (record) {
     const events::CompiledFilter* f = hp->filter.load(std::memory_order_acquire);
     events::FilterContext fc;
