@@ -113,8 +113,6 @@ class Tracefs {
   DynamicEvents& dynamic_events() { return *dynamic_; }
   TraceFiles& trace_files() { return *trace_; }
 
-  Instances& instances() { return *instances_; }
-
   // tracing_on: the file, and the traceon/traceoff triggers. Hits are still counted while
   // it is off; nothing is recorded. Of buffer `buffer` (0: the top level's).
   bool tracing_on(uint32_t buffer = 0) const;
