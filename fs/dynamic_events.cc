@@ -59,7 +59,9 @@ bool any_address(std::string_view, uint64_t* addr) {
 DynamicEvents::Impl::Impl(Tracefs& f)
     : fs(f),
       tracer(f.tracer()),
-      tree(f.tree()) {}
+      tree(f.tree()) {
+  make_marker();
+}
 
 // ---- the files at the top ------------------------------------------------------------------
 
@@ -201,6 +203,19 @@ DynEvent* DynamicEvents::Impl::find_event(std::string_view group, std::string_vi
   for (const auto& ev : events)
     if (ev->group == group && ev->name == name) return ev.get();
   return nullptr;
+}
+
+std::vector<DynEvent*> DynamicEvents::Impl::hist_events() {
+  std::vector<DynEvent*> all;
+  all.reserve(events.size() + 1);
+  for (const auto& ev : events) all.push_back(ev.get());
+  all.push_back(marker.get());
+  return all;
+}
+
+DynEvent* DynamicEvents::Impl::find_hist_event(std::string_view group, std::string_view name) {
+  if (group == marker->group && name == marker->name) return marker.get();
+  return find_event(group, name);
 }
 
 // A new probe: joins the event of its name (the kernel's checks, in its order), or makes
@@ -462,6 +477,9 @@ std::string DynamicEvents::Impl::kprobe_profile() {
 
 void DynamicEvents::Impl::clear_all() {
   std::lock_guard l(mu);
+  drop_triggers(*marker);
+  marker->hists.clear();
+  update_marker_armed();
   for (const auto& ev : events) drop_triggers(*ev);
   for (const auto& p : probes) (void)tracer.remove_probe(p->id);
   for (const auto& p : probes) p->event->probes.clear();

@@ -6,11 +6,17 @@
 //
 // Triggers (traceon, traceoff, stacktrace, enable_event, disable_event, with counts and
 // filters) and soft mode act at the hit, in the traced processes (fs/event_triggers.h).
+// events/ftrace/print's triggers and histograms run in the daemon, on each trace_marker
+// write (fs/marker_event.cc).
 //
 // Threads: every method, and every file it adds, may be used from any thread at once.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "events/errors.h"
 #include "fs/vfs.h"
@@ -40,6 +46,9 @@ class DynamicEvents {
   // The instance goes: every event is disabled in its buffer (its files go with `dir`).
   void remove_instance(uint32_t buffer);
 
+  // trace_marker of buffer `buffer` recorded `text` (as written) for thread `tid`
+  // named `comm`: the print event's triggers and histograms of that buffer run.
+  void marker_written(uint32_t buffer, pid_t tid, std::string_view comm, std::string_view text);
 
   struct Impl;  // fs/dynamic_events_impl.h
 

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,9 @@ struct HistTrigger {
   // What its hits run: keys and values, and the variables, references (to other
   // histograms' slots) and action resolved when it was added (compile_hist).
   events::HistProgram program;
+  // The buffer whose hist and trigger files show it (0: the top level's; an instance's
+  // only on events/ftrace/print).
+  uint32_t buffer = 0;
 };
 
 // One line of a definition file: one probe in the tracer.
@@ -105,6 +109,10 @@ struct DynEvent {
   // `s:` in dynamic_events, and lives until removed there.
   bool synthetic = false;
   events::SynthEvent synth;
+  // events/ftrace/print (fs/marker_event.cc): trace_marker's records as an event whose
+  // triggers and histograms the daemon runs at each write. Not in `events`: it has no
+  // probes, no enable or filter file, and is not in available_events or set_event.
+  bool marker = false;
   uint64_t seq = 0;
 };
 
@@ -119,6 +127,10 @@ struct DynamicEvents::Impl {
   std::mutex mu;
   std::vector<std::unique_ptr<DynProbe>> probes;  // definition order
   std::vector<std::shared_ptr<DynEvent>> events;  // creation order
+  std::shared_ptr<DynEvent> marker;               // events/ftrace/print
+  // Whether the marker has a trigger or histogram in buffer b (bit b): a trace_marker
+  // write looks no further while its buffer's bit is clear.
+  std::atomic<uint32_t> marker_armed{0};
   uint64_t next_seq = 1;
   NodePtr events_dir;
   // The instances' events/ directories, by buffer (fs/instances.h).
@@ -144,6 +156,24 @@ struct DynamicEvents::Impl {
   std::string kprobe_profile();
   void clear_all();
   DynEvent* find_event(std::string_view group, std::string_view name);
+  // The events a histogram may live on: `events` and the marker.
+  std::vector<DynEvent*> hist_events();
+  // find_event, the marker included (onmatch(ftrace.print)).
+  DynEvent* find_hist_event(std::string_view group, std::string_view name);
+
+  // ---- fs/marker_event.cc: events/ftrace/print's triggers and histograms ----
+  void make_marker();
+  // trigger and hist of the marker in `dir`, events/ftrace/print under `edir`, the
+  // events/ of buffer `buffer`.
+  void add_marker_files(uint32_t buffer, const NodePtr& edir, const NodePtr& dir);
+  // A record trace_marker wrote into buffer `buffer`: its writer and text.
+  void marker_hit(uint32_t buffer, pid_t tid, std::string_view comm, std::string_view text);
+  // The synthetic events the daemon's histograms fired, written and counted (depth: the
+  // chain so far, bounded as a target's).
+  void emit_daemon_synths(const std::vector<events::HistFired>& fired, pid_t tid, int depth);
+  void update_marker_armed();
+  // The marker's triggers and histograms of an instance that goes.
+  void drop_marker_buffer(uint32_t buffer);
 
   // ---- fs/event_files.cc: events/ and the files that show or steer the events ----
   void add_events_dir();
@@ -190,22 +220,22 @@ struct DynamicEvents::Impl {
   int64_t write_group_filter(const std::string& group, std::string_view data,
                              uint32_t buffer = 0, const std::weak_ptr<Node>& instance = {});
   std::string filter_text(const DynEvent& ev, uint32_t buffer) const;
-  int64_t write_trigger(DynEvent& ev, std::string_view data);
+  int64_t write_trigger(DynEvent& ev, std::string_view data, uint32_t buffer = 0);
   int compile_trigger_filter(const DynEvent& ev, std::string_view text,
                              std::shared_ptr<const events::CompiledFilter>* out);
   // ---- fs/event_hists.cc: hist triggers and the hist file ----
   std::map<std::string, std::weak_ptr<HistData>> named_hists;
-  int64_t write_hist(DynEvent& ev, std::string_view data);
+  int64_t write_hist(DynEvent& ev, std::string_view data, uint32_t buffer = 0);
   // Resolves spec's variables, references and action against the events defined now;
   // 0, or a negative errno with *d set where the kernel logs an entry.
   int compile_hist(const DynEvent& ev, const HistSpec& spec, const std::string& command,
                    events::HistProgram* out, events::Diagnostic* d);
   // Whether another histogram reads a variable of the slot, or an action writes the
   // synthetic event: what may not go yet (EBUSY).
-  bool slot_referenced(uint32_t slot, const HistTrigger* except) const;
-  bool synth_referenced(uint16_t event_id) const;
-  std::string trigger_text(const DynEvent& ev);
-  std::string hist_text(const DynEvent& ev);
+  bool slot_referenced(uint32_t slot, const HistTrigger* except);
+  bool synth_referenced(uint16_t event_id);
+  std::string trigger_text(const DynEvent& ev, uint32_t buffer = 0);
+  std::string hist_text(const DynEvent& ev, uint32_t buffer = 0);
   // What the event's probes count, and whether they record: told to each probe.
   // Tells the event's probes (or its synthetic spec) what their hits run besides
   // recording: histograms, triggers, soft mode.

@@ -112,7 +112,8 @@ void DynamicEvents::Impl::add_events_root(uint32_t buffer, const NodePtr& edir) 
                 make_text_file([this, buffer] { return header_page(fs.subbuf_bytes(buffer)); }));
   tree.add_file(edir, "header_event", kModeRead,
                 make_text_file([] { return std::string(kHeaderEvent); }));
-  add_ftrace_events(tree, edir);
+  add_ftrace_events(tree, edir,
+                    [&](const NodePtr& dir) { add_marker_files(buffer, edir, dir); });
 }
 
 bool DynamicEvents::Impl::names_free(std::string_view group, std::string_view name) {
@@ -269,6 +270,7 @@ void DynamicEvents::Impl::remove_instance(uint32_t buffer) {
     (void)set_buffer_enable(*ev, buffer, false);
     if (ev->instance_filters.count(buffer)) (void)set_filters(*ev, nullptr, "none\n", buffer);
   }
+  drop_marker_buffer(buffer);
   instance_events.erase(buffer);
 }
 
@@ -529,7 +531,7 @@ int DynamicEvents::Impl::compile_trigger_filter(const DynEvent& ev, std::string_
   return 0;
 }
 
-int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) {
+int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, uint32_t buffer) {
   if (data.size() >= kMaxWrite) return -EINVAL;
   {
     size_t i = 0;
@@ -538,10 +540,17 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     if (data.substr(i, 4) == "hist" &&
         (i + 4 == data.size() || data[i + 4] == ':' || data[i + 4] == ' ' ||
          data[i + 4] == '\t' || data[i + 4] == '\n'))
-      return write_hist(ev, data);
+      return write_hist(ev, data, buffer);
   }
   TriggerCommand c;
   if (parse_trigger(data, &c) != 0) return -EINVAL;
+  // The marker's are the daemon's to run: snapshot is one, a stack is not (the writer's
+  // is in another process); enable_event and disable_event switch the top level's events.
+  if (ev.marker ? (c.kind == TriggerKind::kStackTrace ||
+                   (buffer != 0 && (c.kind == TriggerKind::kEnableEvent ||
+                                    c.kind == TriggerKind::kDisableEvent)))
+                : c.kind == TriggerKind::kSnapshot)
+    return -EINVAL;
   std::lock_guard l(mu);
   if (ev.removed) return -ENODEV;
   DynEvent* target = nullptr;
@@ -549,16 +558,18 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     target = find_event(c.system, c.event);
     if (!target) return -EINVAL;
   }
-  auto place = std::find_if(ev.triggers.begin(), ev.triggers.end(),
-                            [&](const Trigger& t) { return same_place(t, c.kind, target); });
+  auto place = std::find_if(ev.triggers.begin(), ev.triggers.end(), [&](const Trigger& t) {
+    return t.buffer == buffer && same_place(t, c.kind, target);
+  });
   if (c.remove) {
     if (place == ev.triggers.end()) return done(data);
     const Trigger gone = *place;
     ev.triggers.erase(place);
     if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
     apply_hits(ev);
-    soft_off(ev);
+    if (!ev.marker) soft_off(ev);
     if (gone.target) soft_off(*gone.target);
+    update_marker_armed();
     return done(data);
   }
   std::shared_ptr<const events::CompiledFilter> filter;
@@ -572,6 +583,7 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
   t.has_filter = c.has_filter;
   t.filter_text = c.filter;
   t.filter = std::move(filter);
+  t.buffer = buffer;
   if (t.count >= 0)
     if (int err = tracer.create_trigger_count(t.count, &t.count_slot); err != 0) return err;
   // The target first: in soft mode, so that the first hit of this trigger finds it so.
@@ -585,7 +597,7 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
   }
   ev.triggers.insert(ev.triggers.begin(), std::move(t));
   apply_hits(ev);
-  if (int err = soft_on(ev); err != 0) {
+  if (int err = ev.marker ? 0 : soft_on(ev); err != 0) {
     const Trigger gone = ev.triggers.front();
     ev.triggers.erase(ev.triggers.begin());
     if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
@@ -593,6 +605,8 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data) 
     if (gone.target) soft_off(*gone.target);
     return err;
   }
+  if (c.kind == TriggerKind::kSnapshot) fs.allocate_snapshot(buffer);
+  update_marker_armed();
   return done(data);
 }
 
@@ -606,10 +620,10 @@ void DynamicEvents::Impl::drop_triggers(DynEvent& ev) {
   ev.soft_refs = 0;
   // Triggers of other events that target it (none can while it is held: it cannot be
   // removed while enabled) let it go too.
-  for (const auto& other : events)
+  for (DynEvent* other : hist_events())
     for (Trigger& t : other->triggers)
       if (t.target == &ev) t.target = nullptr;
-  tracer.set_soft_disabled(ev.id, false);
+  if (!ev.marker) tracer.set_soft_disabled(ev.id, false);
 }
 
 // ---- available_events and set_event ----------------------------------------------------------

@@ -5,6 +5,7 @@
 // An event with a hist trigger runs its probes whether or not it is enabled: the
 // kernel's soft mode (its enable file reads "0*" while it is not). While nothing but
 // histograms keeps it running, it is soft-disabled: its hits write no ring record.
+#include <algorithm>
 #include <cerrno>
 
 #include "events/output.h"
@@ -21,6 +22,7 @@ size_t done(std::string_view data) { return data.size(); }
 }  // namespace
 
 void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
+  if (ev.marker) return;  // the daemon runs its own (marker_hit)
   std::vector<events::HistProgram> programs;
   for (const HistTrigger& t : ev.hists) {
     events::HistProgram p = t.program;
@@ -49,8 +51,8 @@ void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
   for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, triggers, soft_mode(ev));
 }
 
-bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* except) const {
-  for (const auto& e : events)
+bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* except) {
+  for (const DynEvent* e : hist_events())
     for (const HistTrigger& t : e->hists) {
       if (&t == except) continue;
       for (uint32_t r = 0; r < t.program.nrefs; ++r)
@@ -59,8 +61,8 @@ bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* exce
   return false;
 }
 
-bool DynamicEvents::Impl::synth_referenced(uint16_t event_id) const {
-  for (const auto& e : events)
+bool DynamicEvents::Impl::synth_referenced(uint16_t event_id) {
+  for (const DynEvent* e : hist_events())
     for (const HistTrigger& t : e->hists)
       if (t.program.action.synth_id == event_id) return true;
   return false;
@@ -103,10 +105,16 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
     const HistTrigger* found = nullptr;
     uint32_t index = 0;
     int matches = 0;
-    for (const auto& e : events) {
-      // This event's other histograms only by its qualified name (the kernel's
-      // find_event_var): a bare name is this histogram's own, or another event's.
-      if (system.empty() ? e.get() == &ev : (e->group != system || e->name != event)) continue;
+    // A bare name is another event's, or this one's other histograms' when this event is
+    // the one an onmatch() names (the kernel's find_match_var); a qualified name that
+    // event's.
+    bool self_matched = false;
+    for (const HistHandlerDef& m : spec.actions)
+      if (m.handler == HistHandler::kMatch && m.system == ev.group && m.event == ev.name)
+        self_matched = true;
+    for (const DynEvent* e : hist_events()) {
+      if (system.empty() ? (e == &ev && !self_matched) : (e->group != system || e->name != event))
+        continue;
       for (const HistTrigger& t : e->hists)
         for (size_t v = 0; v < t.spec.vars.size(); ++v)
           if (t.spec.vars[v].name == var) {
@@ -151,7 +159,7 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
   }
   for (const HistHandlerDef& m : spec.actions) {
     if (m.save) continue;  // program() has the saved fields
-    if (m.handler == HistHandler::kMatch && !find_event(m.system, m.event))
+    if (m.handler == HistHandler::kMatch && !find_hist_event(m.system, m.event))
       return fail(events::ErrorCode::kHistInvalidSubsysEvent, m.system + "." + m.event);
     const DynEvent* se = find_event(events::kSynthSystem, m.synth);
     if (!se || !se->synthetic) return fail(events::ErrorCode::kHistSynthEventNotFound, m.synth);
@@ -197,14 +205,14 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
 // (The byte is 0 outside soft mode: 1 here means it was soft-disabled.)
 void DynamicEvents::Impl::drop_hists(DynEvent& ev) {
   ev.hists.clear();
-  if (ev.soft_refs == 0) {
+  if (ev.soft_refs == 0 && !ev.marker) {
     if (tracer.soft_disabled(ev.id) && ev.registered) unregister_event(ev);
     tracer.set_soft_disabled(ev.id, false);
   }
   apply_hits(ev);
 }
 
-int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
+int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data, uint32_t buffer) {
   HistSpec spec;
   events::Diagnostic d;
   std::lock_guard l(mu);
@@ -226,7 +234,7 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
     return s;
   }());
   auto match = std::find_if(ev.hists.begin(), ev.hists.end(), [&](const HistTrigger& t) {
-    return t.spec.identity() == spec.identity();
+    return t.buffer == buffer && t.spec.identity() == spec.identity();
   });
   if (spec.remove) {
     if (match == ev.hists.end()) return done(data);  // the kernel's answer too
@@ -236,6 +244,7 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
     ev.hists.erase(match);
     if (ev.hists.empty()) drop_hists(ev);
     else apply_hits(ev);
+    update_marker_armed();
     return done(data);
   }
   if (match != ev.hists.end()) {
@@ -259,10 +268,10 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
     if (shared) {
       const DynEvent* owner = nullptr;
       const HistTrigger* other = nullptr;
-      for (const auto& e : events)
+      for (DynEvent* e : hist_events())
         for (const HistTrigger& t : e->hists)
           if (t.data == shared) {
-            owner = e.get();
+            owner = e;
             other = &t;
           }
       auto body = [](const HistSpec& s) {
@@ -284,7 +293,10 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
                                   ev.group, ev.name));
     return -ENOENT;
   }
-  if (ev.hists.size() >= events::kHistMaxPerEvent) return -ENOSPC;
+  if (std::count_if(ev.hists.begin(), ev.hists.end(), [&](const HistTrigger& t) {
+        return t.buffer == buffer;
+      }) >= events::kHistMaxPerEvent)
+    return -ENOSPC;
   events::HistProgram program;
   if (int rc = compile_hist(ev, spec, command, &program, &d); rc != 0) {
     if (d.logged()) error_log.add(d);
@@ -306,7 +318,12 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
   t.data = std::move(shared);
   t.filter = std::move(filter);
   t.program = std::move(program);
+  t.buffer = buffer;
   ev.hists.push_back(std::move(t));
+  if (ev.marker) {
+    update_marker_armed();
+    return done(data);
+  }
   // Soft mode: running, not recording, unless enabled (apply_hists first, so that the
   // first hits of a newly enabled probe already write nothing).
   if (!ev.registered) tracer.set_soft_disabled(ev.id, true);
@@ -324,16 +341,18 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data) {
 
 // The other triggers (newest first), then the hist triggers in the order they came, as
 // the kernel's list holds them.
-std::string DynamicEvents::Impl::trigger_text(const DynEvent& ev) {
+std::string DynamicEvents::Impl::trigger_text(const DynEvent& ev, uint32_t buffer) {
   std::string text;
-  for (const Trigger& t : ev.triggers) text += trigger_line(t, tracer.trigger_count(t.count_slot));
-  if (ev.triggers.empty() && ev.hists.empty()) return std::string(no_triggers_text());
+  for (const Trigger& t : ev.triggers)
+    if (t.buffer == buffer) text += trigger_line(t, tracer.trigger_count(t.count_slot));
   for (const HistTrigger& t : ev.hists)
-    text += t.spec.text() + (t.data->paused ? " [paused]\n" : " [active]\n");
+    if (t.buffer == buffer)
+      text += t.spec.text() + (t.data->paused ? " [paused]\n" : " [active]\n");
+  if (text.empty()) return std::string(no_triggers_text(ev.marker));
   return text;
 }
 
-std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {
+std::string DynamicEvents::Impl::hist_text(const DynEvent& ev, uint32_t buffer) {
   std::string out;
   int n = 0;
   // The targets' and, for entries a departed one left, the ones kept after it.
@@ -351,7 +370,8 @@ std::string DynamicEvents::Impl::hist_text(const DynEvent& ev) {
     return false;
   };
   for (const HistTrigger& t : ev.hists)
-    out += format_hist(t.spec, t.data->paused, tracer.read_hist(t.data->slot), sym, n++);
+    if (t.buffer == buffer)
+      out += format_hist(t.spec, t.data->paused, tracer.read_hist(t.data->slot), sym, n++);
   return out;
 }
 

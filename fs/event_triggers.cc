@@ -43,6 +43,7 @@ bool kind_of(std::string_view word, TriggerKind* kind) {
   else if (word == "enable_event") *kind = TriggerKind::kEnableEvent;
   else if (word == "disable_event") *kind = TriggerKind::kDisableEvent;
   else if (word == "stacktrace") *kind = TriggerKind::kStackTrace;
+  else if (word == "snapshot") *kind = TriggerKind::kSnapshot;
   else return false;
   return true;
 }
@@ -58,6 +59,7 @@ const char* kind_name(TriggerKind k) {
     case TriggerKind::kEnableEvent: return "enable_event";
     case TriggerKind::kDisableEvent: return "disable_event";
     case TriggerKind::kStackTrace: return "stacktrace";
+    case TriggerKind::kSnapshot: return "snapshot";
   }
   return "";
 }
@@ -80,9 +82,6 @@ int parse_condition(std::string_view cond, std::string* filter) {
   *filter = std::string(*rest);
   return 0;
 }
-
-
-
 
 }  // namespace
 
@@ -130,13 +129,16 @@ int parse_trigger(std::string_view text, TriggerCommand* out) {
   return 0;
 }
 
-std::string_view no_triggers_text() {
+std::string_view no_triggers_text(bool snapshot) {
+  if (snapshot)
+    return "# Available triggers:\n# traceon traceoff snapshot enable_event disable_event hist\n";
   return "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
 }
 
 bool same_place(const Trigger& t, TriggerKind kind, const DynEvent* target) {
   if (has_target(kind) != has_target(t.kind)) return false;
   if ((kind == TriggerKind::kStackTrace) != (t.kind == TriggerKind::kStackTrace)) return false;
+  if ((kind == TriggerKind::kSnapshot) != (t.kind == TriggerKind::kSnapshot)) return false;
   return !has_target(kind) || t.target == target;
 }
 
@@ -156,6 +158,7 @@ events::TriggerSpec hit_trigger(const Trigger& t, uint16_t target_id) {
     case TriggerKind::kEnableEvent: s.action = events::TriggerAction::kEnableEvent; break;
     case TriggerKind::kDisableEvent: s.action = events::TriggerAction::kDisableEvent; break;
     case TriggerKind::kStackTrace: s.action = events::TriggerAction::kStackTrace; break;
+    case TriggerKind::kSnapshot: break;  // never at a target's hit (write_trigger)
   }
   s.target_event = target_id;
   s.count_slot = t.count < 0 ? events::kNoCountSlot : t.count_slot;

@@ -26,10 +26,17 @@
 
 namespace probefs::fs {
 
-enum class TriggerKind : uint8_t { kTraceOn, kTraceOff, kEnableEvent, kDisableEvent, kStackTrace };
+enum class TriggerKind : uint8_t {
+  kTraceOn,
+  kTraceOff,
+  kEnableEvent,
+  kDisableEvent,
+  kStackTrace,
+  kSnapshot,  // trace_marker's events/ftrace/print alone (fs/marker_event.cc)
+};
 
 // One write to an event's trigger file:
-//   [!]traceon|traceoff|stacktrace[:COUNT] [if FILTER]
+//   [!]traceon|traceoff|stacktrace|snapshot[:COUNT] [if FILTER]
 //   [!]enable_event|disable_event:SYSTEM:EVENT[:COUNT] [if FILTER]
 // COUNT is a kstrtoul number of any base; text after it up to a blank is ignored, as the
 // kernel ignores it. The whole write is one trigger (a newline inside is an error).
@@ -43,12 +50,13 @@ struct TriggerCommand {
   std::string filter;  // as read back: after "if" and one blank, trailing blanks cut
 };
 
-// 0, or -EINVAL for anything else (hist, snapshot, unknown words, a bad count, "if"
-// without a filter).
+// 0, or -EINVAL for anything else (hist, unknown words, a bad count, "if" without a
+// filter).
 [[nodiscard]] int parse_trigger(std::string_view text, TriggerCommand* out);
 
-// What an event's trigger file reads when it holds no trigger.
-std::string_view no_triggers_text();
+// What an event's trigger file reads when it holds no trigger (`snapshot`: the triggers
+// of events/ftrace/print, where the snapshot trigger is one).
+std::string_view no_triggers_text(bool snapshot = false);
 
 struct DynEvent;
 
@@ -62,10 +70,13 @@ struct Trigger {
   std::shared_ptr<const events::CompiledFilter> filter;
   DynEvent* target = nullptr;  // enable_event / disable_event (held in soft mode by it)
   std::string target_name;     // "SYSTEM:EVENT"
+  // The buffer whose trigger file holds it (0: the top level's; an instance's only on
+  // events/ftrace/print): the buffer its traceon, traceoff and snapshot act on.
+  uint32_t buffer = 0;
 };
 
-// traceon and traceoff share one place per event, stacktrace has its own, enable_event
-// and disable_event one per target (the kernel's trigger types).
+// traceon and traceoff share one place per event, stacktrace and snapshot have their
+// own, enable_event and disable_event one per target (the kernel's trigger types).
 bool same_place(const Trigger& t, TriggerKind kind, const DynEvent* target);
 
 // The trigger's line in the trigger file; `left` is what its count has left.

@@ -12,6 +12,7 @@
 #include "events/kstrto.h"
 #include "events/raw_page.h"
 #include "events/trace_clock.h"
+#include "fs/dynamic_events.h"
 #include "fs/raw_pipe.h"
 #include "fs/saved_tgids.h"
 #include "fs/settings_files.h"
@@ -184,7 +185,7 @@ class PipeHandle : public Handle {
       for (int tries = 0; tries < 64; ++tries) {
         for (size_t k = batch_.next; k < batch_.recs.size(); ++k)
           if (batch_.recs[k].shown || batch_.recs[k].lost_before) return true;
-        if (!fs_.tracer().has_records(cpu_, reader_->buffer()) ||
+        if ((!fs_.tracer().has_records(cpu_, reader_->buffer()) && !reader_->restored(cpu_)) ||
             reader_->consume(&batch_, 1, cpu_) == 0)
           break;
       }
@@ -308,6 +309,7 @@ struct TraceFiles::Impl {
   int64_t write_trace_clock(std::string_view data);
   std::string snapshot_text();
   int64_t write_snapshot(std::string_view data);
+  void swap_snapshot();  // snap.mu held
 
   bool tracing_on() const { return fs.tracer().tracing_on(buffer); }
   void set_tracing_on(bool on);
@@ -515,6 +517,9 @@ int TraceFiles::Impl::record_marker(const Request& rq, uint16_t id, std::string_
     cmdlines.save(tid, comm);
     tgids.save(tid, tgid);
   }
+  // The print event's triggers see the text as written, without the newline added (as
+  // the kernel runs them before it adds one).
+  if (id == kMarkerEventId) fs.dynamic_events().marker_written(buffer, tid, comm, payload);
   return 0;
 }
 
@@ -579,9 +584,7 @@ std::string TraceFiles::Impl::snapshot_text() {
   return s;
 }
 
-// 0 frees the snapshot, 1 takes one (every record of the buffer moves into it: the
-// kernel swaps the two buffers, and its main buffer then holds what the snapshot held
-// before; here it starts empty), any other number empties it.
+// 0 frees the snapshot, 1 takes one (swap_snapshot), any other number empties it.
 int64_t TraceFiles::Impl::write_snapshot(std::string_view data) {
   uint64_t v;
   if (!events::kstrtoull(data, 10, &v)) return -EINVAL;
@@ -594,15 +597,29 @@ int64_t TraceFiles::Impl::write_snapshot(std::string_view data) {
     empty();
     snap.allocated = false;
   } else if (v == 1) {
-    empty();
-    snap.allocated = true;
-    auto lk = reader->lock();
-    reader->consume(&snap.batch, SIZE_MAX, -1);
-    for (const TraceReader::Held& h : snap.batch.recs) snap.lost += h.lost_before;
+    swap_snapshot();
   } else if (snap.allocated) {
     empty();
   }
   return static_cast<int64_t>(data.size());
+}
+
+// The kernel swaps the buffer and its snapshot: every record of the buffer moves into the
+// snapshot, and the buffer then holds what the snapshot held (read before anything
+// written since: TraceReader::restore).
+void TraceFiles::Impl::swap_snapshot() {
+  TraceReader::Batch held = std::move(snap.batch);
+  snap.batch = TraceReader::Batch{};
+  snap.lost = 0;
+  snap.allocated = true;
+  {
+    auto lk = reader->lock();
+    reader->revalidate(&held);
+    reader->consume(&snap.batch, SIZE_MAX, -1);
+    for (const TraceReader::Held& h : snap.batch.recs) snap.lost += h.lost_before;
+    reader->restore(std::move(held));
+  }
+  reader->wake_all();
 }
 
 // buffer_subbuf_size_kb: KiB, rounded up to a power of two of pages, from one page to 128
@@ -657,6 +674,18 @@ TraceFiles::TraceFiles(Tracefs& fs, uint32_t buffer, const NodePtr& dir, TraceFi
 TraceFiles::~TraceFiles() { impl_->reader->stop(); }
 
 void TraceFiles::wake_readers() { impl_->reader->wake_all(); }
+
+uint32_t TraceFiles::buffer() const { return impl_->buffer; }
+
+void TraceFiles::allocate_snapshot() {
+  std::lock_guard l(impl_->snap.mu);
+  impl_->snap.allocated = true;
+}
+
+void TraceFiles::snapshot_swap() {
+  std::lock_guard l(impl_->snap.mu);
+  impl_->swap_snapshot();
+}
 
 void TraceFiles::stop_readers() { impl_->reader->stop(); }
 

@@ -67,6 +67,14 @@ class TraceFiles {
   int reset_buffer(const std::function<int()>& op);
   void set_clock(events::TraceClock c);
 
+  uint32_t buffer() const;
+  // `echo 1 > snapshot`: the buffer's records go into the snapshot, and what the
+  // snapshot held comes back into the buffer (the kernel swaps the two), ahead of any
+  // record written since.
+  void snapshot_swap();
+  // The snapshot is allocated (empty if it was not).
+  void allocate_snapshot();
+
   // Whether tracing_cpumask has CPU `cpu` (false for a CPU past the configured ones).
   bool cpu_traced(int cpu) const;
   // Whether set_event_pid and set_event_notrace_pid keep the events of thread `tid`: a

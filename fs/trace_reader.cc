@@ -215,7 +215,8 @@ void TraceReader::begin_fill() {
       for (int cpu = 0; cpu < fs_.cpus(); ++cpu) scope_cpus_[cpu] = scope_->cpu_traced(cpu);
     }
   }
-  fill_direct_ = fill_scope_ == 0;
+  // Restored records are consumed from their batch, never straight from the rings.
+  fill_direct_ = fill_scope_ == 0 && restored_.left() == 0;
   symbolizers_.clear();
   maps_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
@@ -229,6 +230,7 @@ int TraceReader::reset_buffer(const std::function<int()>& op) {
     ++clear_gen_;
     std::fill(read_events_.begin(), read_events_.end(), 0);
     std::fill(dropped_events_.begin(), dropped_events_.end(), 0);
+    restored_ = Batch{};
   }
   return err;
 }
@@ -366,6 +368,9 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
     b->next = 0;
     b->clear_gen = clear_gen_;
   }
+  const size_t from_restored = take_restored(b, max, cpu);
+  if (from_restored == max) return max;
+  max -= from_restored;
   const size_t first = b->recs.size();
   const size_t n = tracer_.consume_records(
       [b](const tracee::TraceRecord& r) {
@@ -395,7 +400,55 @@ size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
     }
   }
   prune_idle();
+  return from_restored + n;
+}
+
+size_t TraceReader::take_restored(Batch* b, size_t max, int cpu) {
+  if (restored_.left() == 0) return 0;
+  size_t n = 0;
+  std::vector<Held> left;
+  for (size_t i = restored_.next; i < restored_.recs.size(); ++i) {
+    const Held& h = restored_.recs[i];
+    if (n == max || (cpu >= 0 && static_cast<int>(h.cpu) != cpu)) {
+      left.push_back(h);
+      continue;
+    }
+    Held c = h;
+    c.off = static_cast<uint32_t>(b->bytes.size());
+    b->bytes.insert(b->bytes.end(), restored_.bytes.begin() + h.off,
+                    restored_.bytes.begin() + h.off + h.len);
+    b->recs.push_back(c);
+    if (h.cpu < read_events_.size()) ++read_events_[h.cpu];
+    ++n;
+  }
+  if (left.empty()) {
+    restored_ = Batch{};
+  } else {
+    restored_.recs = std::move(left);
+    restored_.next = 0;
+  }
   return n;
+}
+
+void TraceReader::restore(Batch b) {
+  if (b.clear_gen != clear_gen_) return;  // from before the buffer was emptied
+  Batch kept;
+  kept.clear_gen = clear_gen_;
+  for (size_t i = b.next; i < b.recs.size(); ++i) {
+    Held h = b.recs[i];
+    const uint32_t off = h.off;
+    h.off = static_cast<uint32_t>(kept.bytes.size());
+    h.lost_before = 0;  // said where they were first read
+    kept.bytes.insert(kept.bytes.end(), b.bytes.begin() + off, b.bytes.begin() + off + h.len);
+    kept.recs.push_back(h);
+  }
+  restored_ = std::move(kept);
+}
+
+bool TraceReader::restored(int cpu) const {
+  for (size_t i = restored_.next; i < restored_.recs.size(); ++i)
+    if (cpu < 0 || static_cast<int>(restored_.recs[i].cpu) == cpu) return true;
+  return false;
 }
 
 void TraceReader::prune_idle() {
@@ -416,6 +469,8 @@ void TraceReader::revalidate(Batch* b) {
 
 void TraceReader::discard(int cpu) {
   std::lock_guard l(mu_);
+  Batch gone;
+  take_restored(&gone, SIZE_MAX, cpu);
   tracer_.consume_records(
       [this](const tracee::TraceRecord& r) {
         skip_consumed(gate(key_of(r.pid, r.tid)));
@@ -428,6 +483,14 @@ void TraceReader::discard(int cpu) {
 
 bool TraceReader::trace_chunk(Cursor* c, int cpu, std::string* out) {
   if (c->clear_gen != clear_gen_) return false;
+  if (!c->restored_passed) {
+    c->restored_passed = true;
+    for (size_t i = restored_.next; i < restored_.recs.size(); ++i) {
+      const Held& h = restored_.recs[i];
+      if (h.shown && (cpu < 0 || static_cast<int>(h.cpu) == cpu))
+        append_line(*out, h, restored_.bytes.data() + h.off);
+    }
+  }
   pass_.clear();
   peek_bytes_.clear();
   peeked_.clear();
@@ -482,6 +545,11 @@ std::string TraceReader::header() {
   // was last emptied; records consumed leave both.
   uint64_t entries = 0, written = 0;
   tracer_.record_counts(&entries, &written, buffer_);
+  {
+    std::lock_guard l(mu_);
+    for (size_t i = restored_.next; i < restored_.recs.size(); ++i)
+      if (restored_.recs[i].shown) ++entries, ++written;
+  }
   return header(entries, written);
 }
 

@@ -141,7 +141,14 @@ class TraceReader {
     size_t left() const { return recs.size() - next; }
   };
   // Consumes up to `max` records (of CPU `cpu`, or of all for -1) into `b`: how many.
+  // The records restore() put back come first.
   size_t consume(Batch* b, size_t max, int cpu);
+  // Puts records a consumer took back into the buffer, ahead of every record in it (a
+  // snapshot swap gives the buffer what its snapshot held): decided already, read first
+  // by consumers and `trace`, counted in the header; gone when the buffer is emptied.
+  void restore(Batch b);
+  // Whether restored records of CPU `cpu` (-1: any) are still to be read.
+  bool restored(int cpu) const;
   // Drops what `b` holds from before the buffers were last emptied.
   void revalidate(Batch* b);
 
@@ -175,6 +182,7 @@ class TraceReader {
   struct Cursor {
     std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> passed;
     uint64_t clear_gen = 0;
+    bool restored_passed = false;  // the restored records are behind it
   };
   // Appends the next chunk of `trace` text (records of CPU `cpu`, or all for -1). false
   // at the end of the buffer, or once the buffer was emptied under the reader.
@@ -252,6 +260,8 @@ class TraceReader {
   };
 
   ThreadGate& gate(uint64_t key);
+  // Moves up to `max` restored records of CPU `cpu` (-1: all) into `b`: how many.
+  size_t take_restored(Batch* b, size_t max, int cpu);
   bool admit_new(const Held& h, const uint8_t* data);
   bool admit_event(const Held& h, const uint8_t* data, uint16_t id);
   struct QuietView {
@@ -292,6 +302,7 @@ class TraceReader {
   // Guarded by mu_ (the reader lock).
   std::mutex mu_;
   std::unordered_map<uint64_t, ThreadGate> gates_;
+  Batch restored_;  // restore()'s records, restored_.next the first not consumed
   uint64_t next_incarnation_ = 1;
   uint64_t clear_gen_ = 0;
   uint64_t fill_gen_ = 0;        // per lock holder: validity of the caches below

@@ -162,6 +162,16 @@ void Tracefs::wake_readers() {
   for (const auto& f : every_buffer(trace_, instances_)) f->wake_readers();
 }
 
+void Tracefs::snapshot(uint32_t buffer) {
+  for (const auto& f : every_buffer(trace_, instances_))
+    if (f->buffer() == buffer) f->snapshot_swap();
+}
+
+void Tracefs::allocate_snapshot(uint32_t buffer) {
+  for (const auto& f : every_buffer(trace_, instances_))
+    if (f->buffer() == buffer) f->allocate_snapshot();
+}
+
 void Tracefs::shutdown() {
   shutdown_ = true;
   wake_readers();

@@ -125,6 +125,11 @@ class Tracefs {
   void set_clock(events::TraceClock c);
   // Wakes the blocked readers and poll waiters of every buffer.
   void wake_readers();
+  // The snapshot trigger of buffer `buffer` (trace_marker's: fs/marker_event.cc): its
+  // records and its snapshot's change places, as `echo 1 > snapshot` does.
+  void snapshot(uint32_t buffer);
+  // Its snapshot is allocated (a snapshot trigger was set, as the kernel allocates it).
+  void allocate_snapshot(uint32_t buffer);
 
   // buffer_subbuf_size_kb of buffer `buffer`, in bytes: the size of trace_pipe_raw's
   // pages and what events/header_page says of them (4096 until set).
@@ -165,7 +170,9 @@ class Tracefs {
 void add_control_files(Tracefs& fs);
 
 // events/ftrace/ (fs/ftrace_events.cc): the kernel's print, bprint, bputs and function
-// events, under `events_dir`.
-void add_ftrace_events(Tree& tree, const NodePtr& events_dir);
+// events, under `events_dir`; `print_files` adds print's first files (its trigger and
+// hist: fs/marker_event.cc) into its directory.
+void add_ftrace_events(Tree& tree, const NodePtr& events_dir,
+                       const std::function<void(const NodePtr&)>& print_files);
 
 }  // namespace probefs::fs

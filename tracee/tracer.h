@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "events/compile.h"
@@ -307,6 +308,16 @@ class Tracer {
   void clear_hist(uint32_t slot);
   void pause_hist(uint32_t slot, bool paused);
   HistSnapshot read_hist(uint32_t slot);
+  // The daemon's own hits: trace_marker's writes on ftrace/print, and the synthetic
+  // events their histograms fire. Counted into a table of each program's histogram that
+  // the daemon holds beside the targets' (read_hist merges it in, clear_hist and
+  // pause_hist reach it; a reference reads the daemon's table of its slot). `rec` is
+  // laid out as the programs' event's format says, `comm` names the writer; the
+  // programs' filters decide as at a target's hit. The actions that fired are appended
+  // to *fired (their `action` points into `programs`).
+  void count_daemon_hists(const std::vector<events::HistProgram>& programs, const uint8_t* rec,
+                          uint32_t len, std::string_view comm,
+                          std::vector<events::HistFired>* fired);
 
   // A synthetic event as hist actions write it in every target (events/synthetic.h): its
   // records' size, whether they are written (enabled), their filter, and the histograms
@@ -356,6 +367,9 @@ class Tracer {
   // from; -ENOSPC when every slot is taken.
   [[nodiscard]] int create_trigger_count(int64_t count, uint32_t* slot);
   int64_t trigger_count(uint32_t slot) const;
+  // Takes one from the count, as a target's hit does (a trigger the daemon runs itself:
+  // trace_marker's); true when there was one (events::kNoCountSlot: always).
+  bool take_trigger_count(uint32_t slot);
   void destroy_trigger_count(uint32_t slot);
 
   // options/stacktrace and options/userstacktrace: every target writes a kernel_stack or

@@ -72,6 +72,10 @@ int64_t Tracer::trigger_count(uint32_t slot) const {
   return v < 0 ? 0 : v;  // a target may have written anything: never "unlimited"
 }
 
+bool Tracer::take_trigger_count(uint32_t slot) {
+  return events::control_take_count(impl_->control.page, slot);
+}
+
 void Tracer::destroy_trigger_count(uint32_t slot) {
   ControlPageOwner& c = impl_->control;
   std::lock_guard l(c.mu);

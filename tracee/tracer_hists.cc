@@ -4,10 +4,13 @@
 // reads shared memory: it never waits for a target, and a stopped or hung one shows what
 // it counted so far. A target that goes leaves its counts behind (~HistMemory).
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "events/trace_clock.h"
@@ -307,6 +310,14 @@ int Tracer::create_hist(const events::HistGeometry& geometry, uint32_t* slot) {
 
 void Tracer::destroy_hist(uint32_t slot) {
   std::lock_guard lock(impl_->mu);
+  std::shared_ptr<HistMemory> own;  // released after the locks: its end takes them
+  {
+    std::lock_guard ol(impl_->own_hists_mu);
+    if (auto it = impl_->own_hists.find(slot); it != impl_->own_hists.end()) {
+      own = std::move(it->second);
+      impl_->own_hists.erase(it);
+    }
+  }
   {
     std::lock_guard l(impl_->hist_state->mu);
     impl_->hist_state->hists.erase(slot);
@@ -394,6 +405,76 @@ HistSnapshot Tracer::read_hist(uint32_t slot) {
     events::hist_read_tables(m->base, m->bytes, m->rings_in_use(), g, &out.entries, &out.totals);
   live.clear();  // without the lock: a last reference folds into the retained counts
   return out;
+}
+
+std::shared_ptr<HistMemory> Tracer::Impl::own_hist_table(
+    uint32_t slot, std::vector<std::shared_ptr<HistMemory>>* stale) {
+  std::lock_guard l(hist_state->mu);
+  auto h = hist_state->hists.find(slot);
+  if (h == hist_state->hists.end()) return nullptr;
+  std::shared_ptr<HistMemory>& m = own_hists[slot];
+  if (m && m->generation == h->second.generation) return m;
+  int fd = -1;
+  // One table (the daemon's hits take turns under own_hists_mu), read as a target's.
+  auto fresh = make_tables(hist_state, slot, h->second, 1, &fd);
+  if (!fresh) return nullptr;
+  ::close(fd);
+  h->second.tables.push_back(fresh);
+  // An earlier histogram's table takes hist_state->mu on its way out: not here.
+  if (m) stale->push_back(std::move(m));
+  m = std::move(fresh);
+  return m;
+}
+
+void Tracer::count_daemon_hists(const std::vector<events::HistProgram>& programs,
+                                const uint8_t* rec, uint32_t len, std::string_view comm,
+                                std::vector<events::HistFired>* fired) {
+  if (programs.empty() || rec == nullptr || len < 8) return;
+  events::HistClock clock;
+  {
+    std::lock_guard lock(impl_->mu);
+    clock = impl_->hist_clock();
+  }
+  const uint64_t now = clock.ns(events::ring_detail::read_tsc());
+  const int c = ::sched_getcpu();
+  const uint32_t cpu = c < 0 ? 0 : static_cast<uint32_t>(c);
+  char name[events::kHistCommBytes] = {};
+  std::memcpy(name, comm.data(), std::min(comm.size(), sizeof name - 1));
+  auto comm_of = [&](char* out) { std::memcpy(out, name, sizeof name); };
+  std::vector<std::shared_ptr<HistMemory>> stale;  // released after the lock
+  std::lock_guard ol(impl_->own_hists_mu);
+  for (const events::HistProgram& p : programs) {
+    if (p.filter) {
+      events::FilterContext fc;
+      fc.cpu = cpu;
+      fc.comm = name;
+      if (!events::filter_match(*p.filter, rec, len, fc)) continue;
+    }
+    std::shared_ptr<HistMemory> m = impl_->own_hist_table(p.slot, &stale);
+    if (!m) continue;
+    const events::HistShape g(m->geometry);
+    auto* ctl = reinterpret_cast<const events::HistControl*>(m->base);
+    uint8_t* table = m->base + events::kHistControlBytes;
+    if (!p.inter_event()) {
+      (void)events::hist_update(p, g, ctl, table, rec, len, cpu, nullptr, comm_of);
+      continue;
+    }
+    std::shared_ptr<HistMemory> held[events::kHistMaxVarRefs];
+    events::HistShape shapes[events::kHistMaxVarRefs];
+    events::HistRefTable refs[events::kHistMaxVarRefs] = {};
+    for (uint32_t r = 0; r < p.nrefs && r < events::kHistMaxVarRefs; ++r) {
+      held[r] = impl_->own_hist_table(p.refs[r].slot, &stale);
+      if (!held[r]) continue;
+      shapes[r] = events::HistShape(held[r]->geometry);
+      refs[r] = {held[r]->base + events::kHistControlBytes,
+                 reinterpret_cast<const events::HistControl*>(held[r]->base), &shapes[r]};
+    }
+    events::HistFired f;
+    f.synth_id = 0;
+    (void)events::hist_update_inter(p, g, ctl, table, rec, len, cpu, nullptr, now, refs, comm_of,
+                                    &f);
+    if (f.synth_id != 0) fired->push_back(f);
+  }
 }
 
 }  // namespace probefs::tracee

@@ -555,6 +555,15 @@ struct Tracer::Impl {
   // clock), anchored once.
   events::HistClock hist_clock();
   events::HistClock hist_clock_;
+  // The daemon's own table of each histogram it counted a hit into
+  // (count_daemon_hists), by slot; own_hists_mu is taken before hist_state->mu.
+  std::mutex own_hists_mu;
+  std::map<uint32_t, std::shared_ptr<HistMemory>> own_hists;
+  // The daemon's table of `slot` as of now (made when it has none, or one of an earlier
+  // histogram of that slot); null when the slot holds no histogram. own_hists_mu held;
+  // a table it replaces goes into *stale, to be let go without the locks.
+  std::shared_ptr<HistMemory> own_hist_table(uint32_t slot,
+                                             std::vector<std::shared_ptr<HistMemory>>* stale);
   // Hands t the tables of every histogram it lacks, and tells each of its sites the
   // histograms of its probe where it was not told them yet.
   void sync_hists(Target& t);

@@ -341,7 +341,8 @@ TEST_F(DynamicEventsTest, FtraceGroupTakesDynamicEventsBesideTheKernels) {
   EXPECT_EQ(log(), log_entry("trace_uprobe",
                              "Given group/event name is already used by another event", taken, 0));
   EXPECT_EQ(read("uprobe_events"), "");
-  EXPECT_EQ(ls("events/ftrace/print"), (std::vector<std::string>{"trigger", "format", "id"}));
+  EXPECT_EQ(ls("events/ftrace/print"),
+            (std::vector<std::string>{"trigger", "hist", "format", "id"}));
   // The kernel's events are not dynamic: nothing removes them.
   EXPECT_EQ(echo("uprobe_events", "-:ftrace/print"), -ENOENT);
   EXPECT_EQ(echo("dynamic_events", "-:ftrace/"), -ENOENT);

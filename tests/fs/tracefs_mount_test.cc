@@ -259,7 +259,8 @@ mode_t kernel_mode(const std::string& p) {
   }
   if (part[0] == "events" && part[1] == "ftrace") {  // print, bprint, bputs, function
     if (part.size() == 3) return S_IFDIR | 0755;
-    if (part.size() == 4 && (part[3] == "format" || part[3] == "id")) return S_IFREG | 0440;
+    if (part.size() == 4 && (part[3] == "format" || part[3] == "id" || part[3] == "hist"))
+      return S_IFREG | 0440;
   }
   if (part[0] == "events" && (part[1] == "grp" || part[1] == "kgrp")) {
     if (part.size() == 2) return S_IFDIR | 0755;
