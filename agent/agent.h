@@ -70,6 +70,7 @@ struct HitTriggers {
     events::TriggerAction action = events::TriggerAction::kTraceOn;
     uint16_t target_event = 0;
     uint32_t count_slot = events::kNoCountSlot;
+    uint32_t buffer = 0;  // events::TriggerSpec::buffer
     const events::CompiledFilter* filter = nullptr;  // into filters[]
   };
   uint32_t n = 0;
@@ -148,8 +149,9 @@ struct HitProbe {
   // the event's filters there (null: none).
   std::atomic<uint32_t> instances{0};
   std::atomic<const HitInstanceFilters*> instance_filters{nullptr};
-  // Soft mode: the hits record only while the event's control-page byte is 0.
-  std::atomic<bool> soft{false};
+  // Soft mode, bit b for buffer b: the hits record into buffer b only while the event's
+  // control-page bit of b is clear.
+  std::atomic<uint32_t> soft{0};
   // Any of hists, triggers, soft, instances, or not record: the handler takes the general
   // path (emit_slow).
   std::atomic<bool> slow{false};

@@ -694,6 +694,7 @@ std::unique_ptr<HitTriggers> make_hit_triggers(const lk::SetHist& s) {
     t.action = spec.action;
     t.target_event = spec.target_event;
     t.count_slot = spec.count_slot;
+    t.buffer = spec.buffer % events::kRingMaxBuffers;
     if (spec.filter) {
       next->filters[next->n] = spec.filter;
       t.filter = &*next->filters[next->n];
@@ -732,7 +733,7 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   HitProbe* h = ap->hit.get();
   // The general path first, then what it reads; back to the straight path only once
   // nothing is left for the general one.
-  const bool slow = next || triggers || s.soft || !s.record || s.instances != 0;
+  const bool slow = next || triggers || s.soft != 0 || !s.record || s.instances != 0;
   if (slow) h->slow.store(true, std::memory_order_release);
   h->record.store(s.record, std::memory_order_relaxed);
   h->instances.store(s.instances, std::memory_order_relaxed);

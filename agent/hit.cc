@@ -569,7 +569,7 @@ void emit_slow(const HitProbe* hp, AreaState* as, events::RingProducer* p, int32
 // exact when threads race: the count is taken before the switch, and given back when
 // another hit made that very switch first). traceon and traceoff, enable_event and
 // disable_event spend no count when tracing or the event already is as they would set it.
-void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, const AreaState* as,
+void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, AreaState* as,
                   const HitProbe* hp, events::RingProducer* p, const PtRegs* regs,
                   uint64_t ret_ip, int32_t tid) {
   using A = events::TriggerAction;
@@ -577,25 +577,29 @@ void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, const Are
     case A::kTraceOn:
     case A::kTraceOff: {
       const bool off = t.action == A::kTraceOff;
-      if (events::control_tracing_off(ctl) == off) return;
+      if (events::control_tracing_off(ctl, t.buffer) == off) return;
       if (!events::control_take_count(ctl, t.count_slot)) return;
-      if (!events::control_switch_tracing(ctl, off)) events::control_give_count(ctl, t.count_slot);
+      if (!events::control_switch_tracing(ctl, off, t.buffer))
+        events::control_give_count(ctl, t.count_slot);
       return;
     }
     case A::kEnableEvent:
     case A::kDisableEvent: {
       const bool disable = t.action == A::kDisableEvent;
-      if (events::control_soft_disabled(ctl, t.target_event) == disable) return;
+      if (events::control_soft_disabled(ctl, t.target_event, t.buffer) == disable) return;
       if (!events::control_take_count(ctl, t.count_slot)) return;
-      if (!events::control_switch_soft(ctl, t.target_event, disable))
+      if (!events::control_switch_soft(ctl, t.target_event, disable, t.buffer))
         events::control_give_count(ctl, t.count_slot);
       return;
     }
-    case A::kStackTrace:
+    case A::kStackTrace: {
       if (!events::control_take_count(ctl, t.count_slot)) return;
-      if (p != nullptr && !events::control_tracing_off(ctl))
-        write_stacks(as, hp, p, regs, ret_ip, tid, events::kRingKernelStack);
+      if (events::control_tracing_off(ctl, t.buffer)) return;
+      // An instance's trigger: the stack goes into that buffer's ring of this thread.
+      events::RingProducer* q = t.buffer == 0 ? p : instance_ring(as, t.buffer, tid);
+      if (q != nullptr) write_stacks(as, hp, q, regs, ret_ip, tid, events::kRingKernelStack);
       return;
+    }
   }
 }
 
@@ -603,7 +607,7 @@ void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, const Are
 // run now (traceon, enable_event, disable_event), or after the record is committed
 // (traceoff, stacktrace: their bits in the result), as the kernel runs them: the record
 // that fires a traceoff is in the trace, one that fires a conditional traceon is not.
-uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, const AreaState* as,
+uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, AreaState* as,
                            const HitProbe* hp, events::RingProducer* p, const PtRegs* regs,
                            uint64_t ret_ip, int32_t tid, const uint8_t* rec, uint32_t len,
                            uint32_t cpu, const char* comm) {
@@ -638,7 +642,10 @@ struct InstanceRecord {
 [[gnu::noinline]] void instance_reserve(const HitProbe* hp, AreaState* as, int32_t tid,
                                         events::ControlPage* ctl, uint32_t mask,
                                         bool need_ring, InstanceRecord* ir, uint8_t** rec) {
-  for (uint32_t bits = mask; bits != 0; bits &= bits - 1) {
+  // Soft-disabled in a buffer where the event is in soft mode: nothing goes there.
+  const uint32_t soft = hp->soft.load(std::memory_order_relaxed);
+  const uint32_t off = soft != 0 ? soft & events::control_soft_bits(ctl, hp->event_id) : 0;
+  for (uint32_t bits = mask & ~off; bits != 0; bits &= bits - 1) {
     const uint32_t b = static_cast<uint32_t>(__builtin_ctz(bits));
     if (!events::control_tracing_off(ctl, b)) ir->want |= 1u << b;
   }
@@ -713,7 +720,7 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
   if (tr != nullptr && !tr->cond)
     for (uint32_t i = 0; i < tr->n; ++i) fire_trigger(tr->t[i], ctl, as, hp, p, regs, ret_ip, tid);
   const bool cond = tr != nullptr && tr->cond;
-  const bool soft_off = hp->soft.load(std::memory_order_relaxed) &&
+  const bool soft_off = (hp->soft.load(std::memory_order_relaxed) & 1) != 0 &&
                         events::control_soft_disabled(ctl, hp->event_id);
   bool record = !soft_off && hp->record.load(std::memory_order_relaxed) &&
                 !events::control_tracing_off(ctl);

@@ -5,10 +5,11 @@
 //   tracing_off    tracing_on negated, per buffer (0: the top level's, then the instances'
 //                  by the buffer number fs gives each): while nonzero no target records
 //                  into that buffer (hits still count)
-//   soft_disabled  by event id: an event in soft mode (it has triggers or histograms, or
-//                  an enable_event/disable_event trigger targets it) records nothing while
-//                  its byte is nonzero; its enable file reads "0*". Outside soft mode the
-//                  byte means nothing and the daemon keeps it 0.
+//   soft_disabled  by event id, one bit per buffer: an event in soft mode in a buffer
+//                  (it has triggers or histograms there, or an enable_event/disable_event
+//                  trigger of that buffer targets it) records nothing into that buffer
+//                  while its bit is set; its enable file there reads "0*". Outside soft
+//                  mode the bit means nothing and the daemon keeps it 0.
 //   counts         the counts of triggers that have one (traceoff:3), by slot: what is
 //                  left; a trigger with no count has no slot.
 //
@@ -39,11 +40,12 @@ struct ControlPage {
   uint32_t magic;  // kControlMagic, written by the daemon before it hands the page out
   uint32_t reserved[15];
   uint32_t tracing_off[kRingMaxBuffers];  // by buffer; nonzero: its tracing_on is 0
-  uint8_t soft_disabled[65536];           // by event id
+  uint16_t soft_disabled[65536];          // by event id: bit b for buffer b
   int64_t counts[kControlCountSlots];
 };
 static_assert(offsetof(ControlPage, tracing_off) == 64);
 static_assert(offsetof(ControlPage, soft_disabled) == 128);
+static_assert(kRingMaxBuffers <= 16, "a buffer's soft-disabled bit fits in a u16");
 inline constexpr size_t kControlPageBytes = (sizeof(ControlPage) + 4095) & ~size_t{4095};
 
 // What a trigger does when it fires at the hit (SET_HIST carries them to the agents).
@@ -59,6 +61,9 @@ struct TriggerSpec {
   TriggerAction action = TriggerAction::kTraceOn;
   uint16_t target_event = 0;             // enable_event / disable_event
   uint32_t count_slot = kNoCountSlot;    // its count in the page; none: unlimited
+  // The buffer whose trigger file holds it: the tracing_on it switches, the buffer of
+  // the target event's soft-disabled bit, where a stacktrace goes.
+  uint8_t buffer = 0;
   std::optional<CompiledFilter> filter;  // `if FILTER`, against the event's record
 };
 
@@ -69,8 +74,14 @@ struct TriggerSpec {
   return __atomic_load_n(&c->tracing_off[buffer % kRingMaxBuffers], __ATOMIC_RELAXED) != 0;
 }
 
-[[gnu::always_inline]] inline bool control_soft_disabled(const ControlPage* c, uint16_t id) {
-  return __atomic_load_n(&c->soft_disabled[id], __ATOMIC_RELAXED) != 0;
+// Event `id`'s soft-disabled bits, bit b for buffer b.
+[[gnu::always_inline]] inline uint16_t control_soft_bits(const ControlPage* c, uint16_t id) {
+  return __atomic_load_n(&c->soft_disabled[id], __ATOMIC_RELAXED);
+}
+
+[[gnu::always_inline]] inline bool control_soft_disabled(const ControlPage* c, uint16_t id,
+                                                         uint32_t buffer = 0) {
+  return (control_soft_bits(c, id) >> (buffer % kRingMaxBuffers) & 1) != 0;
 }
 
 // Switches tracing of `buffer` (off: true); false when another hit switched it first, or
@@ -83,13 +94,19 @@ inline bool control_switch_tracing(ControlPage* c, bool off, uint32_t buffer = 0
                                      __ATOMIC_RELAXED);
 }
 
-// Sets event `id`'s soft-disabled byte; false when it already had that value.
-inline bool control_switch_soft(ControlPage* c, uint16_t id, bool disabled) {
-  uint8_t expected = __atomic_load_n(&c->soft_disabled[id], __ATOMIC_RELAXED);
-  if ((expected != 0) == disabled) return false;
-  return __atomic_compare_exchange_n(&c->soft_disabled[id], &expected,
-                                     static_cast<uint8_t>(disabled ? 1 : 0), false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+// Sets event `id`'s soft-disabled bit of `buffer`; false when it already had that value
+// (another hit set it first).
+inline bool control_switch_soft(ControlPage* c, uint16_t id, bool disabled, uint32_t buffer = 0) {
+  const auto bit = static_cast<uint16_t>(1u << (buffer % kRingMaxBuffers));
+  uint16_t* word = &c->soft_disabled[id];
+  uint16_t expected = __atomic_load_n(word, __ATOMIC_RELAXED);
+  for (;;) {
+    if (((expected & bit) != 0) == disabled) return false;
+    const auto next = static_cast<uint16_t>(disabled ? expected | bit : expected & ~bit);
+    if (__atomic_compare_exchange_n(word, &expected, next, true, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+      return true;
+  }
 }
 
 // Takes one from count `slot`: true when there was one to take (kNoCountSlot: unlimited).

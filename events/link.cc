@@ -333,7 +333,11 @@ void put_set_hist(Out& o, const SetHist& s) {
     return;
   }
   o.u32(s.probe_id);
-  o.u8(static_cast<uint8_t>((s.record ? 1 : 0) | (s.soft ? 2 : 0)));
+  if (s.soft & ~(kInstanceBuffers | 1u)) {
+    o.ok = false;
+    return;
+  }
+  o.u8(static_cast<uint8_t>((s.record ? 1 : 0) | ((s.soft & 1) ? 2 : 0)));
   o.u8(static_cast<uint8_t>(s.programs.size()));
   o.u16(s.synth_id);
   o.u32(s.synth_size);
@@ -387,12 +391,13 @@ void put_set_hist(Out& o, const SetHist& s) {
   o.u8(static_cast<uint8_t>(s.triggers.size()));
   for (const TriggerSpec& t : s.triggers) {
     if (t.action < TriggerAction::kTraceOn || t.action > TriggerAction::kStackTrace ||
-        (t.count_slot >= kControlCountSlots && t.count_slot != kNoCountSlot)) {
+        (t.count_slot >= kControlCountSlots && t.count_slot != kNoCountSlot) ||
+        t.buffer >= kRingMaxBuffers) {
       o.ok = false;
       return;
     }
     o.u8(static_cast<uint8_t>(t.action));
-    o.u8(0);
+    o.u8(t.buffer);
     o.u16(t.target_event);
     o.u32(t.count_slot);
     put_filter(o, t.filter);
@@ -418,6 +423,7 @@ void put_set_hist(Out& o, const SetHist& s) {
     o.u8(static_cast<uint8_t>(b));
     put_filter(o, s.instance_filters[b]);
   }
+  o.u32(s.soft & kInstanceBuffers);
 }
 
 bool get_set_hist(In& in, SetHist* s) {
@@ -428,7 +434,7 @@ bool get_set_hist(In& in, SetHist* s) {
   in.get(&flags, "set_hist");
   if (in.ok() && (flags & ~3u) != 0) return in.fail("set_hist: flags");
   s->record = (flags & 1) != 0;
-  s->soft = (flags & 2) != 0;
+  s->soft = (flags & 2) != 0 ? 1u : 0u;
   in.get(&n, "set_hist");
   in.get(&s->synth_id, "set_hist");
   in.get(&s->synth_size, "set_hist");
@@ -536,15 +542,16 @@ bool get_set_hist(In& in, SetHist* s) {
   if (t > kMaxHitTriggers) return in.fail("set_hist: too many triggers");
   for (uint8_t i = 0; i < t; ++i) {
     TriggerSpec spec;
-    uint8_t action = 0, zero = 0;
+    uint8_t action = 0;
     in.get(&action, "set_hist: trigger");
-    in.get(&zero, "set_hist: trigger");
+    in.get(&spec.buffer, "set_hist: trigger");
     in.get(&spec.target_event, "set_hist: trigger");
     in.get(&spec.count_slot, "set_hist: trigger");
     if (!in.ok()) return false;
     if (action < static_cast<uint8_t>(TriggerAction::kTraceOn) ||
-        action > static_cast<uint8_t>(TriggerAction::kStackTrace) || zero != 0)
+        action > static_cast<uint8_t>(TriggerAction::kStackTrace))
       return in.fail("set_hist: trigger action");
+    if (spec.buffer >= kRingMaxBuffers) return in.fail("set_hist: trigger buffer");
     if (spec.count_slot >= kControlCountSlots && spec.count_slot != kNoCountSlot)
       return in.fail("set_hist: trigger count slot");
     spec.action = static_cast<TriggerAction>(action);
@@ -568,6 +575,10 @@ bool get_set_hist(In& in, SetHist* s) {
     if (!get_filter(in, &s->instance_filters[b])) return false;
     if (!s->instance_filters[b]) return in.fail("set_hist: instance filter missing");
   }
+  uint32_t soft = 0;
+  in.get(&soft, "set_hist: soft instances");
+  if (in.ok() && (soft & ~kInstanceBuffers) != 0) return in.fail("set_hist: soft instances");
+  s->soft |= soft;
   return in.ok();
 }
 

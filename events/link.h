@@ -71,7 +71,7 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMagic = 0x50464c00u | kVersion;  // "\x01LFP" in memory
 // The agent's ABI version as HELLO reports it: bumped whenever what the agent understands
 // changes in a way the daemon must know about.
-inline constexpr uint32_t kAgentAbiVersion = 10;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
+inline constexpr uint32_t kAgentAbiVersion = 11;  // 2: LIST_CHANGED, 3: BRANCHES, 4: SPARE,
                                                   // 5: HIST_TABLE, SET_HIST,
                                                   // 6: variables, actions, synthetic
                                                   // 7: onmax, onchange, stack keys,
@@ -82,6 +82,9 @@ inline constexpr uint32_t kAgentAbiVersion = 10;  // 2: LIST_CHANGED, 3: BRANCHE
                                                   // 10: buffers (instances): the
                                                   //    ring's buffer, SET_HIST's
                                                   //    instances
+                                                  // 11: triggers and soft mode per
+                                                  //    buffer (the control page's
+                                                  //    u16 soft-disabled bits)
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -264,9 +267,9 @@ struct HistTable {
 };
 
 // SET_HIST: what the hits of one probe do besides recording: the histograms they count
-// into, the event's triggers, whether they write ring records at all, and whether the
-// event is in soft mode (it then records only while its byte in the control page,
-// events/control_page.h, is 0). With synth_id set, the same for a synthetic event (no
+// into, the event's triggers, whether they write ring records at all, and the buffers
+// the event is in soft mode in (it then records into buffer b only while its bit of b in
+// the control page, events/control_page.h, is clear). With synth_id set, the same for a synthetic event (no
 // probe: hist actions write its records, of synth_size bytes, kept by synth_filter; no
 // triggers).
 //   u32 probe_id, u8 flags (1: record, 2: soft mode), u8 n, u16 synth_id,
@@ -279,15 +282,17 @@ struct HistTable {
 //        nvars x (u8 op, operand a, operand b), nrefs x (u32 slot, u32 var, geometry),
 //        nparams x (operand, u32 field offset, u8 field size, u8 0, u16 0),
 //        nsave x operand),
-//   u8 t, t x (u8 action, u8 0, u16 target event id, u32 count slot, u8 has_filter,
+//   u8 t, t x (u8 action, u8 buffer, u16 target event id, u32 count slot, u8 has_filter,
 //              [bytes filter]),
-//   u32 instances, u8 f, f x (u8 buffer, u8 1, bytes filter)
+//   u32 instances, u8 f, f x (u8 buffer, u8 1, bytes filter), u32 soft instances
 //   operand: u8 source, u8 transform, u8 size, u8 is_signed, u32 offset, u32 key_offset,
 //            u32 key_size, u64 buckets, u64 value
 // n <= kHistMaxPerEvent; every operand inside the key (keys) and of a known kind, a
 // variable or reference index within its program; the record offsets are checked
 // against the probe's (or synthetic event's) record by the agent. t <= kMaxHitTriggers,
-// each of a known action, its count slot below kControlCountSlots or kNoCountSlot.
+// each of a known action, its buffer below kRingMaxBuffers, its count slot below
+// kControlCountSlots or kNoCountSlot. Soft mode: flag 2 for buffer 0, `soft instances`
+// (bit 0 clear) for the others.
 // `instances`: the instances' buffers the probe's records go into besides the top level's
 // (`record`), bit b for buffer b (events/ring.h, kRingMaxBuffers), bit 0 clear;
 // `instance_filters`, by buffer, the event's filter in each instance that has one (the
@@ -296,7 +301,7 @@ inline constexpr uint32_t kInstanceBuffers = ((1u << kRingMaxBuffers) - 1) & ~1u
 struct SetHist {
   uint32_t probe_id = 0;
   bool record = true;
-  bool soft = false;
+  uint32_t soft = 0;  // bit b: soft mode in buffer b
   std::vector<HistProgram> programs;
   std::vector<HistGeometry> geometries;  // one per program: its slot's
   uint16_t synth_id = 0;

@@ -259,7 +259,7 @@ int DynamicEvents::Impl::define(const events::ProbeDefinition& def, pid_t writer
     view->compiled = compiled;
     view->kprobe_style = def.syntax == events::ProbeSyntax::kKprobe;
     fs.events().publish(std::move(view));
-    tracer.set_soft_disabled(created->id, false);  // an id used before may have left it set
+    tracer.clear_soft_disabled(created->id);  // an id used before may have left it set
     ev = created.get();
   }
 
@@ -406,7 +406,7 @@ int DynamicEvents::Impl::define_synthetic(const events::SynthEvent& se,
   view->name = ev->name;
   view->compiled = ev->compiled;
   fs.events().publish(std::move(view));
-  tracer.set_soft_disabled(ev->id, false);
+  tracer.clear_soft_disabled(ev->id);
   events.push_back(ev);
   add_event_nodes(ev);
   return 0;

@@ -91,9 +91,10 @@ struct DynEvent {
   // The instances' buffers it is enabled in (bit b: buffer b; tracee::Tracer's "Buffers"):
   // its probes are enabled in the tracer while it is registered or enabled in one.
   uint32_t instance_on = 0;
-  // The triggers that hold it in soft mode: its own, and the enable_event /
-  // disable_event triggers that target it (hist triggers hold it apart: `hists`).
-  int soft_refs = 0;
+  // The triggers that hold it in soft mode, by buffer: its own in that buffer, and the
+  // enable_event / disable_event triggers of that buffer that target it (hist triggers
+  // hold it apart: `hists`).
+  int soft_refs[events::kRingMaxBuffers] = {};
   std::shared_ptr<const events::CompiledFilter> filter;
   std::string filter_text = "none\n";  // what its filter file reads
   // Its filters in the instances' buffers, by buffer (none: no entry).
@@ -172,8 +173,6 @@ struct DynamicEvents::Impl {
   // chain so far, bounded as a target's).
   void emit_daemon_synths(const std::vector<events::HistFired>& fired, pid_t tid, int depth);
   void update_marker_armed();
-  // The marker's triggers and histograms of an instance that goes.
-  void drop_marker_buffer(uint32_t buffer);
 
   // ---- fs/event_files.cc: events/ and the files that show or steer the events ----
   void add_events_dir();
@@ -193,9 +192,12 @@ struct DynamicEvents::Impl {
   bool instance_live(uint32_t buffer, const std::weak_ptr<Node>& edir) const;
   int register_event(DynEvent& ev);
   void unregister_event(DynEvent& ev);
-  int set_enable(DynEvent& ev, bool on);
-  // The enable of the event in buffer `buffer`: the top level's (set_enable) or an
-  // instance's.
+  // The event records into buffer `buffer` from now on (the top level's: register_event),
+  // or no longer.
+  int turn_on(DynEvent& ev, uint32_t buffer);
+  void turn_off(DynEvent& ev, uint32_t buffer);
+  // The enable file, set_event and the group and top-level enables of buffer `buffer`
+  // (0: the top level's). In soft mode there, only its soft-disabled bit follows.
   int set_buffer_enable(DynEvent& ev, uint32_t buffer, bool on);
   // Tells its probes which buffers their records go into (registered: the top level's).
   void tell_buffers(DynEvent& ev);
@@ -203,15 +205,20 @@ struct DynamicEvents::Impl {
   static bool enabled_in(const DynEvent& ev, uint32_t buffer) {
     return buffer == 0 ? ev.registered : ((ev.instance_on >> buffer) & 1) != 0;
   }
-  int soft_on(DynEvent& ev);
-  void soft_off(DynEvent& ev);
-  std::string enable_text(const DynEvent& ev);
-  // In soft mode: its probes run whether or not it is enabled, and it records only while
-  // soft-enabled (Tracer::soft_disabled).
-  static bool soft_mode(const DynEvent& ev) { return ev.soft_refs > 0 || !ev.hists.empty(); }
-  bool soft_disabled(const DynEvent& ev) const { return soft_mode(ev) && tracer.soft_disabled(ev.id); }
+  int soft_on(DynEvent& ev, uint32_t buffer);
+  void soft_off(DynEvent& ev, uint32_t buffer);
+  std::string enable_text(const DynEvent& ev, uint32_t buffer);
+  // In soft mode in a buffer: its probes run whether or not it is enabled there, and it
+  // records there only while soft-enabled (Tracer::soft_disabled).
+  static bool soft_mode(const DynEvent& ev, uint32_t buffer);
+  static uint32_t soft_mask(const DynEvent& ev);  // bit b: soft_mode(ev, b)
+  bool soft_disabled(const DynEvent& ev, uint32_t buffer = 0) const {
+    return soft_mode(ev, buffer) && tracer.soft_disabled(ev.id, buffer);
+  }
   // Drops ev's triggers (the event goes): their counts, and the soft mode they held.
   void drop_triggers(DynEvent& ev);
+  // Drops ev's triggers and histograms of buffer `buffer` (its instance goes).
+  void drop_buffer_triggers(DynEvent& ev, uint32_t buffer);
   // The event's filter in buffer `buffer` (0: the top level's, else an instance's).
   int set_filters(DynEvent& ev, std::shared_ptr<const events::CompiledFilter> f,
                   std::string text, uint32_t buffer = 0);
@@ -240,7 +247,9 @@ struct DynamicEvents::Impl {
   // Tells the event's probes (or its synthetic spec) what their hits run besides
   // recording: histograms, triggers, soft mode.
   void apply_hits(DynEvent& ev);
-  void drop_hists(DynEvent& ev);
+  // A histogram of the event's in `buffer` went: the soft mode they held there goes with
+  // the last.
+  void hists_gone(DynEvent& ev, uint32_t buffer);
   std::string available_events();
   // set_event of the top level, or of the instance whose events/ is `instance`.
   std::string set_event_text(uint32_t buffer = 0);

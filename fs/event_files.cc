@@ -128,9 +128,9 @@ void DynamicEvents::Impl::add_event_nodes(const std::shared_ptr<DynEvent>& ev) {
 }
 
 // The directories and files of `ev` under `edir`, the events/ of buffer `buffer`: its
-// group's (with its first event: filter, enable) and its own (enable, filter; trigger and
-// hist at the top level alone; format, id). The files of an instance removed since
-// change nothing (instance_live).
+// group's (with its first event: filter, enable) and its own (enable, filter, trigger,
+// hist, format, id). The files of an instance removed since change nothing
+// (instance_live).
 void DynamicEvents::Impl::add_event_files(uint32_t buffer, const NodePtr& edir,
                                           const std::shared_ptr<DynEvent>& ev) {
   const std::weak_ptr<Node> self = edir;
@@ -174,8 +174,7 @@ void DynamicEvents::Impl::add_event_files(uint32_t buffer, const NodePtr& edir,
                     [this, ev, buffer] {
                       std::lock_guard l(mu);
                       if (ev->removed) return std::string();
-                      if (buffer == 0) return enable_text(*ev);
-                      return std::string(enabled_in(*ev, buffer) ? "1\n" : "0\n");
+                      return enable_text(*ev, buffer);
                     },
                     [this, ev, buffer, self](const Request&, std::string_view data) -> int64_t {
                       bool on;
@@ -194,21 +193,23 @@ void DynamicEvents::Impl::add_event_files(uint32_t buffer, const NodePtr& edir,
                     [this, ev, buffer, self](const Request&, std::string_view data) {
                       return write_filter(*ev, data, buffer, self);
                     }));
-  if (buffer == 0) {
-    tree.add_file(dir, "trigger", kModeReadWrite,
-                  make_text_file(
-                      [this, ev] {
+  tree.add_file(dir, "trigger", kModeReadWrite,
+                make_text_file(
+                    [this, ev, buffer] {
+                      std::lock_guard l(mu);
+                      return ev->removed ? std::string() : trigger_text(*ev, buffer);
+                    },
+                    [this, ev, buffer, self](const Request&, std::string_view data) -> int64_t {
+                      {
                         std::lock_guard l(mu);
-                        return ev->removed ? std::string() : trigger_text(*ev);
-                      },
-                      [this, ev](const Request&, std::string_view data) {
-                        return write_trigger(*ev, data);
-                      }));
-    tree.add_file(dir, "hist", kModeRead, make_text_file([this, ev] {
-                    std::lock_guard l(mu);
-                    return ev->removed ? std::string() : hist_text(*ev);
-                  }));
-  }
+                        if (!instance_live(buffer, self)) return -ENODEV;
+                      }
+                      return write_trigger(*ev, data, buffer);
+                    }));
+  tree.add_file(dir, "hist", kModeRead, make_text_file([this, ev, buffer] {
+                  std::lock_guard l(mu);
+                  return ev->removed ? std::string() : hist_text(*ev, buffer);
+                }));
   tree.add_file(dir, "format", kModeRead, make_text_file([ev] {
                   return events::format_file(ev->compiled, ev->id);
                 }));
@@ -266,11 +267,15 @@ bool DynamicEvents::Impl::instance_live(uint32_t buffer, const std::weak_ptr<Nod
 // directory (the caller's). Its files still open change nothing from here (instance_live).
 void DynamicEvents::Impl::remove_instance(uint32_t buffer) {
   std::lock_guard l(mu);
+  // Triggers first (of every event: an enable_event there holds its target in soft mode
+  // there), then what is left enabled there.
+  drop_buffer_triggers(*marker, buffer);
+  for (const auto& ev : events) drop_buffer_triggers(*ev, buffer);
   for (const auto& ev : events) {
     (void)set_buffer_enable(*ev, buffer, false);
     if (ev->instance_filters.count(buffer)) (void)set_filters(*ev, nullptr, "none\n", buffer);
+    tracer.set_soft_disabled(ev->id, false, buffer);
   }
-  drop_marker_buffer(buffer);
   instance_events.erase(buffer);
 }
 
@@ -340,81 +345,103 @@ void DynamicEvents::Impl::unregister_event(DynEvent& ev) {
   if (ev.synthetic) apply_hits(ev);
 }
 
-int DynamicEvents::Impl::set_buffer_enable(DynEvent& ev, uint32_t buffer, bool on) {
-  if (buffer == 0) return set_enable(ev, on);
-  if (buffer >= events::kRingMaxBuffers) return -EINVAL;
+int DynamicEvents::Impl::turn_on(DynEvent& ev, uint32_t buffer) {
+  if (buffer == 0) return ev.registered ? 0 : register_event(ev);
   const uint32_t bit = 1u << buffer;
-  if (on == ((ev.instance_on & bit) != 0)) return 0;
+  if (ev.instance_on & bit) return 0;
   const bool was_on = in_use(ev);
-  if (on) {
-    ev.instance_on |= bit;
-    tell_buffers(ev);
-    if (!was_on) {
-      if (int err = enable_probes(tracer, ev); err != 0) {
-        ev.instance_on &= ~bit;
-        return err;
-      }
+  ev.instance_on |= bit;
+  tell_buffers(ev);
+  if (!was_on) {
+    if (int err = enable_probes(tracer, ev); err != 0) {
+      ev.instance_on &= ~bit;
+      return err;
     }
-    return 0;
   }
+  return 0;
+}
+
+void DynamicEvents::Impl::turn_off(DynEvent& ev, uint32_t buffer) {
+  if (buffer == 0) {
+    if (ev.registered) unregister_event(ev);
+    return;
+  }
+  const uint32_t bit = 1u << buffer;
+  if (!(ev.instance_on & bit)) return;
   ev.instance_on &= ~bit;
   if (in_use(ev)) tell_buffers(ev);
   else disable_probes(tracer, ev);
-  return 0;
 }
 
-// The enable file, set_event and the group and top-level enables. In soft mode (the
-// event has triggers, or a trigger targets it) the probes stay enabled and only the
-// soft-disabled byte follows, as in the kernel.
-int DynamicEvents::Impl::set_enable(DynEvent& ev, bool on) {
+// In soft mode (the event has triggers in the buffer, or a trigger there targets it) the
+// probes stay enabled and only the soft-disabled bit follows, as in the kernel.
+int DynamicEvents::Impl::set_buffer_enable(DynEvent& ev, uint32_t buffer, bool on) {
+  if (buffer >= events::kRingMaxBuffers) return -EINVAL;
   if (on) {
-    tracer.set_soft_disabled(ev.id, false);
+    tracer.set_soft_disabled(ev.id, false, buffer);
     if (ev.synthetic) apply_hits(ev);
-    return ev.registered ? 0 : register_event(ev);
+    return turn_on(ev, buffer);
   }
-  if (soft_mode(ev)) {
-    tracer.set_soft_disabled(ev.id, true);
+  if (soft_mode(ev, buffer)) {
+    tracer.set_soft_disabled(ev.id, true, buffer);
     if (ev.synthetic) apply_hits(ev);
     return 0;
   }
-  if (ev.registered) unregister_event(ev);
-  tracer.set_soft_disabled(ev.id, false);
+  turn_off(ev, buffer);
+  tracer.set_soft_disabled(ev.id, false, buffer);
   return 0;
 }
 
-// A trigger now holds `ev` in soft mode: its probes run, and an event that was off stays
-// off (soft-disabled) until a trigger or a write enables it. The probes learn of the
-// soft mode and the triggers before they are enabled: their first hits obey.
-int DynamicEvents::Impl::soft_on(DynEvent& ev) {
-  const bool was_soft = soft_mode(ev);
-  ++ev.soft_refs;
+bool DynamicEvents::Impl::soft_mode(const DynEvent& ev, uint32_t buffer) {
+  if (buffer >= events::kRingMaxBuffers) return false;
+  if (ev.soft_refs[buffer] > 0) return true;
+  for (const HistTrigger& t : ev.hists)
+    if (t.buffer == buffer) return true;
+  return false;
+}
+
+uint32_t DynamicEvents::Impl::soft_mask(const DynEvent& ev) {
+  uint32_t mask = 0;
+  for (uint32_t b = 0; b < events::kRingMaxBuffers; ++b)
+    if (soft_mode(ev, b)) mask |= 1u << b;
+  return mask;
+}
+
+// A trigger of buffer `buffer` now holds `ev` in soft mode there: its probes run, and an
+// event that was off there stays off (soft-disabled) until a trigger or a write enables
+// it. The probes learn of the soft mode and the triggers before they are enabled: their
+// first hits obey.
+int DynamicEvents::Impl::soft_on(DynEvent& ev, uint32_t buffer) {
+  const bool was_soft = soft_mode(ev, buffer);
+  ++ev.soft_refs[buffer];
   if (was_soft) return 0;
-  if (!ev.registered) tracer.set_soft_disabled(ev.id, true);
+  const bool was_on = enabled_in(ev, buffer);
+  if (!was_on) tracer.set_soft_disabled(ev.id, true, buffer);
   apply_hits(ev);
-  if (ev.registered) return 0;
-  if (int err = register_event(ev); err != 0) {
-    --ev.soft_refs;
-    tracer.set_soft_disabled(ev.id, false);
+  if (was_on) return 0;
+  if (int err = turn_on(ev, buffer); err != 0) {
+    --ev.soft_refs[buffer];
+    tracer.set_soft_disabled(ev.id, false, buffer);
     apply_hits(ev);
     return err;
   }
   return 0;
 }
 
-// A trigger that held `ev` in soft mode is gone: with the last, it leaves soft mode,
-// enabled if it was soft-enabled, else off.
-void DynamicEvents::Impl::soft_off(DynEvent& ev) {
-  if (ev.soft_refs == 0 || --ev.soft_refs > 0 || soft_mode(ev)) return;
-  if (tracer.soft_disabled(ev.id) && ev.registered) unregister_event(ev);
-  tracer.set_soft_disabled(ev.id, false);
+// A trigger that held `ev` in soft mode in `buffer` is gone: with the last, it leaves soft
+// mode there, enabled if it was soft-enabled, else off.
+void DynamicEvents::Impl::soft_off(DynEvent& ev, uint32_t buffer) {
+  if (ev.soft_refs[buffer] == 0 || --ev.soft_refs[buffer] > 0 || soft_mode(ev, buffer)) return;
+  if (tracer.soft_disabled(ev.id, buffer)) turn_off(ev, buffer);
+  tracer.set_soft_disabled(ev.id, false, buffer);
   apply_hits(ev);
 }
 
 // "0" or "1", with '*' in soft mode: "0*" soft-disabled, "1*" soft-enabled.
-std::string DynamicEvents::Impl::enable_text(const DynEvent& ev) {
-  const bool disabled = soft_disabled(ev);
-  std::string s = ev.registered && !disabled ? "1" : "0";
-  if (soft_mode(ev)) s += "*";
+std::string DynamicEvents::Impl::enable_text(const DynEvent& ev, uint32_t buffer) {
+  const bool disabled = soft_disabled(ev, buffer);
+  std::string s = enabled_in(ev, buffer) && !disabled ? "1" : "0";
+  if (soft_mode(ev, buffer)) s += "*";
   return s + "\n";
 }
 
@@ -545,11 +572,8 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, 
   TriggerCommand c;
   if (parse_trigger(data, &c) != 0) return -EINVAL;
   // The marker's are the daemon's to run: snapshot is one, a stack is not (the writer's
-  // is in another process); enable_event and disable_event switch the top level's events.
-  if (ev.marker ? (c.kind == TriggerKind::kStackTrace ||
-                   (buffer != 0 && (c.kind == TriggerKind::kEnableEvent ||
-                                    c.kind == TriggerKind::kDisableEvent)))
-                : c.kind == TriggerKind::kSnapshot)
+  // is in another process).
+  if (ev.marker ? c.kind == TriggerKind::kStackTrace : c.kind == TriggerKind::kSnapshot)
     return -EINVAL;
   std::lock_guard l(mu);
   if (ev.removed) return -ENODEV;
@@ -567,8 +591,8 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, 
     ev.triggers.erase(place);
     if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
     apply_hits(ev);
-    if (!ev.marker) soft_off(ev);
-    if (gone.target) soft_off(*gone.target);
+    if (!ev.marker) soft_off(ev, buffer);
+    if (gone.target) soft_off(*gone.target, buffer);
     update_marker_armed();
     return done(data);
   }
@@ -588,7 +612,7 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, 
     if (int err = tracer.create_trigger_count(t.count, &t.count_slot); err != 0) return err;
   // The target first: in soft mode, so that the first hit of this trigger finds it so.
   if (target) {
-    if (int err = soft_on(*target); err != 0) {
+    if (int err = soft_on(*target, buffer); err != 0) {
       if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
       return err;
     }
@@ -597,12 +621,12 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, 
   }
   ev.triggers.insert(ev.triggers.begin(), std::move(t));
   apply_hits(ev);
-  if (int err = ev.marker ? 0 : soft_on(ev); err != 0) {
+  if (int err = ev.marker ? 0 : soft_on(ev, buffer); err != 0) {
     const Trigger gone = ev.triggers.front();
     ev.triggers.erase(ev.triggers.begin());
     if (gone.count >= 0) tracer.destroy_trigger_count(gone.count_slot);
     apply_hits(ev);
-    if (gone.target) soft_off(*gone.target);
+    if (gone.target) soft_off(*gone.target, buffer);
     return err;
   }
   if (c.kind == TriggerKind::kSnapshot) fs.allocate_snapshot(buffer);
@@ -615,15 +639,39 @@ void DynamicEvents::Impl::drop_triggers(DynEvent& ev) {
   ev.triggers.clear();
   for (const Trigger& t : gone) {
     if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
-    if (t.target && t.target != &ev) soft_off(*t.target);
+    if (t.target && t.target != &ev) soft_off(*t.target, t.buffer);
   }
-  ev.soft_refs = 0;
+  for (int& n : ev.soft_refs) n = 0;
   // Triggers of other events that target it (none can while it is held: it cannot be
   // removed while enabled) let it go too.
   for (DynEvent* other : hist_events())
     for (Trigger& t : other->triggers)
       if (t.target == &ev) t.target = nullptr;
-  if (!ev.marker) tracer.set_soft_disabled(ev.id, false);
+  if (!ev.marker) tracer.clear_soft_disabled(ev.id);
+}
+
+void DynamicEvents::Impl::drop_buffer_triggers(DynEvent& ev, uint32_t buffer) {
+  std::vector<Trigger> gone;
+  for (auto it = ev.triggers.begin(); it != ev.triggers.end();) {
+    if (it->buffer != buffer) {
+      ++it;
+      continue;
+    }
+    gone.push_back(*it);
+    it = ev.triggers.erase(it);
+  }
+  const bool had_hists = std::erase_if(ev.hists, [&](const HistTrigger& t) {
+    return t.buffer == buffer;
+  }) != 0;
+  if (gone.empty() && !had_hists) return;
+  apply_hits(ev);
+  for (const Trigger& t : gone) {
+    if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
+    if (!ev.marker) soft_off(ev, buffer);
+    if (t.target) soft_off(*t.target, buffer);
+  }
+  if (had_hists) hists_gone(ev, buffer);
+  update_marker_armed();
 }
 
 // ---- available_events and set_event ----------------------------------------------------------

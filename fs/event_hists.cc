@@ -36,7 +36,7 @@ void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
     // reaches its records only at the next change here).
     tracee::Tracer::SynthSpec spec;
     spec.size = ev.compiled.program.fixed_size;
-    spec.record = ev.registered && !soft_disabled(ev);
+    spec.record = ev.registered && !soft_disabled(ev, 0);
     if (ev.filter) spec.filter = *ev.filter;
     spec.hists = std::move(programs);
     (void)tracer.set_synth(ev.id, std::move(spec));
@@ -48,7 +48,8 @@ void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
     if (targeted && !t.target) continue;  // its target went (drop_triggers)
     triggers.push_back(hit_trigger(t, targeted ? t.target->id : 0));
   }
-  for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, triggers, soft_mode(ev));
+  const uint32_t soft = soft_mask(ev);
+  for (DynProbe* p : ev.probes) (void)tracer.set_hists(p->id, programs, triggers, soft);
 }
 
 bool DynamicEvents::Impl::slot_referenced(uint32_t slot, const HistTrigger* except) {
@@ -200,14 +201,13 @@ int DynamicEvents::Impl::compile_hist(const DynEvent& ev, const HistSpec& spec,
   return 0;
 }
 
-// The event's last hist trigger went: it leaves the soft mode they held it in, unless
-// other triggers hold it.
-// (The byte is 0 outside soft mode: 1 here means it was soft-disabled.)
-void DynamicEvents::Impl::drop_hists(DynEvent& ev) {
-  ev.hists.clear();
-  if (ev.soft_refs == 0 && !ev.marker) {
-    if (tracer.soft_disabled(ev.id) && ev.registered) unregister_event(ev);
-    tracer.set_soft_disabled(ev.id, false);
+// A hist trigger of `buffer` went: with the last, the event leaves the soft mode they held
+// it in there, unless other triggers hold it. (The bit is clear outside soft mode: set
+// here means it was soft-disabled.)
+void DynamicEvents::Impl::hists_gone(DynEvent& ev, uint32_t buffer) {
+  if (!ev.marker && !soft_mode(ev, buffer)) {
+    if (tracer.soft_disabled(ev.id, buffer)) turn_off(ev, buffer);
+    tracer.set_soft_disabled(ev.id, false, buffer);
   }
   apply_hits(ev);
 }
@@ -242,8 +242,7 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data, uin
     if (match->data.use_count() == 1 && slot_referenced(match->data->slot, &*match))
       return -EBUSY;
     ev.hists.erase(match);
-    if (ev.hists.empty()) drop_hists(ev);
-    else apply_hits(ev);
+    hists_gone(ev, buffer);
     update_marker_armed();
     return done(data);
   }
@@ -326,13 +325,13 @@ int64_t DynamicEvents::Impl::write_hist(DynEvent& ev, std::string_view data, uin
   }
   // Soft mode: running, not recording, unless enabled (apply_hists first, so that the
   // first hits of a newly enabled probe already write nothing).
-  if (!ev.registered) tracer.set_soft_disabled(ev.id, true);
+  const bool was_on = enabled_in(ev, buffer);
+  if (!was_on) tracer.set_soft_disabled(ev.id, true, buffer);
   apply_hits(ev);
-  if (!ev.registered) {
-    if (int err = register_event(ev); err != 0) {
+  if (!was_on) {
+    if (int err = turn_on(ev, buffer); err != 0) {
       ev.hists.pop_back();
-      if (ev.hists.empty()) drop_hists(ev);
-      else apply_hits(ev);
+      hists_gone(ev, buffer);
       return err;
     }
   }

@@ -161,6 +161,7 @@ events::TriggerSpec hit_trigger(const Trigger& t, uint16_t target_id) {
     case TriggerKind::kSnapshot: break;  // never at a target's hit (write_trigger)
   }
   s.target_event = target_id;
+  s.buffer = static_cast<uint8_t>(t.buffer);
   s.count_slot = t.count < 0 ? events::kNoCountSlot : t.count_slot;
   if (t.filter) s.filter = *t.filter;
   return s;

@@ -1,16 +1,16 @@
 // instances/: `mkdir instances/NAME` makes an instance, a trace buffer of its own beside
 // the top level's, as the kernel's are (trace-cmd's -B records into one): its own records
 // (trace, trace_pipe, per_cpu/cpuN/ with trace_pipe_raw), tracing_on, trace_marker and
-// trace_marker_raw, options/, set_event_pid, tracing_cpumask, and its own event enables
-// (events/: enable at every level, each event's format and id; set_event). `rmdir`
-// disables its events in it and removes it. An event enabled in any instance is busy, as
-// in the top level (it cannot be removed).
+// trace_marker_raw, snapshot, options/, set_event_pid, tracing_cpumask, and its own
+// events/ (enable and filter at every level; each event's trigger, hist, format and id;
+// set_event), whose triggers act on the instance's buffer. `rmdir` takes its triggers
+// and histograms away, disables its events in it and removes it. An event enabled in any
+// instance is busy, as in the top level (it cannot be removed).
 //
 // An instance's buffer is one of the tracer's buffers (tracee::Tracer's "Buffers"):
 // at most events::kRingMaxBuffers - 1 instances at once (mkdir beyond: ENOSPC). What the
 // instance shares with the top level: the trace clock and the ring size (trace_clock and
-// buffer_size_kb act on every buffer), saved_cmdlines; an event's filter and triggers
-// are the top level's own (an instance's events/ has neither file).
+// buffer_size_kb act on every buffer), saved_cmdlines.
 //
 // Threads: any; mkdir and rmdir are serialised by the instances' lock, taken before the
 // definitions' (fs/dynamic_events.h).

@@ -4,7 +4,7 @@
 // is in the buffer (and only when it is: with tracing off the write fails and nothing
 // runs). Here the daemon writes that record (fs/trace_files.cc), so the daemon runs them,
 // in the writer's write() call: traceon and traceoff, snapshot, enable_event and
-// disable_event (of the top level's events), each with its count and filter; and hist
+// disable_event, each with its count and filter; and hist
 // triggers, counted into the daemon's own table of each histogram (Tracer::
 // count_daemon_hists), which `hist` reads merged with the targets' tables. A histogram's
 // action fires a synthetic event here as a target's does: its record goes into the
@@ -84,17 +84,6 @@ void DynamicEvents::Impl::update_marker_armed() {
   marker_armed.store(armed, std::memory_order_release);
 }
 
-void DynamicEvents::Impl::drop_marker_buffer(uint32_t buffer) {
-  std::erase_if(marker->triggers, [&](const Trigger& t) {
-    if (t.buffer != buffer) return false;
-    if (t.count >= 0) tracer.destroy_trigger_count(t.count_slot);
-    if (t.target) soft_off(*t.target);
-    return true;
-  });
-  std::erase_if(marker->hists, [&](const HistTrigger& t) { return t.buffer == buffer; });
-  update_marker_armed();
-}
-
 void DynamicEvents::Impl::marker_hit(uint32_t buffer, pid_t tid, std::string_view comm,
                                      std::string_view text) {
   if (buffer >= 32 || !(marker_armed.load(std::memory_order_acquire) >> buffer & 1)) return;
@@ -150,8 +139,8 @@ void DynamicEvents::Impl::marker_hit(uint32_t buffer, pid_t tid, std::string_vie
       case TriggerKind::kEnableEvent:
       case TriggerKind::kDisableEvent: {
         const bool disable = t.kind == TriggerKind::kDisableEvent;
-        if (!t.target || tracer.soft_disabled(t.target->id) == disable) break;
-        if (tracer.take_trigger_count(slot)) tracer.set_soft_disabled(t.target->id, disable);
+        if (!t.target || tracer.soft_disabled(t.target->id, buffer) == disable) break;
+        if (tracer.take_trigger_count(slot)) tracer.set_soft_disabled(t.target->id, disable, buffer);
         break;
       }
       case TriggerKind::kSnapshot:

@@ -111,12 +111,12 @@ struct ProbeSpec {
   bool enabled = false;
   // Optional; set_filter() changes it later.
   std::shared_ptr<const events::CompiledFilter> filter;
-  // The histograms its hits count into, its event's triggers, and whether the event is
-  // in soft mode (it records only while its control-page byte is 0: set_soft_disabled);
-  // set_hists() changes them.
+  // The histograms its hits count into, its event's triggers, and the buffers the event
+  // is in soft mode in (it records into buffer b only while its control-page bit of b is
+  // clear: set_soft_disabled); set_hists() changes them.
   std::vector<events::HistProgram> hists;
   std::vector<events::TriggerSpec> triggers;
-  bool soft = false;
+  uint32_t soft = 0;  // bit b: in soft mode in buffer b
   // The buffers its records go into (bit b: buffer b; bit 0 the top level's, the others
   // instances'); set_probe_buffers() changes it. Only while the probe is enabled.
   uint32_t buffers = 1;
@@ -288,9 +288,9 @@ class Tracer {
   [[nodiscard]] int set_filter(ProbeId id, std::shared_ptr<const events::CompiledFilter> f);
   // The histograms the probe's hits count into (their slots made by create_hist), its
   // event's triggers (their counts made by create_trigger_count), and whether the event
-  // is in soft mode.
+  // is in soft mode in (bit b: buffer b).
   [[nodiscard]] int set_hists(ProbeId id, std::vector<events::HistProgram> programs,
-                              std::vector<events::TriggerSpec> triggers, bool soft);
+                              std::vector<events::TriggerSpec> triggers, uint32_t soft);
   // The buffers the probe's records go into (ProbeSpec::buffers), in every target.
   [[nodiscard]] int set_probe_buffers(ProbeId id, uint32_t buffers);
   // The probe's filter for its records in instance buffer `buffer` (1 and up); nullptr
@@ -361,8 +361,11 @@ class Tracer {
   bool tracing_on(uint32_t buffer = 0) const;
   // An event in soft mode records only while this is false; an enable_event or
   // disable_event trigger changes it at the hit.
-  bool soft_disabled(uint16_t event_id) const;
-  void set_soft_disabled(uint16_t event_id, bool disabled);
+  // Of buffer `buffer` (each buffer has its bit).
+  bool soft_disabled(uint16_t event_id, uint32_t buffer = 0) const;
+  void set_soft_disabled(uint16_t event_id, bool disabled, uint32_t buffer = 0);
+  // Every buffer's bit clear (an event id that goes, or comes again).
+  void clear_soft_disabled(uint16_t event_id);
   // A trigger's count (traceoff:3): a slot holding `count`, which the trigger's hits take
   // from; -ENOSPC when every slot is taken.
   [[nodiscard]] int create_trigger_count(int64_t count, uint32_t* slot);

@@ -44,13 +44,17 @@ bool Tracer::tracing_on(uint32_t buffer) const {
          !events::control_tracing_off(impl_->control.page, buffer);
 }
 
-bool Tracer::soft_disabled(uint16_t event_id) const {
-  return events::control_soft_disabled(impl_->control.page, event_id);
+bool Tracer::soft_disabled(uint16_t event_id, uint32_t buffer) const {
+  return events::control_soft_disabled(impl_->control.page, event_id, buffer);
 }
 
-void Tracer::set_soft_disabled(uint16_t event_id, bool disabled) {
-  __atomic_store_n(&impl_->control.page->soft_disabled[event_id],
-                   static_cast<uint8_t>(disabled ? 1 : 0), __ATOMIC_RELAXED);
+void Tracer::set_soft_disabled(uint16_t event_id, bool disabled, uint32_t buffer) {
+  if (buffer >= events::kRingMaxBuffers) return;
+  (void)events::control_switch_soft(impl_->control.page, event_id, disabled, buffer);
+}
+
+void Tracer::clear_soft_disabled(uint16_t event_id) {
+  __atomic_store_n(&impl_->control.page->soft_disabled[event_id], uint16_t{0}, __ATOMIC_RELAXED);
 }
 
 int Tracer::create_trigger_count(int64_t count, uint32_t* slot) {

@@ -247,7 +247,7 @@ void Tracer::remove_synth(uint16_t event_id) {
 }
 
 int Tracer::set_hists(ProbeId id, std::vector<events::HistProgram> programs,
-                      std::vector<events::TriggerSpec> triggers, bool soft) {
+                      std::vector<events::TriggerSpec> triggers, uint32_t soft) {
   if (programs.size() > events::kHistMaxPerEvent || triggers.size() > events::kMaxHitTriggers)
     return -EINVAL;
   std::lock_guard lock(impl_->mu);

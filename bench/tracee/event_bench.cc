@@ -156,7 +156,7 @@ bool add_hist(tracee::Tracer& t, tracee::ProbeId probe) {
   p.keys[1].transform = events::HistTransform::kLog2;
   p.nvals = 1;
   p.vals[0].offset = 16;
-  return t.set_hists(probe, {p}, {}, true) == 0;
+  return t.set_hists(probe, {p}, {}, 1u) == 0;
 }
 
 // hist:keys=common_stacktrace on the first event, the event only aggregating.
@@ -170,7 +170,7 @@ bool add_stack_hist(tracee::Tracer& t, tracee::ProbeId probe) {
   p.nkeys = 1;
   p.keys[0].source = events::HistSource::kStack;
   p.keys[0].key_size = events::kHistStackBytes;
-  return t.set_hists(probe, {p}, {}, true) == 0;
+  return t.set_hists(probe, {p}, {}, 1u) == 0;
 }
 
 // The latency histogram of bench_add (see the top): the entry's ts0 per thread, the
@@ -211,8 +211,8 @@ bool add_latency(tracee::Tracer& t, tracee::ProbeId entry, tracee::ProbeId ret) 
   pr.action.params[0].source = events::HistSource::kVar;
   pr.action.param_offset[0] = 8;
   pr.action.param_size[0] = 8;
-  return t.set_hists(entry, {pe}, {}, true) == 0 && t.set_synth(300, synth) == 0 &&
-         t.set_hists(ret, {pr}, {}, true) == 0;
+  return t.set_hists(entry, {pe}, {}, 1u) == 0 && t.set_synth(300, synth) == 0 &&
+         t.set_hists(ret, {pr}, {}, 1u) == 0;
 }
 
 enum class Aggregate { kNone, kHist, kLatency, kStack };

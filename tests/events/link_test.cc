@@ -316,6 +316,22 @@ TEST(Link, HistMessagesRoundTripAndAreChecked) {
   EXPECT_TRUE(f2.instance_filters[2].has_value());
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->instances = 1; }));
   EXPECT_FALSE(inter_decodes([](SetHist* b) { b->instances = 1u << kRingMaxBuffers; }));
+  // Triggers and soft mode per buffer: an instance's trigger acts on its buffer.
+  SetHist per_buffer = inter;
+  per_buffer.soft = 0b101;
+  TriggerSpec ts;
+  ts.action = TriggerAction::kDisableEvent;
+  ts.target_event = 0x7001;
+  ts.buffer = 2;
+  per_buffer.triggers.push_back(ts);
+  m.body = per_buffer;
+  const SetHist pb = std::get<SetHist>(roundtrip(m).body);
+  EXPECT_EQ(pb.soft, 0b101u);
+  ASSERT_EQ(pb.triggers.size(), 1u);
+  EXPECT_EQ(pb.triggers[0].buffer, 2u);
+  EXPECT_EQ(pb.triggers[0].target_event, 0x7001u);
+  EXPECT_FALSE(decodes_from(per_buffer, [](SetHist* b) { b->triggers[0].buffer = kRingMaxBuffers; }));
+  EXPECT_FALSE(decodes_from(per_buffer, [](SetHist* b) { b->soft = 1u << kRingMaxBuffers; }));
   EXPECT_FALSE(inter_decodes([&](SetHist* b) {
     b->instance_filters.resize(1);
     b->instance_filters[0] = filter;

@@ -282,5 +282,63 @@ TEST_F(InstancesTest, MadeAndRemovedWhileEventsAreEnabledInThem) {
   EXPECT_EQ(prog->ask("call 1"), "ok 0");
 }
 
+// An instance's event files have their own triggers and histograms, held and run apart
+// from the top level's: they act on the instance's buffer (its tracing_on, the soft mode
+// of its events there) and show only there; rmdir takes them away.
+TEST_F(InstancesTest, TriggersAndHistogramsOfAnInstanceActOnItsBuffer) {
+  ASSERT_EQ(m_.write("uprobe_events", "p:in/add " + place("traced_add") + " a=%di\n"), 0);
+  ASSERT_EQ(m_.write("uprobe_events", "r:in/ret " + place("traced_add") + " r=$retval\n"), 0);
+  ASSERT_EQ(make("t"), 0);
+  const std::string t = "instances/t/events/in/";
+  const std::string none =
+      "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
+  EXPECT_EQ(read(t + "add/trigger"), none);
+  put(t + "add/enable", "1");
+  // enable_event: its target in soft mode in the instance alone.
+  ASSERT_EQ(m_.write(t + "add/trigger", "enable_event:in:ret:1"), 0);
+  EXPECT_EQ(read(t + "ret/enable"), "0*\n");
+  EXPECT_EQ(read("events/in/ret/enable"), "0\n");
+  EXPECT_EQ(read("events/in/add/trigger"), none);
+  auto prog = exec_program();
+  ASSERT_TRUE(prog->call(2));
+  EXPECT_EQ(read(t + "ret/enable"), "1*\n");
+  EXPECT_EQ(read("events/in/ret/enable"), "0\n");
+  EXPECT_EQ(read(t + "add/trigger"), "enable_event:in:ret:count=0\n");
+  auto count = [&](const std::string& rel, const std::string& what) {
+    size_t n = 0;
+    for (const std::string& l : trace_body_lines(read(rel))) n += l.find(what) != std::string::npos;
+    return n;
+  };
+  // The first call's return comes after the hit that enabled it.
+  EXPECT_EQ(count("instances/t/trace", " ret: ("), 2u);
+  EXPECT_EQ(count("instances/t/trace", " add: ("), 2u);
+  EXPECT_EQ(trace_body_lines(read("trace")), Lines{});
+
+  // traceoff with a filter: the instance's tracing_on, at the hit that matches.
+  ASSERT_EQ(m_.write(t + "add/trigger", "traceoff if a == 1"), 0);
+  ASSERT_TRUE(prog->call(3));
+  EXPECT_EQ(read("instances/t/tracing_on"), "0\n");
+  EXPECT_EQ(read("tracing_on"), "1\n");
+  EXPECT_EQ(adds("instances/t/trace"), (Lines{"a=0x0", "a=0x1", "a=0x0", "a=0x1"}));
+
+  // A histogram of the instance: its hist file alone shows it.
+  put("instances/t/tracing_on", "1");
+  ASSERT_EQ(m_.write(t + "add/trigger", "!traceoff"), 0);
+  ASSERT_EQ(m_.write(t + "add/trigger", "hist:keys=a"), 0);
+  ASSERT_TRUE(prog->call(3));
+  const std::string hist = read(t + "add/hist");
+  EXPECT_NE(hist.find("Hits: 3\n"), std::string::npos) << hist;
+  EXPECT_NE(hist.find("{ a:          2 } hitcount:          1"), std::string::npos) << hist;
+  EXPECT_EQ(read("events/in/add/hist"), "");
+  EXPECT_EQ(read(t + "add/trigger"),
+            "enable_event:in:ret:count=0\nhist:keys=a:vals=hitcount:sort=hitcount:size=2048 [active]\n");
+
+  // rmdir: the instance's triggers and histograms go, with the soft mode they held.
+  EXPECT_EQ(remove("t"), 0);
+  EXPECT_EQ(m_.write("uprobe_events", "-:in/ret\n"), 0);
+  EXPECT_EQ(m_.write("uprobe_events", "-:in/add\n"), 0);
+  EXPECT_EQ(prog->ask("call 1"), "ok 0");
+}
+
 }  // namespace
 }  // namespace probefs::fs

@@ -107,12 +107,19 @@ TEST_F(MarkerEventTest, TriggerFileTakesTheCommandsOfThePrintEvent) {
   EXPECT_EQ(mark("unrelated"), 0);
   EXPECT_EQ(read("events/grp/add/enable"), "1*\n");
   EXPECT_EQ(read(kPrint + "trigger"), "enable_event:grp:add:count=0\n");
-  // An instance's print triggers act on its own buffer: no switching of top-level events.
+  // An instance's print triggers act on its own buffer: the event's enable there.
   ASSERT_EQ(::mkdir(m_.path("instances/in").c_str(), 0755), 0);
-  EXPECT_EQ(read("instances/in/" + kPrint + "trigger"), kNoTriggers);
-  EXPECT_EQ(append("instances/in/" + kPrint + "trigger", "enable_event:grp:add"), EINVAL);
-  EXPECT_EQ(append("instances/in/" + kPrint + "trigger", "traceoff"), 0);
+  const std::string in = "instances/in/";
+  EXPECT_EQ(read(in + kPrint + "trigger"), kNoTriggers);
+  EXPECT_EQ(append(in + kPrint + "trigger", "enable_event:grp:add"), 0);
+  EXPECT_EQ(read(in + "events/grp/add/enable"), "0*\n");
+  EXPECT_EQ(mark("top"), 0);
+  EXPECT_EQ(read(in + "events/grp/add/enable"), "0*\n");
+  EXPECT_EQ(mark("in", in), 0);
+  EXPECT_EQ(read(in + "events/grp/add/enable"), "1*\n");
   EXPECT_EQ(read(kPrint + "trigger"), "enable_event:grp:add:count=0\n");
+  EXPECT_EQ(read(in + kPrint + "trigger"), "enable_event:grp:add:unlimited\n");
+  // The instance goes with its triggers, and the soft mode they held there.
   EXPECT_EQ(::rmdir(m_.path("instances/in").c_str()), 0);
   EXPECT_EQ(append(kPrint + "trigger", "!enable_event:grp:add"), 0);
   EXPECT_EQ(read("events/grp/add/enable"), "1\n");  // soft-enabled, then out of soft mode
