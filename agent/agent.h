@@ -75,7 +75,8 @@ struct HitTriggers {
   };
   uint32_t n = 0;
   // The record is built before they run (the kernel's TRIGGER_COND): one has a filter, or
-  // acts after the record is committed (traceoff, stacktrace). Else they run before it
+  // acts after the record is committed (traceoff, stacktrace, snapshot). Else they run
+  // before it
   // (an unconditional traceon's own record is in the trace).
   bool cond = false;
   bool needs_comm = false;  // a filter reads the thread's name

@@ -701,7 +701,9 @@ std::unique_ptr<HitTriggers> make_hit_triggers(const lk::SetHist& s) {
       next->cond = true;
       if (filter_reads_comm(t.filter)) next->needs_comm = true;
     }
-    if (t.action == events::TriggerAction::kTraceOff || t.action == events::TriggerAction::kStackTrace)
+    if (t.action == events::TriggerAction::kTraceOff ||
+        t.action == events::TriggerAction::kStackTrace ||
+        t.action == events::TriggerAction::kSnapshot)
       next->cond = true;
     ++next->n;
   }

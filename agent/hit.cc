@@ -600,13 +600,29 @@ void fire_trigger(const HitTriggers::One& t, events::ControlPage* ctl, AreaState
       if (q != nullptr) write_stacks(as, hp, q, regs, ret_ip, tid, events::kRingKernelStack);
       return;
     }
+    case A::kSnapshot: {
+      // The request goes after the record that fired it, into that buffer's ring of this
+      // thread; the daemon swaps there. A full ring loses it, as it loses a record.
+      if (!events::control_take_count(ctl, t.count_slot)) return;
+      events::RingProducer* q = t.buffer == 0 ? p : instance_ring(as, t.buffer, tid);
+      if (q == nullptr) return;
+      if (auto* r = static_cast<uint8_t*>(events::ring_reserve(q, events::kSnapshotRequestBytes))) {
+        const uint64_t common =
+            events::kSnapshotRequestEventId | uint64_t{static_cast<uint32_t>(tid)} << 32;
+        __builtin_memcpy(r, &common, 8);
+        events::ring_commit(q, events::kSnapshotRequestBytes);
+        events::control_request_snapshot(ctl, t.buffer);
+      }
+      return;
+    }
   }
 }
 
 // The triggers of a hit with a record (HitTriggers::cond): those whose filter keeps it
 // run now (traceon, enable_event, disable_event), or after the record is committed
-// (traceoff, stacktrace: their bits in the result), as the kernel runs them: the record
-// that fires a traceoff is in the trace, one that fires a conditional traceon is not.
+// (traceoff, stacktrace, snapshot: their bits in the result), as the kernel runs them:
+// the record that fires a traceoff is in the trace (and one that fires a snapshot, in
+// the snapshot), one that fires a conditional traceon is not.
 uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, AreaState* as,
                            const HitProbe* hp, events::RingProducer* p, const PtRegs* regs,
                            uint64_t ret_ip, int32_t tid, const uint8_t* rec, uint32_t len,
@@ -620,7 +636,9 @@ uint64_t run_cond_triggers(const HitTriggers* tr, events::ControlPage* ctl, Area
       fc.comm = comm;
       if (len == 0 || !events::filter_match(*t.filter, rec, len, fc)) continue;
     }
-    if (t.action == events::TriggerAction::kTraceOff || t.action == events::TriggerAction::kStackTrace)
+    if (t.action == events::TriggerAction::kTraceOff ||
+        t.action == events::TriggerAction::kStackTrace ||
+        t.action == events::TriggerAction::kSnapshot)
       post |= uint64_t{1} << i;
     else
       fire_trigger(t, ctl, as, hp, p, regs, ret_ip, tid);

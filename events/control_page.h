@@ -12,6 +12,10 @@
 //                  mode the bit means nothing and the daemon keeps it 0.
 //   counts         the counts of triggers that have one (traceoff:3), by slot: what is
 //                  left; a trigger with no count has no slot.
+//   snapshot_requests  per buffer, how many snapshot triggers fired there: each wrote a
+//                  snapshot request record (events/ring.h) after its event's record, and
+//                  the daemon swaps the buffer and its snapshot at that record when it
+//                  next reads the buffer (fs/trace_reader.h).
 //
 // The kernel keeps these in the trace_array and in each event file; here they live in
 // shared memory so that a traceoff in one process stops every other at its next hit,
@@ -42,6 +46,7 @@ struct ControlPage {
   uint32_t tracing_off[kRingMaxBuffers];  // by buffer; nonzero: its tracing_on is 0
   uint16_t soft_disabled[65536];          // by event id: bit b for buffer b
   int64_t counts[kControlCountSlots];
+  uint32_t snapshot_requests[kRingMaxBuffers];  // by buffer
 };
 static_assert(offsetof(ControlPage, tracing_off) == 64);
 static_assert(offsetof(ControlPage, soft_disabled) == 128);
@@ -55,6 +60,7 @@ enum class TriggerAction : uint8_t {
   kEnableEvent = 3,   // clears the target event's soft-disabled byte
   kDisableEvent = 4,  // sets it
   kStackTrace = 5,    // a kernel_stack record of the thread's stack
+  kSnapshot = 6,      // a snapshot request record, and the buffer's request count bumped
 };
 inline constexpr uint32_t kMaxHitTriggers = 64;  // per event
 struct TriggerSpec {
@@ -120,6 +126,16 @@ inline bool control_take_count(ControlPage* c, uint32_t slot) {
   } while (!__atomic_compare_exchange_n(&c->counts[slot], &v, v - 1, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
   return true;
+}
+
+// A snapshot request of `buffer` was written (its record is in the ring): the daemon
+// looks for it at its next read of the buffer.
+inline void control_request_snapshot(ControlPage* c, uint32_t buffer) {
+  __atomic_add_fetch(&c->snapshot_requests[buffer % kRingMaxBuffers], 1, __ATOMIC_RELEASE);
+}
+
+inline uint32_t control_snapshot_requests(const ControlPage* c, uint32_t buffer) {
+  return __atomic_load_n(&c->snapshot_requests[buffer % kRingMaxBuffers], __ATOMIC_ACQUIRE);
 }
 
 // Gives back what control_take_count took, when the switch it was taken for lost a race.

@@ -390,7 +390,7 @@ void put_set_hist(Out& o, const SetHist& s) {
   }
   o.u8(static_cast<uint8_t>(s.triggers.size()));
   for (const TriggerSpec& t : s.triggers) {
-    if (t.action < TriggerAction::kTraceOn || t.action > TriggerAction::kStackTrace ||
+    if (t.action < TriggerAction::kTraceOn || t.action > TriggerAction::kSnapshot ||
         (t.count_slot >= kControlCountSlots && t.count_slot != kNoCountSlot) ||
         t.buffer >= kRingMaxBuffers) {
       o.ok = false;
@@ -549,7 +549,7 @@ bool get_set_hist(In& in, SetHist* s) {
     in.get(&spec.count_slot, "set_hist: trigger");
     if (!in.ok()) return false;
     if (action < static_cast<uint8_t>(TriggerAction::kTraceOn) ||
-        action > static_cast<uint8_t>(TriggerAction::kStackTrace))
+        action > static_cast<uint8_t>(TriggerAction::kSnapshot))
       return in.fail("set_hist: trigger action");
     if (spec.buffer >= kRingMaxBuffers) return in.fail("set_hist: trigger buffer");
     if (spec.count_slot >= kControlCountSlots && spec.count_slot != kNoCountSlot)

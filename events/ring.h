@@ -745,6 +745,12 @@ inline constexpr uint32_t kRingUserStack = 2;    // a user_stack record (`<user 
 // the way the kernel walks it.
 inline constexpr uint16_t kKernelStackEventId = 4;
 inline constexpr uint16_t kUserStackEventId = 13;
+// A snapshot trigger fired (events/control_page.h, snapshot_requests): after the record
+// of the event that fired it, the common header alone (common_pid the thread). No event
+// has this id (the kernel's are below it, probefs's dynamic events above); it is never
+// shown.
+inline constexpr uint16_t kSnapshotRequestEventId = 0x6FFF;
+inline constexpr uint32_t kSnapshotRequestBytes = 8;
 inline constexpr uint32_t kStackRecordDepth = 16;
 inline constexpr uint32_t kUserStackDepth = 8;
 inline constexpr uint32_t kUserStackRecordBytes = 16 + 8 * kUserStackDepth;

@@ -571,10 +571,9 @@ int64_t DynamicEvents::Impl::write_trigger(DynEvent& ev, std::string_view data, 
   }
   TriggerCommand c;
   if (parse_trigger(data, &c) != 0) return -EINVAL;
-  // The marker's are the daemon's to run: snapshot is one, a stack is not (the writer's
-  // is in another process).
-  if (ev.marker ? c.kind == TriggerKind::kStackTrace : c.kind == TriggerKind::kSnapshot)
-    return -EINVAL;
+  // The marker's are the daemon's to run: a stack is not one (the writer's is in another
+  // process).
+  if (ev.marker && c.kind == TriggerKind::kStackTrace) return -EINVAL;
   std::lock_guard l(mu);
   if (ev.removed) return -ENODEV;
   DynEvent* target = nullptr;

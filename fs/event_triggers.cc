@@ -129,10 +129,11 @@ int parse_trigger(std::string_view text, TriggerCommand* out) {
   return 0;
 }
 
-std::string_view no_triggers_text(bool snapshot) {
-  if (snapshot)
+std::string_view no_triggers_text(bool marker) {
+  if (marker)
     return "# Available triggers:\n# traceon traceoff snapshot enable_event disable_event hist\n";
-  return "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
+  return "# Available triggers:\n"
+         "# traceon traceoff snapshot stacktrace enable_event disable_event hist\n";
 }
 
 bool same_place(const Trigger& t, TriggerKind kind, const DynEvent* target) {
@@ -158,7 +159,7 @@ events::TriggerSpec hit_trigger(const Trigger& t, uint16_t target_id) {
     case TriggerKind::kEnableEvent: s.action = events::TriggerAction::kEnableEvent; break;
     case TriggerKind::kDisableEvent: s.action = events::TriggerAction::kDisableEvent; break;
     case TriggerKind::kStackTrace: s.action = events::TriggerAction::kStackTrace; break;
-    case TriggerKind::kSnapshot: break;  // never at a target's hit (write_trigger)
+    case TriggerKind::kSnapshot: s.action = events::TriggerAction::kSnapshot; break;
   }
   s.target_event = target_id;
   s.buffer = static_cast<uint8_t>(t.buffer);

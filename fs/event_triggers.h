@@ -32,7 +32,7 @@ enum class TriggerKind : uint8_t {
   kEnableEvent,
   kDisableEvent,
   kStackTrace,
-  kSnapshot,  // trace_marker's events/ftrace/print alone (fs/marker_event.cc)
+  kSnapshot,
 };
 
 // One write to an event's trigger file:
@@ -54,9 +54,9 @@ struct TriggerCommand {
 // filter).
 [[nodiscard]] int parse_trigger(std::string_view text, TriggerCommand* out);
 
-// What an event's trigger file reads when it holds no trigger (`snapshot`: the triggers
-// of events/ftrace/print, where the snapshot trigger is one).
-std::string_view no_triggers_text(bool snapshot = false);
+// What an event's trigger file reads when it holds no trigger (`marker`: of
+// events/ftrace/print, which takes no stacktrace).
+std::string_view no_triggers_text(bool marker = false);
 
 struct DynEvent;
 

@@ -309,7 +309,6 @@ struct TraceFiles::Impl {
   int64_t write_trace_clock(std::string_view data);
   std::string snapshot_text();
   int64_t write_snapshot(std::string_view data);
-  void swap_snapshot();  // snap.mu held
 
   bool tracing_on() const { return fs.tracer().tracing_on(buffer); }
   void set_tracing_on(bool on);
@@ -325,15 +324,6 @@ struct TraceFiles::Impl {
   SavedTgids tgids;
   TraceOptions options;
   SettingsFiles settings;
-  // snapshot: the records `echo 1 > snapshot` took out of the buffer, kept decided as a
-  // consumer took them, printed as `trace` prints.
-  struct Snapshot {
-    std::mutex mu;
-    bool allocated = false;
-    TraceReader::Batch batch;
-    uint64_t lost = 0;  // records lost before those it took
-  };
-  Snapshot snap;
 };
 
 void TraceFiles::Impl::set_tracing_on(bool on) {
@@ -569,8 +559,8 @@ constexpr std::string_view kSnapshotCommands =
     "#                       is not a '0' or '1')\n";
 
 std::string TraceFiles::Impl::snapshot_text() {
-  std::lock_guard l(snap.mu);
   auto lk = reader->lock();
+  const TraceReader::Snapshot& snap = reader->snapshot();
   uint64_t shown = 0;
   for (const TraceReader::Held& h : snap.batch.recs) shown += h.shown ? 1 : 0;
   if (shown == 0) {
@@ -584,42 +574,19 @@ std::string TraceFiles::Impl::snapshot_text() {
   return s;
 }
 
-// 0 frees the snapshot, 1 takes one (swap_snapshot), any other number empties it.
+// 0 frees the snapshot, 1 takes one (TraceReader::swap_snapshot), any other number
+// empties it.
 int64_t TraceFiles::Impl::write_snapshot(std::string_view data) {
   uint64_t v;
   if (!events::kstrtoull(data, 10, &v)) return -EINVAL;
-  std::lock_guard l(snap.mu);
-  auto empty = [this] {
-    snap.batch = TraceReader::Batch{};
-    snap.lost = 0;
-  };
-  if (v == 0) {
-    empty();
-    snap.allocated = false;
-  } else if (v == 1) {
-    swap_snapshot();
-  } else if (snap.allocated) {
-    empty();
-  }
-  return static_cast<int64_t>(data.size());
-}
-
-// The kernel swaps the buffer and its snapshot: every record of the buffer moves into the
-// snapshot, and the buffer then holds what the snapshot held (read before anything
-// written since: TraceReader::restore).
-void TraceFiles::Impl::swap_snapshot() {
-  TraceReader::Batch held = std::move(snap.batch);
-  snap.batch = TraceReader::Batch{};
-  snap.lost = 0;
-  snap.allocated = true;
   {
     auto lk = reader->lock();
-    reader->revalidate(&held);
-    reader->consume(&snap.batch, SIZE_MAX, -1);
-    for (const TraceReader::Held& h : snap.batch.recs) snap.lost += h.lost_before;
-    reader->restore(std::move(held));
+    if (v == 0) reader->free_snapshot();
+    else if (v == 1) reader->swap_snapshot();
+    else if (reader->snapshot().allocated) reader->clear_snapshot();
   }
-  reader->wake_all();
+  if (v == 1) reader->wake_all();
+  return static_cast<int64_t>(data.size());
 }
 
 // buffer_subbuf_size_kb: KiB, rounded up to a power of two of pages, from one page to 128
@@ -678,13 +645,16 @@ void TraceFiles::wake_readers() { impl_->reader->wake_all(); }
 uint32_t TraceFiles::buffer() const { return impl_->buffer; }
 
 void TraceFiles::allocate_snapshot() {
-  std::lock_guard l(impl_->snap.mu);
-  impl_->snap.allocated = true;
+  auto lk = impl_->reader->lock();
+  impl_->reader->allocate_snapshot();
 }
 
 void TraceFiles::snapshot_swap() {
-  std::lock_guard l(impl_->snap.mu);
-  impl_->swap_snapshot();
+  {
+    auto lk = impl_->reader->lock();
+    impl_->reader->swap_snapshot();
+  }
+  impl_->reader->wake_all();
 }
 
 void TraceFiles::stop_readers() { impl_->reader->stop(); }

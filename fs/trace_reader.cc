@@ -193,6 +193,10 @@ TextOptions TraceReader::options() const {
 std::unique_lock<std::mutex> TraceReader::lock() {
   std::unique_lock<std::mutex> l(mu_);
   begin_fill();
+  settle_snapshots();
+  // Restored records, and records a snapshot request may send elsewhere, are consumed
+  // from a batch, never straight from the rings.
+  if (restored_.left() != 0 || snapshot_.allocated) fill_direct_ = false;
   return l;
 }
 
@@ -215,8 +219,7 @@ void TraceReader::begin_fill() {
       for (int cpu = 0; cpu < fs_.cpus(); ++cpu) scope_cpus_[cpu] = scope_->cpu_traced(cpu);
     }
   }
-  // Restored records are consumed from their batch, never straight from the rings.
-  fill_direct_ = fill_scope_ == 0 && restored_.left() == 0;
+  fill_direct_ = fill_scope_ == 0;
   symbolizers_.clear();
   maps_.clear();
   if (comms_.size() > kMaxComms) comms_.clear();
@@ -362,6 +365,102 @@ void TraceReader::prune_unseen() {
 // ---- consuming -------------------------------------------------------------------------------
 
 size_t TraceReader::consume(Batch* b, size_t max, int cpu) {
+  const size_t n = consume_raw(b, max, cpu);
+  if (!snapshot_.allocated || n == 0) return n;
+  // A target's snapshot request among them: the buffer and its snapshot swap there, so
+  // what this consumer takes is what the buffer holds after the swaps.
+  const size_t first = b->recs.size() - n;
+  size_t k = first;
+  while (k < b->recs.size() && !is_snapshot_request(*b, b->recs[k])) ++k;
+  if (k == b->recs.size()) return n;
+  Batch all;
+  all.clear_gen = clear_gen_;
+  for (size_t i = first; i < b->recs.size(); ++i) append_held(&all, *b, b->recs[i]);
+  b->recs.resize(first);
+  consume_raw(&all, SIZE_MAX, -1);
+  // Of one CPU, then of every one: back in timestamp order.
+  if (cpu >= 0)
+    std::stable_sort(all.recs.begin(), all.recs.end(),
+                     [](const Held& x, const Held& y) { return x.ts < y.ts; });
+  snapshot_seen_ = tracer_.snapshot_requests(buffer_);
+  replay_swaps(std::move(all));
+  return take_restored(b, max, cpu);
+}
+
+bool TraceReader::is_snapshot_request(const Batch& b, const Held& h) {
+  return h.len >= 8 && load16(b.bytes.data() + h.off) == events::kSnapshotRequestEventId;
+}
+
+void TraceReader::append_held(Batch* to, const Batch& from, const Held& h) {
+  Held c = h;
+  c.off = static_cast<uint32_t>(to->bytes.size());
+  to->bytes.insert(to->bytes.end(), from.bytes.begin() + h.off, from.bytes.begin() + h.off + h.len);
+  to->recs.push_back(c);
+}
+
+// Every record of the buffer now, in order, with the snapshot requests among them: the
+// buffer (`main`) and the snapshot swap at each request, as the kernel's swaps did at
+// each hit; what the buffer holds then is restored, read before anything written since.
+void TraceReader::replay_swaps(Batch all) {
+  Batch main;
+  main.clear_gen = clear_gen_;
+  for (size_t i = all.next; i < all.recs.size(); ++i) {
+    const Held& h = all.recs[i];
+    if (!is_snapshot_request(all, h)) {
+      append_held(&main, all, h);
+      continue;
+    }
+    std::swap(main, snapshot_.batch);
+    main.next = 0;
+    main.clear_gen = clear_gen_;
+  }
+  snapshot_.batch.next = 0;
+  snapshot_.lost = 0;
+  restore(std::move(main));
+}
+
+void TraceReader::settle_snapshots() {
+  if (!snapshot_.allocated) return;
+  const uint32_t requests = tracer_.snapshot_requests(buffer_);
+  if (requests == snapshot_seen_) return;
+  snapshot_seen_ = requests;
+  Batch all;
+  consume_raw(&all, SIZE_MAX, -1);
+  replay_swaps(std::move(all));
+}
+
+void TraceReader::swap_snapshot() {
+  Batch all;
+  consume_raw(&all, SIZE_MAX, -1);
+  snapshot_.allocated = true;
+  // A request among them swaps there first; the swap asked for now comes last.
+  replay_swaps(std::move(all));
+  Batch main = std::move(restored_);
+  restored_ = Batch{};
+  uint64_t lost = 0;
+  for (size_t i = main.next; i < main.recs.size(); ++i) lost += main.recs[i].lost_before;
+  std::swap(main, snapshot_.batch);
+  snapshot_.lost = lost;
+  main.clear_gen = clear_gen_;
+  restore(std::move(main));
+}
+
+void TraceReader::clear_snapshot() {
+  snapshot_.batch = Batch{};
+  snapshot_.lost = 0;
+}
+
+void TraceReader::free_snapshot() {
+  clear_snapshot();
+  snapshot_.allocated = false;
+}
+
+void TraceReader::allocate_snapshot() {
+  if (!snapshot_.allocated) snapshot_seen_ = tracer_.snapshot_requests(buffer_);
+  snapshot_.allocated = true;
+}
+
+size_t TraceReader::consume_raw(Batch* b, size_t max, int cpu) {
   if (b->clear_gen != clear_gen_ || b->next == b->recs.size()) {  // nothing worth keeping
     b->bytes.clear();
     b->recs.clear();

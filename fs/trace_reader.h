@@ -147,6 +147,24 @@ class TraceReader {
   // snapshot swap gives the buffer what its snapshot held): decided already, read first
   // by consumers and `trace`, counted in the header; gone when the buffer is emptied.
   void restore(Batch b);
+
+  // The buffer's snapshot: the records a swap took out of the buffer, decided, printed as
+  // `trace` prints them. Swaps come from `echo 1 > snapshot` and trace_marker's snapshot
+  // trigger (swap_snapshot), and from the targets' snapshot triggers, whose request
+  // records (events/ring.h) are found as the buffer is read: lock() takes the whole
+  // buffer and swaps at each request when the control page counts new ones, and a
+  // consumer that meets one does the same. While the snapshot is allocated, consumers
+  // take records through batches (direct() is false).
+  struct Snapshot {
+    bool allocated = false;
+    Batch batch;
+    uint64_t lost = 0;  // records lost before those it took
+  };
+  const Snapshot& snapshot() const { return snapshot_; }
+  void swap_snapshot();      // echo 1 (allocates it)
+  void clear_snapshot();     // echo 2
+  void free_snapshot();      // echo 0
+  void allocate_snapshot();  // a snapshot trigger was set
   // Whether restored records of CPU `cpu` (-1: any) are still to be read.
   bool restored(int cpu) const;
   // Drops what `b` holds from before the buffers were last emptied.
@@ -260,6 +278,12 @@ class TraceReader {
   };
 
   ThreadGate& gate(uint64_t key);
+  // consume() without the snapshot requests' swaps.
+  size_t consume_raw(Batch* b, size_t max, int cpu);
+  static bool is_snapshot_request(const Batch& b, const Held& h);
+  static void append_held(Batch* to, const Batch& from, const Held& h);
+  void replay_swaps(Batch all);
+  void settle_snapshots();
   // Moves up to `max` restored records of CPU `cpu` (-1: all) into `b`: how many.
   size_t take_restored(Batch* b, size_t max, int cpu);
   bool admit_new(const Held& h, const uint8_t* data);
@@ -303,6 +327,8 @@ class TraceReader {
   std::mutex mu_;
   std::unordered_map<uint64_t, ThreadGate> gates_;
   Batch restored_;  // restore()'s records, restored_.next the first not consumed
+  Snapshot snapshot_;
+  uint32_t snapshot_seen_ = 0;  // the snapshot requests of the control page handled
   uint64_t next_incarnation_ = 1;
   uint64_t clear_gen_ = 0;
   uint64_t fill_gen_ = 0;        // per lock holder: validity of the caches below

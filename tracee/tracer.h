@@ -373,6 +373,9 @@ class Tracer {
   // Takes one from the count, as a target's hit does (a trigger the daemon runs itself:
   // trace_marker's); true when there was one (events::kNoCountSlot: always).
   bool take_trigger_count(uint32_t slot);
+  // How many snapshot triggers fired in buffer `buffer` so far (each wrote a request
+  // record into its ring: events/ring.h, kSnapshotRequestEventId).
+  uint32_t snapshot_requests(uint32_t buffer) const;
   void destroy_trigger_count(uint32_t slot);
 
   // options/stacktrace and options/userstacktrace: every target writes a kernel_stack or

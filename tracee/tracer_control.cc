@@ -76,6 +76,10 @@ int64_t Tracer::trigger_count(uint32_t slot) const {
   return v < 0 ? 0 : v;  // a target may have written anything: never "unlimited"
 }
 
+uint32_t Tracer::snapshot_requests(uint32_t buffer) const {
+  return events::control_snapshot_requests(impl_->control.page, buffer);
+}
+
 bool Tracer::take_trigger_count(uint32_t slot) {
   return events::control_take_count(impl_->control.page, slot);
 }

@@ -59,6 +59,18 @@ bool Tracer::Impl::make_room_for_target() {
   return target_areas() < limit;
 }
 
+namespace {
+
+// What every target may write besides its events' records (sorted, as event_ids).
+std::vector<uint16_t> target_record_ids() {
+  std::vector<uint16_t> ids = {events::kKernelStackEventId, events::kUserStackEventId,
+                               events::kSnapshotRequestEventId};
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+}  // namespace
+
 // A new ring area for a target (pid 0: the daemon's own, one ring), registered with the
 // readers. nullptr on failure.
 std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err) {
@@ -73,8 +85,9 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_rings(pid_t pid, int* err
   // made, and from here on their setters see this area.
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
   events::ring_set_stack_options(r->area.header(), stack_options);
-  // The stack records a target writes after its events' (options/stacktrace...).
-  if (pid != 0) r->event_ids = {events::kKernelStackEventId, events::kUserStackEventId};
+  // The stack records a target writes after its events' (options/stacktrace...), and its
+  // snapshot triggers' requests.
+  if (pid != 0) r->event_ids = target_record_ids();
   read_rings(r, pid);
   return r;
 }
@@ -88,7 +101,7 @@ std::shared_ptr<Tracer::Impl::Rings> Tracer::Impl::new_spare_rings(pid_t owner, 
   events::ring_set_stamp_mode(r->area.header(), stamp_mode());
   events::ring_set_stack_options(r->area.header(), stack_options);
   // The stack records its fork child writes after its events', as a target's own area.
-  r->event_ids = {events::kKernelStackEventId, events::kUserStackEventId};
+  r->event_ids = target_record_ids();
   spare_rings.push_back(r);
   return r;
 }

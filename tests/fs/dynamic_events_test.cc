@@ -170,6 +170,19 @@ class DynamicEventsTest : public ::testing::Test {
     }
     return all;
   }
+  // A consuming file read until it has nothing (EAGAIN): never blocks.
+  std::string drain(std::string_view path) {
+    Request rq = request(O_RDONLY | O_NONBLOCK);
+    std::unique_ptr<Handle> h;
+    if (int err = fs_->tree().open(path, rq, O_RDONLY | O_NONBLOCK, &h); err != 0)
+      return "<open error " + std::to_string(err) + ">";
+    std::string all, chunk;
+    for (uint64_t off = 0;; off += chunk.size()) {
+      if (h->read(rq, off, 4096, &chunk) != 0 || chunk.empty()) break;
+      all += chunk;
+    }
+    return all;
+  }
   bool exists(std::string_view path) { return fs_->tree().walk(path) != nullptr; }
   std::vector<std::string> ls(std::string_view path) {
     std::vector<std::string> names;
@@ -274,7 +287,7 @@ TEST_F(DynamicEventsTest, EventDirectoriesComeAndGoWithTheirEvents) {
   EXPECT_EQ(read("events/zgrp/e1/enable"), "0\n");
   EXPECT_EQ(read("events/zgrp/e1/filter"), "none\n");
   EXPECT_EQ(read("events/zgrp/e1/trigger"),
-            "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n");
+            "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event hist\n");
   EXPECT_EQ(read("events/zgrp/filter"),
             "### global filter ###\n# Use this to set filters for multiple events.\n"
             "# Only events with the given fields will be affected.\n"
@@ -988,7 +1001,7 @@ TEST_F(DynamicEventsTest, TriggerFileGrammarAndReadBack) {
   ASSERT_EQ(echo("uprobe_events", "p:zgrp/e0 " + b + ":0x13b0"), 0);
   ASSERT_EQ(echo("uprobe_events", "p:agrp/e3 " + b + ":0x13c0"), 0);
   const char* t = "events/zgrp/e1/trigger";
-  const std::string none = "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
+  const std::string none = "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event hist\n";
   struct Step {
     const char* write;
     int err;
@@ -996,7 +1009,7 @@ TEST_F(DynamicEventsTest, TriggerFileGrammarAndReadBack) {
   } steps[] = {
       {"foo", EINVAL, nullptr},
       {"hist:keys=x", EINVAL, nullptr},
-      {"snapshot", EINVAL, nullptr},
+      {"snapshot+1", EINVAL, nullptr},
       {"", EINVAL, nullptr},
       {"# c", EINVAL, nullptr},
       {"traceoff", 0, "traceoff:unlimited\n"},
@@ -1294,6 +1307,53 @@ TEST_F(TriggerRecordsTest, EnableEventPutsItsTargetInSoftMode) {
   EXPECT_EQ(read("events/trg/ret/enable"), "1\n");
   ASSERT_TRUE(p.call(1));
   EXPECT_EQ(sequence(read_records(*fs_)), "add0 ret0");
+}
+
+// "add0 ret0 ..." of a trace file's text (trace, snapshot): its add and ret lines.
+std::string file_sequence(const std::string& text) {
+  std::string s;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const bool add = line.find(" add: (") != std::string::npos;
+    const bool ret = line.find(" ret: (") != std::string::npos;
+    if (!add && !ret) continue;
+    const size_t v = line.find(add ? " a=" : " rv=");
+    if (v == std::string::npos) continue;
+    const uint64_t n = std::stoull(line.substr(v + (add ? 3 : 4)), nullptr, 0);
+    if (!s.empty()) s += ' ';
+    s += (add ? "add" : "ret") + std::to_string(add ? n : n / 3);
+  }
+  return s;
+}
+
+// The snapshot trigger swaps the buffer and its snapshot at the hit that fires it (the
+// hit's record on the snapshot's side), and at each hit in turn when several fire.
+TEST_F(TriggerRecordsTest, SnapshotSwapsTheBufferAtTheHitThatFiresIt) {
+  define(true, false);
+  EXPECT_NE(read("snapshot").find("Snapshot is freed"), std::string::npos);
+  ASSERT_EQ(write("events/trg/add/trigger", "snapshot:1 if a == 2\n"), 21);
+  EXPECT_NE(read("snapshot").find("Snapshot is allocated"), std::string::npos);
+  Program p;
+  ASSERT_TRUE(p.start(*tracer_));
+  ASSERT_TRUE(p.call(4));
+  EXPECT_EQ(file_sequence(read("trace")), "add3");
+  EXPECT_EQ(file_sequence(read("snapshot")), "add0 add1 add2");
+  EXPECT_EQ(read("events/trg/add/trigger"), "snapshot:count=0 if a == 2\n");
+  // At every hit: add0 swaps {add3, add0} out, add1 {add0 add1 add2 add1}, add2
+  // {add3 add0 add2}.
+  ASSERT_EQ(write("events/trg/add/trigger", "!snapshot\n"), 10);
+  ASSERT_EQ(write("events/trg/add/trigger", "snapshot\n"), 9);
+  ASSERT_TRUE(p.call(3));
+  EXPECT_EQ(file_sequence(read("trace")), "add0 add1 add2 add1");
+  EXPECT_EQ(file_sequence(read("snapshot")), "add3 add0 add2");
+  // A consumer takes what the buffer holds after the swaps, and the snapshot stays.
+  EXPECT_EQ(file_sequence(drain("trace_pipe")), "add0 add1 add2 add1");
+  EXPECT_EQ(file_sequence(read("trace")), "");
+  EXPECT_EQ(file_sequence(read("snapshot")), "add3 add0 add2");
 }
 
 TEST_F(TriggerRecordsTest, DisableEventWithACount) {

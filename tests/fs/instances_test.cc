@@ -291,7 +291,7 @@ TEST_F(InstancesTest, TriggersAndHistogramsOfAnInstanceActOnItsBuffer) {
   ASSERT_EQ(make("t"), 0);
   const std::string t = "instances/t/events/in/";
   const std::string none =
-      "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n";
+      "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event hist\n";
   EXPECT_EQ(read(t + "add/trigger"), none);
   put(t + "add/enable", "1");
   // enable_event: its target in soft mode in the instance alone.

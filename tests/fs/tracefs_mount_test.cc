@@ -1561,7 +1561,7 @@ TEST_F(TracefsMountTest, StacktraceTriggerFollowsItsFilterAndCount) {
   EXPECT_EQ(read("events/st/inner/trigger"), "stacktrace:count=0 if x > 1\n");
   ASSERT_EQ(echo_truncate(path("events/st/inner/trigger"), "!stacktrace").exit_code(), 0);
   EXPECT_EQ(read("events/st/inner/trigger"),
-            "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event hist\n");
+            "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event hist\n");
 }
 
 }  // namespace
