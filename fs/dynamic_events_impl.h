@@ -243,6 +243,8 @@ struct DynamicEvents::Impl {
   bool synth_referenced(uint16_t event_id);
   std::string trigger_text(const DynEvent& ev, uint32_t buffer = 0);
   std::string hist_text(const DynEvent& ev, uint32_t buffer = 0);
+  // What the hits of the event's histograms run (of buffer `buffer`, or of all for -1).
+  static std::vector<events::HistProgram> hit_programs(const DynEvent& ev, int buffer);
   // What the event's probes count, and whether they record: told to each probe.
   // Tells the event's probes (or its synthetic spec) what their hits run besides
   // recording: histograms, triggers, soft mode.

@@ -21,15 +21,22 @@ size_t done(std::string_view data) { return data.size(); }
 
 }  // namespace
 
-void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
-  if (ev.marker) return;  // the daemon runs its own (marker_hit)
+std::vector<events::HistProgram> DynamicEvents::Impl::hit_programs(const DynEvent& ev,
+                                                                   int buffer) {
   std::vector<events::HistProgram> programs;
   for (const HistTrigger& t : ev.hists) {
+    if (buffer >= 0 && t.buffer != static_cast<uint32_t>(buffer)) continue;
     events::HistProgram p = t.program;
     p.slot = t.data->slot;
     if (t.filter) p.filter = *t.filter;
     programs.push_back(std::move(p));
   }
+  return programs;
+}
+
+void DynamicEvents::Impl::apply_hits(DynEvent& ev) {
+  if (ev.marker) return;  // the daemon runs its own (marker_hit)
+  std::vector<events::HistProgram> programs = hit_programs(ev, -1);
   if (ev.synthetic) {
     // Written by hist actions in the targets: its size, filter and histograms go with it.
     // Its soft state is the one of this moment (a trigger that switches it at a hit

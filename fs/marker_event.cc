@@ -103,14 +103,8 @@ void DynamicEvents::Impl::marker_hit(uint32_t buffer, pid_t tid, std::string_vie
   char name[16] = {};
   std::memcpy(name, comm.data(), std::min(comm.size(), sizeof name - 1));
 
-  std::vector<events::HistProgram> programs;
-  for (const HistTrigger& t : marker->hists) {
-    if (t.buffer != buffer) continue;
-    events::HistProgram p = t.program;
-    p.slot = t.data->slot;
-    if (t.filter) p.filter = *t.filter;
-    programs.push_back(std::move(p));
-  }
+  const std::vector<events::HistProgram> programs =
+      hit_programs(*marker, static_cast<int>(buffer));
   std::vector<events::HistFired> fired;
   tracer.count_daemon_hists(programs, rec.data(), len, name, &fired);
   if (!fired.empty()) emit_daemon_synths(fired, tid, 0);
@@ -171,13 +165,7 @@ void DynamicEvents::Impl::emit_daemon_synths(const std::vector<events::HistFired
       if (off < 8 || off > size || bytes > size - off || bytes > 8) continue;
       std::memcpy(rec.data() + off, &f.params[i], bytes);  // little-endian: the low bytes
     }
-    std::vector<events::HistProgram> programs;
-    for (const HistTrigger& t : se.hists) {
-      events::HistProgram p = t.program;
-      p.slot = t.data->slot;
-      if (t.filter) p.filter = *t.filter;
-      programs.push_back(std::move(p));
-    }
+    const std::vector<events::HistProgram> programs = hit_programs(se, -1);
     std::vector<events::HistFired> next;
     tracer.count_daemon_hists(programs, rec.data(), size, "", &next);
     auto keeps = [&](const std::shared_ptr<const events::CompiledFilter>& filter) {

@@ -158,10 +158,10 @@ class DynamicEventsTest : public ::testing::Test {
     std::unique_ptr<Handle> h;
     return fs_->tree().open(path, rq, O_WRONLY | O_TRUNC, &h);
   }
-  std::string read(std::string_view path) {
-    Request rq = request(O_RDONLY);
+  std::string read(std::string_view path, int flags = O_RDONLY) {
+    Request rq = request(flags);
     std::unique_ptr<Handle> h;
-    if (int err = fs_->tree().open(path, rq, O_RDONLY, &h); err != 0)
+    if (int err = fs_->tree().open(path, rq, flags, &h); err != 0)
       return "<open error " + std::to_string(err) + ">";
     std::string all, chunk;
     for (uint64_t off = 0;; off += chunk.size()) {
@@ -171,18 +171,7 @@ class DynamicEventsTest : public ::testing::Test {
     return all;
   }
   // A consuming file read until it has nothing (EAGAIN): never blocks.
-  std::string drain(std::string_view path) {
-    Request rq = request(O_RDONLY | O_NONBLOCK);
-    std::unique_ptr<Handle> h;
-    if (int err = fs_->tree().open(path, rq, O_RDONLY | O_NONBLOCK, &h); err != 0)
-      return "<open error " + std::to_string(err) + ">";
-    std::string all, chunk;
-    for (uint64_t off = 0;; off += chunk.size()) {
-      if (h->read(rq, off, 4096, &chunk) != 0 || chunk.empty()) break;
-      all += chunk;
-    }
-    return all;
-  }
+  std::string drain(std::string_view path) { return read(path, O_RDONLY | O_NONBLOCK); }
   bool exists(std::string_view path) { return fs_->tree().walk(path) != nullptr; }
   std::vector<std::string> ls(std::string_view path) {
     std::vector<std::string> names;
