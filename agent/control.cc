@@ -43,7 +43,25 @@ struct AgentProbe {
   std::unique_ptr<HitHists> hists;                 // what hit->hists points to
   std::unique_ptr<HitTriggers> triggers;           // what hit->triggers points to
   std::unique_ptr<HitInstanceFilters> instance_filters;  // hit->instance_filters
+  // Its reference counter (DEFINE's ref_ctr: an SDT semaphore), and whether this probe
+  // holds one of its counts now (while it is enabled, as the kernel's uprobes hold it).
+  uintptr_t ref_ctr = 0;
+  bool ref_held = false;
 };
+
+// One count more (hold) or one less of the probe's reference counter. Read and written
+// by system call: an address no longer mapped (its object closed) changes nothing and
+// never faults. Programs only read their semaphores; the agent's control thread is the
+// one writer here.
+void hold_ref_ctr(AgentProbe* ap, bool hold) {
+  if (ap->ref_ctr == 0 || ap->ref_held == hold) return;
+  ap->ref_held = hold;
+  uint16_t v = 0;
+  if (!arch::read_self_memory_all(ap->ref_ctr, &v, sizeof v)) return;
+  if (hold) ++v;
+  else if (v != 0) --v;
+  (void)arch::write_self_memory_all(ap->ref_ctr, &v, sizeof v);
+}
 
 // Never destroyed, like all the agent's state: the control thread (detached) may still
 // be tearing down while exit() runs the process's static destructors.
@@ -444,6 +462,8 @@ void do_define(const lk::Message& m, lk::Reply* reply) {
     if (!d.symbol.empty()) defined_symbols().remove(d.address);
     return set_error(reply, rc, errno_text(ap->is_return ? "register_kretprobe" : "register_kprobe", rc));
   }
+  ap->ref_ctr = static_cast<uintptr_t>(d.ref_ctr);
+  if (d.enabled) hold_ref_ctr(ap.get(), true);  // before GO too: the program runs nothing yet
   g_probes[d.probe_id] = std::move(ap);
   if (at_go) g_startup_enable.push_back(d.probe_id);
 }
@@ -516,6 +536,7 @@ void do_remove(uint32_t id, lk::Reply* reply) {
                          : probecore::unregister_kprobe(&ap->hit->rp.kp);
   if (rc != 0) return set_error(reply, rc, errno_text("unregister", rc));
   // The engine waited for a grace period: no handler of this probe runs any more.
+  hold_ref_ctr(ap, false);
   defined_symbols().remove(ap->hit->address);
   g_probes.erase(id);
 }
@@ -528,6 +549,7 @@ void do_enable(uint32_t id, bool on, lk::Reply* reply) {
     else if (std::find(g_startup_enable.begin(), g_startup_enable.end(), id) ==
              g_startup_enable.end())
       g_startup_enable.push_back(id);
+    hold_ref_ctr(ap, on);
     return;
   }
   int rc;
@@ -535,7 +557,8 @@ void do_enable(uint32_t id, bool on, lk::Reply* reply) {
     rc = on ? probecore::enable_kretprobe(&ap->hit->rp) : probecore::disable_kretprobe(&ap->hit->rp);
   else
     rc = on ? probecore::enable_kprobe(&ap->hit->rp.kp) : probecore::disable_kprobe(&ap->hit->rp.kp);
-  if (rc != 0) set_error(reply, rc, errno_text(on ? "enable" : "disable", rc));
+  if (rc != 0) return set_error(reply, rc, errno_text(on ? "enable" : "disable", rc));
+  hold_ref_ctr(ap, on);
 }
 
 void do_set_filter(const lk::SetFilter& s, lk::Reply* reply) {
@@ -903,6 +926,7 @@ void teardown() {
   std::vector<AgentProbe*> all;
   for (auto& [id, ap] : g_probes) all.push_back(ap.get());
   unregister_all(std::move(all));  // one grace period for all of them
+  for (auto& [id, ap] : g_probes) hold_ref_ctr(ap.get(), false);
   g_probes.clear();
   // No probe is left to fire an action: the synthetic events go without a grace period.
   for (uint32_t i = 0; i < kMaxSynthEvents; ++i) {

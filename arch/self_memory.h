@@ -72,6 +72,20 @@ inline long self_memory_pid() {
   return read_self_memory(self_memory_pid(), addr, dst, n) == static_cast<long>(n);
 }
 
+// Writes the n bytes at src to addr, all or (a range not writable) none of them at
+// best: true when all were written. Data only (a writable mapping): code is patched
+// through the engine's text_poke.
+[[nodiscard]] inline bool write_self_memory_all(uintptr_t addr, const void* src, size_t n) {
+  struct IoVec {
+    const void* base;
+    size_t len;
+  };
+  IoVec local{src, n};
+  IoVec remote{reinterpret_cast<void*>(addr), n};
+  return raw_syscall(__NR_process_vm_writev, self_memory_pid(), reinterpret_cast<long>(&local),
+                     1, reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(n);
+}
+
 // Gives the private file mapping that holds addr a page of its own: the byte at addr is
 // written back unchanged through /proc/self/mem, which copies its page. The kernel copies
 // the page table entries of a mapping with such pages into every fork child, so a child

@@ -649,6 +649,7 @@ void encode_body(Out& o, const Message& m) {
       std::vector<uint8_t> prog = encode_program(d.program);
       o.bytes(prog.data(), prog.size(), kMaxMessageSize);
       put_filter(o, d.filter);
+      o.u64(d.ref_ctr);
       break;
     }
     case MsgType::kRemove:
@@ -791,6 +792,8 @@ bool decode_body(In& in, Message* m) {
       if (d.kind == ProbeKind::kEntry && d.maxactive != 0)
         return in.fail("define: maxactive on an entry probe");
       if (!get_filter(in, &d.filter)) return false;
+      in.get(&d.ref_ctr, "define: reference counter");
+      if (in.ok() && d.ref_ctr % 2 != 0) return in.fail("define: reference counter unaligned");
       m->body = std::move(d);
       break;
     }

@@ -84,7 +84,9 @@ inline constexpr uint32_t kAgentAbiVersion = 11;  // 2: LIST_CHANGED, 3: BRANCHE
                                                   //    instances
                                                   // 11: triggers and soft mode per
                                                   //    buffer (the control page's
-                                                  //    u16 soft-disabled bits)
+                                                  //    u16 soft-disabled bits),
+                                                  //    snapshot triggers, DEFINE's
+                                                  //    reference counter
 
 inline constexpr size_t kHeaderSize = 16;
 // The largest packet either end sends or accepts. Below the default socket send buffer
@@ -214,7 +216,8 @@ struct Bounds {
 // DEFINE: one probe of one event in this process.
 //   u32 probe_id, u32 counter_slot, u16 event_id, u8 kind, u8 enabled, u32 maxactive,
 //   u64 address, Bounds, str symbol, u64 symbol_addr, str module,
-//   bytes program (events::encode_program), u8 has_filter, [bytes filter (encode_filter)]
+//   bytes program (events::encode_program), u8 has_filter, [bytes filter (encode_filter)],
+//   u64 ref_ctr (even)
 struct Define {
   uint32_t probe_id = 0;      // daemon-wide unique; names the probe in later requests
   uint32_t counter_slot = 0;  // the ring area's per-probe counter slot (kprobe_profile hits)
@@ -233,6 +236,9 @@ struct Define {
   std::string module;
   FetchProgram program;                  // validated (events/wire.h) when decoded
   std::optional<CompiledFilter> filter;  // likewise
+  // The probe's reference counter (an SDT semaphore, the kernel's ref_ctr_offset): the
+  // address of a u16 the agent adds one to while the probe is enabled; 0: none.
+  uint64_t ref_ctr = 0;
 };
 
 // REMOVE, ENABLE, DISABLE: u32 probe_id

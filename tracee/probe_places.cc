@@ -83,6 +83,26 @@ int mapped_instruction(pid_t pid, const Mapping& m, uint64_t offset, size_t* len
       offset, len);
 }
 
+// Where the u16 at file offset `offset` of `file` is, for the load whose code is at
+// `code`: the writable mapping of the file that holds it, the nearest to the code (a
+// file loaded twice has one of each per load); 0 when none does.
+uintptr_t ref_ctr_address(const FileIdentity& file, const std::vector<Mapping>& maps,
+                          uint64_t offset, uintptr_t code) {
+  uintptr_t best = 0;
+  uintptr_t best_distance = UINTPTR_MAX;
+  for (const Mapping& m : maps) {
+    if (m.dev != file.dev || m.inode != file.inode || !m.write || m.exec) continue;
+    if (offset < m.offset || offset - m.offset > m.end - m.start - 2) continue;
+    const uintptr_t at = m.start + (offset - m.offset);
+    const uintptr_t distance = at > code ? at - code : code - at;
+    if (distance < best_distance) {
+      best = at;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity& file,
                          const std::vector<Mapping>& maps, const ProcessSymbols& syms,
                          std::vector<ProbePlace>* places) {
@@ -94,6 +114,7 @@ PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity&
     if (!m.exec || def.offset < m.offset || def.offset - m.offset >= len) continue;
     ProbePlace p;
     p.addr = m.start + (def.offset - m.offset);
+    if (def.ref_ctr_offset != 0) p.ref_ctr = ref_ctr_address(file, maps, def.ref_ctr_offset, p.addr);
     name_place(syms, &p);
     size_t insn_len = 0;
     if (!p.bounds.known() && mapped_instruction(syms.pid(), m, def.offset, &insn_len) == 0) {

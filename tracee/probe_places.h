@@ -55,6 +55,10 @@ struct ProbePlace {
   // as the definition asked for it, where the place is an IFUNC's implementation or
   // resolver. "" otherwise.
   std::string note;
+  // A uprobe's reference counter (PATH:OFFSET(REF_CTR_OFFSET), an SDT semaphore): the
+  // run-time address of the u16 at that file offset in the writable mapping of the same
+  // load, or 0 where none maps it (yet).
+  uintptr_t ref_ctr = 0;
 };
 
 enum class PlaceStatus : uint8_t {

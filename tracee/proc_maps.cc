@@ -75,6 +75,7 @@ bool parse_maps_line(std::string_view line, Mapping* m) {
   m->dev = makedev(static_cast<unsigned>(major_dev), static_cast<unsigned>(minor_dev));
   m->inode = static_cast<ino_t>(inode);
   m->exec = perms.size() >= 3 && perms[2] == 'x';
+  m->write = perms.size() >= 2 && perms[1] == 'w';
   constexpr std::string_view kDeleted = " (deleted)";
   m->deleted = line.ends_with(kDeleted);
   if (m->deleted) line.remove_suffix(kDeleted.size());

@@ -19,6 +19,7 @@ struct Mapping {
   dev_t dev = 0;
   ino_t inode = 0;
   bool exec = false;
+  bool write = false;
   bool deleted = false;  // the file was unlinked or replaced after mapping
   std::string path;
 };

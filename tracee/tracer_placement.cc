@@ -141,6 +141,7 @@ PlaceStatus Tracer::Impl::build_defines(Target& t, const Probe& p,
     d.module = place.module;
     d.program = ev->program;
     if (p.spec.filter) d.filter = *p.spec.filter;
+    d.ref_ctr = place.ref_ctr;
     out->push_back(std::move(d));
   }
   return PlaceStatus::kPlaced;

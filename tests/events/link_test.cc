@@ -45,6 +45,7 @@ Define sample_define() {
   d.symbol = "f";
   d.symbol_addr = 0x401000;
   d.module = "libx.so.1";
+  d.ref_ctr = 0x404038;
   d.program = ev.program;
   CompiledFilter f;
   Diagnostic diag;
@@ -102,6 +103,18 @@ TEST(Link, EveryMessageRoundTrips) {
   ASSERT_TRUE(d.filter.has_value());
   EXPECT_EQ(d.filter->text, d0.filter->text);
   EXPECT_EQ(d.filter->insns.size(), d0.filter->insns.size());
+  EXPECT_EQ(d.ref_ctr, 0x404038u);
+  // A reference counter is a u16: an odd address is refused.
+  {
+    Define odd = d0;
+    odd.ref_ctr = 0x404039;
+    Message mo = m;
+    mo.body = odd;
+    std::vector<std::vector<uint8_t>> pk = encode(mo);
+    ASSERT_EQ(pk.size(), 1u);
+    Message out;
+    EXPECT_NE(decode(pk[0].data(), pk[0].size(), &out), 0);
+  }
 
   for (MsgType t : {MsgType::kRemove, MsgType::kEnable, MsgType::kDisable}) {
     m.type = t;
