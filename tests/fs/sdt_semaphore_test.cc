@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/fs/elf_symbols.h"
+#include "tests/fs/kernel_tracefs.h"
 #include "tests/fs/mount_fixture.h"
 #include "tests/fs/program_process.h"
 #include "tests/fs/trace_lines.h"
@@ -26,6 +27,7 @@ namespace probefs::fs {
 namespace {
 
 using testing::find_elf_symbol;
+using testing::KernelTracefs;
 using testing::Mount;
 using testing::ProgramProcess;
 using testing::trace_body_lines;
@@ -130,6 +132,46 @@ TEST_F(SdtSemaphoreTest, HeldFromTheStartAndLetGoWhenTheDaemonGoes) {
   }
   EXPECT_EQ(sem, "ok 0");
   EXPECT_EQ(prog->ask("tick 2"), "ok 0");
+  EXPECT_EQ(prog->quit(), 0);
+}
+
+// The oracle: the same definition in the kernel's uprobe_events (a private mount of the
+// kernel's tracefs, enabled in an instance of its own), the same program run plainly:
+// the kernel counts the probe in the same u16, and the guarded code runs as it does on
+// a mount.
+TEST_F(SdtSemaphoreTest, TheKernelsUprobesCountTheSameSemaphore) {
+  const std::string place = guarded_place();
+  KernelTracefs k;
+  const std::string why = k.start(5000);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string ev = k.group() + "/tick";
+  KernelTracefs::Step s =
+      k.run("echo \"$1\" >> \"$2/uprobe_events\"", {"p:" + ev + " " + place, k.dir()}, 10000);
+  if (!s.answered) GTEST_SKIP() << "the kernel's uprobe_events does not answer";
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  k.remember_probe(ev);
+  s = k.run("cat \"$1/uprobe_events\"", {k.dir()}, 10000);
+  EXPECT_NE(s.out.find("(" + hex(semaphore_offset()) + ")\n"), std::string::npos) << s.out;
+  ProgramProcess plain(ProgramProcess::plain(kSdtProg));
+  ASSERT_TRUE(plain.ready());
+  EXPECT_EQ(plain.ask("sem"), "ok 0");
+  s = k.run("echo 1 > \"$1/events/$2/enable\"", {k.instance(), ev}, 10000);
+  ASSERT_TRUE(s.answered && s.exit_code == 0) << s.err;
+  EXPECT_EQ(plain.ask("sem"), "ok 1");
+  EXPECT_EQ(plain.ask("tick 3"), "ok 3");
+  s = k.run("echo 0 > \"$1/events/$2/enable\"", {k.instance(), ev}, 10000);
+  ASSERT_TRUE(s.answered && s.exit_code == 0) << s.err;
+  EXPECT_EQ(plain.ask("sem"), "ok 0");
+  EXPECT_EQ(plain.quit(), 0);
+  // probefs, the same line: the same answers.
+  ASSERT_EQ(m_.write("uprobe_events", "p:sdt/tick " + place + "\n"), 0);
+  auto prog = exec_program();
+  EXPECT_EQ(prog->ask("sem"), "ok 0");
+  put("events/sdt/tick/enable", "1");
+  EXPECT_EQ(prog->ask("sem"), "ok 1");
+  EXPECT_EQ(prog->ask("tick 3"), "ok 3");
+  put("events/sdt/tick/enable", "0");
+  EXPECT_EQ(prog->ask("sem"), "ok 0");
   EXPECT_EQ(prog->quit(), 0);
 }
 
