@@ -135,6 +135,33 @@ TEST_F(SdtSemaphoreTest, HeldFromTheStartAndLetGoWhenTheDaemonGoes) {
   EXPECT_EQ(prog->quit(), 0);
 }
 
+// A fork child has its parent's probes, and its count with them: the count it inherited
+// goes when they are disabled, and comes back when they are enabled again. (The child
+// joins the daemon on its own: asked until its answer changes, within a bound.)
+TEST_F(SdtSemaphoreTest, AForkChildCountsWithTheProbesItInherited) {
+  ASSERT_EQ(m_.write("uprobe_events", "p:sdt/tick " + guarded_place() + "\n"), 0);
+  put("events/sdt/tick/enable", "1");
+  auto prog = exec_program();
+  EXPECT_EQ(prog->ask("sem"), "ok 1");
+  ASSERT_EQ(prog->ask("fork").rfind("ok ", 0), 0u);
+  EXPECT_EQ(prog->ask("child sem"), "ok 1");
+  auto child_sem_becomes = [&](const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::string sem;
+    while ((sem = prog->ask("child sem")) != want && std::chrono::steady_clock::now() < deadline) {
+    }
+    return sem;
+  };
+  put("events/sdt/tick/enable", "0");
+  EXPECT_EQ(prog->ask("sem"), "ok 0");
+  EXPECT_EQ(child_sem_becomes("ok 0"), "ok 0");
+  put("events/sdt/tick/enable", "1");
+  EXPECT_EQ(prog->ask("sem"), "ok 1");
+  EXPECT_EQ(child_sem_becomes("ok 1"), "ok 1");
+  EXPECT_EQ(prog->ask("child tick 3"), "ok 3");
+  EXPECT_EQ(prog->quit(), 0);
+}
+
 // The oracle: the same definition in the kernel's uprobe_events (a private mount of the
 // kernel's tracefs, enabled in an instance of its own), the same program run plainly:
 // the kernel counts the probe in the same u16, and the guarded code runs as it does on
