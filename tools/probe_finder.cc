@@ -10,6 +10,7 @@
 
 #include "tools/dwarf_points.h"
 #include "tools/dwarf_vars.h"
+#include "tools/sdt_notes.h"
 
 namespace probefs::tools {
 namespace {
@@ -214,9 +215,55 @@ bool needs_dwarf(const ProbeSpec& spec) {
   return false;
 }
 
+namespace {
+
+// An SDT point's probes: one per note of that name (and provider), at the note's place,
+// counted in its semaphore, its arguments the note's (perf's arg1, arg2 ...).
+Result<std::vector<TraceProbe>> sdt_probes(const ElfImage& image, const ProbeSpec& spec,
+                                           const FinderOptions& options) {
+  const ProbePoint& pt = spec.point;
+  const std::string asked =
+      (pt.sdt_provider.empty() ? "%" : "sdt_" + pt.sdt_provider + ":") + pt.sdt_name;
+  if (options.kprobe_syntax)
+    return make_error(-EOPNOTSUPP, "SDT events are uprobe events: " + asked + " without -k.");
+  if (!spec.args.empty())
+    return make_error(-EINVAL, "Semantic error :SDT events take their arguments from the note: " + asked);
+  std::vector<TraceProbe> out;
+  for (const SdtNote& n : sdt_notes(image)) {
+    if (n.name != pt.sdt_name || (!pt.sdt_provider.empty() && n.provider != pt.sdt_provider))
+      continue;
+    TraceProbe t;
+    t.group = "sdt_" + n.provider;
+    t.event = n.name;
+    t.path = image.path();
+    std::optional<uint64_t> at = image.file_offset(n.pc);
+    if (!at) return make_error(-ENOENT, "SDT point " + asked + " is outside the file's segments.");
+    t.file_offset = *at;
+    if (n.semaphore != 0) {
+      std::optional<uint64_t> sem = image.file_offset(n.semaphore);
+      if (!sem) return make_error(-ENOENT, "The semaphore of " + asked + " is outside the file's segments.");
+      t.ref_ctr_offset = *sem;
+    }
+    int index = 1;
+    for (const std::string& a : sdt_argument_specs(n.args)) {
+      auto arg = sdt_argument(a, index++);
+      if (!arg) return arg.error();
+      t.args.push_back(std::move(*arg));
+      t.arg_texts.push_back(t.args.back().text());
+    }
+    t.where = "%" + n.name;
+    out.push_back(std::move(t));
+  }
+  if (out.empty()) return make_error(-ENOENT, "Probe point '" + asked + "' not found.");
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<TraceProbe>> find_probes(const ElfImage& image, const DebugInfo* dbg,
                                             const ProbeSpec& spec, const FinderOptions& options,
                                             std::vector<std::string>* notes) {
+  if (spec.point.sdt) return sdt_probes(image, spec, options);
   const bool dwarf_needed = needs_dwarf(spec);
   if (dwarf_needed && !dbg)
     return make_error(-ENOENT, "The " + image.path() +

@@ -144,8 +144,8 @@ Status parse_event_name(std::string_view text, ProbeSpec* spec) {
   return Ok{};
 }
 
-// perf's "%[sdt_PROVIDER:]SDTEVENT" and "sdt_PROVIDER:SDTEVENT": taken from perf's probe
-// cache, which the helper does not have.
+// perf's "%[sdt_PROVIDER:]SDTEVENT" and "sdt_PROVIDER:SDTEVENT": read from the binary's
+// SDT notes (tools/sdt_notes.h), where perf reads its probe cache.
 bool is_sdt_event(std::string_view word) {
   return word.starts_with('%') || (word.starts_with("sdt_") && word.find(':') != npos &&
                                    word.find('=') == npos);
@@ -158,8 +158,21 @@ Status parse_point(std::string_view word, ProbeSpec* spec) {
     if (special != npos && body[special] != '@') {
       return semantic_error(std::string(body) + " must be an SDT name.");
     }
-    return make_error(-EOPNOTSUPP,
-                      "SDT events and cached probes are not supported: " + std::string(word));
+    if (special != npos)  // SDTEVENT@BUILDID: an entry of perf's cache, which is not read
+      return make_error(-EOPNOTSUPP, "Cached probes are not supported: " + std::string(word));
+    const size_t colon = body.find(':');
+    std::string_view provider = colon == npos ? std::string_view() : body.substr(0, colon);
+    const std::string_view name = colon == npos ? body : body.substr(colon + 1);
+    if (!provider.empty()) {
+      if (!provider.starts_with("sdt_")) return semantic_error(std::string(body) + " must be an SDT name.");
+      provider.remove_prefix(4);
+    }
+    if (name.empty() || (colon != npos && provider.empty()))
+      return semantic_error(std::string(body) + " must be an SDT name.");
+    spec->point.sdt = true;
+    spec->point.sdt_provider = std::string(provider);
+    spec->point.sdt_name = std::string(name);
+    return Ok{};
   }
 
   std::string_view rest = word;

@@ -68,6 +68,11 @@ struct ProbePoint {
   bool has_lazy = false;
   uint64_t address = 0;  // a raw address given as FUNC ("0x1234")
   bool has_address = false;
+  // An SDT point (tools/sdt_notes.h): sdt_PROVIDER:NAME, %sdt_PROVIDER:NAME or %NAME
+  // (any provider).
+  bool sdt = false;
+  std::string sdt_provider;  // "" for any
+  std::string sdt_name;
 };
 
 struct ProbeSpec {

@@ -22,6 +22,10 @@ std::string TraceProbe::definition(bool kprobe_syntax) const {
     char offset[24];
     std::snprintf(offset, sizeof offset, ":0x%llx", static_cast<unsigned long long>(file_offset));
     out += path + offset;
+    if (ref_ctr_offset != 0) {
+      std::snprintf(offset, sizeof offset, "(0x%llx)", static_cast<unsigned long long>(ref_ctr_offset));
+      out += offset;
+    }
   }
   for (const TraceArg& arg : args) out += " " + arg.text();
   return out;

@@ -21,6 +21,7 @@ struct TraceProbe {
   bool retprobe = false;
   std::string path;       // the object, absolute
   uint64_t file_offset = 0;  // uprobe syntax: PATH:0xOFFSET
+  uint64_t ref_ctr_offset = 0;  // PATH:0xOFFSET(0xREF_CTR): an SDT point's semaphore
   // kprobe syntax (-k): MOD:SYM+OFF, MOD the object's basename.
   std::string symbol;
   uint64_t symbol_offset = 0;

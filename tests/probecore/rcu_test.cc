@@ -9,15 +9,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace probefs::probecore {
 namespace {
 
-// How long a reader keeps its section open while the writer runs: a bounded number of
-// yields. A writer that ends its grace period early is caught within it; one that waits
-// correctly simply waits that long.
-constexpr int kHoldYields = 200000;
+// How long a reader keeps its section open while the writer runs. A writer that ends its
+// grace period early is caught within it; one that waits correctly simply waits that
+// long. A span of time rather than a number of yields: on a loaded machine each yield may
+// give the CPU away for a whole time slice, and 200,000 of them took minutes.
+constexpr std::chrono::milliseconds kHold{200};
 
 struct Scenario {
   std::atomic<bool> inside{false};
@@ -39,7 +41,8 @@ struct Scenario {
   }
   void hold_then_leave() {
     while (!writer_started.load()) std::this_thread::yield();
-    for (int i = 0; i < kHoldYields && !writer_done.load(); ++i) sched_yield();
+    const auto until = std::chrono::steady_clock::now() + kHold;
+    while (!writer_done.load() && std::chrono::steady_clock::now() < until) sched_yield();
     reader_left = true;
     rcu_read_unlock();
     writer.join();

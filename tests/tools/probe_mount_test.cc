@@ -319,6 +319,35 @@ INSTANTIATE_TEST_SUITE_P(Opt, ProbeMountTest, ::testing::Values(PROBE_PROG_O0, P
                                       : "O2";
                          });
 
+// An SDT point by name (sdt_PROVIDER:NAME, read from the binary's .note.stapsdt, as perf
+// reads its probe cache): the definition counts in the point's semaphore, so the code it
+// guards runs, and the note's argument is fetched as perf names it (arg1).
+using ProbeMountSdt = ProbeFixture;
+TEST_F(ProbeMountSdt, APointByNameRunsItsGuardedCodeAndFetchesItsArguments) {
+  // By name alone (%NAME: any provider), and a name the binary does not have.
+  CommandResult d = probe({"-x", SDT_PROG, "-D", "%tick"});
+  EXPECT_EQ(d.exit_code(), 0) << d.err;
+  EXPECT_NE(d.out.find("p:sdt_sdtprog/tick "), std::string::npos) << d.out;
+  CommandResult none = probe({"-x", SDT_PROG, "-D", "sdt_sdtprog:tock"});
+  EXPECT_NE(none.exit_code(), 0);
+  EXPECT_NE(none.err.find("Probe point 'sdt_sdtprog:tock' not found."), std::string::npos)
+      << none.err;
+  add(SDT_PROG, "sdt_sdtprog:tick");
+  const std::string defs = m_.read("uprobe_events");
+  EXPECT_NE(defs.find("p:sdt_sdtprog/tick " + std::string(SDT_PROG) + ":0x"), std::string::npos)
+      << defs;
+  EXPECT_NE(defs.find(") arg1=%dx:s32\n"), std::string::npos) << defs;  // after (REF_CTR)
+  EXPECT_EQ(m_.write("events/enable", "1\n"), 0);
+  CommandResult r = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", SDT_PROG}, 60000,
+                                "sem\ntick 3\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\nok 1\nok 3\n");
+  const std::vector<std::string> lines = lines_of(m_.read("trace"), " tick: (");
+  ASSERT_EQ(lines.size(), 3u) << m_.read("trace");
+  for (size_t i = 0; i < lines.size(); ++i)
+    EXPECT_EQ(trace_values(lines[i])["arg1"], std::to_string(i)) << lines[i];
+}
+
 using ProbeMountO0 = ProbeFixture;
 
 // At -O0 clamp is inlined twice (always_inline): one probe on each instance, its parameter

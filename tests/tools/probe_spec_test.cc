@@ -3,6 +3,7 @@
 // arg: ... into ..."), the expected errors the messages it printed; plus -L ranges, globs,
 // names and the definitions written to the tracefs.
 #include "tools/probe_spec.h"
+#include "tools/sdt_notes.h"
 
 #include <gtest/gtest.h>
 
@@ -130,6 +131,56 @@ struct GoodArg {
   const char* perf_line;
   char kind;  // 'v' variable, 'r' raw, '$' $params / $vars
 };
+
+// SDT points: sdt_PROVIDER:NAME, %sdt_PROVIDER:NAME, and %NAME for any provider.
+TEST(ProbeSpec, SdtNames) {
+  struct Case {
+    const char* spec;
+    const char* provider;
+    const char* name;
+  } cases[] = {{"sdt_python:function__entry", "python", "function__entry"},
+               {"%sdt_python:line", "python", "line"},
+               {"%gc__start", "", "gc__start"},
+               {"%return", "", "return"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec);
+    Result<ProbeSpec> spec = parse_probe_spec(c.spec);
+    ASSERT_TRUE(spec.ok()) << spec.error().message;
+    EXPECT_TRUE(spec->point.sdt);
+    EXPECT_EQ(spec->point.sdt_provider, c.provider);
+    EXPECT_EQ(spec->point.sdt_name, c.name);
+  }
+}
+
+// A note's argument spec as fetch arguments, as perf converts them.
+TEST(SdtArguments, RegistersMemoryAndImmediates) {
+  struct Case {
+    const char* spec;
+    const char* text;  // "" when refused
+  } cases[] = {
+      {"-4@%edx", "arg1=%dx:s32"},      {"8@%rbp", "arg1=%bp:u64"},
+      {"8@%r12", "arg1=%r12:u64"},      {"-4@%eax", "arg1=%ax:s32"},
+      {"1@%sil", "arg1=%si:u8"},        {"2@%r9w", "arg1=%r9:u16"},
+      {"-4@%r10d", "arg1=%r10:s32"},    {"8@-16(%rbp)", "arg1=-16(%bp):u64"},
+      {"4@8(%rsp)", "arg1=+8(%sp):u32"}, {"8@(%rdi)", "arg1=+0(%di):u64"},
+      {"4@$5", "arg1=\\5:u32"},          {"-8@$-3", "arg1=\\-3:s64"},
+      {"8@sym(%rip)", ""},              {"8@(%rax,%rbx,8)", ""},
+      {"3@%eax", ""},                   {"8@%xmm0", ""},
+      {"8", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec);
+    Result<TraceArg> a = sdt_argument(c.spec, 1);
+    if (*c.text == 0) {
+      EXPECT_FALSE(a.ok());
+      continue;
+    }
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    EXPECT_EQ(a->text(), c.text);
+  }
+  EXPECT_EQ(sdt_argument_specs(" 8@%rbp  8@%r12 -4@%eax"),
+            (std::vector<std::string>{"8@%rbp", "8@%r12", "-4@%eax"}));
+}
 
 TEST(ProbeSpec, ArgumentsAsPerfReadsThem) {
   const GoodArg cases[] = {
@@ -340,11 +391,10 @@ TEST(ProbeSpec, BadSpecsGetPerfsMessages) {
       // Where perf takes the spec and fails only later (or crashes), with messages of ours.
       {"", "No probe point is given."},
       {":3", "No function or source file is given: :3"},
-      {"%return", "SDT events and cached probes are not supported: %return", -EOPNOTSUPP},
       {"ev=%return", "No function or source file is given: ev=%return"},
       {";foo", "No function or source file is given: ;foo"},
-      {"%sdt_foo:bar", "SDT events and cached probes are not supported: %sdt_foo:bar",
-       -EOPNOTSUPP},
+      {"%sdt_foo:bar@1234", "Cached probes are not supported: %sdt_foo:bar@1234", -EOPNOTSUPP},
+      {"%foo:bar", "Semantic error :foo:bar must be an SDT name."},
       {"price_order =x", "Semantic error :Argument parse error: =x"},
       {"price_order n=", "Semantic error :Argument parse error: n="},
       {"price_order discount:", "Semantic error :Argument parse error: discount:"},
