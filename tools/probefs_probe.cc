@@ -25,6 +25,7 @@
 #include "tools/elf_image.h"
 #include "tools/probe_finder.h"
 #include "tools/probe_spec.h"
+#include "tools/sdt_notes.h"
 #include "tools/strfilter.h"
 #include "tools/object_lookup.h"
 #include "tools/tracefs_files.h"
@@ -49,6 +50,7 @@ struct Options {
   std::string exec, module, target;
   std::vector<std::string> debuginfo_dirs;
   bool externs = false, quiet = false, dry_run = false, force = false, kprobe = false;
+  bool cache = false;  // --cache: with --list, the SDT points of -x/-m, as perf's cache lists them
   int verbose = 0;
   size_t max_probes = 128;
 };
@@ -101,6 +103,8 @@ const char kUsage[] =
     "    -v, --verbose         be more verbose (show parsed arguments, etc)\n"
     "    -x, --exec <executable|path>\n"
     "                          target executable name or path\n"
+    "        --cache           (With --list) Show the SDT points of -x/-m as perf\n"
+    "                          shows cached probes (read from the binary: no cache)\n"
     "        --debuginfo-dir <directory>\n"
     "                          directory to search for debuginfo before the system's\n"
     "        --demangle        Enable symbol demangling (the default)\n"
@@ -268,6 +272,7 @@ Options parse_options(int argc, char** argv_in) {
       o.pid = static_cast<int>(n);
     }
     else if (name == "range") o.range = true;
+    else if (name == "cache") o.cache = true;
     else if (name == "no-demangle") o.demangle = false;
     else if (name == "exec") o.exec = need();
     else if (name == "module") o.module = need();
@@ -311,6 +316,10 @@ Options parse_options(int argc, char** argv_in) {
   if (actions > 1 && !(o.adds.size() && o.dels.size() && actions == 2))
     usage_error("Only one action (add, del, list, line, vars, funcs) can be used at a time.");
   if (o.externs && !o.vars) usage_error("--externs is for --vars only");
+  // perf stores added probes in its cache and lists it; probefs-probe keeps none, and
+  // reads the SDT points of the object itself.
+  if (o.cache && !o.list)
+    usage_error("--cache is for --list only: probefs-probe keeps no probe cache.");
   return o;
 }
 
@@ -572,6 +581,7 @@ class Command {
 
   // perf's order: kprobe_events' lines first, each file's sorted by their text.
   int list() {
+    if (o_.cache) return list_sdt();
     auto fs = tracefs();
     if (!fs) return fail(fs.error(), "Failed to show event list");
     auto events = fs->events();
@@ -590,6 +600,42 @@ class Command {
       for (const std::string& a : arg_names(d.args)) names += " " + a;
       if (!names.empty()) printf(" with%s", names.c_str());
       printf(")\n");
+    }
+    return 0;
+  }
+
+  // --cache --list: the object's SDT points as perf lists them once perf buildid-cache
+  // has scanned it ("PATH (BUILDID):", then "sdt_PROVIDER:NAME=NAME"), through the same
+  // filter on GROUP:EVENT; with -v, each point's definition after it, as perf's cache
+  // file keeps it.
+  int list_sdt() {
+    if (o_.exec.empty() && o_.module.empty() && o_.pid == 0)
+      return fail(make_error(-EINVAL, "probefs-probe keeps no probe cache: --cache --list "
+                                      "reads the SDT notes of -x BIN or -m LIB."),
+                  "Failed to show caches");
+    if (Status st = open_object(); !st) return fail(st.error(), "Failed to show caches");
+    const std::string filter = o_.list_filter.empty() ? "*" : o_.list_filter;
+    printf("%s (%s):\n", image_->path().c_str(), image_->build_id().c_str());
+    std::vector<std::string> shown;  // a name at several places is listed once
+    for (const SdtNote& n : sdt_notes(*image_)) {
+      const std::string event = "sdt_" + n.provider + ":" + n.name;
+      if (!glob_match(filter, event) ||
+          std::find(shown.begin(), shown.end(), event) != shown.end())
+        continue;
+      shown.push_back(event);
+      printf("%s=%s\n", event.c_str(), n.name.c_str());
+      if (!o_.verbose) continue;
+      ProbeSpec spec;
+      spec.point.sdt = true;
+      spec.point.sdt_provider = n.provider;
+      spec.point.sdt_name = n.name;
+      FinderOptions fo;
+      auto probes = find_probes(*image_, nullptr, spec, fo, nullptr);
+      if (!probes) {
+        printf("# %s\n", probes.error().message.c_str());
+        continue;
+      }
+      for (const TraceProbe& t : *probes) printf("%s\n", t.definition(false).c_str());
     }
     return 0;
   }

@@ -4,9 +4,12 @@
 // with a scratch HOME), so neither can reach the kernel's tracefs. Where probefs-probe
 // writes something else on purpose, the case says what and why (README, "probefs-probe").
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -167,6 +170,94 @@ TEST_F(PerfDifferences, GlobalsAndBitfields) {
   EXPECT_NE(w[0].find(" priority=+20(%di):b3@0/32 rush=+20(%di):b1@3/32 weight=+20(%di):b9@4/32"),
             std::string::npos)
       << w[0];
+}
+
+// The blocks of perf probe's --cache --list: each binary's "PATH (BUILDID):" line with the
+// lines that follow it, up to the next such line.
+std::map<std::string, std::string> cache_blocks(const std::string& text) {
+  std::map<std::string, std::string> blocks;
+  std::istringstream in(text);
+  std::string head;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l.back() == ':' && l.find(" (") != std::string::npos) head = l;
+    blocks[head] += l + "\n";
+  }
+  return blocks;
+}
+
+// perf's own USDT flow on a mount: perf buildid-cache scans a binary's SDT notes into
+// perf's cache (under the scratch HOME), and perf probe defines sdt_PROVIDER:NAME from it
+// through TRACEFS_PATH; the event counts in the point's semaphore, so the code the
+// semaphore guards runs and the event fires. probefs-probe --cache --list -x BIN shows
+// what perf's cache shows for that binary, read from the binary itself, and with -v the
+// definitions perf's cache file keeps.
+class PerfSdt : public PerfOracle {
+ protected:
+  CommandResult perf_tool(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"env", "-u", "DEBUGINFOD_URLS",
+                                     "TRACEFS_PATH=" + mount_->dir(), "HOME=" + home_,
+                                     "/usr/bin/perf"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, 60000);
+  }
+  void TearDown() override {
+    if (!mount_) return;
+    EXPECT_EQ(mount_->write("events/enable", "0\n"), 0);
+    EXPECT_EQ(mount_->write("uprobe_events", "\n", O_WRONLY | O_TRUNC), 0);
+  }
+};
+
+TEST_F(PerfSdt, BuildidCacheThenPerfProbeOfAnSdtPoint) {
+  const std::string python = "/usr/bin/python3.11";
+  std::vector<std::string> bins = {SDT_PROG};
+  if (access(python.c_str(), R_OK) == 0) bins.push_back(python);
+  for (const std::string& bin : bins) {
+    CommandResult added = perf_tool({"buildid-cache", "--add", bin});
+    ASSERT_EQ(added.exit_code(), 0) << added.err;
+  }
+  const std::map<std::string, std::string> theirs = cache_blocks(perf({"--cache", "--list"}).out);
+  for (const std::string& bin : bins) {
+    CommandResult mine = ours({"--cache", "--list", "-x", bin});
+    ASSERT_EQ(mine.exit_code(), 0) << mine.err;
+    const std::string head = mine.out.substr(0, mine.out.find('\n'));
+    ASSERT_TRUE(theirs.count(head)) << "perf's cache has no " << head;
+    EXPECT_EQ(mine.out, theirs.at(head));
+    // The cache file of that binary: "%sdt_P:N=N" and the definition, for each point.
+    const std::string id = head.substr(head.rfind('(') + 1, head.size() - head.rfind('(') - 3);
+    std::ifstream file(home_ + "/.debug" + bin + "/" + id + "/probes");
+    std::stringstream cached;
+    cached << file.rdbuf();
+    std::string shown = ours({"--cache", "--list", "-v", "-x", bin}).out;
+    shown = shown.substr(shown.find('\n') + 1);
+    for (size_t at = 0; (at = shown.find("sdt_", at)) != std::string::npos;
+         at = shown.find('\n', at))
+      if (at == 0 || shown[at - 1] == '\n') shown.insert(at, "%"), ++at;
+    EXPECT_EQ(shown, cached.str()) << bin;
+  }
+
+  // perf probe from its cache, on the mount; the program's guarded code runs while the
+  // event is enabled, and each hit fetches the note's argument.
+  CommandResult defined = perf({"-x", SDT_PROG, "sdt_sdtprog:tick"});
+  ASSERT_EQ(defined.exit_code(), 0) << defined.err;
+  const std::string defs = mount_->read("uprobe_events");
+  EXPECT_NE(defs.find("p:sdt_sdtprog/tick " + std::string(SDT_PROG) + ":0x"), std::string::npos)
+      << defs;
+  ASSERT_EQ(mount_->write("trace", "\n", O_WRONLY | O_TRUNC), 0);
+  ASSERT_EQ(mount_->write("events/sdt_sdtprog/tick/enable", "1\n"), 0);
+  CommandResult r = run_command({PROBEFS_BIN, "exec", mount_->dir(), "--", SDT_PROG}, 60000,
+                                "sem\ntick 4\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\nok 1\nok 4\n");  // the semaphore held, the guarded code run
+  const std::vector<std::string> ticks = lines_with(mount_->read("trace"), "sdt_prog-");
+  ASSERT_EQ(ticks.size(), 4u) << mount_->read("trace");
+  for (size_t i = 0; i < ticks.size(); ++i)
+    EXPECT_NE(ticks[i].find(" tick: (0x"), std::string::npos) << ticks[i];
+  for (size_t i = 0; i < ticks.size(); ++i)
+    EXPECT_EQ(ticks[i].substr(ticks[i].rfind(' ') + 1), "arg1=" + std::to_string(i));
+  ASSERT_EQ(mount_->write("events/sdt_sdtprog/tick/enable", "0\n"), 0);
+  CommandResult removed = perf({"-d", "sdt_sdtprog:tick"});
+  EXPECT_EQ(removed.exit_code(), 0) << removed.err;
+  EXPECT_EQ(mount_->read("uprobe_events"), "");
 }
 
 // Cases where both tools can express the spec.
