@@ -107,9 +107,10 @@ struct ProbeDefinition {
   int maxactive = 0;            // r<N>: kprobe syntax only
   std::string group;
   std::string event;
-  // kprobe syntax: [MOD:]SYM[+offs] or MEMADDR
+  // kprobe syntax: [MOD:]SYM[+offs], [MOD:]%PROVIDER:NAME (a USDT point: an SDT note of
+  // the object, whose arguments are $arg1..$argN) or MEMADDR
   std::string module;           // object basename, empty when not given
-  std::string symbol;           // empty when the place is an address
+  std::string symbol;           // empty for an address; "%PROVIDER:NAME" for a USDT point
   uint64_t address = 0;         // MEMADDR
   uint64_t offset = 0;          // SYM+offs, or the uprobe file offset
   // uprobe syntax: PATH:OFFSET[(REF_CTR_OFFSET)]
@@ -121,6 +122,7 @@ struct ProbeDefinition {
   std::vector<std::string> argv;  // the command split as parsed (comments removed)
 
   bool on_symbol() const { return !symbol.empty(); }
+  bool on_sdt() const { return symbol.size() > 1 && symbol[0] == '%'; }
   // argv joined with single spaces: what error_log shows as Command.
   std::string command() const;
 };

@@ -18,8 +18,10 @@ namespace probefs::events {
   X(kSilent, "", EINVAL)                                                                  \
   X(kFileNotFound, "Failed to find the given file", ENOENT)                               \
   X(kNoRegularFile, "Not a regular file", EINVAL)                                         \
-  /* probefs's own: a target runs a file no longer on disk as it mapped it */            \
+  /* probefs's own: a target runs a file no longer on disk as it mapped it; a USDT   */ \
+  /* point's argument is an operand no fetch can read (a %rip-relative symbol)        */ \
   X(kMappedFileGone, "The file the target mapped was replaced or deleted", ESTALE)        \
+  X(kSdtArgUnreadable, "This SDT argument cannot be fetched", EINVAL)                    \
   X(kBadRefcnt, "Invalid reference counter offset", EINVAL)                              \
   X(kRefcntOpenBrace, "Reference counter brace is not closed", EINVAL)                   \
   X(kBadRefcntSuffix, "Reference counter has wrong suffix", EINVAL)                      \

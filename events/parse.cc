@@ -179,6 +179,8 @@ struct ArgContext {
   ProbeArg* parg;
 };
 
+}  // namespace
+
 int register_offset(std::string_view name) {
   struct Reg {
     const char* name;
@@ -201,6 +203,8 @@ int register_offset(std::string_view name) {
     if (name == r.name) return static_cast<int>(r.off);
   return -1;
 }
+
+namespace {
 
 bool str_to_immediate(std::string_view s, uint64_t* imm) {
   if (s.empty()) return false;
@@ -667,6 +671,34 @@ ParseResult parse_tail(ProbeDefinition def, const std::vector<std::string>& argv
   return r;
 }
 
+// Whether a kprobe-syntax place names a USDT point, `[MOD:]%PROVIDER:NAME` (`pct`: where
+// its first '%' is): a '%' that opens the place or follows MOD's colon, not `%return`.
+bool is_sdt_place(const std::string& sym, size_t pct) {
+  return pct != std::string::npos && (pct == 0 || sym[pct - 1] == ':') &&
+         sym.compare(pct, std::string::npos, "%return") != 0;
+}
+
+// `[MOD:]%PROVIDER:NAME` into def's module and symbol ("%PROVIDER:NAME"): -1, or where
+// in the place it stops being one (PROVIDER and NAME are C identifiers, MOD not empty).
+int parse_sdt_place(const std::string& sym, size_t pct, ProbeDefinition* def) {
+  auto identifier_end = [&](size_t at) {
+    while (at < sym.size() && (is_alnum(sym[at]) || sym[at] == '_')) ++at;
+    return at;
+  };
+  if (pct == 1) return 0;  // ":%P:N": an empty MOD
+  const size_t provider_end = identifier_end(pct + 1);
+  if (provider_end == pct + 1 || provider_end >= sym.size() || sym[provider_end] != ':')
+    return static_cast<int>(provider_end);
+  const size_t name_end = identifier_end(provider_end + 1);
+  if (name_end == provider_end + 1 || name_end != sym.size()) return static_cast<int>(name_end);
+  if (pct > 0) def->module = sym.substr(0, pct - 1);
+  def->symbol = sym.substr(pct);
+  return -1;
+}
+
+ParseResult parse_kprobe_tail(ProbeDefinition def, const std::vector<std::string>& argv,
+                              Log& log, size_t colon, bool fentry);
+
 ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseOptions&) {
   const std::string& a0 = argv[0];
   ProbeDefinition def;
@@ -705,6 +737,12 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
       return not_mine();
     std::string sym = place;
     size_t pct = sym.find('%');
+    if (is_sdt_place(sym, pct)) {
+      if (int at = parse_sdt_place(sym, pct, &def); at >= 0)
+        return fail(log, at, ErrorCode::kBadProbeAddr);
+      if (def.is_return) return fail(log, 0, ErrorCode::kBadRetprobe);
+      return parse_kprobe_tail(std::move(def), argv, log, colon, /*fentry=*/true);
+    }
     if (pct != std::string::npos) {
       if (sym.compare(pct, std::string::npos, "%return") != 0)
         return fail(log, static_cast<int>(pct), ErrorCode::kBadAddrSuffix);
@@ -740,14 +778,25 @@ ParseResult parse_kprobe_argv(const std::vector<std::string>& argv, const ParseO
     }
   }
 
+  return parse_kprobe_tail(std::move(def), argv, log, colon, fentry);
+}
+
+// The event name (GROUP/EVENT after argv[0]'s colon, when it has one; made from the place
+// otherwise) and the arguments of a kprobe-syntax definition whose place is parsed.
+ParseResult parse_kprobe_tail(ProbeDefinition def, const std::vector<std::string>& argv,
+                              Log& log, size_t colon, bool fentry) {
+  const std::string& a0 = argv[0];
   log.index = 0;
   bool named = false;
-  if (has_event) {
+  if (colon != std::string::npos) {
     if (parse_event_name(std::string_view(a0).substr(colon + 1), static_cast<int>(colon) + 1,
                          &def.group, &def.event, &named, log))
       return logged_error(log);
   }
-  if (!named) {
+  if (!named && def.on_sdt()) {
+    // As perf names an SDT event: the point's name.
+    def.event = event_name_of(def.symbol.substr(def.symbol.find(':') + 1), 0);
+  } else if (!named) {
     char buf[160];
     if (def.on_symbol()) {
       std::string full = def.module.empty() ? def.symbol : def.module + ":" + def.symbol;

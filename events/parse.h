@@ -66,6 +66,10 @@ struct ParseOptions {
 // (`*too_long` set; the lines before it are still returned and are to be applied).
 std::vector<std::string> split_write(std::string_view buf, bool* too_long);
 
+// The byte offset in PtRegs of the register the fetch arguments name NAME ("ax", "r12",
+// "sp": %NAME without the '%'), or -1.
+int register_offset(std::string_view name);
+
 // A diagnostic positioned like the kernel's (argument `index` of argv, byte `offset` in
 // it), for errors found after parsing: file lookup, symbol resolution, registration.
 Diagnostic make_diagnostic(const ProbeDefinition& def, ErrorCode code, int index, int offset,

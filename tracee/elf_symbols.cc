@@ -119,6 +119,10 @@ struct ElfFile {
   // The slots that IFUNC resolution reads back (tracee/ifunc.h), read on first use.
   bool ifunc_slots_loaded = false;
   IfuncSlots ifunc_slots;
+
+  // The USDT points of its SDT notes (.note.stapsdt), read on first use.
+  bool sdt_loaded = false;
+  std::vector<SdtNote> sdt;
 };
 
 // Takes `elf` (begun on f's fd or image) into f when it is an object a process maps
@@ -474,6 +478,65 @@ void load_data_symbols(ElfFile& f) {
   f.data_loaded = true;
   if (f.fd >= 0) file_cache().data_tables_read.fetch_add(1, std::memory_order_relaxed);
   read_symbols(f.elf, SymbolKind::kData, &f.data);
+}
+
+// The USDT points of f (SystemTap SDT notes: owner "stapsdt", type 3), at their link-time
+// addresses moved by what .stapsdt.base moved when the object was prelinked. A note that
+// does not read as one is skipped. Requires f.mu.
+void load_sdt_notes(ElfFile& f) {
+  if (f.sdt_loaded) return;
+  f.sdt_loaded = true;
+  constexpr uint32_t kStapsdtNote = 3;
+  uint64_t base_now = 0;
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(f.elf, &shstrndx) == 0) {
+    for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn; scn = elf_nextscn(f.elf, scn)) {
+      GElf_Shdr sh;
+      const char* name = gelf_getshdr(scn, &sh) ? elf_strptr(f.elf, shstrndx, sh.sh_name) : nullptr;
+      if (name && std::strcmp(name, ".stapsdt.base") == 0) base_now = sh.sh_addr;
+    }
+  }
+  for (Elf_Scn* scn = elf_nextscn(f.elf, nullptr); scn; scn = elf_nextscn(f.elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_NOTE) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) continue;
+    const char* bytes = static_cast<const char*>(data->d_buf);
+    GElf_Nhdr nh;
+    size_t name_at = 0, desc_at = 0;
+    for (size_t at = 0, next; (next = gelf_getnote(data, at, &nh, &name_at, &desc_at)) != 0;
+         at = next) {
+      if (nh.n_type != kStapsdtNote || nh.n_namesz != sizeof "stapsdt" ||
+          std::memcmp(bytes + name_at, "stapsdt", sizeof "stapsdt") != 0 || nh.n_descsz < 24)
+        continue;
+      const char* desc = bytes + desc_at;
+      SdtNote n;
+      uint64_t base = 0;
+      std::memcpy(&n.pc, desc, 8);
+      std::memcpy(&base, desc + 8, 8);
+      std::memcpy(&n.semaphore, desc + 16, 8);
+      // Three NUL-terminated strings: provider, name, arguments.
+      std::string* parts[] = {&n.provider, &n.name, &n.args};
+      size_t p = 24;
+      bool whole = true;
+      for (std::string* part : parts) {
+        const void* nul = p < nh.n_descsz ? std::memchr(desc + p, '\0', nh.n_descsz - p) : nullptr;
+        if (nul == nullptr) {
+          whole = false;
+          break;
+        }
+        const size_t len = static_cast<size_t>(static_cast<const char*>(nul) - (desc + p));
+        part->assign(desc + p, len);
+        p += len + 1;
+      }
+      if (!whole) continue;
+      if (base_now != 0 && base != 0) {
+        n.pc += base_now - base;
+        if (n.semaphore != 0) n.semaphore += base_now - base;
+      }
+      f.sdt.push_back(std::move(n));
+    }
+  }
 }
 
 // The separate debug file of an object, where distributions install them by build-id
@@ -1147,6 +1210,27 @@ int ProcessSymbols::resolve_data(std::string_view name, uint64_t* addr) const {
     *addr = r.addr;
   }
   return 0;
+}
+
+int ProcessSymbols::sdt_points(std::string_view mod, std::string_view provider,
+                               std::string_view name, std::vector<SdtPoint>* out) const {
+  out->clear();
+  std::lock_guard lock(impl_->mu);
+  int blocked = 0;
+  const bool found = impl_->search(mod, [&](const ElfObject& o, ElfFile& f) {
+    load_sdt_notes(f);
+    for (const SdtNote& n : f.sdt) {
+      if (n.provider != provider || n.name != name) continue;
+      SdtPoint pt;
+      pt.addr = n.pc + o.bias;
+      pt.semaphore = n.semaphore != 0 ? n.semaphore + o.bias : 0;
+      pt.args = n.args;
+      out->push_back(std::move(pt));
+    }
+    return !out->empty();
+  }, &blocked);
+  if (blocked != 0) return blocked;
+  return found ? 0 : -ENOENT;
 }
 
 int ProcessSymbols::describe(uintptr_t addr, ResolvedSymbol* out) const {

@@ -71,6 +71,22 @@ struct MappedObject {
   uintptr_t end = 0;
 };
 
+// A USDT point (a SystemTap SDT note) of an object, at its link-time addresses.
+struct SdtNote {
+  std::string provider;
+  std::string name;
+  uint64_t pc = 0;         // the point
+  uint64_t semaphore = 0;  // its u16 semaphore (in .probes); 0: none
+  std::string args;        // the argument spec: "-4@%eax 8@-16(%rbp)"
+};
+
+// A USDT point as a process maps it.
+struct SdtPoint {
+  uintptr_t addr = 0;       // the point's run-time address
+  uintptr_t semaphore = 0;  // its semaphore's run-time address; 0: none
+  std::string args;         // the note's argument spec
+};
+
 // One process's mapped ELF objects, the executable first, then libraries in load order
 // (the dynamic linker's link map where it can be read, else the order of the mappings).
 //
@@ -158,6 +174,12 @@ class ProcessSymbols {
   // resolve() and describe() fill in the function's landing pads (.eh_frame LSDAs) and the
   // parts GCC split off it (`foo.cold`) with its bounds.
   [[nodiscard]] int describe(uintptr_t addr, ResolvedSymbol* out) const;
+
+  // The USDT points PROVIDER:NAME (SDT notes) of MOD, or of the first object in search
+  // order that has any; a point may be at several places. 0, -ENOENT, or the error of an
+  // object the search reached whose file cannot be read.
+  [[nodiscard]] int sdt_points(std::string_view mod, std::string_view provider,
+                               std::string_view name, std::vector<SdtPoint>* out) const;
 
   // The objects in search order.
   std::vector<MappedObject> objects() const;

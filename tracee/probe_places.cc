@@ -132,6 +132,55 @@ PlaceStatus place_uprobe(const events::ProbeDefinition& def, const FileIdentity&
   return places->empty() ? PlaceStatus::kNotYet : PlaceStatus::kPlaced;
 }
 
+// The places of a USDT point, `[MOD:]%PROVIDER:NAME`: each note of that name in the
+// object, with its semaphore where a writable mapping of the object holds it, and bounds
+// of its own instruction where no function describes it.
+PlaceStatus place_sdt(const events::ProbeDefinition& def, const std::vector<Mapping>& maps,
+                      const ProcessSymbols& syms, std::vector<ProbePlace>* places,
+                      events::Diagnostic* diag) {
+  if (!def.module.empty() && !syms.has_module(def.module)) return PlaceStatus::kNotYet;
+  const std::string_view point = std::string_view(def.symbol).substr(1);
+  const size_t colon = point.find(':');
+  std::vector<SdtPoint> points;
+  const int err = syms.sdt_points(def.module, point.substr(0, colon), point.substr(colon + 1),
+                                  &points);
+  if (err == -ENOENT) {
+    if (def.module.empty()) return PlaceStatus::kAbsent;
+    *diag = events::make_diagnostic(def, events::ErrorCode::kBadProbeAddr, 1, 0, ENOENT);
+    return PlaceStatus::kError;
+  }
+  if (err != 0) {
+    *diag = events::make_diagnostic(
+        def, err == -ESTALE ? events::ErrorCode::kMappedFileGone : events::ErrorCode::kBadProbeAddr,
+        1, 0, -err);
+    return PlaceStatus::kError;
+  }
+  for (const SdtPoint& pt : points) {
+    ProbePlace p;
+    p.addr = pt.addr;
+    p.sdt_args = pt.args;
+    const Mapping* code = nullptr;
+    for (const Mapping& m : maps)
+      if (m.exec && m.start <= pt.addr && pt.addr < m.end) code = &m;
+    if (code == nullptr) continue;  // not in code as mapped: it never runs
+    if (pt.semaphore != 0) {
+      for (const Mapping& m : maps)
+        if (m.write && !m.exec && m.dev == code->dev && m.inode == code->inode &&
+            m.start <= pt.semaphore && pt.semaphore + 2 <= m.end)
+          p.ref_ctr = pt.semaphore;
+    }
+    name_place(syms, &p);
+    size_t insn_len = 0;
+    if (!p.bounds.known() &&
+        mapped_instruction(syms.pid(), *code, pt.addr - code->start + code->offset, &insn_len) == 0) {
+      p.bounds.start = p.addr;
+      p.bounds.end = p.addr + insn_len;
+    }
+    places->push_back(std::move(p));
+  }
+  return places->empty() ? PlaceStatus::kNotYet : PlaceStatus::kPlaced;
+}
+
 }  // namespace
 
 PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& file,
@@ -148,6 +197,7 @@ PlaceStatus place_probe(const events::ProbeDefinition& def, const FileIdentity& 
     places->push_back(std::move(p));
     return PlaceStatus::kPlaced;
   }
+  if (def.on_sdt()) return place_sdt(def, maps, syms, places, diag);
   if (!def.module.empty() && !syms.has_module(def.module)) return PlaceStatus::kNotYet;
   const std::string name = def.module.empty() ? def.symbol : def.module + ":" + def.symbol;
   ResolvedSymbol rs;

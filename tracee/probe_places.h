@@ -7,6 +7,9 @@
 //                                (dlmopen) gets two places
 //   kprobe syntax  SYM[+OFFS]    the first object that defines SYM, executable first
 //                  MOD:SYM[+OFFS] in MOD only; kNotYet while MOD is not loaded
+//                  [MOD:]%PROVIDER:NAME  every place of that USDT point (SDT note) in
+//                                MOD, or in the first object that has it; its semaphore
+//                                is the place's reference counter
 //                  MEMADDR       that address
 //
 // A kprobe-syntax SYM that is an IFUNC lands on the implementation the target calls, as
@@ -59,6 +62,8 @@ struct ProbePlace {
   // run-time address of the u16 at that file offset in the writable mapping of the same
   // load, or 0 where none maps it (yet).
   uintptr_t ref_ctr = 0;
+  // A USDT point's argument spec (its SDT note's), to bind $argN to; "" otherwise.
+  std::string sdt_args;
 };
 
 enum class PlaceStatus : uint8_t {

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "events/parse.h"
+#include "events/sdt_args.h"
 #include "tracee/proc_info.h"
 #include "tracee/tracer_impl.h"
 
@@ -99,6 +100,31 @@ std::string blacklist_name(const ProcessSymbols& syms, uintptr_t start) {
   return hex;
 }
 
+// The fetch program of a definition on a USDT point at one of its places: $argN read
+// from the note's operand N there. False, with the error of the first argument the note
+// cannot give (past its last operand, or one no fetch can read: a %rip-relative symbol),
+// at that argument.
+bool compile_sdt_place(const events::ProbeDefinition& def, const ProbePlace& place,
+                       const events::DataSymbolResolver& resolve, events::CompiledEvent* out,
+                       events::Diagnostic* diag) {
+  events::ProbeDefinition bound = def;
+  std::vector<events::SdtOperand> operands;
+  size_t unreadable = 0;
+  const bool all = events::parse_sdt_args(place.sdt_args, &operands, &unreadable);
+  size_t bad = 0;
+  events::ErrorCode why = events::ErrorCode::kBadArgNum;
+  if (!events::bind_sdt_args(&bound, operands, &bad, &why)) {
+    if (!all && why == events::ErrorCode::kBadArgNum) why = events::ErrorCode::kSdtArgUnreadable;
+    // At the argument's $argN, as the parser points at one it refuses.
+    const size_t index = bad + 2;
+    const size_t at = index < def.argv.size() ? def.argv[index].find("$arg") : std::string::npos;
+    *diag = events::make_diagnostic(def, why, static_cast<int>(index),
+                                    at == std::string::npos ? 0 : static_cast<int>(at));
+    return false;
+  }
+  return events::compile(bound, resolve, out, diag);
+}
+
 }  // namespace
 
 // The DEFINE messages of probe p in target t, one per place. kError fills *diag.
@@ -109,16 +135,21 @@ PlaceStatus Tracer::Impl::build_defines(Target& t, const Probe& p,
   if (st != PlaceStatus::kPlaced) return st;
   const events::CompiledEvent* ev = &p.spec.compiled;
   events::CompiledEvent own;
-  if (p.per_target_compile) {
-    const ProcessSymbols* syms = t.syms.get();
-    // `@SYM`: a variable or a function of this target, as the kernel finds kernel data.
-    events::DataSymbolResolver resolve = [syms](std::string_view sym, uint64_t* addr) {
-      return syms->resolve_data(sym, addr) == 0;
-    };
+  const ProcessSymbols* syms = t.syms.get();
+  // `@SYM`: a variable or a function of this target, as the kernel finds kernel data.
+  const events::DataSymbolResolver resolve = [syms](std::string_view sym, uint64_t* addr) {
+    return syms->resolve_data(sym, addr) == 0;
+  };
+  if (p.per_target_compile && !p.spec.def.on_sdt()) {
     if (!events::compile(p.spec.def, resolve, &own, diag)) return PlaceStatus::kError;
     ev = &own;
   }
   for (const ProbePlace& place : places) {
+    if (p.spec.def.on_sdt()) {
+      // $argN is the note's operand N at this place: each place compiles its own.
+      if (!compile_sdt_place(p.spec.def, place, resolve, &own, diag)) return PlaceStatus::kError;
+      ev = &own;
+    }
     PlaceLabel label{place.symbol, place.symbol_offset, place.note};
     events::SymbolInfo named;
     if (!label.name.empty() && t.symbolizer && t.symbolizer->lookup(place.addr, &named) &&

@@ -14,6 +14,13 @@
 //                  CPU 1, the reader on per_cpu/cpu1/trace_pipe_raw reading the kernel's
 //                  ring-buffer pages as trace-cmd does, beside table 1's text reader; then
 //                  the same reader with the target at 21 M calls/s, the budget's run
+//   5. python      a Python script's calls of one function, CPython's USDT points
+//                  function__entry and line enabled (file, function and line fetched as
+//                  strings): probefs by name (`python3.11:%python:line`), the kernel's
+//                  uprobes at the same places with the same semaphores (perf's
+//                  definitions of them, from probefs-probe --cache -l -v), and the script
+//                  without probes; the cost of an event is the time a run gained over
+//                  the plain run, divided by the events it recorded
 //
 // The probefs event is `p:bench/hit trace_pipe_target:bench_hit a=%di b=%si` on a mount of
 // its own (probefs -f on a fresh directory), the target run with `probefs exec`. The
@@ -37,7 +44,8 @@
 // program is gone.
 //
 //   trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K] [--read-kb KB]
-//                    [--no-kernel] [--only throughput|latency|first|raw]
+//                    [--no-kernel] [--only throughput|latency|first|raw|python]
+//                    [--python-calls N]
 //
 // (defaults: 4000000 records, 2000000 calls/s, 300 samples, 5 reps, reads of 128 KiB)
 //
@@ -1142,6 +1150,151 @@ void first_row(const char* what, const FirstHit& f, const FirstHit& kernel) {
               ratio_or_why(median(f.ms), median(kernel.ms), kernel.why).c_str());
 }
 
+// ---- 5. Python's USDT points -------------------------------------------------------------
+
+constexpr const char* kPython = "/usr/bin/python3.11";
+constexpr const char* kPythonPoints[] = {"function__entry", "line"};
+
+struct PythonRuns {
+  std::string why;      // not measured: why
+  double ms = 0;        // the median run's wall time
+  double events = 0;    // events recorded per run (probefs: its kprobe_profile)
+};
+
+// The median wall time of `reps` runs of argv, each to a clean exit within a minute.
+PythonRuns time_runs(const std::vector<std::string>& argv, int reps) {
+  PythonRuns r;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const int64_t t0 = now_ns();
+    if (run_command(argv, 60000) != 0) {
+      r.why = "the script did not run";
+      return r;
+    }
+    ms.push_back(static_cast<double>(now_ns() - t0) / 1e6);
+  }
+  r.ms = median(ms);
+  return r;
+}
+
+// perf's uprobe definitions of Python's points ("p:sdt_python/line PATH:0xOFF(0xSEM)
+// arg1=%r14:u64 ..."), by point name, with the arguments fetched as the probefs events
+// fetch them: arg1 and arg2 as strings, arg3 as s32.
+bool kernel_python_bodies(std::vector<std::string>* bodies, std::string* why) {
+  const int out = memfd_create("probefs-probe-out", MFD_CLOEXEC);
+  Proc p;
+  if (out < 0 || !spawn({PROBEFS_PROBE_BIN, "--cache", "-l", "-v", "-x", kPython}, out, &p)) {
+    *why = "cannot run probefs-probe";
+    if (out >= 0) close(out);
+    return false;
+  }
+  p.finish(60000);
+  std::string text(1 << 16, '\0');
+  const ssize_t n = pread(out, text.data(), text.size(), 0);
+  close(out);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  for (const char* point : kPythonPoints) {
+    const size_t at = text.find(std::string("p:sdt_python/") + point + " ");
+    if (at == std::string::npos) {
+      *why = std::string("no ") + point + " point in " + kPython;
+      return false;
+    }
+    std::istringstream words(text.substr(at, text.find('\n', at) - at));
+    std::string word, body;
+    words >> word >> body;
+    const char* names[] = {"file", "func", "line"};
+    for (int i = 0; i < 3 && words >> word; ++i) {
+      const size_t eq = word.find('='), colon = word.rfind(':');
+      const std::string op = word.substr(eq + 1, colon - eq - 1);
+      body += std::string(" ") + names[i] + "=" + (i < 2 ? "+0(" + op + "):string" : op + ":s32");
+    }
+    bodies->push_back(body);
+  }
+  return true;
+}
+
+void run_python(Setup& s, long calls, int reps) {
+  std::printf("5. Python's USDT points: %ld calls of a Python function, function__entry and "
+              "line enabled (file, function, line as strings), %d reps\n",
+              calls, reps);
+  if (access(kPython, X_OK) != 0) {
+    std::printf("  not measured: no %s\n\n", kPython);
+    return;
+  }
+  char dir[] = "/tmp/probefs-bench-py-XXXXXX";
+  if (!mkdtemp(dir)) {
+    std::printf("  not measured: mkdtemp: %s\n\n", strerror(errno));
+    return;
+  }
+  const std::string script = std::string(dir) + "/calls.py";
+  std::ofstream(script) << "import sys\n\ndef f(n):\n    return n + 1\n\n"
+                           "for i in range(int(sys.argv[1])):\n    f(i)\n";
+  const std::vector<std::string> plain = {kPython, "-S", script, std::to_string(calls)};
+  PythonRuns base = time_runs(plain, reps);
+
+  // probefs: by name, waiting for python3.11 to be mapped.
+  PythonRuns ours;
+  for (const char* point : kPythonPoints) {
+    const std::string def = std::string("p:py/") + point + " python3.11:%python:" + point +
+                            " file=+0($arg1):string func=+0($arg2):string line=$arg3:s32\n";
+    if (int e = s.mount->write("kprobe_events", def); e != 0) ours.why = strerror(e);
+  }
+  if (ours.why.empty()) {
+    s.mount->write("events/py/enable", "1", O_WRONLY | O_TRUNC);
+    std::vector<std::string> traced = {PROBEFS_BIN, "exec", s.mount->dir(), "--"};
+    traced.insert(traced.end(), plain.begin(), plain.end());
+    ours = time_runs(traced, reps);
+    // The events of all the runs, from the hits kprobe_profile counts.
+    std::ifstream profile(s.mount->path("kprobe_profile"));
+    std::string event;
+    uint64_t hits = 0, missed = 0;
+    while (profile >> event >> hits >> missed)
+      for (const char* point : kPythonPoints)
+        if (event == point || event == std::string("py/") + point)
+          ours.events += static_cast<double>(hits);
+    ours.events /= reps;
+    s.mount->write("events/py/enable", "0", O_WRONLY | O_TRUNC);
+    s.mount->write("kprobe_events", "-:py/function__entry\n-:py/line\n");
+  }
+
+  PythonRuns kern;
+  kern.why = unavailable(s, Source::kKernel);
+  std::vector<std::string> bodies;
+  if (kern.why.empty() && !kernel_python_bodies(&bodies, &kern.why)) {
+  } else if (kern.why.empty()) {
+    for (size_t i = 0; i < bodies.size() && kern.why.empty(); ++i)
+      if (!s.kernel->add(kPythonPoints[i], false, bodies[i])) kern.why = s.kernel->why_not();
+    if (kern.why.empty()) kern = time_runs(plain, reps);
+    s.kernel->clear();
+  }
+  std::remove(script.c_str());
+  rmdir(dir);
+
+  auto per_event = [&](const PythonRuns& r) {
+    return r.why.empty() && base.why.empty() && ours.events > 0
+               ? (r.ms - base.ms) * 1e6 / ours.events
+               : -1.0;
+  };
+  std::printf("  %-36s %10s %12s %9s  %s\n", "", "run ms", "ns per event", "x plain",
+              "x probefs");
+  auto row = [&](const char* what, const PythonRuns& r) {
+    if (!r.why.empty()) {
+      std::printf("  %-36s %s\n", what, r.why.c_str());
+      return;
+    }
+    const double pe = per_event(r);
+    std::printf("  %-36s %10.1f %12s %9s  %s\n", what, r.ms,
+                pe >= 0 ? strprintf("%.0f", pe).c_str() : "-", ratio(r.ms, base.ms).c_str(),
+                ratio(r.ms, ours.ms).c_str());
+  };
+  row("python3.11 -S, no probes", base);
+  row("probefs, python3.11:%python:POINT", ours);
+  row("kernel uprobes, the same places", kern);
+  std::printf("  (%.0f events per run: each call's function__entry and line, the loop's "
+              "lines; the plain run's time is the baseline of both)\n\n",
+              ours.events);
+}
+
 struct Options {
   uint64_t records = 4000000;
   long rate = 2000000;
@@ -1150,6 +1303,7 @@ struct Options {
   size_t read_kb = 128;
   bool kernel = true;
   std::string only;
+  long python_calls = 50000;
 };
 
 bool parse_options(int argc, char** argv, Options* o) {
@@ -1164,9 +1318,10 @@ bool parse_options(int argc, char** argv, Options* o) {
     else if (a == "--reps" && (v = value())) o->reps = std::atoi(v);
     else if (a == "--read-kb" && (v = value())) o->read_kb = std::strtoul(v, nullptr, 0);
     else if (a == "--only" && (v = value())) o->only = v;
+    else if (a == "--python-calls" && (v = value())) o->python_calls = std::atol(v);
     else return false;
   }
-  return o->records > 0 && o->rate > 0 && o->samples > 0 && o->reps > 0 && o->read_kb > 0 &&
+  return o->records > 0 && o->rate > 0 && o->python_calls > 0 && o->samples > 0 && o->reps > 0 && o->read_kb > 0 &&
          o->read_kb * 1024 <= kMaxReadSize;
 }
 
@@ -1178,7 +1333,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K]\n"
                  "                        [--read-kb KB] [--no-kernel]\n"
-                 "                        [--only throughput|latency|first|raw]\n");
+                 "                        [--only throughput|latency|first|raw|python]\n"
+                 "                        [--python-calls N]\n");
     return 2;
   }
   g_read_size = o.read_kb * 1024;
@@ -1326,6 +1482,7 @@ int main(int argc, char** argv) {
     first_row("kernel uprobe_events", kern, kern);
     std::printf("\n");
   }
+  if (all || o.only == "python") run_python(s, o.python_calls, o.reps);
   kernel.reset();
   mount.stop();
   return 0;

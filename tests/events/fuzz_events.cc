@@ -17,6 +17,7 @@
 #include "events/output.h"
 #include "events/parse.h"
 #include "events/record.h"
+#include "events/sdt_args.h"
 #include "events/synthetic.h"
 #include "events/wire.h"
 
@@ -100,7 +101,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     *a = 0x1000;
     return true;
   };
-  if (!compile(r.def, resolve, &ev, &err)) return 0;
+  // A USDT point: the input's second line as its note's argument spec, bound as the
+  // daemon binds it where the point is placed.
+  ProbeDefinition def = r.def;
+  if (def.on_sdt()) {
+    std::vector<SdtOperand> ops;
+    size_t bad = 0;
+    ErrorCode why{};
+    if (!parse_sdt_args(filter, &ops, &bad) && bad != ops.size()) abort();
+    if (!bind_sdt_args(&def, ops, &bad, &why)) {
+      if (bad >= def.args.size()) abort();
+      return 0;
+    }
+  }
+  if (!compile(def, resolve, &ev, &err)) return 0;
   format_file(ev, 1);
   // What the daemon compiles, the agent link carries unchanged.
   std::vector<uint8_t> blob = encode_program(ev.program);

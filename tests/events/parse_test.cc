@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "events/compile.h"
 #include "events/parse.h"
+#include "events/sdt_args.h"
 
 namespace probefs::events {
 namespace {
@@ -305,6 +307,15 @@ const CaretRow kKprobeRows[] = {
     {"p:kprobes/e19 main a=\\^zz", "Invalid immediate value", EINVAL},
     {"p:kprobes/e19b main a=\\\"abc^", "String is not closed with '\"'", EINVAL},
     {"p:kprobes/e22 main a=^#1", "No argument expression", EINVAL},
+    // USDT points, [MOD:]%PROVIDER:NAME: no offset, no return probe.
+    {"p:kprobes/e23 python3.11:%python^", "Invalid probed address or symbol", EINVAL},
+    {"p:kprobes/e23b python3.11:%python:^", "Invalid probed address or symbol", EINVAL},
+    {"p:kprobes/e23c python3.11:%python:line^+4", "Invalid probed address or symbol", EINVAL},
+    {"p:kprobes/e23d ^:%python:line", "Invalid probed address or symbol", EINVAL},
+    {"p:kprobes/e23e %^:line", "Invalid probed address or symbol", EINVAL},
+    {"r:kprobes/e23f ^python3.11:%python:line", "Retprobe address must be an function entry",
+     EINVAL},
+    {"p:kprobes/e23g python3.11:%python:line a=^$arg0", "Invalid argument number", EINVAL},
     {"-:", "", EINVAL},
     {"-", "", EINVAL},
 };
@@ -483,6 +494,77 @@ TEST(ReadBack, KprobeSyntax) {
   ParseResult ret = parse_kprobe_command("r:g/e main a=$arg3");
   ASSERT_EQ(ret.status, ParseStatus::kDefine);
   EXPECT_EQ(ret.def.entry_args, 3u);
+  // A USDT point: its name is the event's; $argN are its operands; read back as written.
+  ParseResult sdt = parse_kprobe_command(
+      "p python3.11:%python:function__entry file=+0($arg1):string line=$arg3:s32");
+  ASSERT_EQ(sdt.status, ParseStatus::kDefine) << sdt.error.message();
+  EXPECT_EQ(sdt.def.module, "python3.11");
+  EXPECT_EQ(sdt.def.symbol, "%python:function__entry");
+  EXPECT_TRUE(sdt.def.on_sdt());
+  EXPECT_EQ(sdt.def.event, "function__entry");
+  EXPECT_EQ(read_back(sdt.def), "p:kprobes/function__entry python3.11:%python:function__entry "
+                                "file=+0($arg1):string line=$arg3:s32");
+  ParseResult any = parse_kprobe_command("p:u/l %python:line");
+  ASSERT_EQ(any.status, ParseStatus::kDefine) << any.error.message();
+  EXPECT_EQ(any.def.module, "");
+  EXPECT_TRUE(any.def.on_sdt());
+}
+
+// A USDT point's operands as its $argN: registers of any width as the whole register,
+// DISP(%reg) read from memory (as the parser writes it, or one more dereference under
+// another), immediates; what no fetch can read is refused at its index.
+TEST(SdtArgs, OperandsBindTheArguments) {
+  std::vector<SdtOperand> ops;
+  size_t bad = 99;
+  ASSERT_TRUE(parse_sdt_args(" -4@%eax 8@-16(%rbp)  2@$-7 1@%r9b 8@(%rsp)", &ops, &bad));
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops[0].kind, SdtOperand::Kind::kRegister);
+  EXPECT_EQ(ops[0].size, 4);
+  EXPECT_TRUE(ops[0].is_signed);
+  EXPECT_EQ(ops[0].reg_offset, register_offset("ax"));
+  EXPECT_EQ(ops[1].kind, SdtOperand::Kind::kMemory);
+  EXPECT_EQ(ops[1].reg_offset, register_offset("bp"));
+  EXPECT_EQ(ops[1].disp, -16);
+  EXPECT_EQ(ops[2].kind, SdtOperand::Kind::kImmediate);
+  EXPECT_EQ(ops[2].imm, static_cast<uint64_t>(-7));
+  EXPECT_EQ(ops[3].reg_offset, register_offset("r9"));
+  EXPECT_EQ(ops[4].disp, 0);
+  for (const char* spec : {"8@foo(%rip)", "4@(%rax,%rbx,4)", "3@%eax", "8@%xmm0", "8@", "%eax"}) {
+    EXPECT_FALSE(parse_sdt_args(std::string("4@%edx ") + spec, &ops, &bad)) << spec;
+    EXPECT_EQ(bad, 1u) << spec;
+  }
+
+  ParseResult r = parse_kprobe_command(
+      "p:g/e m:%p:n a=$arg1:s32 b=$arg2:u64 c=+0($arg2):string d=$arg3 e=%di");
+  ASSERT_EQ(r.status, ParseStatus::kDefine) << r.error.message();
+  ProbeDefinition bound = r.def;
+  ASSERT_TRUE(parse_sdt_args("-4@%eax 8@-16(%rbp) 4@$5", &ops, &bad));
+  ErrorCode why{};
+  ASSERT_TRUE(bind_sdt_args(&bound, ops, &bad, &why));
+  EXPECT_EQ(bound.args[0].code[0].op, FetchOp::kReg);
+  EXPECT_EQ(bound.args[0].code[0].param, static_cast<uint32_t>(register_offset("ax")));
+  // DISP(%reg) read as the value: a memory store at DISP.
+  EXPECT_EQ(bound.args[1].code[0].op, FetchOp::kReg);
+  EXPECT_EQ(bound.args[1].code[1].op, FetchOp::kStMem);
+  EXPECT_EQ(bound.args[1].code[1].offset, -16);
+  // Dereferenced: the operand's load, then the string's.
+  EXPECT_EQ(bound.args[2].code[1].op, FetchOp::kDeref);
+  EXPECT_EQ(bound.args[2].code[1].offset, -16);
+  EXPECT_EQ(bound.args[2].code[2].op, FetchOp::kStString);
+  EXPECT_EQ(bound.args[3].code[0].op, FetchOp::kImm);
+  EXPECT_EQ(bound.args[3].code[0].imm, 5u);
+  EXPECT_EQ(bound.args[4].code.size(), r.def.args[4].code.size());  // not an $argN: untouched
+  EXPECT_EQ(bound.args[4].code[0].op, FetchOp::kReg);
+  CompiledEvent ev;
+  Diagnostic d;
+  EXPECT_TRUE(compile(bound, nullptr, &ev, &d));
+
+  // $arg3 of a point with two operands.
+  bound = r.def;
+  ASSERT_TRUE(parse_sdt_args("-4@%eax 8@%rdx", &ops, &bad));
+  EXPECT_FALSE(bind_sdt_args(&bound, ops, &bad, &why));
+  EXPECT_EQ(bad, 3u);
+  EXPECT_EQ(why, ErrorCode::kBadArgNum);
 }
 
 // The append rules through kprobe syntax: kind first, then argument names and types, then

@@ -1,8 +1,11 @@
-// uprobes with a reference counter (PATH:OFFSET(REF_CTR_OFFSET)) on a real mount: the
-// u16 at that file offset (a USDT probe's semaphore) counts the probes enabled in each
+// USDT points on a real mount. uprobes with a reference counter (PATH:OFFSET(REF_CTR_OFFSET)):
+// the u16 at that file offset (a USDT probe's semaphore) counts the probes enabled in each
 // process that maps the file, as the kernel's uprobes keep it, so that the code a
-// semaphore guards runs exactly while a probe wants it. sdt_prog (tests/tracee) says its
-// semaphore and runs its guarded SDT point on request.
+// semaphore guards runs exactly while a probe wants it. And USDT points by name in
+// kprobe_events (`[MOD:]%PROVIDER:NAME`, $argN their operands): waiting for the object,
+// in a library loaded later, and Python's own points against the kernel's uprobes.
+// sdt_prog (tests/tracee) says its semaphore, runs its guarded SDT point, and loads and
+// calls sdt_lib (a point without a semaphore) on request.
 //
 // Nothing here can hang: programs and reads have timeouts, the mount is taken down
 // whatever a test did.
@@ -12,8 +15,14 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -32,7 +41,11 @@ using testing::Mount;
 using testing::ProgramProcess;
 using testing::trace_body_lines;
 
+using testing::CommandResult;
+using testing::run_command;
+
 const std::string kSdtProg = PROBEFS_SDT_PROG;
+const std::string kSdtLib = PROBEFS_SDT_LIB;
 
 std::string hex(uint64_t v) {
   char b[32];
@@ -200,6 +213,165 @@ TEST_F(SdtSemaphoreTest, TheKernelsUprobesCountTheSameSemaphore) {
   put("events/sdt/tick/enable", "0");
   EXPECT_EQ(prog->ask("sem"), "ok 0");
   EXPECT_EQ(prog->quit(), 0);
+}
+
+// USDT points by name in kprobe_events.
+class SdtPointsTest : public SdtSemaphoreTest {
+ protected:
+  // The trace's lines of EVENT, from what follows "EVENT: (0x...) ".
+  std::vector<std::string> values_of(const std::string& trace, const std::string& event) {
+    std::vector<std::string> out;
+    for (const std::string& l : trace_body_lines(trace)) {
+      const size_t at = l.find(" " + event + ": (");
+      if (at == std::string::npos) continue;
+      const size_t close = l.find(") ", at);
+      out.push_back(close == std::string::npos ? "" : l.substr(close + 2));
+    }
+    return out;
+  }
+  std::string last_error() {
+    const std::string log = m_.read("error_log");
+    const size_t at = log.rfind("\n[");
+    return at == std::string::npos ? log : log.substr(at + 1);
+  }
+};
+
+// Defined before any process maps either object: the program's point counts in its
+// semaphore from the start, the library's (no semaphore) is placed when the program
+// loads it; $argN are each point's operands, strings through a dereference.
+TEST_F(SdtPointsTest, APointByNameWaitsForItsObjectAndBindsItsArguments) {
+  const std::string tick = "p:usdt/tick sdt_prog:%sdtprog:tick i=$arg1:s32";
+  const std::string fire =
+      "p:usdt/fire libsdt_lib:%sdtlib:fire i=$arg1:s32 name=+0($arg2):string";
+  ASSERT_EQ(m_.write("kprobe_events", tick + "\n"), 0) << m_.read("error_log");
+  ASSERT_EQ(m_.write("kprobe_events", fire + "\n"), 0) << m_.read("error_log");
+  EXPECT_EQ(m_.read("kprobe_events"), tick + "\n" + fire + "\n");
+  put("events/usdt/enable", "1");
+  auto prog = exec_program();
+  EXPECT_EQ(prog->ask("sem"), "ok 1");
+  EXPECT_EQ(prog->ask("tick 3"), "ok 3");
+  EXPECT_EQ(prog->ask("load " + kSdtLib), "ok");
+  EXPECT_EQ(prog->ask("lib 4"), "ok 4");
+  const std::string trace = m_.read("trace");
+  EXPECT_EQ(values_of(trace, "tick"), (std::vector<std::string>{"i=0", "i=1", "i=2"})) << trace;
+  EXPECT_EQ(values_of(trace, "fire"),
+            (std::vector<std::string>{"i=0 name=\"alpha\"", "i=1 name=\"beta\"",
+                                      "i=2 name=\"gamma\"", "i=3 name=\"alpha\""}))
+      << trace;
+  put("events/usdt/tick/enable", "0");
+  EXPECT_EQ(prog->ask("sem"), "ok 0");
+  EXPECT_EQ(prog->ask("tick 2"), "ok 0");
+  EXPECT_EQ(prog->quit(), 0);
+}
+
+// What a point cannot give is refused where the point is placed: at the definition in a
+// process that maps the object (the kernel's errno and error_log entry, nothing defined
+// lost), and in error_log when a process maps it later.
+TEST_F(SdtPointsTest, WhatAPointCannotGiveIsRefusedWhereItIsPlaced) {
+  auto prog = exec_program();
+  ASSERT_EQ(m_.write("kprobe_events", "p:usdt/tick sdt_prog:%sdtprog:tick\n"), 0);
+  EXPECT_EQ(m_.write("kprobe_events", "p:usdt/none sdt_prog:%sdtprog:tock\n"), ENOENT);
+  EXPECT_NE(last_error().find("error: Invalid probed address or symbol\n"), std::string::npos)
+      << last_error();
+  const std::string two = "p:usdt/two sdt_prog:%sdtprog:tick a=$arg1 b=$arg2";
+  EXPECT_EQ(m_.write("kprobe_events", two + "\n"), EINVAL);
+  EXPECT_NE(last_error().find("error: Invalid argument number\n  Command: " + two + "\n" +
+                              std::string(11 + two.find("$arg2"), ' ') + "^\n"),
+            std::string::npos)
+      << last_error();
+  EXPECT_EQ(m_.read("kprobe_events"), "p:usdt/tick sdt_prog:%sdtprog:tick\n");
+  // Waiting for the library, which has two operands.
+  const std::string late = "p:usdt/late libsdt_lib:%sdtlib:fire c=$arg3";
+  ASSERT_EQ(m_.write("kprobe_events", late + "\n"), 0);
+  put("events/usdt/late/enable", "1");
+  EXPECT_EQ(prog->ask("load " + kSdtLib), "ok");
+  EXPECT_EQ(prog->ask("lib 2"), "ok 2");
+  EXPECT_TRUE(values_of(m_.read("trace"), "late").empty());
+  EXPECT_NE(m_.read("error_log").find("error: Invalid argument number\n  Command: " + late),
+            std::string::npos)
+      << m_.read("error_log");
+  EXPECT_EQ(prog->quit(), 0);
+}
+
+// Python's own points (Debian's python3.11, guarded by semaphores in .probes) by name, file,
+// function and line fetched as strings, against the kernel's uprobes on the same places
+// (perf's definitions of them, as probefs-probe --cache -l -v reads the notes) and the
+// same script: the same events, value for value. Its `line` point enabled is what makes
+// CPython 3.11 enter every Python call through function__entry (without it, calls between
+// Python functions skip the point, for the kernel's uprobes as for probefs).
+TEST_F(SdtPointsTest, PythonsCallsAndLinesAsTheKernelsUprobesSeeThem) {
+  const std::string python = "/usr/bin/python3.11";
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-usdt-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  struct Remove {
+    std::string dir;
+    ~Remove() { std::filesystem::remove_all(dir); }
+  } remove{tmpl};
+  const std::string script = tmpl + "/calls.py";
+  std::ofstream(script) << "def f(n):\n    return n + 1\n\n\ndef g(n):\n    return f(n) * 2\n\n"
+                           "for i in range(7):\n    f(i)\nlist(map(g, range(5)))\nprint('done')\n";
+  const std::string args[] = {"file", "func", "line"};
+  const std::string filter = "file ~ \"" + tmpl + "/*\"";
+
+  // probefs, by name.
+  for (const char* point : {"function__entry", "line"}) {
+    const std::string def = std::string("p:py/") + point + " python3.11:%python:" + point +
+                            " file=+0($arg1):string func=+0($arg2):string line=$arg3:s32";
+    ASSERT_EQ(m_.write("kprobe_events", def + "\n"), 0) << m_.read("error_log");
+    put(std::string("events/py/") + point + "/filter", filter);
+  }
+  put("events/py/enable", "1");
+  CommandResult r = run_command({PROBEFS_BIN, "exec", m_.dir(), "--", python, "-S", script}, 60000);
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "done\n");
+  const std::string ours = m_.read("trace");
+  std::multiset<std::string> entries, lines;
+  for (const std::string& v : values_of(ours, "function__entry")) entries.insert(v);
+  for (const std::string& v : values_of(ours, "line")) lines.insert(v);
+  const std::string f = "file=\"" + script + "\" func=\"f\" line=1";
+  const std::string g = "file=\"" + script + "\" func=\"g\" line=5";
+  EXPECT_EQ(entries.count(f), 12u) << ours;  // 7 from the loop, 5 from g
+  EXPECT_EQ(entries.count(g), 5u) << ours;   // through map, from C
+  EXPECT_EQ(lines.count("file=\"" + script + "\" func=\"f\" line=2"), 12u) << ours;
+
+  // The kernel: the same points at their file offsets with their semaphores.
+  KernelTracefs k;
+  const std::string why = k.start(5000);
+  if (!why.empty()) GTEST_SKIP() << why;
+  CommandResult listed = run_command({PROBEFS_PROBE_BIN, "--cache", "-l", "-v", "-x", python}, 60000);
+  ASSERT_EQ(listed.exit_code(), 0) << listed.err;
+  for (const char* point : {"function__entry", "line"}) {
+    // "p:sdt_python/POINT PATH:0xOFF(0xSEM) arg1=OP:u64 arg2=OP:u64 arg3=OP:s32"
+    const std::string head = std::string("p:sdt_python/") + point + " ";
+    const size_t at = listed.out.find(head);
+    ASSERT_NE(at, std::string::npos) << listed.out;
+    std::istringstream words(listed.out.substr(at, listed.out.find('\n', at) - at));
+    std::string word, place;
+    words >> word >> place;
+    std::string def = "p:" + k.group() + "/" + point + " " + place;
+    for (int i = 0; i < 3 && words >> word; ++i) {
+      const std::string op = word.substr(word.find('=') + 1, word.rfind(':') - word.find('=') - 1);
+      def += " " + args[i] + "=" + (i < 2 ? "+0(" + op + "):string" : op + ":s32");
+    }
+    KernelTracefs::Step s =
+        k.run("echo \"$1\" >> \"$2/uprobe_events\"", {def, k.dir()}, 10000);
+    if (!s.answered) GTEST_SKIP() << "the kernel's uprobe_events does not answer";
+    ASSERT_EQ(s.exit_code, 0) << def << ": " << s.err;
+    k.remember_probe(k.group() + "/" + point);
+    s = k.run("echo \"$1\" > \"$2/events/$3/filter\" && echo 1 > \"$2/events/$3/enable\"",
+              {filter, k.instance(), k.group() + "/" + point}, 10000);
+    ASSERT_TRUE(s.answered && s.exit_code == 0) << s.err;
+  }
+  r = run_command({python, "-S", script}, 60000);
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  KernelTracefs::Step s = k.run("cat \"$1/trace\"", {k.instance()}, 10000);
+  ASSERT_TRUE(s.answered && s.exit_code == 0) << s.err;
+  std::multiset<std::string> kernel_entries, kernel_lines;
+  for (const std::string& v : values_of(s.out, "function__entry")) kernel_entries.insert(v);
+  for (const std::string& v : values_of(s.out, "line")) kernel_lines.insert(v);
+  EXPECT_EQ(entries, kernel_entries) << s.out;
+  EXPECT_EQ(lines, kernel_lines) << s.out;
 }
 
 }  // namespace

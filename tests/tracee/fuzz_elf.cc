@@ -130,6 +130,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ResolvedSymbol r;
     if (syms->resolve(name, &r) == 0) check_resolved(r, r.addr);
   }
+  // USDT points (SDT notes), whatever the notes say: found ones are there, and their
+  // argument specs are whole strings.
+  for (const char* provider : {"python", "sdtprog", "p"}) {
+    std::vector<SdtPoint> points;
+    if (syms->sdt_points("", provider, "line", &points) != 0) continue;
+    CHECK(!points.empty());
+    for (const SdtPoint& pt : points) CHECK(pt.args.find('\0') == std::string::npos);
+  }
   // Addresses across the object's span, and a few the input names in its last bytes.
   const MappedObject& o = objects[0];
   if (o.start < o.end) {

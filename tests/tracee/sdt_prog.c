@@ -11,9 +11,12 @@
  *   fork         a child that serves the same commands from a pipe of its own (one at
  *                a time): "ok PID"
  *   child CMD    CMD for the child, its answer relayed ("?" with no child)
+ *   load PATH    dlopen()s the library at PATH (tests/tracee/sdt_lib.c): "ok"
+ *   lib N        calls its sdtlib_fire(i) for i in 0..N-1: "ok N" ("?" before load)
  *   quit         exits 0 (a child is told to quit first, and waited for)
  */
 #define _SDT_HAS_SEMAPHORES 1
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,7 @@ __attribute__((noinline)) int sdt_tick(int i) {
 }
 
 static pid_t child = -1;
+static int (*lib_fire)(int);
 static FILE *to_child, *from_child;
 
 /* The command loop, on `in`, answering on `out`. */
@@ -79,6 +83,20 @@ static int serve(FILE* in, FILE* out) {
         }
       }
       fprintf(out, "ok %ld\n", calls);
+      fflush(out);
+    } else if (strncmp(line, "load ", 5) == 0) {
+      line[strcspn(line, "\n")] = '\0';
+      void* lib = dlopen(line + 5, RTLD_NOW);
+      lib_fire = lib ? (int (*)(int))dlsym(lib, "sdtlib_fire") : NULL;
+      fputs(lib_fire ? "ok\n" : "?\n", out);
+      fflush(out);
+    } else if (sscanf(line, "lib %ld", &n) == 1) {
+      if (lib_fire) {
+        for (int i = 0; i < n; ++i) lib_fire(i);
+        fprintf(out, "ok %ld\n", n);
+      } else {
+        fputs("?\n", out);
+      }
       fflush(out);
     } else if (strncmp(line, "quit", 4) == 0) {
       break;
