@@ -1179,8 +1179,10 @@ PythonRuns time_runs(const std::vector<std::string>& argv, int reps) {
 
 // perf's uprobe definitions of Python's points ("p:sdt_python/line PATH:0xOFF(0xSEM)
 // arg1=%r14:u64 ..."), by point name, with the arguments fetched as the probefs events
-// fetch them: arg1 and arg2 as strings, arg3 as s32.
-bool kernel_python_bodies(std::vector<std::string>* bodies, std::string* why) {
+// fetch them: arg1 and arg2 as strings, arg3 as s32; and each point's semaphore's file
+// offset.
+bool kernel_python_bodies(std::vector<std::string>* bodies, std::vector<std::string>* sems,
+                          std::string* why) {
   const int out = memfd_create("probefs-probe-out", MFD_CLOEXEC);
   Proc p;
   if (out < 0 || !spawn({PROBEFS_PROBE_BIN, "--cache", "-l", "-v", "-x", kPython}, out, &p)) {
@@ -1202,6 +1204,12 @@ bool kernel_python_bodies(std::vector<std::string>* bodies, std::string* why) {
     std::istringstream words(text.substr(at, text.find('\n', at) - at));
     std::string word, body;
     words >> word >> body;
+    const size_t open = body.find('('), close = body.find(')');
+    if (open == std::string::npos || close == std::string::npos) {
+      *why = std::string("no semaphore for ") + point;
+      return false;
+    }
+    sems->push_back(body.substr(open + 1, close - open - 1));
     const char* names[] = {"file", "func", "line"};
     for (int i = 0; i < 3 && words >> word; ++i) {
       const size_t eq = word.find('='), colon = word.rfind(':');
@@ -1213,6 +1221,32 @@ bool kernel_python_bodies(std::vector<std::string>* bodies, std::string* why) {
   return true;
 }
 
+// The script: N calls of f in a loop; with semaphore file offsets after N, it first sets
+// those semaphores itself (found through /proc/self/maps), so that CPython takes the path
+// its points are on with no tracer at all: Python's own cost of its points.
+const char kPythonScript[] = R"(import sys
+
+def f(n):
+    return n + 1
+
+if len(sys.argv) > 2:
+    import ctypes
+    exe = sys.executable
+    with open('/proc/self/maps') as maps:
+        for m in maps:
+            f_ = m.split()
+            if len(f_) < 6 or f_[5] != exe or 'w' not in f_[1]:
+                continue
+            lo, hi = (int(x, 16) for x in f_[0].split('-'))
+            off = int(f_[2], 16)
+            for s in sys.argv[2:]:
+                at = int(s, 16) - off
+                if 0 <= at < hi - lo:
+                    ctypes.c_ushort.from_address(lo + at).value += 1
+for i in range(int(sys.argv[1])):
+    f(i)
+)";
+
 void run_python(Setup& s, long calls, int reps) {
   std::printf("5. Python's USDT points: %ld calls of a Python function, function__entry and "
               "line enabled (file, function, line as strings), %d reps\n",
@@ -1221,16 +1255,27 @@ void run_python(Setup& s, long calls, int reps) {
     std::printf("  not measured: no %s\n\n", kPython);
     return;
   }
+  std::vector<std::string> bodies, sems;
+  std::string kwhy;
+  if (!kernel_python_bodies(&bodies, &sems, &kwhy)) {
+    std::printf("  not measured: %s\n\n", kwhy.c_str());
+    return;
+  }
   char dir[] = "/tmp/probefs-bench-py-XXXXXX";
   if (!mkdtemp(dir)) {
     std::printf("  not measured: mkdtemp: %s\n\n", strerror(errno));
     return;
   }
   const std::string script = std::string(dir) + "/calls.py";
-  std::ofstream(script) << "import sys\n\ndef f(n):\n    return n + 1\n\n"
-                           "for i in range(int(sys.argv[1])):\n    f(i)\n";
+  std::ofstream(script) << kPythonScript;
   const std::vector<std::string> plain = {kPython, "-S", script, std::to_string(calls)};
+  std::vector<std::string> held = plain;
+  held.insert(held.end(), sems.begin(), sems.end());
+  std::vector<std::string> traced = {PROBEFS_BIN, "exec", s.mount->dir(), "--"};
+  traced.insert(traced.end(), plain.begin(), plain.end());
   PythonRuns base = time_runs(plain, reps);
+  PythonRuns own = time_runs(held, reps);
+  PythonRuns exec_only = time_runs(traced, reps);
 
   // probefs: by name, waiting for python3.11 to be mapped.
   PythonRuns ours;
@@ -1241,8 +1286,6 @@ void run_python(Setup& s, long calls, int reps) {
   }
   if (ours.why.empty()) {
     s.mount->write("events/py/enable", "1", O_WRONLY | O_TRUNC);
-    std::vector<std::string> traced = {PROBEFS_BIN, "exec", s.mount->dir(), "--"};
-    traced.insert(traced.end(), plain.begin(), plain.end());
     ours = time_runs(traced, reps);
     // The events of all the runs, from the hits kprobe_profile counts.
     std::ifstream profile(s.mount->path("kprobe_profile"));
@@ -1259,9 +1302,7 @@ void run_python(Setup& s, long calls, int reps) {
 
   PythonRuns kern;
   kern.why = unavailable(s, Source::kKernel);
-  std::vector<std::string> bodies;
-  if (kern.why.empty() && !kernel_python_bodies(&bodies, &kern.why)) {
-  } else if (kern.why.empty()) {
+  if (kern.why.empty()) {
     for (size_t i = 0; i < bodies.size() && kern.why.empty(); ++i)
       if (!s.kernel->add(kPythonPoints[i], false, bodies[i])) kern.why = s.kernel->why_not();
     if (kern.why.empty()) kern = time_runs(plain, reps);
@@ -1270,28 +1311,33 @@ void run_python(Setup& s, long calls, int reps) {
   std::remove(script.c_str());
   rmdir(dir);
 
-  auto per_event = [&](const PythonRuns& r) {
-    return r.why.empty() && base.why.empty() && ours.events > 0
-               ? (r.ms - base.ms) * 1e6 / ours.events
+  // An event's cost: what a run gained over the run with the semaphores held and no
+  // tracer (and, for probefs, over probefs exec with nothing defined: the agent's start).
+  auto per_event = [&](const PythonRuns& r, double start_ms) {
+    return r.why.empty() && own.why.empty() && ours.events > 0
+               ? (r.ms - own.ms - start_ms) * 1e6 / ours.events
                : -1.0;
   };
-  std::printf("  %-36s %10s %12s %9s  %s\n", "", "run ms", "ns per event", "x plain",
+  std::printf("  %-44s %9s %12s %9s  %s\n", "", "run ms", "ns per event", "x plain",
               "x probefs");
-  auto row = [&](const char* what, const PythonRuns& r) {
+  auto row = [&](const char* what, const PythonRuns& r, double pe) {
     if (!r.why.empty()) {
-      std::printf("  %-36s %s\n", what, r.why.c_str());
+      std::printf("  %-44s %s\n", what, r.why.c_str());
       return;
     }
-    const double pe = per_event(r);
-    std::printf("  %-36s %10.1f %12s %9s  %s\n", what, r.ms,
+    std::printf("  %-44s %9.1f %12s %9s  %s\n", what, r.ms,
                 pe >= 0 ? strprintf("%.0f", pe).c_str() : "-", ratio(r.ms, base.ms).c_str(),
-                ratio(r.ms, ours.ms).c_str());
+                pe >= 0 ? ratio(pe, per_event(ours, exec_only.ms - base.ms)).c_str() : "");
   };
-  row("python3.11 -S, no probes", base);
-  row("probefs, python3.11:%python:POINT", ours);
-  row("kernel uprobes, the same places", kern);
+  row("python3.11 -S, no probes", base, -1);
+  row("  its semaphores held by itself, no tracer", own, -1);
+  row("  under probefs exec, nothing defined", exec_only, -1);
+  row("probefs, python3.11:%python:POINT", ours, per_event(ours, exec_only.ms - base.ms));
+  row("kernel uprobes, the same places", kern, per_event(kern, 0));
   std::printf("  (%.0f events per run: each call's function__entry and line, the loop's "
-              "lines; the plain run's time is the baseline of both)\n\n",
+              "lines. An event's cost is what its run took over the run with the semaphores "
+              "held by the script itself, which is CPython's own cost of the path its points "
+              "are on; and, for probefs, over probefs exec's start)\n\n",
               ours.events);
 }
 
