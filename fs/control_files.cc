@@ -99,6 +99,9 @@ the kernel. The mount is private to its user unless mounted with -o allow_other.
 	   <module> is an object's basename, with or without its version
 	   suffix (libc, libc.so.6, the executable's name); a probe on a
 	   module that is not loaded yet waits for it.
+	   A place may be a USDT point, [<module>:]%<provider>:<name>: every
+	   place of that SDT note, counted in its semaphore, $arg<N> its
+	   operands there.
   kprobe_profile	- hits and misses of every kprobe-style probe
   uprobe_profile	- hits of every uprobe-style probe
   set_event		- Enables events by name written into it
