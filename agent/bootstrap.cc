@@ -39,6 +39,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -368,16 +369,21 @@ void register_barriers() {
 
 // Launch, exec, fork child: connect, HELLO, serve until GO, then the control thread. The
 // caller's thread is marked as the engine's meanwhile. False when the program runs on
-// untraced.
-bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason) {
+// untraced; *unreached then holds the error when the daemon could not be reached at all.
+bool serve_start(const std::string& name, pid_t daemon_pid, lk::HelloReason reason,
+                 int* unreached = nullptr) {
   const bool fork_child = reason == lk::HelloReason::kFork;  // its engine is its parent's
   int fd = link::connect_link(name, kConnectTimeout);
-  if (fd < 0) return false;
+  if (fd < 0) {
+    if (unreached) *unreached = fd;
+    return false;
+  }
   std::vector<uint32_t> held;  // a fork child's probes, its parent's
   {
     std::lock_guard l(g_ctl_mu);
-    if (check_peer(fd, daemon_pid, false) != 0) {
+    if (int e = check_peer(fd, daemon_pid, false); e != 0) {
       ::close(fd);
+      if (unreached) *unreached = e;
       return false;
     }
     adopt_link(fd, name, daemon_pid, false);
@@ -621,6 +627,18 @@ void forget_environment() {
   ::unsetenv(kStartedEnv);
 }
 
+// One line on the program's stderr when its agent cannot reach the daemon it was started
+// for (gone, or not the process the link names): the program runs on untraced, and
+// nothing else would tell its user. No stdio: the program's own buffers stay untouched.
+void say_untraced(int err) {
+  char line[160];
+  const int n = std::snprintf(line, sizeof line,
+                              "probefs: agent: cannot reach the daemon (%s): pid %d runs "
+                              "untraced\n",
+                              std::strerror(-err), static_cast<int>(::getpid()));
+  if (n > 0) (void)!::write(2, line, std::min(static_cast<size_t>(n), sizeof line - 1));
+}
+
 __attribute__((constructor)) void agent_constructor() {
   find_tid_offset();
   const char* name = std::getenv(link::kLinkEnv);
@@ -629,8 +647,11 @@ __attribute__((constructor)) void agent_constructor() {
   const bool was = probecore::set_engine_thread(true);
   const lk::HelloReason reason =
       std::getenv(kStartedEnv) ? lk::HelloReason::kExec : lk::HelloReason::kLaunch;
-  if (serve_start(name, daemon_pid, reason))
+  int unreached = 0;
+  if (serve_start(name, daemon_pid, reason, &unreached))
     ::setenv(kStartedEnv, std::to_string(::getpid()).c_str(), 1);
+  else if (unreached != 0)
+    say_untraced(unreached);
   probecore::set_engine_thread(was);
 }
 

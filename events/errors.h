@@ -84,6 +84,7 @@ namespace probefs::events {
   X(kTooManyArgs, "Too many arguments are specified", E2BIG)                             \
   /* probefs's own: a process that could not become a target */                         \
   X(kTargetLimit, "Too many traced processes", ENOSPC)                                   \
+  X(kUntraceable, "A process runs untraced: probefs cannot enter it", EPERM)             \
   /* filter language */                                                                  \
   X(kFiltInvalidOp, "Invalid operator", EINVAL)                                          \
   X(kFiltTooManyOpen, "Too many '('", ENOENT)                                            \

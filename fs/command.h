@@ -3,7 +3,8 @@
 //
 //   probefs [-f] [-d] [-o OPTIONS] MOUNTPOINT   mount; go to the background once the mount
 //                                               is ready (-f: stay in the foreground)
-//   probefs exec MOUNTPOINT [--] CMD [ARGS...]  run CMD as a target, in the foreground
+//   probefs exec [--strict] MOUNTPOINT [--] CMD [ARGS...]
+//                                               run CMD as a target, in the foreground
 //   probefs attach MOUNTPOINT PID...            trace running processes
 //   probefs detach MOUNTPOINT PID...            stop tracing them (they run on)
 //   probefs run [--shim] MOUNTPOINT [--] CMD... run a tracefs client (trace-cmd) with the
@@ -22,7 +23,10 @@ namespace probefs::fs {
 int probefs_main(int argc, char** argv);
 
 // The subcommands (fs/command_client.cc). Each prints its own one-line errors.
-int exec_command(const std::string& mountpoint, const std::vector<std::string>& argv);
+// exec: a program the agent cannot enter (tracee/untraceable.h) is said on stderr and to
+// the daemon, then run untraced, or with `strict` refused (126).
+int exec_command(const std::string& mountpoint, const std::vector<std::string>& argv,
+                 bool strict = false);
 int attach_command(const std::string& mountpoint, const std::vector<std::string>& pids,
                    bool attach);
 

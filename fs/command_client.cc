@@ -2,6 +2,7 @@
 // any other client of the mount would (fs/control_files.cc describes the commands).
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "fs/command.h"
+#include "tracee/untraceable.h"
 
 namespace probefs::fs {
 
@@ -43,6 +45,31 @@ int open_targets(const std::string& mnt) {
 
 }  // namespace
 
+namespace {
+
+// What execvp would run for argv[0]: a name with a '/' as it is, else the first
+// executable file of that name in PATH (the name itself when there is none: execvp's
+// error says so).
+std::string command_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
+  for (size_t at = 0; at <= dirs.size();) {
+    size_t colon = dirs.find(':', at);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string dir = colon > at ? dirs.substr(at, colon - at) : ".";
+    const std::string candidate = dir + "/" + name;
+    struct stat st;
+    if (access(candidate.c_str(), X_OK) == 0 && stat(candidate.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      return candidate;
+    at = colon + 1;
+  }
+  return name;
+}
+
+}  // namespace
+
 std::string check_probefs_mount(const std::string& mnt) {
   struct statfs sf;
   if (statfs(mnt.c_str(), &sf) != 0) return mnt + ": " + strerror(errno);
@@ -51,9 +78,25 @@ std::string check_probefs_mount(const std::string& mnt) {
   return {};
 }
 
-int exec_command(const std::string& mnt, const std::vector<std::string>& argv) {
+int exec_command(const std::string& mnt, const std::vector<std::string>& argv, bool strict) {
   int fd = open_targets(mnt);
   if (fd < 0) return 1;
+  // A program the agent cannot enter: said here and to the daemon (for `targets` and
+  // error_log), then run untraced, or refused.
+  const std::string program = command_path(argv[0]);
+  const tracee::Untraceable u = tracee::untraceable_program(program, getuid(), getgid());
+  if (!u.state.empty()) {
+    say("exec: " + u.why + (strict ? "; not run (--strict)" : "; it runs untraced"));
+    if (strict) {
+      close(fd);
+      return 126;
+    }
+    const std::string cmd = "untraceable " + u.state + " " + program;
+    if (write(fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size()))
+      say("exec: the daemon was not told: " + read_answer(fd));
+    close(fd);
+    return exec_or_status(argv);
+  }
   if (write(fd, "exec", 4) != 4) {
     int err = errno;
     std::string why = read_answer(fd);

@@ -4,11 +4,12 @@
 //   README            the kernel's mini-HOWTO, for a tracefs of user-space processes; perf
 //                     probe reads it for features, so the lines it looks for are kept
 //   targets           the traced processes, one per line: PID COMM ORIGIN STATE (STATE
-//                     untraced:REASON for a process refused as a target), then
+//                     untraced:REASON for a process refused as a target,
+//                     untraceable:STATE for one probefs cannot enter), then
 //                     pending=N for a stopped one with N changes to make when it runs
 //                     again, not_placed=N for one that could not take N probes defined
 //                     earlier (error_log says why); written to by the probefs command
-//                     (attach PID, detach PID, exec)
+//                     (attach PID, detach PID, exec, untraceable STATE PATH)
 //   kprobes/list      every probe in every target, as the kernel's debugfs file prints them
 //   kprobes/enabled   the global arm switch (kstrtobool, as the kernel's)
 //   kprobes/blacklist code no probe may go on, in every target
@@ -25,6 +26,7 @@
 #include "events/kstrto.h"
 #include "fs/tracefs.h"
 #include "tracee/proc_info.h"
+#include "tracee/untraceable.h"
 
 namespace probefs::fs {
 
@@ -269,6 +271,15 @@ class TargetsFile : public File {
         }
         why = err == -ENOSPC ? "cannot prepare the launch: the target limit is reached"
                              : "cannot prepare the launch: " + std::string(strerror(-err));
+      } else if (verb == "untraceable") {
+        // `probefs exec` of a program it found it cannot enter, said of itself (the
+        // writer's own process) before it execs that program untraced.
+        std::string state, path;
+        words >> state;
+        std::getline(words >> std::ws, path);
+        const std::string line = tracee::untraceable_text(state, path);
+        if (line.empty()) return fail(-EINVAL, "usage: untraceable static|secure-exec|foreign PATH");
+        fs_.tracer().note_untraceable(tgid_of(rq.pid), state, line);
       } else {
         return fail(-EINVAL, "unknown command: " + verb);
       }
@@ -309,8 +320,9 @@ class TargetsFile : public File {
       std::string out;
       for (const tracee::TargetInfo& t : fs_.tracer().targets()) {
         // A process refused as a target runs on untraced: its state says why.
-        const std::string state =
-            t.untraced.empty() ? proc_state(t.pid) : "untraced:" + t.untraced;
+        const std::string state = t.untraced.empty() ? proc_state(t.pid)
+                                  : t.untraceable   ? "untraceable:" + t.untraced
+                                                    : "untraced:" + t.untraced;
         out += std::to_string(t.pid) + " " + (t.comm.empty() ? "<...>" : t.comm) + " " +
                origin_name(t.origin) + " " + state;
         // Changes a stopped process will make when it runs again.

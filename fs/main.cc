@@ -37,7 +37,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: probefs [-f] [-d] [-o OPTIONS] MOUNTPOINT\n"
-    "       probefs exec MOUNTPOINT [--] CMD [ARGS...]\n"
+    "       probefs exec [--strict] MOUNTPOINT [--] CMD [ARGS...]\n"
     "       probefs attach MOUNTPOINT PID...\n"
     "       probefs detach MOUNTPOINT PID...\n"
     "       probefs run [--shim] MOUNTPOINT [--] CMD [ARGS...]\n"
@@ -56,7 +56,9 @@ constexpr const char* kUsage =
     "  -V, --version   the version\n"
     "\n"
     "  exec    runs CMD with its stdio, in the foreground, as a traced process;\n"
-    "          probefs exits with CMD's status\n"
+    "          probefs exits with CMD's status. A program probefs cannot enter\n"
+    "          (static, set-user-ID for another user, 32-bit) runs untraced, said on\n"
+    "          stderr, in targets and in error_log; --strict refuses it (status 126)\n"
     "  attach  injects the probefs agent into running processes (ptrace)\n"
     "  detach  removes every probe from them; they run on\n"
     "  run     runs CMD, a tracefs client (trace-cmd, a libtracefs program, perf),\n"
@@ -301,17 +303,18 @@ int probefs_main(int argc, char** argv) {
   if (argc >= 2) {
     std::string sub = argv[1];
     if (sub == "exec") {
-      if (argc < 4) {
+      // probefs exec [--strict] MOUNTPOINT [--] CMD [ARGS...]
+      int mnt = 2;
+      const bool strict = mnt < argc && std::string(argv[mnt]) == "--strict";
+      if (strict) ++mnt;
+      int first = mnt + 1;
+      if (first < argc && std::string(argv[first]) == "--") ++first;
+      if (first >= argc || argv[mnt][0] == '-') {
         fputs(kUsage, stderr);
         return 2;
       }
-      int first = 3;
-      if (std::string(argv[first]) == "--") ++first;
-      if (first >= argc) {
-        fputs(kUsage, stderr);
-        return 2;
-      }
-      return exec_command(argv[2], std::vector<std::string>(argv + first, argv + argc));
+      return exec_command(argv[mnt], std::vector<std::string>(argv + first, argv + argc),
+                          strict);
     }
     if (sub == "run") {
       // probefs run [--shim] MOUNTPOINT [--] CMD [ARGS...]

@@ -74,8 +74,9 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
   dynamic_ = std::make_unique<DynamicEvents>(*this);
   instances_ = std::make_shared<Instances>(*this);
   instances_->attach(tree_.mkdir_with_ops(tree_.root(), "instances", kModeDirPrivate, instances_));
-  // A process refused as a target (the target limit) is said where the user looks:
-  // error_log, beside `targets` (which lists it as untraced while it runs).
+  // A process refused as a target (the target limit), or one probefs cannot enter (a
+  // static program, a secure exec, no agent), is said where the user looks: error_log,
+  // beside `targets` (which lists it as untraced or untraceable while it runs).
   notices_ = std::make_shared<NoticeSink>();
   notices_->events = dynamic_.get();
   tracer_.on_target_notice([sink = notices_](const tracee::TargetNotice& n) {
@@ -98,8 +99,8 @@ Tracefs::Tracefs(tracee::Tracer& tracer, const Options& opts) : tracer_(tracer),
     }
     if (n.kind != tracee::TargetNotice::Kind::kRefused) return;
     events::Diagnostic d;
-    d.code = events::ErrorCode::kTargetLimit;
-    d.err = ENOSPC;
+    d.code = n.untraceable ? events::ErrorCode::kUntraceable : events::ErrorCode::kTargetLimit;
+    d.err = n.untraceable ? EPERM : ENOSPC;
     d.subsystem = events::kLogProbefs;
     d.command = "pid " + std::to_string(n.pid) + ": " + n.reason;
     std::lock_guard l(sink->mu);

@@ -576,6 +576,20 @@ struct AgentListener::Impl {
     Clock::time_point deadline;
   };
   std::map<pid_t, ExecExpectation> exec_expected;          // mu
+  // Announced processes whose expectation lapsed with no connection, for lapsed_execs().
+  std::vector<pid_t> lapsed;                                // mu
+  static constexpr size_t kLapsedKept = 1024;
+  // Moves the expectations past their deadline to `lapsed`. mu held.
+  void lapse_execs(Clock::time_point now) {
+    for (auto it = exec_expected.begin(); it != exec_expected.end();) {
+      if (it->second.deadline >= now) {
+        ++it;
+        continue;
+      }
+      if (lapsed.size() < kLapsedKept) lapsed.push_back(it->first);
+      it = exec_expected.erase(it);
+    }
+  }
   std::map<pid_t, std::shared_ptr<AgentLink>> arrived;     // mu: for wait_for()
   std::deque<LinkEvent> events;                            // mu
   // Processes that had a link: their uid and start time (a recycled pid is not ours).
@@ -848,7 +862,7 @@ struct AgentListener::Impl {
     if (auto e = expected.find(cred.pid); e != expected.end())
       return e->second == cred.uid ? Verdict::kExpected : Verdict::kRefuse;
     const auto now = Clock::now();
-    std::erase_if(exec_expected, [&](const auto& e) { return e.second.deadline < now; });
+    lapse_execs(now);
     if (auto ex = exec_expected.find(cred.pid); ex != exec_expected.end()) {
       const bool ok = ex->second.uid == cred.uid && (h.reason == lk::HelloReason::kLaunch ||
                                                      h.reason == lk::HelloReason::kExec);
@@ -1174,6 +1188,14 @@ int AgentListener::expect(pid_t pid, std::string* name) {
 void AgentListener::expect_exec(pid_t pid, uid_t uid, Clock::time_point deadline) {
   std::lock_guard l(impl_->mu);
   impl_->exec_expected[pid] = {uid, deadline};
+}
+
+std::vector<pid_t> AgentListener::lapsed_execs() {
+  std::lock_guard l(impl_->mu);
+  impl_->lapse_execs(Clock::now());
+  std::vector<pid_t> out;
+  out.swap(impl_->lapsed);
+  return out;
 }
 
 void AgentListener::forget(pid_t pid) {

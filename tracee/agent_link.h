@@ -257,6 +257,9 @@ class AgentListener {
   // One connection per announcement; after the deadline the pid is judged by the other
   // rules again (a new pid is refused). A second announcement replaces the first.
   void expect_exec(pid_t pid, uid_t uid, std::chrono::steady_clock::time_point deadline);
+  // The announced processes whose deadline passed with no connection since the last call
+  // (each once; at most a thousand kept between calls).
+  std::vector<pid_t> lapsed_execs();
   // Spare area `id` (SPARE) was handed to process `owner`: a fork child of it that names
   // the id in its HELLO is let in even when it is gone by then (see Admission). Withdrawn
   // when taken or dropped.

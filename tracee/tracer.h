@@ -67,8 +67,11 @@ struct TargetInfo {
   std::string exe;           // /proc/PID/exe at the time it joined (or exec'd)
   std::string comm;
   // Empty for a target. Otherwise the process was refused and runs untraced, for this
-  // reason (one word: "target-limit"); targets() lists the last few such while they run.
+  // reason (one word: "target-limit"), or probefs cannot enter it (`untraceable`, the
+  // reason one of tracee/untraceable.h's states: "static", "secure-exec", "foreign",
+  // "no-agent"); targets() lists the last few such while they run.
   std::string untraced;
+  bool untraceable = false;
   // Requests it has not done yet because it is stopped (SIGSTOP, a debugger): they wait
   // in its link, in order, and take effect when it runs again.
   size_t deferred = 0;
@@ -94,6 +97,7 @@ struct TargetNotice {
   pid_t parent = 0;
   int status = -1;
   std::string reason;     // kRefused: why, one line
+  bool untraceable = false;  // kRefused: probefs cannot enter it (TargetInfo::untraceable)
   events::Diagnostic diag;  // kNotPlaced: the kernel's error_log entry for it
 };
 
@@ -271,6 +275,13 @@ class Tracer {
   // than the daemon's, unless the daemon is root), -EEXIST (pid is a target already),
   // -ENOSPC (Options::max_targets: launch and attach say so too).
   [[nodiscard]] int prepare_exec(pid_t pid, uid_t uid, int timeout_ms, std::string* link_name);
+
+  // Process `pid` runs a program probefs cannot enter (`state`, one of
+  // tracee/untraceable.h's; `why`, one line): targets() lists it as such while it runs,
+  // and a kRefused notice says so once. `probefs exec` says it of itself before it execs
+  // such a program; the tracer finds it of a target that exec'd one, and of a process
+  // announced with prepare_exec whose agent never came.
+  void note_untraceable(pid_t pid, const std::string& state, const std::string& why);
   const std::string& agent_path() const;
   // Replaces the listener (nullptr: none).
   void on_target_notice(std::function<void(const TargetNotice&)> listener);

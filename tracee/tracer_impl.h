@@ -313,6 +313,9 @@ struct Tracer::Impl {
     TargetOrigin origin = TargetOrigin::kLaunched;
     bool folded = false;     // its counts joined its probes' totals
     std::chrono::steady_clock::time_point unlinked_since;  // when its link ended
+    // Since then, its new image was found one its agent can enter (left_untraceable):
+    // only kExecGrace's end is waited for now.
+    bool image_judged = false;
     std::string exe;
     std::shared_ptr<AgentLink> link;
     std::shared_ptr<ProcessSymbols> syms;
@@ -494,7 +497,12 @@ struct Tracer::Impl {
   // ---- the targets room's functions (tracer_targets.cc; mu held unless said) ----
   bool target_room(std::string* why);
   void note_refused(pid_t pid, pid_t parent, TargetOrigin origin, const std::string& reason,
-                    const std::string& why);
+                    const std::string& why, bool untraceable = false);
+  // Why target t, whose link ended while it runs, has no agent: an untraceable program it
+  // exec'd (at once), or none it should join without (after kExecGrace). Noted when found.
+  bool left_untraceable(pid_t pid, Target& t, std::chrono::steady_clock::time_point now);
+  // Processes announced with prepare_exec whose agent never came: noted as untraceable.
+  void note_lapsed_execs();
   void note_not_placed(Target& t, ProbeId id, const events::Diagnostic& diag);
   std::set<Rings*> live_rings() const;
   bool inherit_symbols(Target& t, const Target& parent);

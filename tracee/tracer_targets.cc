@@ -24,6 +24,7 @@
 #include "tracee/launch.h"
 #include "tracee/proc_info.h"
 #include "tracee/tracer_impl.h"
+#include "tracee/untraceable.h"
 
 namespace probefs::tracee {
 
@@ -41,13 +42,17 @@ bool Tracer::Impl::target_room(std::string* why) {
 // A process that was refused (TargetInfo::untraced), kept for `targets` while it runs
 // and queued as a kRefused notice. Takes targets_mu.
 void Tracer::Impl::note_refused(pid_t pid, pid_t parent, TargetOrigin origin,
-                                const std::string& reason, const std::string& why) {
+                                const std::string& reason, const std::string& why,
+                                bool untraceable) {
   std::lock_guard tl(targets_mu);
+  // Said once: a process noted again (exec'd anew) replaces its entry.
+  std::erase_if(refused, [&](const TargetInfo& r) { return r.pid == pid; });
   TargetInfo i;
   i.pid = pid;
   i.parent = parent;
   i.origin = origin;
   i.untraced = reason;
+  i.untraceable = untraceable;
   refused.push_back(std::move(i));
   while (refused.size() > kRefusedKept) refused.pop_front();
   TargetNotice n;
@@ -55,7 +60,43 @@ void Tracer::Impl::note_refused(pid_t pid, pid_t parent, TargetOrigin origin,
   n.pid = pid;
   n.parent = parent;
   n.reason = why;
+  n.untraceable = untraceable;
   notices.push_back(std::move(n));
+}
+
+bool Tracer::Impl::left_untraceable(pid_t pid, Target& t,
+                                    std::chrono::steady_clock::time_point now) {
+  const bool graced = now - t.unlinked_since > kExecGrace;
+  Untraceable u;
+  if (!t.image_judged) {
+    u = untraceable_process(pid, opts.agent_path);
+    if (u.state.empty() && u.settled) t.image_judged = true;
+  }
+  if (u.state.empty() && !graced) return false;  // its agent may still come
+  if (u.state.empty()) {
+    u.state = "no-agent";
+    u.why = "pid " + std::to_string(pid) + " runs on and no agent joined in " +
+            std::to_string(kExecGrace.count()) + " s (it could not reach the daemon)";
+  }
+  note_refused(pid, 0, t.origin, u.state, u.why, true);
+  return true;
+}
+
+void Tracer::Impl::note_lapsed_execs() {
+  for (pid_t pid : listener->lapsed_execs()) {
+    if (!process_running(pid) || targets.count(pid)) continue;
+    Untraceable u = untraceable_process(pid, opts.agent_path);
+    if (u.state.empty()) {
+      u.state = "no-agent";
+      u.why = "pid " + std::to_string(pid) + " was started by probefs exec and no agent "
+              "joined (it could not reach the daemon)";
+    }
+    note_refused(pid, 0, TargetOrigin::kLaunched, u.state, u.why, true);
+  }
+}
+
+void Tracer::note_untraceable(pid_t pid, const std::string& state, const std::string& why) {
+  impl_->note_refused(pid, 0, TargetOrigin::kLaunched, state, why, true);
 }
 
 // A probe that could not go into target t, said once (error_log, through a kNotPlaced
@@ -531,14 +572,16 @@ void Tracer::Impl::sweep_unlinked() {
       std::lock_guard tl(targets_mu);
       child = children.count(pid) != 0;
     }
+    // A launched target or a fork child that runs on without its link exec'd a program
+    // its agent did not enter: said as soon as that is known (untraceable.h).
     if (child) {
-      if (process_running(pid) && now - t->unlinked_since > kExecGrace)
+      if (process_running(pid) && left_untraceable(pid, *t, now))
         drop.emplace_back(pid, TargetNotice::Kind::kLeft);
       continue;  // reap_children reports its exit with its status
     }
     if (!process_running(pid))
       drop.emplace_back(pid, TargetNotice::Kind::kExited);
-    else if (t->origin == TargetOrigin::kAttached || now - t->unlinked_since > kExecGrace)
+    else if (t->origin == TargetOrigin::kAttached || left_untraceable(pid, *t, now))
       drop.emplace_back(pid, TargetNotice::Kind::kLeft);
   }
   for (auto& [pid, kind] : drop) drop_target(pid, kind, -1);
@@ -608,6 +651,7 @@ void Tracer::Impl::service_loop() {
     {
       auto l = lock_serving();
       sweep_unlinked();
+      note_lapsed_execs();
     }
     deliver_notices();
     auto now = std::chrono::steady_clock::now();

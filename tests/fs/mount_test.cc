@@ -5,8 +5,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -130,7 +134,7 @@ TEST(ProbefsCommand, OneLineErrors) {
   EXPECT_NE(r.err.find("usage: probefs"), std::string::npos);
   r = run_command({PROBEFS_BIN, "--help"});
   EXPECT_EQ(r.exit_code(), 0);
-  EXPECT_NE(r.out.find("probefs exec MOUNTPOINT"), std::string::npos);
+  EXPECT_NE(r.out.find("probefs exec [--strict] MOUNTPOINT"), std::string::npos);
   r = run_command({PROBEFS_BIN, "--version"});
   EXPECT_EQ(r.exit_code(), 0);
   EXPECT_EQ(r.out.rfind("probefs ", 0), 0u);
@@ -621,6 +625,163 @@ TEST(ProbefsCommand, AUserWithoutRootTracesItsOwnProcessesOnly) {
   EXPECT_TRUE(testing::wait_mounted(dir, false, 20000));
   kill(sleeper, SIGKILL);
   testing::wait_child(sleeper, 10000);
+}
+
+// ---- A program probefs cannot enter is never traced silently -----------------------------
+
+const std::string kStatic = PROBEFS_UNTRACEABLE_STATIC;
+
+// `targets`' line for pid once its state is `state` ("" when that is not so within 30 s:
+// the daemon judges a process that exec'd on its next service tick).
+std::string listed_as(const Mount& m, pid_t pid, const std::string& state) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const std::string head = std::to_string(pid) + " ";
+  do {
+    std::istringstream in(m.read("targets"));
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind(head, 0) == 0 && l.size() >= state.size() &&
+          l.find(" " + state) != std::string::npos)
+        return l;
+    usleep(5000);  // pacing only: the loop waits for the line itself
+  } while (std::chrono::steady_clock::now() < deadline);
+  return "";
+}
+
+// error_log's entry for pid (the last one), once there is one ("" when none comes within
+// 30 s: the daemon writes it from its service thread).
+std::string logged_for(const Mount& m, pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    const std::string log = m.read("error_log");
+    const size_t at = log.rfind("  Command: pid " + std::to_string(pid) + ": ");
+    if (at != std::string::npos) {
+      const size_t start = log.rfind('[', at);
+      return log.substr(start, log.find('\n', at) - start);
+    }
+    usleep(5000);  // pacing only: the loop waits for the entry itself
+  } while (std::chrono::steady_clock::now() < deadline);
+  return "";
+}
+
+// `probefs exec` of a static program says so on stderr, in error_log and in `targets`
+// while it runs, and runs it; with --strict it refuses it.
+TEST(Untraceable, ExecOfAStaticProgramSaysSoAndRunsItUntraced) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  const std::string line = kStatic +
+                           " is statically linked: no dynamic loader runs in it to preload the "
+                           "agent";
+  CommandResult r = run_command({PROBEFS_BIN, "exec", m.dir(), "--", kStatic}, 60000, "ping\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\npong\n");
+  EXPECT_EQ(r.err, "probefs: exec: " + line + "; it runs untraced\n");
+  testing::ProgramProcess p({PROBEFS_BIN, "exec", m.dir(), "--", kStatic});
+  ASSERT_TRUE(p.ready());
+  EXPECT_EQ(listed_as(m, p.pid(), "untraceable:static"),
+            std::to_string(p.pid()) + " untraceable_sta launched untraceable:static")
+      << m.read("targets");
+  const std::string entry = logged_for(m, p.pid());
+  EXPECT_NE(entry.find("] probefs: error: A process runs untraced: probefs cannot enter it\n"
+                       "  Command: pid " + std::to_string(p.pid()) + ": " + line),
+            std::string::npos)
+      << m.read("error_log");
+  EXPECT_EQ(p.ask("ping"), "pong");
+  EXPECT_EQ(p.quit(), 0);
+  r = run_command({PROBEFS_BIN, "exec", "--strict", m.dir(), "--", kStatic}, 60000, "quit\n");
+  EXPECT_EQ(r.exit_code(), 126);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "probefs: exec: " + line + "; not run (--strict)\n");
+  // A dynamic program under --strict is traced as ever.
+  r = run_command({PROBEFS_BIN, "exec", "--strict", m.dir(), "--", PROBEFS_TRACED_PROG}, 60000,
+                  "quit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.err, "");
+}
+
+// A traced program that execs a static program: its new image is said to be untraceable
+// as soon as the daemon sees the exec.
+TEST(Untraceable, ATargetThatExecsAStaticProgramIsSaidAtOnce) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  testing::ProgramProcess p({PROBEFS_BIN, "exec", m.dir(), "--", PROBEFS_TRACED_PROG});
+  ASSERT_TRUE(p.ready());
+  ASSERT_NE(listed_as(m, p.pid(), "launched"), "");
+  ASSERT_TRUE(p.send("run " + kStatic));
+  EXPECT_EQ(p.answer(), "ready");  // the static program, in the same process
+  EXPECT_NE(listed_as(m, p.pid(), "untraceable:static"), "") << m.read("targets");
+  EXPECT_NE(logged_for(m, p.pid()).find(": " + kStatic + " is statically linked"),
+            std::string::npos)
+      << m.read("error_log");
+  EXPECT_EQ(p.ask("ping"), "pong");
+  EXPECT_EQ(p.quit(), 0);
+}
+
+// A program started without the agent in its environment (env -u LD_PRELOAD, from a
+// target): no-agent, at once.
+TEST(Untraceable, AProgramStartedWithoutTheAgentIsNoAgent) {
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  testing::ProgramProcess p({PROBEFS_BIN, "exec", m.dir(), "--", "env", "-u", "LD_PRELOAD",
+                             PROBEFS_TRACED_PROG});
+  ASSERT_TRUE(p.ready());
+  EXPECT_NE(listed_as(m, p.pid(), "untraceable:no-agent"), "") << m.read("targets");
+  EXPECT_NE(logged_for(m, p.pid()).find(" started without the agent in its environment"),
+            std::string::npos)
+      << m.read("error_log");
+  EXPECT_EQ(p.quit(), 0);
+}
+
+// An agent that cannot reach the daemon it was started for says so on the program's
+// stderr, and the program runs on untraced.
+TEST(Untraceable, AnAgentThatCannotReachItsDaemonSaysSo) {
+  CommandResult r = run_command(
+      {"env", std::string("LD_PRELOAD=") + PROBEFS_AGENT_LIB,
+       "PROBEFS_AGENT_LINK=/nonexistent/probefs.1.0123456789abcdef0123456789abcdef",
+       PROBEFS_TRACED_PROG},
+      60000, "call 2\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\nok 3\n");
+  EXPECT_TRUE(r.err.rfind("probefs: agent: cannot reach the daemon (No such file or directory): "
+                          "pid ", 0) == 0 &&
+              r.err.find(" runs untraced\n") == r.err.size() - 15)
+      << r.err;
+}
+
+// A set-user-ID program of another user (root runs one owned by nobody): its loader
+// ignores the agent. Said by probefs exec, and of a target that execs it.
+TEST(Untraceable, ASetUserIdProgramOfAnotherUserIsSecureExec) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root: cannot make a program of another user";
+  std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-suid-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  struct Remove {
+    std::string dir;
+    ~Remove() { std::filesystem::remove_all(dir); }
+  } remove{tmpl};
+  struct statvfs vfs;
+  ASSERT_EQ(statvfs(tmpl.c_str(), &vfs), 0);
+  if (vfs.f_flag & ST_NOSUID) GTEST_SKIP() << "the temporary directory is on a nosuid mount";
+  ASSERT_EQ(chmod(tmpl.c_str(), 0755), 0);
+  const std::string copy = tmpl + "/suid_prog";
+  std::filesystem::copy_file(PROBEFS_TRACED_PROG, copy);
+  ASSERT_EQ(chown(copy.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(copy.c_str(), 04755), 0);
+  Mount m;
+  ASSERT_TRUE(m.ok()) << m.daemon_stderr();
+  CommandResult r = run_command({PROBEFS_BIN, "exec", m.dir(), "--", copy}, 60000, "call 2\nquit\n");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ready\nok 3\n");
+  EXPECT_EQ(r.err, "probefs: exec: " + copy +
+                       " runs with other ids or capabilities than its user's (set-user-ID, "
+                       "set-group-ID or file capabilities): its loader ignores the preloaded "
+                       "agent; it runs untraced\n");
+  // Exec'd by a target: the daemon finds the secure exec in the process.
+  testing::ProgramProcess p({PROBEFS_BIN, "exec", m.dir(), "--", PROBEFS_TRACED_PROG});
+  ASSERT_TRUE(p.ready());
+  ASSERT_NE(listed_as(m, p.pid(), "launched"), "");
+  ASSERT_TRUE(p.send("run " + copy));
+  EXPECT_EQ(p.answer(), "ready");
+  EXPECT_NE(listed_as(m, p.pid(), "untraceable:secure-exec"), "") << m.read("targets");
+  EXPECT_EQ(p.quit(), 0);
 }
 
 }  // namespace

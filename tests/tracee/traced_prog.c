@@ -29,6 +29,7 @@
  *   pspawn PATH     posix_spawn PATH with no arguments: "ok CHILD_PID STATUS"
  *   hold            a child that calls traced_add once and waits until killed: "ok PID"
  *   exec            execs this program again ("exec'd" is printed first by the new image)
+ *   run PATH        execs PATH with no arguments (what it prints follows)
  *   dlopen PATH SYM dlopen(PATH) and call SYM(7): "ok RESULT"
  *   env NAME        "ok VALUE" of the environment variable, "ok -" when it is unset
  *   recurse D       traced_rec(D): D + 1 calls of it in flight at the deepest point,
@@ -415,6 +416,10 @@ int main(int argc, char **argv) {
         for (;;) pause();
       }
       printf("ok %d\n", (int)c);
+    } else if (sscanf(line, "run %399s", arg) == 1) {
+      char *args[] = {arg, NULL};
+      execv(arg, args);
+      printf("WRONG run failed\n");
     } else if (strncmp(line, "exec", 4) == 0) {
       char *args[] = {argv[0], "--after-exec", NULL};
       execv("/proc/self/exe", args);

@@ -1157,6 +1157,51 @@ TEST(Tracer, PreparedExecIsTracedFromMain) {
   (void)m;
 }
 
+// `probefs exec` of a program whose agent never comes (here: started without the agent in
+// its environment): when the expectation lapses, the process is noted as untraceable
+// (no-agent), listed so while it runs and said once as a kRefused notice.
+TEST(Tracer, APreparedExecWhoseAgentNeverComesIsNotedUntraceable) {
+  std::vector<TargetNotice> notices;
+  std::mutex nm;
+  std::condition_variable ncv;
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  t->on_target_notice([&](const TargetNotice& n) {
+    std::lock_guard l(nm);
+    notices.push_back(n);
+    ncv.notify_all();
+  });
+  PreparedChild c;
+  ASSERT_TRUE(c.start());
+  std::string name;
+  ASSERT_EQ(t->prepare_exec(c.pid, getuid(), 200, &name), 0);
+  std::string block;  // this process's environment, without the agent's entries
+  for (char** e = environ; *e; ++e)
+    if (strncmp(*e, "LD_PRELOAD=", 11) != 0) block.append(*e).push_back('\0');
+  ASSERT_EQ(write(c.env_fd, block.data(), block.size()), static_cast<ssize_t>(block.size()));
+  close(c.env_fd);
+  c.env_fd = -1;
+  ASSERT_EQ(c.pipes.line(10000), "ready");
+  std::unique_lock l(nm);
+  ASSERT_TRUE(ncv.wait_for(l, std::chrono::seconds(30), [&] {
+    for (const auto& n : notices)
+      if (n.kind == TargetNotice::Kind::kRefused && n.pid == c.pid) return true;
+    return false;
+  }));
+  for (const auto& n : notices) {
+    if (n.kind != TargetNotice::Kind::kRefused || n.pid != c.pid) continue;
+    EXPECT_TRUE(n.untraceable);
+    EXPECT_NE(n.reason.find(" started without the agent in its environment"), std::string::npos)
+        << n.reason;
+  }
+  l.unlock();
+  bool listed = false;
+  for (const TargetInfo& i : t->targets())
+    if (i.pid == c.pid) listed = i.untraceable && i.untraced == "no-agent";
+  EXPECT_TRUE(listed);
+  c.quit_and_reap();
+}
+
 // An expectation that lapsed, or a process of another uid, is refused: the agent lets the
 // program run on untraced at once (it does not wait for GO).
 TEST(Tracer, PreparedExecLapsedOrOfAnotherUserRunsUntraced) {
