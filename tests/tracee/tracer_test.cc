@@ -1161,16 +1161,10 @@ TEST(Tracer, PreparedExecIsTracedFromMain) {
 // its environment): when the expectation lapses, the process is noted as untraceable
 // (no-agent), listed so while it runs and said once as a kRefused notice.
 TEST(Tracer, APreparedExecWhoseAgentNeverComesIsNotedUntraceable) {
-  std::vector<TargetNotice> notices;
-  std::mutex nm;
-  std::condition_variable ncv;
   auto t = make_tracer();
   ASSERT_NE(t, nullptr);
-  t->on_target_notice([&](const TargetNotice& n) {
-    std::lock_guard l(nm);
-    notices.push_back(n);
-    ncv.notify_all();
-  });
+  testing::NoticeLog notices;
+  notices.listen(*t);
   PreparedChild c;
   ASSERT_TRUE(c.start());
   std::string name;
@@ -1182,13 +1176,13 @@ TEST(Tracer, APreparedExecWhoseAgentNeverComesIsNotedUntraceable) {
   close(c.env_fd);
   c.env_fd = -1;
   ASSERT_EQ(c.pipes.line(10000), "ready");
-  std::unique_lock l(nm);
-  ASSERT_TRUE(ncv.wait_for(l, std::chrono::seconds(30), [&] {
-    for (const auto& n : notices)
+  std::unique_lock l(notices.mu);
+  ASSERT_TRUE(notices.cv.wait_for(l, std::chrono::seconds(30), [&] {
+    for (const auto& n : notices.list)
       if (n.kind == TargetNotice::Kind::kRefused && n.pid == c.pid) return true;
     return false;
   }));
-  for (const auto& n : notices) {
+  for (const auto& n : notices.list) {
     if (n.kind != TargetNotice::Kind::kRefused || n.pid != c.pid) continue;
     EXPECT_TRUE(n.untraceable);
     EXPECT_NE(n.reason.find(" started without the agent in its environment"), std::string::npos)

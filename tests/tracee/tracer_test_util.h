@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 #include <memory>
 #include <thread>
 #include <string>
@@ -67,5 +70,20 @@ inline Event define(Tracer& t, const std::string& line, uint16_t eid, bool enabl
   if (diag_out) *diag_out = d;
   return e;
 }
+
+// A tracer's notices as they come (on_target_notice), for a test to wait on.
+struct NoticeLog {
+  std::vector<TargetNotice> list;  // under mu
+  std::mutex mu;
+  std::condition_variable cv;
+
+  void listen(Tracer& t) {
+    t.on_target_notice([this](const TargetNotice& n) {
+      std::lock_guard l(mu);
+      list.push_back(n);
+      cv.notify_all();
+    });
+  }
+};
 
 }  // namespace probefs::tracee::testing
