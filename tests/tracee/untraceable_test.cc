@@ -6,9 +6,12 @@
 #include <elf.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -89,6 +92,29 @@ TEST_F(UntraceableTest, SetUserIdProgramOfAnotherUser) {
     EXPECT_EQ(u.state, "secure-exec");
     EXPECT_NE(u.why.find(" runs with other ids or capabilities"), std::string::npos) << u.why;
   }
+}
+
+// Set-group-ID for another group, and file capabilities for a non-root user: secure
+// executions too. (Run as root, which may set both on a file of its own.)
+TEST_F(UntraceableTest, SetGroupIdAndFileCapabilities) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root: cannot give a file another group or capabilities";
+  struct statvfs vfs;
+  ASSERT_EQ(statvfs(dir_.c_str(), &vfs), 0);
+  if (vfs.f_flag & ST_NOSUID) GTEST_SKIP() << "the temporary directory is on a nosuid mount";
+  const std::string sgid = dir_ + "/sgid";
+  std::filesystem::copy_file("/proc/self/exe", sgid);
+  ASSERT_EQ(chown(sgid.c_str(), 0, 65534), 0);
+  ASSERT_EQ(chmod(sgid.c_str(), 02755), 0);
+  EXPECT_EQ(untraceable_program(sgid, 1000, 1000).state, "secure-exec");
+  EXPECT_EQ(untraceable_program(sgid, 1000, 65534).state, "");  // its own group
+  // security.capability, revision 2: cap_net_raw (13) permitted and effective.
+  const std::string caps = dir_ + "/caps";
+  std::filesystem::copy_file("/proc/self/exe", caps);
+  const uint32_t data[5] = {0x02000000u | 1u, 1u << 13, 0, 0, 0};
+  if (setxattr(caps.c_str(), "security.capability", data, sizeof data, 0) != 0)
+    GTEST_SKIP() << "no file capabilities here: " << strerror(errno);
+  EXPECT_EQ(untraceable_program(caps, 1000, 1000).state, "secure-exec");
+  EXPECT_EQ(untraceable_program(caps, 0, 0).state, "");  // root gains nothing it lacks
 }
 
 // This test runs without the agent in its environment: a process probefs would call
