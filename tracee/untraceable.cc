@@ -64,9 +64,9 @@ Untraceable judge_elf(int fd, const std::string& name) {
   return u;
 }
 
-// Whether running `path` (open as `fd`) changes the ids or capabilities of a process
+// Whether running the file open as `fd` changes the ids or capabilities of a process
 // with real ids uid and gid, which puts its loader in secure-execution mode.
-bool secure_exec(int fd, const std::string& path, uid_t uid, gid_t gid) {
+bool secure_exec(int fd, uid_t uid, gid_t gid) {
   struct stat st;
   struct statvfs vfs;
   if (fstat(fd, &st) != 0) return false;
@@ -75,7 +75,6 @@ bool secure_exec(int fd, const std::string& path, uid_t uid, gid_t gid) {
   if (!nosuid && (st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP) && st.st_gid != gid)
     return true;
   // File capabilities raise a non-root process's: secure.
-  (void)path;
   return uid != 0 && fgetxattr(fd, "security.capability", nullptr, 0) > 0;
 }
 
@@ -91,7 +90,7 @@ Untraceable judge_program(const std::string& path, uid_t uid, gid_t gid, int dep
   const ssize_t n = pread(fd, head, sizeof head, 0);
   if (n >= 4 && std::memcmp(head, ELFMAG, SELFMAG) == 0) {
     u = judge_elf(fd, path);
-    if (u.state.empty() && secure_exec(fd, path, uid, gid)) {
+    if (u.state.empty() && secure_exec(fd, uid, gid)) {
       u.state = "secure-exec";
       u.why = untraceable_text(u.state, path);
     }
