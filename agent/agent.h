@@ -46,12 +46,18 @@ namespace lk = events::link;
 
 // The histograms one probe's hits count into (SET_HIST), immutable once published: a new
 // set replaces it whole, freed after a grace period.
+// The largest straight-path record a lean histogram counts from (built on the stack).
+inline constexpr uint32_t kLeanRecordBytes = 256;
+
 struct HitHists {
   uint32_t n = 0;
   bool needs_comm = false;  // a trigger's filter reads the thread's name
   bool needs_cpu = false;   // a key, a value or a filter reads the CPU
   bool any_inter = false;   // a program takes hist_update_inter (variables, actions...)
   bool needs_stack = false; // a key is the hit's stack (common_stacktrace)
+  // One histogram of plain keys and values: no filter, variables, actions, stack or CPU
+  // (HitProbe::lean_hists).
+  bool lean = false;
   events::HistProgram programs[events::kHistMaxPerEvent];
   events::HistShape shapes[events::kHistMaxPerEvent];
   uint64_t signatures[events::kHistMaxPerEvent];  // each geometry's (HistSlot::signature)
@@ -156,6 +162,10 @@ struct HitProbe {
   // Any of hists, triggers, soft, instances, or not record: the handler takes the general
   // path (emit_slow).
   std::atomic<bool> slow{false};
+  // `hists` when all the general path has to do for a hit that writes no record is to
+  // count that one lean histogram (no triggers, no instances, a straight-path record):
+  // the handler counts it itself (hit.cc, count_lean).
+  std::atomic<const HitHists*> lean_hists{nullptr};
 };
 
 // The ring area of this process, as the handlers see it. Replaced (SETUP, fork, tracer

@@ -669,6 +669,8 @@ std::unique_ptr<HitHists> make_hit_hists(const lk::SetHist& s, uint32_t fixed, l
     if (p.wants_stack()) next->needs_stack = true;
   }
   next->n = static_cast<uint32_t>(s.programs.size());
+  next->lean = next->n == 1 && !next->any_inter && !next->needs_cpu && !next->needs_stack &&
+               !next->needs_comm && !s.programs[0].filter;
   return next;
 }
 
@@ -759,6 +761,9 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   // The general path first, then what it reads; back to the straight path only once
   // nothing is left for the general one.
   const bool slow = next || triggers || s.soft != 0 || !s.record || s.instances != 0;
+  const bool lean = next && next->lean && !triggers && s.instances == 0 && h->fast &&
+                    h->view.fixed_size <= kLeanRecordBytes;
+  h->lean_hists.store(nullptr, std::memory_order_release);
   if (slow) h->slow.store(true, std::memory_order_release);
   h->record.store(s.record, std::memory_order_relaxed);
   h->instances.store(s.instances, std::memory_order_relaxed);
@@ -767,6 +772,7 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   h->triggers.store(triggers.get(), std::memory_order_release);
   h->instance_filters.store(filters.get(), std::memory_order_release);
   if (!slow) h->slow.store(false, std::memory_order_release);
+  if (lean) h->lean_hists.store(next.get(), std::memory_order_release);
   probecore::synchronize_rcu();  // no handler still counts or fires with the old sets
   ap->hists = std::move(next);
   ap->triggers = std::move(triggers);

@@ -818,6 +818,33 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
   if (__builtin_expect(fired.n != 0, 0)) emit_synths(as, p, tid, cpu, fired, 0);
 }
 
+// The general path's work for a hit that only counts one lean histogram (HitProbe::
+// lean_hists): false when this hit needs more after all (its record is to be written:
+// the event is not soft-disabled now), for emit_slow to do.
+[[gnu::noinline]] bool count_lean(const HitProbe* hp, const HitHists* hh, AreaState* as,
+                                  const events::RingProducer* p, const PtRegs* regs,
+                                  uint64_t ret_ip, uint64_t pid_word) {
+  if (hp->record.load(std::memory_order_relaxed)) {
+    const events::ControlPage* ctl = g_control.load(std::memory_order_relaxed);
+    const bool soft_off = (hp->soft.load(std::memory_order_relaxed) & 1) != 0 &&
+                          events::control_soft_disabled(ctl, hp->event_id);
+    if (!soft_off && !events::control_tracing_off(ctl)) return false;
+  }
+  const events::HistProgram& prog = hh->programs[0];
+  HistSlot& slot = as->hist[prog.slot];
+  uint8_t* base = slot.base.load(std::memory_order_acquire);
+  const uint32_t ring = p->ring;
+  if (base == nullptr || slot.signature != hh->signatures[0] || ring >= slot.rings) return true;
+  alignas(8) uint8_t rec[kLeanRecordBytes];
+  write_fast_record(hp, regs, ret_ip, pid_word, rec);
+  const events::HistShape& g = hh->shapes[0];
+  const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
+  uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.stride;
+  (void)events::hist_update(prog, g, ctl, table, rec, hp->view.fixed_size, 0, nullptr,
+                            name_entry);
+  return true;
+}
+
 // emit() for a probe whose arguments are all registers (HitProbe::fast) and that reads
 // no thread name: the record written by write_fast_record. No call on the way but the
 // cold ones.
@@ -833,7 +860,10 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
   }
   events::ring_count_hit(p, hp->counter_slot);
   if (__builtin_expect(hp->slow.load(std::memory_order_acquire), 0)) {
-    emit_slow(hp, as, p, tid, regs, hp->address, ret_ip, nullptr, true);
+    const HitHists* hh = hp->lean_hists.load(std::memory_order_acquire);
+    if (hh == nullptr ||
+        !count_lean(hp, hh, as, p, regs, ret_ip, uint64_t{static_cast<uint32_t>(tid)} << 32))
+      emit_slow(hp, as, p, tid, regs, hp->address, ret_ip, nullptr, true);
     return;
   }
   if (__builtin_expect(events::control_tracing_off(g_control.load(std::memory_order_relaxed)), 0))
