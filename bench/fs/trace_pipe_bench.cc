@@ -44,6 +44,7 @@
 // program is gone.
 //
 //   trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K] [--read-kb KB]
+//                    [--buffer-kb KB]
 //                    [--no-kernel] [--only throughput|latency|first|raw|python]
 //                    [--python-calls N]
 //
@@ -1347,6 +1348,7 @@ struct Options {
   int samples = 300;
   int reps = 5;
   size_t read_kb = 128;
+  unsigned long buffer_kb = 0;  // 0: the mount's default (the kernel's 1410)
   bool kernel = true;
   std::string only;
   long python_calls = 50000;
@@ -1363,6 +1365,7 @@ bool parse_options(int argc, char** argv, Options* o) {
     else if (a == "--samples" && (v = value())) o->samples = std::atoi(v);
     else if (a == "--reps" && (v = value())) o->reps = std::atoi(v);
     else if (a == "--read-kb" && (v = value())) o->read_kb = std::strtoul(v, nullptr, 0);
+    else if (a == "--buffer-kb" && (v = value())) o->buffer_kb = std::strtoul(v, nullptr, 0);
     else if (a == "--only" && (v = value())) o->only = v;
     else if (a == "--python-calls" && (v = value())) o->python_calls = std::atol(v);
     else return false;
@@ -1378,7 +1381,7 @@ int main(int argc, char** argv) {
   if (!parse_options(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: trace_pipe_bench [--records N] [--rate R] [--samples S] [--reps K]\n"
-                 "                        [--read-kb KB] [--no-kernel]\n"
+                 "                        [--read-kb KB] [--buffer-kb KB] [--no-kernel]\n"
                  "                        [--only throughput|latency|first|raw|python]\n"
                  "                        [--python-calls N]\n");
     return 2;
@@ -1395,6 +1398,14 @@ int main(int argc, char** argv) {
   }
   s.mount = &mount;
   std::fprintf(stderr, "probefs daemon pid %d on %s\n", mount.daemon(), mount.dir().c_str());
+  // Each thread's ring, as `trace-cmd record -b KB` sets each CPU's buffer.
+  if (o.buffer_kb != 0) {
+    if (int e = mount.write("buffer_size_kb", std::to_string(o.buffer_kb), O_WRONLY | O_TRUNC);
+        e != 0) {
+      std::fprintf(stderr, "trace_pipe_bench: buffer_size_kb: %s\n", strerror(e));
+      return 1;
+    }
+  }
   // Defined before its target exists: MOD:SYM waits for the executable to appear.
   if (int e = mount.write("kprobe_events", kProbefsEvent); e != 0) {
     std::fprintf(stderr, "trace_pipe_bench: kprobe_events: %s\n", strerror(e));
