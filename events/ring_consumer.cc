@@ -769,13 +769,13 @@ RingMerger::Lane RingMerger::new_lane(RingAreaReader* reader, uint32_t tag, uint
 void RingMerger::remove(RingAreaReader* reader) { remove(std::span(&reader, 1)); }
 
 void RingMerger::remove(std::span<RingAreaReader* const> readers) {
-  held_ = kNoLane;  // lanes move: a tail still kept is stored by publish() (consume_from)
   if (readers.empty()) return;
   std::vector<RingAreaReader*> gone(readers.begin(), readers.end());
   std::sort(gone.begin(), gone.end());
   auto is_gone = [&](RingAreaReader* r) { return std::binary_search(gone.begin(), gone.end(), r); };
   std::erase_if(sources_, [&](const auto& s) { return is_gone(s.first); });
   std::erase_if(lanes_, [&](const Lane& l) { return is_gone(l.reader); });
+  std::erase_if(kept_, [&](const auto& k) { return is_gone(k.first); });
   heap_.clear();
   current_ = kNoLane;
 }
@@ -934,18 +934,65 @@ bool RingMerger::next(RingRecord* out, int cpu) {
   }
 }
 
-bool RingMerger::next_in_place(RingRecord* out, int cpu) {
-  // The record returned last is done with: its ring's tail may go to the producer.
-  if (held_ != kNoLane) lanes_[held_].reader->publish_due(lanes_[held_].ring);
+bool RingMerger::next_kept(RingRecord* out, int cpu) {
   hold_ = true;
   const bool got = next(out, cpu);
   hold_ = false;
-  held_ = got ? returned_ : kNoLane;
+  if (got) {
+    const Lane& l = lanes_[returned_];
+    if (kept_.empty() || kept_.back().first != l.reader || kept_.back().second != l.ring)
+      kept_.emplace_back(l.reader, l.ring);
+  }
   return got;
 }
 
+size_t RingMerger::next_run(RingRunRecord* out, size_t max, int cpu) {
+  // next() left the lane of its record current while that lane stays the oldest, with
+  // its next record parsed.
+  if (!consume_ || current_ == kNoLane || current_ != returned_) return 0;
+  const uint32_t lane = current_;
+  Lane& l = lanes_[lane];
+  RingAreaReader* r = l.reader;
+  const RingAreaReader::State& st = r->states_[l.ring];
+  const uint8_t* d = r->data(l.ring);
+  size_t n = 0;
+  hold_ = true;  // load() at the snapshot's end must not hand the kept bytes back
+  while (n < max) {
+    const RingAreaReader::Parsed& p = l.rec;
+    if (p.writer != 0 || (p.flags & kRingFlagLostCount) != 0 || l.cursor.pos != st.consumed ||
+        (cpu >= 0 && (p.cpu & 0xfff) != static_cast<uint32_t>(cpu)))
+      break;
+    // parse() checked that the payload lies inside the ring's data, in one piece.
+    out[n].stamp = p.stamp;
+    out[n].payload = d + p.off + kRingRecordHeaderSize;
+    out[n].len = p.len;
+    out[n].cpu = p.cpu & 0xfff;
+    out[n].counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
+    ++n;
+    r->advance(l.ring, p, true);
+    l.cursor.off = st.tail;
+    l.cursor.pos = st.consumed;
+    if (!load(lane)) {
+      current_ = kNoLane;
+      break;
+    }
+    if (!heap_.empty() && heap_greater(Item{l.rec.stamp, lane}, heap_.front())) {
+      current_ = kNoLane;
+      push(lane);
+      break;
+    }
+  }
+  hold_ = false;
+  return n;
+}
+
+void RingMerger::release_kept() {
+  for (const auto& [reader, ring] : kept_) reader->publish_due(ring);
+  kept_.clear();
+}
+
 void RingMerger::publish() {
-  held_ = kNoLane;
+  kept_.clear();
   if (!consume_) return;
   for (const Lane& l : lanes_) l.reader->publish(l.ring);
 }

@@ -24,6 +24,9 @@
 //                  format rec.payload at converter.convert(rec.stamp, rec.counter_stamp) }
 //                pipe.publish() at the end of the read; ring_wait(readers, 100) when a
 //                blocking read found nothing
+//   trace_pipe_raw: per batch, pipe.next_kept(&rec, cpu) then pipe.next_run(run, n, cpu)
+//                behind it, each record copied once into the page and checked there, then
+//                pipe.release_kept()
 //   trace:       look.rewind(), then look.next() to the end
 //   now and then (each second, and when a thread-exit notice arrives): reader.reclaim(),
 //                converter.update()
@@ -118,6 +121,16 @@ struct RingRecord {
   // The record's bytes, copied out of the area; valid until the next call on the reader
   // or merger that returned it.
   std::span<const uint8_t> payload;
+};
+
+// One record of a run (RingMerger::next_run): its stamp, and its bytes where they lie in
+// the ring.
+struct RingRunRecord {
+  uint64_t stamp;
+  const uint8_t* payload;
+  uint32_t len;
+  uint32_t cpu;
+  bool counter_stamp;
 };
 
 struct RingReaderStats {
@@ -329,10 +342,20 @@ class RingMerger {
   // (a ring is read in order), until a call with another `cpu` or a fresh snapshot finds
   // it free. Nothing is skipped for good: a record is returned once, whatever the calls.
   bool next(RingRecord* out, int cpu = -1);
-  // next() for a caller that reads the payload where it lies in the ring: `payload`
-  // points into the target's memory, which may change under the caller (copy it once,
-  // and check the copy), and stays the reader's until publish(). Consuming mode only.
-  bool next_in_place(RingRecord* out, int cpu = -1);
+  // next() for a caller that reads the payload where it lies in the ring, and takes
+  // records in batches: `payload` points into the target's memory, which may change under
+  // the caller (copy it once, and check the copy), and stays the caller's (its ring's tail
+  // is not stored past it) until release_kept() or publish(). Consuming mode only.
+  bool next_kept(RingRecord* out, int cpu = -1);
+  // After next_kept() returned a record: the records that follow it in its ring while
+  // that ring stays the oldest, at most `max`, into `out`, kept as next_kept()'s are. Only
+  // plain ones: of CPU `cpu` (-1: any), with no owner record before them and no lost
+  // count, so that their ring, tag and thread are that record's. The rest come from
+  // next_kept(). Most records of a busy thread come this way, at a fraction of the cost.
+  size_t next_run(RingRunRecord* out, size_t max, int cpu = -1);
+  // The kept records are done with: their room goes back to the producers as next() would
+  // have given it (a sixteenth of a ring at a time).
+  void release_kept();
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
   // Consuming mode: gives the producers the room of every record returned so far now
@@ -364,9 +387,10 @@ class RingMerger {
 
   bool consume_;
   int buffer_;
-  bool hold_ = false;  // in next_in_place(): the tails are stored by the next call or publish()
+  bool hold_ = false;  // in next_kept() and next_run(): the tails are stored by release_kept()
   uint32_t returned_ = kNoLane;  // the lane of next()'s last record
-  uint32_t held_ = kNoLane;      // next_in_place()'s last record's lane, its tail not stored
+  // next_kept()'s rings since release_kept() (lanes move when a snapshot adds some).
+  std::vector<std::pair<RingAreaReader*, uint32_t>> kept_;
   bool rewound_ = true;
   int cpu_ = -1;                 // the CPU the current snapshot was taken for (-1: any)
   std::vector<std::pair<RingAreaReader*, uint32_t>> sources_;

@@ -185,7 +185,8 @@ class TraceReader {
   bool direct() const { return fill_direct_; }
   // Consumes up to `max` records of CPU `cpu` (-1: all) into `t`, when direct(); `b` must
   // hold nothing. A record place() refuses is consumed into `b`, decided, and ends the
-  // call. Returns how many records were consumed. Defined in fs/trace_reader_direct.h.
+  // call; the records the tracer handed out with it (its batch) follow it into `b`.
+  // Returns how many records were consumed. Defined in fs/trace_reader_direct.h.
   template <class Taker>
   size_t consume_direct(Batch* b, size_t max, int cpu, Taker& t);
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before

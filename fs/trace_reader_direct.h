@@ -91,46 +91,51 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
   QuietView last;
   // The bytes are read where they lie in the target's rings: copied once, into the page
   // (or the Batch), and decided on that copy, which must still be of the event admitted.
+  bool refused = false;  // place() refused a record: the rest of its batch go to `b`
+  auto take = [&](const tracee::TraceRecord& r) {
+    if (r.cpu < read_events_.size()) {
+      ++read_events_[r.cpu];
+      dropped_events_[r.cpu] += r.lost_before;
+    }
+    const uint64_t key = key_of(r.pid, r.tid);
+    if (!g || key != g_key) {
+      g = &gate(key);
+      g_key = key;
+    }
+    Held h = held_of(r);
+    uint8_t* to = refused ? nullptr : t.place(h);
+    const uint8_t* copy;
+    if (to) {
+      copy_to(to, r);
+      copy = to;
+    } else {
+      h.off = copy_record(b->bytes, r);
+      copy = b->bytes.data() + h.off;
+    }
+    bool shown;
+    if (to && g->consumed == g->decided) {  // nothing decided ahead by a `trace` reader
+      ++g->consumed;
+      ++g->decided;
+      shown = admit_quiet(h, copy, &last);
+    } else {
+      shown = decide_consumed(*g, h, copy);
+    }
+    if (shown && r.pid != 0 && load16(copy) != r.id) {  // changed under the copy
+      shown = false;
+      if (r.cpu < dropped_events_.size()) ++dropped_events_[r.cpu];
+    }
+    if (!to) {
+      h.shown = shown;
+      b->recs.push_back(h);
+      refused = true;
+      return;
+    }
+    t.placed(h, shown);
+  };
   const size_t n = tracer_.consume_records_in_place(
-      [&](const tracee::TraceRecord& r) {
-        if (r.cpu < read_events_.size()) {
-          ++read_events_[r.cpu];
-          dropped_events_[r.cpu] += r.lost_before;
-        }
-        const uint64_t key = key_of(r.pid, r.tid);
-        if (!g || key != g_key) {
-          g = &gate(key);
-          g_key = key;
-        }
-        Held h = held_of(r);
-        uint8_t* to = t.place(h);
-        const uint8_t* copy;
-        if (to) {
-          copy_to(to, r);
-          copy = to;
-        } else {
-          h.off = copy_record(b->bytes, r);
-          copy = b->bytes.data() + h.off;
-        }
-        bool shown;
-        if (to && g->consumed == g->decided) {  // nothing decided ahead by a `trace` reader
-          ++g->consumed;
-          ++g->decided;
-          shown = admit_quiet(h, copy, &last);
-        } else {
-          shown = decide_consumed(*g, h, copy);
-        }
-        if (shown && r.pid != 0 && load16(copy) != r.id) {  // changed under the copy
-          shown = false;
-          if (r.cpu < dropped_events_.size()) ++dropped_events_[r.cpu];
-        }
-        if (!to) {
-          h.shown = shown;
-          b->recs.push_back(h);
-          return false;
-        }
-        t.placed(h, shown);
-        return true;
+      [&](std::span<const tracee::TraceRecord> recs) {
+        for (const tracee::TraceRecord& r : recs) take(r);
+        return !refused;
       },
       max, cpu, buffer_);
   prune_idle();

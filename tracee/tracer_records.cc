@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cerrno>
 #include <cstring>
@@ -431,35 +432,88 @@ bool Tracer::next_record(TraceRecord* out) {
 
 namespace {
 
-// consume_records(), with the payloads copied out of the rings or (in_place) not.
-size_t consume_from(Tracer::Impl& impl, bool in_place,
-                    const std::function<bool(const TraceRecord&)>& fn, size_t max, int cpu,
-                    uint32_t buffer) {
-  if (buffer >= impl.buffers.size()) return 0;
-  std::lock_guard rl(impl.read_mu);
-  Tracer::Impl::Buffer& b = impl.read_buffer(buffer);
-  size_t n = 0;
-  events::RingRecord rr;
-  TraceRecord t;
-  while (n < max && (in_place ? b.merger.next_in_place(&rr, cpu) : b.merger.next(&rr, cpu))) {
-    if (!admit_record(impl, b, rr, &t, true)) continue;
-    ++n;
-    if (!fn(t)) break;
+// A record of a run (RingMerger::next_run) behind `first`, which admit_record admitted as
+// `admitted`: the same ring and thread. The verdict on the thread's last record holds
+// while the event is the same; anything else is admit_record's to decide. (Records of
+// threads that found no ring are reported before the next record admit_record takes.)
+bool admit_run_record(Tracer::Impl& impl, Tracer::Impl::Buffer& buf,
+                      const events::RingRecord& first, const TraceRecord& admitted,
+                      const events::RingRunRecord& rec, TraceRecord* out) {
+  uint16_t id = 0;
+  if (rec.len >= 8) std::memcpy(&id, rec.payload, 2);
+  const Tracer::Impl::LastAdmitted& last = impl.last_admitted;
+  if (rec.len >= 8 && admitted.pid != 0 && buf.rejected_lost == 0 && last.id == id &&
+      last.ring == first.ring && last.tid == first.tid &&
+      last.rings == impl.tag_rings[first.tag]) {
+    out->pid = admitted.pid;
+    out->tid = admitted.tid;
+    out->cpu = rec.cpu;
+    out->data = rec.payload;
+    out->len = rec.len;
+    out->lost_before = 0;
+    out->id = id;
+    out->ts_ns = impl.conv.convert(rec.stamp, rec.counter_stamp);
+    return true;
   }
-  b.merger.publish();  // in place: the bytes handed out go back to the producers here
-  return n;
+  events::RingRecord rr = first;
+  rr.stamp = rec.stamp;
+  rr.lost_before = 0;
+  rr.cpu = rec.cpu;
+  rr.counter_stamp = rec.counter_stamp;
+  rr.named = false;
+  rr.payload = std::span<const uint8_t>(rec.payload, rec.len);
+  return admit_record(impl, buf, rr, out, true);
 }
 
 }  // namespace
 
 size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn,
                                size_t max, int cpu, uint32_t buffer) {
-  return consume_from(*impl_, false, fn, max, cpu, buffer);
+  if (buffer >= impl_->buffers.size()) return 0;
+  std::lock_guard rl(impl_->read_mu);
+  Impl::Buffer& b = impl_->read_buffer(buffer);
+  size_t n = 0;
+  events::RingRecord rr;
+  TraceRecord t;
+  while (n < max && b.merger.next(&rr, cpu)) {
+    if (!admit_record(*impl_, b, rr, &t, true)) continue;
+    ++n;
+    if (!fn(t)) break;
+  }
+  b.merger.publish();
+  return n;
 }
 
-size_t Tracer::consume_records_in_place(const std::function<bool(const TraceRecord&)>& fn,
-                                        size_t max, int cpu, uint32_t buffer) {
-  return consume_from(*impl_, true, fn, max, cpu, buffer);
+size_t Tracer::consume_records_in_place(
+    const std::function<bool(std::span<const TraceRecord>)>& fn, size_t max, int cpu,
+    uint32_t buffer) {
+  if (buffer >= impl_->buffers.size()) return 0;
+  std::lock_guard rl(impl_->read_mu);
+  Impl::Buffer& b = impl_->read_buffer(buffer);
+  size_t n = 0;
+  events::RingRecord rr;
+  std::array<TraceRecord, kInPlaceBatch> batch;
+  std::array<events::RingRunRecord, kInPlaceBatch> run;
+  bool more = true;
+  while (more && n < max) {
+    size_t k = 0;
+    while (k < batch.size() && n + k < max && b.merger.next_kept(&rr, cpu)) {
+      TraceRecord admitted;
+      if (admit_record(*impl_, b, rr, &admitted, true)) batch[k++] = admitted;
+      else admitted.pid = 0;  // no verdict to follow: each record behind it is decided alone
+      // The records behind it in its ring, while they are plain and its ring the oldest.
+      const size_t m =
+          b.merger.next_run(run.data(), std::min(batch.size() - k, max - n - k), cpu);
+      for (size_t i = 0; i < m; ++i)
+        if (admit_run_record(*impl_, b, rr, admitted, run[i], &batch[k])) ++k;
+    }
+    if (k == 0) break;
+    n += k;
+    more = fn(std::span<const TraceRecord>(batch.data(), k)) && k == batch.size();
+    b.merger.release_kept();  // their bytes are copied: the room may go to the producers
+  }
+  b.merger.publish();  // the rest of what was read goes back to the producers here
+  return n;
 }
 
 bool Tracer::wait_for_records(int timeout_ms, int buffer) {

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <set>
 #include <random>
 #include <thread>
 #include <vector>
@@ -1072,6 +1073,132 @@ TEST(RingMerger, PerCpuCallsNeverLoseOrRepeatARecord) {
   }
   EXPECT_EQ(total, kRecords);
   for (uint64_t seq = 0; seq < kRecords; ++seq) EXPECT_EQ(seen[seq], 1) << seq;
+}
+
+namespace {
+
+// One record as a batched consumer takes it (next_kept, then the run behind it).
+struct Taken {
+  uint64_t seq;
+  uint64_t stamp;
+  uint32_t cpu;
+  uint64_t lost_before;
+};
+
+// Takes up to `max` records of `cpu` as the tracer's in-place consumer does: next_kept(),
+// then the run next_run() hands out behind it, each with the first's ring, tag and CPU.
+std::vector<Taken> take_batch(RingMerger& m, size_t max, int cpu) {
+  std::vector<Taken> out;
+  RingRecord r;
+  RingRunRecord run[16];
+  while (out.size() < max && m.next_kept(&r, cpu)) {
+    out.push_back({payload_of(r).seq, r.stamp, r.cpu, r.lost_before});
+    const size_t n = m.next_run(run, std::min(std::size(run), max - out.size()), cpu);
+    for (size_t i = 0; i < n; ++i) {
+      Payload pl{};
+      EXPECT_EQ(run[i].len, sizeof pl);
+      memcpy(&pl, run[i].payload, sizeof pl);
+      EXPECT_EQ(pl.producer, payload_of(r).producer);  // the first's ring
+      out.push_back({pl.seq, run[i].stamp, run[i].cpu, 0});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Batches of runs, taken while the producers go on (rings filling up, records dropped):
+// every record written comes out once, each ring's in order, each batch in stamp order and
+// of the CPU asked for, and before each record exactly the count of its ring's records
+// dropped since the one before it.
+TEST(RingMerger, RunsGiveEveryRecordOnceWithItsLostCount) {
+  for (int with_cpus = 0; with_cpus < 2; ++with_cpus) {
+    TestArea a(geometry(3, 4096), ring_detect_stamp_mode(kRingStampCounter));
+    RingProducer p[3];
+    for (auto& x : p) ASSERT_TRUE(ring_claim(a.header(), self_tid(), &x));
+    std::mt19937 rng(21 + with_cpus);
+    struct Attempt {
+      uint32_t ring;
+      bool written;
+      uint16_t cpu;
+    };
+    std::map<uint64_t, Attempt> attempts;
+    RingMerger m(true);
+    m.add(&a.reader, 0);
+    std::vector<Taken> got;
+    uint64_t seq = 0;
+    size_t dropped = 0, runs = 0;
+    for (int round = 0; round < 400; ++round) {
+      if (round < 300) {
+        for (int i = 0; i < 50; ++i, ++seq) {
+          // Mostly runs of one ring, now and then another.
+          const uint32_t k = rng() % 8 < 6 ? static_cast<uint32_t>(seq / 40 % 3) : rng() % 3;
+          const uint16_t cpu = with_cpus ? static_cast<uint16_t>(rng() % 5 == 0) : 0;
+          const bool ok = produce_on(&p[k], k, seq, cpu);
+          attempts[seq] = {k, ok, cpu};
+          if (!ok) ++dropped;
+        }
+      }
+      const int cpu = with_cpus && round < 300 ? static_cast<int>(rng() % 3) - 1 : -1;
+      const std::vector<Taken> batch = take_batch(m, 1 + rng() % 60, cpu);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        EXPECT_EQ(batch[i].cpu, attempts[batch[i].seq].cpu);  // a run's records too
+        if (cpu >= 0) {
+          EXPECT_EQ(batch[i].cpu, static_cast<uint32_t>(cpu));
+        }
+        if (i > 0) {
+          EXPECT_GT(batch[i].stamp, batch[i - 1].stamp);
+          if (batch[i].lost_before == 0 &&
+              attempts[batch[i].seq].ring == attempts[batch[i - 1].seq].ring)
+            ++runs;
+        }
+      }
+      got.insert(got.end(), batch.begin(), batch.end());
+      m.release_kept();
+    }
+    ASSERT_GT(dropped, 0u);
+    ASSERT_GT(runs, 1000u);
+    std::map<uint32_t, int64_t> last_of;  // ring: its last seq taken
+    std::set<uint64_t> seen;
+    for (const Taken& t : got) {
+      ASSERT_EQ(attempts.count(t.seq), 1u);
+      const uint32_t ring = attempts[t.seq].ring;
+      ASSERT_TRUE(attempts[t.seq].written) << t.seq;
+      ASSERT_TRUE(seen.insert(t.seq).second) << t.seq;
+      const int64_t prev = last_of.count(ring) ? last_of[ring] : -1;
+      ASSERT_GT(static_cast<int64_t>(t.seq), prev);
+      uint64_t lost = 0;
+      for (auto it = attempts.lower_bound(static_cast<uint64_t>(prev + 1));
+           it != attempts.end() && it->first < t.seq; ++it)
+        if (it->second.ring == ring && !it->second.written) ++lost;
+      EXPECT_EQ(t.lost_before, lost) << "seq " << t.seq;
+      last_of[ring] = static_cast<int64_t>(t.seq);
+    }
+    size_t written = 0;
+    for (const auto& [s, at] : attempts) written += at.written;
+    EXPECT_EQ(seen.size(), written);
+  }
+}
+
+// A run's bytes stay the consumer's until release_kept(): the tail is not stored past
+// them, even where the run reaches the end of what the producer wrote (where next() alone
+// hands the room back at once).
+TEST(RingMerger, KeptRecordsKeepTheirRoomUntilReleased) {
+  TestArea a(geometry(1, 64 * 1024));
+  RingProducer p;
+  ASSERT_TRUE(ring_claim(a.header(), self_tid(), &p));
+  for (uint64_t seq = 0; seq < 10; ++seq) ASSERT_TRUE(produce(&p, 1, seq));
+  RingMerger m(true);
+  m.add(&a.reader, 0);
+  const std::vector<Taken> all = take_batch(m, 100, -1);
+  ASSERT_EQ(all.size(), 10u);
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), 0u);
+  RingRecord r;
+  EXPECT_FALSE(m.next_kept(&r));  // caught up: still kept
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), 0u);
+  m.release_kept();
+  m.publish();
+  EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), p.head);
 }
 
 // --- waking the reader ----------------------------------------------------------------------

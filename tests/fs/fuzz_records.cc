@@ -288,11 +288,25 @@ void run_ring(Input in, uint8_t ctl) {
         }
         break;
       }
-      case 2: {  // consume
+      case 2: {  // consume: one at a time, or in batches of runs as the raw readers do
         uint8_t count = 0;
         in.take(&count);
         RingRecord rec;
-        for (int i = 0; i < count % 8 && pipe.next(&rec); ++i) deliver(rec);
+        if (count & 0x80) {
+          RingRunRecord run[8];
+          for (int i = 0; i < count % 8 && pipe.next_kept(&rec); ++i) {
+            deliver(rec);
+            const size_t n = pipe.next_run(run, count % 8, (count >> 4) % 3 == 2 ? 0 : -1);
+            for (size_t k = 0; k < n; ++k) {
+              rec.payload = std::span<const uint8_t>(run[k].payload, run[k].len);
+              rec.cpu = run[k].cpu;
+              deliver(rec);
+            }
+          }
+          pipe.release_kept();
+        } else {
+          for (int i = 0; i < count % 8 && pipe.next(&rec); ++i) deliver(rec);
+        }
         break;
       }
       case 3: {  // walk
