@@ -56,8 +56,15 @@ struct HitHists {
   bool any_inter = false;   // a program takes hist_update_inter (variables, actions...)
   bool needs_stack = false; // a key is the hit's stack (common_stacktrace)
   // One histogram of plain keys and values: no filter, variables, actions, stack or CPU
-  // (HitProbe::lean_hists).
+  // (HitProbe::lean_hists); and its events::hist_numbers_form() (0: none).
   bool lean = false;
+  uint32_t lean_form = 0;
+  // With a lean form, when every key and value is an argument the straight path stores
+  // from a register whole (HitProbe::fast_args): programs[0] with each operand's offset
+  // that register's in PtRegs, so that the hit reads them where the thunk saved them,
+  // writing no record (little-endian: a register's low bytes are the field's).
+  bool lean_from_regs = false;
+  events::HistProgram lean_regs_program;
   events::HistProgram programs[events::kHistMaxPerEvent];
   events::HistShape shapes[events::kHistMaxPerEvent];
   uint64_t signatures[events::kHistMaxPerEvent];  // each geometry's (HistSlot::signature)

@@ -671,6 +671,7 @@ std::unique_ptr<HitHists> make_hit_hists(const lk::SetHist& s, uint32_t fixed, l
   next->n = static_cast<uint32_t>(s.programs.size());
   next->lean = next->n == 1 && !next->any_inter && !next->needs_cpu && !next->needs_stack &&
                !next->needs_comm && !s.programs[0].filter;
+  if (next->lean) next->lean_form = events::hist_numbers_form(next->programs[0], next->shapes[0]);
   return next;
 }
 
@@ -735,6 +736,27 @@ std::unique_ptr<HitTriggers> make_hit_triggers(const lk::SetHist& s) {
   return next;
 }
 
+// HitHists::lean_regs_program: each operand of the lean program mapped to the register
+// its field is stored from, when every one is a whole argument of the straight path.
+void lean_from_registers(const HitProbe& h, HitHists* hh) {
+  events::HistProgram p = hh->programs[0];
+  auto remap = [&h](events::HistOperand& o) {
+    for (uint32_t a = 0; a < h.fast_nargs && a < HitProbe::kMaxFastArgs; ++a) {
+      const uint32_t f = h.fast_args[a];
+      if ((f >> 16) != o.offset || ((f >> 8) & 0xff) != o.size) continue;
+      o.offset = f & 0xff;  // the register's byte offset in PtRegs
+      return true;
+    }
+    return false;
+  };
+  for (uint32_t k = 0; k < p.nkeys; ++k)
+    if (!remap(p.keys[k])) return;
+  for (uint32_t v = 0; v < p.nvals; ++v)
+    if (!remap(p.vals[v])) return;
+  hh->lean_regs_program = p;
+  hh->lean_from_regs = true;
+}
+
 // SET_HIST: the histograms a probe's hits count into, its event's triggers, whether it
 // records (into the top level's buffer, and into which instances' buffers) and whether it
 // is in soft mode.
@@ -763,6 +785,7 @@ void do_set_hist(const lk::SetHist& s, lk::Reply* reply) {
   const bool slow = next || triggers || s.soft != 0 || !s.record || s.instances != 0;
   const bool lean = next && next->lean && !triggers && s.instances == 0 && h->fast &&
                     h->view.fixed_size <= kLeanRecordBytes;
+  if (lean && next->lean_form != 0) lean_from_registers(*h, next.get());
   h->lean_hists.store(nullptr, std::memory_order_release);
   if (slow) h->slow.store(true, std::memory_order_release);
   h->record.store(s.record, std::memory_order_relaxed);

@@ -821,7 +821,7 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
 // The general path's work for a hit that only counts one lean histogram (HitProbe::
 // lean_hists): false when this hit needs more after all (its record is to be written:
 // the event is not soft-disabled now), for emit_slow to do.
-[[gnu::noinline]] bool count_lean(const HitProbe* hp, const HitHists* hh, AreaState* as,
+[[gnu::always_inline]] inline bool count_lean(const HitProbe* hp, const HitHists* hh, AreaState* as,
                                   const events::RingProducer* p, const PtRegs* regs,
                                   uint64_t ret_ip, uint64_t pid_word) {
   if (hp->record.load(std::memory_order_relaxed)) {
@@ -835,13 +835,28 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
   uint8_t* base = slot.base.load(std::memory_order_acquire);
   const uint32_t ring = p->ring;
   if (base == nullptr || slot.signature != hh->signatures[0] || ring >= slot.rings) return true;
-  alignas(8) uint8_t rec[kLeanRecordBytes];
-  write_fast_record(hp, regs, ret_ip, pid_word, rec);
   const events::HistShape& g = hh->shapes[0];
   const auto* ctl = reinterpret_cast<const events::HistControl*>(base);
   uint8_t* table = base + events::kHistControlBytes + uint64_t{ring} * g.stride;
-  (void)events::hist_update(prog, g, ctl, table, rec, hp->view.fixed_size, 0, nullptr,
-                            name_entry);
+  alignas(8) uint8_t rec[kLeanRecordBytes];
+  // The operands straight from the saved registers, or from the record built here.
+  const events::HistProgram& from = hh->lean_from_regs ? hh->lean_regs_program : prog;
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(regs);
+  if (!hh->lean_from_regs) {
+    write_fast_record(hp, regs, ret_ip, pid_word, rec);
+    src = rec;
+  }
+  switch (hh->lean_form) {
+    case 1 << 4 | 0: (void)events::hist_update_numbers<1, 0>(from, g, ctl, table, src); break;
+    case 1 << 4 | 1: (void)events::hist_update_numbers<1, 1>(from, g, ctl, table, src); break;
+    case 1 << 4 | 2: (void)events::hist_update_numbers<1, 2>(from, g, ctl, table, src); break;
+    case 2 << 4 | 0: (void)events::hist_update_numbers<2, 0>(from, g, ctl, table, src); break;
+    case 2 << 4 | 1: (void)events::hist_update_numbers<2, 1>(from, g, ctl, table, src); break;
+    case 2 << 4 | 2: (void)events::hist_update_numbers<2, 2>(from, g, ctl, table, src); break;
+    default:  // no lean form, so never from the registers: src is the record
+      (void)events::hist_update(prog, g, ctl, table, src, hp->view.fixed_size, 0, nullptr,
+                                name_entry);
+  }
   return true;
 }
 

@@ -292,6 +292,11 @@ static_assert(sizeof(HistTableHeader) == kHistTableHeaderBytes);
 namespace hist_detail {
 
 inline uint64_t load_number(const uint8_t* rec, const HistOperand& o) {
+  if (__builtin_expect(o.size == 8, 1)) {  // most fields: one load, no jump table
+    uint64_t v;
+    __builtin_memcpy(&v, rec + o.offset, 8);
+    return v;
+  }
   switch (o.size) {
     case 1: { const uint8_t v = rec[o.offset]; return o.is_signed ? static_cast<uint64_t>(static_cast<int8_t>(v)) : v; }
     case 2: { uint16_t v; __builtin_memcpy(&v, rec + o.offset, 2); return o.is_signed ? static_cast<uint64_t>(static_cast<int16_t>(v)) : v; }
@@ -301,6 +306,7 @@ inline uint64_t load_number(const uint8_t* rec, const HistOperand& o) {
 }
 
 inline uint64_t transform(uint64_t v, const HistOperand& o) {
+  if (o.transform == HistTransform::kNone) return v;  // no jump table for the usual case
   switch (o.transform) {
     case HistTransform::kLog2:
       // ilog2(roundup_pow_of_two(v)): 0 and 1 give 0.
@@ -488,6 +494,52 @@ template <class CommOf>
     const HistOperand& o = p.vals[v];
     const uint64_t x = hist_detail::transform(
         o.source == HistSource::kCpu ? cpu : hist_detail::load_number(rec, o), o);
+    __atomic_store_n(&sums[1 + v], sums[1 + v] + x, __ATOMIC_RELAXED);
+  }
+  return true;
+}
+
+// The number of keys and values hist_update_numbers takes a program with (numbers_form).
+inline constexpr uint32_t kHistNumbersMaxKeys = 2;
+inline constexpr uint32_t kHistNumbersMaxVals = 2;
+
+// 0, or (keys << 4 | values) when hist_update_numbers can count `p` into tables of `g`:
+// one or two number keys, side by side from the key's start, and up to two number
+// values (the usual histogram: keys=a,b:vals=c).
+inline uint32_t hist_numbers_form(const HistProgram& p, const HistShape& g) {
+  if (p.nkeys == 0 || p.nkeys > kHistNumbersMaxKeys || p.nvals > kHistNumbersMaxVals ||
+      g.key_bytes != 8 * p.nkeys || g.nvals != p.nvals || g.nvars != 0 || g.track || g.with_comm)
+    return 0;
+  for (uint32_t k = 0; k < p.nkeys; ++k)
+    if (p.keys[k].source != HistSource::kNumber || p.keys[k].key_offset != 8 * k) return 0;
+  for (uint32_t v = 0; v < p.nvals; ++v)
+    if (p.vals[v].source != HistSource::kNumber) return 0;
+  return p.nkeys << 4 | p.nvals;
+}
+
+// hist_update for a program of hist_numbers_form() (NK << 4 | NV): the same counts in the
+// same entries, with the operands' count known when compiled: the keys are made in
+// registers, hashed and compared without a pass over the program per hit.
+template <uint32_t NK, uint32_t NV>
+[[gnu::always_inline]] inline bool hist_update_numbers(const HistProgram& p, const HistShape& g,
+                                                       const HistControl* ctl, uint8_t* table,
+                                                       const uint8_t* rec) {
+  static_assert(NK >= 1 && NK <= kHistNumbersMaxKeys && NV <= kHistNumbersMaxVals);
+  if (__atomic_load_n(&ctl->paused, __ATOMIC_RELAXED)) return true;
+  auto* h = reinterpret_cast<HistTableHeader*>(table);
+  hist_detail::settle_epoch(g, ctl, table);
+  __atomic_store_n(&h->hits, h->hits + 1, __ATOMIC_RELAXED);
+  alignas(8) uint64_t key[NK];
+  for (uint32_t k = 0; k < NK; ++k)
+    key[k] = hist_detail::transform(hist_detail::load_number(rec, p.keys[k]), p.keys[k]);
+  const auto* kb = reinterpret_cast<const uint8_t*>(key);
+  const uint64_t hash = hist_detail::hash_key(kb, 8 * NK);
+  uint8_t* e = hist_detail::find_or_insert(g, table, kb, hash, [](char*) {});
+  if (e == nullptr) return false;
+  auto* sums = reinterpret_cast<uint64_t*>(e + 8 + 8 * NK);
+  __atomic_store_n(&sums[0], sums[0] + 1, __ATOMIC_RELAXED);
+  for (uint32_t v = 0; v < NV; ++v) {
+    const uint64_t x = hist_detail::transform(hist_detail::load_number(rec, p.vals[v]), p.vals[v]);
     __atomic_store_n(&sums[1 + v], sums[1 + v] + x, __ATOMIC_RELAXED);
   }
   return true;

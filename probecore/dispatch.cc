@@ -72,7 +72,9 @@ void on_singlestep_done(void* cookie, PtRegs* regs) {
 // more than this detour saved joined while the hit was on its way (the detour is about
 // to change kind): to it, the hit came before it did.
 void on_optimized_hit(void* const volatile* ctx, PtRegs* regs, unsigned saved) {
-  on_optimized_aggregate(ctx, [&](Kprobe* p) {
+  // By value: captured by reference, regs and saved would go through the stack for each
+  // probe.
+  on_optimized_aggregate(ctx, [regs, saved](Kprobe* p) {
     if (p->pre_handler && probe_enabled(p) && !(p->hit_needs_ & ~saved)) p->pre_handler(p, regs);
   });
 }

@@ -281,6 +281,117 @@ TEST(HistTables, ClearAndPauseTakeEffectAtTheNextHit) {
 
 // Whatever a target wrote into its tables, reading them stays inside the mapping and
 // names end within their bytes (the sanitizer build checks the bounds).
+// hist_update_numbers, the hit path's update for number keys and values, against
+// hist_update on random programs of that form and random records: the same entries and
+// totals, in tables each fills alone and in one table both fill by turns (the same
+// entries: the same keys and hashes), full tables and their drops included.
+TEST(HistTables, TheNumbersUpdateCountsWhatTheGeneralOneCounts) {
+  std::mt19937_64 rng(77);
+  const uint8_t sizes[] = {1, 2, 4, 8};
+  const HistTransform transforms[] = {HistTransform::kNone, HistTransform::kLog2,
+                                      HistTransform::kBuckets, HistTransform::kUsecs};
+  auto operand = [&](uint32_t offset_base) {
+    HistOperand o = number(offset_base + 8 * static_cast<uint32_t>(rng() % 4), sizes[rng() % 4],
+                           rng() % 2 != 0);
+    o.transform = transforms[rng() % 4];
+    o.buckets = 1 + rng() % 50;
+    return o;
+  };
+  for (int round = 0; round < 200; ++round) {
+    HistProgram p;
+    p.nkeys = 1 + static_cast<uint32_t>(rng() % 2);
+    p.nvals = static_cast<uint32_t>(rng() % 3);
+    for (uint32_t k = 0; k < p.nkeys; ++k) {
+      p.keys[k] = operand(16);
+      p.keys[k].key_offset = 8 * k;
+    }
+    for (uint32_t v = 0; v < p.nvals; ++v) p.vals[v] = operand(16);
+    HistGeometry g;
+    g.key_bytes = 8 * p.nkeys;
+    g.nvals = p.nvals;
+    g.capacity_bits = rng() % 4 == 0 ? 4 : kHistDefaultBits;  // now and then one that fills up
+    const HistShape shape(g);
+    const uint32_t form = hist_numbers_form(p, shape);
+    ASSERT_EQ(form, p.nkeys << 4 | p.nvals);
+    Tables general(g, 1), numbers(g, 1), both(g, 1);
+    auto update_numbers = [&](Tables& t, const uint8_t* rec) {
+      switch (form) {
+        case 1 << 4 | 0: return hist_update_numbers<1, 0>(p, shape, t.ctl(), t.table(0), rec);
+        case 1 << 4 | 1: return hist_update_numbers<1, 1>(p, shape, t.ctl(), t.table(0), rec);
+        case 1 << 4 | 2: return hist_update_numbers<1, 2>(p, shape, t.ctl(), t.table(0), rec);
+        case 2 << 4 | 0: return hist_update_numbers<2, 0>(p, shape, t.ctl(), t.table(0), rec);
+        case 2 << 4 | 1: return hist_update_numbers<2, 1>(p, shape, t.ctl(), t.table(0), rec);
+        default: return hist_update_numbers<2, 2>(p, shape, t.ctl(), t.table(0), rec);
+      }
+    };
+    for (int i = 0; i < 300; ++i) {
+      alignas(8) uint8_t rec[48];
+      for (uint32_t w = 0; w < 6; ++w) {
+        // Few distinct values (so that keys repeat), some of them large or negative.
+        const uint64_t v = rng() % 3 == 0 ? rng() : (rng() % 7) - 3;
+        std::memcpy(rec + 8 * w, &v, 8);
+      }
+      const bool a = hist_update(p, shape, general.ctl(), general.table(0), rec, 48, 0, nullptr,
+                                 [](char*) {});
+      ASSERT_EQ(update_numbers(numbers, rec), a);
+      if (i % 2) {
+        ASSERT_EQ(update_numbers(both, rec), a);
+      } else {
+        ASSERT_EQ(hist_update(p, shape, both.ctl(), both.table(0), rec, 48, 0, nullptr,
+                              [](char*) {}), a);
+      }
+    }
+    HistTotals tg, tn, tb;
+    const HistEntries eg = general.read(&tg), en = numbers.read(&tn), eb = both.read(&tb);
+    ASSERT_EQ(en.size(), eg.size()) << round;
+    ASSERT_EQ(eb.size(), eg.size()) << round;
+    EXPECT_EQ(tn.hits, tg.hits);
+    EXPECT_EQ(tn.drops, tg.drops);
+    EXPECT_EQ(tb.hits, tg.hits);
+    EXPECT_EQ(tb.drops, tg.drops);
+    for (const auto& [key, e] : eg) {
+      for (const HistEntries* other : {&en, &eb}) {
+        auto it = other->find(key);
+        ASSERT_NE(it, other->end()) << round;
+        EXPECT_EQ(it->second.hitcount, e.hitcount);
+        for (uint32_t v = 0; v < p.nvals; ++v) EXPECT_EQ(it->second.vals[v], e.vals[v]);
+      }
+    }
+  }
+}
+
+// Programs hist_update_numbers does not take: the general update counts them.
+TEST(HistTables, OnlyNumberKeysAndValuesTakeTheNumbersUpdate) {
+  HistProgram p;
+  p.nkeys = 1;
+  p.keys[0] = number(16, 4, true);
+  HistGeometry g;
+  g.key_bytes = 8;
+  EXPECT_EQ(hist_numbers_form(p, HistShape(g)), 1u << 4);
+  HistProgram three = p;
+  three.nkeys = 3;
+  three.keys[1] = three.keys[2] = p.keys[0];
+  three.keys[1].key_offset = 8;
+  three.keys[2].key_offset = 16;
+  g.key_bytes = 24;
+  EXPECT_EQ(hist_numbers_form(three, HistShape(g)), 0u);
+  g.key_bytes = 8;
+  HistProgram cpu = p;
+  cpu.keys[0].source = HistSource::kCpu;
+  EXPECT_EQ(hist_numbers_form(cpu, HistShape(g)), 0u);
+  HistProgram str = p;
+  str.keys[0].source = HistSource::kString;
+  str.keys[0].key_size = 32;
+  g.key_bytes = 32;
+  EXPECT_EQ(hist_numbers_form(str, HistShape(g)), 0u);
+  g.key_bytes = 8;
+  g.with_comm = true;  // common_pid.execname
+  EXPECT_EQ(hist_numbers_form(p, HistShape(g)), 0u);
+  g.with_comm = false;
+  g.nvars = 1;
+  EXPECT_EQ(hist_numbers_form(p, HistShape(g)), 0u);
+}
+
 TEST(HistTables, GarbageTablesAreReadWithinBounds) {
   std::mt19937_64 rng(42);
   for (int round = 0; round < 50; ++round) {

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include <sstream>
 #include <string>
@@ -117,6 +119,43 @@ TEST_F(EventHistsTest, AnEventThatOnlyAggregatesCountsEveryCallAndRecordsNothing
   EXPECT_EQ(drain("trace_pipe").size() > 0, true);
   EXPECT_EQ(totals(read("events/t/add/hist")),
             "Totals:\n    Hits: 110\n    Entries: 10\n    Dropped: 0");
+}
+
+// An event that only aggregates, on arguments narrower than their registers: the hit
+// counts them from the saved registers (no record is written), cut and sign-extended as
+// the record would hold them. traced_add(i, 2i) for i in [0, 300): a s8 key wraps at 128
+// (to negative keys) and 256, a u8 value at 256.
+TEST_F(EventHistsTest, NarrowAndSignedArgumentsCountAsTheRecordWouldHoldThem) {
+  ASSERT_EQ(echo("kprobe_events", "p:t/narrow " + kProgName + ":traced_add a=%di:s8 b=%si:u8 c=%si:s16"), 0);
+  ASSERT_EQ(echo("events/t/narrow/trigger", "hist:keys=a,c.log2:vals=b"), 0);
+  ASSERT_TRUE(launch());
+  call(300);
+  std::map<std::pair<int64_t, uint64_t>, std::pair<uint64_t, uint64_t>> want;  // key: hits, b
+  for (long i = 0; i < 300; ++i) {
+    const auto a = static_cast<int8_t>(i);
+    const auto c = static_cast<int16_t>(2 * i);
+    const uint64_t log2 = c <= 1 ? 0 : 64 - static_cast<uint64_t>(__builtin_clzll(static_cast<uint64_t>(c) - 1));
+    auto& w = want[{a, log2}];
+    ++w.first;
+    w.second += static_cast<uint8_t>(2 * i);
+  }
+  std::vector<std::string> lines;
+  for (const auto& [k, v] : want) {
+    char line[200];
+    // Keys print as u64, as the kernel's do: a negative one sign-extended.
+    snprintf(line, sizeof line, "{ a: %10llu, c: ~ 2^%-2llu } hitcount: %10llu  b: %10llu",
+             static_cast<unsigned long long>(k.first), static_cast<unsigned long long>(k.second),
+             static_cast<unsigned long long>(v.first), static_cast<unsigned long long>(v.second));
+    lines.push_back(line);
+  }
+  const std::string hist = read("events/t/narrow/hist");
+  std::vector<std::string> got = entries(hist);
+  std::sort(got.begin(), got.end());
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(got, lines) << hist;
+  EXPECT_EQ(totals(hist), "Totals:\n    Hits: 300\n    Entries: " + std::to_string(want.size()) +
+                              "\n    Dropped: 0");
+  EXPECT_TRUE(drain("trace_pipe").empty());
 }
 
 // Eight named threads calling at once: one entry per thread, each with its name and
