@@ -9,7 +9,11 @@
 // trace_marker_raw's its `raw_data` event (id 19: common fields, the u32 id, the data). A page holds
 // the records that fit, oldest first; records lost before one (its ring was full) end the
 // page before it, and the next page carries their count in its commit word as the
-// kernel's does.
+// kernel's does. While no reader setting refuses any record, records go from the rings
+// straight into the page, copied once and checked there (TraceReader::consume_direct), in
+// batches: a thread's records in a row come as a run that the merger hands out behind
+// the first (RingMerger::next_run) and the tracer admits by its verdict on the first, and
+// a batch's room goes back to the producer once the batch is copied.
 //
 // Reads as the kernel's: each read returns the rest of the current page (a whole page,
 // of the buffer's sub-buffer size when the file was opened, buffer_subbuf_size_kb: 4096
