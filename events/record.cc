@@ -5,7 +5,7 @@
 
 namespace probefs::events {
 
-RecordFault check_record(const CompiledEvent& ev, const uint8_t* rec, uint32_t len) {
+RecordFault check_record_strings(const CompiledEvent& ev, const uint8_t* rec, uint32_t len) {
   const uint32_t fixed = ev.program.fixed_size;
   if (len < fixed) return RecordFault::kShort;
   if (len > max_record_len(ev)) return RecordFault::kTooLong;
