@@ -44,11 +44,11 @@ namespace lk = events::link;
 // and freed only after it is unregistered (probecore waits for a grace period there) or,
 // for a replaced filter, after a grace period of its own.
 
-// The histograms one probe's hits count into (SET_HIST), immutable once published: a new
-// set replaces it whole, freed after a grace period.
 // The largest straight-path record a lean histogram counts from (built on the stack).
 inline constexpr uint32_t kLeanRecordBytes = 256;
 
+// The histograms one probe's hits count into (SET_HIST), immutable once published: a new
+// set replaces it whole, freed after a grace period.
 struct HitHists {
   uint32_t n = 0;
   bool needs_comm = false;  // a trigger's filter reads the thread's name

@@ -821,9 +821,10 @@ bool instance_keeps(const InstanceRecord& ir, uint32_t b, const uint8_t* rec, ui
 // The general path's work for a hit that only counts one lean histogram (HitProbe::
 // lean_hists): false when this hit needs more after all (its record is to be written:
 // the event is not soft-disabled now), for emit_slow to do.
-[[gnu::always_inline]] inline bool count_lean(const HitProbe* hp, const HitHists* hh, AreaState* as,
-                                  const events::RingProducer* p, const PtRegs* regs,
-                                  uint64_t ret_ip, uint64_t pid_word) {
+[[gnu::always_inline]] inline bool count_lean(const HitProbe* hp, const HitHists* hh,
+                                              AreaState* as, const events::RingProducer* p,
+                                              const PtRegs* regs, uint64_t ret_ip,
+                                              uint64_t pid_word) {
   if (hp->record.load(std::memory_order_relaxed)) {
     const events::ControlPage* ctl = g_control.load(std::memory_order_relaxed);
     const bool soft_off = (hp->soft.load(std::memory_order_relaxed) & 1) != 0 &&
