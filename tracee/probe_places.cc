@@ -11,6 +11,7 @@
 
 #include "events/parse.h"
 #include "tracee/code_sections.h"
+#include "tracee/unique_fd.h"
 
 namespace probefs::tracee {
 
@@ -66,12 +67,9 @@ void name_place(const ProcessSymbols& syms, ProbePlace* p) {
 // process `pid` maps (code_sections.h), opened as every mapped file is (open_mapped_file:
 // that very file, never whatever is at its path now). 0 and *len, or a negative errno.
 int mapped_instruction(pid_t pid, const Mapping& m, uint64_t offset, size_t* len) {
-  const int fd = open_mapped_file(pid, m);
+  const UniqueFd file(open_mapped_file(pid, m));
+  const int fd = file.get();
   if (fd < 0) return fd;
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
   struct stat st;
   if (fstat(fd, &st) != 0) return -errno;
   const uint64_t size = static_cast<uint64_t>(st.st_size);

@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tracee/unique_fd.h"
+
 namespace probefs::tracee {
 
 namespace {
@@ -153,26 +155,6 @@ std::vector<MappingGroup> group_mappings(std::vector<Mapping> maps) {
 
 namespace {
 
-// A descriptor closed at the end of its scope.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
-
 // `path` under `dirfd` as an O_PATH descriptor, following no symlink in any component (nor
 // the kernel's magic links), and with RESOLVE_IN_ROOT when `in_root`: `dirfd` is then the
 // root that absolute paths and ".." stay under (the target's root, not the daemon's).
@@ -255,7 +237,7 @@ std::string mapped_build_id(pid_t pid, const Mapping& m) {
   if (m.offset != 0) return {};
   char file[64];
   std::snprintf(file, sizeof file, "/proc/%d/mem", static_cast<int>(pid));
-  Fd mem(open(file, O_RDONLY | O_CLOEXEC));
+  UniqueFd mem(open(file, O_RDONLY | O_CLOEXEC));
   if (mem.get() < 0) return {};
   return read_build_id(mem.get(), m.start, m.end - m.start);
 }
@@ -273,7 +255,7 @@ std::string mapped_build_id(pid_t pid, const Mapping& m) {
 // map_files leads to the lower file), a btrfs subvolume; then the same GNU build-id as the
 // process's own copy of the headers says it is the same object.
 int open_mapped_file(pid_t pid, const Mapping& m) {
-  Fd found;
+  UniqueFd found;
   struct stat st {};
   char buf[96];
   std::string build_id;  // of the mapping, read once, where device numbers disagree
@@ -290,7 +272,7 @@ int open_mapped_file(pid_t pid, const Mapping& m) {
     }
     if (build_id.empty()) return false;
     std::snprintf(buf, sizeof buf, "/proc/self/fd/%d", cand);
-    Fd file(open(buf, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    UniqueFd file(open(buf, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     return file.get() >= 0 &&
            read_build_id(file.get(), 0, static_cast<uint64_t>(st.st_size)) == build_id;
   };
@@ -298,14 +280,14 @@ int open_mapped_file(pid_t pid, const Mapping& m) {
   std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%lx-%lx", static_cast<int>(pid),
                 static_cast<unsigned long>(m.start), static_cast<unsigned long>(m.end));
   // A magic link to the mapped file: O_PATH follows it (no O_NOFOLLOW) and opens nothing.
-  Fd cand(open(buf, O_PATH | O_CLOEXEC));
+  UniqueFd cand(open(buf, O_PATH | O_CLOEXEC));
   if (cand.get() >= 0 && fstat(cand.get(), &st) == 0 && is_mapped_file(cand.get()))
     found.reset(cand.release());
 
   // The path, in the daemon's view and then in the target's root. A deleted mapping's
   // path names another file or none.
   for (int where = 0; found.get() < 0 && !m.deleted && where < 2; ++where) {
-    Fd root;
+    UniqueFd root;
     if (where == 1) {
       std::snprintf(buf, sizeof buf, "/proc/%d/root", static_cast<int>(pid));
       root.reset(open(buf, O_PATH | O_DIRECTORY | O_CLOEXEC));

@@ -15,6 +15,7 @@
 
 #include "link/socket.h"
 #include "tracee/proc_info.h"
+#include "tracee/unique_fd.h"
 
 namespace probefs::tracee {
 namespace {
@@ -80,12 +81,9 @@ bool secure_exec(int fd, uid_t uid, gid_t gid) {
 
 Untraceable judge_program(const std::string& path, uid_t uid, gid_t gid, int depth) {
   Untraceable u;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const UniqueFd file(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const int fd = file.get();
   if (fd < 0) return u;
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
   char head[256];
   const ssize_t n = pread(fd, head, sizeof head, 0);
   if (n >= 4 && std::memcmp(head, ELFMAG, SELFMAG) == 0) {
@@ -137,6 +135,7 @@ bool environ_carries_agent(pid_t pid, const std::string& agent_path) {
     return true;
   const size_t slash = agent_path.rfind('/');
   const std::string agent = agent_path.substr(slash == std::string::npos ? 0 : slash + 1);
+  const std::string link_var = std::string(link::kLinkEnv) + "=";
   bool preloaded = false, linked = false;
   for (size_t at = 0; at < env.size();) {
     size_t end = env.find('\0', at);
@@ -145,7 +144,7 @@ bool environ_carries_agent(pid_t pid, const std::string& agent_path) {
     if (var.rfind("LD_PRELOAD=", 0) == 0 && !agent.empty() &&
         var.find(agent) != std::string_view::npos)
       preloaded = true;
-    if (var.rfind(std::string(link::kLinkEnv) + "=", 0) == 0) linked = true;
+    if (var.rfind(link_var, 0) == 0) linked = true;
     at = end + 1;
   }
   return preloaded && linked;
@@ -153,23 +152,20 @@ bool environ_carries_agent(pid_t pid, const std::string& agent_path) {
 
 Untraceable untraceable_process(pid_t pid, const std::string& agent_path) {
   Untraceable u;
-  const std::string name = proc_exe(pid).empty() ? "the program" : proc_exe(pid);
+  std::string name = proc_exe(pid);
+  if (name.empty()) name = "the program";
   auto secure = [&] {
     u.state = "secure-exec";
     u.why = untraceable_text(u.state, name);
     return u;
   };
-  const int fd = open(proc_path(pid, 0, "exe").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == EACCES || errno == EPERM) return secure();  // undumpable: ids changed
-    return u;  // gone
-  }
   {
-    struct Closer {
-      int fd;
-      ~Closer() { close(fd); }
-    } closer{fd};
-    u = judge_elf(fd, name);
+    const UniqueFd exe(open(proc_path(pid, 0, "exe").c_str(), O_RDONLY | O_CLOEXEC));
+    if (exe.get() < 0) {
+      if (errno == EACCES || errno == EPERM) return secure();  // undumpable: ids changed
+      return u;  // gone
+    }
+    u = judge_elf(exe.get(), name);
     if (!u.state.empty()) return u;
   }
   // The auxiliary vector of the new image: written last in an exec, so an empty one is
