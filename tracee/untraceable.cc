@@ -81,7 +81,8 @@ bool secure_exec(int fd, uid_t uid, gid_t gid) {
 
 Untraceable judge_program(const std::string& path, uid_t uid, gid_t gid, int depth) {
   Untraceable u;
-  const UniqueFd file(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Non-blocking: a FIFO named as an interpreter would hold the open (its reads fail).
+  const UniqueFd file(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   const int fd = file.get();
   if (fd < 0) return u;
   char head[256];

@@ -3,8 +3,10 @@
 // FDE reader (ProcessSymbols::load_image, then resolve and describe), the unwind table
 // builder (build_unwind_table: every table it makes passes the agent's checks and
 // answers lookups) and the code-section reader of uprobe offsets (section_instruction:
-// an instruction it finds lies inside the file); any other bytes as /proc/PID/maps text through its parser
-// (parse_maps_line).
+// an instruction it finds lies inside the file) and the judge of programs probefs cannot
+// enter (untraceable_program, as the daemon judges a target's new image: its state is one
+// of the known words, with its line); any other bytes as /proc/PID/maps text through its
+// parser (parse_maps_line).
 //
 // Broken invariants trap (__builtin_trap), so libFuzzer reports them like crashes:
 //   - bytes that load describe one object;
@@ -12,6 +14,9 @@
 //     or the symbol's own address (resolve);
 //   - every name describe reports (a well-formed one) resolves, to a function that has
 //     that name.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -24,6 +29,7 @@
 #include "tracee/code_sections.h"
 #include "tracee/elf_symbols.h"
 #include "tracee/proc_maps.h"
+#include "tracee/untraceable.h"
 #include "tracee/unwind_tables.h"
 
 using namespace probefs::tracee;
@@ -106,6 +112,21 @@ void section_instructions(const uint8_t* data, size_t size) {
   }
 }
 
+// The bytes as a program file: judged static, foreign, secure-exec or enterable, never
+// anything else, and said in one line when not enterable.
+void judged_as_program(const uint8_t* data, size_t size) {
+  const int fd = memfd_create("fuzz-program", MFD_CLOEXEC);
+  if (fd < 0) return;
+  if (write(fd, data, size) == static_cast<ssize_t>(size)) {
+    const Untraceable u =
+        untraceable_program("/proc/self/fd/" + std::to_string(fd), getuid(), getgid());
+    CHECK(u.state.empty() || u.state == "static" || u.state == "foreign" ||
+          u.state == "secure-exec");
+    CHECK(u.state.empty() == u.why.empty());
+  }
+  close(fd);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -115,6 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   unwind_table(data, size);
   section_instructions(data, size);
+  judged_as_program(data, size);
   int err = 0;
   auto syms = ProcessSymbols::load_image(
       std::string_view(reinterpret_cast<const char*>(data), size), "/fuzz/libfuzz.so.1", &err);

@@ -58,6 +58,11 @@ TEST_F(UntraceableTest, StaticProgramsAndScriptsRunByThem) {
   }
   EXPECT_EQ(untraceable_program(file("sh", "#!/bin/sh\necho\n"), getuid(), getgid()).state, "");
   EXPECT_EQ(untraceable_program(file("text", "hello\n"), getuid(), getgid()).state, "");
+  // An interpreter that is a FIFO is not judged, and does not hold the judge (the open
+  // would wait for a writer).
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(untraceable_program(file("onfifo", "#!" + fifo + "\n"), getuid(), getgid()).state, "");
   EXPECT_EQ(untraceable_program(dir_ + "/none", getuid(), getgid()).state, "");
 }
 
