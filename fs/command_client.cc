@@ -43,10 +43,6 @@ int open_targets(const std::string& mnt) {
   return fd;
 }
 
-}  // namespace
-
-namespace {
-
 // What execvp would run for argv[0]: a name with a '/' as it is, else the first
 // executable file of that name in PATH (the name itself when there is none: execvp's
 // error says so).

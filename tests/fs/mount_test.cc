@@ -751,17 +751,13 @@ TEST(Untraceable, AnAgentThatCannotReachItsDaemonSaysSo) {
 // ignores the agent. Said by probefs exec, and of a target that execs it.
 TEST(Untraceable, ASetUserIdProgramOfAnotherUserIsSecureExec) {
   if (geteuid() != 0) GTEST_SKIP() << "not root: cannot make a program of another user";
-  std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-suid-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  struct Remove {
-    std::string dir;
-    ~Remove() { std::filesystem::remove_all(dir); }
-  } remove{tmpl};
+  const testing::TempDir dir;
+  ASSERT_TRUE(dir.ok());
   struct statvfs vfs;
-  ASSERT_EQ(statvfs(tmpl.c_str(), &vfs), 0);
+  ASSERT_EQ(statvfs(dir.path().c_str(), &vfs), 0);
   if (vfs.f_flag & ST_NOSUID) GTEST_SKIP() << "the temporary directory is on a nosuid mount";
-  ASSERT_EQ(chmod(tmpl.c_str(), 0755), 0);
-  const std::string copy = tmpl + "/suid_prog";
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const std::string copy = dir.file("suid_prog");
   std::filesystem::copy_file(PROBEFS_TRACED_PROG, copy);
   ASSERT_EQ(chown(copy.c_str(), 65534, 65534), 0);
   ASSERT_EQ(chmod(copy.c_str(), 04755), 0);

@@ -302,17 +302,13 @@ TEST_F(SdtPointsTest, WhatAPointCannotGiveIsRefusedWhereItIsPlaced) {
 TEST_F(SdtPointsTest, PythonsCallsAndLinesAsTheKernelsUprobesSeeThem) {
   const std::string python = "/usr/bin/python3.11";
   if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
-  std::string tmpl = (std::filesystem::temp_directory_path() / "probefs-usdt-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  struct Remove {
-    std::string dir;
-    ~Remove() { std::filesystem::remove_all(dir); }
-  } remove{tmpl};
-  const std::string script = tmpl + "/calls.py";
+  const testing::TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string script = dir.file("calls.py");
   std::ofstream(script) << "def f(n):\n    return n + 1\n\n\ndef g(n):\n    return f(n) * 2\n\n"
                            "for i in range(7):\n    f(i)\nlist(map(g, range(5)))\nprint('done')\n";
   const std::string args[] = {"file", "func", "line"};
-  const std::string filter = "file ~ \"" + tmpl + "/*\"";
+  const std::string filter = "file ~ \"" + dir.path() + "/*\"";
 
   // probefs, by name.
   for (const char* point : {"function__entry", "line"}) {

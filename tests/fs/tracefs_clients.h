@@ -23,28 +23,6 @@ namespace probefs::fs::testing {
 
 inline constexpr const char* kTracingDir = "/sys/kernel/tracing";
 
-// A directory of the test's own under /tmp, removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/probefs-test-XXXXXX";
-    if (mkdtemp(tmpl)) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  bool ok() const { return !path_.empty(); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
 // The non-empty lines of `text`.
 inline std::set<std::string> lines_of(const std::string& text) {
   std::set<std::string> lines;
