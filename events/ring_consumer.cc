@@ -336,6 +336,52 @@ inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t
   return ParseResult::kSkip;
 }
 
+size_t RingAreaReader::take_run(uint32_t ring, uint32_t head, int cpu, uint64_t last_stamp,
+                                RingRunRecord* out, size_t max) {
+  const uint32_t size = geometry_.ring_bytes;
+  const uint8_t* d = data(ring);
+  State& st = states_[ring];
+  uint32_t cur = st.tail;
+  uint64_t bytes = 0;
+  size_t n = 0;
+  while (n < max && cur != head) {
+    const uint32_t len = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur));
+    const uint32_t word = load_relaxed(reinterpret_cast<const uint32_t*>(d + cur + 4));
+    const uint8_t kind = static_cast<uint8_t>(word >> 16);
+    const uint8_t flags = static_cast<uint8_t>(word >> 24);
+    const uint32_t avail = (head > cur ? head : size) - cur;
+    if (kind != kRingKindData || (flags & ~kRingFlagCounterStamp) != 0 ||
+        avail < kRingRecordHeaderSize || len > avail - kRingRecordHeaderSize ||
+        (cpu >= 0 && (word & 0xfff) != static_cast<uint32_t>(cpu)))
+      break;
+    const uint64_t stamp = load_relaxed(reinterpret_cast<const uint64_t*>(d + cur + 8));
+    if (stamp > last_stamp) break;
+    // As parse(): the lines a few records on, never the one the producer may be writing.
+    if (head > cur ? head - cur > kPrefetchAhead + 64 : size - cur + head > kPrefetchAhead + 64) {
+      uint32_t ahead = cur + kPrefetchAhead;
+      if (ahead >= size) ahead -= size;
+      __builtin_prefetch(d + ahead, 0, 3);
+    }
+    RingRunRecord& o = out[n++];
+    o.stamp = stamp;
+    o.payload = d + cur + kRingRecordHeaderSize;
+    o.len = len;
+    o.cpu = word & 0xfff;
+    o.counter_stamp = (flags & kRingFlagCounterStamp) != 0;
+    const uint32_t stride = align8(uint64_t{kRingRecordHeaderSize} + len);
+    bytes += stride;
+    cur = cur + stride == size ? 0 : cur + stride;
+  }
+  if (n != 0) {
+    st.tail = cur;
+    st.consumed += bytes;
+    st.unpublished += static_cast<uint32_t>(bytes);
+    stats_.records += n;
+    progress_ += n;
+  }
+  return n;
+}
+
 inline uint64_t RingAreaReader::lost_before(const Parsed& p, uint64_t reported) {
   if (!(p.flags & kRingFlagLostCount) || p.lost_count < reported) return 0;
   return p.lost_count - reported;
@@ -949,38 +995,40 @@ bool RingMerger::next_kept(RingRecord* out, int cpu) {
 size_t RingMerger::next_run(RingRunRecord* out, size_t max, int cpu) {
   // next() left the lane of its record current while that lane stays the oldest, with
   // its next record parsed.
-  if (!consume_ || current_ == kNoLane || current_ != returned_) return 0;
+  if (!consume_ || current_ == kNoLane || current_ != returned_ || max == 0) return 0;
   const uint32_t lane = current_;
   Lane& l = lanes_[lane];
   RingAreaReader* r = l.reader;
   const RingAreaReader::State& st = r->states_[l.ring];
-  const uint8_t* d = r->data(l.ring);
-  size_t n = 0;
+  const RingAreaReader::Parsed& p = l.rec;
+  if (p.writer != 0 || (p.flags & kRingFlagLostCount) != 0 || l.cursor.pos != st.consumed ||
+      (cpu >= 0 && (p.cpu & 0xfff) != static_cast<uint32_t>(cpu)))
+    return 0;
+  // The run goes on while its records come before every other lane's oldest: up to that
+  // stamp, or the one before it where that lane wins the tie.
+  uint64_t last_stamp = UINT64_MAX;
+  if (!heap_.empty()) {
+    const Item& front = heap_.front();
+    if (front.lane > lane) last_stamp = front.stamp;
+    else if (front.stamp != 0) last_stamp = front.stamp - 1;
+    else max = 1;  // nothing behind the parsed record can come before it
+  }
+  // parse() checked that the payload lies inside the ring's data, in one piece.
+  out[0].stamp = p.stamp;
+  out[0].payload = r->data(l.ring) + p.off + kRingRecordHeaderSize;
+  out[0].len = p.len;
+  out[0].cpu = p.cpu & 0xfff;
+  out[0].counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
+  r->advance(l.ring, p, true);
+  const size_t n = 1 + r->take_run(l.ring, l.head, cpu, last_stamp, out + 1, max - 1);
+  l.cursor.off = st.tail;
+  l.cursor.pos = st.consumed;
   hold_ = true;  // load() at the snapshot's end must not hand the kept bytes back
-  while (n < max) {
-    const RingAreaReader::Parsed& p = l.rec;
-    if (p.writer != 0 || (p.flags & kRingFlagLostCount) != 0 || l.cursor.pos != st.consumed ||
-        (cpu >= 0 && (p.cpu & 0xfff) != static_cast<uint32_t>(cpu)))
-      break;
-    // parse() checked that the payload lies inside the ring's data, in one piece.
-    out[n].stamp = p.stamp;
-    out[n].payload = d + p.off + kRingRecordHeaderSize;
-    out[n].len = p.len;
-    out[n].cpu = p.cpu & 0xfff;
-    out[n].counter_stamp = (p.flags & kRingFlagCounterStamp) != 0;
-    ++n;
-    r->advance(l.ring, p, true);
-    l.cursor.off = st.tail;
-    l.cursor.pos = st.consumed;
-    if (!load(lane)) {
-      current_ = kNoLane;
-      break;
-    }
-    if (!heap_.empty() && heap_greater(Item{l.rec.stamp, lane}, heap_.front())) {
-      current_ = kNoLane;
-      push(lane);
-      break;
-    }
+  if (!load(lane)) {
+    current_ = kNoLane;
+  } else if (!heap_.empty() && heap_greater(Item{l.rec.stamp, lane}, heap_.front())) {
+    current_ = kNoLane;
+    push(lane);
   }
   hold_ = false;
   return n;

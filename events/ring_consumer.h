@@ -286,6 +286,14 @@ class RingAreaReader {
   // Stores the tail if it moved since it was last stored: whenever the reader has caught
   // up with a head, and before a ring changes hands.
   void publish(uint32_t ring);
+  // Consumes, from the ring's tail, the plain data records that follow one another up to
+  // `head`, at most `max`, into `out` (bytes left where they lie, the tail not stored, as
+  // advance(.., true)): those of CPU `cpu` (-1: any) stamped at most `last_stamp`, with no
+  // lost count and no owner record or padding before them. It stops at the first other
+  // one, which parse() takes from there (a bad one included). The tight loop of a busy
+  // thread's records: one look at each header, the ring's state moved once.
+  size_t take_run(uint32_t ring, uint32_t head, int cpu, uint64_t last_stamp,
+                  RingRunRecord* out, size_t max);
   // Skips everything up to `head` (or to the current head when it is bad) and counts it.
   void skip_corrupt(uint32_t ring);
   // Moves the tail past what a parse at the tail passed (owner records and padding, and
