@@ -436,25 +436,40 @@ namespace {
 // `admitted`: the same ring and thread. The verdict on the thread's last record holds
 // while the event is the same; anything else is admit_record's to decide. (Records of
 // threads that found no ring are reported before the next record admit_record takes.)
+// Whether the verdict admit_record gave `first` (as `admitted`) still holds for its
+// thread: true until a record of the run goes to admit_record and changes it.
+bool run_verdict_holds(const Tracer::Impl& impl, const Tracer::Impl::Buffer& buf,
+                       const events::RingRecord& first, const TraceRecord& admitted) {
+  const Tracer::Impl::LastAdmitted& last = impl.last_admitted;
+  return admitted.pid != 0 && buf.rejected_lost == 0 && last.ring == first.ring &&
+         last.tid == first.tid && last.rings == impl.tag_rings[first.tag];
+}
+
+// A record of a run under a verdict that holds, of the event last admitted: the
+// thread's facts, its stamp converted. false for another event (or too short to be one).
+inline bool admit_under_verdict(const Tracer::Impl& impl, const TraceRecord& admitted,
+                                const events::RingRunRecord& rec, TraceRecord* out) {
+  if (rec.len < 8) return false;
+  uint16_t id;
+  std::memcpy(&id, rec.payload, 2);
+  if (id != impl.last_admitted.id) return false;
+  out->pid = admitted.pid;
+  out->tid = admitted.tid;
+  out->cpu = rec.cpu;
+  out->data = rec.payload;
+  out->len = rec.len;
+  out->lost_before = 0;
+  out->id = id;
+  out->ts_ns = impl.conv.convert(rec.stamp, rec.counter_stamp);
+  return true;
+}
+
 bool admit_run_record(Tracer::Impl& impl, Tracer::Impl::Buffer& buf,
                       const events::RingRecord& first, const TraceRecord& admitted,
                       const events::RingRunRecord& rec, TraceRecord* out) {
-  uint16_t id = 0;
-  if (rec.len >= 8) std::memcpy(&id, rec.payload, 2);
-  const Tracer::Impl::LastAdmitted& last = impl.last_admitted;
-  if (rec.len >= 8 && admitted.pid != 0 && buf.rejected_lost == 0 && last.id == id &&
-      last.ring == first.ring && last.tid == first.tid &&
-      last.rings == impl.tag_rings[first.tag]) {
-    out->pid = admitted.pid;
-    out->tid = admitted.tid;
-    out->cpu = rec.cpu;
-    out->data = rec.payload;
-    out->len = rec.len;
-    out->lost_before = 0;
-    out->id = id;
-    out->ts_ns = impl.conv.convert(rec.stamp, rec.counter_stamp);
+  if (run_verdict_holds(impl, buf, first, admitted) &&
+      admit_under_verdict(impl, admitted, rec, out))
     return true;
-  }
   events::RingRecord rr = first;
   rr.stamp = rec.stamp;
   rr.lost_before = 0;
@@ -504,8 +519,15 @@ size_t Tracer::consume_records_in_place(
       // The records behind it in its ring, while they are plain and its ring the oldest.
       const size_t m =
           b.merger.next_run(run.data(), std::min(batch.size() - k, max - n - k), cpu);
-      for (size_t i = 0; i < m; ++i)
+      bool holds = m != 0 && run_verdict_holds(*impl_, b, rr, admitted);
+      for (size_t i = 0; i < m; ++i) {
+        if (holds && admit_under_verdict(*impl_, admitted, run[i], &batch[k])) {
+          ++k;
+          continue;
+        }
         if (admit_run_record(*impl_, b, rr, admitted, run[i], &batch[k])) ++k;
+        holds = run_verdict_holds(*impl_, b, rr, admitted);
+      }
     }
     if (k == 0) break;
     n += k;
