@@ -499,6 +499,7 @@ size_t TraceReader::consume_raw(Batch* b, size_t max, int cpu) {
     }
   }
   prune_idle();
+  if (n != 0) takes_.fetch_add(1, std::memory_order_relaxed);
   return from_restored + n;
 }
 
@@ -1010,6 +1011,7 @@ void TraceReader::stop() {
 // Runs while a reader is blocked or a poll is armed: waits on the tracer and wakes them.
 void TraceReader::waiter_main() {
   bool pause = false;
+  uint64_t takes_at_wake = 0;
   std::unique_lock l(wait_mu_);
   auto call_wakes = [&] {
     std::vector<std::function<void()>> wakes = poll_wakes_;
@@ -1027,9 +1029,15 @@ void TraceReader::waiter_main() {
     }
     if (pause) {
       // Records were there at once and the readers were woken for them: if they were not
-      // theirs (per_cpu readers of another CPU), asking again at once would spin.
+      // theirs (per_cpu readers of another CPU), asking again at once would spin. A reader
+      // that took records since and is blocked again has caught up with a busy producer:
+      // it waits for the next records, not for the pause (which would outlast a ring's
+      // room at tens of millions of records a second).
       const uint64_t gen = data_gen_;
-      waiter_cv_.wait_for(l, kRecheck, [&] { return stop_ || wake_polls_ || data_gen_ != gen; });
+      waiter_cv_.wait_for(l, kRecheck, [&] {
+        return stop_ || wake_polls_ || data_gen_ != gen ||
+               (blocked_ > 0 && takes_.load(std::memory_order_relaxed) != takes_at_wake);
+      });
       pause = false;
       continue;
     }
@@ -1041,6 +1049,7 @@ void TraceReader::waiter_main() {
     if (stop_) return;
     if (!woke) continue;
     ++data_gen_;
+    takes_at_wake = takes_.load(std::memory_order_relaxed);
     readers_cv_.notify_all();
     pause = at_once;
     if (poll_armed_) {

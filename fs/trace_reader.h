@@ -377,6 +377,9 @@ class TraceReader {
   int blocked_ = 0;
   bool poll_armed_ = false;
   bool wake_polls_ = false;  // wake_all() left the poll wakes to the waiter thread
+  // Takes that found records (consume_raw, consume_direct): whether the records the
+  // waiter thread last woke the readers for were theirs.
+  std::atomic<uint64_t> takes_{0};
   std::vector<std::function<void()>> poll_wakes_;
   std::thread waiter_;
   std::atomic<bool> stop_{false};

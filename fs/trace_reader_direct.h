@@ -147,6 +147,7 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
       },
       max, cpu, buffer_);
   prune_idle();
+  if (n != 0) takes_.fetch_add(1, std::memory_order_relaxed);
   return n;
 }
 
