@@ -157,6 +157,9 @@ def script(cmds, work):
         if c.interrupted:
             want = len([e for e in c.expected[:-1] if e.strip() != "..."])
             s += [
+                # The file is there before the loop looks at it: the background's own
+                # redirection may come after the first look.
+                f": >'{work}/out.{i}'",
                 f"( {c.text}\n) >'{work}/out.{i}' 2>&1 &",
                 "__p=$!",
                 f"__end=$((SECONDS + {INTERRUPT_WAIT}))",
