@@ -432,10 +432,11 @@ bool Tracer::next_record(TraceRecord* out) {
 
 namespace {
 
-// A record of a run (RingMerger::next_run) behind `first`, which admit_record admitted as
+// Records of a run (RingMerger::next_run) behind `first`, which admit_record admitted as
 // `admitted`: the same ring and thread. The verdict on the thread's last record holds
 // while the event is the same; anything else is admit_record's to decide. (Records of
 // threads that found no ring are reported before the next record admit_record takes.)
+
 // Whether the verdict admit_record gave `first` (as `admitted`) still holds for its
 // thread: true until a record of the run goes to admit_record and changes it.
 bool run_verdict_holds(const Tracer::Impl& impl, const Tracer::Impl::Buffer& buf,
@@ -464,12 +465,11 @@ inline bool admit_under_verdict(const Tracer::Impl& impl, const TraceRecord& adm
   return true;
 }
 
+// A record of the run that the verdict does not cover, decided by admit_record as the
+// record it is: `first`'s ring and thread, its own stamp, bytes and CPU.
 bool admit_run_record(Tracer::Impl& impl, Tracer::Impl::Buffer& buf,
-                      const events::RingRecord& first, const TraceRecord& admitted,
-                      const events::RingRunRecord& rec, TraceRecord* out) {
-  if (run_verdict_holds(impl, buf, first, admitted) &&
-      admit_under_verdict(impl, admitted, rec, out))
-    return true;
+                      const events::RingRecord& first, const events::RingRunRecord& rec,
+                      TraceRecord* out) {
   events::RingRecord rr = first;
   rr.stamp = rec.stamp;
   rr.lost_before = 0;
@@ -525,7 +525,7 @@ size_t Tracer::consume_records_in_place(
           ++k;
           continue;
         }
-        if (admit_run_record(*impl_, b, rr, admitted, run[i], &batch[k])) ++k;
+        if (admit_run_record(*impl_, b, rr, run[i], &batch[k])) ++k;
         holds = run_verdict_holds(*impl_, b, rr, admitted);
       }
     }
