@@ -35,6 +35,18 @@ constexpr uint32_t distance(uint32_t a, uint32_t b, uint32_t size) {
 // How far ahead of the record it parses the consumer asks for the ring's bytes.
 constexpr uint32_t kPrefetchAhead = 1024;
 
+// The producer's recent lines come from another core: a reader at `cur` asks for the ones
+// a few records on while it handles this one, so that a reader close behind the producer
+// keeps up; but never for the line it may still be writing, which it would then have to
+// take back.
+inline void prefetch_ahead(const uint8_t* d, uint32_t cur, uint32_t head, uint32_t size) {
+  if (head > cur ? head - cur > kPrefetchAhead + 64 : size - cur + head > kPrefetchAhead + 64) {
+    uint32_t ahead = cur + kPrefetchAhead;
+    if (ahead >= size) ahead -= size;
+    __builtin_prefetch(d + ahead, 0, 3);
+  }
+}
+
 bool head_ok(uint32_t h, uint32_t size) { return h < size && h % 8 == 0; }
 
 bool less_item(uint64_t stamp_a, uint32_t lane_a, uint64_t stamp_b, uint32_t lane_b) {
@@ -308,14 +320,7 @@ inline RingAreaReader::ParseResult RingAreaReader::parse(uint32_t ring, uint32_t
       return ParseResult::kCorrupt;
     }
     const uint32_t stride = align8(uint64_t{kRingRecordHeaderSize} + extra + len);
-    // The producer's recent lines come from another core: ask for the ones a few records
-    // on while this one is handled, so that a reader close behind it keeps up; but never
-    // for the line it may still be writing, which it would then have to take back.
-    if (head > cur ? head - cur > kPrefetchAhead + 64 : size - cur + head > kPrefetchAhead + 64) {
-      uint32_t ahead = cur + kPrefetchAhead;
-      if (ahead >= size) ahead -= size;
-      __builtin_prefetch(d + ahead, 0, 3);
-    }
+    prefetch_ahead(d, cur, head, size);
     out->off = cur;
     out->next = cur + stride == size ? 0 : cur + stride;
     out->advance = advance + stride;
@@ -356,12 +361,7 @@ size_t RingAreaReader::take_run(uint32_t ring, uint32_t head, int cpu, uint64_t 
       break;
     const uint64_t stamp = load_relaxed(reinterpret_cast<const uint64_t*>(d + cur + 8));
     if (stamp > last_stamp) break;
-    // As parse(): the lines a few records on, never the one the producer may be writing.
-    if (head > cur ? head - cur > kPrefetchAhead + 64 : size - cur + head > kPrefetchAhead + 64) {
-      uint32_t ahead = cur + kPrefetchAhead;
-      if (ahead >= size) ahead -= size;
-      __builtin_prefetch(d + ahead, 0, 3);
-    }
+    prefetch_ahead(d, cur, head, size);
     RingRunRecord& o = out[n++];
     o.stamp = stamp;
     o.payload = d + cur + kRingRecordHeaderSize;
