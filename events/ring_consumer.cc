@@ -877,6 +877,7 @@ bool RingMerger::load(uint32_t lane) {
 }
 
 void RingMerger::refresh() {
+  ++snapshots_;
   heap_.clear();
   current_ = kNoLane;
   const RingAreaReader* seen = nullptr;
@@ -929,7 +930,7 @@ bool RingMerger::next(RingRecord* out, int cpu) {
       current_ = kNoLane;
     } else {
       if (heap_.empty()) {
-        if (refreshed) return false;
+        if (refreshed || !may_refresh_) return false;
         refresh();
         refreshed = true;
         if (heap_.empty()) return false;
@@ -980,9 +981,11 @@ bool RingMerger::next(RingRecord* out, int cpu) {
   }
 }
 
-bool RingMerger::next_kept(RingRecord* out, int cpu) {
+bool RingMerger::next_kept(RingRecord* out, int cpu, bool refresh) {
   hold_ = true;
+  may_refresh_ = refresh;
   const bool got = next(out, cpu);
+  may_refresh_ = true;
   hold_ = false;
   if (got) {
     const Lane& l = lanes_[returned_];

@@ -354,7 +354,9 @@ class RingMerger {
   // records in batches: `payload` points into the target's memory, which may change under
   // the caller (copy it once, and check the copy), and stays the caller's (its ring's tail
   // is not stored past it) until release_kept() or publish(). Consuming mode only.
-  bool next_kept(RingRecord* out, int cpu = -1);
+  // With `refresh` false, none is taken from a fresh snapshot: a reader's pass that took
+  // what one snapshot held stops there (Tracer::ReadPass).
+  bool next_kept(RingRecord* out, int cpu = -1, bool refresh = true);
   // After next_kept() returned a record: the records that follow it in its ring while
   // that ring stays the oldest, at most `max`, into `out`, kept as next_kept()'s are. Only
   // plain ones: of CPU `cpu` (-1: any), with no owner record before them and no lost
@@ -364,6 +366,8 @@ class RingMerger {
   // The kept records are done with: their room goes back to the producers as next() would
   // have given it (a sixteenth of a ring at a time).
   void release_kept();
+  // Snapshots taken so far.
+  uint64_t snapshots() const { return snapshots_; }
   // Non-consuming mode: start over at the first unconsumed record of every ring.
   void rewind();
   // Consuming mode: gives the producers the room of every record returned so far now
@@ -396,6 +400,8 @@ class RingMerger {
   bool consume_;
   int buffer_;
   bool hold_ = false;  // in next_kept() and next_run(): the tails are stored by release_kept()
+  bool may_refresh_ = true;  // false in a next_kept() that takes no fresh snapshot
+  uint64_t snapshots_ = 0;
   uint32_t returned_ = kNoLane;  // the lane of next()'s last record
   // next_kept()'s rings since release_kept() (lanes move when a snapshot adds some).
   std::vector<std::pair<RingAreaReader*, uint32_t>> kept_;

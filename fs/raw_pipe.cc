@@ -170,9 +170,12 @@ class RawPipeHandle final : public Handle {
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
     open_next();
+    // What the rings hold when the fill looks, not what comes while it lays that out.
+    tracee::Tracer::ReadPass pass;
     while (drain_batch()) {
-      const size_t n = reader_->direct() ? reader_->consume_direct(&batch_, kBatch, cpu_, *this)
-                                         : reader_->consume(&batch_, kBatch, cpu_);
+      const size_t n = reader_->direct()
+                           ? reader_->consume_direct(&batch_, kBatch, cpu_, *this, &pass)
+                           : reader_->consume(&batch_, kBatch, cpu_);
       learn_threads();
       if (n == 0) break;
     }

@@ -13,7 +13,10 @@
 // straight into the page, copied once and checked there (TraceReader::consume_direct), in
 // batches: a thread's records in a row come as a run that the merger hands out behind
 // the first (RingMerger::next_run) and the tracer admits by its verdict on the first, and
-// a batch's room goes back to the producer once the batch is copied.
+// a batch's room goes back to the producer once the batch is copied. A read takes what
+// the rings held when it looked (one snapshot: tracee::Tracer::ReadPass), not what comes
+// while it lays that out: following a busy producer a few records at a time would read
+// each cache line of its ring while the producer still writes it, slowing both.
 //
 // Reads as the kernel's: each read returns the rest of the current page (a whole page,
 // of the buffer's sub-buffer size when the file was opened, buffer_subbuf_size_kb: 4096

@@ -186,9 +186,12 @@ class TraceReader {
   // Consumes up to `max` records of CPU `cpu` (-1: all) into `t`, when direct(); `b` must
   // hold nothing. A record place() refuses is consumed into `b`, decided, and ends the
   // call; the records the tracer handed out with it (its batch) follow it into `b`.
-  // Returns how many records were consumed. Defined in fs/trace_reader_direct.h.
+  // Returns how many records were consumed. The calls that share `pass` take what one
+  // look at the rings finds (tracee::Tracer::ReadPass). Defined in
+  // fs/trace_reader_direct.h.
   template <class Taker>
-  size_t consume_direct(Batch* b, size_t max, int cpu, Taker& t);
+  size_t consume_direct(Batch* b, size_t max, int cpu, Taker& t,
+                        tracee::Tracer::ReadPass* pass = nullptr);
   // Appends a record's text: the LOST line when `lost_lines` and records were lost before
   // it, then its line if it is shown.
   void append(std::string& out, const Batch& b, const Held& h, bool lost_lines);

@@ -88,7 +88,8 @@ inline bool TraceReader::admit_quiet(const Held& h, const uint8_t* data, QuietVi
 }
 
 template <class Taker>
-size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
+size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t,
+                                   tracee::Tracer::ReadPass* pass) {
   b->bytes.clear();
   b->recs.clear();
   b->next = 0;
@@ -145,7 +146,7 @@ size_t TraceReader::consume_direct(Batch* b, size_t max, int cpu, Taker& t) {
         for (const tracee::TraceRecord& r : recs) take(r);
         return !refused;
       },
-      max, cpu, buffer_);
+      max, cpu, buffer_, pass);
   prune_idle();
   if (n != 0) takes_.fetch_add(1, std::memory_order_relaxed);
   return n;

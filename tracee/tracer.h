@@ -423,9 +423,21 @@ class Tracer {
   // still `id`. The raw readers' path: a run of one thread's records behind the first is
   // taken without the merger's and the admission's per-record work (tens of millions of
   // records a second).
+  //
+  // With `pass`, the calls that share it take what one look at the rings finds (records
+  // already there, or if none the ones after a first look that found none) and then
+  // none: a raw reader's fill, which would otherwise chase a busy producer a few records
+  // at a time, reading each cache line of its ring while the producer still writes it.
+  // What comes meanwhile is the next pass's.
+  struct ReadPass {
+    bool begun = false;
+    bool took = false;       // a record was consumed in the pass
+    uint64_t snapshots = 0;  // the merger's count when the pass began
+  };
   static constexpr size_t kInPlaceBatch = 64;
   size_t consume_records_in_place(const std::function<bool(std::span<const TraceRecord>)>& fn,
-                                  size_t max, int cpu = -1, uint32_t buffer = 0);
+                                  size_t max, int cpu = -1, uint32_t buffer = 0,
+                                  ReadPass* pass = nullptr);
   // Waits until a record may be there or `timeout_ms` passed (a bounded wait: a wake-up
   // can be missed at most for that long, a record is never lost). true if woken.
   // `buffer` >= 0: records of that buffer (others may still wake it).

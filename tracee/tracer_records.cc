@@ -501,10 +501,18 @@ size_t Tracer::consume_records(const std::function<bool(const TraceRecord&)>& fn
 
 size_t Tracer::consume_records_in_place(
     const std::function<bool(std::span<const TraceRecord>)>& fn, size_t max, int cpu,
-    uint32_t buffer) {
+    uint32_t buffer, ReadPass* pass) {
   if (buffer >= impl_->buffers.size()) return 0;
   std::lock_guard rl(impl_->read_mu);
   Impl::Buffer& b = impl_->read_buffer(buffer);
+  if (pass && !pass->begun) {
+    pass->begun = true;
+    pass->snapshots = b.merger.snapshots();
+  }
+  // A pass takes a fresh snapshot until it took records from one.
+  auto may_refresh = [&] {
+    return !pass || !pass->took || b.merger.snapshots() == pass->snapshots;
+  };
   size_t n = 0;
   events::RingRecord rr;
   std::array<TraceRecord, kInPlaceBatch> batch;
@@ -512,7 +520,8 @@ size_t Tracer::consume_records_in_place(
   bool more = true;
   while (more && n < max) {
     size_t k = 0;
-    while (k < batch.size() && n + k < max && b.merger.next_kept(&rr, cpu)) {
+    while (k < batch.size() && n + k < max && b.merger.next_kept(&rr, cpu, may_refresh())) {
+      if (pass) pass->took = true;
       TraceRecord admitted;
       if (admit_record(*impl_, b, rr, &admitted, true)) batch[k++] = admitted;
       else admitted.pid = 0;  // no verdict to follow: each record behind it is decided alone

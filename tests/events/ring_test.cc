@@ -1201,6 +1201,41 @@ TEST(RingMerger, KeptRecordsKeepTheirRoomUntilReleased) {
   EXPECT_EQ(__atomic_load_n(&p.ctl->tail, __ATOMIC_ACQUIRE), p.head);
 }
 
+// next_kept(.., false) ends at the end of the snapshot it has: records written after it
+// wait for a call that may take a fresh one, which counts in snapshots(); those of the
+// snapshot come as before, runs included, with nothing skipped.
+TEST(RingMerger, NoFreshSnapshotWhenRefused) {
+  TestArea a(geometry(2, 64 * 1024));
+  RingProducer p[2];
+  for (auto& x : p) ASSERT_TRUE(ring_claim(a.header(), self_tid(), &x));
+  uint64_t seq = 0;
+  for (; seq < 20; ++seq) ASSERT_TRUE(produce(&p[seq % 2], 1, seq));
+  RingMerger m(true);
+  m.add(&a.reader, 0);
+  RingRecord r;
+  EXPECT_FALSE(m.next_kept(&r, -1, false));  // no snapshot yet, and none may be taken
+  EXPECT_EQ(m.snapshots(), 0u);
+  ASSERT_TRUE(m.next_kept(&r, -1, true));
+  EXPECT_EQ(m.snapshots(), 1u);
+  EXPECT_EQ(payload_of(r).seq, 0u);
+  uint64_t want = 1;
+  for (; seq < 30; ++seq) ASSERT_TRUE(produce(&p[seq % 2], 1, seq));  // after the look
+  while (m.next_kept(&r, -1, false)) {
+    EXPECT_EQ(payload_of(r).seq, want);
+    ++want;
+  }
+  EXPECT_EQ(want, 20u);  // the snapshot's records, and no more
+  EXPECT_EQ(m.snapshots(), 1u);
+  while (m.next_kept(&r, -1, true)) {
+    EXPECT_EQ(payload_of(r).seq, want);
+    ++want;
+  }
+  EXPECT_EQ(want, 30u);
+  EXPECT_GE(m.snapshots(), 2u);
+  m.release_kept();
+  m.publish();
+}
+
 // --- waking the reader ----------------------------------------------------------------------
 
 namespace {

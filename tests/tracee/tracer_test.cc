@@ -1314,6 +1314,36 @@ TEST(Tracer, MarkersInterleaveWithATargetsRecordsInTimestampOrder) {
   EXPECT_LT(targets[1], 1000000u);
 }
 
+// A ReadPass takes what one look at the rings found, over as many calls as its reader
+// makes: records written after that look wait for the next pass, in order, none lost.
+TEST(Tracer, ReadPassTakesOneLook) {
+  auto t = make_tracer();
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(write_marker(*t, 5, "m" + std::to_string(i)), 0);
+  std::vector<std::string> got;
+  auto take = [&](std::span<const TraceRecord> recs) {
+    for (const TraceRecord& r : recs) got.push_back(marker_text(r));
+    return true;
+  };
+  Tracer::ReadPass pass;
+  EXPECT_EQ(t->consume_records_in_place(take, 2, -1, 0, &pass), 2u);
+  for (int i = 5; i < 10; ++i) ASSERT_EQ(write_marker(*t, 5, "m" + std::to_string(i)), 0);
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &pass), 3u);
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &pass), 0u);
+  Tracer::ReadPass next;
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &next), 5u);
+  std::vector<std::string> want;
+  for (int i = 0; i < 10; ++i) want.push_back("m" + std::to_string(i));
+  EXPECT_EQ(got, want);
+  // Without a pass, a call takes what comes while it reads too.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(write_marker(*t, 5, "n" + std::to_string(i)), 0);
+  got.clear();
+  EXPECT_EQ(t->consume_records_in_place(take, 1, -1, 0), 1u);
+  ASSERT_EQ(write_marker(*t, 5, "n3"), 0);
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0), 3u);
+  EXPECT_EQ(got, (std::vector<std::string>{"n0", "n1", "n2", "n3"}));
+}
+
 // The daemon's buffer: full is -ENOSPC and the next record reports the loss; tracing_on
 // 0 is -EBADF and no loss; clear drops the records; several threads at once lose nothing.
 TEST(Tracer, MarkerBufferFullOffClearedAndShared) {
