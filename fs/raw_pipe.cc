@@ -12,6 +12,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include <chrono>
+#include <optional>
+#include <thread>
 
 #include "events/raw_page.h"
 #include "fs/trace_reader.h"
@@ -20,7 +23,23 @@
 #include "fs/vfs.h"
 
 namespace probefs::fs {
+
+std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
+                                          std::chrono::steady_clock::duration since) {
+  using std::chrono::microseconds;
+  if (made == 0 || want < 4 || made * 2 >= want || since <= decltype(since)::zero())
+    return microseconds(0);
+  // At the rate the pages came since the last read, the time the rest takes.
+  const double per_page = std::chrono::duration<double, std::micro>(since).count() /
+                          static_cast<double>(made);
+  const double rest = per_page * static_cast<double>(want - made);
+  if (!(rest <= static_cast<double>(kRawGatherMax.count()))) return microseconds(0);
+  return microseconds(std::max<long>(1, static_cast<long>(rest)));
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // A blocked read looks at Request::is_interrupted() this often.
 constexpr int kReaderSliceMs = 20;
@@ -146,10 +165,22 @@ class RawPipeHandle final : public Handle {
         out(buf_.get() + pos_, n);
         pos_ += n;
         returned_data_ = true;
+        returned_at_ = Clock::now();
         return 0;
       }
       const uint64_t gen = reader_->data_gen();
-      if (fill(std::max<size_t>(1, size / page_size_))) continue;
+      const size_t want = std::max<size_t>(1, size / page_size_);
+      const Clock::time_point looked = Clock::now();
+      if (fill(want)) {
+        if (!rq.nonblocking()) {
+          const Clock::duration since = returned_at_ ? looked - *returned_at_ : Clock::duration::max();
+          if (const auto wait = raw_gather_wait(pages_, want, since); wait.count() > 0) {
+            std::this_thread::sleep_for(wait);
+            fill(want, true);
+          }
+        }
+        continue;
+      }
       if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
       l.unlock();
       reader_->wait(gen, kReaderSliceMs);
@@ -158,10 +189,12 @@ class RawPipeHandle final : public Handle {
   }
 
   // Lays this CPU's next records out in up to `max` pages, under one hold of the reader:
-  // true when there is any.
-  bool fill(size_t max) {
-    pages_ = 0;
-    pos_ = 0;
+  // true when there is any. With `more`, after the pages already made (none handed out).
+  bool fill(size_t max, bool more = false) {
+    if (!more) {
+      pages_ = 0;
+      pos_ = 0;
+    }
     max_pages_ = max;
     if (cap_pages_ < max) {
       buf_.reset(new uint8_t[max * page_size_]);
@@ -293,6 +326,7 @@ class RawPipeHandle final : public Handle {
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
   const size_t page_size_;
+  std::optional<Clock::time_point> returned_at_;  // when a read last handed out pages
   std::mutex mu_;
   std::unique_ptr<uint8_t[]> buf_;  // cap_pages_ pages; pages_ of them made, pos_ bytes handed out
   size_t cap_pages_ = 0;

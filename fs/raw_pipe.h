@@ -26,10 +26,14 @@
 // end of file), and poll() says readable once a record is there. One difference: a read
 // with room for more pages gets, after the first, the whole pages ready at once, as the
 // kernel's splice() does. A FUSE splice is a read of the pipe's size, and each read is a
-// round trip to the daemon: one page per read would cost a round trip per 4 KiB. A
-// reader of one page per read (trace-cmd --nosplice, libtracefs) sees the kernel's rule.
+// round trip to the daemon: one page per read would cost a round trip per 4 KiB. When
+// fewer than half the pages are ready and the records come fast, such a read waits a
+// little for the rest (raw_gather_wait). A reader of one page per read (trace-cmd
+// --nosplice, libtracefs) sees the kernel's rule.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
 
 namespace probefs::fs {
@@ -37,6 +41,17 @@ namespace probefs::fs {
 class File;
 class Tracefs;
 class TraceReader;
+
+// A blocking read with room for `want` pages that found records for `made` of them (fewer
+// than half), `since` after the file's last read handed out pages: how long to wait for
+// the rest before taking them too, when records come fast enough to fill it within
+// kRawGatherMax; else 0 (return what there is). Fewer, fuller reads: each is a round trip
+// through the kernel and the daemon, and the pages are read after the producer has left
+// their cache lines. The kernel's splice() of trace_pipe_raw waits for a buffer_percent
+// of the buffer in the same spirit; this waits only for a fast producer, and briefly.
+inline constexpr std::chrono::microseconds kRawGatherMax{200};
+std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
+                                          std::chrono::steady_clock::duration since);
 
 std::shared_ptr<File> make_raw_pipe_file(Tracefs& fs, std::shared_ptr<TraceReader> reader,
                                          int cpu);

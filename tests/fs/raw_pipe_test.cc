@@ -327,5 +327,25 @@ TEST_F(RawPipeTest, AGoneProcessesRecordsAreReadAndItsNameKept) {
   EXPECT_NE(names.find(std::to_string(child) + " traced_prog\n"), std::string::npos) << names;
 }
 
+// The gathering rule of a many-page read that found few: it waits only for records that
+// come fast enough to fill the rest within kRawGatherMax, as long as that takes at that
+// rate; never for a read of a page or few, one that found half or more, one that found
+// none, or the first read of a file.
+TEST(RawGatherWait, WaitsBrieflyOnlyForAFastProducer) {
+  using std::chrono::microseconds;
+  // 32 pages asked, 8 made in the 100 us since the last read: 24 more in 300 us, too long.
+  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(100)), microseconds(0));
+  // 8 made in 40 us: the other 24 in 120 us.
+  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(40)), microseconds(120));
+  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(6)), microseconds(186));
+  EXPECT_LE(raw_gather_wait(15, 32, microseconds(1)), kRawGatherMax);
+  EXPECT_EQ(raw_gather_wait(16, 32, microseconds(1)), microseconds(0));  // half: enough
+  EXPECT_EQ(raw_gather_wait(0, 32, microseconds(1)), microseconds(0));   // none: block
+  EXPECT_EQ(raw_gather_wait(1, 3, microseconds(1)), microseconds(0));    // a few pages
+  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(0)), microseconds(0));
+  EXPECT_EQ(raw_gather_wait(1, 32, std::chrono::steady_clock::duration::max()),
+            microseconds(0));  // no read before
+}
+
 }  // namespace
 }  // namespace probefs::fs
