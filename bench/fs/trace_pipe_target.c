@@ -3,9 +3,11 @@
  * writes to stdout, instead of each call, the text line a trace_pipe reader would get for
  * it, so a plain pipe carries the same lines (the baseline).
  *
- *   trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep]]]]
+ *   trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep [PRIME]]]]]
  *     'w'  bench_hit(kWarm, ID): the bench's check that the probe is in place
- *     'g'  bench_hit(kFence, ID), then N calls bench_hit(i, i & 7) at RATE calls per
+ *     'g'  PRIME calls bench_hit(i, i & 7) at RATE, unreported (the buffers' pages
+ *          written once, before the run: a page's first write costs a fault), then
+ *          bench_hit(kFence, ID), then N calls bench_hit(i, i & 7) at RATE calls per
  *          second (0: as fast as it can), or fewer if MS milliseconds pass first; then
  *          "done <calls> <calls per second>" on stderr. `spin` (the default) keeps the
  *          pace with bursts of 64 calls and a busy wait between them: a program busy on
@@ -89,7 +91,7 @@ static void call(long a, long b, long ts_ns, int now) {
  * milliseconds would be a stretch at twice the rate asked for; the calls per second it
  * reports are what it kept. */
 #define kCatchUpNs 100000.0
-static void run(long n, long rate, long ms, int sleep) {
+static void run(long n, long rate, long ms, int sleep, int report) {
   const long burst = sleep ? 2048 : 64;
   const double burst_ns = rate > 0 ? (double)burst * 1e9 / (double)rate : 0;
   const long t0 = now_ns();
@@ -116,6 +118,7 @@ static void run(long n, long rate, long ms, int sleep) {
     call(i, i & 7, ts, 0);
   }
   if (g_pipe_mode) flush_out();
+  if (!report) return;
   const double s = (double)(now_ns() - t0) / 1e9;
   fprintf(stderr, "done %ld %.0f\n", i, s > 0 ? (double)i / s : 0.0);
 }
@@ -134,7 +137,7 @@ static void loop(void) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep]]]]\n");
+    fprintf(stderr, "usage: trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep [PRIME]]]]]\n");
     return 2;
   }
   g_pipe_mode = strcmp(argv[1], "pipe") == 0;
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
   const long rate = argc > 4 ? atol(argv[4]) : 0;
   const long ms = argc > 5 ? atol(argv[5]) : 0;
   const int sleep = argc > 6 && strcmp(argv[6], "sleep") == 0;
+  const long prime = argc > 7 ? atol(argv[7]) : 0;
   g_pid = getpid();
   int fd = open("/proc/self/comm", O_RDONLY);
   if (fd >= 0) {
@@ -156,8 +160,9 @@ int main(int argc, char** argv) {
     switch (c) {
       case 'w': call(kWarm, id, now_ns(), 1); break;
       case 'g':
+        if (prime > 0) run(prime, rate, 0, sleep, 0);
         call(kFence, id, now_ns(), 1);
-        run(n, rate, ms, sleep);
+        run(n, rate, ms, sleep, 1);
         break;
       case 'e': call(kEnd, id, now_ns(), 1); break;
       case 'r': {
