@@ -6,7 +6,9 @@
  *   trace_pipe_target hit|pipe ID [N [RATE [MS [spin|sleep [PRIME]]]]]
  *     'w'  bench_hit(kWarm, ID): the bench's check that the probe is in place
  *     'g'  PRIME calls bench_hit(i, i & 7) at RATE, unreported (the buffers' pages
- *          written once, before the run: a page's first write costs a fault), then
+ *          written once, before the run: a page's first write costs a fault) and a
+ *          10 ms pause for the reader to take them (a fence dropped by a full buffer
+ *          would leave the run uncounted), then
  *          bench_hit(kFence, ID), then N calls bench_hit(i, i & 7) at RATE calls per
  *          second (0: as fast as it can), or fewer if MS milliseconds pass first; then
  *          "done <calls> <calls per second>" on stderr. `spin` (the default) keeps the
@@ -160,7 +162,11 @@ int main(int argc, char** argv) {
     switch (c) {
       case 'w': call(kWarm, id, now_ns(), 1); break;
       case 'g':
-        if (prime > 0) run(prime, rate, 0, sleep, 0);
+        if (prime > 0) {
+          run(prime, rate, 0, sleep, 0);
+          const struct timespec pause = {0, 10000000L};
+          nanosleep(&pause, NULL);
+        }
         call(kFence, id, now_ns(), 1);
         run(n, rate, ms, sleep, 1);
         break;
