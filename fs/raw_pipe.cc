@@ -25,7 +25,8 @@
 namespace probefs::fs {
 
 std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
-                                          std::chrono::steady_clock::duration since) {
+                                          std::chrono::steady_clock::duration since,
+                                          std::chrono::microseconds max) {
   using std::chrono::microseconds;
   if (made == 0 || want < 4 || made * 2 >= want || since <= decltype(since)::zero())
     return microseconds(0);
@@ -33,7 +34,7 @@ std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
   const double per_page = std::chrono::duration<double, std::micro>(since).count() /
                           static_cast<double>(made);
   const double rest = per_page * static_cast<double>(want - made);
-  if (!(rest <= static_cast<double>(kRawGatherMax.count()))) return microseconds(0);
+  if (!(rest <= static_cast<double>(max.count()))) return microseconds(0);
   return microseconds(std::max<long>(1, static_cast<long>(rest)));
 }
 
@@ -121,7 +122,10 @@ class RawPipeHandle final : public Handle {
  public:
   // Pages of the buffer's sub-buffer size when the file was opened.
   RawPipeHandle(Tracefs& fs, std::shared_ptr<TraceReader> r, int cpu)
-      : reader_(std::move(r)), cpu_(cpu), page_size_(fs.subbuf_bytes(reader_->buffer())) {}
+      : reader_(std::move(r)),
+        cpu_(cpu),
+        page_size_(fs.subbuf_bytes(reader_->buffer())),
+        gather_max_(fs.options().raw_gather_max) {}
 
   int read(const Request& rq, uint64_t, size_t size, std::string* out) override {
     out->clear();
@@ -165,18 +169,29 @@ class RawPipeHandle final : public Handle {
         out(buf_.get() + pos_, n);
         pos_ += n;
         returned_data_ = true;
-        returned_at_ = Clock::now();
         return 0;
       }
       const uint64_t gen = reader_->data_gen();
       const size_t want = std::max<size_t>(1, size / page_size_);
+      // The records this look finds came since the last one, unless that one left some
+      // behind (it filled every page it had).
       const Clock::time_point looked = Clock::now();
+      const Clock::duration since =
+          last_look_ && !last_fill_full_ ? looked - *last_look_ : Clock::duration::max();
+      last_look_ = looked;
       if (fill(want)) {
-        if (!rq.nonblocking()) {
-          const Clock::duration since = returned_at_ ? looked - *returned_at_ : Clock::duration::max();
-          if (const auto wait = raw_gather_wait(pages_, want, since); wait.count() > 0) {
-            std::this_thread::sleep_for(wait);
+        last_fill_full_ = pages_ >= want;
+        const auto wait = rq.nonblocking() ? Clock::duration::zero()
+                                           : Clock::duration(raw_gather_wait(pages_, want, since,
+                                                                             gather_max_));
+        if (wait > Clock::duration::zero()) {
+          l.unlock();  // pollers and other readers of this file are not held up meanwhile
+          std::this_thread::sleep_for(wait);
+          l.lock();
+          if (pos_ == 0 && pages_ != 0 && pages_ < want) {  // another read took none
+            last_look_ = Clock::now();
             fill(want, true);
+            last_fill_full_ = pages_ >= want;
           }
         }
         continue;
@@ -197,20 +212,29 @@ class RawPipeHandle final : public Handle {
     }
     max_pages_ = max;
     if (cap_pages_ < max) {
-      buf_.reset(new uint8_t[max * page_size_]);
+      std::unique_ptr<uint8_t[]> bigger(new uint8_t[max * page_size_]);
+      if (pages_ != 0) std::memcpy(bigger.get(), buf_.get(), made());
+      buf_ = std::move(bigger);
       cap_pages_ = max;
     }
     auto lk = reader_->lock();
     reader_->revalidate(&batch_);
     open_next();
-    // What the rings hold when the fill looks, not what comes while it lays that out.
+    // What the rings hold when the fill looks, not what comes while it lays that out
+    // (the direct path: Tracer::ReadPass). A look whose records all went unshown (an
+    // event removed since, a record that does not fit its format, another buffer's
+    // marker) is followed by another: a read must not come back empty, or say end of
+    // file, while a record it would show is there.
+    const size_t pages_before = pages_;
     tracee::Tracer::ReadPass pass;
     while (drain_batch()) {
       const size_t n = reader_->direct()
                            ? reader_->consume_direct(&batch_, kBatch, cpu_, *this, &pass)
                            : reader_->consume(&batch_, kBatch, cpu_);
       learn_threads();
-      if (n == 0) break;
+      if (n != 0) continue;
+      if (!pass.took || pages_ != pages_before || !writer_.empty()) break;
+      pass = tracee::Tracer::ReadPass{};  // that look took records, and none was shown
     }
     learn_threads();
     close_page();
@@ -326,7 +350,9 @@ class RawPipeHandle final : public Handle {
   std::shared_ptr<TraceReader> reader_;
   const int cpu_;
   const size_t page_size_;
-  std::optional<Clock::time_point> returned_at_;  // when a read last handed out pages
+  const std::chrono::microseconds gather_max_;
+  std::optional<Clock::time_point> last_look_;  // when a fill last looked at the rings
+  bool last_fill_full_ = false;                 // and it made every page it could
   std::mutex mu_;
   std::unique_ptr<uint8_t[]> buf_;  // cap_pages_ pages; pages_ of them made, pos_ bytes handed out
   size_t cap_pages_ = 0;

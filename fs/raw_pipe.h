@@ -13,10 +13,12 @@
 // straight into the page, copied once and checked there (TraceReader::consume_direct), in
 // batches: a thread's records in a row come as a run that the merger hands out behind
 // the first (RingMerger::next_run) and the tracer admits by its verdict on the first, and
-// a batch's room goes back to the producer once the batch is copied. A read takes what
-// the rings held when it looked (one snapshot: tracee::Tracer::ReadPass), not what comes
+// a batch's room goes back to the producer once the batch is copied. On that path a fill
+// takes what the rings held when it looked (tracee::Tracer::ReadPass), not what comes
 // while it lays that out: following a busy producer a few records at a time would read
-// each cache line of its ring while the producer still writes it, slowing both.
+// each cache line of its ring while the producer still writes it, slowing both. (A look
+// whose records were all unshown is followed by another; a gathering read, below, looks
+// twice.)
 //
 // Reads as the kernel's: each read returns the rest of the current page (a whole page,
 // of the buffer's sub-buffer size when the file was opened, buffer_subbuf_size_kb: 4096
@@ -43,15 +45,16 @@ class Tracefs;
 class TraceReader;
 
 // A blocking read with room for `want` pages that found records for `made` of them (fewer
-// than half), `since` after the file's last read handed out pages: how long to wait for
-// the rest before taking them too, when records come fast enough to fill it within
-// kRawGatherMax; else 0 (return what there is). Fewer, fuller reads: each is a round trip
+// than half), written in the `since` from the file's last look at the rings to this one:
+// how long to wait for the rest before taking them too, when records come fast enough
+// to fill it within `max` (Tracefs::Options::raw_gather_max, 200 us); else 0 (return
+// what there is). Fewer, fuller reads: each is a round trip
 // through the kernel and the daemon, and the pages are read after the producer has left
 // their cache lines. The kernel's splice() of trace_pipe_raw waits for a buffer_percent
 // of the buffer in the same spirit; this waits only for a fast producer, and briefly.
-inline constexpr std::chrono::microseconds kRawGatherMax{200};
 std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
-                                          std::chrono::steady_clock::duration since);
+                                          std::chrono::steady_clock::duration since,
+                                          std::chrono::microseconds max);
 
 std::shared_ptr<File> make_raw_pipe_file(Tracefs& fs, std::shared_ptr<TraceReader> reader,
                                          int cpu);

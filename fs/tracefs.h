@@ -30,6 +30,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -97,6 +98,9 @@ class Tracefs {
     int cpus = 0;  // CPUs for per_cpu/ and "#P:"; 0: the machine's configured CPUs
     // What `targets` and the command need to start a program themselves (probefs exec).
     std::string agent_path;
+    // The longest a many-page trace_pipe_raw read waits for more pages (raw_gather_wait;
+    // a test lengthens it to have slower programs' records gathered).
+    std::chrono::microseconds raw_gather_max{200};
   };
 
   Tracefs(tracee::Tracer& tracer, const Options& opts);

@@ -8,7 +8,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -225,6 +230,130 @@ TEST_F(RawPipeTest, ABlockedReadWakesForARecordAndForASignal) {
   EXPECT_TRUE(none.empty());
 }
 
+namespace {
+
+// Runs `fn` on a thread of its own, on CPU `cpu`.
+void on_cpu(int cpu, const std::function<void()>& fn) {
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    fn();
+  });
+  t.join();
+}
+
+}  // namespace
+
+// A read whose look at the rings found only records it does not show looks again: the
+// daemon's ring full of records of no event, and a marker that fits only once the read
+// has taken them (so it comes after the look), followed by tracing turned off. The read
+// gives the marker, not the end of the file (which tracing off means once the file gave
+// a page and nothing is left).
+TEST_F(RawPipeTest, ALookOfRecordsNotShownIsFollowedByAnother) {
+  if (fs_->cpus() < 2) GTEST_SKIP() << "needs two CPUs";
+  auto h = open(raw_path(0), O_RDONLY);
+  on_cpu(0, [&] { ASSERT_EQ(write("trace_marker", "first"), 5); });
+  std::string page;
+  ASSERT_EQ(h->read(request(O_RDONLY), 0, events::kRawPageSize, &page), 0);
+  ASSERT_NE(page.find("first"), std::string::npos);
+  on_cpu(0, [&] {
+    uint8_t junk[16] = {};
+    const uint16_t no_event = 999;
+    std::memcpy(junk, &no_event, sizeof no_event);
+    while (tracer_->write_record(junk, sizeof junk) == 0) {
+    }
+  });
+  std::atomic<bool> written{false};
+  std::thread late([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (write("trace_marker", "late") == 4) {
+        written = true;
+        break;
+      }
+    }
+    fs_->set_tracing_on(false);
+  });
+  std::string out;
+  int rc = 0;
+  on_cpu(1, [&] { rc = h->read(request(O_RDONLY), 0, 32 * events::kRawPageSize, &out); });
+  late.join();
+  ASSERT_TRUE(written.load());
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("late"), std::string::npos) << out.size() << " bytes";
+  fs_->set_tracing_on(true);
+}
+
+// Many-page blocking reads, as trace-cmd's splice makes them, of a program calling a
+// probed function in bursts (a read that finds few pages may wait for the rest and look
+// again: raw_gather_wait): every record comes once, in order, stamps never going back.
+// The rings hold every record of the run, so none may be missing.
+TEST_F(RawPipeTest, ManyPageReadsOfABusyProgramGiveEveryRecordInOrder) {
+  ASSERT_TRUE(make(0, 16384));  // every record of the run fits (12 MB)
+  // Reads that find few pages wait for more even at this program's pace (its calls come
+  // in bursts, a round trip on its pipes apart): most reads gather.
+  fs_.reset();
+  Tracefs::Options fo;
+  fo.agent_path = PROBEFS_AGENT_PATH;
+  fo.raw_gather_max = std::chrono::milliseconds(20);
+  fs_ = std::make_unique<Tracefs>(*tracer_, fo);
+  const uint16_t id = define_add();
+  ASSERT_TRUE(launch());
+  pin_to_cpu0();
+  constexpr long kCalls = 1000, kRounds = 300;
+  auto h = open(raw_path(0), O_RDONLY);
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    for (long r = 0; r < kRounds; ++r) call(kCalls);
+    done = true;
+  });
+  Request blocking = request(O_RDONLY);
+  blocking.interrupted = [&] { return done.load(); };  // a read left waiting ends
+  std::vector<std::string> reads;
+  for (;;) {
+    std::string out;
+    const int rc = h->read(blocking, 0, 32 * events::kRawPageSize, &out);
+    if (rc == -EINTR) break;
+    ASSERT_EQ(rc, 0);
+    reads.push_back(std::move(out));
+  }
+  producer.join();
+  for (;;) {
+    std::string out;
+    const int rc = h->read(request(O_RDONLY | O_NONBLOCK), 0, 32 * events::kRawPageSize, &out);
+    if (rc == -EAGAIN) break;
+    ASSERT_EQ(rc, 0);
+    reads.push_back(std::move(out));
+  }
+  long n = 0, out_of_order = 0, back = 0;
+  int missed = 0;
+  uint64_t last_ts = 0;
+  for (const std::string& r : reads) {
+    ASSERT_EQ(r.size() % events::kRawPageSize, 0u);
+    for (size_t off = 0; off < r.size(); off += events::kRawPageSize) {
+      const RawPage p = decode(r.substr(off, events::kRawPageSize));
+      missed += p.missed;
+      for (const RawEvent& e : p.events) {
+        if (e.type() != id) continue;
+        if (e.load<uint64_t>(16) != static_cast<uint64_t>(n % kCalls)) ++out_of_order;
+        if (e.ts < last_ts) ++back;
+        last_ts = e.ts;
+        ++n;
+      }
+    }
+  }
+  EXPECT_EQ(n, kCalls * kRounds);
+  EXPECT_EQ(out_of_order, 0);
+  EXPECT_EQ(back, 0);
+  EXPECT_EQ(missed, 0);
+}
+
 // Records dropped because the ring was full: the page of the next record says how many,
 // as the kernel's commit flags and stored count do.
 TEST_F(RawPipeTest, LostRecordsAreCountedOnTheNextPage) {
@@ -328,22 +457,24 @@ TEST_F(RawPipeTest, AGoneProcessesRecordsAreReadAndItsNameKept) {
 }
 
 // The gathering rule of a many-page read that found few: it waits only for records that
-// come fast enough to fill the rest within kRawGatherMax, as long as that takes at that
-// rate; never for a read of a page or few, one that found half or more, one that found
-// none, or the first read of a file.
+// come fast enough to fill the rest within the longest wait, as long as that takes at
+// that rate; never for a read of a page or few, one that found half or more, one that
+// found none, or the first read of a file.
 TEST(RawGatherWait, WaitsBrieflyOnlyForAFastProducer) {
   using std::chrono::microseconds;
+  const microseconds kMax = Tracefs::Options{}.raw_gather_max;
+  EXPECT_EQ(kMax, microseconds(200));
   // 32 pages asked, 8 made in the 100 us since the last read: 24 more in 300 us, too long.
-  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(100)), microseconds(0));
+  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(100), kMax), microseconds(0));
   // 8 made in 40 us: the other 24 in 120 us.
-  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(40)), microseconds(120));
-  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(6)), microseconds(186));
-  EXPECT_LE(raw_gather_wait(15, 32, microseconds(1)), kRawGatherMax);
-  EXPECT_EQ(raw_gather_wait(16, 32, microseconds(1)), microseconds(0));  // half: enough
-  EXPECT_EQ(raw_gather_wait(0, 32, microseconds(1)), microseconds(0));   // none: block
-  EXPECT_EQ(raw_gather_wait(1, 3, microseconds(1)), microseconds(0));    // a few pages
-  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(0)), microseconds(0));
-  EXPECT_EQ(raw_gather_wait(1, 32, std::chrono::steady_clock::duration::max()),
+  EXPECT_EQ(raw_gather_wait(8, 32, microseconds(40), kMax), microseconds(120));
+  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(6), kMax), microseconds(186));
+  EXPECT_EQ(raw_gather_wait(15, 32, microseconds(1), kMax), microseconds(1));
+  EXPECT_EQ(raw_gather_wait(16, 32, microseconds(1), kMax), microseconds(0));  // half: enough
+  EXPECT_EQ(raw_gather_wait(0, 32, microseconds(1), kMax), microseconds(0));   // none: block
+  EXPECT_EQ(raw_gather_wait(1, 3, microseconds(1), kMax), microseconds(0));    // a few pages
+  EXPECT_EQ(raw_gather_wait(1, 32, microseconds(0), kMax), microseconds(0));
+  EXPECT_EQ(raw_gather_wait(1, 32, std::chrono::steady_clock::duration::max(), kMax),
             microseconds(0));  // no read before
 }
 
