@@ -424,11 +424,11 @@ class Tracer {
   // taken without the merger's and the admission's per-record work (tens of millions of
   // records a second).
   //
-  // With `pass`, the calls that share it take what one look at the rings finds (records
-  // already there, or if none the ones after a first look that found none) and then
-  // none: a raw reader's fill, which would otherwise chase a busy producer a few records
-  // at a time, reading each cache line of its ring while the producer still writes it.
-  // What comes meanwhile is the next pass's.
+  // With `pass`, the calls that share it take the rest of the merger's current snapshot
+  // (an earlier call's look), then what one fresh look at the rings finds, and then
+  // none (looks that find nothing do not count): a raw reader's fill, which would
+  // otherwise chase a busy producer a few records at a time, reading each cache line of
+  // its ring while the producer still writes it. What comes meanwhile is the next pass's.
   struct ReadPass {
     bool begun = false;
     bool took = false;       // a record was consumed in the pass

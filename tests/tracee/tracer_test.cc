@@ -1335,6 +1335,19 @@ TEST(Tracer, ReadPassTakesOneLook) {
   std::vector<std::string> want;
   for (int i = 0; i < 10; ++i) want.push_back("m" + std::to_string(i));
   EXPECT_EQ(got, want);
+  // A pass that begins inside an earlier call's look takes the rest of it, then one
+  // fresh look.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(write_marker(*t, 5, "a" + std::to_string(i)), 0);
+  got.clear();
+  EXPECT_EQ(t->consume_records_in_place(take, 1, -1, 0), 1u);  // a look at a0..a2
+  ASSERT_EQ(write_marker(*t, 5, "b0"), 0);
+  Tracer::ReadPass inside;
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &inside), 3u);
+  ASSERT_EQ(write_marker(*t, 5, "c0"), 0);
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &inside), 0u);
+  EXPECT_EQ(got, (std::vector<std::string>{"a0", "a1", "a2", "b0"}));
+  Tracer::ReadPass last;
+  EXPECT_EQ(t->consume_records_in_place(take, 100, -1, 0, &last), 1u);
   // Without a pass, a call takes what comes while it reads too.
   for (int i = 0; i < 3; ++i) ASSERT_EQ(write_marker(*t, 5, "n" + std::to_string(i)), 0);
   got.clear();
