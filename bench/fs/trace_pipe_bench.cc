@@ -1507,7 +1507,9 @@ int main(int argc, char** argv) {
       } else {
         paced_tick = run_throughput(s, Source::kProbefs, many, kRawPacedRate, kUnthrottledMs,
                                     false, true, prime_calls(kRawTickRingKb));
-        (void)s.mount->write("buffer_size_kb", ring_kb, O_WRONLY | O_TRUNC);
+        if (int r = s.mount->write("buffer_size_kb", ring_kb, O_WRONLY | O_TRUNC); r != 0)
+          std::fprintf(stderr, "trace_pipe_bench: buffer_size_kb back to %s: %s\n",
+                       ring_kb.c_str(), strerror(r));
       }
     }
     Throughput kraw = run_throughput(s, Source::kKernel, many, 0, kUnthrottledMs, false, true);
