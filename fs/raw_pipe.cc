@@ -3,18 +3,18 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
-#include <chrono>
-#include <optional>
-#include <thread>
 
 #include "events/raw_page.h"
 #include "fs/trace_reader.h"
@@ -30,7 +30,7 @@ std::chrono::microseconds raw_gather_wait(size_t made, size_t want,
   using std::chrono::microseconds;
   if (made == 0 || want < 4 || made * 2 >= want || since <= decltype(since)::zero())
     return microseconds(0);
-  // At the rate the pages came since the last read, the time the rest takes.
+  // At the rate the pages came since the last look, the time the rest takes.
   const double per_page = std::chrono::duration<double, std::micro>(since).count() /
                           static_cast<double>(made);
   const double rest = per_page * static_cast<double>(want - made);
@@ -181,19 +181,7 @@ class RawPipeHandle final : public Handle {
       last_look_ = looked;
       if (fill(want)) {
         last_fill_full_ = pages_ >= want;
-        const auto wait = rq.nonblocking() ? Clock::duration::zero()
-                                           : Clock::duration(raw_gather_wait(pages_, want, since,
-                                                                             gather_max_));
-        if (wait > Clock::duration::zero()) {
-          l.unlock();  // pollers and other readers of this file are not held up meanwhile
-          std::this_thread::sleep_for(wait);
-          l.lock();
-          if (pos_ == 0 && pages_ != 0 && pages_ < want) {  // another read took none
-            last_look_ = Clock::now();
-            fill(want, true);
-            last_fill_full_ = pages_ >= want;
-          }
-        }
+        if (!rq.nonblocking()) gather(l, want, since);
         continue;
       }
       if (const int r = reader_->empty_read(rq, returned_data_); r <= 0) return r;
@@ -201,6 +189,21 @@ class RawPipeHandle final : public Handle {
       reader_->wait(gen, kReaderSliceMs);
       l.lock();
     }
+  }
+
+  // After a fill that made few of the `want` pages a read has room for: waits for the rest
+  // (unlocked, so that pollers and other readers of this file are not held up) and lays it
+  // out behind them, when records come that fast (raw_gather_wait).
+  void gather(std::unique_lock<std::mutex>& l, size_t want, Clock::duration since) {
+    const auto wait = raw_gather_wait(pages_, want, since, gather_max_);
+    if (wait <= Clock::duration::zero()) return;
+    l.unlock();
+    std::this_thread::sleep_for(wait);
+    l.lock();
+    if (pos_ != 0 || pages_ == 0 || pages_ >= want) return;  // another read took them
+    last_look_ = Clock::now();
+    fill(want, true);
+    last_fill_full_ = pages_ >= want;
   }
 
   // Lays this CPU's next records out in up to `max` pages, under one hold of the reader:
