@@ -252,7 +252,7 @@ void on_cpu(int cpu, const std::function<void()>& fn) {
 // gives the marker, not the end of the file (which tracing off means once the file gave
 // a page and nothing is left).
 TEST_F(RawPipeTest, ALookOfRecordsNotShownIsFollowedByAnother) {
-  if (fs_->cpus() < 2) GTEST_SKIP() << "needs two CPUs";
+  const int reader_cpu = fs_->cpus() > 1 ? 1 : 0;  // beside the writer, where there is room
   auto h = open(raw_path(0), O_RDONLY);
   on_cpu(0, [&] { ASSERT_EQ(write("trace_marker", "first"), 5); });
   std::string page;
@@ -282,7 +282,8 @@ TEST_F(RawPipeTest, ALookOfRecordsNotShownIsFollowedByAnother) {
   });
   std::string out;
   int rc = 0;
-  on_cpu(1, [&] { rc = h->read(request(O_RDONLY), 0, 32 * events::kRawPageSize, &out); });
+  on_cpu(reader_cpu,
+         [&] { rc = h->read(request(O_RDONLY), 0, 32 * events::kRawPageSize, &out); });
   late.join();
   ASSERT_TRUE(written.load());
   EXPECT_EQ(rc, 0);
